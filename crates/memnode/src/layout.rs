@@ -1,0 +1,153 @@
+//! Layouts shared between a memory node and the compute processes that map
+//! its memory (the `shm` backend). Every type here lives in the *control*
+//! memfd, which clients map read-only; the node is its only writer.
+//!
+//! The control memfd plays the role of a NIC's MPT (memory protection table:
+//! [`RegionEntry`]) and MTT (memory translation table: [`PageEntry`]) from
+//! SMART §2.2 ("Memory Translation and Protection Table"): one-sided requests
+//! are checked against the first and translated through the second without the
+//! node's CPU.
+//!
+//! ```text
+//! control memfd
+//! +--------------------+ 0
+//! | ControlHeader      |  4096 B (padded)
+//! +--------------------+ 4096
+//! | RegionEntry × 64   |  64 × 32 B = 2048 B
+//! +--------------------+ 4096 + 2048, rounded up to 4096 → 8192
+//! | PageEntry × N      |  N = remote pages, 8 B each
+//! +--------------------+
+//! ```
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Magic number at the start of the control memfd ("DMKITCTL").
+pub const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"DMKITCTL");
+/// Layout version; bumped on any change to the types in this module.
+pub const LAYOUT_VERSION: u64 = 1;
+/// Number of protection-table slots. The slot index is the low byte of an rkey.
+pub const MAX_REGIONS: usize = 64;
+/// Offset of the region table inside the control memfd.
+pub const REGION_TABLE_OFFSET: usize = 4096;
+/// Offset of the page table inside the control memfd.
+pub const PAGE_TABLE_OFFSET: usize = 8192;
+
+/// Header of the control memfd.
+///
+/// ```text
+/// byte 0        8             16            24            32            40            48
+///      +--------+-------------+-------------+-------------+-------------+-------------+
+///      | magic  | version     | node_id     | page_shift  | remote_pages| phys_pages  |
+///      +--------+-------------+-------------+-------------+-------------+-------------+
+///      | generation (bumped by every region or page-table change) | pad to 4096 B ...
+/// ```
+#[repr(C)]
+pub struct ControlHeader {
+    pub magic: u64,
+    pub version: u64,
+    pub node_id: u64,
+    pub page_shift: u64,
+    pub remote_pages: u64,
+    pub phys_pages: u64,
+    pub generation: AtomicU64,
+    pub _reserved: [u64; 505],
+}
+const _: () = assert!(std::mem::size_of::<ControlHeader>() == 4096);
+
+/// Access rights of a registered region (bit flags in [`RegionEntry::key_word`]).
+pub mod access {
+    pub const READ: u64 = 1;
+    pub const WRITE: u64 = 2;
+    pub const ATOMIC: u64 = 4;
+    pub const ALL: u64 = READ | WRITE | ATOMIC;
+}
+
+/// One slot of the protection table: a registered region of the node's
+/// remote address space and its key.
+///
+/// ```text
+/// key_word (64 bit):
+///  63     62..35     34..32    31 ........................ 0
+/// +-----+----------+---------+------------------------------+
+/// |valid| reserved | access  | rkey = random:24 | slot:8    |
+/// +-----+----------+---------+------------------------------+
+/// then: base (u64 byte offset), len (u64 bytes), reserved (u64)
+/// ```
+///
+/// Writers (the node only) store `key_word = 0`, then `base`/`len`, then the
+/// new `key_word`; readers load `key_word`, `base`, `len` and `key_word` again
+/// and accept the entry only if both key loads agree and are valid.
+#[repr(C)]
+pub struct RegionEntry {
+    pub key_word: AtomicU64,
+    pub base: AtomicU64,
+    pub len: AtomicU64,
+    pub _reserved: u64,
+}
+const _: () = assert!(std::mem::size_of::<RegionEntry>() == 32);
+const _: () = assert!(REGION_TABLE_OFFSET + MAX_REGIONS * 32 <= PAGE_TABLE_OFFSET);
+
+/// Valid bit of a [`RegionEntry::key_word`].
+pub const REGION_VALID: u64 = 1 << 63;
+/// Shift of the access bits inside a [`RegionEntry::key_word`].
+pub const REGION_ACCESS_SHIFT: u32 = 32;
+
+impl RegionEntry {
+    /// Packs a key word.
+    pub const fn pack(rkey: u32, access: u64) -> u64 {
+        REGION_VALID | ((access & 7) << REGION_ACCESS_SHIFT) | rkey as u64
+    }
+
+    /// Reads a consistent snapshot `(rkey, access, base, len)` or `None` if
+    /// the slot is empty or changing.
+    #[inline]
+    pub fn snapshot(&self) -> Option<(u32, u64, u64, u64)> {
+        let k1 = self.key_word.load(Ordering::Acquire);
+        if k1 & REGION_VALID == 0 {
+            return None;
+        }
+        let base = self.base.load(Ordering::Acquire);
+        let len = self.len.load(Ordering::Acquire);
+        let k2 = self.key_word.load(Ordering::Acquire);
+        if k1 != k2 {
+            return None;
+        }
+        Some((k1 as u32, (k1 >> REGION_ACCESS_SHIFT) & 7, base, len))
+    }
+}
+
+/// One entry of the page translation table: remote page → memory page.
+///
+/// ```text
+///  63     62 ............ 40   39 .......................... 0
+/// +-----+--------------------+-------------------------------+
+/// |valid| reserved (0)       | physical page index           |
+/// +-----+--------------------+-------------------------------+
+/// ```
+///
+/// An invalid entry means the remote page is not mapped: a request touching
+/// it fails with a "page not mapped" error (the shm analogue of an RNIC
+/// translation fault).
+#[repr(transparent)]
+pub struct PageEntry(pub AtomicU64);
+const _: () = assert!(std::mem::size_of::<PageEntry>() == 8);
+
+/// Valid bit of a [`PageEntry`].
+pub const PAGE_VALID: u64 = 1 << 63;
+/// Mask of the physical page index in a [`PageEntry`].
+pub const PAGE_INDEX_MASK: u64 = (1 << 40) - 1;
+
+impl PageEntry {
+    /// Physical page index, or `None` if unmapped.
+    #[inline]
+    pub fn get(&self) -> Option<u64> {
+        let v = self.0.load(Ordering::Acquire);
+        (v & PAGE_VALID != 0).then_some(v & PAGE_INDEX_MASK)
+    }
+}
+
+/// Size in bytes of the control memfd for `remote_pages` pages.
+pub const fn control_len(remote_pages: u64) -> usize {
+    let raw = PAGE_TABLE_OFFSET + remote_pages as usize * 8;
+    (raw + 4095) & !4095
+}

@@ -1,0 +1,28 @@
+//! # dmkit-memnode — the memory node
+//!
+//! What a memory blade of a disaggregated-memory system owns: a large pool of
+//! memory reachable by one-sided verbs, the protection and translation tables
+//! those verbs are checked against, and a tiny RPC service for the rare
+//! control operations (chunk allocation, named roots, statistics, shutdown).
+//! The node's CPU stays off the data path (SMART framework, ASPLOS'24, §2.1–§2.2).
+//!
+//! Not here: the verbs themselves (see `dmkit-fabric`), and CoRM's object
+//! allocator and compaction, which will build on [`MemNode::migrate_page`].
+//!
+//! - [`layout`]: `#[repr(C)]` tables shared with clients through the control memfd.
+//! - [`memory`]: sealed memfds and their mappings.
+//! - [`node`]: the node itself.
+//! - [`proto`]: the RPC messages and their framing.
+//! - [`server`]: the Unix-socket server handing out memfds by `SCM_RIGHTS`.
+
+pub mod alloc;
+pub mod error;
+pub mod layout;
+pub mod memory;
+pub mod node;
+pub mod proto;
+pub mod server;
+
+pub use error::{NodeError, RpcError};
+pub use node::{MemNode, NodeConfig, SessionId};
+pub use proto::{NodeLayout, NodeStats, RegionInfo, Request, Response};

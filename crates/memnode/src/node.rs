@@ -1,0 +1,655 @@
+//! The memory node: memory, protection table, translation table, chunk
+//! allocator, named roots, sessions and statistics.
+//!
+//! The node owns two memfds. The *data* memfd holds the memory pages; the
+//! *control* memfd holds the protection and translation tables
+//! ([`crate::layout`]). Compute processes map both (control read-only) and run
+//! one-sided verbs with their own CPUs; the node's CPU only serves the RPC
+//! requests of [`crate::proto`], as a memory blade's weak CPU does (SMART §2.1).
+//!
+//! Remote address space: `remote_pages` pages of `2^page_shift` bytes. Page 0
+//! is never handed out, so offset 0 can serve as a null pointer. Every remote
+//! page is translated through the page table to one of `phys_pages` memory
+//! pages; `phys_pages - remote_pages` spare pages let the node remap pages at
+//! run time ([`MemNode::migrate_page`]), the way CoRM (§3.5) re-registers or
+//! uses ODP on a NIC to move memory under a stable remote address.
+
+use std::collections::{BTreeMap, HashSet};
+use std::ffi::CString;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::alloc::ExtentAllocator;
+use crate::error::{NodeError, RpcError};
+use crate::layout::{self, ControlHeader, PageEntry, RegionEntry, MAX_REGIONS, PAGE_VALID};
+use crate::memory::{create_sealed_memfd, Mapping};
+use crate::proto::{NodeLayout, NodeStats, RegionInfo, Request, Response};
+
+/// Most named roots a node keeps.
+pub const MAX_ROOTS: usize = 1024;
+
+/// Configuration of a memory node.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub node_id: u16,
+    /// Remote address space in bytes (rounded up to whole pages).
+    pub size: u64,
+    /// Translation page size: 4 KiB or 2 MiB.
+    pub page_size: u64,
+    /// Extra memory pages kept for remapping.
+    pub spare_pages: u64,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        Self {
+            node_id: 0,
+            size: 1 << 30,
+            page_size: 4096,
+            spare_pages: 64,
+        }
+    }
+}
+
+/// Identifier of a client session (one per connection or embedded client).
+pub type SessionId = u64;
+
+#[derive(Debug, Clone, Copy)]
+struct ChunkRec {
+    len: u64,
+    owner: Option<SessionId>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    alloc: ExtentAllocator,
+    chunks: BTreeMap<u64, ChunkRec>,
+    roots: BTreeMap<String, u64>,
+    sessions: HashSet<SessionId>,
+    next_session: SessionId,
+    spare_free: Vec<u64>,
+    regions: [Option<RegionInfo>; MAX_REGIONS],
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    rpcs: AtomicU64,
+    rpc_errors: AtomicU64,
+    bad_frames: AtomicU64,
+    auth_failures: AtomicU64,
+    sessions_total: AtomicU64,
+    sessions_reaped: AtomicU64,
+    chunks_reclaimed: AtomicU64,
+    pages_remapped: AtomicU64,
+}
+
+/// A memory node. Shared as `Arc<MemNode>` between the RPC server threads
+/// and, in embedded mode, the compute threads of the same process.
+#[derive(Debug)]
+pub struct MemNode {
+    layout: NodeLayout,
+    data_fd: OwnedFd,
+    control_fd: OwnedFd,
+    data: Arc<Mapping>,
+    control: Arc<Mapping>,
+    heap: RegionInfo,
+    inner: Mutex<Inner>,
+    counters: Counters,
+    shutdown: AtomicBool,
+}
+
+impl MemNode {
+    /// Creates the node's memory and tables.
+    pub fn new(cfg: NodeConfig) -> Result<Arc<Self>, NodeError> {
+        let page_shift = match cfg.page_size {
+            4096 => 12u8,
+            0x20_0000 => 21u8,
+            other => {
+                return Err(NodeError::Config(format!(
+                    "page size {other} B is not supported (4 KiB or 2 MiB)"
+                )))
+            }
+        };
+        let remote_pages = cfg.size.div_ceil(cfg.page_size);
+        if remote_pages < 2 {
+            return Err(NodeError::Config(format!(
+                "node size {} B is too small: need at least two {} B pages",
+                cfg.size, cfg.page_size
+            )));
+        }
+        if remote_pages << page_shift >= 1 << 48 {
+            return Err(NodeError::Config("node size exceeds the 48-bit offset space".into()));
+        }
+        let phys_pages = remote_pages + cfg.spare_pages;
+        if phys_pages > layout::PAGE_INDEX_MASK {
+            return Err(NodeError::Config("too many memory pages".into()));
+        }
+        let control_len = layout::control_len(remote_pages);
+        let layout = NodeLayout {
+            node_id: cfg.node_id,
+            page_shift,
+            remote_pages,
+            phys_pages,
+            control_len: control_len as u64,
+        };
+        let name = CString::new(format!("dmkit-node{}-data", cfg.node_id)).expect("no NUL");
+        let data_fd = create_sealed_memfd(&name, layout.data_len() as usize)?;
+        let name = CString::new(format!("dmkit-node{}-control", cfg.node_id)).expect("no NUL");
+        let control_fd = create_sealed_memfd(&name, control_len)?;
+        let data = Arc::new(Mapping::map(data_fd.as_fd(), layout.data_len() as usize, true)?);
+        let control = Arc::new(Mapping::map(control_fd.as_fd(), control_len, true)?);
+
+        let heap_base = layout.page_size();
+        let mut node = MemNode {
+            layout,
+            data_fd,
+            control_fd,
+            data,
+            control,
+            heap: RegionInfo {
+                rkey: 0,
+                base: heap_base,
+                len: layout.remote_len() - heap_base,
+                access: layout::access::ALL,
+            },
+            inner: Mutex::new(Inner {
+                alloc: ExtentAllocator::new(heap_base, layout.remote_len(), layout.page_size()),
+                chunks: BTreeMap::new(),
+                roots: BTreeMap::new(),
+                sessions: HashSet::new(),
+                next_session: 1,
+                spare_free: (remote_pages..phys_pages).rev().collect(),
+                regions: [None; MAX_REGIONS],
+            }),
+            counters: Counters::default(),
+            shutdown: AtomicBool::new(false),
+        };
+        node.init_control();
+        node.heap = node.register_region(heap_base, node.heap.len, layout::access::ALL)?;
+        Ok(Arc::new(node))
+    }
+
+    fn init_control(&mut self) {
+        let l = self.layout;
+        // SAFETY: the control mapping is at least PAGE_TABLE_OFFSET + 8·remote_pages
+        // bytes (control_len), page aligned, and freshly created: nobody else maps it
+        // yet, so plain writes to the header are unobserved until clients connect.
+        unsafe {
+            let h = self.control.as_ptr() as *mut ControlHeader;
+            (*h).magic = layout::CONTROL_MAGIC;
+            (*h).version = layout::LAYOUT_VERSION;
+            (*h).node_id = l.node_id as u64;
+            (*h).page_shift = l.page_shift as u64;
+            (*h).remote_pages = l.remote_pages;
+            (*h).phys_pages = l.phys_pages;
+        }
+        for p in 0..l.remote_pages {
+            self.page_entry(p).0.store(PAGE_VALID | p, Ordering::Release);
+        }
+    }
+
+    fn header(&self) -> &ControlHeader {
+        // SAFETY: the control mapping starts with a ControlHeader (init_control)
+        // and lives as long as self; the header's mutable field is atomic.
+        unsafe { &*(self.control.as_ptr() as *const ControlHeader) }
+    }
+
+    fn region_entry(&self, slot: usize) -> &RegionEntry {
+        assert!(slot < MAX_REGIONS);
+        // SAFETY: slot < MAX_REGIONS and the region table lies inside the control
+        // mapping (compile-time assertion in layout.rs); entries are atomics.
+        unsafe {
+            &*(self.control.as_ptr().add(layout::REGION_TABLE_OFFSET) as *const RegionEntry).add(slot)
+        }
+    }
+
+    fn page_entry(&self, remote_page: u64) -> &PageEntry {
+        assert!(remote_page < self.layout.remote_pages);
+        // SAFETY: remote_page < remote_pages and the page table occupies
+        // PAGE_TABLE_OFFSET + 8·remote_pages ≤ control_len bytes; entries are atomics.
+        unsafe {
+            &*(self.control.as_ptr().add(layout::PAGE_TABLE_OFFSET) as *const PageEntry)
+                .add(remote_page as usize)
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock would be a node bug; the state is still
+        // structurally valid, so keep serving rather than cascade the panic.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The node's geometry.
+    pub fn layout(&self) -> NodeLayout {
+        self.layout
+    }
+
+    /// The region that covers all allocatable memory.
+    pub fn heap_region(&self) -> RegionInfo {
+        self.heap
+    }
+
+    /// The data memfd (sent to clients).
+    pub fn data_fd(&self) -> BorrowedFd<'_> {
+        self.data_fd.as_fd()
+    }
+
+    /// The control memfd (clients receive a read-only reopen of it).
+    pub fn control_fd(&self) -> BorrowedFd<'_> {
+        self.control_fd.as_fd()
+    }
+
+    /// The node's own mapping of the data memfd (embedded clients share it).
+    pub fn data_mapping(&self) -> Arc<Mapping> {
+        self.data.clone()
+    }
+
+    /// The node's own mapping of the control memfd (embedded clients share it).
+    pub fn control_mapping(&self) -> Arc<Mapping> {
+        self.control.clone()
+    }
+
+    /// Registers `[base, base+len)` of the remote space with `access` rights
+    /// and returns it with a fresh random key.
+    pub fn register_region(&self, base: u64, len: u64, access: u64) -> Result<RegionInfo, RpcError> {
+        let ps = self.layout.page_size();
+        let end = base.checked_add(len);
+        if len == 0 || base % ps != 0 || end.is_none_or(|e| e > self.layout.remote_len()) {
+            return Err(RpcError::BadRegion { base, len });
+        }
+        let mut inner = self.lock();
+        let slot = inner
+            .regions
+            .iter()
+            .position(Option::is_none)
+            .ok_or(RpcError::RegionTableFull(MAX_REGIONS))?;
+        let mut rnd = [0u8; 4];
+        fill_random(&mut rnd);
+        let rkey = (u32::from_le_bytes(rnd) & 0xFFFF_FF00) | slot as u32;
+        let info = RegionInfo {
+            rkey,
+            base,
+            len,
+            access: access & layout::access::ALL,
+        };
+        let e = self.region_entry(slot);
+        e.key_word.store(0, Ordering::Release);
+        e.base.store(base, Ordering::Release);
+        e.len.store(len, Ordering::Release);
+        e.key_word.store(RegionEntry::pack(rkey, info.access), Ordering::Release);
+        self.header().generation.fetch_add(1, Ordering::AcqRel);
+        inner.regions[slot] = Some(info);
+        Ok(info)
+    }
+
+    /// Invalidates a region: every later request carrying its key fails.
+    pub fn deregister_region(&self, rkey: u32) -> Result<(), RpcError> {
+        let mut inner = self.lock();
+        let slot = (rkey & 0xFF) as usize;
+        match inner.regions.get(slot).copied().flatten() {
+            Some(r) if r.rkey == rkey => {
+                self.region_entry(slot).key_word.store(0, Ordering::Release);
+                self.header().generation.fetch_add(1, Ordering::AcqRel);
+                inner.regions[slot] = None;
+                Ok(())
+            }
+            _ => Err(RpcError::NoSuchRegion(rkey)),
+        }
+    }
+
+    /// Moves remote page `remote_page` to a spare memory page: copies its
+    /// words, publishes the new translation, and recycles the old memory page.
+    /// Returns the new memory page index.
+    ///
+    /// Like a NIC re-registration, this does not stop concurrent one-sided
+    /// writers: a WRITE that lands on the old page during the copy is lost.
+    /// Callers (CoRM compaction) must quiesce or version the page first.
+    pub fn migrate_page(&self, remote_page: u64) -> Result<u64, RpcError> {
+        if remote_page >= self.layout.remote_pages {
+            return Err(RpcError::BadPage(remote_page));
+        }
+        let mut inner = self.lock();
+        let new = inner.spare_free.pop().ok_or(RpcError::NoSparePage)?;
+        let entry = self.page_entry(remote_page);
+        let old = entry.get().expect("node keeps every remote page mapped");
+        let ps = self.layout.page_size() as usize;
+        let words = ps / 8;
+        // SAFETY: old and new are memory page indices < phys_pages, so both page
+        // ranges lie inside the data mapping; we access them only through
+        // AtomicU64 (aligned: pages are page aligned within a page-aligned mapping),
+        // which is sound even while clients access the same memory.
+        unsafe {
+            let src = self.data.as_ptr().add(old as usize * ps) as *const AtomicU64;
+            let dst = self.data.as_ptr().add(new as usize * ps) as *const AtomicU64;
+            for i in 0..words {
+                (*dst.add(i)).store((*src.add(i)).load(Ordering::Acquire), Ordering::Release);
+            }
+        }
+        entry.0.store(PAGE_VALID | new, Ordering::Release);
+        self.header().generation.fetch_add(1, Ordering::AcqRel);
+        inner.spare_free.insert(0, old);
+        self.counters.pages_remapped.fetch_add(1, Ordering::Relaxed);
+        Ok(new)
+    }
+
+    /// Memory page currently backing `remote_page`.
+    pub fn translate(&self, remote_page: u64) -> Option<u64> {
+        (remote_page < self.layout.remote_pages)
+            .then(|| self.page_entry(remote_page).get())
+            .flatten()
+    }
+
+    /// Starts a client session.
+    pub fn open_session(&self) -> SessionId {
+        let mut inner = self.lock();
+        let id = inner.next_session;
+        inner.next_session += 1;
+        inner.sessions.insert(id);
+        self.counters.sessions_total.fetch_add(1, Ordering::Relaxed);
+        id
+    }
+
+    /// Ends a session (clean close or detected death) and frees the chunks it
+    /// held that were not allocated as persistent. Returns the bytes reclaimed.
+    pub fn close_session(&self, session: SessionId) -> u64 {
+        let mut inner = self.lock();
+        if !inner.sessions.remove(&session) {
+            return 0;
+        }
+        let owned: Vec<(u64, u64)> = inner
+            .chunks
+            .iter()
+            .filter(|(_, c)| c.owner == Some(session))
+            .map(|(&o, c)| (o, c.len))
+            .collect();
+        let mut bytes = 0;
+        for (off, len) in owned {
+            inner.chunks.remove(&off);
+            inner.alloc.free(off, len);
+            bytes += len;
+            self.counters.chunks_reclaimed.fetch_add(1, Ordering::Relaxed);
+        }
+        self.counters.sessions_reaped.fetch_add(1, Ordering::Relaxed);
+        bytes
+    }
+
+    /// Records a frame that could not be decoded or authenticated.
+    pub fn note_bad_frame(&self) {
+        self.counters.bad_frames.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a failed authentication.
+    pub fn note_auth_failure(&self) {
+        self.counters.auth_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether a shutdown was requested.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutdown.load(Ordering::Acquire)
+    }
+
+    /// Requests shutdown (the server stops accepting and returns).
+    pub fn request_shutdown(&self) {
+        self.shutdown.store(true, Ordering::Release);
+    }
+
+    /// Serves one RPC request of `session`. Never panics on client input.
+    pub fn handle(&self, session: SessionId, req: Request) -> Response {
+        self.counters.rpcs.fetch_add(1, Ordering::Relaxed);
+        let res = match req {
+            Request::AllocChunk { len, persistent } => self.alloc_chunk(session, len, persistent),
+            Request::FreeChunk { offset } => self.free_chunk(session, offset),
+            Request::GetRoot { name } => self.get_root(&name),
+            Request::SetRoot {
+                name,
+                value,
+                expected,
+            } => self.set_root(name, value, expected),
+            Request::ListRegions => Ok(Response::Regions(
+                self.lock().regions.iter().flatten().copied().collect(),
+            )),
+            Request::Stats => Ok(Response::Stats(self.stats())),
+            Request::Shutdown => {
+                self.request_shutdown();
+                Ok(Response::ShuttingDown)
+            }
+        };
+        res.unwrap_or_else(|e| {
+            self.counters.rpc_errors.fetch_add(1, Ordering::Relaxed);
+            Response::Error(e)
+        })
+    }
+
+    fn alloc_chunk(&self, session: SessionId, len: u64, persistent: bool) -> Result<Response, RpcError> {
+        if self.is_shutting_down() {
+            return Err(RpcError::ShuttingDown);
+        }
+        if len == 0 || len > self.heap.len {
+            return Err(RpcError::BadLength(len));
+        }
+        let mut inner = self.lock();
+        let Some((offset, len)) = inner.alloc.alloc(len) else {
+            return Err(RpcError::OutOfMemory {
+                requested: len,
+                largest_free: inner.alloc.largest_free(),
+            });
+        };
+        let owner = (!persistent).then_some(session);
+        inner.chunks.insert(offset, ChunkRec { len, owner });
+        Ok(Response::Chunk {
+            offset,
+            len,
+            rkey: self.heap.rkey,
+        })
+    }
+
+    fn free_chunk(&self, session: SessionId, offset: u64) -> Result<Response, RpcError> {
+        let mut inner = self.lock();
+        let rec = *inner.chunks.get(&offset).ok_or(RpcError::NotAllocated { offset })?;
+        if rec.owner.is_some_and(|o| o != session) {
+            return Err(RpcError::NotOwner { offset });
+        }
+        inner.chunks.remove(&offset);
+        inner.alloc.free(offset, rec.len);
+        Ok(Response::Freed { len: rec.len })
+    }
+
+    fn get_root(&self, name: &str) -> Result<Response, RpcError> {
+        check_root_name(name)?;
+        Ok(Response::Root(self.lock().roots.get(name).copied()))
+    }
+
+    fn set_root(&self, name: String, value: u64, expected: Option<Option<u64>>) -> Result<Response, RpcError> {
+        check_root_name(&name)?;
+        let mut inner = self.lock();
+        let current = inner.roots.get(&name).copied();
+        if let Some(exp) = expected {
+            if exp != current {
+                return Err(RpcError::RootMismatch {
+                    name,
+                    expected: exp,
+                    current,
+                });
+            }
+        }
+        if current.is_none() && inner.roots.len() >= MAX_ROOTS {
+            return Err(RpcError::RootTableFull(MAX_ROOTS));
+        }
+        inner.roots.insert(name, value);
+        Ok(Response::RootSet { previous: current })
+    }
+
+    /// A snapshot of the node's statistics.
+    pub fn stats(&self) -> NodeStats {
+        let inner = self.lock();
+        let c = &self.counters;
+        let (mut session_b, mut persistent_b) = (0, 0);
+        for ch in inner.chunks.values() {
+            if ch.owner.is_some() {
+                session_b += ch.len;
+            } else {
+                persistent_b += ch.len;
+            }
+        }
+        NodeStats {
+            node_id: self.layout.node_id,
+            page_size: self.layout.page_size(),
+            remote_bytes: self.layout.remote_len(),
+            heap_bytes: inner.alloc.capacity(),
+            heap_free_bytes: inner.alloc.free_bytes(),
+            heap_largest_free: inner.alloc.largest_free(),
+            chunks: inner.chunks.len() as u64,
+            chunk_bytes: session_b + persistent_b,
+            session_chunk_bytes: session_b,
+            persistent_chunk_bytes: persistent_b,
+            regions: inner.regions.iter().flatten().count() as u64,
+            roots: inner.roots.len() as u64,
+            sessions_active: inner.sessions.len() as u64,
+            sessions_total: c.sessions_total.load(Ordering::Relaxed),
+            sessions_reaped: c.sessions_reaped.load(Ordering::Relaxed),
+            chunks_reclaimed: c.chunks_reclaimed.load(Ordering::Relaxed),
+            rpcs: c.rpcs.load(Ordering::Relaxed),
+            rpc_errors: c.rpc_errors.load(Ordering::Relaxed),
+            bad_frames: c.bad_frames.load(Ordering::Relaxed),
+            auth_failures: c.auth_failures.load(Ordering::Relaxed),
+            pages_remapped: c.pages_remapped.load(Ordering::Relaxed),
+            spare_pages_free: inner.spare_free.len() as u64,
+        }
+    }
+}
+
+fn check_root_name(name: &str) -> Result<(), RpcError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_./-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(RpcError::BadRootName(name.chars().take(80).collect()))
+    }
+}
+
+/// Fills `buf` from the OS random source.
+pub fn fill_random(buf: &mut [u8]) {
+    // The kernel's random source failing is not recoverable and not caused by
+    // a client; treat it as a fatal environment error.
+    getrandom::fill(buf).expect("OS random source available");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> Arc<MemNode> {
+        MemNode::new(NodeConfig {
+            size: 1 << 20,
+            spare_pages: 4,
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn session_chunks_are_reclaimed_persistent_ones_kept() {
+        let n = small();
+        let s = n.open_session();
+        let Response::Chunk { offset: a, .. } = n.handle(s, Request::AllocChunk { len: 5000, persistent: false }) else {
+            panic!()
+        };
+        let Response::Chunk { offset: b, len, .. } = n.handle(s, Request::AllocChunk { len: 4096, persistent: true }) else {
+            panic!()
+        };
+        assert_eq!(a, 4096, "page 0 is reserved");
+        assert_eq!(len, 4096);
+        assert_eq!(n.stats().chunk_bytes, 8192 + 4096);
+        assert_eq!(n.close_session(s), 8192);
+        let st = n.stats();
+        assert_eq!(st.chunk_bytes, 4096);
+        assert_eq!(st.chunks_reclaimed, 1);
+        // The persistent chunk may be freed by anyone later.
+        let t = n.open_session();
+        assert_eq!(n.handle(t, Request::FreeChunk { offset: b }), Response::Freed { len: 4096 });
+        assert_eq!(n.stats().heap_free_bytes, n.stats().heap_bytes);
+    }
+
+    #[test]
+    fn foreign_and_unknown_frees_are_refused() {
+        let n = small();
+        let (s, t) = (n.open_session(), n.open_session());
+        let Response::Chunk { offset, .. } = n.handle(s, Request::AllocChunk { len: 1, persistent: false }) else {
+            panic!()
+        };
+        assert_eq!(
+            n.handle(t, Request::FreeChunk { offset }),
+            Response::Error(RpcError::NotOwner { offset })
+        );
+        assert_eq!(
+            n.handle(t, Request::FreeChunk { offset: 12345 }),
+            Response::Error(RpcError::NotAllocated { offset: 12345 })
+        );
+        assert!(matches!(
+            n.handle(t, Request::AllocChunk { len: 1 << 40, persistent: true }),
+            Response::Error(RpcError::BadLength(_))
+        ));
+        assert!(matches!(
+            n.handle(t, Request::AllocChunk { len: (1 << 20) - 4096, persistent: true }),
+            Response::Error(RpcError::OutOfMemory { .. })
+        ));
+        assert_eq!(n.stats().rpc_errors, 4);
+    }
+
+    #[test]
+    fn roots_compare_and_set() {
+        let n = small();
+        let s = n.open_session();
+        let set = |v, e| n.handle(s, Request::SetRoot { name: "ht/dir".into(), value: v, expected: e });
+        assert_eq!(set(1, Some(None)), Response::RootSet { previous: None });
+        assert!(matches!(set(2, Some(None)), Response::Error(RpcError::RootMismatch { .. })));
+        assert_eq!(set(3, Some(Some(1))), Response::RootSet { previous: Some(1) });
+        assert_eq!(n.handle(s, Request::GetRoot { name: "ht/dir".into() }), Response::Root(Some(3)));
+        assert!(matches!(
+            n.handle(s, Request::GetRoot { name: "bad name!".into() }),
+            Response::Error(RpcError::BadRootName(_))
+        ));
+    }
+
+    #[test]
+    fn migrate_keeps_contents_and_changes_translation() {
+        let n = small();
+        let ps = 4096usize;
+        let before = n.translate(3).unwrap();
+        // SAFETY (test): page 3 is inside the data mapping; atomic access.
+        let word = |phys: u64| unsafe { &*(n.data_mapping().as_ptr().add(phys as usize * ps + 8) as *const AtomicU64) };
+        word(before).store(0xfeed, Ordering::SeqCst);
+        let after = n.migrate_page(3).unwrap();
+        assert_ne!(before, after);
+        assert_eq!(n.translate(3), Some(after));
+        assert_eq!(word(after).load(Ordering::SeqCst), 0xfeed);
+        assert_eq!(n.stats().pages_remapped, 1);
+        assert_eq!(n.migrate_page(1 << 30), Err(RpcError::BadPage(1 << 30)));
+    }
+
+    #[test]
+    fn regions_register_and_deregister() {
+        let n = small();
+        let r = n.register_region(8192, 4096, layout::access::READ).unwrap();
+        assert_eq!(r.rkey & 0xFF, 1, "slot 0 is the heap");
+        assert!(n.register_region(100, 4096, 1).is_err());
+        assert!(n.register_region(0, 1 << 30, 1).is_err());
+        n.deregister_region(r.rkey).unwrap();
+        assert_eq!(n.deregister_region(r.rkey), Err(RpcError::NoSuchRegion(r.rkey)));
+    }
+
+    #[test]
+    fn bad_configs_are_errors() {
+        for cfg in [
+            NodeConfig { page_size: 8192, ..Default::default() },
+            NodeConfig { size: 4096, ..Default::default() },
+        ] {
+            assert!(matches!(MemNode::new(cfg), Err(NodeError::Config(_))));
+        }
+    }
+}

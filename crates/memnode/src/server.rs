@@ -1,0 +1,277 @@
+//! The memory node's Unix-socket server (the `shm` backend's control path).
+//!
+//! Handshake: the client sends [`Hello`] with the shared secret read from the
+//! token file (mode 0600, readable only by its owner). On a match the node
+//! opens a session and answers [`Welcome`] with two descriptors attached as
+//! `SCM_RIGHTS`: the data memfd (read-write) and a read-only reopen of the
+//! control memfd. After that the connection carries RPC frames only; the data
+//! path never touches this socket.
+//!
+//! When the connection ends, cleanly or because the client died (the kernel
+//! closes its socket), the session ends and its non-persistent chunks are
+//! reclaimed. Malformed frames get [`RpcError::BadFrame`]; oversized frames,
+//! a failed handshake or I/O errors close the connection. Nothing a client
+//! sends can stop the node except an authenticated `Shutdown`.
+
+use std::fs;
+use std::io::{self, IoSlice, Write};
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+
+use crate::error::NodeError;
+use crate::memory::reopen_read_only;
+use crate::node::{fill_random, MemNode};
+use crate::proto::{self, Hello, Request, Response, Welcome, PROTO_MAGIC, PROTO_VERSION, TOKEN_LEN};
+
+/// Default token file next to a socket path: `PATH.token`.
+pub fn default_token_path(socket: &Path) -> PathBuf {
+    let mut p = socket.as_os_str().to_owned();
+    p.push(".token");
+    PathBuf::from(p)
+}
+
+/// Creates (or replaces) a token file with a fresh random secret, mode 0600.
+pub fn create_token_file(path: &Path) -> Result<[u8; TOKEN_LEN], NodeError> {
+    let mut token = [0u8; TOKEN_LEN];
+    fill_random(&mut token);
+    let _ = fs::remove_file(path);
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| NodeError::Io {
+            what: "create token file",
+            source: e,
+        })?;
+    f.write_all(hex(&token).as_bytes())
+        .and_then(|_| f.write_all(b"\n"))
+        .map_err(|e| NodeError::Io {
+            what: "write token file",
+            source: e,
+        })?;
+    Ok(token)
+}
+
+/// Reads a token file, refusing one that others can read or that another
+/// user owns.
+pub fn read_token_file(path: &Path) -> Result<[u8; TOKEN_LEN], NodeError> {
+    let io_err = |what| move |e| NodeError::Io { what, source: e };
+    let meta = fs::metadata(path).map_err(io_err("stat token file"))?;
+    if meta.mode() & 0o077 != 0 {
+        return Err(NodeError::Config(format!(
+            "token file {} has mode {:o}: it must be readable by its owner only (chmod 600)",
+            path.display(),
+            meta.mode() & 0o777
+        )));
+    }
+    if meta.uid() != nix::unistd::getuid().as_raw() {
+        return Err(NodeError::Config(format!(
+            "token file {} belongs to uid {}, not to this user",
+            path.display(),
+            meta.uid()
+        )));
+    }
+    let text = fs::read_to_string(path).map_err(io_err("read token file"))?;
+    unhex(text.trim()).ok_or_else(|| {
+        NodeError::Config(format!(
+            "token file {} does not hold {} hex-encoded bytes",
+            path.display(),
+            TOKEN_LEN
+        ))
+    })
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<[u8; TOKEN_LEN]> {
+    if s.len() != TOKEN_LEN * 2 || !s.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; TOKEN_LEN];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+fn token_eq(a: &[u8; TOKEN_LEN], b: &[u8; TOKEN_LEN]) -> bool {
+    // Constant time: no early exit on the first differing byte.
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A bound memory node server.
+pub struct Server {
+    node: Arc<MemNode>,
+    listener: UnixListener,
+    token: [u8; TOKEN_LEN],
+    path: PathBuf,
+}
+
+impl Server {
+    /// Binds `socket` and writes a fresh secret to `token_file`. A stale socket
+    /// file is replaced; a live one (a node already answering) is an error.
+    pub fn bind(node: Arc<MemNode>, socket: &Path, token_file: &Path) -> Result<Self, NodeError> {
+        if socket.exists() {
+            if UnixStream::connect(socket).is_ok() {
+                return Err(NodeError::Config(format!(
+                    "{} is already served by a running memory node",
+                    socket.display()
+                )));
+            }
+            let _ = fs::remove_file(socket);
+        }
+        let listener = UnixListener::bind(socket).map_err(|e| NodeError::Io {
+            what: "bind unix socket",
+            source: e,
+        })?;
+        let token = create_token_file(token_file)?;
+        Ok(Self {
+            node,
+            listener,
+            token,
+            path: socket.to_owned(),
+        })
+    }
+
+    /// The socket path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Accepts connections until an authenticated client asks for shutdown.
+    /// Each connection is served by its own thread.
+    pub fn serve(self) -> Result<(), NodeError> {
+        self.listener.set_nonblocking(true).map_err(|e| NodeError::Io {
+            what: "set listener non-blocking",
+            source: e,
+        })?;
+        while !self.node.is_shutting_down() {
+            match self.listener.accept() {
+                Ok((stream, _)) => {
+                    let node = self.node.clone();
+                    let token = self.token;
+                    std::thread::Builder::new()
+                        .name("dmkit-memnode-conn".into())
+                        .spawn(move || serve_connection(node, stream, token))
+                        .map_err(|e| NodeError::Io {
+                            what: "spawn connection thread",
+                            source: e,
+                        })?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(10)),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // Per-connection accept failures (e.g. EMFILE) must not kill the node.
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+        let _ = fs::remove_file(&self.path);
+        Ok(())
+    }
+}
+
+/// Serves one connection to its end. Never panics on client input.
+fn serve_connection(node: Arc<MemNode>, mut stream: UnixStream, token: [u8; TOKEN_LEN]) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let hello = match proto::read_frame(&mut stream) {
+        Ok(Some(p)) => proto::decode::<Hello>(&p).ok(),
+        _ => None,
+    };
+    let ok = hello.is_some_and(|h| h.magic == PROTO_MAGIC && h.version == PROTO_VERSION && token_eq(&h.token, &token));
+    if !ok {
+        node.note_auth_failure();
+        return;
+    }
+    let session = node.open_session();
+    if send_welcome(&node, &stream, session).is_ok() {
+        let _ = stream.set_read_timeout(None);
+        rpc_loop(&node, &mut stream, session);
+    }
+    node.close_session(session);
+}
+
+fn send_welcome(node: &MemNode, stream: &UnixStream, session: u64) -> Result<(), NodeError> {
+    let control_ro = reopen_read_only(node.control_fd())?;
+    let welcome = Welcome {
+        session,
+        layout: node.layout(),
+        heap: node.heap_region(),
+    };
+    let payload = proto::encode(&welcome);
+    let mut frame = (payload.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(&payload);
+    let fds = [node.data_fd().as_raw_fd(), control_ro.as_fd().as_raw_fd()];
+    let cmsg = [ControlMessage::ScmRights(&fds)];
+    let mut sent = sendmsg::<()>(stream.as_raw_fd(), &[IoSlice::new(&frame)], &cmsg, MsgFlags::empty(), None)
+        .map_err(|e| NodeError::Os {
+            what: "sendmsg(SCM_RIGHTS)",
+            source: e,
+        })?;
+    // The descriptors travel with the first byte; finish a short send plainly.
+    let mut w = stream;
+    while sent < frame.len() {
+        let n = w.write(&frame[sent..]).map_err(|e| NodeError::Io {
+            what: "send welcome",
+            source: e,
+        })?;
+        sent += n;
+    }
+    Ok(())
+}
+
+fn rpc_loop(node: &MemNode, stream: &mut UnixStream, session: u64) {
+    loop {
+        let payload = match proto::read_frame(stream) {
+            Ok(Some(p)) => p,
+            Ok(None) => return,
+            Err(_) => {
+                node.note_bad_frame();
+                return;
+            }
+        };
+        let resp = match proto::decode::<Request>(&payload) {
+            Ok(req) => node.handle(session, req),
+            Err(e) => {
+                node.note_bad_frame();
+                Response::Error(e)
+            }
+        };
+        let shutdown = matches!(resp, Response::ShuttingDown);
+        if proto::write_frame(stream, &proto::encode(&resp)).is_err() || shutdown {
+            return;
+        }
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_files_are_private_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.token");
+        let t = create_token_file(&p).unwrap();
+        assert_eq!(read_token_file(&p).unwrap(), t);
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(matches!(read_token_file(&p), Err(NodeError::Config(_))));
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+        fs::write(&p, "nothex").unwrap();
+        assert!(matches!(read_token_file(&p), Err(NodeError::Config(_))));
+        assert!(token_eq(&t, &t));
+        let mut u = t;
+        u[31] ^= 1;
+        assert!(!token_eq(&t, &u));
+    }
+}
