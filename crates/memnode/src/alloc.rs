@@ -35,7 +35,8 @@ impl ExtentAllocator {
 
     /// Rounds `len` up to the alignment; `None` on overflow.
     pub fn round(&self, len: u64) -> Option<u64> {
-        len.checked_add(self.align - 1).map(|v| v & !(self.align - 1))
+        len.checked_add(self.align - 1)
+            .map(|v| v & !(self.align - 1))
     }
 
     /// Allocates `len` bytes (rounded up). Returns the offset and rounded length.

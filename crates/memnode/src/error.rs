@@ -52,7 +52,9 @@ pub enum RpcError {
     },
     #[error("root table is full ({0} entries)")]
     RootTableFull(usize),
-    #[error("region [{base:#x}, +{len:#x}) is not inside the node's remote space or not page aligned")]
+    #[error(
+        "region [{base:#x}, +{len:#x}) is not inside the node's remote space or not page aligned"
+    )]
     BadRegion { base: u64, len: u64 },
     #[error("protection table is full ({0} regions)")]
     RegionTableFull(usize),

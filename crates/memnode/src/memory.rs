@@ -18,8 +18,11 @@ use crate::error::NodeError;
 
 /// Creates a memfd of `len` bytes and seals its size.
 pub fn create_sealed_memfd(name: &CStr, len: usize) -> Result<OwnedFd, NodeError> {
-    let fd = memfd_create(name, MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING)
-        .map_err(|e| NodeError::os("memfd_create", e))?;
+    let fd = memfd_create(
+        name,
+        MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING,
+    )
+    .map_err(|e| NodeError::os("memfd_create", e))?;
     let file = File::from(fd);
     file.set_len(len as u64).map_err(|e| NodeError::Io {
         what: "ftruncate memfd",
@@ -28,7 +31,9 @@ pub fn create_sealed_memfd(name: &CStr, len: usize) -> Result<OwnedFd, NodeError
     let fd = OwnedFd::from(file);
     fcntl(
         fd.as_raw_fd(),
-        FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL),
+        FcntlArg::F_ADD_SEALS(
+            SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL,
+        ),
     )
     .map_err(|e| NodeError::os("F_ADD_SEALS", e))?;
     Ok(fd)

@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::CString;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -119,7 +119,9 @@ impl MemNode {
             )));
         }
         if remote_pages << page_shift >= 1 << 48 {
-            return Err(NodeError::Config("node size exceeds the 48-bit offset space".into()));
+            return Err(NodeError::Config(
+                "node size exceeds the 48-bit offset space".into(),
+            ));
         }
         let phys_pages = remote_pages + cfg.spare_pages;
         if phys_pages > layout::PAGE_INDEX_MASK {
@@ -137,7 +139,11 @@ impl MemNode {
         let data_fd = create_sealed_memfd(&name, layout.data_len() as usize)?;
         let name = CString::new(format!("dmkit-node{}-control", cfg.node_id)).expect("no NUL");
         let control_fd = create_sealed_memfd(&name, control_len)?;
-        let data = Arc::new(Mapping::map(data_fd.as_fd(), layout.data_len() as usize, true)?);
+        let data = Arc::new(Mapping::map(
+            data_fd.as_fd(),
+            layout.data_len() as usize,
+            true,
+        )?);
         let control = Arc::new(Mapping::map(control_fd.as_fd(), control_len, true)?);
 
         let heap_base = layout.page_size();
@@ -185,7 +191,9 @@ impl MemNode {
             (*h).phys_pages = l.phys_pages;
         }
         for p in 0..l.remote_pages {
-            self.page_entry(p).0.store(PAGE_VALID | p, Ordering::Release);
+            self.page_entry(p)
+                .0
+                .store(PAGE_VALID | p, Ordering::Release);
         }
     }
 
@@ -200,7 +208,8 @@ impl MemNode {
         // SAFETY: slot < MAX_REGIONS and the region table lies inside the control
         // mapping (compile-time assertion in layout.rs); entries are atomics.
         unsafe {
-            &*(self.control.as_ptr().add(layout::REGION_TABLE_OFFSET) as *const RegionEntry).add(slot)
+            &*(self.control.as_ptr().add(layout::REGION_TABLE_OFFSET) as *const RegionEntry)
+                .add(slot)
         }
     }
 
@@ -252,7 +261,12 @@ impl MemNode {
 
     /// Registers `[base, base+len)` of the remote space with `access` rights
     /// and returns it with a fresh random key.
-    pub fn register_region(&self, base: u64, len: u64, access: u64) -> Result<RegionInfo, RpcError> {
+    pub fn register_region(
+        &self,
+        base: u64,
+        len: u64,
+        access: u64,
+    ) -> Result<RegionInfo, RpcError> {
         let ps = self.layout.page_size();
         let end = base.checked_add(len);
         if len == 0 || base % ps != 0 || end.is_none_or(|e| e > self.layout.remote_len()) {
@@ -277,7 +291,8 @@ impl MemNode {
         e.key_word.store(0, Ordering::Release);
         e.base.store(base, Ordering::Release);
         e.len.store(len, Ordering::Release);
-        e.key_word.store(RegionEntry::pack(rkey, info.access), Ordering::Release);
+        e.key_word
+            .store(RegionEntry::pack(rkey, info.access), Ordering::Release);
         self.header().generation.fetch_add(1, Ordering::AcqRel);
         inner.regions[slot] = Some(info);
         Ok(info)
@@ -333,6 +348,64 @@ impl MemNode {
         Ok(new)
     }
 
+    /// Returns the memory behind `[offset, offset+len)` of the remote space to
+    /// the OS by punching holes in the data memfd (every mapping then reads
+    /// zeros there), so a chunk always starts zeroed and freed memory is not
+    /// kept resident. Runs of contiguous memory pages share one syscall.
+    fn release_pages(&self, offset: u64, len: u64) {
+        let shift = self.layout.page_shift;
+        let first = offset >> shift;
+        let end = (offset + len) >> shift;
+        let mut run: Option<(u64, u64)> = None; // (first memory page, count)
+        let punch = |(p, n): (u64, u64)| {
+            // Failure (e.g. an old kernel without hole punching on memfds) only
+            // costs residency and zeroing; fall back to zeroing by hand.
+            let r = nix::fcntl::fallocate(
+                self.data_fd.as_raw_fd(),
+                nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
+                    | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
+                (p << shift) as i64,
+                (n << shift) as i64,
+            );
+            if r.is_err() {
+                self.zero_pages(p, n);
+            }
+        };
+        for page in first..end {
+            let phys = self
+                .page_entry(page)
+                .get()
+                .expect("node keeps every remote page mapped");
+            run = match run {
+                Some((p, n)) if p + n == phys => Some((p, n + 1)),
+                Some(r) => {
+                    punch(r);
+                    Some((phys, 1))
+                }
+                None => Some((phys, 1)),
+            };
+        }
+        if let Some(r) = run {
+            punch(r);
+        }
+    }
+
+    fn zero_pages(&self, first: u64, count: u64) {
+        let words = ((count << self.layout.page_shift) / 8) as usize;
+        // SAFETY: pages [first, first+count) are < phys_pages, inside the data
+        // mapping, 8-byte aligned; written through atomics only.
+        unsafe {
+            let p = self
+                .data
+                .as_ptr()
+                .add((first << self.layout.page_shift) as usize)
+                as *const AtomicU64;
+            for i in 0..words {
+                (*p.add(i)).store(0, Ordering::Release);
+            }
+        }
+    }
+
     /// Memory page currently backing `remote_page`.
     pub fn translate(&self, remote_page: u64) -> Option<u64> {
         (remote_page < self.layout.remote_pages)
@@ -366,11 +439,16 @@ impl MemNode {
         let mut bytes = 0;
         for (off, len) in owned {
             inner.chunks.remove(&off);
+            self.release_pages(off, len);
             inner.alloc.free(off, len);
             bytes += len;
-            self.counters.chunks_reclaimed.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .chunks_reclaimed
+                .fetch_add(1, Ordering::Relaxed);
         }
-        self.counters.sessions_reaped.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .sessions_reaped
+            .fetch_add(1, Ordering::Relaxed);
         bytes
     }
 
@@ -421,7 +499,12 @@ impl MemNode {
         })
     }
 
-    fn alloc_chunk(&self, session: SessionId, len: u64, persistent: bool) -> Result<Response, RpcError> {
+    fn alloc_chunk(
+        &self,
+        session: SessionId,
+        len: u64,
+        persistent: bool,
+    ) -> Result<Response, RpcError> {
         if self.is_shutting_down() {
             return Err(RpcError::ShuttingDown);
         }
@@ -446,11 +529,15 @@ impl MemNode {
 
     fn free_chunk(&self, session: SessionId, offset: u64) -> Result<Response, RpcError> {
         let mut inner = self.lock();
-        let rec = *inner.chunks.get(&offset).ok_or(RpcError::NotAllocated { offset })?;
+        let rec = *inner
+            .chunks
+            .get(&offset)
+            .ok_or(RpcError::NotAllocated { offset })?;
         if rec.owner.is_some_and(|o| o != session) {
             return Err(RpcError::NotOwner { offset });
         }
         inner.chunks.remove(&offset);
+        self.release_pages(offset, rec.len);
         inner.alloc.free(offset, rec.len);
         Ok(Response::Freed { len: rec.len })
     }
@@ -460,7 +547,12 @@ impl MemNode {
         Ok(Response::Root(self.lock().roots.get(name).copied()))
     }
 
-    fn set_root(&self, name: String, value: u64, expected: Option<Option<u64>>) -> Result<Response, RpcError> {
+    fn set_root(
+        &self,
+        name: String,
+        value: u64,
+        expected: Option<Option<u64>>,
+    ) -> Result<Response, RpcError> {
         check_root_name(&name)?;
         let mut inner = self.lock();
         let current = inner.roots.get(&name).copied();
@@ -556,10 +648,22 @@ mod tests {
     fn session_chunks_are_reclaimed_persistent_ones_kept() {
         let n = small();
         let s = n.open_session();
-        let Response::Chunk { offset: a, .. } = n.handle(s, Request::AllocChunk { len: 5000, persistent: false }) else {
+        let Response::Chunk { offset: a, .. } = n.handle(
+            s,
+            Request::AllocChunk {
+                len: 5000,
+                persistent: false,
+            },
+        ) else {
             panic!()
         };
-        let Response::Chunk { offset: b, len, .. } = n.handle(s, Request::AllocChunk { len: 4096, persistent: true }) else {
+        let Response::Chunk { offset: b, len, .. } = n.handle(
+            s,
+            Request::AllocChunk {
+                len: 4096,
+                persistent: true,
+            },
+        ) else {
             panic!()
         };
         assert_eq!(a, 4096, "page 0 is reserved");
@@ -571,7 +675,10 @@ mod tests {
         assert_eq!(st.chunks_reclaimed, 1);
         // The persistent chunk may be freed by anyone later.
         let t = n.open_session();
-        assert_eq!(n.handle(t, Request::FreeChunk { offset: b }), Response::Freed { len: 4096 });
+        assert_eq!(
+            n.handle(t, Request::FreeChunk { offset: b }),
+            Response::Freed { len: 4096 }
+        );
         assert_eq!(n.stats().heap_free_bytes, n.stats().heap_bytes);
     }
 
@@ -579,7 +686,13 @@ mod tests {
     fn foreign_and_unknown_frees_are_refused() {
         let n = small();
         let (s, t) = (n.open_session(), n.open_session());
-        let Response::Chunk { offset, .. } = n.handle(s, Request::AllocChunk { len: 1, persistent: false }) else {
+        let Response::Chunk { offset, .. } = n.handle(
+            s,
+            Request::AllocChunk {
+                len: 1,
+                persistent: false,
+            },
+        ) else {
             panic!()
         };
         assert_eq!(
@@ -591,11 +704,23 @@ mod tests {
             Response::Error(RpcError::NotAllocated { offset: 12345 })
         );
         assert!(matches!(
-            n.handle(t, Request::AllocChunk { len: 1 << 40, persistent: true }),
+            n.handle(
+                t,
+                Request::AllocChunk {
+                    len: 1 << 40,
+                    persistent: true
+                }
+            ),
             Response::Error(RpcError::BadLength(_))
         ));
         assert!(matches!(
-            n.handle(t, Request::AllocChunk { len: (1 << 20) - 4096, persistent: true }),
+            n.handle(
+                t,
+                Request::AllocChunk {
+                    len: (1 << 20) - 4096,
+                    persistent: true
+                }
+            ),
             Response::Error(RpcError::OutOfMemory { .. })
         ));
         assert_eq!(n.stats().rpc_errors, 4);
@@ -605,13 +730,41 @@ mod tests {
     fn roots_compare_and_set() {
         let n = small();
         let s = n.open_session();
-        let set = |v, e| n.handle(s, Request::SetRoot { name: "ht/dir".into(), value: v, expected: e });
+        let set = |v, e| {
+            n.handle(
+                s,
+                Request::SetRoot {
+                    name: "ht/dir".into(),
+                    value: v,
+                    expected: e,
+                },
+            )
+        };
         assert_eq!(set(1, Some(None)), Response::RootSet { previous: None });
-        assert!(matches!(set(2, Some(None)), Response::Error(RpcError::RootMismatch { .. })));
-        assert_eq!(set(3, Some(Some(1))), Response::RootSet { previous: Some(1) });
-        assert_eq!(n.handle(s, Request::GetRoot { name: "ht/dir".into() }), Response::Root(Some(3)));
         assert!(matches!(
-            n.handle(s, Request::GetRoot { name: "bad name!".into() }),
+            set(2, Some(None)),
+            Response::Error(RpcError::RootMismatch { .. })
+        ));
+        assert_eq!(
+            set(3, Some(Some(1))),
+            Response::RootSet { previous: Some(1) }
+        );
+        assert_eq!(
+            n.handle(
+                s,
+                Request::GetRoot {
+                    name: "ht/dir".into()
+                }
+            ),
+            Response::Root(Some(3))
+        );
+        assert!(matches!(
+            n.handle(
+                s,
+                Request::GetRoot {
+                    name: "bad name!".into()
+                }
+            ),
             Response::Error(RpcError::BadRootName(_))
         ));
     }
@@ -622,7 +775,9 @@ mod tests {
         let ps = 4096usize;
         let before = n.translate(3).unwrap();
         // SAFETY (test): page 3 is inside the data mapping; atomic access.
-        let word = |phys: u64| unsafe { &*(n.data_mapping().as_ptr().add(phys as usize * ps + 8) as *const AtomicU64) };
+        let word = |phys: u64| unsafe {
+            &*(n.data_mapping().as_ptr().add(phys as usize * ps + 8) as *const AtomicU64)
+        };
         word(before).store(0xfeed, Ordering::SeqCst);
         let after = n.migrate_page(3).unwrap();
         assert_ne!(before, after);
@@ -640,14 +795,23 @@ mod tests {
         assert!(n.register_region(100, 4096, 1).is_err());
         assert!(n.register_region(0, 1 << 30, 1).is_err());
         n.deregister_region(r.rkey).unwrap();
-        assert_eq!(n.deregister_region(r.rkey), Err(RpcError::NoSuchRegion(r.rkey)));
+        assert_eq!(
+            n.deregister_region(r.rkey),
+            Err(RpcError::NoSuchRegion(r.rkey))
+        );
     }
 
     #[test]
     fn bad_configs_are_errors() {
         for cfg in [
-            NodeConfig { page_size: 8192, ..Default::default() },
-            NodeConfig { size: 4096, ..Default::default() },
+            NodeConfig {
+                page_size: 8192,
+                ..Default::default()
+            },
+            NodeConfig {
+                size: 4096,
+                ..Default::default()
+            },
         ] {
             assert!(matches!(MemNode::new(cfg), Err(NodeError::Config(_))));
         }

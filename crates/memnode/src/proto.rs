@@ -85,10 +85,17 @@ pub struct Welcome {
 pub enum Request {
     /// Allocate a page-aligned chunk. `persistent = false` chunks belong to
     /// the calling session and are freed when it ends (including a crash).
-    AllocChunk { len: u64, persistent: bool },
+    AllocChunk {
+        len: u64,
+        persistent: bool,
+    },
     /// Free a chunk by its start offset.
-    FreeChunk { offset: u64 },
-    GetRoot { name: String },
+    FreeChunk {
+        offset: u64,
+    },
+    GetRoot {
+        name: String,
+    },
     /// Set a named root; with `expected`, only if the current value matches
     /// (`Some(None)` = only if absent).
     SetRoot {
@@ -226,7 +233,10 @@ mod tests {
         // A string whose length prefix claims 2^60 bytes must not allocate.
         let mut evil = vec![2, 0, 0, 0];
         evil.extend_from_slice(&(1u64 << 60).to_le_bytes());
-        assert!(matches!(decode::<Request>(&evil), Err(RpcError::BadFrame(_))));
+        assert!(matches!(
+            decode::<Request>(&evil),
+            Err(RpcError::BadFrame(_))
+        ));
         // Trailing bytes are refused.
         let mut trailing = encode(&Request::Stats);
         trailing.push(0);

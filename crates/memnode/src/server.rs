@@ -27,7 +27,9 @@ use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 use crate::error::NodeError;
 use crate::memory::reopen_read_only;
 use crate::node::{fill_random, MemNode};
-use crate::proto::{self, Hello, Request, Response, Welcome, PROTO_MAGIC, PROTO_VERSION, TOKEN_LEN};
+use crate::proto::{
+    self, Hello, Request, Response, Welcome, PROTO_MAGIC, PROTO_VERSION, TOKEN_LEN,
+};
 
 /// Default token file next to a socket path: `PATH.token`.
 pub fn default_token_path(socket: &Path) -> PathBuf {
@@ -150,10 +152,12 @@ impl Server {
     /// Accepts connections until an authenticated client asks for shutdown.
     /// Each connection is served by its own thread.
     pub fn serve(self) -> Result<(), NodeError> {
-        self.listener.set_nonblocking(true).map_err(|e| NodeError::Io {
-            what: "set listener non-blocking",
-            source: e,
-        })?;
+        self.listener
+            .set_nonblocking(true)
+            .map_err(|e| NodeError::Io {
+                what: "set listener non-blocking",
+                source: e,
+            })?;
         while !self.node.is_shutting_down() {
             match self.listener.accept() {
                 Ok((stream, _)) => {
@@ -167,7 +171,9 @@ impl Server {
                             source: e,
                         })?;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(10)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 // Per-connection accept failures (e.g. EMFILE) must not kill the node.
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
@@ -186,7 +192,9 @@ fn serve_connection(node: Arc<MemNode>, mut stream: UnixStream, token: [u8; TOKE
         Ok(Some(p)) => proto::decode::<Hello>(&p).ok(),
         _ => None,
     };
-    let ok = hello.is_some_and(|h| h.magic == PROTO_MAGIC && h.version == PROTO_VERSION && token_eq(&h.token, &token));
+    let ok = hello.is_some_and(|h| {
+        h.magic == PROTO_MAGIC && h.version == PROTO_VERSION && token_eq(&h.token, &token)
+    });
     if !ok {
         node.note_auth_failure();
         return;
@@ -211,11 +219,17 @@ fn send_welcome(node: &MemNode, stream: &UnixStream, session: u64) -> Result<(),
     frame.extend_from_slice(&payload);
     let fds = [node.data_fd().as_raw_fd(), control_ro.as_fd().as_raw_fd()];
     let cmsg = [ControlMessage::ScmRights(&fds)];
-    let mut sent = sendmsg::<()>(stream.as_raw_fd(), &[IoSlice::new(&frame)], &cmsg, MsgFlags::empty(), None)
-        .map_err(|e| NodeError::Os {
-            what: "sendmsg(SCM_RIGHTS)",
-            source: e,
-        })?;
+    let mut sent = sendmsg::<()>(
+        stream.as_raw_fd(),
+        &[IoSlice::new(&frame)],
+        &cmsg,
+        MsgFlags::empty(),
+        None,
+    )
+    .map_err(|e| NodeError::Os {
+        what: "sendmsg(SCM_RIGHTS)",
+        source: e,
+    })?;
     // The descriptors travel with the first byte; finish a short send plainly.
     let mut w = stream;
     while sent < frame.len() {
@@ -251,7 +265,6 @@ fn rpc_loop(node: &MemNode, stream: &mut UnixStream, session: u64) {
         }
     }
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,139 @@
+//! Remote addresses.
+
+use std::fmt;
+
+/// Identifier of a memory node.
+pub type NodeId = u16;
+/// A region's protection key (RDMA's rkey).
+pub type Rkey = u32;
+
+/// Largest byte offset a [`GlobalAddr`] can hold, plus one.
+pub const OFFSET_LIMIT: u64 = 1 << 48;
+
+/// A remote address: memory node id and byte offset inside that node's remote
+/// address space, packed in 64 bits so it fits the 48-bit pointer fields of
+/// RACE slots and radix-tree slots next to their tag bits.
+///
+/// ```text
+///  63             48 47                                        0
+/// +-----------------+-------------------------------------------+
+/// |  node id (16)   |              byte offset (48)             |
+/// +-----------------+-------------------------------------------+
+/// ```
+///
+/// Offset 0 of every node is never allocated, so [`GlobalAddr::NULL`] and any
+/// `(node, 0)` can serve as null pointers.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[repr(transparent)]
+pub struct GlobalAddr(u64);
+const _: () = assert!(std::mem::size_of::<GlobalAddr>() == 8);
+
+impl GlobalAddr {
+    /// The null address (node 0, offset 0).
+    pub const NULL: GlobalAddr = GlobalAddr(0);
+
+    /// Packs `(node, offset)`.
+    ///
+    /// # Panics
+    /// If `offset` does not fit 48 bits — a programmer error; use
+    /// [`GlobalAddr::try_new`] for untrusted values.
+    #[inline]
+    pub const fn new(node: NodeId, offset: u64) -> Self {
+        assert!(offset < OFFSET_LIMIT, "GlobalAddr offset exceeds 48 bits");
+        GlobalAddr(((node as u64) << 48) | offset)
+    }
+
+    /// Packs `(node, offset)` or returns `None` if `offset` needs more than 48 bits.
+    #[inline]
+    pub const fn try_new(node: NodeId, offset: u64) -> Option<Self> {
+        if offset < OFFSET_LIMIT {
+            Some(GlobalAddr(((node as u64) << 48) | offset))
+        } else {
+            None
+        }
+    }
+
+    /// Reinterprets a raw 64-bit value.
+    #[inline]
+    pub const fn from_raw(raw: u64) -> Self {
+        GlobalAddr(raw)
+    }
+
+    /// The packed 64-bit value.
+    #[inline]
+    pub const fn raw(self) -> u64 {
+        self.0
+    }
+
+    /// The memory node.
+    #[inline]
+    pub const fn node(self) -> NodeId {
+        (self.0 >> 48) as NodeId
+    }
+
+    /// The byte offset inside the node.
+    #[inline]
+    pub const fn offset(self) -> u64 {
+        self.0 & (OFFSET_LIMIT - 1)
+    }
+
+    /// Whether the offset is 0.
+    #[inline]
+    pub const fn is_null(self) -> bool {
+        self.offset() == 0
+    }
+
+    /// This address advanced by `bytes`, or `None` if it leaves the 48-bit space.
+    #[inline]
+    pub const fn checked_add(self, bytes: u64) -> Option<Self> {
+        match self.offset().checked_add(bytes) {
+            Some(o) => GlobalAddr::try_new(self.node(), o),
+            None => None,
+        }
+    }
+
+    /// This address advanced by `bytes`.
+    ///
+    /// # Panics
+    /// If the result leaves the 48-bit offset space (programmer error).
+    #[inline]
+    pub const fn add(self, bytes: u64) -> Self {
+        match self.checked_add(bytes) {
+            Some(a) => a,
+            None => panic!("GlobalAddr offset overflow"),
+        }
+    }
+}
+
+impl fmt::Debug for GlobalAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "n{}+{:#x}", self.node(), self.offset())
+    }
+}
+
+impl fmt::Display for GlobalAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packs_node_and_offset() {
+        let a = GlobalAddr::new(0xBEEF, 0x0000_1234_5678_9ABC);
+        assert_eq!(a.node(), 0xBEEF);
+        assert_eq!(a.offset(), 0x1234_5678_9ABC);
+        assert_eq!(a.raw(), 0xBEEF_1234_5678_9ABC);
+        assert_eq!(GlobalAddr::from_raw(a.raw()), a);
+        assert_eq!(format!("{a}"), "n48879+0x123456789abc");
+        assert!(GlobalAddr::try_new(1, OFFSET_LIMIT).is_none());
+        assert!(GlobalAddr::new(3, OFFSET_LIMIT - 1)
+            .checked_add(1)
+            .is_none());
+        assert_eq!(GlobalAddr::new(3, 8).add(8), GlobalAddr::new(3, 16));
+        assert!(GlobalAddr::new(7, 0).is_null());
+    }
+}

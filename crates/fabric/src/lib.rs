@@ -1,0 +1,218 @@
+//! # dmkit-fabric — the one-sided verbs contract
+//!
+//! The layer every data structure of dmkit is written against: remote
+//! addresses ([`GlobalAddr`]), work requests (READ, WRITE, CAS, masked CAS,
+//! FAA), batches posted with one doorbell, completions, the capabilities a
+//! backend declares, and typed errors. Backends implement [`Fabric`] and
+//! [`QueuePair`]; this crate ships the `shm` backend ([`shm`]).
+//! Specification: SMART framework (ASPLOS'24) §2.2 (verbs, QPs, doorbells)
+//! and §5.1 (read/write/cas/faa append to a buffer, post, sync); DESIGN.md's
+//! fabric contract.
+//!
+//! Not here: coroutines, throttling and backoff (the runtime layer), the
+//! simulator, tcp and rdma-core backends (later crates).
+//!
+//! ## The contract
+//! - A request is checked against its region's key, access rights, bounds and
+//!   (for atomics) 8-byte alignment; a bad one fails with a [`RequestError`]
+//!   naming it, and touches nothing.
+//! - Requests of one batch execute in order; after the first failure the rest
+//!   of the batch is *flushed* ([`VerbError::Flushed`]) and has no effect. The
+//!   queue pair stays usable (an RC QP would need a reset; backends hide that).
+//! - Requests posted on one [`QueuePair`] (one thread → one memory node) take
+//!   effect in posting order.
+//! - Inside one WRITE each aligned 8-byte word is single-copy atomic; ascending
+//!   word order is promised only if [`Capabilities::in_order_write`].
+//! - Signaled requests complete exactly once; unsignaled ones complete only if
+//!   they fail or are flushed.
+
+pub mod addr;
+pub mod caps;
+pub mod conformance;
+pub mod error;
+pub mod shm;
+pub mod wr;
+
+pub use addr::{GlobalAddr, NodeId, Rkey};
+pub use caps::Capabilities;
+pub use dmkit_memnode::{NodeStats, RegionInfo, Request, Response, RpcError};
+pub use error::{FabricError, PostError, RequestError, VerbError};
+pub use wr::{Batch, Completion, Op, VerbKind, WorkRequest};
+
+/// Counters of one queue pair.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QpStats {
+    /// Batches posted (one doorbell each).
+    pub doorbells: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub cas: u64,
+    pub masked_cas: u64,
+    pub faa: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    /// Requests that failed (flushed ones not included).
+    pub errors: u64,
+}
+
+impl QpStats {
+    /// Adds `other` into `self`.
+    pub fn merge(&mut self, o: &QpStats) {
+        self.doorbells += o.doorbells;
+        self.reads += o.reads;
+        self.writes += o.writes;
+        self.cas += o.cas;
+        self.masked_cas += o.masked_cas;
+        self.faa += o.faa;
+        self.bytes_read += o.bytes_read;
+        self.bytes_written += o.bytes_written;
+        self.errors += o.errors;
+    }
+
+    /// Verbs executed.
+    pub fn verbs(&self) -> u64 {
+        self.reads + self.writes + self.cas + self.masked_cas + self.faa
+    }
+}
+
+/// A connection from one thread to one memory node (an RC queue pair with
+/// its own send queue, completion queue and doorbell). Not shared between
+/// threads: that is what makes posting order the execution order.
+pub trait QueuePair: Send {
+    /// The memory node this queue pair reaches.
+    fn node(&self) -> NodeId;
+
+    /// What the backend offers.
+    fn caps(&self) -> Capabilities;
+
+    /// Posts all requests of `batch` with one doorbell and empties it. On
+    /// `Err`, nothing was posted and the batch is left as it was.
+    fn post(&mut self, batch: &mut Batch) -> Result<(), PostError>;
+
+    /// Moves up to `max` ready completions into `out`; returns how many.
+    fn poll(&mut self, out: &mut Vec<Completion>, max: usize) -> usize;
+
+    /// Completions posted but not yet polled.
+    fn pending(&self) -> usize;
+
+    /// Counters since creation.
+    fn stats(&self) -> QpStats;
+
+    /// Posts `batch` and waits for everything outstanding on this queue pair.
+    /// Returns the completions in posting order, or the first failed request.
+    fn execute(&mut self, batch: &mut Batch) -> Result<Vec<Completion>, FabricError> {
+        self.post(batch)?;
+        let mut out = Vec::with_capacity(batch.len());
+        while self.pending() > 0 {
+            if self.poll(&mut out, usize::MAX) == 0 {
+                std::hint::spin_loop();
+            }
+        }
+        match out.iter().find_map(Completion::error) {
+            Some(e) => Err(e.into()),
+            None => Ok(out),
+        }
+    }
+}
+
+/// A set of memory nodes reachable through one backend.
+pub trait Fabric: Send + Sync {
+    /// Backend name for reports ("shm", ...). Data structures must not branch on it.
+    fn backend(&self) -> &'static str;
+
+    /// Memory nodes, in id order.
+    fn nodes(&self) -> Vec<NodeId>;
+
+    /// What the backend offers.
+    fn caps(&self) -> Capabilities;
+
+    /// Creates a queue pair from the calling thread to `node`.
+    fn connect(&self, node: NodeId) -> Result<Box<dyn QueuePair>, FabricError>;
+
+    /// The region covering `node`'s allocatable memory.
+    fn heap(&self, node: NodeId) -> Result<RegionInfo, FabricError>;
+
+    /// One RPC to `node`'s control service.
+    fn rpc(&self, node: NodeId, req: Request) -> Result<Response, FabricError>;
+
+    /// Allocates a chunk on `node`; returns its address, rounded length and key.
+    fn alloc_chunk(
+        &self,
+        node: NodeId,
+        len: u64,
+        persistent: bool,
+    ) -> Result<(GlobalAddr, u64, Rkey), FabricError> {
+        match self.rpc(node, Request::AllocChunk { len, persistent })? {
+            Response::Chunk { offset, len, rkey } => Ok((GlobalAddr::new(node, offset), len, rkey)),
+            other => Err(unexpected(node, other)),
+        }
+    }
+
+    /// Frees a chunk.
+    fn free_chunk(&self, addr: GlobalAddr) -> Result<u64, FabricError> {
+        let node = addr.node();
+        match self.rpc(
+            node,
+            Request::FreeChunk {
+                offset: addr.offset(),
+            },
+        )? {
+            Response::Freed { len } => Ok(len),
+            other => Err(unexpected(node, other)),
+        }
+    }
+
+    /// Reads a named root.
+    fn get_root(&self, node: NodeId, name: &str) -> Result<Option<u64>, FabricError> {
+        match self.rpc(node, Request::GetRoot { name: name.into() })? {
+            Response::Root(v) => Ok(v),
+            other => Err(unexpected(node, other)),
+        }
+    }
+
+    /// Sets a named root, optionally only if it currently equals `expected`
+    /// (`Some(None)`: only if absent). Returns the previous value.
+    fn set_root(
+        &self,
+        node: NodeId,
+        name: &str,
+        value: u64,
+        expected: Option<Option<u64>>,
+    ) -> Result<Option<u64>, FabricError> {
+        let req = Request::SetRoot {
+            name: name.into(),
+            value,
+            expected,
+        };
+        match self.rpc(node, req)? {
+            Response::RootSet { previous } => Ok(previous),
+            other => Err(unexpected(node, other)),
+        }
+    }
+
+    /// The node's statistics.
+    fn node_stats(&self, node: NodeId) -> Result<NodeStats, FabricError> {
+        match self.rpc(node, Request::Stats)? {
+            Response::Stats(s) => Ok(s),
+            other => Err(unexpected(node, other)),
+        }
+    }
+
+    /// Asks the node to shut down.
+    fn shutdown_node(&self, node: NodeId) -> Result<(), FabricError> {
+        match self.rpc(node, Request::Shutdown)? {
+            Response::ShuttingDown => Ok(()),
+            other => Err(unexpected(node, other)),
+        }
+    }
+}
+
+fn unexpected(node: NodeId, resp: Response) -> FabricError {
+    match resp {
+        Response::Error(error) => FabricError::Rpc { node, error },
+        other => FabricError::Protocol {
+            node,
+            what: format!("{other:?}"),
+        },
+    }
+}

@@ -1,0 +1,117 @@
+//! Client side of the memory node's Unix-socket handshake: authenticate,
+//! receive the memfds by `SCM_RIGHTS`, verify and map them.
+
+use std::io::{IoSliceMut, Read};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::Arc;
+
+use dmkit_memnode::memory::{fd_len, is_shrink_sealed, Mapping};
+use dmkit_memnode::proto::{self, Hello, Welcome, MAX_FRAME, PROTO_MAGIC, PROTO_VERSION};
+use dmkit_memnode::server::read_token_file;
+use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+
+use super::view::NodeView;
+use crate::error::FabricError;
+
+/// Result of a successful handshake.
+pub(crate) struct Connected {
+    pub stream: UnixStream,
+    pub welcome: Welcome,
+    pub view: NodeView,
+}
+
+pub(crate) fn connect(socket: &Path, token_file: &Path) -> Result<Connected, FabricError> {
+    let target = socket.display().to_string();
+    let fail = |reason: String| FabricError::Connect {
+        target: target.clone(),
+        reason,
+    };
+    let token = read_token_file(token_file).map_err(|e| fail(e.to_string()))?;
+    let mut stream = UnixStream::connect(socket).map_err(|e| fail(format!("connect: {e}")))?;
+    let hello = Hello {
+        magic: PROTO_MAGIC,
+        version: PROTO_VERSION,
+        token,
+    };
+    proto::write_frame(&mut stream, &proto::encode(&hello))
+        .map_err(|e| fail(format!("send hello: {e}")))?;
+
+    // The welcome frame carries two descriptors on its first byte.
+    let mut head = [0u8; 4];
+    let mut cmsg = nix::cmsg_space!([RawFd; 2]);
+    let (got, fds) = {
+        let mut iov = [IoSliceMut::new(&mut head)];
+        let msg = recvmsg::<()>(
+            stream.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .map_err(|e| fail(format!("recvmsg: {e}")))?;
+        let mut fds: Vec<OwnedFd> = Vec::new();
+        for c in msg
+            .cmsgs()
+            .map_err(|e| fail(format!("control message: {e}")))?
+        {
+            if let ControlMessageOwned::ScmRights(raw) = c {
+                // SAFETY: the kernel just installed these descriptors in our table
+                // for this message; nothing else owns them.
+                fds.extend(
+                    raw.into_iter()
+                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                );
+            }
+        }
+        (msg.bytes, fds)
+    };
+    if got == 0 {
+        return Err(fail(
+            "the node closed the connection: wrong token or node shutting down".into(),
+        ));
+    }
+    stream
+        .read_exact(&mut head[got..])
+        .map_err(|e| fail(format!("read welcome: {e}")))?;
+    let len = u32::from_le_bytes(head);
+    if len > MAX_FRAME {
+        return Err(fail(format!("welcome frame of {len} B is too large")));
+    }
+    let mut payload = vec![0u8; len as usize];
+    stream
+        .read_exact(&mut payload)
+        .map_err(|e| fail(format!("read welcome: {e}")))?;
+    let welcome: Welcome = proto::decode(&payload).map_err(|e| fail(e.to_string()))?;
+    let [data_fd, control_fd]: [OwnedFd; 2] = fds
+        .try_into()
+        .map_err(|v: Vec<OwnedFd>| fail(format!("expected 2 descriptors, got {}", v.len())))?;
+
+    let l = welcome.layout;
+    for (fd, need, what) in [
+        (&data_fd, l.data_len(), "data"),
+        (&control_fd, l.control_len, "control"),
+    ] {
+        let have = fd_len(fd.as_fd()).map_err(|e| fail(e.to_string()))?;
+        if have < need {
+            return Err(fail(format!(
+                "{what} memfd is {have} B, layout needs {need} B"
+            )));
+        }
+        if !is_shrink_sealed(fd.as_fd()) {
+            return Err(fail(format!(
+                "{what} memfd is not sealed against shrinking"
+            )));
+        }
+    }
+    let data = Mapping::map(data_fd.as_fd(), l.data_len() as usize, true)
+        .map_err(|e| fail(e.to_string()))?;
+    let control = Mapping::map(control_fd.as_fd(), l.control_len as usize, false)
+        .map_err(|e| fail(e.to_string()))?;
+    let view = NodeView::new(l, Arc::new(data), Arc::new(control)).map_err(fail)?;
+    Ok(Connected {
+        stream,
+        welcome,
+        view,
+    })
+}

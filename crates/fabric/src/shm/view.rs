@@ -1,0 +1,227 @@
+//! A compute process's view of one memory node's memory: the data mapping
+//! and the read-only protection/translation tables. All unsafe memory access
+//! of the shm backend lives here.
+//!
+//! Every access to the shared bytes goes through atomics (`AtomicU64` for
+//! aligned words, `AtomicU8` for unaligned edges), so concurrent verbs from
+//! other threads and processes are data-race free by construction.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use dmkit_memnode::layout::{self, ControlHeader, PageEntry, RegionEntry, MAX_REGIONS};
+use dmkit_memnode::memory::Mapping;
+use dmkit_memnode::NodeLayout;
+
+use crate::addr::Rkey;
+use crate::error::VerbError;
+
+/// Mapped memory and tables of one node.
+pub(crate) struct NodeView {
+    layout: NodeLayout,
+    _data: Arc<Mapping>,
+    _control: Arc<Mapping>,
+    data: *mut u8,
+    regions: *const RegionEntry,
+    pages: *const PageEntry,
+    page_shift: u32,
+    page_mask: u64,
+}
+
+// SAFETY: the raw pointers point into the two mappings, which `NodeView`
+// keeps alive through its `Arc`s; all accesses through them are atomic.
+unsafe impl Send for NodeView {}
+// SAFETY: as above; `NodeView` has no interior state besides the mappings.
+unsafe impl Sync for NodeView {}
+
+impl NodeView {
+    /// Checks the mappings against `layout` and the control header.
+    pub(crate) fn new(
+        layout: NodeLayout,
+        data: Arc<Mapping>,
+        control: Arc<Mapping>,
+    ) -> Result<Self, String> {
+        if (data.len() as u64) < layout.data_len() {
+            return Err(format!(
+                "data mapping is {} B, layout needs {} B",
+                data.len(),
+                layout.data_len()
+            ));
+        }
+        if (control.len() as u64) < layout.control_len
+            || (layout.control_len as usize) < layout::control_len(layout.remote_pages)
+        {
+            return Err("control mapping is smaller than its page table".into());
+        }
+        if !matches!(layout.page_shift, 12 | 21) {
+            return Err(format!("unsupported page shift {}", layout.page_shift));
+        }
+        // SAFETY: the control mapping is at least control_len ≥ 4096 bytes and
+        // page aligned, so a ControlHeader fits at its start; we only read
+        // plain fields the node wrote before handing out the descriptor.
+        let h = unsafe { &*(control.as_ptr() as *const ControlHeader) };
+        if h.magic != layout::CONTROL_MAGIC
+            || h.version != layout::LAYOUT_VERSION
+            || h.node_id != layout.node_id as u64
+            || h.page_shift != layout.page_shift as u64
+            || h.remote_pages != layout.remote_pages
+            || h.phys_pages != layout.phys_pages
+        {
+            return Err("control header does not match the announced layout".into());
+        }
+        let data_ptr = data.as_ptr();
+        // SAFETY: both offsets are inside the control mapping (checked above
+        // against control_len, which covers header, region and page tables).
+        let (regions, pages) = unsafe {
+            (
+                control.as_ptr().add(layout::REGION_TABLE_OFFSET) as *const RegionEntry,
+                control.as_ptr().add(layout::PAGE_TABLE_OFFSET) as *const PageEntry,
+            )
+        };
+        Ok(Self {
+            layout,
+            _data: data,
+            _control: control,
+            data: data_ptr,
+            regions,
+            pages,
+            page_shift: layout.page_shift as u32,
+            page_mask: layout.page_size() - 1,
+        })
+    }
+
+    pub(crate) fn layout(&self) -> NodeLayout {
+        self.layout
+    }
+
+    /// The region named by `rkey`: `(access, base, end)`.
+    #[inline]
+    pub(crate) fn region(&self, rkey: Rkey) -> Result<(u64, u64, u64), VerbError> {
+        let slot = (rkey & 0xFF) as usize;
+        if slot >= MAX_REGIONS {
+            return Err(VerbError::BadKey { rkey });
+        }
+        // SAFETY: slot < MAX_REGIONS, so the entry lies in the region table.
+        let entry = unsafe { &*self.regions.add(slot) };
+        match entry.snapshot() {
+            Some((k, access, base, len)) if k == rkey => Ok((access, base, base + len)),
+            _ => Err(VerbError::BadKey { rkey }),
+        }
+    }
+
+    /// Pointer to the byte at remote `offset`; valid up to the end of its page.
+    #[inline]
+    fn translate(&self, offset: u64) -> Result<*mut u8, VerbError> {
+        let page = offset >> self.page_shift;
+        if page >= self.layout.remote_pages {
+            return Err(VerbError::PageNotMapped { page });
+        }
+        // SAFETY: page < remote_pages, so the entry lies in the page table.
+        let phys = unsafe { &*self.pages.add(page as usize) }.get();
+        match phys {
+            Some(p) if p < self.layout.phys_pages => {
+                // SAFETY: p < phys_pages, so the page lies in the data mapping.
+                Ok(unsafe {
+                    self.data
+                        .add(((p << self.page_shift) | (offset & self.page_mask)) as usize)
+                })
+            }
+            _ => Err(VerbError::PageNotMapped { page }),
+        }
+    }
+
+    /// Calls `f(ptr, start, len)` for each page-contained piece of
+    /// `[offset, offset+len)`, in ascending address order.
+    #[inline]
+    fn for_each_piece(
+        &self,
+        offset: u64,
+        len: usize,
+        mut f: impl FnMut(*mut u8, usize, usize),
+    ) -> Result<(), VerbError> {
+        let mut done = 0usize;
+        while done < len {
+            let off = offset + done as u64;
+            let room = (self.page_mask + 1 - (off & self.page_mask)) as usize;
+            let n = room.min(len - done);
+            f(self.translate(off)?, done, n);
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// READ: copies remote bytes into `dst`, word by word in ascending order.
+    #[inline]
+    pub(crate) fn read(&self, offset: u64, dst: &mut [u8]) -> Result<(), VerbError> {
+        // SAFETY: each piece is inside one translated page of the data mapping.
+        self.for_each_piece(offset, dst.len(), |p, at, n| unsafe {
+            copy_out(p, &mut dst[at..at + n])
+        })
+    }
+
+    /// WRITE: copies `src` to remote memory, word by word in ascending order.
+    #[inline]
+    pub(crate) fn write(&self, offset: u64, src: &[u8]) -> Result<(), VerbError> {
+        // SAFETY: each piece is inside one translated page of the data mapping.
+        self.for_each_piece(offset, src.len(), |p, at, n| unsafe {
+            copy_in(p, &src[at..at + n])
+        })
+    }
+
+    /// The 8-byte word at an aligned `offset`.
+    #[inline]
+    pub(crate) fn word(&self, offset: u64) -> Result<&AtomicU64, VerbError> {
+        debug_assert_eq!(offset % 8, 0);
+        let p = self.translate(offset)?;
+        // SAFETY: offset is 8-byte aligned and pages are page aligned inside a
+        // page-aligned mapping, so p is 8-byte aligned and the word lies in one
+        // page of the data mapping; it lives as long as self.
+        Ok(unsafe { &*(p as *const AtomicU64) })
+    }
+}
+
+/// Copies `dst.len()` bytes from shared memory at `src`.
+///
+/// # Safety
+/// `src..src+dst.len()` must lie inside a live shared mapping.
+#[inline]
+unsafe fn copy_out(src: *const u8, dst: &mut [u8]) {
+    let n = dst.len();
+    let mut i = 0;
+    while i < n && (src as usize + i) % 8 != 0 {
+        dst[i] = (*(src.add(i) as *const AtomicU8)).load(Ordering::Acquire);
+        i += 1;
+    }
+    while i + 8 <= n {
+        let w = (*(src.add(i) as *const AtomicU64)).load(Ordering::Acquire);
+        dst[i..i + 8].copy_from_slice(&w.to_ne_bytes());
+        i += 8;
+    }
+    while i < n {
+        dst[i] = (*(src.add(i) as *const AtomicU8)).load(Ordering::Acquire);
+        i += 1;
+    }
+}
+
+/// Copies `src` into shared memory at `dst`, in ascending address order.
+///
+/// # Safety
+/// `dst..dst+src.len()` must lie inside a live, writable shared mapping.
+#[inline]
+unsafe fn copy_in(dst: *mut u8, src: &[u8]) {
+    let n = src.len();
+    let mut i = 0;
+    while i < n && (dst as usize + i) % 8 != 0 {
+        (*(dst.add(i) as *const AtomicU8)).store(src[i], Ordering::Release);
+        i += 1;
+    }
+    while i + 8 <= n {
+        let w = u64::from_ne_bytes(src[i..i + 8].try_into().expect("8 bytes"));
+        (*(dst.add(i) as *const AtomicU64)).store(w, Ordering::Release);
+        i += 8;
+    }
+    while i < n {
+        (*(dst.add(i) as *const AtomicU8)).store(src[i], Ordering::Release);
+        i += 1;
+    }
+}

@@ -1,0 +1,301 @@
+//! The shm backend against the fabric contract, embedded and over the socket,
+//! plus protection, latency, remapping and hostile-input tests.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use common::Served;
+use dmkit_fabric::shm::{ShmConfig, ShmFabric};
+use dmkit_fabric::{
+    conformance, Batch, Fabric, FabricError, GlobalAddr, QueuePair, VerbError, WorkRequest,
+};
+use dmkit_memnode::layout::access;
+use dmkit_memnode::proto::{self, Hello, Request, Response, PROTO_MAGIC, PROTO_VERSION};
+use dmkit_memnode::{NodeConfig, RpcError};
+
+fn embedded() -> ShmFabric {
+    ShmFabric::embedded(
+        ShmConfig::default(),
+        &[NodeConfig {
+            size: 8 << 20,
+            ..Default::default()
+        }],
+    )
+    .unwrap()
+}
+
+#[test]
+fn conformance_embedded() {
+    conformance::run_all(&embedded(), 0);
+}
+
+#[test]
+fn conformance_over_unix_socket() {
+    let s = Served::start(8 << 20);
+    conformance::run_all(&s.client(), 0);
+    let st = s.node.stats();
+    assert_eq!(st.auth_failures, 0);
+    assert_eq!(st.session_chunk_bytes, 0, "every check freed its chunks");
+}
+
+#[test]
+fn conformance_with_two_mib_pages_and_two_nodes() {
+    let f = ShmFabric::embedded(
+        ShmConfig::default(),
+        &[
+            NodeConfig {
+                node_id: 3,
+                size: 16 << 20,
+                page_size: 2 << 20,
+                spare_pages: 2,
+            },
+            NodeConfig {
+                node_id: 9,
+                size: 4 << 20,
+                ..Default::default()
+            },
+        ],
+    )
+    .unwrap();
+    assert_eq!(f.nodes(), vec![3, 9]);
+    conformance::run_all(&f, 3);
+    conformance::run_all(&f, 9);
+}
+
+#[test]
+fn duplicate_node_ids_are_refused() {
+    let n = NodeConfig {
+        size: 1 << 20,
+        ..Default::default()
+    };
+    assert!(matches!(
+        ShmFabric::embedded(ShmConfig::default(), &[n.clone(), n]),
+        Err(FabricError::Connect { .. })
+    ));
+}
+
+#[test]
+fn access_rights_and_deregistration_are_enforced() {
+    let f = embedded();
+    let node = f.embedded_node(0).unwrap();
+    let ro = node.register_region(4096 * 16, 4096, access::READ).unwrap();
+    let a = GlobalAddr::new(0, 4096 * 16);
+    let mut qp = f.connect(0).unwrap();
+    let mut b = Batch::new();
+    b.push(WorkRequest::read(a, ro.rkey, vec![0; 8]));
+    qp.execute(&mut b).unwrap();
+    for wr in [
+        WorkRequest::write(a, ro.rkey, vec![1; 8]),
+        WorkRequest::faa(a, ro.rkey, 1),
+    ] {
+        b.push(wr);
+        match qp.execute(&mut b) {
+            Err(FabricError::Request(e)) => {
+                assert!(matches!(e.error, VerbError::AccessDenied { .. }), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    node.deregister_region(ro.rkey).unwrap();
+    b.push(WorkRequest::read(a, ro.rkey, vec![0; 8]));
+    match qp.execute(&mut b) {
+        Err(FabricError::Request(e)) => assert_eq!(e.error, VerbError::BadKey { rkey: ro.rkey }),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn latency_model_delays_completions_not_data() {
+    let rtt = Duration::from_millis(20);
+    let f = ShmFabric::embedded(
+        ShmConfig {
+            rtt: Some(rtt),
+            ..Default::default()
+        },
+        &[NodeConfig {
+            size: 1 << 20,
+            ..Default::default()
+        }],
+    )
+    .unwrap();
+    let (a, _, k) = f.alloc_chunk(0, 4096, false).unwrap();
+    let mut qp = f.connect(0).unwrap();
+    let mut b = Batch::new();
+    b.push(WorkRequest::faa(a, k, 1));
+    let t0 = Instant::now();
+    qp.post(&mut b).unwrap();
+    let mut out = Vec::new();
+    assert_eq!(qp.poll(&mut out, 8), 0, "not visible before the round trip");
+    assert_eq!(qp.pending(), 1);
+    b.push(WorkRequest::faa(a, k, 1));
+    qp.execute(&mut b).unwrap();
+    assert!(t0.elapsed() >= rtt);
+    let mut qp2 = f.connect(0).unwrap();
+    b.push(WorkRequest::read(a, k, vec![0; 8]));
+    let c = qp2.execute(&mut b).unwrap();
+    assert_eq!(c[0].buf, 2u64.to_ne_bytes());
+}
+
+#[test]
+fn remapped_pages_keep_their_contents_for_connected_clients() {
+    let s = Served::start(4 << 20);
+    let f = s.client();
+    let (a, _, k) = f.alloc_chunk(0, 3 * 4096, true).unwrap();
+    let mut qp = f.connect(0).unwrap();
+    let data: Vec<u8> = (0..3 * 4096u32).map(|i| (i * 7) as u8).collect();
+    let mut b = Batch::new();
+    b.push(WorkRequest::write(a, k, data.clone()));
+    qp.execute(&mut b).unwrap();
+    let page = a.offset() / 4096 + 1;
+    let before = s.node.translate(page).unwrap();
+    let after = s.node.migrate_page(page).unwrap();
+    assert_ne!(before, after);
+    b.push(WorkRequest::read(a, k, vec![0; 3 * 4096]));
+    assert_eq!(qp.execute(&mut b).unwrap()[0].buf, data);
+    // New writes land on the new memory page and stay visible.
+    b.push(WorkRequest::write(a.add(4096), k, vec![0xEE; 64]));
+    qp.execute(&mut b).unwrap();
+    s.node.migrate_page(page).unwrap();
+    b.push(WorkRequest::read(a.add(4096), k, vec![0; 64]));
+    assert_eq!(qp.execute(&mut b).unwrap()[0].buf, vec![0xEE; 64]);
+}
+
+fn raw_connect(s: &Served, token: [u8; 32]) -> UnixStream {
+    let mut st = UnixStream::connect(&s.socket).unwrap();
+    st.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let hello = Hello {
+        magic: PROTO_MAGIC,
+        version: PROTO_VERSION,
+        token,
+    };
+    proto::write_frame(&mut st, &proto::encode(&hello)).unwrap();
+    st
+}
+
+fn closed(st: &mut UnixStream) -> bool {
+    let mut b = [0u8; 1];
+    matches!(st.read(&mut b), Ok(0) | Err(_))
+}
+
+#[test]
+fn hostile_frames_never_hurt_the_node() {
+    let s = Served::start(4 << 20);
+    let good = s.client();
+    let token = dmkit_memnode::server::read_token_file(&s.target().token_file).unwrap();
+
+    // 1. Wrong token: connection closed, counted.
+    let mut st = raw_connect(&s, [0; 32]);
+    assert!(closed(&mut st));
+    // 2. Garbage instead of a hello.
+    let mut st = UnixStream::connect(&s.socket).unwrap();
+    st.write_all(&[7, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7]).unwrap();
+    assert!(closed(&mut st));
+    // 3. A huge length prefix before the hello.
+    let mut st = UnixStream::connect(&s.socket).unwrap();
+    st.write_all(&u32::MAX.to_le_bytes()).unwrap();
+    assert!(closed(&mut st));
+    // 4. Authenticated, then frames that do not decode: answered with BadFrame.
+    let c = ShmFabric::connect(ShmConfig::default(), &[s.target()]).unwrap();
+    drop(c);
+    let mut st = raw_connect(&s, token);
+    let mut buf = vec![0u8; 1 << 16];
+    let _ = st.read(&mut buf).unwrap(); // the welcome (fds are dropped with the message)
+    let mut garbage = vec![0xFFu8; 100];
+    garbage[..4].copy_from_slice(&9u32.to_le_bytes());
+    for frame in [
+        vec![200, 0, 0, 0],
+        vec![2, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F],
+        garbage,
+    ] {
+        proto::write_frame(&mut st, &frame).unwrap();
+        let resp: Response = proto::decode(&proto::read_frame(&mut st).unwrap().unwrap()).unwrap();
+        assert!(
+            matches!(resp, Response::Error(RpcError::BadFrame(_))),
+            "{resp:?}"
+        );
+    }
+    // A valid request on the same connection still works.
+    proto::write_frame(&mut st, &proto::encode(&Request::Stats)).unwrap();
+    let resp: Response = proto::decode(&proto::read_frame(&mut st).unwrap().unwrap()).unwrap();
+    assert!(matches!(resp, Response::Stats(_)));
+    // 5. An oversized frame closes the connection.
+    st.write_all(&(proto::MAX_FRAME + 1).to_le_bytes()).unwrap();
+    assert!(closed(&mut st));
+    // 6. A truncated frame followed by a hang-up.
+    let mut st = raw_connect(&s, token);
+    let _ = st.read(&mut buf).unwrap();
+    st.write_all(&[50, 0, 0, 0, 1, 2]).unwrap();
+    drop(st);
+
+    // The node serves the well-behaved client throughout.
+    let (a, _, k) = good.alloc_chunk(0, 4096, false).unwrap();
+    let mut qp = good.connect(0).unwrap();
+    let mut b = Batch::new();
+    b.push(WorkRequest::faa(a, k, 41))
+        .push(WorkRequest::faa(a, k, 1));
+    let c = qp.execute(&mut b).unwrap();
+    assert_eq!(c[1].result, Ok(41));
+    let st = good.node_stats(0).unwrap();
+    assert!(st.auth_failures >= 3, "{st:?}");
+    assert!(st.bad_frames >= 4, "{st:?}");
+}
+
+#[test]
+fn wrong_or_public_token_file_is_refused() {
+    let s = Served::start(1 << 20);
+    let bad = s.dir.path().join("bad.token");
+    std::fs::write(&bad, "00".repeat(32)).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&bad, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let t = dmkit_fabric::shm::Target {
+        socket: s.socket.clone(),
+        token_file: bad.clone(),
+    };
+    assert!(matches!(
+        ShmFabric::connect(ShmConfig::default(), &[t.clone()]),
+        Err(FabricError::Connect { .. })
+    ));
+    std::fs::set_permissions(&bad, std::fs::Permissions::from_mode(0o644)).unwrap();
+    match ShmFabric::connect(ShmConfig::default(), &[t]) {
+        Err(FabricError::Connect { reason, .. }) => {
+            assert!(reason.contains("chmod 600"), "{reason}")
+        }
+        other => panic!("{:?}", other.err()),
+    }
+    assert!(s.client().node_stats(0).is_ok());
+}
+
+#[test]
+fn shutdown_rpc_stops_the_server() {
+    let mut s = Served::start(1 << 20);
+    let c = s.client();
+    c.shutdown_node(0).unwrap();
+    s.thread.take().unwrap().join().unwrap();
+    assert!(!s.socket.exists(), "socket file removed");
+    assert!(matches!(
+        c.node_stats(0),
+        Err(FabricError::ConnectionLost(0))
+    ));
+}
+
+#[test]
+fn qp_stats_count_verbs_and_bytes() {
+    let f = embedded();
+    let (a, _, k) = f.alloc_chunk(0, 4096, false).unwrap();
+    let mut qp = f.connect_qp(0).unwrap();
+    let mut b = Batch::new();
+    b.push(WorkRequest::write(a, k, vec![1; 100]))
+        .push(WorkRequest::read(a, k, vec![0; 30]))
+        .push(WorkRequest::cas(a, k, 0, 1))
+        .push(WorkRequest::faa(a.add(8), k, 1));
+    qp.execute(&mut b).unwrap();
+    let s = qp.stats();
+    assert_eq!(
+        (s.doorbells, s.reads, s.writes, s.cas, s.faa),
+        (1, 1, 1, 1, 1)
+    );
+    assert_eq!((s.bytes_read, s.bytes_written, s.errors), (30, 100, 0));
+}
