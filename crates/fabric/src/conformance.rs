@@ -6,8 +6,8 @@
 //! violation, and frees what it allocated.
 
 use crate::{
-    Batch, Fabric, FabricError, GlobalAddr, NodeId, PostError, QueuePair, Rkey, VerbError,
-    WorkRequest,
+    Batch, Completion, Fabric, FabricError, GlobalAddr, LocalMem, LocalRef, NodeId, PostError,
+    QueuePair, Rkey, SyncQp, VerbError, WorkRequest,
 };
 
 /// Runs every check against node `node` of `fabric`.
@@ -25,32 +25,31 @@ fn chunk(fabric: &dyn Fabric, node: NodeId, len: u64) -> (GlobalAddr, u64, Rkey)
     fabric.alloc_chunk(node, len, false).expect("alloc chunk")
 }
 
-fn one(qp: &mut dyn QueuePair, wr: WorkRequest) -> Result<crate::Completion, FabricError> {
-    let mut b = Batch::new();
-    b.push(wr);
-    let mut c = qp.execute(&mut b)?;
-    assert_eq!(c.len(), 1, "one signaled request, one completion");
-    Ok(c.pop().expect("one completion"))
+fn sync(fabric: &dyn Fabric, node: NodeId) -> SyncQp {
+    SyncQp::new(fabric, node, 4096).expect("queue pair")
 }
 
-fn read(qp: &mut dyn QueuePair, a: GlobalAddr, k: Rkey, len: usize) -> Vec<u8> {
-    one(qp, WorkRequest::read(a, k, vec![0; len]))
-        .expect("read")
-        .buf
-}
-
-fn write(qp: &mut dyn QueuePair, a: GlobalAddr, k: Rkey, data: &[u8]) {
-    one(qp, WorkRequest::write(a, k, data.to_vec())).expect("write");
+/// Drains every outstanding completion of `qp`.
+fn drain(qp: &mut dyn QueuePair) -> Vec<Completion> {
+    let mut out = Vec::new();
+    while qp.pending() > 0 {
+        if qp.poll(&mut out, 64) == 0 {
+            std::hint::spin_loop();
+        }
+    }
+    out
 }
 
 /// READ/WRITE of many sizes and alignments (page-crossing included), CAS,
 /// FAA and masked CAS results.
 pub fn verbs_round_trip(fabric: &dyn Fabric, node: NodeId) {
     let (base, len, k) = chunk(fabric, node, 3 * 4096);
-    let mut qp = fabric.connect(node).expect("qp");
-    let qp = qp.as_mut();
+    let mut q = sync(fabric, node);
     assert!(
-        read(qp, base, k, len as usize).iter().all(|&b| b == 0),
+        q.read(base, k, len as usize)
+            .unwrap()
+            .iter()
+            .all(|&b| b == 0),
         "a new chunk reads as zeros"
     );
     for &(off, n) in &[
@@ -65,42 +64,57 @@ pub fn verbs_round_trip(fabric: &dyn Fabric, node: NodeId) {
         let pattern: Vec<u8> = (0..n)
             .map(|i| (i as u8).wrapping_mul(31).wrapping_add(off as u8))
             .collect();
-        write(qp, base.add(off), k, &pattern);
+        q.write(base.add(off), k, &pattern).unwrap();
         assert_eq!(
-            read(qp, base.add(off), k, n),
+            q.read(base.add(off), k, n).unwrap(),
             pattern,
             "read back [{off}, +{n})"
         );
     }
+    // Local and remote ranges with different alignments.
+    let mem = LocalMem::new(256);
+    let lk = q.qp().register_local(&mem);
+    assert_eq!(
+        q.qp().register_local(&mem),
+        lk,
+        "registering again returns the same key"
+    );
+    let data: Vec<u8> = (0..100u8).collect();
+    mem.write(5, &data);
+    let mut b = Batch::new();
+    b.write(base.add(17), k, LocalRef::new(lk, 5, 100));
+    b.read(base.add(17), k, LocalRef::new(lk, 128, 100));
+    q.qp().execute(&mut b).unwrap();
+    assert_eq!(mem.to_vec(128, 100), data);
+
     let w = base.add(64);
-    write(qp, w, k, &10u64.to_ne_bytes());
-    let c = one(qp, WorkRequest::cas(w, k, 10, 20)).unwrap();
-    assert_eq!(c.result, Ok(10), "successful CAS returns the old value");
-    let c = one(qp, WorkRequest::cas(w, k, 10, 30)).unwrap();
-    assert_eq!(c.result, Ok(20), "failed CAS returns the current value");
-    let c = one(qp, WorkRequest::faa(w, k, 5)).unwrap();
-    assert_eq!(c.result, Ok(20));
-    assert_eq!(read(qp, w, k, 8), 25u64.to_ne_bytes());
-    let c = one(qp, WorkRequest::faa(w, k, u64::MAX)).unwrap();
-    assert_eq!(c.result, Ok(25), "FAA wraps");
-    assert_eq!(read(qp, w, k, 8), 24u64.to_ne_bytes());
+    q.write_u64(w, k, 10).unwrap();
+    assert_eq!(
+        q.cas(w, k, 10, 20).unwrap(),
+        10,
+        "successful CAS returns the old value"
+    );
+    assert_eq!(
+        q.cas(w, k, 10, 30).unwrap(),
+        20,
+        "failed CAS returns the current value"
+    );
+    assert_eq!(q.read_u64(w, k).unwrap(), 20, "failed CAS changed nothing");
+    assert_eq!(q.faa(w, k, 5).unwrap(), 20);
+    assert_eq!(q.read_u64(w, k).unwrap(), 25);
+    assert_eq!(q.faa(w, k, u64::MAX).unwrap(), 25, "FAA wraps");
+    assert_eq!(q.read_u64(w, k).unwrap(), 24);
     if fabric.caps().masked_cas {
-        write(qp, w, k, &0xAAAA_0000_0000_1111u64.to_ne_bytes());
+        q.write_u64(w, k, 0xAAAA_0000_0000_1111).unwrap();
         // Compare only the low 16 bits, swap only the high 16 bits.
-        let c = one(
-            qp,
-            WorkRequest::masked_cas(w, k, 0x1111, 0xFFFF, 0xBBBB << 48, 0xFFFF << 48),
-        )
-        .unwrap();
-        assert_eq!(c.result, Ok(0xAAAA_0000_0000_1111));
-        assert_eq!(read(qp, w, k, 8), 0xBBBB_0000_0000_1111u64.to_ne_bytes());
-        let c = one(
-            qp,
-            WorkRequest::masked_cas(w, k, 0x2222, 0xFFFF, 0, u64::MAX),
-        )
-        .unwrap();
-        assert_eq!(c.result, Ok(0xBBBB_0000_0000_1111), "masked compare fails");
-        assert_eq!(read(qp, w, k, 8), 0xBBBB_0000_0000_1111u64.to_ne_bytes());
+        let old = q
+            .masked_cas(w, k, 0x1111, 0xFFFF, 0xBBBB << 48, 0xFFFF << 48)
+            .unwrap();
+        assert_eq!(old, 0xAAAA_0000_0000_1111);
+        assert_eq!(q.read_u64(w, k).unwrap(), 0xBBBB_0000_0000_1111);
+        let old = q.masked_cas(w, k, 0x2222, 0xFFFF, 0, u64::MAX).unwrap();
+        assert_eq!(old, 0xBBBB_0000_0000_1111, "masked compare fails");
+        assert_eq!(q.read_u64(w, k).unwrap(), 0xBBBB_0000_0000_1111);
     }
     fabric.free_chunk(base).expect("free");
 }
@@ -112,15 +126,16 @@ fn expect_err(
     what: &str,
 ) {
     let id = 0xE7;
-    match one(qp, wr.id(id)) {
+    let mut b = Batch::new();
+    b.push(wr.id(id));
+    match qp.execute(&mut b) {
         Err(FabricError::Request(e)) => {
             assert_eq!(
-                (e.index, e.wr_id),
-                (0, id),
+                (e.index, e.wr_id, e.remote),
+                (0, id, wr.remote),
                 "{what}: the error names the request"
             );
             assert!(want(&e.error), "{what}: got {e}");
-            assert!(!e.to_string().is_empty());
         }
         other => panic!("{what}: expected a request error, got {other:?}"),
     }
@@ -130,48 +145,47 @@ fn expect_err(
 pub fn bad_requests(fabric: &dyn Fabric, node: NodeId) {
     let heap = fabric.heap(node).expect("heap");
     let (base, len, k) = chunk(fabric, node, 4096);
-    let mut qpb = fabric.connect(node).expect("qp");
-    let qp = qpb.as_mut();
-    write(qp, base, k, &[0x5A; 16]);
+    let mut q = sync(fabric, node);
+    q.write(base, k, &[0x5A; 16]).unwrap();
+    let mem = LocalMem::new(4096);
+    let qp = q.qp();
+    let lk = qp.register_local(&mem);
+    let l8 = LocalRef::new(lk, 0, 8);
     let end = GlobalAddr::new(node, heap.base + heap.len);
     use VerbError as E;
     expect_err(
         qp,
-        WorkRequest::write(GlobalAddr::new(node, 0), k, vec![1; 8]),
+        WorkRequest::write(GlobalAddr::new(node, 0), k, l8),
         |e| matches!(e, E::OutOfBounds { .. }),
         "below region",
     );
     expect_err(
         qp,
-        WorkRequest::read(end, k, vec![0; 8]),
+        WorkRequest::read(end, k, l8),
         |e| matches!(e, E::OutOfBounds { .. }),
         "past region",
     );
     expect_err(
         qp,
-        WorkRequest::read(end.add(1 << 40), k, vec![0; 8]),
+        WorkRequest::read(end.add(1 << 40), k, l8),
         |e| matches!(e, E::OutOfBounds { .. }),
         "far past region",
     );
     expect_err(
         qp,
-        WorkRequest::write(
-            GlobalAddr::new(node, heap.base + heap.len - 4),
-            k,
-            vec![1; 8],
-        ),
+        WorkRequest::write(GlobalAddr::new(node, heap.base + heap.len - 4), k, l8),
         |e| matches!(e, E::CrossesRegionEnd { .. }),
         "crossing the end",
     );
     expect_err(
         qp,
-        WorkRequest::write(base, k ^ 0x100, vec![1; 8]),
+        WorkRequest::write(base, k ^ 0x100, l8),
         |e| matches!(e, E::BadKey { .. }),
         "wrong key",
     );
     expect_err(
         qp,
-        WorkRequest::read(base, k ^ 0x3F, vec![0; 8]),
+        WorkRequest::read(base, k ^ 0x3F, l8),
         |e| matches!(e, E::BadKey { .. }),
         "wrong slot",
     );
@@ -189,27 +203,39 @@ pub fn bad_requests(fabric: &dyn Fabric, node: NodeId) {
     );
     expect_err(
         qp,
-        WorkRequest::read(base, k, Vec::new()),
+        WorkRequest::read(base, k, LocalRef::new(lk, 0, 0)),
         |e| *e == E::ZeroLength,
         "zero-length read",
     );
     expect_err(
         qp,
-        WorkRequest::write(base, k, Vec::new()),
+        WorkRequest::write(base, k, LocalRef::new(lk, 0, 0)),
         |e| *e == E::ZeroLength,
         "zero-length write",
+    );
+    expect_err(
+        qp,
+        WorkRequest::read(base, k, LocalRef::new(lk + 7, 0, 8)),
+        |e| *e == E::BadLkey(lk + 7),
+        "unregistered lkey",
+    );
+    expect_err(
+        qp,
+        WorkRequest::read(base, k, LocalRef::new(lk, 4090, 8)),
+        |e| matches!(e, E::LocalOutOfBounds { .. }),
+        "local range too long",
     );
     let big = fabric.caps().max_inline + 1;
     expect_err(
         qp,
-        WorkRequest::write(base, k, vec![1; big]).inline(),
+        WorkRequest::write(base, k, LocalRef::new(lk, 0, big as u32)).inline(),
         |e| matches!(e, E::InlineTooLarge { .. }),
         "inline too large",
     );
     let other = node.wrapping_add(1);
     expect_err(
         qp,
-        WorkRequest::read(GlobalAddr::new(other, base.offset()), k, vec![0; 8]),
+        WorkRequest::read(GlobalAddr::new(other, base.offset()), k, l8),
         |e| matches!(e, E::WrongNode { .. }),
         "wrong node",
     );
@@ -218,7 +244,7 @@ pub fn bad_requests(fabric: &dyn Fabric, node: NodeId) {
     let max = fabric.caps().max_batch;
     let mut b = Batch::new();
     for _ in 0..=max {
-        b.push(WorkRequest::write(base, k, vec![0xFF; 8]));
+        b.faa(base, k, 1);
     }
     match qp.post(&mut b) {
         Err(PostError::BatchTooLarge { len, max: m }) => assert_eq!((len, m), (max + 1, max)),
@@ -227,7 +253,7 @@ pub fn bad_requests(fabric: &dyn Fabric, node: NodeId) {
     assert_eq!(b.len(), max + 1, "a refused batch is left intact");
     assert_eq!(qp.pending(), 0);
     // Nothing above changed memory; the queue pair still works.
-    assert_eq!(read(qp, base, k, 16), vec![0x5A; 16]);
+    assert_eq!(q.read(base, k, 16).unwrap(), vec![0x5A; 16]);
     assert!(len >= 4096);
     fabric.free_chunk(base).expect("free");
 }
@@ -235,60 +261,80 @@ pub fn bad_requests(fabric: &dyn Fabric, node: NodeId) {
 /// After a failed request the rest of its batch is flushed, without effect.
 pub fn flush_after_error(fabric: &dyn Fabric, node: NodeId) {
     let (base, _, k) = chunk(fabric, node, 4096);
-    let mut qpb = fabric.connect(node).expect("qp");
-    let qp = qpb.as_mut();
+    let mut q = sync(fabric, node);
+    let mem = LocalMem::new(64);
+    mem.write(0, &[1; 8]);
+    mem.write(8, &[3; 8]);
+    let qp = q.qp();
+    let lk = qp.register_local(&mem);
     let mut b = Batch::new();
-    b.push(WorkRequest::write(base, k, vec![1; 8]).id(1))
-        .push(WorkRequest::cas(base.add(3), k, 0, 1).id(2))
-        .push(
-            WorkRequest::write(base.add(8), k, vec![3; 8])
-                .id(3)
-                .unsignaled(),
-        );
+    b.write(base, k, LocalRef::new(lk, 0, 8)).set_id(1);
+    b.cas(base.add(3), k, 0, 1).set_id(2);
+    b.write(base.add(8), k, LocalRef::new(lk, 8, 8))
+        .set_id(3)
+        .set_unsignaled();
     qp.post(&mut b).expect("post");
-    let mut out = Vec::new();
-    while qp.pending() > 0 {
-        qp.poll(&mut out, 16);
-    }
+    let out = drain(qp);
     let got: Vec<_> = out
         .iter()
-        .map(|c| (c.wr_id, c.index, c.result.clone()))
+        .map(|c| (c.wr_id, c.error().map(|e| (e.index, e.error.clone()))))
         .collect();
-    assert_eq!(got[0], (1, 0, Ok(8)));
-    assert!(matches!(got[1], (2, 1, Err(VerbError::Unaligned { .. }))));
+    assert_eq!(got[0], (1, None));
+    assert!(matches!(
+        got[1],
+        (2, Some((1, VerbError::Unaligned { .. })))
+    ));
     assert_eq!(
         got[2],
-        (3, 2, Err(VerbError::Flushed)),
+        (3, Some((2, VerbError::Flushed))),
         "flushed even though unsignaled"
     );
-    assert_eq!(out[0].buf, vec![1; 8], "buffers come back");
+    assert_eq!(out.len(), 3);
     assert_eq!(
-        read(qp, base, k, 16),
+        q.read(base, k, 16).unwrap(),
         [vec![1; 8], vec![0; 8]].concat(),
         "flushed write had no effect"
     );
     fabric.free_chunk(base).expect("free");
 }
 
-/// Unsignaled successes produce no completion; signaled ones exactly one.
+/// Unsignaled successes produce no completion but take effect (READ data
+/// included); signaled ones complete exactly once.
 pub fn signaling(fabric: &dyn Fabric, node: NodeId) {
     let (base, _, k) = chunk(fabric, node, 4096);
-    let mut qpb = fabric.connect(node).expect("qp");
-    let qp = qpb.as_mut();
+    let mut q = sync(fabric, node);
+    let mem = LocalMem::new(4096);
+    let qp = q.qp();
+    let lk = qp.register_local(&mem);
     let mut b = Batch::new();
     for i in 0..10u64 {
-        let wr = WorkRequest::faa(base, k, 1).id(i);
-        b.push(if i % 3 == 0 { wr } else { wr.unsignaled() });
+        let wr = b.faa(base, k, 1).set_id(i);
+        if i % 3 != 0 {
+            wr.set_unsignaled();
+        }
     }
+    // Several unsignaled READs, then one signaled: all data is there.
+    for i in 0..4u64 {
+        b.read(base, k, LocalRef::new(lk, 8 * i, 8))
+            .set_unsignaled();
+    }
+    b.read(base, k, LocalRef::new(lk, 64, 8)).set_id(99);
     let c = qp.execute(&mut b).expect("execute");
     let ids: Vec<u64> = c.iter().map(|c| c.wr_id).collect();
-    assert_eq!(ids, vec![0, 3, 6, 9]);
-    let olds: Vec<u64> = c.iter().map(|c| *c.result.as_ref().unwrap()).collect();
+    assert_eq!(ids, vec![0, 3, 6, 9, 99]);
+    let olds: Vec<u64> = c[..4].iter().map(|c| *c.result.as_ref().unwrap()).collect();
     assert_eq!(
         olds,
         vec![0, 3, 6, 9],
         "unsignaled FAAs took effect in order"
     );
+    for off in [0, 8, 16, 24, 64] {
+        assert_eq!(
+            mem.load_u64(off),
+            10,
+            "unsignaled READ at local {off} delivered its data"
+        );
+    }
     assert_eq!(qp.stats().faa, 10);
     assert_eq!(qp.stats().doorbells, 1, "one batch, one doorbell");
     fabric.free_chunk(base).expect("free");
@@ -297,35 +343,36 @@ pub fn signaling(fabric: &dyn Fabric, node: NodeId) {
 /// Requests of one queue pair take effect in posting order.
 pub fn ordering_within_qp(fabric: &dyn Fabric, node: NodeId) {
     let (base, _, k) = chunk(fabric, node, 4096);
-    let mut qpb = fabric.connect(node).expect("qp");
-    let qp = qpb.as_mut();
+    let mut q = sync(fabric, node);
+    let mem = LocalMem::new(4096);
+    let qp = q.qp();
+    let lk = qp.register_local(&mem);
     let mut b = Batch::new();
     for i in 1..=8u64 {
-        b.push(WorkRequest::write(base, k, i.to_ne_bytes().to_vec()).unsignaled());
-        b.push(WorkRequest::read(base, k, vec![0; 8]).id(i));
-        b.push(WorkRequest::faa(base, k, 100).id(100 + i));
+        mem.store_u64(8 * i as usize, i);
+        b.write(base, k, LocalRef::new(lk, 8 * i, 8))
+            .set_unsignaled();
+        b.read(base, k, LocalRef::new(lk, 512 + 8 * i, 8)).set_id(i);
+        b.faa(base, k, 100).set_id(100 + i);
     }
     let c = qp.execute(&mut b).expect("execute");
     for i in 1..=8u64 {
-        let r = c.iter().find(|c| c.wr_id == i).unwrap();
         assert_eq!(
-            r.buf,
-            i.to_ne_bytes(),
-            "read sees the write posted just before"
+            mem.load_u64(512 + 8 * i as usize),
+            i,
+            "READ sees the WRITE posted just before"
         );
         let f = c.iter().find(|c| c.wr_id == 100 + i).unwrap();
-        assert_eq!(f.result, Ok(i), "FAA sees the write before it");
+        assert_eq!(f.result, Ok(i), "FAA sees the WRITE before it");
     }
     // Across batches too.
-    b.push(WorkRequest::write(base.add(8), k, vec![9; 8]));
+    mem.write(1024, &[9; 8]);
+    b.write(base.add(8), k, LocalRef::new(lk, 1024, 8));
     qp.post(&mut b).expect("post");
-    b.push(WorkRequest::read(base.add(8), k, vec![0; 8]));
+    b.read(base.add(8), k, LocalRef::new(lk, 2048, 8));
     qp.post(&mut b).expect("post");
-    let mut out = Vec::new();
-    while qp.pending() > 0 {
-        qp.poll(&mut out, 8);
-    }
-    assert_eq!(out[1].buf, vec![9; 8]);
+    drain(qp);
+    assert_eq!(mem.to_vec(2048, 8), vec![9; 8]);
     fabric.free_chunk(base).expect("free");
 }
 
@@ -339,28 +386,32 @@ pub fn ordering_seen_by_others(fabric: &dyn Fabric, node: NodeId) {
     std::thread::scope(|s| {
         s.spawn(|| {
             let mut qp = fabric.connect(node).expect("qp");
+            let mem = LocalMem::new(512);
+            let lk = qp.register_local(&mem);
+            let mut b = Batch::new();
             for i in 1..=ROUNDS {
-                let mut b = Batch::new();
-                b.push(WorkRequest::write(data, k, i.to_ne_bytes().repeat(32)).unsignaled())
-                    .push(WorkRequest::write(flag, k, i.to_ne_bytes().to_vec()));
+                for w in 0..33 {
+                    mem.store_u64(8 * w, i);
+                }
+                b.write(data, k, LocalRef::new(lk, 8, 256)).set_unsignaled();
+                b.write(flag, k, LocalRef::new(lk, 0, 8));
                 qp.execute(&mut b).expect("write");
             }
         });
         s.spawn(|| {
             let mut qp = fabric.connect(node).expect("qp");
+            let mem = LocalMem::new(512);
+            let lk = qp.register_local(&mem);
+            let mut b = Batch::new();
             let mut seen = 0;
             while seen < ROUNDS {
-                let mut b = Batch::new();
-                b.push(WorkRequest::read(flag, k, vec![0; 8]))
-                    .push(WorkRequest::read(data, k, vec![0; 256]));
-                let c = qp.execute(&mut b).expect("read");
-                let f = u64::from_ne_bytes(c[0].buf[..8].try_into().unwrap());
-                let d = &c[1].buf;
-                let first = u64::from_ne_bytes(d[..8].try_into().unwrap());
-                assert!(first >= f, "data {first} older than flag {f}");
-                for w in d.chunks(8) {
-                    let v = u64::from_ne_bytes(w.try_into().unwrap());
-                    assert!(v >= f, "word {v} older than flag {f}");
+                b.read(flag, k, LocalRef::new(lk, 0, 8));
+                b.read(data, k, LocalRef::new(lk, 8, 256));
+                qp.execute(&mut b).expect("read");
+                let f = mem.load_u64(0);
+                for w in 1..33 {
+                    let v = mem.load_u64(8 * w);
+                    assert!(v >= f, "word {w} = {v} older than flag {f}");
                 }
                 seen = f;
             }

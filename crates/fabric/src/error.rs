@@ -11,6 +11,14 @@ use crate::wr::VerbKind;
 pub enum VerbError {
     #[error("zero-length request")]
     ZeroLength,
+    #[error("lkey {0} does not name local memory registered on this queue pair")]
+    BadLkey(crate::local::Lkey),
+    #[error("local range [{offset:#x}, +{len}) is outside local region {lkey}")]
+    LocalOutOfBounds {
+        lkey: crate::local::Lkey,
+        offset: u64,
+        len: u32,
+    },
     #[error("request addresses node {got}, but this queue pair is connected to node {expected}")]
     WrongNode { expected: NodeId, got: NodeId },
     #[error("rkey {rkey:#x} does not name a registered region")]

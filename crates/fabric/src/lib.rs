@@ -30,14 +30,18 @@ pub mod addr;
 pub mod caps;
 pub mod conformance;
 pub mod error;
+pub mod local;
 pub mod shm;
+pub mod sync;
 pub mod wr;
 
 pub use addr::{GlobalAddr, NodeId, Rkey};
 pub use caps::Capabilities;
 pub use dmkit_memnode::{NodeStats, RegionInfo, Request, Response, RpcError};
 pub use error::{FabricError, PostError, RequestError, VerbError};
-pub use wr::{Batch, Completion, Op, VerbKind, WorkRequest};
+pub use local::{Lkey, LocalMem};
+pub use sync::SyncQp;
+pub use wr::{Batch, Completion, LocalRef, Op, VerbKind, WorkRequest};
 
 /// Counters of one queue pair.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -85,6 +89,11 @@ pub trait QueuePair: Send {
     /// What the backend offers.
     fn caps(&self) -> Capabilities;
 
+    /// Registers local memory for use by requests on this queue pair and
+    /// returns its key. The queue pair keeps the memory alive; registering the
+    /// same memory again returns the same key.
+    fn register_local(&mut self, mem: &LocalMem) -> Lkey;
+
     /// Posts all requests of `batch` with one doorbell and empties it. On
     /// `Err`, nothing was posted and the batch is left as it was.
     fn post(&mut self, batch: &mut Batch) -> Result<(), PostError>;
@@ -109,7 +118,7 @@ pub trait QueuePair: Send {
             }
         }
         match out.iter().find_map(Completion::error) {
-            Some(e) => Err(e.into()),
+            Some(e) => Err(e.clone().into()),
             None => Ok(out),
         }
     }

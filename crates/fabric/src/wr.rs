@@ -1,13 +1,12 @@
 //! Work requests, batches and completions.
 //!
-//! Buffers are *owned* by a request while it is in flight and handed back in
-//! its [`Completion`] (the io_uring / tokio-uring model). That keeps the
-//! contract sound for every backend: a NIC may DMA into a READ buffer after
-//! `post` returns, a simulator may apply a WRITE at a later virtual time, and
-//! no borrow can dangle meanwhile. Callers recycle the returned `Vec`s, so the
-//! steady state allocates nothing.
+//! A work request names remote memory (`GlobalAddr` + rkey) and, for READ and
+//! WRITE, local registered memory ([`LocalRef`]: lkey, offset, length) — the
+//! shape of an RDMA work request with one scatter/gather entry. Requests are
+//! small `Copy` values; [`Batch`] builds them in place.
 
 use crate::addr::{GlobalAddr, Rkey};
+use crate::local::Lkey;
 
 /// The verb of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -32,19 +31,38 @@ impl VerbKind {
     }
 
     /// Whether the verb is an 8-byte atomic.
+    #[inline]
     pub fn is_atomic(self) -> bool {
         matches!(self, VerbKind::Cas | VerbKind::MaskedCas | VerbKind::Faa)
     }
 }
 
+/// A range of registered local memory: `len` bytes at `offset` of the local
+/// region registered under `lkey` on the posting queue pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalRef {
+    pub lkey: Lkey,
+    pub len: u32,
+    pub offset: u64,
+}
+
+impl LocalRef {
+    /// `len` bytes at `offset` of region `lkey`.
+    #[inline]
+    pub const fn new(lkey: Lkey, offset: u64, len: u32) -> Self {
+        Self { lkey, len, offset }
+    }
+}
+
 /// What a request does.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
-    /// READ `buf.len()` bytes into `buf`.
-    Read { buf: Vec<u8> },
-    /// WRITE `buf`. `inline` asks the backend to copy the payload into the
-    /// work request at post time (limited by [`crate::Capabilities::max_inline`]).
-    Write { buf: Vec<u8>, inline: bool },
+    /// READ `local.len` remote bytes into `local`.
+    Read { local: LocalRef },
+    /// WRITE `local` to remote memory. `inline` asks the backend to copy the
+    /// payload into the work request at post time, so the local bytes may be
+    /// reused at once (limited by [`crate::Capabilities::max_inline`]).
+    Write { local: LocalRef, inline: bool },
     /// 8-byte compare-and-swap; completes with the old value.
     Cas { expected: u64, desired: u64 },
     /// Masked compare-and-swap (mlx5 semantics): succeeds iff
@@ -61,20 +79,22 @@ pub enum Op {
 }
 
 /// One work request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkRequest {
     /// Caller's identifier, echoed in the completion.
     pub wr_id: u64,
     pub remote: GlobalAddr,
     pub rkey: Rkey,
     /// Signaled requests produce a completion; unsignaled ones only do when
-    /// they fail (as on an RC queue pair).
+    /// they fail or are flushed (as on an RC queue pair). Their effects —
+    /// including READ data in local memory — happen either way.
     pub signaled: bool,
     pub op: Op,
 }
 
 impl WorkRequest {
-    fn new(remote: GlobalAddr, rkey: Rkey, op: Op) -> Self {
+    #[inline]
+    const fn new(remote: GlobalAddr, rkey: Rkey, op: Op) -> Self {
         Self {
             wr_id: 0,
             remote,
@@ -84,23 +104,34 @@ impl WorkRequest {
         }
     }
 
-    /// READ into `buf` (its length is the read length).
-    pub fn read(remote: GlobalAddr, rkey: Rkey, buf: Vec<u8>) -> Self {
-        Self::new(remote, rkey, Op::Read { buf })
+    /// READ into `local`.
+    #[inline]
+    pub const fn read(remote: GlobalAddr, rkey: Rkey, local: LocalRef) -> Self {
+        Self::new(remote, rkey, Op::Read { local })
     }
 
-    /// WRITE of `buf`.
-    pub fn write(remote: GlobalAddr, rkey: Rkey, buf: Vec<u8>) -> Self {
-        Self::new(remote, rkey, Op::Write { buf, inline: false })
+    /// WRITE from `local`.
+    #[inline]
+    pub const fn write(remote: GlobalAddr, rkey: Rkey, local: LocalRef) -> Self {
+        Self::new(
+            remote,
+            rkey,
+            Op::Write {
+                local,
+                inline: false,
+            },
+        )
     }
 
     /// CAS.
-    pub fn cas(remote: GlobalAddr, rkey: Rkey, expected: u64, desired: u64) -> Self {
+    #[inline]
+    pub const fn cas(remote: GlobalAddr, rkey: Rkey, expected: u64, desired: u64) -> Self {
         Self::new(remote, rkey, Op::Cas { expected, desired })
     }
 
     /// Masked CAS (see [`Op::MaskedCas`]).
-    pub fn masked_cas(
+    #[inline]
+    pub const fn masked_cas(
         remote: GlobalAddr,
         rkey: Rkey,
         compare: u64,
@@ -121,31 +152,53 @@ impl WorkRequest {
     }
 
     /// FAA.
-    pub fn faa(remote: GlobalAddr, rkey: Rkey, add: u64) -> Self {
+    #[inline]
+    pub const fn faa(remote: GlobalAddr, rkey: Rkey, add: u64) -> Self {
         Self::new(remote, rkey, Op::Faa { add })
     }
 
-    /// Sets the caller's id.
-    pub fn id(mut self, wr_id: u64) -> Self {
+    /// With the caller's id.
+    #[inline]
+    pub const fn id(mut self, wr_id: u64) -> Self {
         self.wr_id = wr_id;
         self
     }
 
-    /// Makes the request unsignaled.
-    pub fn unsignaled(mut self) -> Self {
+    /// Unsignaled.
+    #[inline]
+    pub const fn unsignaled(mut self) -> Self {
         self.signaled = false;
         self
     }
 
-    /// Marks a WRITE inline (no effect on other verbs).
-    pub fn inline(mut self) -> Self {
-        if let Op::Write { inline, .. } = &mut self.op {
-            *inline = true;
+    /// Inline (WRITE only; no effect on other verbs).
+    #[inline]
+    pub const fn inline(mut self) -> Self {
+        if let Op::Write { local, .. } = self.op {
+            self.op = Op::Write {
+                local,
+                inline: true,
+            };
         }
         self
     }
 
+    /// Sets the caller's id in place.
+    #[inline]
+    pub fn set_id(&mut self, wr_id: u64) -> &mut Self {
+        self.wr_id = wr_id;
+        self
+    }
+
+    /// Makes the request unsignaled, in place.
+    #[inline]
+    pub fn set_unsignaled(&mut self) -> &mut Self {
+        self.signaled = false;
+        self
+    }
+
     /// The verb.
+    #[inline]
     pub fn kind(&self) -> VerbKind {
         match self.op {
             Op::Read { .. } => VerbKind::Read,
@@ -157,29 +210,23 @@ impl WorkRequest {
     }
 
     /// Bytes moved on the remote side.
+    #[inline]
     pub fn len(&self) -> usize {
-        match &self.op {
-            Op::Read { buf } | Op::Write { buf, .. } => buf.len(),
+        match self.op {
+            Op::Read { local } | Op::Write { local, .. } => local.len as usize,
             _ => 8,
         }
     }
 
     /// Whether the request moves no bytes (always an error when posted).
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// Takes the request's buffer (empty for atomics).
-    pub fn take_buf(&mut self) -> Vec<u8> {
-        match &mut self.op {
-            Op::Read { buf } | Op::Write { buf, .. } => std::mem::take(buf),
-            _ => Vec::new(),
-        }
     }
 }
 
 /// Requests gathered to be posted with one doorbell.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Batch {
     pub(crate) wrs: Vec<WorkRequest>,
 }
@@ -198,17 +245,94 @@ impl Batch {
     }
 
     /// Appends a request.
+    #[inline]
     pub fn push(&mut self, wr: WorkRequest) -> &mut Self {
         self.wrs.push(wr);
         self
     }
 
+    /// Appends a request built in place and returns it for `set_id` etc.
+    /// (Building requests in place avoids a stack temporary whose copy costs a
+    /// store-forwarding stall on the hot path.)
+    #[inline(always)]
+    fn emplace(&mut self, remote: GlobalAddr, rkey: Rkey, op: Op) -> &mut WorkRequest {
+        self.wrs.reserve(1);
+        let at = self.wrs.len();
+        self.wrs.spare_capacity_mut()[0].write(WorkRequest::new(remote, rkey, op));
+        // SAFETY: `reserve(1)` guaranteed room for one more element and the
+        // slot at index `at` was just initialised.
+        unsafe { self.wrs.set_len(at + 1) };
+        &mut self.wrs[at]
+    }
+
+    /// Appends a READ into `local`.
+    #[inline]
+    pub fn read(&mut self, remote: GlobalAddr, rkey: Rkey, local: LocalRef) -> &mut WorkRequest {
+        self.emplace(remote, rkey, Op::Read { local })
+    }
+
+    /// Appends a WRITE from `local`.
+    #[inline]
+    pub fn write(&mut self, remote: GlobalAddr, rkey: Rkey, local: LocalRef) -> &mut WorkRequest {
+        self.emplace(
+            remote,
+            rkey,
+            Op::Write {
+                local,
+                inline: false,
+            },
+        )
+    }
+
+    /// Appends a CAS.
+    #[inline]
+    pub fn cas(
+        &mut self,
+        remote: GlobalAddr,
+        rkey: Rkey,
+        expected: u64,
+        desired: u64,
+    ) -> &mut WorkRequest {
+        self.emplace(remote, rkey, Op::Cas { expected, desired })
+    }
+
+    /// Appends a masked CAS (see [`Op::MaskedCas`]).
+    #[inline]
+    pub fn masked_cas(
+        &mut self,
+        remote: GlobalAddr,
+        rkey: Rkey,
+        compare: u64,
+        compare_mask: u64,
+        swap: u64,
+        swap_mask: u64,
+    ) -> &mut WorkRequest {
+        self.emplace(
+            remote,
+            rkey,
+            Op::MaskedCas {
+                compare,
+                compare_mask,
+                swap,
+                swap_mask,
+            },
+        )
+    }
+
+    /// Appends a FAA.
+    #[inline]
+    pub fn faa(&mut self, remote: GlobalAddr, rkey: Rkey, add: u64) -> &mut WorkRequest {
+        self.emplace(remote, rkey, Op::Faa { add })
+    }
+
     /// Number of requests.
+    #[inline]
     pub fn len(&self) -> usize {
         self.wrs.len()
     }
 
     /// Whether the batch is empty.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.wrs.is_empty()
     }
@@ -218,40 +342,39 @@ impl Batch {
         &self.wrs
     }
 
+    /// The requests, mutable (e.g. to make all but the last unsignaled).
+    pub fn requests_mut(&mut self) -> &mut [WorkRequest] {
+        &mut self.wrs
+    }
+
     /// Drops all requests.
+    #[inline]
     pub fn clear(&mut self) {
         self.wrs.clear();
     }
-
-    /// Moves the requests out, leaving the batch empty (its capacity kept).
-    pub fn drain(&mut self) -> std::vec::Drain<'_, WorkRequest> {
-        self.wrs.drain(..)
-    }
 }
 
-/// The completion of one request.
+/// The completion of one request (24 bytes: completions cross queues on the
+/// hot path; the details of a failure, which is rare, live behind the box).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Completion {
     pub wr_id: u64,
-    /// Position of the request in the batch it was posted with.
-    pub index: usize,
-    pub kind: VerbKind,
-    pub remote: GlobalAddr,
-    /// The request's buffer, handed back (READ data is in it). Empty for atomics.
-    pub buf: Vec<u8>,
-    /// Old value for atomics, bytes moved for READ/WRITE; or why it failed.
-    pub result: Result<u64, crate::VerbError>,
+    /// Old value for atomics, bytes moved for READ/WRITE; or the failed
+    /// request, named by its batch position, id, verb and address.
+    pub result: Result<u64, Box<crate::RequestError>>,
 }
+const _: () = assert!(std::mem::size_of::<Completion>() == 24);
 
 impl Completion {
-    /// The failure as a [`crate::RequestError`] naming the request, if any.
-    pub fn error(&self) -> Option<crate::RequestError> {
-        self.result.as_ref().err().map(|e| crate::RequestError {
-            index: self.index,
-            wr_id: self.wr_id,
-            kind: self.kind,
-            remote: self.remote,
-            error: e.clone(),
-        })
+    /// The failure, if any.
+    #[inline]
+    pub fn error(&self) -> Option<&crate::RequestError> {
+        self.result.as_ref().err().map(|e| &**e)
+    }
+
+    /// Why it failed, if it did.
+    #[inline]
+    pub fn verb_error(&self) -> Option<&crate::VerbError> {
+        self.error().map(|e| &e.error)
     }
 }

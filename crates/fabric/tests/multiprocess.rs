@@ -8,15 +8,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::Served;
-use dmkit_fabric::{Batch, Fabric, QueuePair, WorkRequest};
+use dmkit_fabric::{Fabric, SyncQp};
 
 const TESTKIT: &str = env!("CARGO_BIN_EXE_dmkit-shm-testkit");
-
-fn read_u64(qp: &mut dyn QueuePair, a: dmkit_fabric::GlobalAddr, k: u32) -> u64 {
-    let mut b = Batch::new();
-    b.push(WorkRequest::read(a, k, vec![0; 8]));
-    u64::from_ne_bytes(qp.execute(&mut b).unwrap()[0].buf[..8].try_into().unwrap())
-}
 
 #[test]
 fn faa_from_processes_and_threads_sums_exactly() {
@@ -39,11 +33,9 @@ fn faa_from_processes_and_threads_sums_exactly() {
         })
         .collect();
     // This process adds concurrently too.
-    let mut qp = f.connect(0).unwrap();
-    let mut b = Batch::new();
+    let mut q = SyncQp::new(&f, 0, 64).unwrap();
     for _ in 0..iters {
-        b.push(WorkRequest::faa(base.add(32), k, 1));
-        qp.execute(&mut b).unwrap();
+        q.faa(base.add(32), k, 1).unwrap();
     }
     for mut c in children {
         assert!(c.wait().unwrap().success());
@@ -61,7 +53,7 @@ fn faa_from_processes_and_threads_sums_exactly() {
     expect[4] += iters;
     for (c, want) in expect.iter().enumerate() {
         assert_eq!(
-            read_u64(qp.as_mut(), base.add(8 * c as u64), k),
+            q.read_u64(base.add(8 * c as u64), k).unwrap(),
             *want,
             "counter {c}"
         );
@@ -88,9 +80,9 @@ fn cas_spinlock_across_processes_protects_a_plain_counter() {
     for mut c in children {
         assert!(c.wait().unwrap().success());
     }
-    let mut qp = f.connect(0).unwrap();
-    assert_eq!(read_u64(qp.as_mut(), counter, k), procs * threads * iters);
-    assert_eq!(read_u64(qp.as_mut(), lock, k), 0, "lock released");
+    let mut q = SyncQp::new(&f, 0, 64).unwrap();
+    assert_eq!(q.read_u64(counter, k).unwrap(), procs * threads * iters);
+    assert_eq!(q.read_u64(lock, k).unwrap(), 0, "lock released");
 }
 
 #[test]
@@ -119,10 +111,8 @@ fn killed_client_is_reaped_and_others_keep_working() {
 
     // Another client works while the child runs, and after it is killed
     // mid-run (its mapping of the memfd still live at that moment).
-    let mut qp = f.connect(0).unwrap();
-    let mut b = Batch::new();
-    b.push(WorkRequest::faa(mine, k, 1));
-    qp.execute(&mut b).unwrap();
+    let mut q = SyncQp::new(&f, 0, 64).unwrap();
+    q.faa(mine, k, 1).unwrap();
     child.kill().unwrap();
     child.wait().unwrap();
 
@@ -144,8 +134,7 @@ fn killed_client_is_reaped_and_others_keep_working() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    b.push(WorkRequest::faa(mine, k, 1));
-    assert_eq!(qp.execute(&mut b).unwrap()[0].result, Ok(1));
+    assert_eq!(q.faa(mine, k, 1).unwrap(), 1);
     // Its memory can be allocated again.
     let (again, len, _) = f.alloc_chunk(0, hold_len, false).unwrap();
     assert_eq!(len, hold_len);

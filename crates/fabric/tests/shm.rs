@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use common::Served;
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_fabric::{
-    conformance, Batch, Fabric, FabricError, GlobalAddr, QueuePair, VerbError, WorkRequest,
+    conformance, Batch, Fabric, FabricError, GlobalAddr, LocalMem, LocalRef, QueuePair, SyncQp,
+    VerbError, WorkRequest,
 };
 use dmkit_memnode::layout::access;
 use dmkit_memnode::proto::{self, Hello, Request, Response, PROTO_MAGIC, PROTO_VERSION};
@@ -83,12 +84,14 @@ fn access_rights_and_deregistration_are_enforced() {
     let node = f.embedded_node(0).unwrap();
     let ro = node.register_region(4096 * 16, 4096, access::READ).unwrap();
     let a = GlobalAddr::new(0, 4096 * 16);
-    let mut qp = f.connect(0).unwrap();
+    let mut q = SyncQp::new(&f, 0, 64).unwrap();
+    q.read(a, ro.rkey, 8).unwrap();
+    let mem = LocalMem::new(64);
+    let l8 = LocalRef::new(q.qp().register_local(&mem), 0, 8);
+    let qp = q.qp();
     let mut b = Batch::new();
-    b.push(WorkRequest::read(a, ro.rkey, vec![0; 8]));
-    qp.execute(&mut b).unwrap();
     for wr in [
-        WorkRequest::write(a, ro.rkey, vec![1; 8]),
+        WorkRequest::write(a, ro.rkey, l8),
         WorkRequest::faa(a, ro.rkey, 1),
     ] {
         b.push(wr);
@@ -100,7 +103,7 @@ fn access_rights_and_deregistration_are_enforced() {
         }
     }
     node.deregister_region(ro.rkey).unwrap();
-    b.push(WorkRequest::read(a, ro.rkey, vec![0; 8]));
+    b.push(WorkRequest::read(a, ro.rkey, l8));
     match qp.execute(&mut b) {
         Err(FabricError::Request(e)) => assert_eq!(e.error, VerbError::BadKey { rkey: ro.rkey }),
         other => panic!("{other:?}"),
@@ -131,12 +134,21 @@ fn latency_model_delays_completions_not_data() {
     assert_eq!(qp.poll(&mut out, 8), 0, "not visible before the round trip");
     assert_eq!(qp.pending(), 1);
     b.push(WorkRequest::faa(a, k, 1));
-    qp.execute(&mut b).unwrap();
+    let c = qp.execute(&mut b).unwrap();
     assert!(t0.elapsed() >= rtt);
-    let mut qp2 = f.connect(0).unwrap();
-    b.push(WorkRequest::read(a, k, vec![0; 8]));
-    let c = qp2.execute(&mut b).unwrap();
-    assert_eq!(c[0].buf, 2u64.to_ne_bytes());
+    assert_eq!(
+        c.iter()
+            .map(|c| c.result.clone().unwrap())
+            .collect::<Vec<_>>(),
+        vec![0, 1]
+    );
+    let mut q2 = SyncQp::new(&f, 0, 64).unwrap();
+    let t1 = Instant::now();
+    assert_eq!(q2.read_u64(a, k).unwrap(), 2);
+    assert!(
+        t1.elapsed() >= rtt,
+        "a synchronous read waits one round trip"
+    );
 }
 
 #[test]
@@ -144,23 +156,18 @@ fn remapped_pages_keep_their_contents_for_connected_clients() {
     let s = Served::start(4 << 20);
     let f = s.client();
     let (a, _, k) = f.alloc_chunk(0, 3 * 4096, true).unwrap();
-    let mut qp = f.connect(0).unwrap();
+    let mut q = SyncQp::new(&f, 0, 64).unwrap();
     let data: Vec<u8> = (0..3 * 4096u32).map(|i| (i * 7) as u8).collect();
-    let mut b = Batch::new();
-    b.push(WorkRequest::write(a, k, data.clone()));
-    qp.execute(&mut b).unwrap();
+    q.write(a, k, &data).unwrap();
     let page = a.offset() / 4096 + 1;
     let before = s.node.translate(page).unwrap();
     let after = s.node.migrate_page(page).unwrap();
     assert_ne!(before, after);
-    b.push(WorkRequest::read(a, k, vec![0; 3 * 4096]));
-    assert_eq!(qp.execute(&mut b).unwrap()[0].buf, data);
+    assert_eq!(q.read(a, k, 3 * 4096).unwrap(), data);
     // New writes land on the new memory page and stay visible.
-    b.push(WorkRequest::write(a.add(4096), k, vec![0xEE; 64]));
-    qp.execute(&mut b).unwrap();
+    q.write(a.add(4096), k, &[0xEE; 64]).unwrap();
     s.node.migrate_page(page).unwrap();
-    b.push(WorkRequest::read(a.add(4096), k, vec![0; 64]));
-    assert_eq!(qp.execute(&mut b).unwrap()[0].buf, vec![0xEE; 64]);
+    assert_eq!(q.read(a.add(4096), k, 64).unwrap(), vec![0xEE; 64]);
 }
 
 fn raw_connect(s: &Served, token: [u8; 32]) -> UnixStream {
@@ -286,9 +293,11 @@ fn qp_stats_count_verbs_and_bytes() {
     let f = embedded();
     let (a, _, k) = f.alloc_chunk(0, 4096, false).unwrap();
     let mut qp = f.connect_qp(0).unwrap();
+    let mem = LocalMem::new(4096);
+    let lk = qp.register_local(&mem);
     let mut b = Batch::new();
-    b.push(WorkRequest::write(a, k, vec![1; 100]))
-        .push(WorkRequest::read(a, k, vec![0; 30]))
+    b.push(WorkRequest::write(a, k, LocalRef::new(lk, 0, 100)))
+        .push(WorkRequest::read(a, k, LocalRef::new(lk, 100, 30)))
         .push(WorkRequest::cas(a, k, 0, 1))
         .push(WorkRequest::faa(a.add(8), k, 1));
     qp.execute(&mut b).unwrap();

@@ -11,7 +11,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use dmkit_fabric::shm::{ShmConfig, ShmFabric, Target};
-use dmkit_fabric::{Batch, Fabric, GlobalAddr, WorkRequest};
+use dmkit_fabric::{Fabric, GlobalAddr, SyncQp};
 
 fn hex(s: &str) -> u64 {
     u64::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex argument")
@@ -47,12 +47,10 @@ fn main() -> ExitCode {
                 for t in 0..threads {
                     let fabric = &fabric;
                     s.spawn(move || {
-                        let mut qp = fabric.connect(base.node()).expect("qp");
-                        let mut b = Batch::new();
+                        let mut q = SyncQp::new(fabric, base.node(), 64).expect("qp");
                         for i in 0..iters {
                             let c = (i + t) % counters;
-                            b.push(WorkRequest::faa(base.add(8 * c), rkey, 1 + c));
-                            qp.execute(&mut b).expect("faa");
+                            q.faa(base.add(8 * c), rkey, 1 + c).expect("faa");
                         }
                     });
                 }
@@ -72,34 +70,24 @@ fn main() -> ExitCode {
                     let fabric = &fabric;
                     s.spawn(move || {
                         let owner = (me << 16) | (t + 1);
-                        let mut qp = fabric.connect(lock.node()).expect("qp");
-                        let mut b = Batch::new();
+                        let mut q = SyncQp::new(fabric, lock.node(), 64).expect("qp");
+                        let scratch = dmkit_fabric::LocalMem::new(64);
+                        let lk = q.qp().register_local(&scratch);
+                        let mut b = dmkit_fabric::Batch::new();
                         for _ in 0..iters {
                             // Acquire: CAS 0 → owner until it succeeds.
-                            loop {
-                                b.push(WorkRequest::cas(lock, rkey, 0, owner));
-                                let c = qp.execute(&mut b).expect("cas");
-                                if c[0].result == Ok(0) {
-                                    break;
-                                }
+                            while q.cas(lock, rkey, 0, owner).expect("cas") != 0 {
                                 std::thread::yield_now();
                             }
                             // Critical section: a non-atomic read-modify-write.
-                            b.push(WorkRequest::read(counter, rkey, vec![0; 8]));
-                            let c = qp.execute(&mut b).expect("read");
-                            let v = u64::from_ne_bytes(c[0].buf[..8].try_into().unwrap());
+                            let v = q.read_u64(counter, rkey).expect("read");
+                            scratch.store_u64(0, v + 1);
                             // Update and release in one batch: posting order keeps
                             // the counter write before the unlock.
-                            b.push(
-                                WorkRequest::write(counter, rkey, (v + 1).to_ne_bytes().to_vec())
-                                    .unsignaled(),
-                            )
-                            .push(WorkRequest::write(
-                                lock,
-                                rkey,
-                                0u64.to_ne_bytes().to_vec(),
-                            ));
-                            qp.execute(&mut b).expect("release");
+                            b.write(counter, rkey, dmkit_fabric::LocalRef::new(lk, 0, 8))
+                                .set_unsignaled();
+                            b.write(lock, rkey, dmkit_fabric::LocalRef::new(lk, 8, 8));
+                            q.qp().execute(&mut b).expect("release");
                         }
                     });
                 }
@@ -108,13 +96,11 @@ fn main() -> ExitCode {
         "hold" => {
             let len = num(&args[2]);
             let (addr, _, rkey) = fabric.alloc_chunk(0, len, false).expect("alloc");
-            let mut qp = fabric.connect(0).expect("qp");
+            let mut q = SyncQp::new(&fabric, 0, 64).expect("qp");
             println!("ready {:#x}", addr.raw());
             std::io::stdout().flush().expect("flush");
-            let mut b = Batch::new();
             loop {
-                b.push(WorkRequest::faa(addr, rkey, 1));
-                qp.execute(&mut b).expect("faa");
+                q.faa(addr, rkey, 1).expect("faa");
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
         }

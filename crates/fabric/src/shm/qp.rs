@@ -12,8 +12,9 @@ use dmkit_memnode::layout::access;
 use super::view::NodeView;
 use crate::addr::NodeId;
 use crate::caps::Capabilities;
-use crate::error::{PostError, VerbError};
-use crate::wr::{Batch, Completion, Op, WorkRequest};
+use crate::error::{PostError, RequestError, VerbError};
+use crate::local::{Lkey, LocalMem};
+use crate::wr::{Batch, Completion, LocalRef, Op, WorkRequest};
 use crate::{QpStats, QueuePair};
 
 /// A queue pair of the shm backend.
@@ -22,8 +23,12 @@ pub struct ShmQp {
     view: Arc<NodeView>,
     caps: Capabilities,
     rtt: Option<Duration>,
-    /// Completions with the instant they become visible (latency model).
-    cq: VecDeque<(Option<Instant>, Completion)>,
+    /// Completions not yet polled, in posting order.
+    cq: Vec<Completion>,
+    /// Local memory registered on this queue pair; the lkey is the index.
+    locals: Vec<LocalMem>,
+    /// With the latency model: (instant visible, completions of that post).
+    ready: VecDeque<(Instant, usize)>,
     stats: QpStats,
 }
 
@@ -39,7 +44,9 @@ impl ShmQp {
             view,
             caps,
             rtt,
-            cq: VecDeque::with_capacity(caps.max_batch),
+            cq: Vec::with_capacity(caps.max_batch),
+            ready: VecDeque::new(),
+            locals: Vec::new(),
             stats: QpStats::default(),
         }
     }
@@ -47,7 +54,7 @@ impl ShmQp {
     /// Checks a request against node, length, region key, access, bounds and
     /// alignment, then executes it. Returns the old value (atomics) or bytes moved.
     #[inline]
-    fn execute_one(&mut self, wr: &mut WorkRequest) -> Result<u64, VerbError> {
+    fn execute_one(&mut self, wr: &WorkRequest) -> Result<u64, VerbError> {
         let remote = wr.remote;
         if remote.node() != self.node {
             return Err(VerbError::WrongNode {
@@ -101,15 +108,19 @@ impl ShmQp {
             });
         }
         let s = &mut self.stats;
-        match &mut wr.op {
-            Op::Read { buf } => {
-                self.view.read(off, buf)?;
+        match wr.op {
+            Op::Read { local } => {
+                let dst = local_ptr(&self.locals, local)?;
+                // SAFETY: dst..dst+len lies in a LocalMem this queue pair keeps alive.
+                unsafe { self.view.read_to(off, dst, len)? };
                 s.reads += 1;
                 s.bytes_read += len as u64;
                 Ok(len as u64)
             }
-            Op::Write { buf, .. } => {
-                self.view.write(off, buf)?;
+            Op::Write { local, .. } => {
+                let src = local_ptr(&self.locals, local)?;
+                // SAFETY: src..src+len lies in a LocalMem this queue pair keeps alive.
+                unsafe { self.view.write_from(off, src, len)? };
                 s.writes += 1;
                 s.bytes_written += len as u64;
                 Ok(len as u64)
@@ -119,7 +130,7 @@ impl ShmQp {
                     return Err(VerbError::Unaligned { offset: off });
                 }
                 let w = self.view.word(off)?;
-                let old = match *op {
+                let old = match op {
                     Op::Cas { expected, desired } => {
                         s.cas += 1;
                         match w.compare_exchange(
@@ -158,6 +169,20 @@ impl ShmQp {
     }
 }
 
+/// Resolves a local range to a pointer, checking key and bounds.
+#[inline(always)]
+fn local_ptr(locals: &[LocalMem], l: LocalRef) -> Result<*mut u8, VerbError> {
+    let mem = locals
+        .get(l.lkey as usize)
+        .ok_or(VerbError::BadLkey(l.lkey))?;
+    mem.range_ptr(l.offset, l.len)
+        .ok_or(VerbError::LocalOutOfBounds {
+            lkey: l.lkey,
+            offset: l.offset,
+            len: l.len,
+        })
+}
+
 impl QueuePair for ShmQp {
     fn node(&self) -> NodeId {
         self.node
@@ -167,6 +192,15 @@ impl QueuePair for ShmQp {
         self.caps
     }
 
+    fn register_local(&mut self, mem: &LocalMem) -> Lkey {
+        if let Some(i) = self.locals.iter().position(|m| m.same(mem)) {
+            return i as Lkey;
+        }
+        self.locals.push(mem.clone());
+        (self.locals.len() - 1) as Lkey
+    }
+
+    #[inline]
     fn post(&mut self, batch: &mut Batch) -> Result<(), PostError> {
         if batch.len() > self.caps.max_batch {
             return Err(PostError::BatchTooLarge {
@@ -178,13 +212,13 @@ impl QueuePair for ShmQp {
             return Ok(());
         }
         self.stats.doorbells += 1;
-        let ready = self.rtt.map(|rtt| Instant::now() + rtt);
+        let before = self.cq.len();
         let mut failed = false;
-        for (index, mut wr) in batch.drain().enumerate() {
+        for (index, wr) in batch.wrs.iter().enumerate() {
             let result = if failed {
                 Err(VerbError::Flushed)
             } else {
-                let r = self.execute_one(&mut wr);
+                let r = self.execute_one(wr);
                 if r.is_err() {
                     failed = true;
                     self.stats.errors += 1;
@@ -192,36 +226,68 @@ impl QueuePair for ShmQp {
                 r
             };
             if wr.signaled || result.is_err() {
-                let c = Completion {
-                    wr_id: wr.wr_id,
-                    index,
-                    kind: wr.kind(),
-                    remote: wr.remote,
-                    buf: wr.take_buf(),
-                    result,
-                };
-                self.cq.push_back((ready, c));
+                let result = result.map_err(|error| {
+                    Box::new(RequestError {
+                        index,
+                        wr_id: wr.wr_id,
+                        kind: wr.kind(),
+                        remote: wr.remote,
+                        error,
+                    })
+                });
+                let wr_id = wr.wr_id;
+                self.cq.reserve(1);
+                let at = self.cq.len();
+                self.cq.spare_capacity_mut()[0].write(Completion { wr_id, result });
+                // SAFETY: reserve(1) made room and the slot at `at` was just written
+                // (built in place: a stack temporary would cost a stall per request).
+                unsafe { self.cq.set_len(at + 1) };
+            }
+        }
+        batch.wrs.clear();
+        if let Some(rtt) = self.rtt {
+            let n = self.cq.len() - before;
+            if n > 0 {
+                self.ready.push_back((Instant::now() + rtt, n));
             }
         }
         Ok(())
     }
 
+    #[inline]
     fn poll(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
-        let now = match self.cq.front() {
-            None => return 0,
-            Some((Some(_), _)) => Some(Instant::now()),
-            Some((None, _)) => None,
-        };
-        let mut n = 0;
-        while n < max {
-            match self.cq.front() {
-                Some((Some(t), _)) if now.is_some_and(|now| *t > now) => break,
-                Some(_) => {
-                    let (_, c) = self.cq.pop_front().expect("front exists");
-                    out.push(c);
-                    n += 1;
+        let visible = if self.rtt.is_none() {
+            self.cq.len()
+        } else {
+            // Completions become visible a round trip after their post.
+            let now = Instant::now();
+            let mut v = 0;
+            for &(t, n) in &self.ready {
+                if t > now {
+                    break;
                 }
-                None => break,
+                v += n;
+            }
+            v
+        };
+        let n = visible.min(max);
+        if n == 0 {
+            return 0;
+        }
+        if n == self.cq.len() && out.is_empty() {
+            // Common case: hand the whole queue over without copying.
+            std::mem::swap(out, &mut self.cq);
+        } else {
+            out.extend(self.cq.drain(..n));
+        }
+        let mut left = n;
+        while self.rtt.is_some() && left > 0 {
+            let front = self.ready.front_mut().expect("ready covers the queue");
+            let take = front.1.min(left);
+            front.1 -= take;
+            left -= take;
+            if front.1 == 0 {
+                self.ready.pop_front();
             }
         }
         n

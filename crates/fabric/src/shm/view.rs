@@ -6,7 +6,7 @@
 //! aligned words, `AtomicU8` for unaligned edges), so concurrent verbs from
 //! other threads and processes are data-race free by construction.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use dmkit_memnode::layout::{self, ControlHeader, PageEntry, RegionEntry, MAX_REGIONS};
@@ -15,6 +15,7 @@ use dmkit_memnode::NodeLayout;
 
 use crate::addr::Rkey;
 use crate::error::VerbError;
+use crate::local::copy_shared;
 
 /// Mapped memory and tables of one node.
 pub(crate) struct NodeView {
@@ -110,7 +111,7 @@ impl NodeView {
     }
 
     /// Pointer to the byte at remote `offset`; valid up to the end of its page.
-    #[inline]
+    #[inline(always)]
     fn translate(&self, offset: u64) -> Result<*mut u8, VerbError> {
         let page = offset >> self.page_shift;
         if page >= self.layout.remote_pages {
@@ -150,26 +151,49 @@ impl NodeView {
         Ok(())
     }
 
-    /// READ: copies remote bytes into `dst`, word by word in ascending order.
-    #[inline]
-    pub(crate) fn read(&self, offset: u64, dst: &mut [u8]) -> Result<(), VerbError> {
-        // SAFETY: each piece is inside one translated page of the data mapping.
-        self.for_each_piece(offset, dst.len(), |p, at, n| unsafe {
-            copy_out(p, &mut dst[at..at + n])
-        })
+    /// READ: copies `len` remote bytes at `offset` to local memory at `dst`,
+    /// word by word in ascending order.
+    ///
+    /// # Safety
+    /// `dst..dst+len` must be valid for writes (a registered local range).
+    #[inline(always)]
+    pub(crate) unsafe fn read_to(
+        &self,
+        offset: u64,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<(), VerbError> {
+        if len == 8 && (offset | dst as u64) % 8 == 0 {
+            // The common 8-byte word: one translation, one load, one store.
+            let v = self.word(offset)?.load(Ordering::Acquire);
+            (*(dst as *const AtomicU64)).store(v, Ordering::Release);
+            return Ok(());
+        }
+        self.for_each_piece(offset, len, |p, at, n| copy_shared(dst.add(at), p, n))
     }
 
-    /// WRITE: copies `src` to remote memory, word by word in ascending order.
-    #[inline]
-    pub(crate) fn write(&self, offset: u64, src: &[u8]) -> Result<(), VerbError> {
-        // SAFETY: each piece is inside one translated page of the data mapping.
-        self.for_each_piece(offset, src.len(), |p, at, n| unsafe {
-            copy_in(p, &src[at..at + n])
-        })
+    /// WRITE: copies `len` bytes of local memory at `src` to remote `offset`,
+    /// word by word in ascending address order.
+    ///
+    /// # Safety
+    /// `src..src+len` must be valid for reads (a registered local range).
+    #[inline(always)]
+    pub(crate) unsafe fn write_from(
+        &self,
+        offset: u64,
+        src: *const u8,
+        len: usize,
+    ) -> Result<(), VerbError> {
+        if len == 8 && (offset | src as u64) % 8 == 0 {
+            let v = (*(src as *const AtomicU64)).load(Ordering::Acquire);
+            self.word(offset)?.store(v, Ordering::Release);
+            return Ok(());
+        }
+        self.for_each_piece(offset, len, |p, at, n| copy_shared(p, src.add(at), n))
     }
 
     /// The 8-byte word at an aligned `offset`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn word(&self, offset: u64) -> Result<&AtomicU64, VerbError> {
         debug_assert_eq!(offset % 8, 0);
         let p = self.translate(offset)?;
@@ -177,51 +201,5 @@ impl NodeView {
         // page-aligned mapping, so p is 8-byte aligned and the word lies in one
         // page of the data mapping; it lives as long as self.
         Ok(unsafe { &*(p as *const AtomicU64) })
-    }
-}
-
-/// Copies `dst.len()` bytes from shared memory at `src`.
-///
-/// # Safety
-/// `src..src+dst.len()` must lie inside a live shared mapping.
-#[inline]
-unsafe fn copy_out(src: *const u8, dst: &mut [u8]) {
-    let n = dst.len();
-    let mut i = 0;
-    while i < n && (src as usize + i) % 8 != 0 {
-        dst[i] = (*(src.add(i) as *const AtomicU8)).load(Ordering::Acquire);
-        i += 1;
-    }
-    while i + 8 <= n {
-        let w = (*(src.add(i) as *const AtomicU64)).load(Ordering::Acquire);
-        dst[i..i + 8].copy_from_slice(&w.to_ne_bytes());
-        i += 8;
-    }
-    while i < n {
-        dst[i] = (*(src.add(i) as *const AtomicU8)).load(Ordering::Acquire);
-        i += 1;
-    }
-}
-
-/// Copies `src` into shared memory at `dst`, in ascending address order.
-///
-/// # Safety
-/// `dst..dst+src.len()` must lie inside a live, writable shared mapping.
-#[inline]
-unsafe fn copy_in(dst: *mut u8, src: &[u8]) {
-    let n = src.len();
-    let mut i = 0;
-    while i < n && (dst as usize + i) % 8 != 0 {
-        (*(dst.add(i) as *const AtomicU8)).store(src[i], Ordering::Release);
-        i += 1;
-    }
-    while i + 8 <= n {
-        let w = u64::from_ne_bytes(src[i..i + 8].try_into().expect("8 bytes"));
-        (*(dst.add(i) as *const AtomicU64)).store(w, Ordering::Release);
-        i += 8;
-    }
-    while i < n {
-        (*(dst.add(i) as *const AtomicU8)).store(src[i], Ordering::Release);
-        i += 1;
     }
 }

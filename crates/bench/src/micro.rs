@@ -1,0 +1,360 @@
+//! The verbs micro-benchmark: each thread owns a queue pair to node 0 and
+//! posts batches of one verb at uniformly random 8-byte-aligned addresses of
+//! a region, waiting for each batch before posting the next.
+//!
+//! Before timing, the region is written once (so every page is resident and
+//! mapped, as a registered RDMA region would be pinned); the measured phase
+//! then touches only memory that exists.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use dmkit_fabric::{
+    Batch, Completion, Fabric, FabricError, GlobalAddr, LocalMem, LocalRef, Rkey, SyncQp, VerbKind,
+};
+use serde::Serialize;
+
+use crate::rng::Rng;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct MicroConfig {
+    pub verb: VerbKind,
+    /// Bytes per READ/WRITE (atomics are always 8).
+    pub size: usize,
+    /// Bytes of the region addresses are drawn from.
+    pub region_size: u64,
+    pub threads: usize,
+    /// Requests per batch (one doorbell).
+    pub batch: usize,
+    pub duration: Duration,
+    pub seed: u64,
+    /// Signal every request, or only the last of each batch (selective
+    /// signaling; the rest complete implicitly in queue-pair order).
+    pub signal: Signal,
+}
+
+/// Which requests of a batch are signaled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Signal {
+    All,
+    Last,
+}
+
+/// Result of one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct MicroResult {
+    pub backend: String,
+    pub verb: String,
+    pub size: usize,
+    pub region_size: u64,
+    pub threads: usize,
+    pub batch: usize,
+    pub signal: Signal,
+    pub ops: u64,
+    pub seconds: f64,
+    /// Million operations per second, all threads.
+    pub mops: f64,
+    /// `mops / threads`.
+    pub mops_per_thread: f64,
+    /// Operations of each thread.
+    pub per_thread_ops: Vec<u64>,
+    pub doorbells: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+}
+
+#[repr(align(128))]
+#[derive(Default)]
+struct Padded(AtomicU64);
+
+/// Why a benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("invalid benchmark configuration: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Fabric(#[from] FabricError),
+}
+
+/// Validates a configuration; the message says what to change.
+pub fn check(cfg: &MicroConfig, fabric: &dyn Fabric) -> Result<(), String> {
+    let size = op_size(cfg);
+    if size == 0 {
+        return Err("--size must be at least 1 byte".into());
+    }
+    if cfg.verb.is_atomic() && cfg.size != 8 {
+        return Err(format!(
+            "atomics move 8 bytes; --size {} is not allowed with --verb {}",
+            cfg.size,
+            cfg.verb.name()
+        ));
+    }
+    if cfg.region_size < size as u64 || cfg.region_size < 8 {
+        return Err(format!(
+            "--region-size {} is smaller than one request of {} B",
+            cfg.region_size, size
+        ));
+    }
+    if u32::try_from(size).is_err() {
+        return Err(format!("--size {size} must be below 4 GiB"));
+    }
+    if cfg.threads == 0 || cfg.batch == 0 {
+        return Err("--threads and --batch must be at least 1".into());
+    }
+    let caps = fabric.caps();
+    if cfg.batch > caps.max_batch {
+        return Err(format!(
+            "--batch {} exceeds the backend's limit of {}",
+            cfg.batch, caps.max_batch
+        ));
+    }
+    if size > caps.max_message {
+        return Err(format!(
+            "--size {} exceeds the backend's message limit of {}",
+            size, caps.max_message
+        ));
+    }
+    Ok(())
+}
+
+fn op_size(cfg: &MicroConfig) -> usize {
+    if cfg.verb.is_atomic() {
+        8
+    } else {
+        cfg.size
+    }
+}
+
+/// Runs the benchmark. `progress(elapsed, ops_so_far)` is called about ten
+/// times a second from the calling thread.
+pub fn run(
+    fabric: &dyn Fabric,
+    cfg: &MicroConfig,
+    mut progress: impl FnMut(Duration, u64),
+) -> Result<MicroResult, BenchError> {
+    check(cfg, fabric).map_err(BenchError::Config)?;
+    let node = *fabric
+        .nodes()
+        .first()
+        .expect("a fabric has at least one node");
+    let (base, _, rkey) = fabric.alloc_chunk(node, cfg.region_size, false)?;
+    prefault(fabric, base, rkey, cfg.region_size)?;
+
+    let counters: Vec<Padded> = (0..cfg.threads).map(|_| Padded::default()).collect();
+    let stop = AtomicBool::new(false);
+    let started = AtomicU64::new(0);
+    let (elapsed, outcomes) = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..cfg.threads)
+            .map(|t| {
+                let (counter, stop, started) = (&counters[t].0, &stop, &started);
+                s.spawn(move || {
+                    let r = worker(fabric, cfg, base, rkey, t as u64, counter, stop, started);
+                    if r.is_err() {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                    r
+                })
+            })
+            .collect();
+        while started.load(Ordering::Acquire) < cfg.threads as u64 && !stop.load(Ordering::Relaxed)
+        {
+            std::thread::yield_now();
+        }
+        let t0 = Instant::now();
+        while !stop.load(Ordering::Relaxed) {
+            let el = t0.elapsed();
+            if el >= cfg.duration {
+                break;
+            }
+            std::thread::sleep((cfg.duration - el).min(Duration::from_millis(100)));
+            progress(
+                t0.elapsed().min(cfg.duration),
+                counters.iter().map(|c| c.0.load(Ordering::Relaxed)).sum(),
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+        let elapsed = t0.elapsed();
+        let outcomes: Vec<_> = handles
+            .into_iter()
+            .map(|h| h.join().expect("bench worker panicked"))
+            .collect();
+        (elapsed, outcomes)
+    });
+    let mut stats = dmkit_fabric::QpStats::default();
+    let mut per_thread_ops = Vec::with_capacity(cfg.threads);
+    for o in outcomes {
+        let (ops, st) = o?;
+        per_thread_ops.push(ops);
+        stats.merge(&st);
+    }
+    fabric.free_chunk(base)?;
+    let ops: u64 = per_thread_ops.iter().sum();
+    let seconds = elapsed.as_secs_f64();
+    let mops = ops as f64 / seconds / 1e6;
+    Ok(MicroResult {
+        backend: fabric.backend().into(),
+        verb: cfg.verb.name().into(),
+        size: op_size(cfg),
+        region_size: cfg.region_size,
+        threads: cfg.threads,
+        batch: cfg.batch,
+        signal: cfg.signal,
+        ops,
+        seconds,
+        mops,
+        mops_per_thread: mops / cfg.threads as f64,
+        per_thread_ops,
+        doorbells: stats.doorbells,
+        bytes_read: stats.bytes_read,
+        bytes_written: stats.bytes_written,
+    })
+}
+
+/// Writes the region once so every page is resident and mapped.
+fn prefault(
+    fabric: &dyn Fabric,
+    base: GlobalAddr,
+    rkey: Rkey,
+    len: u64,
+) -> Result<(), FabricError> {
+    let step = (1u64 << 20).min(len);
+    let mut q = SyncQp::new(fabric, base.node(), step as usize)?;
+    let zeros = vec![0u8; step as usize];
+    let mut off = 0;
+    while off < len {
+        let n = step.min(len - off) as usize;
+        q.write(base.add(off), rkey, &zeros[..n])?;
+        off += n as u64;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn worker(
+    fabric: &dyn Fabric,
+    cfg: &MicroConfig,
+    base: GlobalAddr,
+    rkey: Rkey,
+    thread: u64,
+    counter: &AtomicU64,
+    stop: &AtomicBool,
+    started: &AtomicU64,
+) -> Result<(u64, dmkit_fabric::QpStats), FabricError> {
+    let mut qp = fabric.connect(base.node())?;
+    let size = op_size(cfg);
+    let slots = (cfg.region_size - size as u64) / 8 + 1;
+    let mut rng = Rng::new(cfg.seed ^ (thread.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+    // One local slot per batch position, 8-byte aligned.
+    let stride = (size as u64).next_multiple_of(8);
+    let mem = LocalMem::new((stride * cfg.batch as u64) as usize);
+    mem.write(0, &vec![0xA5; mem.len()]);
+    let lkey = qp.register_local(&mem);
+    let mut batch = Batch::with_capacity(cfg.batch);
+    let mut done: Vec<Completion> = Vec::with_capacity(cfg.batch);
+    let expect = match cfg.signal {
+        Signal::All => cfg.batch,
+        Signal::Last => 1,
+    };
+    let mut ops = 0u64;
+    started.fetch_add(1, Ordering::Release);
+    while !stop.load(Ordering::Relaxed) {
+        for i in 0..cfg.batch as u64 {
+            let a = base.add(rng.below(slots) * 8);
+            let local = LocalRef::new(lkey, i * stride, size as u32);
+            let wr = match cfg.verb {
+                VerbKind::Read => batch.read(a, rkey, local),
+                VerbKind::Write => batch.write(a, rkey, local),
+                VerbKind::Cas => batch.cas(a, rkey, 0, 0),
+                VerbKind::MaskedCas => batch.masked_cas(a, rkey, 0, 0, 0, 0),
+                VerbKind::Faa => batch.faa(a, rkey, 1),
+            };
+            if cfg.signal == Signal::Last && i + 1 < cfg.batch as u64 {
+                wr.set_unsignaled();
+            }
+        }
+        qp.post(&mut batch)?;
+        let mut got = 0;
+        while got < expect {
+            got += qp.poll(&mut done, expect);
+        }
+        if let Some(e) = done.iter().find_map(Completion::error) {
+            return Err(FabricError::from(e.clone()).into());
+        }
+        done.clear();
+        ops += cfg.batch as u64;
+        counter.store(ops, Ordering::Relaxed);
+    }
+    Ok((ops, qp.stats()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dmkit_fabric::shm::{ShmConfig, ShmFabric};
+    use dmkit_memnode::NodeConfig;
+
+    #[test]
+    fn runs_every_verb_and_counts_what_it_did() {
+        let f = ShmFabric::embedded(
+            ShmConfig::default(),
+            &[NodeConfig {
+                size: 1 << 20,
+                ..Default::default()
+            }],
+        )
+        .unwrap();
+        for verb in [
+            VerbKind::Read,
+            VerbKind::Write,
+            VerbKind::Cas,
+            VerbKind::Faa,
+        ] {
+            let cfg = MicroConfig {
+                verb,
+                size: 8,
+                region_size: 64 << 10,
+                threads: 2,
+                batch: 4,
+                duration: Duration::from_millis(50),
+                seed: 1,
+                signal: if verb == VerbKind::Write {
+                    Signal::Last
+                } else {
+                    Signal::All
+                },
+            };
+            let r = run(&f, &cfg, |_, _| {}).unwrap();
+            assert!(r.ops > 0 && r.ops % 4 == 0, "{r:?}");
+            assert_eq!(r.per_thread_ops.iter().sum::<u64>(), r.ops);
+            assert_eq!(r.doorbells * 4, r.ops);
+            match verb {
+                VerbKind::Read => assert_eq!(r.bytes_read, 8 * r.ops),
+                VerbKind::Write => assert_eq!(r.bytes_written, 8 * r.ops),
+                _ => {}
+            }
+        }
+        // The chunk was freed each time.
+        assert_eq!(f.node_stats(0).unwrap().chunk_bytes, 0);
+        let bad = MicroConfig {
+            verb: VerbKind::Cas,
+            size: 16,
+            region_size: 4096,
+            threads: 1,
+            batch: 1,
+            duration: Duration::from_millis(1),
+            seed: 0,
+            signal: Signal::All,
+        };
+        assert!(check(&bad, &f)
+            .unwrap_err()
+            .contains("atomics move 8 bytes"));
+        let bad = MicroConfig {
+            verb: VerbKind::Read,
+            batch: 100_000,
+            ..bad
+        };
+        assert!(check(&bad, &f).unwrap_err().contains("--batch"));
+    }
+}

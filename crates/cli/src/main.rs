@@ -1,0 +1,357 @@
+//! `dmkit`: run memory nodes and benchmarks.
+//!
+//! ```text
+//! dmkit memnode --size 4GiB --listen unix:/tmp/dm0.sock
+//! dmkit bench micro --verb read --threads 2 --duration 5s [--connect unix:/tmp/dm0.sock]
+//! dmkit node stats --connect unix:/tmp/dm0.sock
+//! ```
+
+mod units;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use dmkit_bench::micro::{self, MicroConfig, Signal};
+use dmkit_fabric::shm::{parse_unix_target, ShmConfig, ShmFabric, Target};
+use dmkit_fabric::{Fabric, VerbKind};
+use dmkit_memnode::server::{default_token_path, Server};
+use dmkit_memnode::{MemNode, NodeConfig};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use units::{format_size, parse_size};
+
+#[derive(Parser)]
+#[command(
+    name = "dmkit",
+    version,
+    about = "A toolkit for disaggregated memory over one-sided verbs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a memory node process serving the shm backend on a Unix socket.
+    Memnode(MemnodeArgs),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(BenchCmd),
+    /// Control operations on a running memory node.
+    #[command(subcommand)]
+    Node(NodeCmd),
+}
+
+#[derive(Args)]
+struct MemnodeArgs {
+    /// Remote memory size (e.g. 4GiB).
+    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+    size: u64,
+    /// Where to listen: unix:PATH.
+    #[arg(long, value_parser = parse_unix_target)]
+    listen: PathBuf,
+    /// Token file to create (mode 0600); default PATH.token.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Memory node id (the high 16 bits of its global addresses).
+    #[arg(long, default_value_t = 0)]
+    node_id: u16,
+    /// Translation page size: 4KiB or 2MiB.
+    #[arg(long, default_value = "4KiB", value_parser = parse_size)]
+    page_size: u64,
+    /// Spare memory pages for run-time remapping.
+    #[arg(long, default_value_t = 64)]
+    spare_pages: u64,
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// One verb at random addresses of a region, per thread, in batches.
+    Micro(MicroArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Backend {
+    /// Shared memory: an embedded memory node, or node processes via --connect.
+    Shm,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Verb {
+    Read,
+    Write,
+    Cas,
+    Faa,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SignalArg {
+    All,
+    Last,
+}
+
+#[derive(Args)]
+struct FabricArgs {
+    /// Fabric backend.
+    #[arg(long, value_enum, default_value = "shm")]
+    backend: Backend,
+    /// Memory node processes to use (unix:PATH, repeatable); default: one
+    /// embedded node in this process.
+    #[arg(long, value_parser = parse_unix_target)]
+    connect: Vec<PathBuf>,
+    /// Token file for --connect (default PATH.token).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Emulated network round trip added to every completion (e.g. 2us).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    rtt: Option<Duration>,
+    /// Size of the embedded memory node (default: what the run needs).
+    #[arg(long, value_parser = parse_size)]
+    mem_size: Option<u64>,
+}
+
+#[derive(Args)]
+struct MicroArgs {
+    #[command(flatten)]
+    fabric: FabricArgs,
+    /// The verb to issue.
+    #[arg(long, value_enum, default_value = "read")]
+    verb: Verb,
+    /// Bytes per READ/WRITE (atomics: 8).
+    #[arg(long, default_value = "8", value_parser = parse_size)]
+    size: u64,
+    /// Region the random addresses are drawn from.
+    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+    region_size: u64,
+    /// Threads, each with its own queue pair.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Requests per batch (one doorbell).
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    /// How long to measure.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Signal every request, or only the last of each batch.
+    #[arg(long, value_enum, default_value = "all")]
+    signal: SignalArg,
+    /// Seed of the address generator.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the result as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Subcommand)]
+enum NodeCmd {
+    /// Print a node's statistics as JSON.
+    Stats(ConnectArgs),
+    /// Ask a node to shut down.
+    Shutdown(ConnectArgs),
+}
+
+#[derive(Args)]
+struct ConnectArgs {
+    /// The node: unix:PATH.
+    #[arg(long, value_parser = parse_unix_target)]
+    connect: PathBuf,
+    /// Token file (default PATH.token).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Memnode(a) => memnode(a),
+        Cmd::Bench(BenchCmd::Micro(a)) => bench_micro(a),
+        Cmd::Node(NodeCmd::Stats(a)) => node_stats(a),
+        Cmd::Node(NodeCmd::Shutdown(a)) => node_shutdown(a),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dmkit: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type Res = Result<(), String>;
+
+fn memnode(a: MemnodeArgs) -> Res {
+    let node = MemNode::new(NodeConfig {
+        node_id: a.node_id,
+        size: a.size,
+        page_size: a.page_size,
+        spare_pages: a.spare_pages,
+    })
+    .map_err(|e| e.to_string())?;
+    let token = a
+        .token_file
+        .unwrap_or_else(|| default_token_path(&a.listen));
+    let server = Server::bind(node, &a.listen, &token).map_err(|e| e.to_string())?;
+    eprintln!(
+        "dmkit memnode: node {} serving {} (pages {}) on unix:{}; token file {}",
+        a.node_id,
+        format_size(a.size),
+        format_size(a.page_size),
+        a.listen.display(),
+        token.display()
+    );
+    server.serve().map_err(|e| e.to_string())?;
+    eprintln!("dmkit memnode: shut down");
+    Ok(())
+}
+
+fn targets(paths: &[PathBuf], token_file: &Option<PathBuf>) -> Result<Vec<Target>, String> {
+    if token_file.is_some() && paths.len() > 1 {
+        return Err("--token-file names one file; with several --connect use each node's default PATH.token".into());
+    }
+    Ok(paths
+        .iter()
+        .map(|p| Target {
+            socket: p.clone(),
+            token_file: token_file.clone().unwrap_or_else(|| default_token_path(p)),
+        })
+        .collect())
+}
+
+fn open_fabric(a: &FabricArgs, needed: u64) -> Result<ShmFabric, String> {
+    let Backend::Shm = a.backend;
+    let cfg = ShmConfig {
+        rtt: a.rtt.filter(|d| !d.is_zero()),
+        ..Default::default()
+    };
+    if a.connect.is_empty() {
+        let size = a.mem_size.unwrap_or(needed);
+        ShmFabric::embedded(
+            cfg,
+            &[NodeConfig {
+                size,
+                ..Default::default()
+            }],
+        )
+    } else {
+        if a.mem_size.is_some() {
+            return Err("--mem-size sizes the embedded node; with --connect the node process has its own --size".into());
+        }
+        ShmFabric::connect(cfg, &targets(&a.connect, &a.token_file)?)
+    }
+    .map_err(|e| e.to_string())
+}
+
+fn bench_micro(a: MicroArgs) -> Res {
+    let verb = match a.verb {
+        Verb::Read => VerbKind::Read,
+        Verb::Write => VerbKind::Write,
+        Verb::Cas => VerbKind::Cas,
+        Verb::Faa => VerbKind::Faa,
+    };
+    let cfg = MicroConfig {
+        verb,
+        size: usize::try_from(a.size).map_err(|_| "--size too large")?,
+        region_size: a.region_size,
+        threads: a.threads,
+        batch: a.batch,
+        duration: a.duration,
+        seed: a.seed,
+        signal: match a.signal {
+            SignalArg::All => Signal::All,
+            SignalArg::Last => Signal::Last,
+        },
+    };
+    // The embedded node gets the region plus its reserved first page and slack.
+    let fabric = open_fabric(&a.fabric, a.region_size + (8 << 20))?;
+    micro::check(&cfg, &fabric)?;
+    let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
+        let b = ProgressBar::new(cfg.duration.as_millis() as u64);
+        b.set_style(
+            ProgressStyle::with_template("{spinner} {bar:40} {elapsed}/{duration} {msg}")
+                .expect("valid template"),
+        );
+        b
+    });
+    let r = micro::run(&fabric, &cfg, |el, ops| {
+        if let Some(b) = &bar {
+            b.set_position(el.as_millis() as u64);
+            b.set_message(format!(
+                "{:.2} Mops",
+                ops as f64 / el.as_secs_f64().max(1e-9) / 1e6
+            ));
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    println!(
+        "{:<8} {:<6} {:>6} {:>8} {:>7} {:>5} {:>6} {:>12} {:>8} {:>9} {:>11}",
+        "backend",
+        "verb",
+        "size",
+        "region",
+        "threads",
+        "batch",
+        "signal",
+        "ops",
+        "seconds",
+        "Mops",
+        "Mops/thread"
+    );
+    println!(
+        "{:<8} {:<6} {:>6} {:>8} {:>7} {:>5} {:>6} {:>12} {:>8.2} {:>9.3} {:>11.3}",
+        r.backend,
+        r.verb,
+        r.size,
+        format_size(r.region_size),
+        r.threads,
+        r.batch,
+        match r.signal {
+            Signal::All => "all",
+            Signal::Last => "last",
+        },
+        r.ops,
+        r.seconds,
+        r.mops,
+        r.mops_per_thread
+    );
+    if let Some(path) = a.json {
+        let text = serde_json::to_string_pretty(&r).expect("result serialises");
+        std::fs::write(&path, text + "\n")
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn control(a: &ConnectArgs) -> Result<ShmFabric, String> {
+    ShmFabric::connect(
+        ShmConfig::default(),
+        &targets(std::slice::from_ref(&a.connect), &a.token_file)?,
+    )
+    .map_err(|e| e.to_string())
+}
+
+fn node_stats(a: ConnectArgs) -> Res {
+    let f = control(&a)?;
+    let node = f.nodes()[0];
+    let st = f.node_stats(node).map_err(|e| e.to_string())?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&st).expect("stats serialise")
+    );
+    Ok(())
+}
+
+fn node_shutdown(a: ConnectArgs) -> Res {
+    let f = control(&a)?;
+    f.shutdown_node(f.nodes()[0]).map_err(|e| e.to_string())
+}
