@@ -280,7 +280,7 @@ fn worker(
             got += qp.poll(&mut done, expect);
         }
         if let Some(e) = done.iter().find_map(Completion::error) {
-            return Err(FabricError::from(e.clone()).into());
+            return Err(FabricError::from(e.clone()));
         }
         done.clear();
         ops += cfg.batch as u64;

@@ -28,7 +28,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 /// Formats a byte size with the largest exact binary unit.
 pub fn format_size(b: u64) -> String {
     for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
-        if b >= 1 << shift && b % (1 << shift) == 0 {
+        if b >= 1 << shift && b.is_multiple_of(1 << shift) {
             return format!("{}{}", b >> shift, unit);
         }
     }

@@ -166,7 +166,7 @@ impl LocalMem {
 pub(crate) unsafe fn copy_out(src: *const u8, dst: &mut [u8]) {
     let n = dst.len();
     let mut i = 0;
-    while i < n && (src as usize + i) % 8 != 0 {
+    while i < n && !(src as usize + i).is_multiple_of(8) {
         dst[i] = (*(src.add(i) as *const AtomicU8)).load(Ordering::Acquire);
         i += 1;
     }
@@ -190,7 +190,7 @@ pub(crate) unsafe fn copy_out(src: *const u8, dst: &mut [u8]) {
 pub(crate) unsafe fn copy_in(dst: *mut u8, src: &[u8]) {
     let n = src.len();
     let mut i = 0;
-    while i < n && (dst as usize + i) % 8 != 0 {
+    while i < n && !(dst as usize + i).is_multiple_of(8) {
         (*(dst.add(i) as *const AtomicU8)).store(src[i], Ordering::Release);
         i += 1;
     }
@@ -212,7 +212,7 @@ pub(crate) unsafe fn copy_in(dst: *mut u8, src: &[u8]) {
 /// Both ranges must be valid for the duration of the call.
 #[inline(always)]
 pub(crate) unsafe fn copy_shared(dst: *mut u8, src: *const u8, len: usize) {
-    if (dst as usize) % 8 == 0 && (src as usize) % 8 == 0 {
+    if (dst as usize).is_multiple_of(8) && (src as usize).is_multiple_of(8) {
         let words = len / 8;
         for i in 0..words {
             let w = (*(src.add(8 * i) as *const AtomicU64)).load(Ordering::Acquire);

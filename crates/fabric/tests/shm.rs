@@ -262,7 +262,7 @@ fn wrong_or_public_token_file_is_refused() {
         token_file: bad.clone(),
     };
     assert!(matches!(
-        ShmFabric::connect(ShmConfig::default(), &[t.clone()]),
+        ShmFabric::connect(ShmConfig::default(), std::slice::from_ref(&t)),
         Err(FabricError::Connect { .. })
     ));
     std::fs::set_permissions(&bad, std::fs::Permissions::from_mode(0o644)).unwrap();

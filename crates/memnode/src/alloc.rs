@@ -20,7 +20,12 @@ pub struct ExtentAllocator {
 impl ExtentAllocator {
     /// An allocator whose whole range `[start, end)` is free.
     pub fn new(start: u64, end: u64, align: u64) -> Self {
-        assert!(align.is_power_of_two() && start % align == 0 && end % align == 0 && start <= end);
+        assert!(
+            align.is_power_of_two()
+                && start.is_multiple_of(align)
+                && end.is_multiple_of(align)
+                && start <= end
+        );
         let mut free = BTreeMap::new();
         if end > start {
             free.insert(start, end - start);

@@ -269,7 +269,8 @@ impl MemNode {
     ) -> Result<RegionInfo, RpcError> {
         let ps = self.layout.page_size();
         let end = base.checked_add(len);
-        if len == 0 || base % ps != 0 || end.is_none_or(|e| e > self.layout.remote_len()) {
+        if len == 0 || !base.is_multiple_of(ps) || end.is_none_or(|e| e > self.layout.remote_len())
+        {
             return Err(RpcError::BadRegion { base, len });
         }
         let mut inner = self.lock();

@@ -26,7 +26,12 @@ pub struct ShmQp {
     /// Completions not yet polled, in posting order.
     cq: Vec<Completion>,
     /// Local memory registered on this queue pair; the lkey is the index.
-    locals: Vec<LocalMem>,
+    locals: Vec<LocalSlot>,
+    /// Last protection-table lookup `(rkey, access, base, end)`, valid while
+    /// the node's table generation equals `cached_gen` (an MPT cache: a
+    /// deregistration takes effect from the next post on).
+    region_cache: Option<(u32, u64, u64, u64)>,
+    cached_gen: u64,
     /// With the latency model: (instant visible, completions of that post).
     ready: VecDeque<(Instant, usize)>,
     stats: QpStats,
@@ -47,6 +52,8 @@ impl ShmQp {
             cq: Vec::with_capacity(caps.max_batch),
             ready: VecDeque::new(),
             locals: Vec::new(),
+            region_cache: None,
+            cached_gen: u64::MAX,
             stats: QpStats::default(),
         }
     }
@@ -80,7 +87,14 @@ impl ShmQp {
                 });
             }
         }
-        let (rights, base, end) = self.view.region(wr.rkey)?;
+        let (rights, base, end) = match self.region_cache {
+            Some((k, a, b, e)) if k == wr.rkey => (a, b, e),
+            _ => {
+                let (a, b, e) = self.view.region(wr.rkey)?;
+                self.region_cache = Some((wr.rkey, a, b, e));
+                (a, b, e)
+            }
+        };
         let (needed, name) = match wr.op {
             Op::Read { .. } => (access::READ, "READ"),
             Op::Write { .. } => (access::WRITE, "WRITE"),
@@ -126,7 +140,7 @@ impl ShmQp {
                 Ok(len as u64)
             }
             op => {
-                if off % 8 != 0 {
+                if !off.is_multiple_of(8) {
                     return Err(VerbError::Unaligned { offset: off });
                 }
                 let w = self.view.word(off)?;
@@ -169,18 +183,32 @@ impl ShmQp {
     }
 }
 
+/// A registered local region, flattened so a lookup is one indexed load.
+struct LocalSlot {
+    base: *mut u8,
+    len: u64,
+    mem: LocalMem,
+}
+
+// SAFETY: `base` points into `mem`, which the slot keeps alive; LocalMem is
+// Send + Sync and all accesses through `base` are atomic.
+unsafe impl Send for LocalSlot {}
+
 /// Resolves a local range to a pointer, checking key and bounds.
 #[inline(always)]
-fn local_ptr(locals: &[LocalMem], l: LocalRef) -> Result<*mut u8, VerbError> {
-    let mem = locals
+fn local_ptr(locals: &[LocalSlot], l: LocalRef) -> Result<*mut u8, VerbError> {
+    let slot = locals
         .get(l.lkey as usize)
         .ok_or(VerbError::BadLkey(l.lkey))?;
-    mem.range_ptr(l.offset, l.len)
-        .ok_or(VerbError::LocalOutOfBounds {
+    match l.offset.checked_add(l.len as u64) {
+        // SAFETY: offset + len ≤ slot.len, so the pointer stays inside `mem`.
+        Some(end) if end <= slot.len => Ok(unsafe { slot.base.add(l.offset as usize) }),
+        _ => Err(VerbError::LocalOutOfBounds {
             lkey: l.lkey,
             offset: l.offset,
             len: l.len,
-        })
+        }),
+    }
 }
 
 impl QueuePair for ShmQp {
@@ -193,10 +221,15 @@ impl QueuePair for ShmQp {
     }
 
     fn register_local(&mut self, mem: &LocalMem) -> Lkey {
-        if let Some(i) = self.locals.iter().position(|m| m.same(mem)) {
+        if let Some(i) = self.locals.iter().position(|s| s.mem.same(mem)) {
             return i as Lkey;
         }
-        self.locals.push(mem.clone());
+        let base = mem.range_ptr(0, 0).expect("offset 0 is inside any region");
+        self.locals.push(LocalSlot {
+            base,
+            len: mem.len() as u64,
+            mem: mem.clone(),
+        });
         (self.locals.len() - 1) as Lkey
     }
 
@@ -212,6 +245,11 @@ impl QueuePair for ShmQp {
             return Ok(());
         }
         self.stats.doorbells += 1;
+        let generation = self.view.generation();
+        if generation != self.cached_gen {
+            self.region_cache = None;
+            self.cached_gen = generation;
+        }
         let before = self.cq.len();
         let mut failed = false;
         for (index, wr) in batch.wrs.iter().enumerate() {

@@ -23,6 +23,7 @@ pub(crate) struct NodeView {
     _data: Arc<Mapping>,
     _control: Arc<Mapping>,
     data: *mut u8,
+    generation: &'static AtomicU64,
     regions: *const RegionEntry,
     pages: *const PageEntry,
     page_shift: u32,
@@ -79,8 +80,12 @@ impl NodeView {
                 control.as_ptr().add(layout::PAGE_TABLE_OFFSET) as *const PageEntry,
             )
         };
+        // SAFETY: the header lives as long as the control mapping, which `Self`
+        // owns (the `Arc` in `_control`); the reference never escapes `Self`.
+        let generation: &'static AtomicU64 = unsafe { &*(&h.generation as *const AtomicU64) };
         Ok(Self {
             layout,
+            generation,
             _data: data,
             _control: control,
             data: data_ptr,
@@ -89,6 +94,12 @@ impl NodeView {
             page_shift: layout.page_shift as u32,
             page_mask: layout.page_size() - 1,
         })
+    }
+
+    /// The node's table generation: bumped by every region or page-table change.
+    #[inline(always)]
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     pub(crate) fn layout(&self) -> NodeLayout {
@@ -163,7 +174,7 @@ impl NodeView {
         dst: *mut u8,
         len: usize,
     ) -> Result<(), VerbError> {
-        if len == 8 && (offset | dst as u64) % 8 == 0 {
+        if len == 8 && (offset | dst as u64).is_multiple_of(8) {
             // The common 8-byte word: one translation, one load, one store.
             let v = self.word(offset)?.load(Ordering::Acquire);
             (*(dst as *const AtomicU64)).store(v, Ordering::Release);
@@ -184,7 +195,7 @@ impl NodeView {
         src: *const u8,
         len: usize,
     ) -> Result<(), VerbError> {
-        if len == 8 && (offset | src as u64) % 8 == 0 {
+        if len == 8 && (offset | src as u64).is_multiple_of(8) {
             let v = (*(src as *const AtomicU64)).load(Ordering::Acquire);
             self.word(offset)?.store(v, Ordering::Release);
             return Ok(());
