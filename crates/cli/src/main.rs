@@ -199,17 +199,24 @@ fn memnode(a: MemnodeArgs) -> Res {
         .token_file
         .unwrap_or_else(|| default_token_path(&a.listen));
     let server = Server::bind(node, &a.listen, &token).map_err(|e| e.to_string())?;
-    eprintln!(
+    log(format_args!(
         "dmkit memnode: node {} serving {} (pages {}) on unix:{}; token file {}",
         a.node_id,
         format_size(a.size),
         format_size(a.page_size),
         a.listen.display(),
         token.display()
-    );
+    ));
     server.serve().map_err(|e| e.to_string())?;
-    eprintln!("dmkit memnode: shut down");
+    log(format_args!("dmkit memnode: shut down"));
     Ok(())
+}
+
+/// Writes a log line to stderr, ignoring failure: a memory node must keep
+/// serving (and exit cleanly) even when nobody reads its stderr any more.
+fn log(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{args}");
 }
 
 fn targets(paths: &[PathBuf], token_file: &Option<PathBuf>) -> Result<Vec<Target>, String> {
