@@ -251,7 +251,7 @@ fn open_fabric(a: &FabricArgs, needed: u64) -> Result<ShmFabric, String> {
         if a.mem_size.is_some() {
             return Err("--mem-size sizes the embedded node; with --connect the node process has its own --size".into());
         }
-        ShmFabric::connect(cfg, &targets(&a.connect, &a.token_file)?)
+        ShmFabric::open(cfg, &targets(&a.connect, &a.token_file)?)
     }
     .map_err(|e| e.to_string())
 }
@@ -340,7 +340,7 @@ fn bench_micro(a: MicroArgs) -> Res {
 }
 
 fn control(a: &ConnectArgs) -> Result<ShmFabric, String> {
-    ShmFabric::connect(
+    ShmFabric::open(
         ShmConfig::default(),
         &targets(std::slice::from_ref(&a.connect), &a.token_file)?,
     )

@@ -7,7 +7,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     if unit.starts_with(['.', ',']) {
-        return Err(format!("{s:?}: fractional sizes are not supported; use a smaller unit (e.g. 1536MiB)"));
+        return Err(format!(
+            "{s:?}: fractional sizes are not supported; use a smaller unit (e.g. 1536MiB)"
+        ));
     }
     let n: u64 = num
         .parse()

@@ -11,7 +11,11 @@ const DMKIT: &str = env!("CARGO_BIN_EXE_dmkit");
 fn wait_for(path: &Path) {
     let t0 = Instant::now();
     while !path.exists() {
-        assert!(t0.elapsed() < Duration::from_secs(10), "{} never appeared", path.display());
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "{} never appeared",
+            path.display()
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -33,33 +37,80 @@ fn memnode_process_serves_a_benchmark_then_shuts_down() {
     wait_for(&sock);
     let token = dmkit_memnode_token(&sock);
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(std::fs::metadata(&token).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::metadata(&token).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
 
     let json = dir.path().join("r.json");
     let out = Command::new(DMKIT)
-        .args(["bench", "micro", "--connect", &target, "--verb", "faa", "--region-size", "1MiB"])
-        .args(["--threads", "2", "--batch", "4", "--duration", "300ms", "--json"])
+        .args([
+            "bench",
+            "micro",
+            "--connect",
+            &target,
+            "--verb",
+            "faa",
+            "--region-size",
+            "1MiB",
+        ])
+        .args([
+            "--threads",
+            "2",
+            "--batch",
+            "4",
+            "--duration",
+            "300ms",
+            "--json",
+        ])
         .arg(&json)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.lines().next().unwrap().contains("Mops/thread"), "{stdout}");
-    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    for key in ["backend", "verb", "size", "threads", "batch", "ops", "seconds", "mops"] {
+    assert!(
+        stdout.lines().next().unwrap().contains("Mops/thread"),
+        "{stdout}"
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for key in [
+        "backend", "verb", "size", "threads", "batch", "ops", "seconds", "mops",
+    ] {
         assert!(r.get(key).is_some(), "JSON lacks {key}: {r}");
     }
-    assert_eq!((r["backend"].as_str(), r["verb"].as_str(), r["threads"].as_u64()), (Some("shm"), Some("faa"), Some(2)));
+    assert_eq!(
+        (
+            r["backend"].as_str(),
+            r["verb"].as_str(),
+            r["threads"].as_u64()
+        ),
+        (Some("shm"), Some("faa"), Some(2))
+    );
     assert!(r["ops"].as_u64().unwrap() > 0);
 
-    let stats = Command::new(DMKIT).args(["node", "stats", "--connect", &target]).output().unwrap();
+    let stats = Command::new(DMKIT)
+        .args(["node", "stats", "--connect", &target])
+        .output()
+        .unwrap();
     assert!(stats.status.success());
     let st: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
     assert_eq!(st["remote_bytes"].as_u64(), Some(64 << 20));
-    assert_eq!(st["chunk_bytes"].as_u64(), Some(0), "the benchmark freed its region: {st}");
+    assert_eq!(
+        st["chunk_bytes"].as_u64(),
+        Some(0),
+        "the benchmark freed its region: {st}"
+    );
     assert!(st["sessions_total"].as_u64().unwrap() >= 2);
 
-    let down = Command::new(DMKIT).args(["node", "shutdown", "--connect", &target]).output().unwrap();
+    let down = Command::new(DMKIT)
+        .args(["node", "shutdown", "--connect", &target])
+        .output()
+        .unwrap();
     assert!(down.status.success());
     let t0 = Instant::now();
     loop {
@@ -67,7 +118,10 @@ fn memnode_process_serves_a_benchmark_then_shuts_down() {
             assert!(status.success());
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(10), "memnode did not exit");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "memnode did not exit"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(!sock.exists());
@@ -85,11 +139,30 @@ fn dmkit_memnode_token(sock: &Path) -> std::path::PathBuf {
 #[test]
 fn embedded_benchmark_with_latency_model() {
     let out = Command::new(DMKIT)
-        .args(["bench", "micro", "--verb", "read", "--region-size", "64KiB", "--rtt", "1ms", "--duration", "300ms"])
+        .args([
+            "bench",
+            "micro",
+            "--verb",
+            "read",
+            "--region-size",
+            "64KiB",
+            "--rtt",
+            "1ms",
+            "--duration",
+            "300ms",
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let line = String::from_utf8_lossy(&out.stdout).lines().nth(1).unwrap().to_string();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)
+        .unwrap()
+        .to_string();
     let ops: u64 = line.split_whitespace().nth(7).unwrap().parse().unwrap();
     // One outstanding read per 1 ms round trip: at most ~300 in 300 ms.
     assert!((50..=320).contains(&ops), "{line}");
@@ -98,15 +171,63 @@ fn embedded_benchmark_with_latency_model() {
 #[test]
 fn bad_flags_are_clear_errors() {
     let cases: &[(&[&str], &str)] = &[
-        (&["bench", "micro", "--verb", "cas", "--size", "16", "--duration", "10ms"], "atomics move 8 bytes"),
-        (&["bench", "micro", "--region-size", "4"], "smaller than one request"),
-        (&["bench", "micro", "--batch", "100000", "--region-size", "4KiB"], "--batch"),
-        (&["bench", "micro", "--region-size", "1.5GiB"], "fractional sizes are not supported"),
+        (
+            &[
+                "bench",
+                "micro",
+                "--verb",
+                "cas",
+                "--size",
+                "16",
+                "--duration",
+                "10ms",
+            ],
+            "atomics move 8 bytes",
+        ),
+        (
+            &["bench", "micro", "--region-size", "4"],
+            "smaller than one request",
+        ),
+        (
+            &[
+                "bench",
+                "micro",
+                "--batch",
+                "100000",
+                "--region-size",
+                "4KiB",
+            ],
+            "--batch",
+        ),
+        (
+            &["bench", "micro", "--region-size", "1.5GiB"],
+            "fractional sizes are not supported",
+        ),
         (&["bench", "micro", "--region-size", "lots"], "not a size"),
         (&["bench", "micro", "--backend", "rdma"], "invalid value"),
-        (&["bench", "micro", "--connect", "tcp://host:1"], "unix:PATH"),
-        (&["bench", "micro", "--connect", "unix:/nonexistent/dmkit.sock"], "token file"),
-        (&["memnode", "--listen", "unix:/tmp/x.sock", "--page-size", "8KiB"], "page size"),
+        (
+            &["bench", "micro", "--connect", "tcp://host:1"],
+            "unix:PATH",
+        ),
+        (
+            &[
+                "bench",
+                "micro",
+                "--connect",
+                "unix:/nonexistent/dmkit.sock",
+            ],
+            "token file",
+        ),
+        (
+            &[
+                "memnode",
+                "--listen",
+                "unix:/tmp/x.sock",
+                "--page-size",
+                "8KiB",
+            ],
+            "page size",
+        ),
     ];
     for (args, want) in cases {
         let out = Command::new(DMKIT).args(*args).output().unwrap();

@@ -108,8 +108,13 @@ pub trait QueuePair: Send {
     fn stats(&self) -> QpStats;
 
     /// Posts `batch` and waits for everything outstanding on this queue pair.
+    /// The last request is made signaled, so its completion covers the whole
+    /// batch (queue-pair order) even if every request was unsignaled.
     /// Returns the completions in posting order, or the first failed request.
     fn execute(&mut self, batch: &mut Batch) -> Result<Vec<Completion>, FabricError> {
+        if let Some(last) = batch.requests_mut().last_mut() {
+            last.signaled = true;
+        }
         self.post(batch)?;
         let mut out = Vec::with_capacity(batch.len());
         while self.pending() > 0 {

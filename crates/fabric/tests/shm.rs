@@ -205,7 +205,7 @@ fn hostile_frames_never_hurt_the_node() {
     st.write_all(&u32::MAX.to_le_bytes()).unwrap();
     assert!(closed(&mut st));
     // 4. Authenticated, then frames that do not decode: answered with BadFrame.
-    let c = ShmFabric::connect(ShmConfig::default(), &[s.target()]).unwrap();
+    let c = ShmFabric::open(ShmConfig::default(), &[s.target()]).unwrap();
     drop(c);
     let mut st = raw_connect(&s, token);
     let mut buf = vec![0u8; 1 << 16];
@@ -262,11 +262,11 @@ fn wrong_or_public_token_file_is_refused() {
         token_file: bad.clone(),
     };
     assert!(matches!(
-        ShmFabric::connect(ShmConfig::default(), std::slice::from_ref(&t)),
+        ShmFabric::open(ShmConfig::default(), std::slice::from_ref(&t)),
         Err(FabricError::Connect { .. })
     ));
     std::fs::set_permissions(&bad, std::fs::Permissions::from_mode(0o644)).unwrap();
-    match ShmFabric::connect(ShmConfig::default(), &[t]) {
+    match ShmFabric::open(ShmConfig::default(), &[t]) {
         Err(FabricError::Connect { reason, .. }) => {
             assert!(reason.contains("chmod 600"), "{reason}")
         }

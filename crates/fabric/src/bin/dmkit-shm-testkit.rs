@@ -27,7 +27,7 @@ fn main() -> ExitCode {
         eprintln!("usage: see the source");
         return ExitCode::from(2);
     };
-    let fabric = match ShmFabric::connect(ShmConfig::default(), &[Target::new(&args[1])]) {
+    let fabric = match ShmFabric::open(ShmConfig::default(), &[Target::new(&args[1])]) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("connect: {e}");

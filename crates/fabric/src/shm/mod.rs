@@ -3,7 +3,7 @@
 //!
 //! A node runs either embedded (in this process: [`ShmFabric::embedded`], the
 //! default) or as its own process (`dmkit memnode --listen unix:PATH`,
-//! reached with [`ShmFabric::connect`]). Either way a compute thread's
+//! reached with [`ShmFabric::open`]). Either way a compute thread's
 //! [`ShmQp`] checks each request against the node's protection table, translates
 //! it through the node's page table, and performs it directly:
 //! WRITE copies aligned words in ascending address order (so the backend
@@ -150,7 +150,7 @@ impl ShmFabric {
     }
 
     /// Connects to memory node processes over their Unix sockets.
-    pub fn connect(cfg: ShmConfig, targets: &[Target]) -> Result<Self, FabricError> {
+    pub fn open(cfg: ShmConfig, targets: &[Target]) -> Result<Self, FabricError> {
         let mut out = Vec::with_capacity(targets.len());
         for t in targets {
             let c = client::connect(&t.socket, &t.token_file)?;

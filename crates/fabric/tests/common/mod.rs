@@ -43,7 +43,7 @@ impl Served {
     }
 
     pub fn client(&self) -> ShmFabric {
-        ShmFabric::connect(ShmConfig::default(), &[self.target()]).unwrap()
+        ShmFabric::open(ShmConfig::default(), &[self.target()]).unwrap()
     }
 }
 
