@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use dmkit_fabric::{
     Batch, Completion, Fabric, FabricError, GlobalAddr, LocalMem, LocalRef, Rkey, SyncQp, VerbKind,
+    WorkRequest,
 };
 use serde::Serialize;
 
@@ -267,7 +268,7 @@ fn worker(
                 VerbKind::Read => batch.read(a, rkey, local),
                 VerbKind::Write => batch.write(a, rkey, local),
                 VerbKind::Cas => batch.cas(a, rkey, 0, 0),
-                VerbKind::MaskedCas => batch.masked_cas(a, rkey, 0, 0, 0, 0),
+                VerbKind::MaskedCas => batch.push(WorkRequest::masked_cas(a, rkey, 0, 0, 0, 0)),
                 VerbKind::Faa => batch.faa(a, rkey, 1),
             };
             if cfg.signal == Signal::Last && i + 1 < cfg.batch as u64 {

@@ -8,6 +8,22 @@ use std::time::{Duration, Instant};
 
 const DMKIT: &str = env!("CARGO_BIN_EXE_dmkit");
 
+/// Runs `dmkit ARGS` and asserts it succeeded.
+fn dmkit_ok(args: &[&str], extra: Option<&Path>) -> std::process::Output {
+    let mut c = Command::new(DMKIT);
+    c.args(args);
+    if let Some(p) = extra {
+        c.arg(p);
+    }
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "dmkit {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 fn wait_for(path: &Path) {
     let t0 = Instant::now();
     while !path.exists() {
@@ -43,8 +59,8 @@ fn memnode_process_serves_a_benchmark_then_shuts_down() {
     );
 
     let json = dir.path().join("r.json");
-    let out = Command::new(DMKIT)
-        .args([
+    let out = dmkit_ok(
+        &[
             "bench",
             "micro",
             "--connect",
@@ -53,8 +69,6 @@ fn memnode_process_serves_a_benchmark_then_shuts_down() {
             "faa",
             "--region-size",
             "1MiB",
-        ])
-        .args([
             "--threads",
             "2",
             "--batch",
@@ -62,14 +76,8 @@ fn memnode_process_serves_a_benchmark_then_shuts_down() {
             "--duration",
             "300ms",
             "--json",
-        ])
-        .arg(&json)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        Some(&json),
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -138,8 +146,8 @@ fn dmkit_memnode_token(sock: &Path) -> std::path::PathBuf {
 
 #[test]
 fn embedded_benchmark_with_latency_model() {
-    let out = Command::new(DMKIT)
-        .args([
+    let out = dmkit_ok(
+        &[
             "bench",
             "micro",
             "--verb",
@@ -150,13 +158,8 @@ fn embedded_benchmark_with_latency_model() {
             "1ms",
             "--duration",
             "300ms",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        None,
     );
     let line = String::from_utf8_lossy(&out.stdout)
         .lines()

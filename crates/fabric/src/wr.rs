@@ -244,21 +244,16 @@ impl Batch {
         }
     }
 
-    /// Appends a request.
-    #[inline]
-    pub fn push(&mut self, wr: WorkRequest) -> &mut Self {
-        self.wrs.push(wr);
-        self
-    }
-
-    /// Appends a request built in place and returns it for `set_id` etc.
-    /// (Building requests in place avoids a stack temporary whose copy costs a
-    /// store-forwarding stall on the hot path.)
+    /// Appends a request and returns it for `set_id`, `set_unsignaled`.
+    ///
+    /// Room is reserved before the request is stored, so the compiler builds
+    /// it directly in its slot: a stack temporary copied after the capacity
+    /// check cost a store-forwarding stall per request on the hot path.
     #[inline(always)]
-    fn emplace(&mut self, remote: GlobalAddr, rkey: Rkey, op: Op) -> &mut WorkRequest {
+    pub fn push(&mut self, wr: WorkRequest) -> &mut WorkRequest {
         self.wrs.reserve(1);
         let at = self.wrs.len();
-        self.wrs.spare_capacity_mut()[0].write(WorkRequest::new(remote, rkey, op));
+        self.wrs.spare_capacity_mut()[0].write(wr);
         // SAFETY: `reserve(1)` guaranteed room for one more element and the
         // slot at index `at` was just initialised.
         unsafe { self.wrs.set_len(at + 1) };
@@ -266,26 +261,19 @@ impl Batch {
     }
 
     /// Appends a READ into `local`.
-    #[inline]
+    #[inline(always)]
     pub fn read(&mut self, remote: GlobalAddr, rkey: Rkey, local: LocalRef) -> &mut WorkRequest {
-        self.emplace(remote, rkey, Op::Read { local })
+        self.push(WorkRequest::read(remote, rkey, local))
     }
 
     /// Appends a WRITE from `local`.
-    #[inline]
+    #[inline(always)]
     pub fn write(&mut self, remote: GlobalAddr, rkey: Rkey, local: LocalRef) -> &mut WorkRequest {
-        self.emplace(
-            remote,
-            rkey,
-            Op::Write {
-                local,
-                inline: false,
-            },
-        )
+        self.push(WorkRequest::write(remote, rkey, local))
     }
 
     /// Appends a CAS.
-    #[inline]
+    #[inline(always)]
     pub fn cas(
         &mut self,
         remote: GlobalAddr,
@@ -293,36 +281,13 @@ impl Batch {
         expected: u64,
         desired: u64,
     ) -> &mut WorkRequest {
-        self.emplace(remote, rkey, Op::Cas { expected, desired })
-    }
-
-    /// Appends a masked CAS (see [`Op::MaskedCas`]).
-    #[inline]
-    pub fn masked_cas(
-        &mut self,
-        remote: GlobalAddr,
-        rkey: Rkey,
-        compare: u64,
-        compare_mask: u64,
-        swap: u64,
-        swap_mask: u64,
-    ) -> &mut WorkRequest {
-        self.emplace(
-            remote,
-            rkey,
-            Op::MaskedCas {
-                compare,
-                compare_mask,
-                swap,
-                swap_mask,
-            },
-        )
+        self.push(WorkRequest::cas(remote, rkey, expected, desired))
     }
 
     /// Appends a FAA.
-    #[inline]
+    #[inline(always)]
     pub fn faa(&mut self, remote: GlobalAddr, rkey: Rkey, add: u64) -> &mut WorkRequest {
-        self.emplace(remote, rkey, Op::Faa { add })
+        self.push(WorkRequest::faa(remote, rkey, add))
     }
 
     /// Number of requests.

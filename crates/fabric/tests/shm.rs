@@ -241,8 +241,8 @@ fn hostile_frames_never_hurt_the_node() {
     let (a, _, k) = good.alloc_chunk(0, 4096, false).unwrap();
     let mut qp = good.connect(0).unwrap();
     let mut b = Batch::new();
-    b.push(WorkRequest::faa(a, k, 41))
-        .push(WorkRequest::faa(a, k, 1));
+    b.faa(a, k, 41);
+    b.faa(a, k, 1);
     let c = qp.execute(&mut b).unwrap();
     assert_eq!(c[1].result, Ok(41));
     let st = good.node_stats(0).unwrap();
@@ -296,10 +296,10 @@ fn qp_stats_count_verbs_and_bytes() {
     let mem = LocalMem::new(4096);
     let lk = qp.register_local(&mem);
     let mut b = Batch::new();
-    b.push(WorkRequest::write(a, k, LocalRef::new(lk, 0, 100)))
-        .push(WorkRequest::read(a, k, LocalRef::new(lk, 100, 30)))
-        .push(WorkRequest::cas(a, k, 0, 1))
-        .push(WorkRequest::faa(a.add(8), k, 1));
+    b.write(a, k, LocalRef::new(lk, 0, 100));
+    b.read(a, k, LocalRef::new(lk, 100, 30));
+    b.cas(a, k, 0, 1);
+    b.faa(a.add(8), k, 1);
     qp.execute(&mut b).unwrap();
     let s = qp.stats();
     assert_eq!(
