@@ -1,0 +1,478 @@
+//! The task-side API, shaped like SMART's (§5.1): queue `read`/`write`/`cas`/
+//! `faa` into the task's buffer, `post()` them, `sync().await` for their
+//! completion, `backoff_cas().await`, plus operation scopes and sleeps.
+//!
+//! Each task owns a slice of the worker's registered local memory
+//! ([`Ctx::local_len`] bytes); READ lands there and WRITE is sourced there,
+//! addressed by offsets relative to the task's slice.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+
+use dmkit_fabric::{FabricError, GlobalAddr, LocalRef, Rkey, WorkRequest};
+
+use crate::clock::Nanos;
+use crate::stats::Counters;
+use crate::worker::{wr_id, Core, MAX_TICKETS};
+
+/// A queued request's handle; after `sync`, [`Ctx::value`] gives its result
+/// (old value for atomics, bytes moved for READ/WRITE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket(usize);
+
+/// A task's handle on its worker. Cheap to clone; not `Send`.
+#[derive(Clone)]
+pub struct Ctx {
+    core: Rc<Core>,
+    task: usize,
+}
+
+impl Ctx {
+    pub(crate) fn new(core: Rc<Core>, task: usize) -> Self {
+        Self { core, task }
+    }
+
+    /// This task's index on its worker.
+    pub fn task(&self) -> usize {
+        self.task
+    }
+
+    /// The worker's clock.
+    pub fn now(&self) -> Nanos {
+        self.core.clock.now()
+    }
+
+    /// Bytes of local memory this task owns.
+    pub fn local_len(&self) -> usize {
+        self.core.task_bytes
+    }
+
+    fn local_base(&self) -> usize {
+        self.task * self.core.task_bytes
+    }
+
+    fn check_local(&self, off: usize, len: usize) {
+        assert!(
+            off.checked_add(len)
+                .is_some_and(|e| e <= self.core.task_bytes),
+            "task-local range [{off}, +{len}) exceeds the task's {} B",
+            self.core.task_bytes
+        );
+    }
+
+    /// Copies `data` into the task's local memory at `off`.
+    pub fn put_local(&self, off: usize, data: &[u8]) {
+        self.check_local(off, data.len());
+        self.core.local.write(self.local_base() + off, data);
+    }
+
+    /// Copies local memory at `off` into `dst`.
+    pub fn get_local(&self, off: usize, dst: &mut [u8]) {
+        self.check_local(off, dst.len());
+        self.core.local.read(self.local_base() + off, dst);
+    }
+
+    /// The local bytes at `[off, off+len)`.
+    pub fn local_vec(&self, off: usize, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        self.get_local(off, &mut v);
+        v
+    }
+
+    /// The native-endian `u64` at local `off` (8-byte aligned).
+    pub fn local_u64(&self, off: usize) -> u64 {
+        self.check_local(off, 8);
+        self.core.local.load_u64(self.local_base() + off)
+    }
+
+    /// Stores a native-endian `u64` at local `off` (8-byte aligned).
+    pub fn set_local_u64(&self, off: usize, v: u64) {
+        self.check_local(off, 8);
+        self.core.local.store_u64(self.local_base() + off, v)
+    }
+
+    fn queue(&self, mut wr: WorkRequest, local: Option<(usize, usize)>) -> Ticket {
+        let mut st = self.core.st.borrow_mut();
+        let node = wr.remote.node();
+        let Some(qi) = st.qp_index(node) else {
+            let t = &mut st.tasks[self.task];
+            if t.error.is_none() {
+                t.error = Some(FabricError::NoSuchNode(node));
+            }
+            return Ticket(usize::MAX);
+        };
+        if let Some((off, len)) = local {
+            self.check_local(off, len);
+            let l = LocalRef::new(
+                st.qps[qi].lkey,
+                (self.local_base() + off) as u64,
+                len as u32,
+            );
+            match &mut wr.op {
+                dmkit_fabric::Op::Read { local } | dmkit_fabric::Op::Write { local, .. } => {
+                    *local = l
+                }
+                _ => unreachable!("only READ/WRITE carry local memory"),
+            }
+        }
+        let kind = wr.kind();
+        let len = wr.len() as u64;
+        let st = &mut *st;
+        let t = &mut st.tasks[self.task];
+        if t.fresh {
+            t.results.clear();
+            t.fresh = false;
+        }
+        let ticket = t.results.len();
+        assert!(
+            ticket < MAX_TICKETS,
+            "more than {MAX_TICKETS} requests in one sync round"
+        );
+        t.results.push(0);
+        wr.wr_id = wr_id(self.task, ticket, 0);
+        for c in [&mut t.counters, &mut st.counters] {
+            match kind {
+                dmkit_fabric::VerbKind::Read => {
+                    c.reads += 1;
+                    c.bytes_read += len;
+                }
+                dmkit_fabric::VerbKind::Write => {
+                    c.writes += 1;
+                    c.bytes_written += len;
+                }
+                dmkit_fabric::VerbKind::Faa => c.faa += 1,
+                _ => c.cas += 1,
+            }
+        }
+        match t.pending.iter_mut().find(|(q, _)| *q == qi) {
+            Some((_, b)) => {
+                b.push(wr);
+            }
+            None => {
+                let mut b = st.batch_pool.pop().unwrap_or_default();
+                b.push(wr);
+                t.pending.push((qi, b));
+            }
+        }
+        Ticket(ticket)
+    }
+
+    /// Queues a READ of `len` bytes at `remote` into local `[off, off+len)`.
+    pub fn read(&self, remote: GlobalAddr, rkey: Rkey, off: usize, len: usize) -> Ticket {
+        self.queue(
+            WorkRequest::read(remote, rkey, LocalRef::new(0, 0, 0)),
+            Some((off, len)),
+        )
+    }
+
+    /// Queues a WRITE of local `[off, off+len)` to `remote`.
+    pub fn write(&self, remote: GlobalAddr, rkey: Rkey, off: usize, len: usize) -> Ticket {
+        self.queue(
+            WorkRequest::write(remote, rkey, LocalRef::new(0, 0, 0)),
+            Some((off, len)),
+        )
+    }
+
+    /// Queues a CAS.
+    pub fn cas(&self, remote: GlobalAddr, rkey: Rkey, expected: u64, desired: u64) -> Ticket {
+        self.queue(WorkRequest::cas(remote, rkey, expected, desired), None)
+    }
+
+    /// Queues a masked CAS (see `dmkit_fabric::Op::MaskedCas`).
+    pub fn masked_cas(
+        &self,
+        remote: GlobalAddr,
+        rkey: Rkey,
+        compare: u64,
+        compare_mask: u64,
+        swap: u64,
+        swap_mask: u64,
+    ) -> Ticket {
+        self.queue(
+            WorkRequest::masked_cas(remote, rkey, compare, compare_mask, swap, swap_mask),
+            None,
+        )
+    }
+
+    /// Queues a FAA.
+    pub fn faa(&self, remote: GlobalAddr, rkey: Rkey, add: u64) -> Ticket {
+        self.queue(WorkRequest::faa(remote, rkey, add), None)
+    }
+
+    /// Posts everything this task queued: one batch (one doorbell) per
+    /// memory node, deferred by the throttle while credits are short.
+    pub fn post(&self) {
+        self.core.st.borrow_mut().post_task(self.task);
+    }
+
+    /// Waits until every request this task posted has completed (posting
+    /// whatever is still queued first). Returns the first failure, if any.
+    /// One `sync` that waits counts as one round trip.
+    pub fn sync(&self) -> Sync<'_> {
+        Sync {
+            ctx: self,
+            started: false,
+            waited: false,
+        }
+    }
+
+    /// The result of a request of the last completed sync round.
+    ///
+    /// # Panics
+    /// If the ticket is not from the current round (programmer error).
+    pub fn value(&self, t: Ticket) -> u64 {
+        let st = self.core.st.borrow();
+        *st.tasks[self.task]
+            .results
+            .get(t.0)
+            .expect("ticket of the current sync round")
+    }
+
+    /// READ and wait; the data is in local `[off, off+len)`.
+    pub async fn read_sync(
+        &self,
+        remote: GlobalAddr,
+        rkey: Rkey,
+        off: usize,
+        len: usize,
+    ) -> Result<(), FabricError> {
+        self.read(remote, rkey, off, len);
+        self.sync().await
+    }
+
+    /// WRITE and wait.
+    pub async fn write_sync(
+        &self,
+        remote: GlobalAddr,
+        rkey: Rkey,
+        off: usize,
+        len: usize,
+    ) -> Result<(), FabricError> {
+        self.write(remote, rkey, off, len);
+        self.sync().await
+    }
+
+    /// CAS and wait; returns the old value.
+    pub async fn cas_sync(
+        &self,
+        remote: GlobalAddr,
+        rkey: Rkey,
+        expected: u64,
+        desired: u64,
+    ) -> Result<u64, FabricError> {
+        let t = self.cas(remote, rkey, expected, desired);
+        self.sync().await?;
+        Ok(self.value(t))
+    }
+
+    /// FAA and wait; returns the old value.
+    pub async fn faa_sync(
+        &self,
+        remote: GlobalAddr,
+        rkey: Rkey,
+        add: u64,
+    ) -> Result<u64, FabricError> {
+        let t = self.faa(remote, rkey, add);
+        self.sync().await?;
+        Ok(self.value(t))
+    }
+
+    /// SMART's `backoff_cas_sync` (§5.1): CAS and wait; if it failed and
+    /// conflict avoidance is on, sleep `min(t0·2^i, t_max) + rand(t0)` (i =
+    /// failures so far in this operation) before returning the old value, so
+    /// the caller can retry with a new expected value. The outcome feeds the
+    /// worker's retry rate γ.
+    pub async fn backoff_cas(
+        &self,
+        remote: GlobalAddr,
+        rkey: Rkey,
+        expected: u64,
+        desired: u64,
+    ) -> Result<u64, FabricError> {
+        let old = self.cas_sync(remote, rkey, expected, desired).await?;
+        let ok = old == expected;
+        let delay = {
+            let mut st = self.core.st.borrow_mut();
+            let st = &mut *st;
+            if let Some(a) = &mut st.avoider {
+                a.record(ok);
+            }
+            let t = &mut st.tasks[self.task];
+            if ok {
+                t.attempt = 0;
+                None
+            } else {
+                for c in [&mut t.counters, &mut st.counters] {
+                    c.cas_failures += 1;
+                    c.retries += 1;
+                }
+                let attempt = t.attempt;
+                t.attempt = t.attempt.saturating_add(1);
+                let r = st.next_random();
+                st.avoider.as_ref().map(|a| a.delay(attempt, r))
+            }
+        };
+        if let Some(d) = delay {
+            {
+                let mut st = self.core.st.borrow_mut();
+                let st = &mut *st;
+                st.counters.backoff_ns += d;
+                st.tasks[self.task].counters.backoff_ns += d;
+            }
+            self.sleep(d).await;
+        }
+        Ok(old)
+    }
+
+    /// Records a retry of a data-structure operation (e.g. a torn read).
+    pub fn note_retry(&self) {
+        let mut st = self.core.st.borrow_mut();
+        let st = &mut *st;
+        st.counters.retries += 1;
+        st.tasks[self.task].counters.retries += 1;
+    }
+
+    /// Sleeps `d` nanoseconds of the worker's clock (other tasks run).
+    pub fn sleep(&self, d: Nanos) -> Sleep<'_> {
+        Sleep {
+            ctx: self,
+            until: self.now().saturating_add(d),
+            armed: false,
+        }
+    }
+
+    /// Enters an operation scope named `name`: waits for one of the worker's
+    /// `c_max` operation slots (coroutine throttling, when conflict avoidance
+    /// is on) and attributes latency, verbs, bytes, round trips and retries
+    /// to `name` until the returned guard drops.
+    pub fn op(&self, name: &'static str) -> OpEnter<'_> {
+        OpEnter { ctx: self, name }
+    }
+}
+
+/// Future of [`Ctx::sync`].
+pub struct Sync<'a> {
+    ctx: &'a Ctx,
+    started: bool,
+    waited: bool,
+}
+
+impl Future for Sync<'_> {
+    type Output = Result<(), FabricError>;
+
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let ctx = self.ctx;
+        let mut st = ctx.core.st.borrow_mut();
+        if !self.started {
+            self.started = true;
+            if !st.tasks[ctx.task].pending.is_empty() {
+                st.post_task(ctx.task);
+            }
+        }
+        let st = &mut *st;
+        let t = &mut st.tasks[ctx.task];
+        if t.inflight > 0 {
+            t.waiting_sync = true;
+            self.waited = true;
+            return Poll::Pending;
+        }
+        t.waiting_sync = false;
+        t.fresh = true;
+        if self.waited {
+            t.counters.round_trips += 1;
+            st.counters.round_trips += 1;
+        }
+        Poll::Ready(match t.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        })
+    }
+}
+
+/// Future of [`Ctx::sleep`].
+pub struct Sleep<'a> {
+    ctx: &'a Ctx,
+    until: Nanos,
+    armed: bool,
+}
+
+impl Future for Sleep<'_> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+        if self.ctx.now() >= self.until {
+            return Poll::Ready(());
+        }
+        if !self.armed {
+            self.armed = true;
+            let (until, task) = (self.until, self.ctx.task);
+            self.ctx.core.st.borrow_mut().add_timer(until, task);
+        }
+        Poll::Pending
+    }
+}
+
+/// Future of [`Ctx::op`].
+pub struct OpEnter<'a> {
+    ctx: &'a Ctx,
+    name: &'static str,
+}
+
+impl<'a> Future for OpEnter<'a> {
+    type Output = OpGuard<'a>;
+
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<OpGuard<'a>> {
+        let ctx = self.ctx;
+        let mut st = ctx.core.st.borrow_mut();
+        let st = &mut *st;
+        let limit = st.avoider.as_ref().map_or(u32::MAX, |a| a.c_max());
+        let t = &mut st.tasks[ctx.task];
+        let admitted = if t.op_granted {
+            t.op_granted = false;
+            true
+        } else if st.op_in_use < limit && !t.op_waiting {
+            st.op_in_use += 1;
+            true
+        } else {
+            if !t.op_waiting {
+                t.op_waiting = true;
+                st.op_waiters.push_back(ctx.task);
+            }
+            false
+        };
+        if !admitted {
+            return Poll::Pending;
+        }
+        let t = &mut st.tasks[ctx.task];
+        t.attempt = 0;
+        Poll::Ready(OpGuard {
+            ctx,
+            name: self.name,
+            start: ctx.core.clock.now(),
+            before: t.counters,
+        })
+    }
+}
+
+/// An open operation scope; statistics are recorded when it drops.
+pub struct OpGuard<'a> {
+    ctx: &'a Ctx,
+    name: &'static str,
+    start: Nanos,
+    before: Counters,
+}
+
+impl Drop for OpGuard<'_> {
+    fn drop(&mut self) {
+        let now = self.ctx.core.clock.now();
+        let mut st = self.ctx.core.st.borrow_mut();
+        let st = &mut *st;
+        let delta = st.tasks[self.ctx.task].counters.since(&self.before);
+        st.stats
+            .op_mut(self.name)
+            .record(now.saturating_sub(self.start), &delta);
+        st.release_op();
+    }
+}

@@ -1,0 +1,579 @@
+//! The worker: one thread's share of the runtime (SMART §4.1, §5.1).
+//!
+//! A worker owns a queue pair to every memory node, the completion queues
+//! behind them, one block of registered local memory, the throttle's credits
+//! and the conflict-avoidance state. It runs many tasks (the papers'
+//! coroutines) on a small single-threaded executor; tasks share everything
+//! the worker owns. Each [`Worker::step`] is the dedicated poll step: reap
+//! completions and route them to their tasks, post deferred batches as
+//! credits allow, fire timers, adapt `C_max`/`c_max`/`t_max`, then poll the
+//! tasks that became ready. [`Worker::run`] loops `step` on the calling OS
+//! thread; an external scheduler (the simulator) may call `step` itself and
+//! interleave hundreds of workers on one thread.
+//!
+//! Work-request ids carry routing data: `task:16 | ticket:24 | size:24`, where
+//! `size`, set on the last request of a posted batch only, is the number of
+//! requests the batch charged against the credits (Algorithm 1, line 4).
+
+use std::cell::RefCell;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Wake, Waker};
+
+use dmkit_fabric::{
+    Batch, Completion, Fabric, FabricError, Lkey, LocalMem, NodeId, PostError, QueuePair,
+};
+
+use crate::backoff::{Adjust, ConflictAvoider};
+use crate::clock::{Clock, Nanos};
+use crate::config::RuntimeConfig;
+use crate::ctx::Ctx;
+use crate::stats::{Counters, WorkerStats};
+use crate::throttle::{Credits, Tuner};
+
+pub(crate) const TASK_BITS: u32 = 16;
+pub(crate) const TICKET_BITS: u32 = 24;
+pub(crate) const MAX_TASKS: usize = 1 << TASK_BITS;
+pub(crate) const MAX_TICKETS: usize = 1 << TICKET_BITS;
+const SIZE_SHIFT: u32 = TASK_BITS + TICKET_BITS;
+
+pub(crate) fn wr_id(task: usize, ticket: usize, size: u32) -> u64 {
+    task as u64 | ((ticket as u64) << TASK_BITS) | ((size as u64) << SIZE_SHIFT)
+}
+
+fn split_wr_id(id: u64) -> (usize, usize, u32) {
+    (
+        (id & ((1 << TASK_BITS) - 1)) as usize,
+        ((id >> TASK_BITS) & ((1 << TICKET_BITS) - 1)) as usize,
+        (id >> SIZE_SHIFT) as u32,
+    )
+}
+
+pub(crate) struct WorkerQp {
+    pub node: NodeId,
+    pub qp: Box<dyn QueuePair>,
+    pub lkey: Lkey,
+    pub max_batch: usize,
+}
+
+/// A batch waiting for credits.
+struct Deferred {
+    qp: usize,
+    task: usize,
+    batch: Batch,
+    size: u32,
+    counted: bool,
+}
+
+/// What the worker knows about one task.
+#[derive(Default)]
+pub(crate) struct TaskState {
+    /// Requests queued and not yet posted, per queue pair.
+    pub pending: Vec<(usize, Batch)>,
+    /// Batches posted (or deferred) whose last completion has not arrived.
+    pub inflight: u32,
+    /// Old values / byte counts by ticket for the current sync round.
+    pub results: Vec<u64>,
+    /// The next queued request starts a new round (results cleared).
+    pub fresh: bool,
+    pub error: Option<FabricError>,
+    pub waiting_sync: bool,
+    /// Backoff attempt counter of the current operation.
+    pub attempt: u32,
+    pub counters: Counters,
+    /// An operation slot was granted while the task waited for one.
+    pub op_granted: bool,
+    /// The task is in `op_waiters`.
+    pub op_waiting: bool,
+    queued: bool,
+    alive: bool,
+}
+
+pub(crate) struct State {
+    pub qps: Vec<WorkerQp>,
+    pub credits: Credits,
+    tuner: Option<Tuner>,
+    pub avoider: Option<ConflictAvoider>,
+    deferred: VecDeque<Deferred>,
+    pub tasks: Vec<TaskState>,
+    ready: Vec<usize>,
+    timers: BinaryHeap<Reverse<(Nanos, usize)>>,
+    completions: Vec<Completion>,
+    pub batch_pool: Vec<Batch>,
+    pub counters: Counters,
+    pub stats: WorkerStats,
+    completed_wrs: u64,
+    pub op_in_use: u32,
+    pub op_waiters: VecDeque<usize>,
+    pub rng: u64,
+}
+
+impl State {
+    pub fn qp_index(&self, node: NodeId) -> Option<usize> {
+        self.qps.iter().position(|q| q.node == node)
+    }
+
+    pub fn make_ready(&mut self, task: usize) {
+        let t = &mut self.tasks[task];
+        if t.alive && !t.queued {
+            t.queued = true;
+            self.ready.push(task);
+        }
+    }
+
+    pub fn add_timer(&mut self, at: Nanos, task: usize) {
+        self.timers.push(Reverse((at, task)));
+    }
+
+    pub fn next_random(&mut self) -> u64 {
+        // xorshift64*
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Moves a task's queued requests to the deferred queue (one batch per
+    /// queue pair, split at the backend's batch limit) and posts what fits.
+    pub fn post_task(&mut self, task: usize) {
+        let pending = std::mem::take(&mut self.tasks[task].pending);
+        for (qi, mut batch) in pending {
+            let max = self.qps[qi].max_batch.max(1);
+            while !batch.is_empty() {
+                let mut part = if batch.len() > max {
+                    let mut p = self.batch_pool.pop().unwrap_or_default();
+                    for wr in batch.requests()[..max].iter() {
+                        p.push(*wr);
+                    }
+                    let rest: Vec<_> = batch.requests()[max..].to_vec();
+                    batch.clear();
+                    for wr in rest {
+                        batch.push(wr);
+                    }
+                    p
+                } else {
+                    std::mem::take(&mut batch)
+                };
+                let n = part.len() as u32;
+                // Selective signaling: atomics (their old values are needed)
+                // and the last request, whose completion covers the batch.
+                let reqs = part.requests_mut();
+                for wr in reqs.iter_mut() {
+                    wr.signaled = wr.kind().is_atomic();
+                }
+                let last = reqs.last_mut().expect("non-empty batch");
+                last.signaled = true;
+                last.wr_id |= (n as u64) << SIZE_SHIFT;
+                self.tasks[task].inflight += 1;
+                self.deferred.push_back(Deferred {
+                    qp: qi,
+                    task,
+                    batch: part,
+                    size: n,
+                    counted: false,
+                });
+            }
+            self.batch_pool.push(batch);
+        }
+        self.flush_deferred();
+    }
+
+    /// Algorithm 1, SMARTPOSTSEND: posts deferred batches in order while the
+    /// credits allow.
+    fn flush_deferred(&mut self) {
+        while let Some(front) = self.deferred.front_mut() {
+            if !self.credits.try_take(front.size) {
+                if !front.counted {
+                    front.counted = true;
+                    self.counters.throttled_posts += 1;
+                }
+                return;
+            }
+            let mut d = self.deferred.pop_front().expect("front exists");
+            let r = self.qps[d.qp].qp.post(&mut d.batch);
+            self.counters.doorbells += 1;
+            if let Err(e) = r {
+                self.fail_batch(d.task, d.size, e);
+            }
+            d.batch.clear();
+            self.batch_pool.push(d.batch);
+        }
+    }
+
+    fn fail_batch(&mut self, task: usize, size: u32, e: PostError) {
+        self.credits.refund(size);
+        let t = &mut self.tasks[task];
+        t.inflight -= 1;
+        if t.error.is_none() {
+            t.error = Some(e.into());
+        }
+        if t.inflight == 0 && t.waiting_sync {
+            self.make_ready(task);
+        }
+    }
+
+    /// Algorithm 1, SMARTPOLLCQ: reaps completions, refunds credits, routes
+    /// results to tasks and wakes the ones whose sync is satisfied.
+    fn poll_cqs(&mut self) {
+        let mut comps = std::mem::take(&mut self.completions);
+        for qi in 0..self.qps.len() {
+            while self.qps[qi].qp.poll(&mut comps, 64) > 0 {
+                for c in comps.drain(..) {
+                    self.route(c);
+                }
+            }
+        }
+        self.completions = comps;
+    }
+
+    fn route(&mut self, c: Completion) {
+        let (task, ticket, size) = split_wr_id(c.wr_id);
+        let Some(t) = self.tasks.get_mut(task) else {
+            debug_assert!(false, "completion for unknown task {task}");
+            return;
+        };
+        match c.result {
+            Ok(v) => {
+                if let Some(slot) = t.results.get_mut(ticket) {
+                    *slot = v;
+                }
+            }
+            Err(e) => {
+                if t.error.is_none() {
+                    t.error = Some((*e).into());
+                }
+            }
+        }
+        if size > 0 {
+            t.inflight -= 1;
+            let wake = t.inflight == 0 && t.waiting_sync;
+            self.credits.refund(size);
+            self.completed_wrs += size as u64;
+            if wake {
+                self.make_ready(task);
+            }
+        }
+    }
+
+    fn fire_timers(&mut self, now: Nanos) {
+        while let Some(&Reverse((at, task))) = self.timers.peek() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            self.make_ready(task);
+        }
+    }
+
+    fn adapt(&mut self, now: Nanos) {
+        if let Some(t) = &mut self.tuner {
+            if let Some(c) = t.tick(now, self.completed_wrs) {
+                self.credits.set_c_max(c);
+            }
+        }
+        if let Some(a) = &mut self.avoider {
+            if let Some(Adjust::CMax(c)) = a.tick(now) {
+                // More room: let waiting tasks in.
+                while self.op_in_use < c {
+                    let Some(w) = self.op_waiters.pop_front() else {
+                        break;
+                    };
+                    self.grant_op(w);
+                }
+            }
+        }
+    }
+
+    /// Releases an operation slot and admits the next waiter.
+    pub fn release_op(&mut self) {
+        self.op_in_use -= 1;
+        let limit = self.avoider.as_ref().map_or(u32::MAX, |a| a.c_max());
+        if self.op_in_use < limit {
+            if let Some(w) = self.op_waiters.pop_front() {
+                self.grant_op(w);
+            }
+        }
+    }
+
+    /// Hands an operation slot to waiting task `w` (counted now, so no more
+    /// than `c_max` are ever admitted) and wakes it.
+    fn grant_op(&mut self, w: usize) {
+        self.op_in_use += 1;
+        self.tasks[w].op_granted = true;
+        self.tasks[w].op_waiting = false;
+        self.make_ready(w);
+    }
+}
+
+pub(crate) struct Core {
+    pub clock: Arc<dyn Clock>,
+    pub local: LocalMem,
+    pub task_bytes: usize,
+    pub st: RefCell<State>,
+}
+
+struct TaskWaker {
+    task: usize,
+    inbox: Arc<Mutex<Vec<usize>>>,
+}
+
+impl Wake for TaskWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        // Poisoning cannot happen: the lock guards a plain push.
+        self.inbox
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(self.task);
+    }
+}
+
+type TaskFuture = Pin<Box<dyn Future<Output = ()>>>;
+
+/// One worker. Not `Send`: it lives on the thread that created it.
+pub struct Worker {
+    id: usize,
+    core: Rc<Core>,
+    futures: Vec<Option<TaskFuture>>,
+    wakers: Vec<Waker>,
+    inbox: Arc<Mutex<Vec<usize>>>,
+    live: usize,
+    capacity: usize,
+    run_list: Vec<usize>,
+}
+
+impl Worker {
+    /// Creates worker `id` with queue pairs to every node of `fabric` and
+    /// room for `capacity` tasks.
+    pub fn new(
+        fabric: &dyn Fabric,
+        clock: Arc<dyn Clock>,
+        cfg: RuntimeConfig,
+        id: usize,
+        capacity: usize,
+    ) -> Result<Self, FabricError> {
+        if !cfg.thread_aware {
+            return Err(FabricError::Connect {
+                target: fabric.backend().into(),
+                reason:
+                    "--thread-aware off (a queue pair shared by all workers) is not implemented yet"
+                        .into(),
+            });
+        }
+        assert!(
+            capacity > 0 && capacity <= MAX_TASKS,
+            "task capacity must be in 1..={MAX_TASKS}"
+        );
+        let task_bytes = cfg.task_local_bytes.next_multiple_of(64).max(64);
+        let local = LocalMem::new(task_bytes * capacity);
+        let mut qps = Vec::new();
+        for node in fabric.nodes() {
+            let mut qp = fabric.connect(node)?;
+            let lkey = qp.register_local(&local);
+            let max_batch = qp.caps().max_batch;
+            qps.push(WorkerQp {
+                node,
+                qp,
+                lkey,
+                max_batch,
+            });
+        }
+        let now = clock.now();
+        let (tuner, c_max) = match (cfg.throttle, cfg.fixed_c_max) {
+            (false, _) => (None, RuntimeConfig::unthrottled()),
+            (true, Some(c)) => (None, c),
+            (true, None) => {
+                let (t, c) = Tuner::new(cfg.tuner.clone(), now, 0);
+                (Some(t), c)
+            }
+        };
+        let avoider = cfg
+            .conflict_avoid
+            .then(|| ConflictAvoider::new(cfg.backoff.clone(), capacity as u32, now));
+        let st = State {
+            qps,
+            credits: Credits::new(c_max),
+            tuner,
+            avoider,
+            deferred: VecDeque::new(),
+            tasks: Vec::with_capacity(capacity),
+            ready: Vec::with_capacity(capacity),
+            timers: BinaryHeap::new(),
+            completions: Vec::with_capacity(64),
+            batch_pool: Vec::new(),
+            counters: Counters::default(),
+            stats: WorkerStats::default(),
+            completed_wrs: 0,
+            op_in_use: 0,
+            op_waiters: VecDeque::new(),
+            rng: (cfg.seed ^ (id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1,
+        };
+        Ok(Self {
+            id,
+            core: Rc::new(Core {
+                clock,
+                local,
+                task_bytes,
+                st: RefCell::new(st),
+            }),
+            futures: Vec::with_capacity(capacity),
+            wakers: Vec::with_capacity(capacity),
+            inbox: Arc::new(Mutex::new(Vec::new())),
+            live: 0,
+            capacity,
+            run_list: Vec::with_capacity(capacity),
+        })
+    }
+
+    /// This worker's id.
+    pub fn id(&self) -> usize {
+        self.id
+    }
+
+    /// Starts a task. `f` receives the task's [`Ctx`].
+    ///
+    /// # Panics
+    /// If the worker's task capacity is exhausted (programmer error).
+    pub fn spawn<F, Fut>(&mut self, f: F)
+    where
+        F: FnOnce(Ctx) -> Fut,
+        Fut: Future<Output = ()> + 'static,
+    {
+        let id = self.futures.len();
+        assert!(
+            id < self.capacity,
+            "worker {} has room for {} tasks",
+            self.id,
+            self.capacity
+        );
+        {
+            let mut st = self.core.st.borrow_mut();
+            st.tasks.push(TaskState {
+                alive: true,
+                ..Default::default()
+            });
+            st.make_ready(id);
+        }
+        let ctx = Ctx::new(self.core.clone(), id);
+        self.futures.push(Some(Box::pin(f(ctx))));
+        self.wakers.push(Waker::from(Arc::new(TaskWaker {
+            task: id,
+            inbox: self.inbox.clone(),
+        })));
+        self.live += 1;
+    }
+
+    /// Tasks that have not finished.
+    pub fn live_tasks(&self) -> usize {
+        self.live
+    }
+
+    /// One scheduling round; returns how many tasks were polled.
+    pub fn step(&mut self) -> usize {
+        let now = self.core.clock.now();
+        {
+            let mut st = self.core.st.borrow_mut();
+            st.poll_cqs();
+            st.flush_deferred();
+            st.fire_timers(now);
+            st.adapt(now);
+            let mut inbox = self.inbox.lock().unwrap_or_else(|p| p.into_inner());
+            for t in inbox.drain(..) {
+                st.make_ready(t);
+            }
+            drop(inbox);
+            std::mem::swap(&mut self.run_list, &mut st.ready);
+            for &t in &self.run_list {
+                st.tasks[t].queued = false;
+            }
+        }
+        let polled = self.run_list.len();
+        for i in 0..polled {
+            let t = self.run_list[i];
+            let Some(fut) = self.futures[t].as_mut() else {
+                continue;
+            };
+            let mut cx = Context::from_waker(&self.wakers[t]);
+            if fut.as_mut().poll(&mut cx).is_ready() {
+                self.futures[t] = None;
+                self.live -= 1;
+                self.core.st.borrow_mut().tasks[t].alive = false;
+            }
+        }
+        self.run_list.clear();
+        polled
+    }
+
+    /// Earliest pending timer, if any (for an external scheduler).
+    pub fn next_timer(&self) -> Option<Nanos> {
+        self.core
+            .st
+            .borrow()
+            .timers
+            .peek()
+            .map(|Reverse((t, _))| *t)
+    }
+
+    /// Steps until every task has finished (busy polling, as SMART's
+    /// dedicated polling coroutine does).
+    pub fn run(&mut self) {
+        while self.live > 0 {
+            if self.step() == 0 {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// A snapshot of this worker's statistics.
+    pub fn stats(&self) -> WorkerStats {
+        let st = self.core.st.borrow();
+        let mut s = st.stats.clone();
+        s.workers = 1;
+        s.counters = st.counters;
+        s.completed_wrs = st.completed_wrs;
+        s.c_max = vec![st.credits.c_max()];
+        s.task_limit = vec![st.avoider.as_ref().map_or(u32::MAX, |a| a.c_max())];
+        s.t_max = vec![st.avoider.as_ref().map_or(0, |a| a.t_max())];
+        s
+    }
+
+    /// Current credit state `(C_max, available)` (for tests and tools).
+    pub fn credits(&self) -> (u32, i64) {
+        let st = self.core.st.borrow();
+        (st.credits.c_max(), st.credits.available())
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // Drain what is still in flight so no completion refers to memory of
+        // a worker that no longer exists (the queue pairs keep LocalMem alive,
+        // but tasks' results would be lost silently otherwise).
+        self.futures.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wr_id_round_trips() {
+        for (t, k, s) in [
+            (0, 0, 0),
+            (65535, (1 << 24) - 1, (1 << 24) - 1),
+            (7, 12345, 16),
+        ] {
+            assert_eq!(split_wr_id(wr_id(t, k, s)), (t, k, s));
+        }
+    }
+}

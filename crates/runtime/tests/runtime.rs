@@ -1,0 +1,362 @@
+//! The runtime over the shm backend: results, exactly-once completion, no
+//! lost wake-ups, credit bounds, errors, statistics, virtual-time backoff.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use dmkit_fabric::shm::{ShmConfig, ShmFabric};
+use dmkit_fabric::{Fabric, FabricError, GlobalAddr, Rkey, SyncQp, VerbError};
+use dmkit_memnode::NodeConfig;
+use dmkit_runtime::{Clock, MonotonicClock, RuntimeConfig, VirtualClock, Worker};
+
+fn fabric() -> Arc<ShmFabric> {
+    Arc::new(
+        ShmFabric::embedded(
+            ShmConfig::default(),
+            &[NodeConfig {
+                size: 16 << 20,
+                ..Default::default()
+            }],
+        )
+        .unwrap(),
+    )
+}
+
+fn chunk(f: &ShmFabric, len: u64) -> (GlobalAddr, Rkey) {
+    let (a, _, k) = f.alloc_chunk(0, len, true).unwrap();
+    (a, k)
+}
+
+fn real() -> Arc<dyn Clock> {
+    Arc::new(MonotonicClock)
+}
+
+#[test]
+fn verbs_through_tasks_return_the_right_values() {
+    let f = fabric();
+    let (a, k) = chunk(&f, 4096);
+    let mut w = Worker::new(f.as_ref(), real(), RuntimeConfig::default(), 0, 4).unwrap();
+    let done = Rc::new(Cell::new(false));
+    let d = done.clone();
+    w.spawn(move |ctx| async move {
+        ctx.put_local(0, b"hello, far memory");
+        ctx.write_sync(a.add(8), k, 0, 17).await.unwrap();
+        ctx.read_sync(a.add(8), k, 100, 17).await.unwrap();
+        assert_eq!(ctx.local_vec(100, 17), b"hello, far memory");
+        assert_eq!(ctx.faa_sync(a, k, 5).await.unwrap(), 0);
+        assert_eq!(ctx.cas_sync(a, k, 5, 9).await.unwrap(), 5);
+        assert_eq!(ctx.cas_sync(a, k, 5, 1).await.unwrap(), 9);
+        // Several requests, one post, one sync: tickets give each result.
+        let t1 = ctx.faa(a, k, 1);
+        let t2 = ctx.faa(a, k, 1);
+        let t3 = ctx.read(a, k, 200, 8);
+        ctx.post();
+        ctx.sync().await.unwrap();
+        assert_eq!((ctx.value(t1), ctx.value(t2), ctx.value(t3)), (9, 10, 8));
+        assert_eq!(ctx.local_u64(200), 11);
+        d.set(true);
+    });
+    w.run();
+    assert!(done.get());
+    let s = w.stats();
+    assert_eq!(s.counters.round_trips, 6);
+    assert_eq!(
+        (
+            s.counters.reads,
+            s.counters.writes,
+            s.counters.faa,
+            s.counters.cas
+        ),
+        (2, 1, 3, 2)
+    );
+    assert_eq!(s.completed_wrs, 8);
+}
+
+/// Many workers × many tasks increment shared counters with FAA and with
+/// CAS retry loops; every increment must land exactly once, every task must
+/// finish (a lost wake-up would hang `run`), and each worker's books balance.
+#[test]
+fn stress_exact_sums_and_no_lost_wakeups() {
+    let f = fabric();
+    let (a, k) = chunk(&f, 4096);
+    let (workers, tasks, iters) = (3usize, 16usize, 300u64);
+    let stats: Vec<_> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..workers)
+            .map(|wi| {
+                let f = f.clone();
+                s.spawn(move || {
+                    let cfg = RuntimeConfig {
+                        fixed_c_max: Some(6),
+                        ..Default::default()
+                    };
+                    let mut w = Worker::new(f.as_ref(), real(), cfg, wi, tasks).unwrap();
+                    for t in 0..tasks {
+                        w.spawn(move |ctx| async move {
+                            for i in 0..iters {
+                                let _op = ctx.op("incr").await;
+                                // Two FAA on different words in one post.
+                                ctx.faa(a, k, 1);
+                                ctx.faa(a.add(8 * (1 + (t as u64 % 4))), k, 1);
+                                ctx.post();
+                                ctx.sync().await.unwrap();
+                                // A CAS increment with retries.
+                                let mut cur = 0;
+                                loop {
+                                    let old =
+                                        ctx.backoff_cas(a.add(64), k, cur, cur + 1).await.unwrap();
+                                    if old == cur {
+                                        break;
+                                    }
+                                    cur = old;
+                                }
+                                if i % 50 == 0 {
+                                    ctx.sleep(1_000).await;
+                                }
+                            }
+                        });
+                    }
+                    w.run();
+                    assert_eq!(w.live_tasks(), 0);
+                    let (c_max, avail) = w.credits();
+                    assert_eq!((c_max, avail), (6, 6), "all credits refunded");
+                    w.stats()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let total = workers as u64 * tasks as u64 * iters;
+    let mut q = SyncQp::new(f.as_ref(), 0, 64).unwrap();
+    assert_eq!(q.read_u64(a, k).unwrap(), total);
+    let spread: u64 = (1..=4).map(|i| q.read_u64(a.add(8 * i), k).unwrap()).sum();
+    assert_eq!(spread, total);
+    assert_eq!(
+        q.read_u64(a.add(64), k).unwrap(),
+        total,
+        "CAS increments exact"
+    );
+    let mut merged = dmkit_runtime::WorkerStats::default();
+    for s in &stats {
+        merged.merge(s);
+    }
+    let op = &merged.ops["incr"];
+    assert_eq!(op.count, total);
+    assert_eq!(merged.counters.faa, 2 * total);
+    assert_eq!(merged.counters.cas, total + merged.counters.cas_failures);
+    assert!(op.latency.len() == total);
+    assert!(op.per_op(|c| c.round_trips) >= 2.0);
+}
+
+/// With a fixed C_max, the credits stay within [0, C_max] after every step
+/// while tasks post batches of many sizes, and throttling really defers.
+#[test]
+fn credits_stay_within_bounds() {
+    let f = fabric();
+    let (a, k) = chunk(&f, 1 << 16);
+    let cfg = RuntimeConfig {
+        fixed_c_max: Some(8),
+        ..Default::default()
+    };
+    let mut w = Worker::new(f.as_ref(), real(), cfg, 0, 12).unwrap();
+    for t in 0..12u64 {
+        w.spawn(move |ctx| async move {
+            for i in 0..200u64 {
+                let n = 1 + (i * 7 + t) % 8;
+                for j in 0..n {
+                    ctx.read(a.add(8 * ((t * 64 + j) % 8000)), k, 8 * j as usize, 8);
+                }
+                ctx.post();
+                ctx.sync().await.unwrap();
+            }
+        });
+    }
+    let mut steps = 0;
+    while w.live_tasks() > 0 {
+        w.step();
+        let (c_max, avail) = w.credits();
+        assert_eq!(c_max, 8);
+        assert!((0..=8).contains(&avail), "credits {avail} out of [0, 8]");
+        steps += 1;
+    }
+    assert!(steps > 0);
+    assert_eq!(w.credits(), (8, 8));
+    let s = w.stats();
+    assert!(
+        s.counters.throttled_posts > 0,
+        "12 tasks × up to 8 requests must hit C_max = 8"
+    );
+}
+
+#[test]
+fn errors_reach_the_failing_task_only() {
+    let f = fabric();
+    let (a, k) = chunk(&f, 4096);
+    let mut w = Worker::new(f.as_ref(), real(), RuntimeConfig::default(), 0, 2).unwrap();
+    let ok = Rc::new(Cell::new(0));
+    let o = ok.clone();
+    w.spawn(move |ctx| async move {
+        ctx.faa(a, k, 1);
+        ctx.read(a, k ^ 0x100, 0, 8);
+        ctx.faa(a, k, 1);
+        match ctx.sync().await {
+            Err(FabricError::Request(e)) => {
+                assert_eq!(e.error, VerbError::BadKey { rkey: k ^ 0x100 });
+                assert_eq!(e.index, 1, "the error names the request's batch position");
+            }
+            other => panic!("{other:?}"),
+        }
+        // The task continues normally afterwards.
+        assert_eq!(ctx.faa_sync(a.add(8), k, 1).await.unwrap(), 0);
+        let bad_node = GlobalAddr::new(42, 8);
+        assert!(matches!(
+            ctx.read_sync(bad_node, k, 0, 8).await,
+            Err(FabricError::NoSuchNode(42))
+        ));
+        o.set(o.get() + 1);
+    });
+    let o = ok.clone();
+    w.spawn(move |ctx| async move {
+        for _ in 0..100 {
+            ctx.faa_sync(a.add(16), k, 1).await.unwrap();
+        }
+        o.set(o.get() + 1);
+    });
+    w.run();
+    assert_eq!(ok.get(), 2);
+    let mut q = SyncQp::new(f.as_ref(), 0, 64).unwrap();
+    assert_eq!(
+        q.read_u64(a, k).unwrap(),
+        1,
+        "the FAA after the failure was flushed"
+    );
+    assert_eq!(q.read_u64(a.add(16), k).unwrap(), 100);
+    assert_eq!(
+        w.credits().1,
+        w.credits().0 as i64,
+        "failed batches refund their credits"
+    );
+}
+
+/// Backoff sleeps run on the worker's clock: in virtual time a task that
+/// lost a CAS resumes only once the clock passes its delay, and the delay is
+/// within equation (1)'s bounds for the first retry: [t0, 2·t0).
+#[test]
+fn backoff_sleeps_in_virtual_time() {
+    let f = fabric();
+    let (a, k) = chunk(&f, 4096);
+    let clock = VirtualClock::new();
+    let cfg = RuntimeConfig {
+        throttle: false,
+        ..Default::default()
+    };
+    let t0 = cfg.backoff.t0;
+    let mut w = Worker::new(f.as_ref(), Arc::new(clock.clone()), cfg, 0, 1).unwrap();
+    let done = Rc::new(Cell::new(None));
+    let d = done.clone();
+    w.spawn(move |ctx| async move {
+        let _op = ctx.op("cas").await;
+        let old = ctx.backoff_cas(a, k, 7, 8).await.unwrap();
+        d.set(Some((old, ctx.now())));
+    });
+    for _ in 0..20 {
+        w.step();
+    }
+    assert!(
+        done.get().is_none(),
+        "still backing off: virtual time has not moved"
+    );
+    let wake = w.next_timer().expect("a backoff timer is armed");
+    assert!(
+        (t0..2 * t0).contains(&wake),
+        "first retry delay {wake} outside [t0, 2t0)"
+    );
+    clock.advance_to(wake - 1);
+    w.step();
+    assert!(done.get().is_none());
+    clock.advance_to(wake);
+    w.run();
+    assert_eq!(done.get(), Some((0, wake)));
+    let s = w.stats();
+    assert_eq!((s.counters.cas_failures, s.counters.retries), (1, 1));
+    assert_eq!(s.counters.backoff_ns, wake);
+}
+
+#[test]
+fn op_scopes_limit_concurrency_to_c_max() {
+    let f = fabric();
+    let (a, k) = chunk(&f, 4096);
+    let clock = VirtualClock::new();
+    let cfg = RuntimeConfig {
+        throttle: false,
+        backoff: dmkit_runtime::backoff::BackoffConfig {
+            interval: 1_000,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut w = Worker::new(f.as_ref(), Arc::new(clock.clone()), cfg, 0, 8).unwrap();
+    let inside = Rc::new(Cell::new(0u32));
+    let peak = Rc::new(Cell::new(0u32));
+    for _ in 0..8 {
+        let (inside, peak) = (inside.clone(), peak.clone());
+        w.spawn(move |ctx| async move {
+            for _ in 0..40 {
+                let _op = ctx.op("contended").await;
+                inside.set(inside.get() + 1);
+                peak.set(peak.get().max(inside.get()));
+                // Every CAS expects a stale value: γ = 1, so c_max must shrink.
+                ctx.backoff_cas(a, k, 1, 2).await.unwrap();
+                inside.set(inside.get() - 1);
+            }
+        });
+    }
+    // Tasks already inside an operation finish it when c_max shrinks; the
+    // invariant is on admissions: the count inside only grows within the limit.
+    let mut limits = vec![8u32];
+    let mut prev_inside = 0;
+    while w.live_tasks() > 0 {
+        w.step();
+        clock.advance(500);
+        let l = w.stats().task_limit[0];
+        let prev_l = *limits.last().unwrap();
+        if inside.get() > prev_inside {
+            assert!(
+                inside.get() <= prev_l.max(l),
+                "{} inside after admissions, limit {prev_l}→{l}",
+                inside.get()
+            );
+        }
+        prev_inside = inside.get();
+        limits.push(l);
+    }
+    assert_eq!(
+        peak.get(),
+        8,
+        "all 8 tasks ran concurrently before γ was measured"
+    );
+    assert_eq!(
+        *limits.iter().min().unwrap(),
+        1,
+        "c_max shrank to 1 under γ = 1"
+    );
+    let s = w.stats();
+    assert!(
+        s.t_max[0] > RuntimeConfig::default().backoff.t0,
+        "t_max grew once c_max hit 1"
+    );
+    assert_eq!(s.ops["contended"].count, 320);
+}
+
+#[test]
+fn thread_aware_off_is_refused_visibly() {
+    let f = fabric();
+    let cfg = RuntimeConfig {
+        thread_aware: false,
+        ..Default::default()
+    };
+    match Worker::new(f.as_ref(), real(), cfg, 0, 1) {
+        Err(FabricError::Connect { reason, .. }) => assert!(reason.contains("not implemented")),
+        other => panic!("{:?}", other.err()),
+    }
+}
