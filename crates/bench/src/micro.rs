@@ -7,6 +7,7 @@
 //! then touches only memory that exists.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dmkit_fabric::{
@@ -33,6 +34,20 @@ pub struct MicroConfig {
     /// Signal every request, or only the last of each batch (selective
     /// signaling; the rest complete implicitly in queue-pair order).
     pub signal: Signal,
+    /// Run through the runtime (tasks, `post`, `sync().await`) instead of
+    /// the raw queue-pair loop.
+    pub runtime: Option<RuntimeMode>,
+}
+
+/// The runtime variant of the benchmark.
+#[derive(Debug, Clone)]
+pub struct RuntimeMode {
+    /// Tasks per thread (worker).
+    pub coros: usize,
+    /// Requests each task posts per round before `sync().await`.
+    pub depth: usize,
+    /// The runtime's switches and parameters.
+    pub cfg: dmkit_runtime::RuntimeConfig,
 }
 
 /// Which requests of a batch are signaled.
@@ -53,6 +68,18 @@ pub struct MicroResult {
     pub threads: usize,
     pub batch: usize,
     pub signal: Signal,
+    /// "raw" (queue pairs directly) or "runtime" (tasks and sync).
+    pub mode: String,
+    /// Tasks per thread (runtime mode).
+    pub coros: Option<usize>,
+    /// Requests per task round (runtime mode).
+    pub depth: Option<usize>,
+    /// Runtime switches (runtime mode).
+    pub thread_aware: Option<bool>,
+    pub throttle: Option<bool>,
+    pub conflict_avoid: Option<bool>,
+    /// Final C_max per worker (runtime mode with throttling; u32::MAX = unlimited).
+    pub c_max: Vec<u32>,
     pub ops: u64,
     pub seconds: f64,
     /// Million operations per second, all threads.
@@ -66,9 +93,10 @@ pub struct MicroResult {
     pub bytes_written: u64,
 }
 
+/// A per-thread progress counter on its own cache lines.
 #[repr(align(128))]
 #[derive(Default)]
-struct Padded(AtomicU64);
+pub struct Padded(AtomicU64);
 
 /// Why a benchmark could not run.
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +131,17 @@ pub fn check(cfg: &MicroConfig, fabric: &dyn Fabric) -> Result<(), String> {
     }
     if cfg.threads == 0 || cfg.batch == 0 {
         return Err("--threads and --batch must be at least 1".into());
+    }
+    if let Some(rt) = &cfg.runtime {
+        if rt.coros == 0 || rt.depth == 0 {
+            return Err("--coros and --depth must be at least 1".into());
+        }
+        if cfg.batch != 1 {
+            return Err("--batch applies to the raw loop; with --coros use --depth (requests per task round)".into());
+        }
+        if cfg.signal != Signal::All {
+            return Err("--signal applies to the raw loop; the runtime signals each post's last request itself".into());
+        }
     }
     let caps = fabric.caps();
     if cfg.batch > caps.max_batch {
@@ -143,15 +182,24 @@ pub fn run(
     let (base, _, rkey) = fabric.alloc_chunk(node, cfg.region_size, false)?;
     prefault(fabric, base, rkey, cfg.region_size)?;
 
-    let counters: Vec<Padded> = (0..cfg.threads).map(|_| Padded::default()).collect();
-    let stop = AtomicBool::new(false);
+    let counters: Vec<Arc<Padded>> = (0..cfg.threads)
+        .map(|_| Arc::new(Padded::default()))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
     let started = AtomicU64::new(0);
     let (elapsed, outcomes) = std::thread::scope(|s| {
         let handles: Vec<_> = (0..cfg.threads)
             .map(|t| {
-                let (counter, stop, started) = (&counters[t].0, &stop, &started);
+                let (counter, stop, started) = (&counters[t], &stop, &started);
                 s.spawn(move || {
-                    let r = worker(fabric, cfg, base, rkey, t as u64, counter, stop, started);
+                    let r = match &cfg.runtime {
+                        None => {
+                            worker(fabric, cfg, base, rkey, t as u64, &counter.0, stop, started)
+                        }
+                        Some(rt) => runtime_worker(
+                            fabric, cfg, rt, base, rkey, t as u64, counter, stop, started,
+                        ),
+                    };
                     if r.is_err() {
                         stop.store(true, Ordering::Relaxed);
                     }
@@ -185,10 +233,12 @@ pub fn run(
     });
     let mut stats = dmkit_fabric::QpStats::default();
     let mut per_thread_ops = Vec::with_capacity(cfg.threads);
+    let mut c_max = Vec::new();
     for o in outcomes {
-        let (ops, st) = o?;
+        let (ops, st, cm) = o?;
         per_thread_ops.push(ops);
         stats.merge(&st);
+        c_max.extend(cm);
     }
     fabric.free_chunk(base)?;
     let ops: u64 = per_thread_ops.iter().sum();
@@ -202,6 +252,18 @@ pub fn run(
         threads: cfg.threads,
         batch: cfg.batch,
         signal: cfg.signal,
+        mode: if cfg.runtime.is_some() {
+            "runtime"
+        } else {
+            "raw"
+        }
+        .into(),
+        coros: cfg.runtime.as_ref().map(|r| r.coros),
+        depth: cfg.runtime.as_ref().map(|r| r.depth),
+        thread_aware: cfg.runtime.as_ref().map(|r| r.cfg.thread_aware),
+        throttle: cfg.runtime.as_ref().map(|r| r.cfg.throttle),
+        conflict_avoid: cfg.runtime.as_ref().map(|r| r.cfg.conflict_avoid),
+        c_max,
         ops,
         seconds,
         mops,
@@ -242,7 +304,7 @@ fn worker(
     counter: &AtomicU64,
     stop: &AtomicBool,
     started: &AtomicU64,
-) -> Result<(u64, dmkit_fabric::QpStats), FabricError> {
+) -> Result<WorkerOutcome, BenchError> {
     let mut qp = fabric.connect(base.node())?;
     let size = op_size(cfg);
     let slots = (cfg.region_size - size as u64) / 8 + 1;
@@ -275,20 +337,99 @@ fn worker(
                 wr.set_unsignaled();
             }
         }
-        qp.post(&mut batch)?;
+        qp.post(&mut batch).map_err(FabricError::from)?;
         let mut got = 0;
         while got < expect {
             got += qp.poll(&mut done, expect);
         }
         if let Some(e) = done.iter().find_map(Completion::error) {
-            return Err(FabricError::from(e.clone()));
+            return Err(FabricError::from(e.clone()).into());
         }
         done.clear();
         ops += cfg.batch as u64;
         counter.store(ops, Ordering::Relaxed);
     }
-    Ok((ops, qp.stats()))
+    Ok((ops, qp.stats(), None))
 }
+
+/// One thread of the runtime variant: a worker with `coros` tasks, each
+/// queueing `depth` requests, posting and awaiting `sync`.
+#[allow(clippy::too_many_arguments)]
+fn runtime_worker(
+    fabric: &dyn Fabric,
+    cfg: &MicroConfig,
+    rt: &RuntimeMode,
+    base: GlobalAddr,
+    rkey: Rkey,
+    thread: u64,
+    counter: &Arc<Padded>,
+    stop: &Arc<AtomicBool>,
+    started: &AtomicU64,
+) -> Result<WorkerOutcome, BenchError> {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    let size = op_size(cfg);
+    let stride = size.next_multiple_of(8);
+    let mut rcfg = rt.cfg.clone();
+    rcfg.task_local_bytes = rcfg.task_local_bytes.max(stride * rt.depth);
+    let clock: std::sync::Arc<dyn dmkit_runtime::Clock> =
+        std::sync::Arc::new(dmkit_runtime::MonotonicClock);
+    let mut w = dmkit_runtime::Worker::new(fabric, clock, rcfg, thread as usize, rt.coros)?;
+    let slots = (cfg.region_size - size as u64) / 8 + 1;
+    let ops = Rc::new(std::cell::Cell::new(0u64));
+    let failure: Rc<RefCell<Option<FabricError>>> = Rc::new(RefCell::new(None));
+    for task in 0..rt.coros as u64 {
+        let (ops, failure, depth, verb) = (ops.clone(), failure.clone(), rt.depth, cfg.verb);
+        let (stop, counter) = (stop.clone(), counter.clone());
+        let mut rng = Rng::new(
+            cfg.seed
+                ^ thread.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                ^ task.wrapping_mul(0xD1B5_4A32_D192_ED03),
+        );
+        w.spawn(move |ctx| async move {
+            while !stop.load(Ordering::Relaxed) {
+                for j in 0..depth {
+                    let a = base.add(rng.below(slots) * 8);
+                    match verb {
+                        VerbKind::Read => ctx.read(a, rkey, j * stride, size),
+                        VerbKind::Write => ctx.write(a, rkey, j * stride, size),
+                        VerbKind::Cas | VerbKind::MaskedCas => ctx.cas(a, rkey, 0, 0),
+                        VerbKind::Faa => ctx.faa(a, rkey, 1),
+                    };
+                }
+                ctx.post();
+                if let Err(e) = ctx.sync().await {
+                    failure.borrow_mut().get_or_insert(e);
+                    stop.store(true, Ordering::Relaxed);
+                    return;
+                }
+                ops.set(ops.get() + depth as u64);
+                counter.0.store(ops.get(), Ordering::Relaxed);
+            }
+        });
+    }
+    started.fetch_add(1, Ordering::Release);
+    w.run();
+    if let Some(e) = failure.borrow_mut().take() {
+        return Err(e.into());
+    }
+    let s = w.stats();
+    let c = s.counters;
+    let qs = dmkit_fabric::QpStats {
+        doorbells: c.doorbells,
+        reads: c.reads,
+        writes: c.writes,
+        cas: c.cas,
+        faa: c.faa,
+        bytes_read: c.bytes_read,
+        bytes_written: c.bytes_written,
+        ..Default::default()
+    };
+    Ok((ops.get(), qs, s.c_max.first().copied()))
+}
+
+type WorkerOutcome = (u64, dmkit_fabric::QpStats, Option<u32>);
 
 #[cfg(test)]
 mod tests {
@@ -325,6 +466,7 @@ mod tests {
                 } else {
                     Signal::All
                 },
+                runtime: None,
             };
             let r = run(&f, &cfg, |_, _| {}).unwrap();
             assert!(r.ops > 0 && r.ops % 4 == 0, "{r:?}");
@@ -347,6 +489,7 @@ mod tests {
             duration: Duration::from_millis(1),
             seed: 0,
             signal: Signal::All,
+            runtime: None,
         };
         assert!(check(&bad, &f)
             .unwrap_err()
@@ -357,5 +500,47 @@ mod tests {
             ..bad
         };
         assert!(check(&bad, &f).unwrap_err().contains("--batch"));
+    }
+
+    #[test]
+    fn runtime_mode_counts_what_its_tasks_did() {
+        let f = ShmFabric::embedded(
+            ShmConfig::default(),
+            &[NodeConfig {
+                size: 1 << 20,
+                ..Default::default()
+            }],
+        )
+        .unwrap();
+        for verb in [VerbKind::Read, VerbKind::Faa] {
+            let cfg = MicroConfig {
+                verb,
+                size: 8,
+                region_size: 64 << 10,
+                threads: 2,
+                batch: 1,
+                duration: Duration::from_millis(50),
+                seed: 3,
+                signal: Signal::All,
+                runtime: Some(RuntimeMode {
+                    coros: 4,
+                    depth: 3,
+                    cfg: dmkit_runtime::RuntimeConfig::default(),
+                }),
+            };
+            let r = run(&f, &cfg, |_, _| {}).unwrap();
+            assert_eq!(r.mode, "runtime");
+            assert!(r.ops > 0 && r.ops % 3 == 0, "{r:?}");
+            assert_eq!(r.c_max.len(), 2);
+            if verb == VerbKind::Read {
+                assert_eq!(r.bytes_read, 8 * r.ops);
+            }
+            let bad = MicroConfig {
+                batch: 4,
+                ..cfg.clone()
+            };
+            assert!(check(&bad, &f).unwrap_err().contains("--depth"));
+        }
+        assert_eq!(f.node_stats(0).unwrap().chunk_bytes, 0);
     }
 }

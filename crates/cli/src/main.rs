@@ -88,6 +88,42 @@ enum Verb {
     Faa,
 }
 
+/// SMART's techniques, each a switch (runtime mode).
+#[derive(Args)]
+struct SwitchArgs {
+    /// Thread-aware resource allocation: per-worker queue pairs (§4.1).
+    #[arg(long, value_enum, default_value = "on")]
+    thread_aware: OnOff,
+    /// Adaptive work-request throttling (§4.2).
+    #[arg(long, value_enum, default_value = "on")]
+    throttle: OnOff,
+    /// Conflict avoidance: backoff and task throttling (§4.3).
+    #[arg(long, value_enum, default_value = "on")]
+    conflict_avoid: OnOff,
+    /// A fixed C_max instead of the epoch tuner (with --throttle on).
+    #[arg(long)]
+    c_max: Option<u32>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum OnOff {
+    On,
+    Off,
+}
+
+impl SwitchArgs {
+    fn runtime_config(&self, seed: u64) -> dmkit_runtime::RuntimeConfig {
+        dmkit_runtime::RuntimeConfig {
+            thread_aware: self.thread_aware == OnOff::On,
+            throttle: self.throttle == OnOff::On,
+            conflict_avoid: self.conflict_avoid == OnOff::On,
+            fixed_c_max: self.c_max,
+            seed,
+            ..Default::default()
+        }
+    }
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum SignalArg {
     All,
@@ -136,6 +172,15 @@ struct MicroArgs {
     /// How long to measure.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     duration: Duration,
+    /// Run through the runtime with this many tasks per thread (SMART's
+    /// coroutines), each posting --depth requests and awaiting sync.
+    #[arg(long)]
+    coros: Option<usize>,
+    /// Requests each task posts per round (with --coros).
+    #[arg(long, default_value_t = 1)]
+    depth: usize,
+    #[command(flatten)]
+    switches: SwitchArgs,
     /// Signal every request, or only the last of each batch.
     #[arg(long, value_enum, default_value = "all")]
     signal: SignalArg,
@@ -275,6 +320,11 @@ fn bench_micro(a: MicroArgs) -> Res {
             SignalArg::All => Signal::All,
             SignalArg::Last => Signal::Last,
         },
+        runtime: a.coros.map(|coros| micro::RuntimeMode {
+            coros,
+            depth: a.depth,
+            cfg: a.switches.runtime_config(a.seed),
+        }),
     };
     // The embedded node gets the region plus its reserved first page and slack.
     let fabric = open_fabric(&a.fabric, a.region_size + (8 << 20))?;
@@ -300,9 +350,18 @@ fn bench_micro(a: MicroArgs) -> Res {
     if let Some(b) = bar {
         b.finish_and_clear();
     }
+    let mode = match (r.coros, r.depth) {
+        (Some(c), Some(d)) => format!("rt:{c}x{d}"),
+        _ => "raw".into(),
+    };
+    let signal = match r.signal {
+        Signal::All => "all",
+        Signal::Last => "last",
+    };
     println!(
-        "{:<8} {:<6} {:>6} {:>8} {:>7} {:>5} {:>6} {:>12} {:>8} {:>9} {:>11}",
+        "{:<8} {:<8} {:<6} {:>6} {:>8} {:>7} {:>5} {:>6} {:>12} {:>8} {:>9} {:>11}",
         "backend",
+        "mode",
         "verb",
         "size",
         "region",
@@ -315,17 +374,15 @@ fn bench_micro(a: MicroArgs) -> Res {
         "Mops/thread"
     );
     println!(
-        "{:<8} {:<6} {:>6} {:>8} {:>7} {:>5} {:>6} {:>12} {:>8.2} {:>9.3} {:>11.3}",
+        "{:<8} {:<8} {:<6} {:>6} {:>8} {:>7} {:>5} {:>6} {:>12} {:>8.2} {:>9.3} {:>11.3}",
         r.backend,
+        mode,
         r.verb,
         r.size,
         format_size(r.region_size),
         r.threads,
         r.batch,
-        match r.signal {
-            Signal::All => "all",
-            Signal::Last => "last",
-        },
+        signal,
         r.ops,
         r.seconds,
         r.mops,

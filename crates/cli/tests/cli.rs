@@ -166,7 +166,7 @@ fn embedded_benchmark_with_latency_model() {
         .nth(1)
         .unwrap()
         .to_string();
-    let ops: u64 = line.split_whitespace().nth(7).unwrap().parse().unwrap();
+    let ops: u64 = line.split_whitespace().nth(8).unwrap().parse().unwrap();
     // One outstanding read per 1 ms round trip: at most ~300 in 300 ms.
     assert!((50..=320).contains(&ops), "{line}");
 }

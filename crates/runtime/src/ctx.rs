@@ -11,11 +11,19 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
-use dmkit_fabric::{FabricError, GlobalAddr, LocalRef, Rkey, WorkRequest};
+use dmkit_fabric::{FabricError, GlobalAddr, LocalRef, Op, Rkey, WorkRequest};
 
 use crate::clock::Nanos;
 use crate::stats::Counters;
 use crate::worker::{wr_id, Core, MAX_TICKETS};
+
+/// What `Ctx::queue` is asked to build.
+#[derive(Clone, Copy)]
+enum Queued {
+    Read { off: usize, len: usize },
+    Write { off: usize, len: usize },
+    Atomic(Op),
+}
 
 /// A queued request's handle; after `sync`, [`Ctx::value`] gives its result
 /// (old value for atomics, bytes moved for READ/WRITE).
@@ -93,9 +101,13 @@ impl Ctx {
         self.core.local.store_u64(self.local_base() + off, v)
     }
 
-    fn queue(&self, mut wr: WorkRequest, local: Option<(usize, usize)>) -> Ticket {
+    /// Queues one request. The work request is built once, from scalars,
+    /// directly in its batch slot: patching a request in memory and copying it
+    /// cost a store-forwarding stall per request (perf).
+    #[inline]
+    fn queue(&self, remote: GlobalAddr, rkey: Rkey, q: Queued) -> Ticket {
         let mut st = self.core.st.borrow_mut();
-        let node = wr.remote.node();
+        let node = remote.node();
         let Some(qi) = st.qp_index(node) else {
             let t = &mut st.tasks[self.task];
             if t.error.is_none() {
@@ -103,22 +115,7 @@ impl Ctx {
             }
             return Ticket(usize::MAX);
         };
-        if let Some((off, len)) = local {
-            self.check_local(off, len);
-            let l = LocalRef::new(
-                st.qps[qi].lkey,
-                (self.local_base() + off) as u64,
-                len as u32,
-            );
-            match &mut wr.op {
-                dmkit_fabric::Op::Read { local } | dmkit_fabric::Op::Write { local, .. } => {
-                    *local = l
-                }
-                _ => unreachable!("only READ/WRITE carry local memory"),
-            }
-        }
-        let kind = wr.kind();
-        let len = wr.len() as u64;
+        let lkey = st.qps[qi].lkey;
         let st = &mut *st;
         let t = &mut st.tasks[self.task];
         if t.fresh {
@@ -131,21 +128,43 @@ impl Ctx {
             "more than {MAX_TICKETS} requests in one sync round"
         );
         t.results.push(0);
-        wr.wr_id = wr_id(self.task, ticket, 0);
-        for c in [&mut t.counters, &mut st.counters] {
-            match kind {
-                dmkit_fabric::VerbKind::Read => {
+        let base = self.local_base() as u64;
+        let local = |off: usize, len: usize| {
+            self.check_local(off, len);
+            LocalRef::new(lkey, base + off as u64, len as u32)
+        };
+        let op = match q {
+            Queued::Read { off, len } => Op::Read {
+                local: local(off, len),
+            },
+            Queued::Write { off, len } => Op::Write {
+                local: local(off, len),
+                inline: false,
+            },
+            Queued::Atomic(op) => op,
+        };
+        {
+            let c = &mut t.counters;
+            match q {
+                Queued::Read { len, .. } => {
                     c.reads += 1;
-                    c.bytes_read += len;
+                    c.bytes_read += len as u64;
                 }
-                dmkit_fabric::VerbKind::Write => {
+                Queued::Write { len, .. } => {
                     c.writes += 1;
-                    c.bytes_written += len;
+                    c.bytes_written += len as u64;
                 }
-                dmkit_fabric::VerbKind::Faa => c.faa += 1,
-                _ => c.cas += 1,
+                Queued::Atomic(Op::Faa { .. }) => c.faa += 1,
+                Queued::Atomic(_) => c.cas += 1,
             }
         }
+        let wr = WorkRequest {
+            wr_id: wr_id(self.task, ticket, 0),
+            remote,
+            rkey,
+            signaled: true,
+            op,
+        };
         match t.pending.iter_mut().find(|(q, _)| *q == qi) {
             Some((_, b)) => {
                 b.push(wr);
@@ -161,23 +180,17 @@ impl Ctx {
 
     /// Queues a READ of `len` bytes at `remote` into local `[off, off+len)`.
     pub fn read(&self, remote: GlobalAddr, rkey: Rkey, off: usize, len: usize) -> Ticket {
-        self.queue(
-            WorkRequest::read(remote, rkey, LocalRef::new(0, 0, 0)),
-            Some((off, len)),
-        )
+        self.queue(remote, rkey, Queued::Read { off, len })
     }
 
     /// Queues a WRITE of local `[off, off+len)` to `remote`.
     pub fn write(&self, remote: GlobalAddr, rkey: Rkey, off: usize, len: usize) -> Ticket {
-        self.queue(
-            WorkRequest::write(remote, rkey, LocalRef::new(0, 0, 0)),
-            Some((off, len)),
-        )
+        self.queue(remote, rkey, Queued::Write { off, len })
     }
 
     /// Queues a CAS.
     pub fn cas(&self, remote: GlobalAddr, rkey: Rkey, expected: u64, desired: u64) -> Ticket {
-        self.queue(WorkRequest::cas(remote, rkey, expected, desired), None)
+        self.queue(remote, rkey, Queued::Atomic(Op::Cas { expected, desired }))
     }
 
     /// Queues a masked CAS (see `dmkit_fabric::Op::MaskedCas`).
@@ -191,14 +204,20 @@ impl Ctx {
         swap_mask: u64,
     ) -> Ticket {
         self.queue(
-            WorkRequest::masked_cas(remote, rkey, compare, compare_mask, swap, swap_mask),
-            None,
+            remote,
+            rkey,
+            Queued::Atomic(Op::MaskedCas {
+                compare,
+                compare_mask,
+                swap,
+                swap_mask,
+            }),
         )
     }
 
     /// Queues a FAA.
     pub fn faa(&self, remote: GlobalAddr, rkey: Rkey, add: u64) -> Ticket {
-        self.queue(WorkRequest::faa(remote, rkey, add), None)
+        self.queue(remote, rkey, Queued::Atomic(Op::Faa { add }))
     }
 
     /// Posts everything this task queued: one batch (one doorbell) per
@@ -304,10 +323,8 @@ impl Ctx {
                 t.attempt = 0;
                 None
             } else {
-                for c in [&mut t.counters, &mut st.counters] {
-                    c.cas_failures += 1;
-                    c.retries += 1;
-                }
+                t.counters.cas_failures += 1;
+                t.counters.retries += 1;
                 let attempt = t.attempt;
                 t.attempt = t.attempt.saturating_add(1);
                 let r = st.next_random();
@@ -318,7 +335,6 @@ impl Ctx {
             {
                 let mut st = self.core.st.borrow_mut();
                 let st = &mut *st;
-                st.counters.backoff_ns += d;
                 st.tasks[self.task].counters.backoff_ns += d;
             }
             self.sleep(d).await;
@@ -330,7 +346,6 @@ impl Ctx {
     pub fn note_retry(&self) {
         let mut st = self.core.st.borrow_mut();
         let st = &mut *st;
-        st.counters.retries += 1;
         st.tasks[self.task].counters.retries += 1;
     }
 
@@ -382,7 +397,6 @@ impl Future for Sync<'_> {
         t.fresh = true;
         if self.waited {
             t.counters.round_trips += 1;
-            st.counters.round_trips += 1;
         }
         Poll::Ready(match t.error.take() {
             Some(e) => Err(e),

@@ -104,7 +104,7 @@ pub(crate) struct State {
     timers: BinaryHeap<Reverse<(Nanos, usize)>>,
     completions: Vec<Completion>,
     pub batch_pool: Vec<Batch>,
-    pub counters: Counters,
+    scratch_pending: Vec<(usize, Batch)>,
     pub stats: WorkerStats,
     completed_wrs: u64,
     pub op_in_use: u32,
@@ -142,8 +142,11 @@ impl State {
     /// Moves a task's queued requests to the deferred queue (one batch per
     /// queue pair, split at the backend's batch limit) and posts what fits.
     pub fn post_task(&mut self, task: usize) {
-        let pending = std::mem::take(&mut self.tasks[task].pending);
-        for (qi, mut batch) in pending {
+        // Swap the task's pending list with a scratch list (both keep their
+        // capacity: no allocation per post).
+        let mut pending = std::mem::take(&mut self.scratch_pending);
+        std::mem::swap(&mut pending, &mut self.tasks[task].pending);
+        for (qi, mut batch) in pending.drain(..) {
             let max = self.qps[qi].max_batch.max(1);
             while !batch.is_empty() {
                 let mut part = if batch.len() > max {
@@ -181,6 +184,7 @@ impl State {
             }
             self.batch_pool.push(batch);
         }
+        self.scratch_pending = pending;
         self.flush_deferred();
     }
 
@@ -191,13 +195,13 @@ impl State {
             if !self.credits.try_take(front.size) {
                 if !front.counted {
                     front.counted = true;
-                    self.counters.throttled_posts += 1;
+                    self.tasks[front.task].counters.throttled_posts += 1;
                 }
                 return;
             }
             let mut d = self.deferred.pop_front().expect("front exists");
             let r = self.qps[d.qp].qp.post(&mut d.batch);
-            self.counters.doorbells += 1;
+            self.tasks[d.task].counters.doorbells += 1;
             if let Err(e) = r {
                 self.fail_batch(d.task, d.size, e);
             }
@@ -410,7 +414,7 @@ impl Worker {
             timers: BinaryHeap::new(),
             completions: Vec::with_capacity(64),
             batch_pool: Vec::new(),
-            counters: Counters::default(),
+            scratch_pending: Vec::new(),
             stats: WorkerStats::default(),
             completed_wrs: 0,
             op_in_use: 0,
@@ -538,7 +542,12 @@ impl Worker {
         let st = self.core.st.borrow();
         let mut s = st.stats.clone();
         s.workers = 1;
-        s.counters = st.counters;
+        // Counters live per task (so operation scopes can attribute them);
+        // the worker's are their sum.
+        s.counters = Counters::default();
+        for t in &st.tasks {
+            s.counters.merge(&t.counters);
+        }
         s.completed_wrs = st.completed_wrs;
         s.c_max = vec![st.credits.c_max()];
         s.task_limit = vec![st.avoider.as_ref().map_or(u32::MAX, |a| a.c_max())];
