@@ -342,6 +342,11 @@ impl Ctx {
         Ok(old)
     }
 
+    /// Whether conflict avoidance (backoff in `backoff_cas`) is on.
+    pub fn conflict_avoidance(&self) -> bool {
+        self.core.st.borrow().avoider.is_some()
+    }
+
     /// Records a retry of a data-structure operation (e.g. a torn read).
     pub fn note_retry(&self) {
         let mut st = self.core.st.borrow_mut();

@@ -11,14 +11,17 @@
 //! Time comes only from a [`Clock`]; workers can be stepped by an external
 //! scheduler, so the simulator can run many of them in virtual time.
 //!
-//! Not here yet: shared/multiplexed queue-pair policies, vector-IO helpers
-//! (scatter/gather, software packing), remote locks with leases and the FAA
-//! sequencer (issue "SMART runtime", items 2, 8, 9 — see the README).
+//! [`lock`] adds the remote spinlock (with a lease) and the FAA sequencer of
+//! the memory-semantics study (§III-E).
+//!
+//! Not here yet: shared/multiplexed queue-pair policies and vector-IO helpers
+//! (scatter/gather, software packing).
 
 pub mod backoff;
 pub mod clock;
 pub mod config;
 pub mod ctx;
+pub mod lock;
 pub mod stats;
 pub mod throttle;
 pub mod worker;
@@ -26,5 +29,6 @@ pub mod worker;
 pub use clock::{Clock, MonotonicClock, Nanos, VirtualClock};
 pub use config::RuntimeConfig;
 pub use ctx::{Ctx, OpGuard, Ticket};
+pub use lock::{LockConfig, LockError, LockGuard, RemoteLock, Sequencer};
 pub use stats::{Counters, OpStats, WorkerStats};
 pub use worker::Worker;
