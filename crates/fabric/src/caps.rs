@@ -16,6 +16,8 @@ pub struct Capabilities {
     pub max_inline: usize,
     /// Largest READ or WRITE in bytes.
     pub max_message: usize,
+    /// Most scatter/gather entries in one vector request.
+    pub max_sge: usize,
     /// Device memory on the NIC for locks (Sherman's on-chip lock table).
     pub on_nic_memory: bool,
 }

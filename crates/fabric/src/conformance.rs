@@ -13,6 +13,7 @@ use crate::{
 /// Runs every check against node `node` of `fabric`.
 pub fn run_all(fabric: &dyn Fabric, node: NodeId) {
     verbs_round_trip(fabric, node);
+    vector_io(fabric, node);
     bad_requests(fabric, node);
     flush_after_error(fabric, node);
     signaling(fabric, node);
@@ -116,6 +117,93 @@ pub fn verbs_round_trip(fabric: &dyn Fabric, node: NodeId) {
         assert_eq!(old, 0xBBBB_0000_0000_1111, "masked compare fails");
         assert_eq!(q.read_u64(w, k).unwrap(), 0xBBBB_0000_0000_1111);
     }
+    fabric.free_chunk(base).expect("free");
+}
+
+/// Vector READ/WRITE (scatter/gather lists), when the backend offers them.
+pub fn vector_io(fabric: &dyn Fabric, node: NodeId) {
+    let max = fabric.caps().max_sge;
+    if max < 2 {
+        return;
+    }
+    let (base, _, k) = chunk(fabric, node, 3 * 4096);
+    let mut q = sync(fabric, node);
+    let mem = LocalMem::new(8192);
+    let lk = q.qp().register_local(&mem);
+    let a: Vec<u8> = (0..13).collect();
+    let b: Vec<u8> = (100..164).collect();
+    let c: Vec<u8> = (200..203).collect();
+    mem.write(0, &a);
+    mem.write(1000, &b);
+    mem.write(4000, &c);
+    // Gather three pieces into one remote range that crosses a page.
+    let remote = base.add(4096 - 30);
+    let mut batch = Batch::new();
+    batch.write_v(
+        remote,
+        k,
+        &[
+            LocalRef::new(lk, 0, 13),
+            LocalRef::new(lk, 1000, 64),
+            LocalRef::new(lk, 4000, 3),
+        ],
+    );
+    q.qp().execute(&mut batch).expect("vector write");
+    let whole = [a.clone(), b.clone(), c.clone()].concat();
+    assert_eq!(q.read(remote, k, 80).unwrap(), whole, "gathered in order");
+    // Scatter it back into three other pieces.
+    batch.read_v(
+        remote,
+        k,
+        &[
+            LocalRef::new(lk, 5000, 40),
+            LocalRef::new(lk, 6001, 37),
+            LocalRef::new(lk, 7000, 3),
+        ],
+    );
+    let c1 = q.qp().execute(&mut batch).expect("vector read");
+    assert_eq!(c1[0].result, Ok(80), "completes with the total length");
+    assert_eq!(
+        [
+            mem.to_vec(5000, 40),
+            mem.to_vec(6001, 37),
+            mem.to_vec(7000, 3)
+        ]
+        .concat(),
+        whole
+    );
+    // Too many entries, an empty list and a bad key inside the list all fail
+    // the request without moving a byte.
+    let many: Vec<LocalRef> = (0..=max as u64)
+        .map(|i| LocalRef::new(lk, 8 * i, 8))
+        .collect();
+    for (pieces, what) in [
+        (&many[..], "over max_sge"),
+        (&[][..], "empty"),
+        (
+            &[LocalRef::new(lk, 0, 8), LocalRef::new(lk + 9, 0, 8)][..],
+            "bad lkey",
+        ),
+    ] {
+        batch.write_v(base, k, pieces).set_id(5);
+        match q.qp().execute(&mut batch) {
+            Err(FabricError::Request(e)) => {
+                assert!(
+                    matches!(
+                        e.error,
+                        VerbError::BadSgl { .. } | VerbError::BadLkey(_) | VerbError::ZeroLength
+                    ),
+                    "{what}: {e}"
+                )
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    assert_eq!(
+        q.read(base, k, 16).unwrap(),
+        vec![0; 16],
+        "failed vector writes moved nothing"
+    );
     fabric.free_chunk(base).expect("free");
 }
 

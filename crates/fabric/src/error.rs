@@ -37,6 +37,8 @@ pub enum VerbError {
     InlineTooLarge { len: usize, max: usize },
     #[error("remote page {page} is not mapped")]
     PageNotMapped { page: u64 },
+    #[error("scatter/gather list of {count} entries (from {first}) is empty, exceeds the backend's {max}, or lies outside its batch")]
+    BadSgl { first: u32, count: u32, max: usize },
     #[error("flushed: an earlier request of the same batch failed")]
     Flushed,
     #[error("connection to node {0} lost")]

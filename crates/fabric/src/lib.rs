@@ -41,7 +41,7 @@ pub use dmkit_memnode::{NodeStats, RegionInfo, Request, Response, RpcError};
 pub use error::{FabricError, PostError, RequestError, VerbError};
 pub use local::{Lkey, LocalMem};
 pub use sync::SyncQp;
-pub use wr::{Batch, Completion, LocalRef, Op, VerbKind, WorkRequest};
+pub use wr::{Batch, Completion, LocalRef, Op, Sgl, VerbKind, WorkRequest};
 
 /// Counters of one queue pair.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

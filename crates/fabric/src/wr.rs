@@ -54,6 +54,15 @@ impl LocalRef {
     }
 }
 
+/// A scatter/gather list: `count` entries starting at `first` in the
+/// batch's entry table ([`Batch::sges`]), `len` bytes in total.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sgl {
+    pub first: u32,
+    pub count: u32,
+    pub len: u32,
+}
+
 /// What a request does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
@@ -76,6 +85,13 @@ pub enum Op {
     },
     /// 8-byte fetch-and-add (wrapping); completes with the old value.
     Faa { add: u64 },
+    /// Vector READ: one remote range scattered into several local pieces,
+    /// in order (RDMA READ with a scatter/gather list; memory-semantics
+    /// §III-A "SGL"). Built with [`Batch::read_v`].
+    ReadV { sgl: Sgl },
+    /// Vector WRITE: several local pieces gathered into one remote range.
+    /// Built with [`Batch::write_v`].
+    WriteV { sgl: Sgl },
 }
 
 /// One work request.
@@ -206,6 +222,8 @@ impl WorkRequest {
             Op::Cas { .. } => VerbKind::Cas,
             Op::MaskedCas { .. } => VerbKind::MaskedCas,
             Op::Faa { .. } => VerbKind::Faa,
+            Op::ReadV { .. } => VerbKind::Read,
+            Op::WriteV { .. } => VerbKind::Write,
         }
     }
 
@@ -214,6 +232,7 @@ impl WorkRequest {
     pub fn len(&self) -> usize {
         match self.op {
             Op::Read { local } | Op::Write { local, .. } => local.len as usize,
+            Op::ReadV { sgl } | Op::WriteV { sgl } => sgl.len as usize,
             _ => 8,
         }
     }
@@ -225,10 +244,12 @@ impl WorkRequest {
     }
 }
 
-/// Requests gathered to be posted with one doorbell.
+/// Requests gathered to be posted with one doorbell, and the
+/// scatter/gather entries their vector requests refer to.
 #[derive(Debug, Default, Clone)]
 pub struct Batch {
     pub(crate) wrs: Vec<WorkRequest>,
+    pub(crate) sges: Vec<LocalRef>,
 }
 
 impl Batch {
@@ -241,6 +262,7 @@ impl Batch {
     pub fn with_capacity(n: usize) -> Self {
         Self {
             wrs: Vec::with_capacity(n),
+            sges: Vec::new(),
         }
     }
 
@@ -290,6 +312,57 @@ impl Batch {
         self.push(WorkRequest::faa(remote, rkey, add))
     }
 
+    fn sgl(&mut self, pieces: &[LocalRef]) -> Sgl {
+        let first = u32::try_from(self.sges.len()).expect("fewer than 2^32 entries");
+        let len = pieces.iter().map(|p| p.len as u64).sum::<u64>();
+        self.sges.extend_from_slice(pieces);
+        Sgl {
+            first,
+            count: pieces.len() as u32,
+            len: u32::try_from(len).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// Appends a vector READ: `remote[0..Σlen)` scattered into `pieces` in order.
+    pub fn read_v(
+        &mut self,
+        remote: GlobalAddr,
+        rkey: Rkey,
+        pieces: &[LocalRef],
+    ) -> &mut WorkRequest {
+        let sgl = self.sgl(pieces);
+        self.push(WorkRequest::new(remote, rkey, Op::ReadV { sgl }))
+    }
+
+    /// Appends a vector WRITE: `pieces` gathered, in order, into `remote[0..Σlen)`.
+    pub fn write_v(
+        &mut self,
+        remote: GlobalAddr,
+        rkey: Rkey,
+        pieces: &[LocalRef],
+    ) -> &mut WorkRequest {
+        let sgl = self.sgl(pieces);
+        self.push(WorkRequest::new(remote, rkey, Op::WriteV { sgl }))
+    }
+
+    /// The scatter/gather entries of this batch's vector requests.
+    pub fn sges(&self) -> &[LocalRef] {
+        &self.sges
+    }
+
+    /// Appends a copy of `wr` taken from batch `from`, bringing the
+    /// scatter/gather entries of a vector request along.
+    pub fn push_from(&mut self, from: &Batch, wr: &WorkRequest) -> &mut WorkRequest {
+        let mut wr = *wr;
+        if let Op::ReadV { sgl } | Op::WriteV { sgl } = &mut wr.op {
+            let (a, n) = (sgl.first as usize, sgl.count as usize);
+            let first = self.sges.len() as u32;
+            self.sges.extend_from_slice(&from.sges[a..a + n]);
+            sgl.first = first;
+        }
+        self.push(wr)
+    }
+
     /// Number of requests.
     #[inline]
     pub fn len(&self) -> usize {
@@ -316,6 +389,7 @@ impl Batch {
     #[inline]
     pub fn clear(&mut self) {
         self.wrs.clear();
+        self.sges.clear();
     }
 }
 

@@ -178,6 +178,101 @@ impl Ctx {
         Ticket(ticket)
     }
 
+    /// Queues a vector READ/WRITE over `pieces` of task-local memory.
+    fn queue_v(
+        &self,
+        remote: GlobalAddr,
+        rkey: Rkey,
+        pieces: &[(usize, usize)],
+        write: bool,
+    ) -> Ticket {
+        let mut st = self.core.st.borrow_mut();
+        let node = remote.node();
+        let Some(qi) = st.qp_index(node) else {
+            let t = &mut st.tasks[self.task];
+            if t.error.is_none() {
+                t.error = Some(FabricError::NoSuchNode(node));
+            }
+            return Ticket(usize::MAX);
+        };
+        let lkey = st.qps[qi].lkey;
+        let base = self.local_base() as u64;
+        let sges: Vec<LocalRef> = pieces
+            .iter()
+            .map(|&(off, len)| {
+                self.check_local(off, len);
+                LocalRef::new(lkey, base + off as u64, len as u32)
+            })
+            .collect();
+        let total: u64 = pieces.iter().map(|p| p.1 as u64).sum();
+        let st = &mut *st;
+        let t = &mut st.tasks[self.task];
+        if t.fresh {
+            t.results.clear();
+            t.fresh = false;
+        }
+        let ticket = t.results.len();
+        assert!(
+            ticket < MAX_TICKETS,
+            "more than {MAX_TICKETS} requests in one sync round"
+        );
+        t.results.push(0);
+        if write {
+            t.counters.writes += 1;
+            t.counters.bytes_written += total;
+        } else {
+            t.counters.reads += 1;
+            t.counters.bytes_read += total;
+        }
+        let at = match t.pending.iter().position(|(q, _)| *q == qi) {
+            Some(i) => i,
+            None => {
+                t.pending
+                    .push((qi, st.batch_pool.pop().unwrap_or_default()));
+                t.pending.len() - 1
+            }
+        };
+        let b = &mut t.pending[at].1;
+        let wr = if write {
+            b.write_v(remote, rkey, &sges)
+        } else {
+            b.read_v(remote, rkey, &sges)
+        };
+        wr.wr_id = wr_id(self.task, ticket, 0);
+        Ticket(ticket)
+    }
+
+    /// Queues a vector READ: `remote[0..Σlen)` scattered, in order, into the
+    /// task-local `pieces` (offset, length) — one request, one round trip
+    /// (memory-semantics §III-A, "SGL").
+    pub fn read_v(&self, remote: GlobalAddr, rkey: Rkey, pieces: &[(usize, usize)]) -> Ticket {
+        self.queue_v(remote, rkey, pieces, false)
+    }
+
+    /// Queues a vector WRITE: the task-local `pieces` gathered, in order,
+    /// into `remote[0..Σlen)`.
+    pub fn write_v(&self, remote: GlobalAddr, rkey: Rkey, pieces: &[(usize, usize)]) -> Ticket {
+        self.queue_v(remote, rkey, pieces, true)
+    }
+
+    /// Software-packed WRITE (memory-semantics §III-A, "SP"): copies `pieces`
+    /// back to back into task-local memory at `scratch` and queues one WRITE
+    /// of the packed bytes to `remote`.
+    pub fn write_packed(
+        &self,
+        remote: GlobalAddr,
+        rkey: Rkey,
+        scratch: usize,
+        pieces: &[&[u8]],
+    ) -> Ticket {
+        let mut at = scratch;
+        for p in pieces {
+            self.put_local(at, p);
+            at += p.len();
+        }
+        self.write(remote, rkey, scratch, at - scratch)
+    }
+
     /// Queues a READ of `len` bytes at `remote` into local `[off, off+len)`.
     pub fn read(&self, remote: GlobalAddr, rkey: Rkey, off: usize, len: usize) -> Ticket {
         self.queue(remote, rkey, Queued::Read { off, len })

@@ -14,8 +14,12 @@
 //! [`lock`] adds the remote spinlock (with a lease) and the FAA sequencer of
 //! the memory-semantics study (§III-E).
 //!
-//! Not here yet: shared/multiplexed queue-pair policies and vector-IO helpers
-//! (scatter/gather, software packing).
+//! Vector IO (memory-semantics §III-A): doorbell batches are a task's
+//! `post`; [`Ctx::read_v`]/[`Ctx::write_v`] are scatter/gather requests;
+//! [`Ctx::write_packed`] is software packing.
+//!
+//! Not here yet: shared/multiplexed queue-pair policies (`--thread-aware off`
+//! and `--qp-policy` are refused with an error).
 
 pub mod backoff;
 pub mod clock;

@@ -150,15 +150,19 @@ impl State {
             let max = self.qps[qi].max_batch.max(1);
             while !batch.is_empty() {
                 let mut part = if batch.len() > max {
+                    // Split at the backend's limit; vector requests bring
+                    // their scatter/gather entries along.
                     let mut p = self.batch_pool.pop().unwrap_or_default();
-                    for wr in batch.requests()[..max].iter() {
-                        p.push(*wr);
+                    let mut rest = self.batch_pool.pop().unwrap_or_default();
+                    for (i, wr) in batch.requests().iter().enumerate() {
+                        if i < max {
+                            p.push_from(&batch, wr);
+                        } else {
+                            rest.push_from(&batch, wr);
+                        }
                     }
-                    let rest: Vec<_> = batch.requests()[max..].to_vec();
                     batch.clear();
-                    for wr in rest {
-                        batch.push(wr);
-                    }
+                    self.batch_pool.push(std::mem::replace(&mut batch, rest));
                     p
                 } else {
                     std::mem::take(&mut batch)

@@ -67,6 +67,7 @@ impl ShmConfig {
             max_batch: self.max_batch,
             max_inline: self.max_inline,
             max_message: 1 << 30,
+            max_sge: 16,
             on_nic_memory: false,
         }
     }

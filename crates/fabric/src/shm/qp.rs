@@ -61,7 +61,7 @@ impl ShmQp {
     /// Checks a request against node, length, region key, access, bounds and
     /// alignment, then executes it. Returns the old value (atomics) or bytes moved.
     #[inline]
-    fn execute_one(&mut self, wr: &WorkRequest) -> Result<u64, VerbError> {
+    fn execute_one(&mut self, wr: &WorkRequest, sges: &[LocalRef]) -> Result<u64, VerbError> {
         let remote = wr.remote;
         if remote.node() != self.node {
             return Err(VerbError::WrongNode {
@@ -97,7 +97,8 @@ impl ShmQp {
         };
         let (needed, name) = match wr.op {
             Op::Read { .. } => (access::READ, "READ"),
-            Op::Write { .. } => (access::WRITE, "WRITE"),
+            Op::Write { .. } | Op::WriteV { .. } => (access::WRITE, "WRITE"),
+            Op::ReadV { .. } => (access::READ, "READ"),
             _ => (access::ATOMIC, "atomics"),
         };
         if rights & needed == 0 {
@@ -139,6 +140,37 @@ impl ShmQp {
                 s.bytes_written += len as u64;
                 Ok(len as u64)
             }
+            Op::ReadV { sgl } | Op::WriteV { sgl } => {
+                let pieces = sgl_entries(sges, sgl, self.caps.max_sge)?;
+                // Resolve every piece first: a bad entry fails the request
+                // before any byte moves.
+                let mut ptrs = [std::ptr::null_mut::<u8>(); MAX_SGE];
+                for (p, l) in ptrs.iter_mut().zip(pieces) {
+                    *p = local_ptr(&self.locals, *l)?;
+                }
+                let mut at = off;
+                let write = matches!(wr.op, Op::WriteV { .. });
+                for (p, l) in ptrs.iter().zip(pieces) {
+                    // SAFETY: each pointer was resolved against a LocalMem this
+                    // queue pair keeps alive, for exactly `l.len` bytes.
+                    unsafe {
+                        if write {
+                            self.view.write_from(at, *p, l.len as usize)?;
+                        } else {
+                            self.view.read_to(at, *p, l.len as usize)?;
+                        }
+                    }
+                    at += l.len as u64;
+                }
+                if write {
+                    s.writes += 1;
+                    s.bytes_written += len as u64;
+                } else {
+                    s.reads += 1;
+                    s.bytes_read += len as u64;
+                }
+                Ok(len as u64)
+            }
             op => {
                 if !off.is_multiple_of(8) {
                     return Err(VerbError::Unaligned { offset: off });
@@ -175,12 +207,44 @@ impl ShmQp {
                         s.faa += 1;
                         w.fetch_add(add, Ordering::AcqRel)
                     }
-                    Op::Read { .. } | Op::Write { .. } => unreachable!("handled above"),
+                    Op::Read { .. } | Op::Write { .. } | Op::ReadV { .. } | Op::WriteV { .. } => {
+                        unreachable!("handled above")
+                    }
                 };
                 Ok(old)
             }
         }
     }
+}
+
+/// Most scatter/gather entries the shm backend accepts per request.
+pub const MAX_SGE: usize = 16;
+
+/// The entries of `sgl` in its batch, checked against the table and limit.
+fn sgl_entries(
+    sges: &[LocalRef],
+    sgl: crate::wr::Sgl,
+    max: usize,
+) -> Result<&[LocalRef], VerbError> {
+    let bad = VerbError::BadSgl {
+        first: sgl.first,
+        count: sgl.count,
+        max,
+    };
+    let (a, n) = (sgl.first as usize, sgl.count as usize);
+    if n == 0 || n > max.min(MAX_SGE) {
+        return Err(bad);
+    }
+    let pieces = sges.get(a..a + n).ok_or(bad)?;
+    let total: u64 = pieces.iter().map(|p| p.len as u64).sum();
+    if total != sgl.len as u64 {
+        return Err(VerbError::BadSgl {
+            first: sgl.first,
+            count: sgl.count,
+            max,
+        });
+    }
+    Ok(pieces)
 }
 
 /// A registered local region, flattened so a lookup is one indexed load.
@@ -256,7 +320,7 @@ impl QueuePair for ShmQp {
             let result = if failed {
                 Err(VerbError::Flushed)
             } else {
-                let r = self.execute_one(wr);
+                let r = self.execute_one(wr, &batch.sges);
                 if r.is_err() {
                     failed = true;
                     self.stats.errors += 1;
@@ -282,7 +346,7 @@ impl QueuePair for ShmQp {
                 unsafe { self.cq.set_len(at + 1) };
             }
         }
-        batch.wrs.clear();
+        batch.clear();
         if let Some(rtt) = self.rtt {
             let n = self.cq.len() - before;
             if n > 0 {
