@@ -20,4 +20,8 @@ pub struct Capabilities {
     pub max_sge: usize,
     /// Device memory on the NIC for locks (Sherman's on-chip lock table).
     pub on_nic_memory: bool,
+    /// Doorbell registers a queue pair can be bound to explicitly (SMART
+    /// §4.1's per-thread doorbell). Backends without doorbells (shm) cannot
+    /// express that policy.
+    pub explicit_doorbells: bool,
 }

@@ -31,6 +31,7 @@ pub mod caps;
 pub mod conformance;
 pub mod error;
 pub mod local;
+pub mod shared;
 pub mod shm;
 pub mod sync;
 pub mod wr;
@@ -40,6 +41,7 @@ pub use caps::Capabilities;
 pub use dmkit_memnode::{NodeStats, RegionInfo, Request, Response, RpcError};
 pub use error::{FabricError, PostError, RequestError, VerbError};
 pub use local::{Lkey, LocalMem};
+pub use shared::SharedQp;
 pub use sync::SyncQp;
 pub use wr::{Batch, Completion, LocalRef, Op, Sgl, VerbKind, WorkRequest};
 

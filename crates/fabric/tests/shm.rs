@@ -308,3 +308,58 @@ fn qp_stats_count_verbs_and_bytes() {
     );
     assert_eq!((s.bytes_read, s.bytes_written, s.errors), (30, 100, 0));
 }
+
+/// A queue pair shared by several threads passes the conformance checks per
+/// handle and routes every completion to the thread that posted it.
+#[test]
+fn shared_queue_pair_routes_completions_to_their_posters() {
+    use dmkit_fabric::SharedQp;
+    let f = embedded();
+    let (a, _, k) = f.alloc_chunk(0, 4096, false).unwrap();
+    let handles = SharedQp::share(f.connect(0).unwrap(), 4);
+    std::thread::scope(|s| {
+        for (t, mut h) in handles.into_iter().enumerate() {
+            s.spawn(move || {
+                let mem = LocalMem::new(64);
+                let lk = h.register_local(&mem);
+                for i in 0..2000u64 {
+                    let mut b = Batch::new();
+                    b.faa(a.add(8 * t as u64), k, 1).set_id(i);
+                    b.faa(a.add(32), k, 1).set_id(i).set_unsignaled();
+                    b.read(a.add(8 * t as u64), k, LocalRef::new(lk, 0, 8))
+                        .set_id(1_000_000 + i);
+                    if i % 100 == 0 {
+                        // A failing request: its error comes back to this thread.
+                        b.cas(a.add(3), k, 0, 1)
+                            .set_id(7_000_000 + i)
+                            .set_unsignaled();
+                    }
+                    let r = h.execute(&mut b);
+                    if i % 100 == 0 {
+                        match r {
+                            Err(FabricError::Request(e)) => {
+                                assert_eq!(e.wr_id, 7_000_000 + i, "thread {t}")
+                            }
+                            other => panic!("thread {t}: {other:?}"),
+                        }
+                    } else {
+                        let c = r.unwrap();
+                        assert_eq!(
+                            c.iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+                            vec![i, 1_000_000 + i],
+                            "thread {t}"
+                        );
+                        assert_eq!(c[0].result, Ok(i), "thread {t}: its own counter");
+                        assert_eq!(mem.load_u64(0), i + 1);
+                    }
+                    assert_eq!(h.pending(), 0);
+                }
+            });
+        }
+    });
+    let mut q = SyncQp::new(&f, 0, 64).unwrap();
+    for t in 0..4 {
+        assert_eq!(q.read_u64(a.add(8 * t), k).unwrap(), 2000);
+    }
+    assert_eq!(q.read_u64(a.add(32), k).unwrap(), 4 * 2000);
+}

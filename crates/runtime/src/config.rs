@@ -8,8 +8,9 @@ use crate::throttle::{TunerConfig, UNLIMITED};
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
     /// Thread-aware resource allocation (§4.1): every worker owns its queue
-    /// pairs, completion queue and doorbell. `false` (a queue pair shared by
-    /// all workers) is not implemented yet and is refused with an error.
+    /// pairs, completion queue and doorbell. With `false`, `Worker::new`
+    /// refuses to run: the caller shares queue pairs between workers
+    /// (`SharedQp::share`) and builds them with `Worker::with_qps`.
     pub thread_aware: bool,
     /// Adaptive work-request throttling (§4.2). Off: credits are unlimited.
     pub throttle: bool,

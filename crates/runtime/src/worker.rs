@@ -372,29 +372,48 @@ impl Worker {
         if !cfg.thread_aware {
             return Err(FabricError::Connect {
                 target: fabric.backend().into(),
-                reason:
-                    "--thread-aware off (a queue pair shared by all workers) is not implemented yet"
-                        .into(),
+                reason: "thread-aware allocation is off: queue pairs shared between workers must be made by the caller \
+                         (dmkit_fabric::SharedQp::share) and given to Worker::with_qps"
+                    .into(),
             });
         }
+        let qps = fabric
+            .nodes()
+            .into_iter()
+            .map(|n| fabric.connect(n))
+            .collect::<Result<Vec<_>, _>>()?;
+        Self::with_qps(qps, clock, cfg, id, capacity)
+    }
+
+    /// Creates worker `id` on queue pairs made by the caller (one per memory
+    /// node), e.g. handles of queue pairs shared between workers — the
+    /// baselines of SMART §3.1 and `--thread-aware off`.
+    pub fn with_qps(
+        qps: Vec<Box<dyn QueuePair>>,
+        clock: Arc<dyn Clock>,
+        cfg: RuntimeConfig,
+        id: usize,
+        capacity: usize,
+    ) -> Result<Self, FabricError> {
         assert!(
             capacity > 0 && capacity <= MAX_TASKS,
             "task capacity must be in 1..={MAX_TASKS}"
         );
         let task_bytes = cfg.task_local_bytes.next_multiple_of(64).max(64);
         let local = LocalMem::new(task_bytes * capacity);
-        let mut qps = Vec::new();
-        for node in fabric.nodes() {
-            let mut qp = fabric.connect(node)?;
-            let lkey = qp.register_local(&local);
-            let max_batch = qp.caps().max_batch;
-            qps.push(WorkerQp {
-                node,
-                qp,
-                lkey,
-                max_batch,
-            });
-        }
+        let qps: Vec<WorkerQp> = qps
+            .into_iter()
+            .map(|mut qp| {
+                let lkey = qp.register_local(&local);
+                let (node, max_batch) = (qp.node(), qp.caps().max_batch);
+                WorkerQp {
+                    node,
+                    qp,
+                    lkey,
+                    max_batch,
+                }
+            })
+            .collect();
         let now = clock.now();
         let (tuner, c_max) = match (cfg.throttle, cfg.fixed_c_max) {
             (false, _) => (None, RuntimeConfig::unthrottled()),

@@ -349,14 +349,14 @@ fn op_scopes_limit_concurrency_to_c_max() {
 }
 
 #[test]
-fn thread_aware_off_is_refused_visibly() {
+fn thread_aware_off_needs_caller_made_queue_pairs() {
     let f = fabric();
     let cfg = RuntimeConfig {
         thread_aware: false,
         ..Default::default()
     };
     match Worker::new(f.as_ref(), real(), cfg, 0, 1) {
-        Err(FabricError::Connect { reason, .. }) => assert!(reason.contains("not implemented")),
+        Err(FabricError::Connect { reason, .. }) => assert!(reason.contains("Worker::with_qps")),
         other => panic!("{:?}", other.err()),
     }
 }
@@ -423,4 +423,39 @@ fn vector_io_forms() {
         w.stats().counters.doorbells >= 2 + 5,
         "the 300-request post took two doorbells"
     );
+}
+
+/// Workers sharing one queue pair per node (thread-aware allocation off)
+/// still complete every request exactly once.
+#[test]
+fn workers_on_a_shared_queue_pair() {
+    let f = fabric();
+    let (a, k) = chunk(&f, 4096);
+    let workers = 3;
+    let handles = dmkit_fabric::SharedQp::share(f.connect(0).unwrap(), workers);
+    std::thread::scope(|s| {
+        for (wi, h) in handles.into_iter().enumerate() {
+            s.spawn(move || {
+                let cfg = RuntimeConfig {
+                    thread_aware: false,
+                    ..Default::default()
+                };
+                let mut w = Worker::with_qps(vec![Box::new(h)], real(), cfg, wi, 4).unwrap();
+                for _ in 0..4 {
+                    w.spawn(move |ctx| async move {
+                        for _ in 0..500 {
+                            ctx.faa(a, k, 1);
+                            ctx.read(a.add(8), k, 0, 8);
+                            ctx.post();
+                            ctx.sync().await.unwrap();
+                        }
+                    });
+                }
+                w.run();
+                assert_eq!(w.stats().counters.round_trips, 4 * 500);
+            });
+        }
+    });
+    let mut q = SyncQp::new(f.as_ref(), 0, 64).unwrap();
+    assert_eq!(q.read_u64(a, k).unwrap(), workers as u64 * 4 * 500);
 }

@@ -69,6 +69,7 @@ impl ShmConfig {
             max_message: 1 << 30,
             max_sge: 16,
             on_nic_memory: false,
+            explicit_doorbells: false,
         }
     }
 }
