@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dmkit_fabric::{
-    Batch, Completion, Fabric, FabricError, GlobalAddr, LocalMem, LocalRef, Rkey, SyncQp, VerbKind,
-    WorkRequest,
+    Batch, Completion, Fabric, FabricError, GlobalAddr, LocalMem, LocalRef, QueuePair, Rkey,
+    SharedQp, SyncQp, VerbKind, WorkRequest,
 };
 use serde::Serialize;
 
@@ -37,6 +37,91 @@ pub struct MicroConfig {
     /// Run through the runtime (tasks, `post`, `sync().await`) instead of
     /// the raw queue-pair loop.
     pub runtime: Option<RuntimeMode>,
+    /// How threads map to queue pairs (SMART §3.1, Figure 3a).
+    pub qp_policy: QpPolicy,
+}
+
+/// How benchmark threads map to queue pairs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpPolicy {
+    /// All threads post to one queue pair.
+    Shared,
+    /// Each queue pair serves a group of this many threads.
+    Multiplexed(usize),
+    /// One queue pair per thread (dmkit's default).
+    PerThreadQp,
+    /// One queue pair and one doorbell register per thread (SMART §4.1);
+    /// needs a backend with explicit doorbells.
+    PerThreadDoorbell,
+}
+
+impl std::str::FromStr for QpPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "shared" => Ok(QpPolicy::Shared),
+            "per-thread-qp" => Ok(QpPolicy::PerThreadQp),
+            "per-thread-doorbell" => Ok(QpPolicy::PerThreadDoorbell),
+            _ => match s.strip_prefix("multiplexed:").map(str::parse::<usize>) {
+                Some(Ok(n)) if n > 0 => Ok(QpPolicy::Multiplexed(n)),
+                _ => Err(format!(
+                    "{s:?}: expected shared, multiplexed:N (N ≥ 1 threads per queue pair), per-thread-qp or per-thread-doorbell"
+                )),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for QpPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            QpPolicy::Shared => write!(f, "shared"),
+            QpPolicy::Multiplexed(n) => write!(f, "multiplexed:{n}"),
+            QpPolicy::PerThreadQp => write!(f, "per-thread-qp"),
+            QpPolicy::PerThreadDoorbell => write!(f, "per-thread-doorbell"),
+        }
+    }
+}
+
+/// One queue pair (or shared-queue-pair handle) per thread, by `policy`.
+pub fn make_qps(
+    fabric: &dyn Fabric,
+    node: dmkit_fabric::NodeId,
+    threads: usize,
+    policy: QpPolicy,
+) -> Result<Vec<Box<dyn QueuePair>>, BenchError> {
+    let group = match policy {
+        QpPolicy::Shared => threads,
+        QpPolicy::Multiplexed(n) => n,
+        QpPolicy::PerThreadQp => 1,
+        QpPolicy::PerThreadDoorbell => {
+            if !fabric.caps().explicit_doorbells {
+                return Err(BenchError::Config(format!(
+                    "--qp-policy per-thread-doorbell: the {} backend has no doorbell registers to bind \
+                     (per-thread-qp already shares nothing there; the simulator models doorbells)",
+                    fabric.backend()
+                )));
+            }
+            return Err(BenchError::Config(
+                "per-thread-doorbell binding is not implemented for this backend yet".into(),
+            ));
+        }
+    };
+    let mut out: Vec<Box<dyn QueuePair>> = Vec::with_capacity(threads);
+    while out.len() < threads {
+        let n = group.min(threads - out.len());
+        let qp = fabric.connect(node)?;
+        if n == 1 && group == 1 {
+            out.push(qp);
+        } else {
+            out.extend(
+                SharedQp::share(qp, n)
+                    .into_iter()
+                    .map(|h| Box::new(h) as Box<dyn QueuePair>),
+            );
+        }
+    }
+    Ok(out)
 }
 
 /// The runtime variant of the benchmark.
@@ -68,6 +153,8 @@ pub struct MicroResult {
     pub threads: usize,
     pub batch: usize,
     pub signal: Signal,
+    /// Thread → queue pair mapping.
+    pub qp_policy: String,
     /// "raw" (queue pairs directly) or "runtime" (tasks and sync).
     pub mode: String,
     /// Tasks per thread (runtime mode).
@@ -133,6 +220,14 @@ pub fn check(cfg: &MicroConfig, fabric: &dyn Fabric) -> Result<(), String> {
         return Err("--threads and --batch must be at least 1".into());
     }
     if let Some(rt) = &cfg.runtime {
+        let shares = matches!(cfg.qp_policy, QpPolicy::Shared | QpPolicy::Multiplexed(_));
+        if rt.cfg.thread_aware == shares {
+            return Err(format!(
+                "--thread-aware {} contradicts --qp-policy {}: thread-aware allocation means per-thread queue pairs",
+                if rt.cfg.thread_aware { "on" } else { "off" },
+                cfg.qp_policy
+            ));
+        }
         if rt.coros == 0 || rt.depth == 0 {
             return Err("--coros and --depth must be at least 1".into());
         }
@@ -179,9 +274,26 @@ pub fn run(
         .nodes()
         .first()
         .expect("a fabric has at least one node");
+    let qps = make_qps(fabric, node, cfg.threads, cfg.qp_policy)?;
     let (base, _, rkey) = fabric.alloc_chunk(node, cfg.region_size, false)?;
-    prefault(fabric, base, rkey, cfg.region_size)?;
+    // Free the region on every way out, success or not.
+    let result = measure(fabric, cfg, qps, base, rkey, &mut progress);
+    let freed = fabric.free_chunk(base);
+    let result = result?;
+    freed?;
+    Ok(result)
+}
 
+fn measure(
+    fabric: &dyn Fabric,
+    cfg: &MicroConfig,
+    qps: Vec<Box<dyn QueuePair>>,
+    base: GlobalAddr,
+    rkey: Rkey,
+    progress: &mut impl FnMut(Duration, u64),
+) -> Result<MicroResult, BenchError> {
+    prefault(fabric, base, rkey, cfg.region_size)?;
+    let mut qps = qps.into_iter();
     let counters: Vec<Arc<Padded>> = (0..cfg.threads)
         .map(|_| Arc::new(Padded::default()))
         .collect();
@@ -191,13 +303,12 @@ pub fn run(
         let handles: Vec<_> = (0..cfg.threads)
             .map(|t| {
                 let (counter, stop, started) = (&counters[t], &stop, &started);
+                let qp = qps.next().expect("one queue pair per thread");
                 s.spawn(move || {
                     let r = match &cfg.runtime {
-                        None => {
-                            worker(fabric, cfg, base, rkey, t as u64, &counter.0, stop, started)
-                        }
+                        None => worker(qp, cfg, base, rkey, t as u64, &counter.0, stop, started),
                         Some(rt) => runtime_worker(
-                            fabric, cfg, rt, base, rkey, t as u64, counter, stop, started,
+                            qp, cfg, rt, base, rkey, t as u64, counter, stop, started,
                         ),
                     };
                     if r.is_err() {
@@ -240,7 +351,6 @@ pub fn run(
         stats.merge(&st);
         c_max.extend(cm);
     }
-    fabric.free_chunk(base)?;
     let ops: u64 = per_thread_ops.iter().sum();
     let seconds = elapsed.as_secs_f64();
     let mops = ops as f64 / seconds / 1e6;
@@ -252,6 +362,7 @@ pub fn run(
         threads: cfg.threads,
         batch: cfg.batch,
         signal: cfg.signal,
+        qp_policy: cfg.qp_policy.to_string(),
         mode: if cfg.runtime.is_some() {
             "runtime"
         } else {
@@ -296,7 +407,7 @@ fn prefault(
 
 #[allow(clippy::too_many_arguments)]
 fn worker(
-    fabric: &dyn Fabric,
+    mut qp: Box<dyn QueuePair>,
     cfg: &MicroConfig,
     base: GlobalAddr,
     rkey: Rkey,
@@ -305,7 +416,6 @@ fn worker(
     stop: &AtomicBool,
     started: &AtomicU64,
 ) -> Result<WorkerOutcome, BenchError> {
-    let mut qp = fabric.connect(base.node())?;
     let size = op_size(cfg);
     let slots = (cfg.region_size - size as u64) / 8 + 1;
     let mut rng = Rng::new(cfg.seed ^ (thread.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
@@ -356,7 +466,7 @@ fn worker(
 /// queueing `depth` requests, posting and awaiting `sync`.
 #[allow(clippy::too_many_arguments)]
 fn runtime_worker(
-    fabric: &dyn Fabric,
+    qp: Box<dyn QueuePair>,
     cfg: &MicroConfig,
     rt: &RuntimeMode,
     base: GlobalAddr,
@@ -375,7 +485,7 @@ fn runtime_worker(
     rcfg.task_local_bytes = rcfg.task_local_bytes.max(stride * rt.depth);
     let clock: std::sync::Arc<dyn dmkit_runtime::Clock> =
         std::sync::Arc::new(dmkit_runtime::MonotonicClock);
-    let mut w = dmkit_runtime::Worker::new(fabric, clock, rcfg, thread as usize, rt.coros)?;
+    let mut w = dmkit_runtime::Worker::with_qps(vec![qp], clock, rcfg, thread as usize, rt.coros)?;
     let slots = (cfg.region_size - size as u64) / 8 + 1;
     let ops = Rc::new(std::cell::Cell::new(0u64));
     let failure: Rc<RefCell<Option<FabricError>>> = Rc::new(RefCell::new(None));
@@ -467,6 +577,7 @@ mod tests {
                     Signal::All
                 },
                 runtime: None,
+                qp_policy: QpPolicy::PerThreadQp,
             };
             let r = run(&f, &cfg, |_, _| {}).unwrap();
             assert!(r.ops > 0 && r.ops % 4 == 0, "{r:?}");
@@ -490,6 +601,7 @@ mod tests {
             seed: 0,
             signal: Signal::All,
             runtime: None,
+            qp_policy: QpPolicy::PerThreadQp,
         };
         assert!(check(&bad, &f)
             .unwrap_err()
@@ -527,6 +639,7 @@ mod tests {
                     depth: 3,
                     cfg: dmkit_runtime::RuntimeConfig::default(),
                 }),
+                qp_policy: QpPolicy::PerThreadQp,
             };
             let r = run(&f, &cfg, |_, _| {}).unwrap();
             assert_eq!(r.mode, "runtime");
@@ -542,5 +655,87 @@ mod tests {
             assert!(check(&bad, &f).unwrap_err().contains("--depth"));
         }
         assert_eq!(f.node_stats(0).unwrap().chunk_bytes, 0);
+    }
+
+    #[test]
+    fn queue_pair_policies() {
+        let f = ShmFabric::embedded(
+            ShmConfig::default(),
+            &[NodeConfig {
+                size: 1 << 20,
+                ..Default::default()
+            }],
+        )
+        .unwrap();
+        let base = MicroConfig {
+            verb: VerbKind::Faa,
+            size: 8,
+            region_size: 64 << 10,
+            threads: 3,
+            batch: 2,
+            duration: Duration::from_millis(40),
+            seed: 5,
+            signal: Signal::All,
+            runtime: None,
+            qp_policy: QpPolicy::Shared,
+        };
+        for policy in [
+            QpPolicy::Shared,
+            QpPolicy::Multiplexed(2),
+            QpPolicy::PerThreadQp,
+        ] {
+            let r = run(
+                &f,
+                &MicroConfig {
+                    qp_policy: policy,
+                    ..base.clone()
+                },
+                |_, _| {},
+            )
+            .unwrap();
+            assert!(
+                r.ops > 0 && r.per_thread_ops.iter().all(|&o| o > 0),
+                "{policy}: {r:?}"
+            );
+            assert_eq!(r.qp_policy, policy.to_string());
+            let rt = MicroConfig {
+                qp_policy: policy,
+                batch: 1,
+                runtime: Some(RuntimeMode {
+                    coros: 2,
+                    depth: 2,
+                    cfg: dmkit_runtime::RuntimeConfig {
+                        thread_aware: policy == QpPolicy::PerThreadQp,
+                        ..Default::default()
+                    },
+                }),
+                ..base.clone()
+            };
+            assert!(
+                run(&f, &rt, |_, _| {}).unwrap().ops > 0,
+                "runtime on {policy}"
+            );
+        }
+        let e = run(
+            &f,
+            &MicroConfig {
+                qp_policy: QpPolicy::PerThreadDoorbell,
+                ..base.clone()
+            },
+            |_, _| {},
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("no doorbell registers"), "{e}");
+        assert_eq!(
+            "multiplexed:4".parse::<QpPolicy>(),
+            Ok(QpPolicy::Multiplexed(4))
+        );
+        assert!("multiplexed:0".parse::<QpPolicy>().is_err());
+        assert!("everything".parse::<QpPolicy>().is_err());
+        assert_eq!(
+            f.node_stats(0).unwrap().chunk_bytes,
+            0,
+            "a refused run frees its region"
+        );
     }
 }

@@ -176,6 +176,10 @@ struct MicroArgs {
     /// coroutines), each posting --depth requests and awaiting sync.
     #[arg(long)]
     coros: Option<usize>,
+    /// Thread → queue pair mapping: shared, multiplexed:N, per-thread-qp,
+    /// per-thread-doorbell (default per-thread-qp; shared with --thread-aware off).
+    #[arg(long)]
+    qp_policy: Option<micro::QpPolicy>,
     /// Requests each task posts per round (with --coros).
     #[arg(long, default_value_t = 1)]
     depth: usize,
@@ -320,6 +324,13 @@ fn bench_micro(a: MicroArgs) -> Res {
             SignalArg::All => Signal::All,
             SignalArg::Last => Signal::Last,
         },
+        qp_policy: a.qp_policy.unwrap_or(
+            if a.coros.is_some() && a.switches.thread_aware == OnOff::Off {
+                micro::QpPolicy::Shared
+            } else {
+                micro::QpPolicy::PerThreadQp
+            },
+        ),
         runtime: a.coros.map(|coros| micro::RuntimeMode {
             coros,
             depth: a.depth,
