@@ -167,6 +167,12 @@ pub struct MicroResult {
     pub conflict_avoid: Option<bool>,
     /// Final C_max per worker (runtime mode with throttling; u32::MAX = unlimited).
     pub c_max: Vec<u32>,
+    /// Runtime counters summed over workers (runtime mode): round trips,
+    /// doorbells, posts deferred by the throttle, failed CAS, retries.
+    pub round_trips: Option<u64>,
+    pub throttled_posts: Option<u64>,
+    pub cas_failures: Option<u64>,
+    pub retries: Option<u64>,
     pub ops: u64,
     pub seconds: f64,
     /// Million operations per second, all threads.
@@ -345,11 +351,17 @@ fn measure(
     let mut stats = dmkit_fabric::QpStats::default();
     let mut per_thread_ops = Vec::with_capacity(cfg.threads);
     let mut c_max = Vec::new();
+    let mut rt_counters: Option<dmkit_runtime::Counters> = None;
     for o in outcomes {
-        let (ops, st, cm) = o?;
+        let (ops, st, rt) = o?;
         per_thread_ops.push(ops);
         stats.merge(&st);
-        c_max.extend(cm);
+        if let Some((cm, counters)) = rt {
+            c_max.push(cm);
+            rt_counters
+                .get_or_insert_with(Default::default)
+                .merge(&counters);
+        }
     }
     let ops: u64 = per_thread_ops.iter().sum();
     let seconds = elapsed.as_secs_f64();
@@ -375,6 +387,10 @@ fn measure(
         throttle: cfg.runtime.as_ref().map(|r| r.cfg.throttle),
         conflict_avoid: cfg.runtime.as_ref().map(|r| r.cfg.conflict_avoid),
         c_max,
+        round_trips: rt_counters.map(|c| c.round_trips),
+        throttled_posts: rt_counters.map(|c| c.throttled_posts),
+        cas_failures: rt_counters.map(|c| c.cas_failures),
+        retries: rt_counters.map(|c| c.retries),
         ops,
         seconds,
         mops,
@@ -536,10 +552,20 @@ fn runtime_worker(
         bytes_written: c.bytes_written,
         ..Default::default()
     };
-    Ok((ops.get(), qs, s.c_max.first().copied()))
+    Ok((
+        ops.get(),
+        qs,
+        Some((s.c_max.first().copied().unwrap_or(u32::MAX), c)),
+    ))
 }
 
-type WorkerOutcome = (u64, dmkit_fabric::QpStats, Option<u32>);
+/// Operations, queue-pair counters and, in runtime mode, the worker's final
+/// C_max and counters.
+type WorkerOutcome = (
+    u64,
+    dmkit_fabric::QpStats,
+    Option<(u32, dmkit_runtime::Counters)>,
+);
 
 #[cfg(test)]
 mod tests {

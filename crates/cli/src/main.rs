@@ -88,18 +88,22 @@ enum Verb {
     Faa,
 }
 
-/// SMART's techniques, each a switch (runtime mode).
+/// SMART's techniques, each a switch (runtime mode). Defaults: all on, or
+/// what `--config` says; a flag given here overrides the file.
 #[derive(Args)]
 struct SwitchArgs {
-    /// Thread-aware resource allocation: per-worker queue pairs (§4.1).
-    #[arg(long, value_enum, default_value = "on")]
-    thread_aware: OnOff,
-    /// Adaptive work-request throttling (§4.2).
-    #[arg(long, value_enum, default_value = "on")]
-    throttle: OnOff,
-    /// Conflict avoidance: backoff and task throttling (§4.3).
-    #[arg(long, value_enum, default_value = "on")]
-    conflict_avoid: OnOff,
+    /// Runtime configuration file (TOML; see configs/runtime.toml).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Thread-aware resource allocation: per-worker queue pairs (§4.1) [default: on].
+    #[arg(long, value_enum)]
+    thread_aware: Option<OnOff>,
+    /// Adaptive work-request throttling (§4.2) [default: on].
+    #[arg(long, value_enum)]
+    throttle: Option<OnOff>,
+    /// Conflict avoidance: backoff and task throttling (§4.3) [default: on].
+    #[arg(long, value_enum)]
+    conflict_avoid: Option<OnOff>,
     /// A fixed C_max instead of the epoch tuner (with --throttle on).
     #[arg(long)]
     c_max: Option<u32>,
@@ -112,15 +116,27 @@ enum OnOff {
 }
 
 impl SwitchArgs {
-    fn runtime_config(&self, seed: u64) -> dmkit_runtime::RuntimeConfig {
-        dmkit_runtime::RuntimeConfig {
-            thread_aware: self.thread_aware == OnOff::On,
-            throttle: self.throttle == OnOff::On,
-            conflict_avoid: self.conflict_avoid == OnOff::On,
-            fixed_c_max: self.c_max,
-            seed,
-            ..Default::default()
+    fn runtime_config(&self, seed: u64) -> Result<dmkit_runtime::RuntimeConfig, String> {
+        let mut c = match &self.config {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| format!("reading {}: {e}", p.display()))?;
+                dmkit_runtime::RuntimeConfig::from_toml(&text)
+                    .map_err(|e| format!("{}: {e}", p.display()))?
+            }
+            None => dmkit_runtime::RuntimeConfig {
+                seed,
+                ..Default::default()
+            },
+        };
+        let on = |v: Option<OnOff>, current: bool| v.map_or(current, |v| v == OnOff::On);
+        c.thread_aware = on(self.thread_aware, c.thread_aware);
+        c.throttle = on(self.throttle, c.throttle);
+        c.conflict_avoid = on(self.conflict_avoid, c.conflict_avoid);
+        if self.c_max.is_some() {
+            c.fixed_c_max = self.c_max;
         }
+        Ok(c)
     }
 }
 
@@ -312,6 +328,7 @@ fn bench_micro(a: MicroArgs) -> Res {
         Verb::Cas => VerbKind::Cas,
         Verb::Faa => VerbKind::Faa,
     };
+    let rcfg = a.switches.runtime_config(a.seed)?;
     let cfg = MicroConfig {
         verb,
         size: usize::try_from(a.size).map_err(|_| "--size too large")?,
@@ -324,17 +341,17 @@ fn bench_micro(a: MicroArgs) -> Res {
             SignalArg::All => Signal::All,
             SignalArg::Last => Signal::Last,
         },
-        qp_policy: a.qp_policy.unwrap_or(
-            if a.coros.is_some() && a.switches.thread_aware == OnOff::Off {
+        qp_policy: a
+            .qp_policy
+            .unwrap_or(if a.coros.is_some() && !rcfg.thread_aware {
                 micro::QpPolicy::Shared
             } else {
                 micro::QpPolicy::PerThreadQp
-            },
-        ),
+            }),
         runtime: a.coros.map(|coros| micro::RuntimeMode {
             coros,
             depth: a.depth,
-            cfg: a.switches.runtime_config(a.seed),
+            cfg: rcfg.clone(),
         }),
     };
     // The embedded node gets the region plus its reserved first page and slack.

@@ -21,9 +21,10 @@
 use crate::clock::Nanos;
 
 /// Parameters of conflict avoidance.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct BackoffConfig {
-    /// Backoff unit `t0`.
+    /// Backoff unit `t0`, in ns.
     pub t0: Nanos,
     /// `t_M = t0 · max_factor` (paper: 2^10).
     pub max_factor: u64,
@@ -31,7 +32,7 @@ pub struct BackoffConfig {
     pub gamma_high: f64,
     /// Low-water mark γ_L.
     pub gamma_low: f64,
-    /// How often γ is evaluated (paper: 1 ms).
+    /// How often γ is evaluated, in ns (paper: 1 ms).
     pub interval: Nanos,
 }
 

@@ -4,8 +4,10 @@
 use crate::backoff::BackoffConfig;
 use crate::throttle::{TunerConfig, UNLIMITED};
 
-/// Switches and parameters of the runtime.
-#[derive(Debug, Clone)]
+/// Switches and parameters of the runtime. Loadable from TOML (every field
+/// optional; see `configs/runtime.toml`).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct RuntimeConfig {
     /// Thread-aware resource allocation (§4.1): every worker owns its queue
     /// pairs, completion queue and doorbell. With `false`, `Worker::new`
@@ -46,8 +48,64 @@ impl Default for RuntimeConfig {
 }
 
 impl RuntimeConfig {
+    /// Parses a TOML document (a `[runtime]` table, or the fields at top level).
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct File {
+            runtime: RuntimeConfig,
+        }
+        match toml::from_str::<File>(text) {
+            Ok(f) => Ok(f.runtime),
+            Err(outer) => toml::from_str::<RuntimeConfig>(text).map_err(|inner| {
+                if text.contains("[runtime]") {
+                    outer.to_string()
+                } else {
+                    inner.to_string()
+                }
+            }),
+        }
+    }
+
     /// The initial `C_max` when throttling is off.
     pub(crate) fn unthrottled() -> u32 {
         UNLIMITED
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_config_file_parses_to_the_defaults() {
+        let text = include_str!("../../../configs/runtime.toml");
+        let c = RuntimeConfig::from_toml(text).unwrap();
+        let d = RuntimeConfig::default();
+        assert_eq!(
+            (c.thread_aware, c.throttle, c.conflict_avoid, c.fixed_c_max),
+            (d.thread_aware, d.throttle, d.conflict_avoid, d.fixed_c_max)
+        );
+        assert_eq!(c.tuner.candidates, d.tuner.candidates);
+        assert_eq!(
+            (c.tuner.delta, c.tuner.stable_factor),
+            (d.tuner.delta, d.tuner.stable_factor)
+        );
+        assert_eq!(
+            (c.backoff.t0, c.backoff.max_factor, c.backoff.interval),
+            (d.backoff.t0, d.backoff.max_factor, d.backoff.interval)
+        );
+        assert_eq!(c.task_local_bytes, d.task_local_bytes);
+    }
+
+    #[test]
+    fn partial_and_bad_files() {
+        let c = RuntimeConfig::from_toml("throttle = false\n[backoff]\nt0 = 500\n").unwrap();
+        assert!(!c.throttle && c.conflict_avoid);
+        assert_eq!(c.backoff.t0, 500);
+        assert_eq!(c.backoff.max_factor, 1024);
+        let e = RuntimeConfig::from_toml("[runtime]\nthrotle = false\n").unwrap_err();
+        assert!(e.contains("throtle"), "{e}");
+        assert!(RuntimeConfig::from_toml("[runtime]\nthrottle = 3\n").is_err());
     }
 }

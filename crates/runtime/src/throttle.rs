@@ -87,11 +87,13 @@ impl Credits {
 }
 
 /// Parameters of the epoch tuner.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct TunerConfig {
-    /// Candidate `C_max` values tried in each update phase, in order.
+    /// Candidate `C_max` values tried in each update phase, in order
+    /// (4294967295 = unlimited).
     pub candidates: Vec<u32>,
-    /// Δ: how long each candidate is measured.
+    /// Δ: how long each candidate is measured, in ns.
     pub delta: Nanos,
     /// The stable phase lasts `stable_factor · Δ`.
     pub stable_factor: u64,
