@@ -141,27 +141,17 @@ impl ShmQp {
                 Ok(len as u64)
             }
             Op::ReadV { sgl } | Op::WriteV { sgl } => {
-                let pieces = sgl_entries(sges, sgl, self.caps.max_sge)?;
-                // Resolve every piece first: a bad entry fails the request
-                // before any byte moves.
-                let mut ptrs = [std::ptr::null_mut::<u8>(); MAX_SGE];
-                for (p, l) in ptrs.iter_mut().zip(pieces) {
-                    *p = local_ptr(&self.locals, *l)?;
-                }
-                let mut at = off;
                 let write = matches!(wr.op, Op::WriteV { .. });
-                for (p, l) in ptrs.iter().zip(pieces) {
-                    // SAFETY: each pointer was resolved against a LocalMem this
-                    // queue pair keeps alive, for exactly `l.len` bytes.
-                    unsafe {
-                        if write {
-                            self.view.write_from(at, *p, l.len as usize)?;
-                        } else {
-                            self.view.read_to(at, *p, l.len as usize)?;
-                        }
-                    }
-                    at += l.len as u64;
-                }
+                execute_vector(
+                    &self.view,
+                    &self.locals,
+                    self.caps.max_sge,
+                    off,
+                    sgl,
+                    sges,
+                    write,
+                )?;
+                let s = &mut self.stats;
                 if write {
                     s.writes += 1;
                     s.bytes_written += len as u64;
@@ -215,6 +205,41 @@ impl ShmQp {
             }
         }
     }
+}
+
+/// The vector (scatter/gather) path, kept out of line so the scalar path of
+/// `execute_one` stays small (inlining it cost ~20 % of the 8-byte READ rate).
+#[inline(never)]
+fn execute_vector(
+    view: &NodeView,
+    locals: &[LocalSlot],
+    max_sge: usize,
+    off: u64,
+    sgl: crate::wr::Sgl,
+    sges: &[LocalRef],
+    write: bool,
+) -> Result<(), VerbError> {
+    let pieces = sgl_entries(sges, sgl, max_sge)?;
+    // Resolve every piece first: a bad entry fails the request before any
+    // byte moves.
+    let mut ptrs = [std::ptr::null_mut::<u8>(); MAX_SGE];
+    for (p, l) in ptrs.iter_mut().zip(pieces) {
+        *p = local_ptr(locals, *l)?;
+    }
+    let mut at = off;
+    for (p, l) in ptrs.iter().zip(pieces) {
+        // SAFETY: each pointer was resolved against a LocalMem the queue pair
+        // keeps alive, for exactly `l.len` bytes.
+        unsafe {
+            if write {
+                view.write_from(at, *p, l.len as usize)?;
+            } else {
+                view.read_to(at, *p, l.len as usize)?;
+            }
+        }
+        at += l.len as u64;
+    }
+    Ok(())
 }
 
 /// Most scatter/gather entries the shm backend accepts per request.
