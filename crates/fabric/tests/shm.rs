@@ -280,7 +280,7 @@ fn shutdown_rpc_stops_the_server() {
     let mut s = Served::start(1 << 20);
     let c = s.client();
     c.shutdown_node(0).unwrap();
-    s.thread.take().unwrap().join().unwrap();
+    s.running.take().unwrap().join().unwrap();
     assert!(!s.socket.exists(), "socket file removed");
     assert!(matches!(
         c.node_stats(0),

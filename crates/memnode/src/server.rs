@@ -149,6 +149,26 @@ impl Server {
         &self.path
     }
 
+    /// Serves on a thread of this process (a node embedded in a program that
+    /// also lets other processes connect, and the multi-process tests). The
+    /// returned handle shuts the node down and joins the thread when dropped.
+    pub fn spawn(self) -> Result<Running, NodeError> {
+        let node = self.node.clone();
+        let path = self.path.clone();
+        let thread = std::thread::Builder::new()
+            .name("dmkit-memnode-server".into())
+            .spawn(move || self.serve())
+            .map_err(|e| NodeError::Io {
+                what: "spawn server thread",
+                source: e,
+            })?;
+        Ok(Running {
+            node,
+            path,
+            thread: Some(thread),
+        })
+    }
+
     /// Accepts connections until an authenticated client asks for shutdown.
     /// Each connection is served by its own thread.
     pub fn serve(self) -> Result<(), NodeError> {
@@ -181,6 +201,56 @@ impl Server {
         }
         let _ = fs::remove_file(&self.path);
         Ok(())
+    }
+}
+
+/// A server running on a thread of this process ([`Server::spawn`]).
+pub struct Running {
+    node: Arc<MemNode>,
+    path: PathBuf,
+    thread: Option<std::thread::JoinHandle<Result<(), NodeError>>>,
+}
+
+impl Running {
+    /// The served node.
+    pub fn node(&self) -> &Arc<MemNode> {
+        &self.node
+    }
+
+    /// The socket path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Asks the node to shut down and waits for the accept loop to end.
+    pub fn stop(mut self) -> Result<(), NodeError> {
+        self.stop_inner()
+    }
+
+    /// Waits for the accept loop to end (after a client's `Shutdown`).
+    pub fn join(mut self) -> Result<(), NodeError> {
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .unwrap_or_else(|_| Err(NodeError::Protocol("server thread panicked".into()))),
+            None => Ok(()),
+        }
+    }
+
+    fn stop_inner(&mut self) -> Result<(), NodeError> {
+        self.node.request_shutdown();
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .unwrap_or_else(|_| Err(NodeError::Protocol("server thread panicked".into()))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.stop_inner();
     }
 }
 

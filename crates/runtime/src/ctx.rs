@@ -11,11 +11,11 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
-use dmkit_fabric::{FabricError, GlobalAddr, LocalRef, Op, Rkey, WorkRequest};
+use dmkit_fabric::{FabricError, GlobalAddr, Lkey, LocalRef, NodeId, Op, Rkey, WorkRequest};
 
 use crate::clock::Nanos;
 use crate::stats::Counters;
-use crate::worker::{wr_id, Core, MAX_TICKETS};
+use crate::worker::{wr_id, Core, State, MAX_TICKETS};
 
 /// What `Ctx::queue` is asked to build.
 #[derive(Clone, Copy)]
@@ -101,22 +101,17 @@ impl Ctx {
         self.core.local.store_u64(self.local_base() + off, v)
     }
 
-    /// Queues one request. The work request is built once, from scalars,
-    /// directly in its batch slot: patching a request in memory and copying it
-    /// cost a store-forwarding stall per request (perf).
-    #[inline]
-    fn queue(&self, remote: GlobalAddr, rkey: Rkey, q: Queued) -> Ticket {
-        let mut st = self.core.st.borrow_mut();
-        let node = remote.node();
+    /// The common start of queueing a request: the queue pair to `node` and
+    /// its lkey, and a ticket in the task's current sync round. An unknown
+    /// node becomes the task's error (reported by the next `sync`).
+    fn start_request(&self, st: &mut State, node: NodeId) -> Option<(usize, Lkey, usize)> {
         let Some(qi) = st.qp_index(node) else {
             let t = &mut st.tasks[self.task];
             if t.error.is_none() {
                 t.error = Some(FabricError::NoSuchNode(node));
             }
-            return Ticket(usize::MAX);
+            return None;
         };
-        let lkey = st.qps[qi].lkey;
-        let st = &mut *st;
         let t = &mut st.tasks[self.task];
         if t.fresh {
             t.results.clear();
@@ -128,6 +123,20 @@ impl Ctx {
             "more than {MAX_TICKETS} requests in one sync round"
         );
         t.results.push(0);
+        Some((qi, st.qps[qi].lkey, ticket))
+    }
+
+    /// Queues one request. The work request is built once, from scalars,
+    /// directly in its batch slot: patching a request in memory and copying it
+    /// cost a store-forwarding stall per request (perf).
+    #[inline]
+    fn queue(&self, remote: GlobalAddr, rkey: Rkey, q: Queued) -> Ticket {
+        let mut guard = self.core.st.borrow_mut();
+        let st = &mut *guard;
+        let Some((qi, lkey, ticket)) = self.start_request(st, remote.node()) else {
+            return Ticket(usize::MAX);
+        };
+        let t = &mut st.tasks[self.task];
         let base = self.local_base() as u64;
         let local = |off: usize, len: usize| {
             self.check_local(off, len);
@@ -165,16 +174,7 @@ impl Ctx {
             signaled: true,
             op,
         };
-        match t.pending.iter_mut().find(|(q, _)| *q == qi) {
-            Some((_, b)) => {
-                b.push(wr);
-            }
-            None => {
-                let mut b = st.batch_pool.pop().unwrap_or_default();
-                b.push(wr);
-                t.pending.push((qi, b));
-            }
-        }
+        st.pending_batch(self.task, qi).push(wr);
         Ticket(ticket)
     }
 
@@ -186,16 +186,11 @@ impl Ctx {
         pieces: &[(usize, usize)],
         write: bool,
     ) -> Ticket {
-        let mut st = self.core.st.borrow_mut();
-        let node = remote.node();
-        let Some(qi) = st.qp_index(node) else {
-            let t = &mut st.tasks[self.task];
-            if t.error.is_none() {
-                t.error = Some(FabricError::NoSuchNode(node));
-            }
+        let mut guard = self.core.st.borrow_mut();
+        let st = &mut *guard;
+        let Some((qi, lkey, ticket)) = self.start_request(st, remote.node()) else {
             return Ticket(usize::MAX);
         };
-        let lkey = st.qps[qi].lkey;
         let base = self.local_base() as u64;
         let sges: Vec<LocalRef> = pieces
             .iter()
@@ -205,18 +200,7 @@ impl Ctx {
             })
             .collect();
         let total: u64 = pieces.iter().map(|p| p.1 as u64).sum();
-        let st = &mut *st;
         let t = &mut st.tasks[self.task];
-        if t.fresh {
-            t.results.clear();
-            t.fresh = false;
-        }
-        let ticket = t.results.len();
-        assert!(
-            ticket < MAX_TICKETS,
-            "more than {MAX_TICKETS} requests in one sync round"
-        );
-        t.results.push(0);
         if write {
             t.counters.writes += 1;
             t.counters.bytes_written += total;
@@ -224,15 +208,7 @@ impl Ctx {
             t.counters.reads += 1;
             t.counters.bytes_read += total;
         }
-        let at = match t.pending.iter().position(|(q, _)| *q == qi) {
-            Some(i) => i,
-            None => {
-                t.pending
-                    .push((qi, st.batch_pool.pop().unwrap_or_default()));
-                t.pending.len() - 1
-            }
-        };
-        let b = &mut t.pending[at].1;
+        let b = st.pending_batch(self.task, qi);
         let wr = if write {
             b.write_v(remote, rkey, &sges)
         } else {

@@ -117,6 +117,22 @@ impl State {
         self.qps.iter().position(|q| q.node == node)
     }
 
+    /// The task's batch of queued, unposted requests for queue pair `qi`.
+    pub fn pending_batch(&mut self, task: usize, qi: usize) -> &mut Batch {
+        let State {
+            tasks, batch_pool, ..
+        } = self;
+        let pending = &mut tasks[task].pending;
+        let at = match pending.iter().position(|(q, _)| *q == qi) {
+            Some(i) => i,
+            None => {
+                pending.push((qi, batch_pool.pop().unwrap_or_default()));
+                pending.len() - 1
+            }
+        };
+        &mut pending[at].1
+    }
+
     pub fn make_ready(&mut self, task: usize) {
         let t = &mut self.tasks[task];
         if t.alive && !t.queued {

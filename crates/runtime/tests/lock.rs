@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use dmkit_fabric::shm::{ShmConfig, ShmFabric, Target};
 use dmkit_fabric::{Fabric, SyncQp};
-use dmkit_memnode::server::Server;
+use dmkit_memnode::server::{Running, Server};
 use dmkit_memnode::{MemNode, NodeConfig};
 use dmkit_runtime::{
     Clock, LockConfig, LockError, MonotonicClock, RemoteLock, RuntimeConfig, Sequencer,
@@ -22,8 +22,7 @@ const TESTKIT: &str = env!("CARGO_BIN_EXE_dmkit-runtime-testkit");
 struct Served {
     _dir: tempfile::TempDir,
     socket: std::path::PathBuf,
-    node: Arc<MemNode>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _running: Running,
 }
 
 impl Served {
@@ -35,31 +34,22 @@ impl Served {
             ..Default::default()
         })
         .unwrap();
-        let server = Server::bind(
-            node.clone(),
+        let running = Server::bind(
+            node,
             &socket,
             &dmkit_memnode::server::default_token_path(&socket),
         )
+        .unwrap()
+        .spawn()
         .unwrap();
-        let thread = Some(std::thread::spawn(move || server.serve().unwrap()));
         Self {
             _dir: dir,
             socket,
-            node,
-            thread,
+            _running: running,
         }
     }
     fn client(&self) -> ShmFabric {
         ShmFabric::open(ShmConfig::default(), &[Target::new(&self.socket)]).unwrap()
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        self.node.request_shutdown();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use dmkit_fabric::shm::{ShmConfig, ShmFabric, Target};
-use dmkit_memnode::server::Server;
+use dmkit_memnode::server::{default_token_path, Running, Server};
 use dmkit_memnode::{MemNode, NodeConfig};
 
 /// A memory node served on a Unix socket by a thread of this process.
@@ -11,7 +11,7 @@ pub struct Served {
     pub dir: tempfile::TempDir,
     pub socket: PathBuf,
     pub node: Arc<MemNode>,
-    pub thread: Option<std::thread::JoinHandle<()>>,
+    pub running: Option<Running>,
 }
 
 impl Served {
@@ -23,18 +23,15 @@ impl Served {
             ..Default::default()
         })
         .unwrap();
-        let server = Server::bind(
-            node.clone(),
-            &socket,
-            &dmkit_memnode::server::default_token_path(&socket),
-        )
-        .unwrap();
-        let thread = std::thread::spawn(move || server.serve().unwrap());
+        let running = Server::bind(node.clone(), &socket, &default_token_path(&socket))
+            .unwrap()
+            .spawn()
+            .unwrap();
         Self {
             dir,
             socket,
             node,
-            thread: Some(thread),
+            running: Some(running),
         }
     }
 
@@ -44,14 +41,5 @@ impl Served {
 
     pub fn client(&self) -> ShmFabric {
         ShmFabric::open(ShmConfig::default(), &[self.target()]).unwrap()
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        self.node.request_shutdown();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
