@@ -17,6 +17,11 @@ use crate::clock::Nanos;
 use crate::stats::Counters;
 use crate::worker::{wr_id, Core, State, MAX_TICKETS};
 
+/// Ticket bit: the ticket of a READ/WRITE, carrying its length.
+const LEN_TICKET: usize = 1 << (usize::BITS - 2);
+/// Ticket field of requests that have no result slot.
+const NO_SLOT: usize = MAX_TICKETS - 1;
+
 /// What `Ctx::queue` is asked to build.
 #[derive(Clone, Copy)]
 enum Queued {
@@ -104,7 +109,12 @@ impl Ctx {
     /// The common start of queueing a request: the queue pair to `node` and
     /// its lkey, and a ticket in the task's current sync round. An unknown
     /// node becomes the task's error (reported by the next `sync`).
-    fn start_request(&self, st: &mut State, node: NodeId) -> Option<(usize, Lkey, usize)> {
+    fn start_request(
+        &self,
+        st: &mut State,
+        node: NodeId,
+        slot: bool,
+    ) -> Option<(usize, Lkey, usize)> {
         let Some(qi) = st.qp_index(node) else {
             let t = &mut st.tasks[self.task];
             if t.error.is_none() {
@@ -117,12 +127,19 @@ impl Ctx {
             t.results.clear();
             t.fresh = false;
         }
-        let ticket = t.results.len();
-        assert!(
-            ticket < MAX_TICKETS,
-            "more than {MAX_TICKETS} requests in one sync round"
-        );
-        t.results.push(0);
+        // Only atomics need a result slot: a READ/WRITE that completes moved
+        // exactly its length (its ticket carries that instead).
+        let ticket = if slot {
+            let ticket = t.results.len();
+            assert!(
+                ticket < NO_SLOT,
+                "more than {NO_SLOT} atomics in one sync round"
+            );
+            t.results.push(0);
+            ticket
+        } else {
+            NO_SLOT
+        };
         Some((qi, st.qps[qi].lkey, ticket))
     }
 
@@ -133,7 +150,8 @@ impl Ctx {
     fn queue(&self, remote: GlobalAddr, rkey: Rkey, q: Queued) -> Ticket {
         let mut guard = self.core.st.borrow_mut();
         let st = &mut *guard;
-        let Some((qi, lkey, ticket)) = self.start_request(st, remote.node()) else {
+        let atomic = matches!(q, Queued::Atomic(_));
+        let Some((qi, lkey, ticket)) = self.start_request(st, remote.node(), atomic) else {
             return Ticket(usize::MAX);
         };
         let t = &mut st.tasks[self.task];
@@ -167,15 +185,22 @@ impl Ctx {
                 Queued::Atomic(_) => c.cas += 1,
             }
         }
+        // Atomics are signaled (their old values are needed); the post marks
+        // its last request signaled, which covers the rest (queue-pair order).
         let wr = WorkRequest {
             wr_id: wr_id(self.task, ticket, 0),
             remote,
             rkey,
-            signaled: true,
+            signaled: atomic,
             op,
         };
+        let len = wr.len();
         st.pending_batch(self.task, qi).push(wr);
-        Ticket(ticket)
+        if atomic {
+            Ticket(ticket)
+        } else {
+            Ticket(LEN_TICKET | len)
+        }
     }
 
     /// Queues a vector READ/WRITE over `pieces` of task-local memory.
@@ -188,7 +213,7 @@ impl Ctx {
     ) -> Ticket {
         let mut guard = self.core.st.borrow_mut();
         let st = &mut *guard;
-        let Some((qi, lkey, ticket)) = self.start_request(st, remote.node()) else {
+        let Some((qi, lkey, ticket)) = self.start_request(st, remote.node(), false) else {
             return Ticket(usize::MAX);
         };
         let base = self.local_base() as u64;
@@ -215,7 +240,8 @@ impl Ctx {
             b.read_v(remote, rkey, &sges)
         };
         wr.wr_id = wr_id(self.task, ticket, 0);
-        Ticket(ticket)
+        wr.signaled = false;
+        Ticket(LEN_TICKET | total as usize)
     }
 
     /// Queues a vector READ: `remote[0..Σlen)` scattered, in order, into the
@@ -313,6 +339,9 @@ impl Ctx {
     /// # Panics
     /// If the ticket is not from the current round (programmer error).
     pub fn value(&self, t: Ticket) -> u64 {
+        if t.0 != usize::MAX && t.0 & LEN_TICKET != 0 {
+            return (t.0 & !LEN_TICKET) as u64;
+        }
         let st = self.core.st.borrow();
         *st.tasks[self.task]
             .results

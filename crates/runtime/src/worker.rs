@@ -162,50 +162,67 @@ impl State {
         // capacity: no allocation per post).
         let mut pending = std::mem::take(&mut self.scratch_pending);
         std::mem::swap(&mut pending, &mut self.tasks[task].pending);
-        for (qi, mut batch) in pending.drain(..) {
+        for (qi, batch) in pending.drain(..) {
             let max = self.qps[qi].max_batch.max(1);
-            while !batch.is_empty() {
-                let mut part = if batch.len() > max {
+            let mut rest = Some(batch);
+            while let Some(mut b) = rest.take() {
+                let part = if b.len() > max {
                     // Split at the backend's limit; vector requests bring
                     // their scatter/gather entries along.
                     let mut p = self.batch_pool.pop().unwrap_or_default();
-                    let mut rest = self.batch_pool.pop().unwrap_or_default();
-                    for (i, wr) in batch.requests().iter().enumerate() {
+                    let mut r = self.batch_pool.pop().unwrap_or_default();
+                    for (i, wr) in b.requests().iter().enumerate() {
                         if i < max {
-                            p.push_from(&batch, wr);
+                            p.push_from(&b, wr);
                         } else {
-                            rest.push_from(&batch, wr);
+                            r.push_from(&b, wr);
                         }
                     }
-                    batch.clear();
-                    self.batch_pool.push(std::mem::replace(&mut batch, rest));
+                    b.clear();
+                    self.batch_pool.push(b);
+                    rest = Some(r);
                     p
                 } else {
-                    std::mem::take(&mut batch)
+                    b
                 };
-                let n = part.len() as u32;
-                // Selective signaling: atomics (their old values are needed)
-                // and the last request, whose completion covers the batch.
-                let reqs = part.requests_mut();
-                for wr in reqs.iter_mut() {
-                    wr.signaled = wr.kind().is_atomic();
-                }
-                let last = reqs.last_mut().expect("non-empty batch");
-                last.signaled = true;
-                last.wr_id |= (n as u64) << SIZE_SHIFT;
-                self.tasks[task].inflight += 1;
-                self.deferred.push_back(Deferred {
-                    qp: qi,
-                    task,
-                    batch: part,
-                    size: n,
-                    counted: false,
-                });
+                self.submit(task, qi, part);
             }
-            self.batch_pool.push(batch);
         }
         self.scratch_pending = pending;
-        self.flush_deferred();
+    }
+
+    /// Marks a batch's last request (signaled, carrying the batch size for
+    /// the credit refund) and posts it now if nothing waits before it and the
+    /// credits allow (Algorithm 1, lines 3–8); otherwise defers it in order.
+    fn submit(&mut self, task: usize, qi: usize, mut batch: Batch) {
+        let n = batch.len() as u32;
+        let last = batch.requests_mut().last_mut().expect("non-empty batch");
+        last.signaled = true;
+        last.wr_id |= (n as u64) << SIZE_SHIFT;
+        self.tasks[task].inflight += 1;
+        if self.deferred.is_empty() && self.credits.try_take(n) {
+            self.post_now(task, qi, batch, n);
+        } else {
+            self.deferred.push_back(Deferred {
+                qp: qi,
+                task,
+                batch,
+                size: n,
+                counted: false,
+            });
+            self.flush_deferred();
+        }
+    }
+
+    /// Posts a batch whose credits are already taken, then recycles it.
+    fn post_now(&mut self, task: usize, qi: usize, mut batch: Batch, size: u32) {
+        let r = self.qps[qi].qp.post(&mut batch);
+        self.tasks[task].counters.doorbells += 1;
+        if let Err(e) = r {
+            self.fail_batch(task, size, e);
+        }
+        batch.clear();
+        self.batch_pool.push(batch);
     }
 
     /// Algorithm 1, SMARTPOSTSEND: posts deferred batches in order while the
@@ -219,14 +236,8 @@ impl State {
                 }
                 return;
             }
-            let mut d = self.deferred.pop_front().expect("front exists");
-            let r = self.qps[d.qp].qp.post(&mut d.batch);
-            self.tasks[d.task].counters.doorbells += 1;
-            if let Err(e) = r {
-                self.fail_batch(d.task, d.size, e);
-            }
-            d.batch.clear();
-            self.batch_pool.push(d.batch);
+            let d = self.deferred.pop_front().expect("front exists");
+            self.post_now(d.task, d.qp, d.batch, d.size);
         }
     }
 
@@ -592,6 +603,12 @@ impl Worker {
         s.task_limit = vec![st.avoider.as_ref().map_or(u32::MAX, |a| a.c_max())];
         s.t_max = vec![st.avoider.as_ref().map_or(0, |a| a.t_max())];
         s
+    }
+
+    /// Batches kept for reuse (bounded; for tests of the recycling).
+    #[doc(hidden)]
+    pub fn pooled_batches(&self) -> usize {
+        self.core.st.borrow().batch_pool.len()
     }
 
     /// Current credit state `(C_max, available)` (for tests and tools).

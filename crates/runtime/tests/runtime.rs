@@ -459,3 +459,31 @@ fn workers_on_a_shared_queue_pair() {
     let mut q = SyncQp::new(f.as_ref(), 0, 64).unwrap();
     assert_eq!(q.read_u64(a, k).unwrap(), workers as u64 * 4 * 500);
 }
+
+/// Batches are recycled, not accumulated: the pool stays bounded however
+/// many rounds the tasks post (it once grew by one batch per post).
+#[test]
+fn batch_pool_stays_bounded() {
+    let f = fabric();
+    let (a, k) = chunk(&f, 4096);
+    let mut w = Worker::new(f.as_ref(), real(), RuntimeConfig::default(), 0, 4).unwrap();
+    for _ in 0..4 {
+        w.spawn(move |ctx| async move {
+            for i in 0..5_000u64 {
+                ctx.read(a, k, 0, 8);
+                let t = ctx.faa(a.add(8), k, 1);
+                ctx.write(a.add(16), k, 0, 8);
+                ctx.post();
+                ctx.sync().await.unwrap();
+                assert!(ctx.value(t) >= i, "FAA results still reach their tickets");
+            }
+        });
+    }
+    w.run();
+    assert!(
+        w.pooled_batches() <= 8,
+        "{} batches pooled after 20 000 posts",
+        w.pooled_batches()
+    );
+    assert_eq!(w.stats().counters.doorbells, 20_000);
+}
