@@ -187,19 +187,20 @@ impl Ctx {
         }
         // Atomics are signaled (their old values are needed); the post marks
         // its last request signaled, which covers the rest (queue-pair order).
-        let wr = WorkRequest {
-            wr_id: wr_id(self.task, ticket, 0),
+        // The request is built as push's argument, after the batch lookup, so
+        // it is written straight into its slot (no stack copy: perf showed the
+        // store-forwarding stall of one).
+        let wr_id = wr_id(self.task, ticket, 0);
+        st.pending_batch(self.task, qi).push(WorkRequest {
+            wr_id,
             remote,
             rkey,
             signaled: atomic,
             op,
-        };
-        let len = wr.len();
-        st.pending_batch(self.task, qi).push(wr);
-        if atomic {
-            Ticket(ticket)
-        } else {
-            Ticket(LEN_TICKET | len)
+        });
+        match q {
+            Queued::Read { len, .. } | Queued::Write { len, .. } => Ticket(LEN_TICKET | len),
+            Queued::Atomic(_) => Ticket(ticket),
         }
     }
 
