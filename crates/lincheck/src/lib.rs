@@ -1,0 +1,29 @@
+//! # dmkit-lincheck — linearizability checking for key-value histories
+//!
+//! Clients record each operation's invocation and return ([`Recorder`]);
+//! [`check`] decides whether the history is linearizable with respect to a
+//! sequential map. Linearizability is compositional (Herlihy & Wing's
+//! locality; "P-compositionality"): a map history is linearizable iff each
+//! key's sub-history is, so each key is checked on its own and long
+//! histories stay cheap. Each key is searched with the Wing–Gong algorithm in
+//! Lowe's formulation (a linked list of call/return events, backtracking,
+//! and a cache of visited `(linearized set, state)` pairs).
+//!
+//! Operations whose client never saw a return (a crash, a lost connection)
+//! are *pending*: they may or may not have taken effect, at any point after
+//! their invocation.
+//!
+//! A violation is reported as the smallest sub-history of its key that is
+//! still not linearizable: operations are removed one at a time while the
+//! rest stays a violation (a 1-minimal history).
+//!
+//! Used by every data structure's concurrency tests (RACE, the radix tree,
+//! the B+tree), on shm with real threads and processes and on the simulator.
+
+mod check;
+mod history;
+mod model;
+
+pub use check::{check, check_key, Violation};
+pub use history::{Event, Record, Recorder};
+pub use model::{MapOp, MapRet};
