@@ -9,3 +9,4 @@
 
 pub mod micro;
 pub mod rng;
+pub mod ycsb;

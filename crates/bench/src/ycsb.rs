@@ -1,0 +1,440 @@
+//! YCSB workload generation (Cooper et al., SoCC'10), as the SMART and
+//! radix-tree papers run it: key choosers (zipfian after Gray et al.,
+//! scrambled zipfian, latest, uniform), the standard workloads LOAD and A–F,
+//! and two key types. Deterministic: the same seed gives the same stream.
+//! The harness that drives an index with these lives with the indexes.
+
+use crate::rng::Rng;
+
+/// Gray et al.'s zipfian over `[0, n)`, rank 0 most popular ("Quickly
+/// generating billion-record synthetic databases", SIGMOD'94), as YCSB's
+/// `ZipfianGenerator`. Ranks 0 and 1 get their exact probabilities; the rest
+/// follow the continuous power-law approximation of the method (so rank 2 is
+/// ~20 % above its exact share at θ = 0.99 — YCSB's behaviour, kept).
+#[derive(Debug, Clone)]
+pub struct Zipfian {
+    n: u64,
+    theta: f64,
+    alpha: f64,
+    zetan: f64,
+    eta: f64,
+    half_pow_theta: f64,
+}
+
+/// ζ(n, θ) = Σ_{i=1..n} 1/i^θ.
+pub fn zeta(n: u64, theta: f64) -> f64 {
+    (1..=n).map(|i| 1.0 / (i as f64).powf(theta)).sum()
+}
+
+impl Zipfian {
+    /// Zipfian over `n ≥ 1` items with skew `0 < θ < 1`. Computes ζ(n, θ) in
+    /// O(n) once.
+    pub fn new(n: u64, theta: f64) -> Self {
+        Self::with_zetan(n, theta, zeta(n, theta))
+    }
+
+    /// As [`Zipfian::new`] with ζ(n, θ) precomputed.
+    pub fn with_zetan(n: u64, theta: f64, zetan: f64) -> Self {
+        assert!(
+            n >= 1 && theta > 0.0 && theta < 1.0,
+            "zipfian needs n ≥ 1 and 0 < θ < 1"
+        );
+        let zeta2 = zeta(2, theta);
+        Self {
+            n,
+            theta,
+            alpha: 1.0 / (1.0 - theta),
+            zetan,
+            eta: (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan),
+            half_pow_theta: 0.5f64.powf(theta),
+        }
+    }
+
+    /// The next rank.
+    pub fn next(&self, rng: &mut Rng) -> u64 {
+        let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        let uz = u * self.zetan;
+        if uz < 1.0 {
+            return 0;
+        }
+        if uz < 1.0 + self.half_pow_theta {
+            return 1.min(self.n - 1);
+        }
+        let r = (self.n as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64;
+        r.min(self.n - 1)
+    }
+
+    /// The skew θ.
+    pub fn theta(&self) -> f64 {
+        self.theta
+    }
+}
+
+/// 64-bit FNV-1a of a number (YCSB's `fnvhash64`), used to scatter ranks.
+pub fn fnv64(v: u64) -> u64 {
+    let mut h: u64 = 0xCBF2_9CE4_8422_2325;
+    for i in 0..8 {
+        h ^= (v >> (8 * i)) & 0xFF;
+        h = h.wrapping_mul(0x0000_0100_0000_01B3);
+    }
+    h
+}
+
+/// How keys are chosen.
+#[derive(Debug, Clone)]
+pub enum Chooser {
+    /// Every key equally likely.
+    Uniform,
+    /// Zipfian over key numbers: key 0 hottest, neighbours next.
+    Zipfian(Zipfian),
+    /// Zipfian ranks scattered over the key space by FNV hashing (YCSB's
+    /// default for A, B, C, E, F).
+    Scrambled(Zipfian),
+    /// Recently inserted keys hottest (YCSB's workload D).
+    Latest(Zipfian),
+}
+
+/// Key distributions by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Distribution {
+    Uniform,
+    Zipfian,
+    Scrambled,
+    Latest,
+}
+
+impl Chooser {
+    /// A chooser over `keys` keys with skew `theta`.
+    pub fn new(d: Distribution, keys: u64, theta: f64) -> Self {
+        match d {
+            Distribution::Uniform => Chooser::Uniform,
+            Distribution::Zipfian => Chooser::Zipfian(Zipfian::new(keys, theta)),
+            Distribution::Scrambled => Chooser::Scrambled(Zipfian::new(keys, theta)),
+            Distribution::Latest => Chooser::Latest(Zipfian::new(keys, theta)),
+        }
+    }
+
+    /// A key number in `[0, inserted)` (`inserted` = keys that exist now).
+    pub fn next(&self, rng: &mut Rng, inserted: u64) -> u64 {
+        let n = inserted.max(1);
+        match self {
+            Chooser::Uniform => rng.below(n),
+            Chooser::Zipfian(z) => z.next(rng) % n,
+            Chooser::Scrambled(z) => fnv64(z.next(rng)) % n,
+            Chooser::Latest(z) => n - 1 - z.next(rng) % n,
+        }
+    }
+}
+
+/// One operation of a workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum YcsbOp {
+    Read(u64),
+    Update(u64),
+    Insert(u64),
+    /// Scan `len` keys from a start key.
+    Scan(u64, u32),
+    ReadModifyWrite(u64),
+}
+
+/// The standard workloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    Load,
+    A,
+    B,
+    C,
+    D,
+    E,
+    F,
+}
+
+impl std::str::FromStr for Workload {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "load" => Workload::Load,
+            "a" => Workload::A,
+            "b" => Workload::B,
+            "c" => Workload::C,
+            "d" => Workload::D,
+            "e" => Workload::E,
+            "f" => Workload::F,
+            _ => return Err(format!("{s:?}: expected load, a, b, c, d, e or f")),
+        })
+    }
+}
+
+/// Operation mix of a workload, in percent: (read, update, insert, scan, rmw).
+pub fn mix(w: Workload) -> (u32, u32, u32, u32, u32) {
+    match w {
+        Workload::Load => (0, 0, 100, 0, 0),
+        Workload::A => (50, 50, 0, 0, 0),
+        Workload::B => (95, 5, 0, 0, 0),
+        Workload::C => (100, 0, 0, 0, 0),
+        Workload::D => (95, 0, 5, 0, 0),
+        Workload::E => (0, 0, 5, 95, 0),
+        Workload::F => (50, 0, 0, 0, 50),
+    }
+}
+
+/// The default key distribution of a workload.
+pub fn default_distribution(w: Workload) -> Distribution {
+    match w {
+        Workload::D => Distribution::Latest,
+        Workload::Load => Distribution::Uniform,
+        _ => Distribution::Scrambled,
+    }
+}
+
+/// A deterministic stream of operations for one client.
+#[derive(Debug, Clone)]
+pub struct Generator {
+    workload: Workload,
+    chooser: Chooser,
+    rng: Rng,
+    /// Keys that exist (loaded + inserted by this client's view).
+    inserted: u64,
+    /// Next key number this client inserts; clients insert disjoint keys
+    /// (key = next_insert, advancing by `stride`).
+    next_insert: u64,
+    stride: u64,
+    max_scan: u32,
+}
+
+impl Generator {
+    /// A client's stream: `loaded` keys exist; new keys are `loaded + client
+    /// + k·clients` so clients never insert the same key.
+    pub fn new(
+        workload: Workload,
+        chooser: Chooser,
+        loaded: u64,
+        client: u64,
+        clients: u64,
+        seed: u64,
+    ) -> Self {
+        Self {
+            workload,
+            chooser,
+            rng: Rng::new(seed ^ client.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+            inserted: loaded,
+            next_insert: loaded + client,
+            stride: clients.max(1),
+            max_scan: 100,
+        }
+    }
+
+    /// The next operation.
+    pub fn next_op(&mut self) -> YcsbOp {
+        let (r, u, i, s, _) = mix(self.workload);
+        let p = self.rng.below(100) as u32;
+        if p < i + r + u + s && p >= r + u + s || self.workload == Workload::Load {
+            let k = self.next_insert;
+            self.next_insert += self.stride;
+            self.inserted = self.inserted.max(k + 1);
+            return YcsbOp::Insert(k);
+        }
+        let key = self.chooser.next(&mut self.rng, self.inserted);
+        if p < r {
+            YcsbOp::Read(key)
+        } else if p < r + u {
+            YcsbOp::Update(key)
+        } else if p < r + u + s {
+            YcsbOp::Scan(key, 1 + self.rng.below(self.max_scan as u64) as u32)
+        } else {
+            YcsbOp::ReadModifyWrite(key)
+        }
+    }
+}
+
+/// Key encodings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyType {
+    /// 8-byte integers (the key number, scattered by FNV so neighbours in
+    /// number are not neighbours in key order).
+    Int,
+    /// 32-byte synthetic e-mail-like strings with the host reversed
+    /// (`com.example.mail.host:user.name42…`), deterministic from the seed.
+    String,
+}
+
+const TLDS: [&str; 6] = ["com", "org", "net", "edu", "io", "de"];
+const HOSTS: [&str; 8] = [
+    "gmail", "yahoo", "outlook", "proton", "fastmail", "icloud", "zoho", "mailbox",
+];
+
+/// The bytes of key number `k`.
+pub fn key_bytes(t: KeyType, k: u64, seed: u64) -> Vec<u8> {
+    match t {
+        KeyType::Int => fnv64(k ^ seed).to_be_bytes().to_vec(),
+        KeyType::String => {
+            let h = fnv64(k ^ seed.rotate_left(17));
+            let mut s = format!(
+                "{}.{}.u{:x}@{:016x}",
+                TLDS[(h % 6) as usize],
+                HOSTS[((h >> 8) % 8) as usize],
+                (h >> 16) & 0xFFF,
+                k ^ (h & 0xFFFF_0000_0000_0000)
+            );
+            s.truncate(32);
+            let mut b = s.into_bytes();
+            b.resize(32, b'.');
+            b
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn zipfian_matches_its_distribution() {
+        let n = 10_000;
+        let z = Zipfian::new(n, 0.99);
+        let zn = zeta(n, 0.99);
+        let mut rng = Rng::new(42);
+        let mut hist = vec![0u64; n as usize];
+        let draws = 400_000;
+        for _ in 0..draws {
+            hist[z.next(&mut rng) as usize] += 1;
+        }
+        // P(rank r) = 1 / ((r+1)^θ ζ(n)): exact for ranks 0 and 1, the
+        // method's continuous approximation beyond.
+        for (r, tol) in [(0usize, 0.05), (1, 0.05), (2, 0.30), (9, 0.30), (99, 0.35)] {
+            let p = 1.0 / (((r + 1) as f64).powf(0.99) * zn);
+            let got = hist[r] as f64 / draws as f64;
+            assert!((got - p).abs() < tol * p + 0.0003, "rank {r}: {got} vs {p}");
+        }
+        let head: u64 = hist[..100].iter().sum();
+        let want: f64 = (1..=100).map(|i| 1.0 / (i as f64).powf(0.99)).sum::<f64>() / zn;
+        assert!(
+            (head as f64 / draws as f64 - want).abs() < 0.05,
+            "mass of the top 100 ranks"
+        );
+        assert!(hist[0] > hist[1] && hist[1] > hist[9]);
+    }
+
+    #[test]
+    fn choosers_and_workload_mixes() {
+        let mut rng = Rng::new(7);
+        let n = 5_000;
+        // Scrambled zipfian: skewed, but the hottest keys are not 0, 1, 2.
+        let sc = Chooser::new(Distribution::Scrambled, n, 0.99);
+        let mut hist = vec![0u32; n as usize];
+        for _ in 0..100_000 {
+            hist[sc.next(&mut rng, n) as usize] += 1;
+        }
+        let hottest = (0..n as usize).max_by_key(|&i| hist[i]).unwrap();
+        assert_eq!(
+            hottest as u64,
+            fnv64(0) % n,
+            "rank 0 lands where FNV sends it"
+        );
+        assert!(hist[hottest] > 20 * (100_000 / n as u32));
+        // Latest: the newest keys dominate.
+        let la = Chooser::new(Distribution::Latest, n, 0.99);
+        let recent = (0..10_000)
+            .filter(|_| la.next(&mut rng, n) >= n - 100)
+            .count();
+        assert!(recent > 5_000, "{recent}");
+        // Mixes.
+        for (w, read, upd, ins, scan, rmw) in [
+            (Workload::A, 50, 50, 0, 0, 0),
+            (Workload::B, 95, 5, 0, 0, 0),
+            (Workload::D, 95, 0, 5, 0, 0),
+            (Workload::E, 0, 0, 5, 95, 0),
+            (Workload::F, 50, 0, 0, 0, 50),
+        ] {
+            let mut g = Generator::new(
+                w,
+                Chooser::new(default_distribution(w), 1000, 0.99),
+                1000,
+                0,
+                1,
+                3,
+            );
+            let mut c = [0u32; 5];
+            for _ in 0..20_000 {
+                match g.next_op() {
+                    YcsbOp::Read(_) => c[0] += 1,
+                    YcsbOp::Update(_) => c[1] += 1,
+                    YcsbOp::Insert(_) => c[2] += 1,
+                    YcsbOp::Scan(_, l) => {
+                        assert!((1..=100).contains(&l));
+                        c[3] += 1
+                    }
+                    YcsbOp::ReadModifyWrite(_) => c[4] += 1,
+                }
+            }
+            for (got, want) in c.iter().zip([read, upd, ins, scan, rmw]) {
+                let pct = *got as f64 / 200.0;
+                assert!((pct - want as f64).abs() < 1.5, "{w:?}: {c:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn inserts_are_disjoint_across_clients_and_streams_are_deterministic() {
+        let mk = |client| Generator::new(Workload::Load, Chooser::Uniform, 100, client, 3, 9);
+        let mut seen = HashSet::new();
+        for client in 0..3 {
+            let mut g = mk(client);
+            for _ in 0..1000 {
+                let YcsbOp::Insert(k) = g.next_op() else {
+                    panic!()
+                };
+                assert!(k >= 100 && seen.insert(k), "key {k} inserted twice");
+            }
+        }
+        let (mut a, mut b) = (
+            Generator::new(
+                Workload::A,
+                Chooser::new(Distribution::Scrambled, 1000, 0.99),
+                1000,
+                1,
+                2,
+                5,
+            ),
+            Generator::new(
+                Workload::A,
+                Chooser::new(Distribution::Scrambled, 1000, 0.99),
+                1000,
+                1,
+                2,
+                5,
+            ),
+        );
+        for _ in 0..1000 {
+            assert_eq!(a.next_op(), b.next_op());
+        }
+        assert_eq!("c".parse::<Workload>(), Ok(Workload::C));
+        assert!("z".parse::<Workload>().is_err());
+    }
+
+    #[test]
+    fn key_types() {
+        let mut seen = HashSet::new();
+        for k in 0..100_000u64 {
+            let s = key_bytes(KeyType::String, k, 1);
+            assert_eq!(s.len(), 32);
+            assert!(s.iter().all(|b| b.is_ascii_graphic()));
+            assert!(seen.insert(s), "string key {k} collides");
+        }
+        assert_eq!(
+            key_bytes(KeyType::String, 5, 1),
+            key_bytes(KeyType::String, 5, 1)
+        );
+        assert_ne!(
+            key_bytes(KeyType::String, 5, 1),
+            key_bytes(KeyType::String, 5, 2)
+        );
+        assert_eq!(key_bytes(KeyType::Int, 5, 1).len(), 8);
+        let first = String::from_utf8(key_bytes(KeyType::String, 12, 1)).unwrap();
+        assert!(
+            TLDS.iter().any(|t| first.starts_with(&format!("{t}."))),
+            "{first}"
+        );
+    }
+}
