@@ -78,6 +78,7 @@ struct Counters {
     rpc_errors: AtomicU64,
     bad_frames: AtomicU64,
     auth_failures: AtomicU64,
+    refused_connections: AtomicU64,
     sessions_total: AtomicU64,
     sessions_reaped: AtomicU64,
     chunks_reclaimed: AtomicU64,
@@ -458,6 +459,13 @@ impl MemNode {
         self.counters.bad_frames.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Records a connection refused for lack of resources (no thread).
+    pub fn note_refused_connection(&self) {
+        self.counters
+            .refused_connections
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Records a failed authentication.
     pub fn note_auth_failure(&self) {
         self.counters.auth_failures.fetch_add(1, Ordering::Relaxed);
@@ -606,6 +614,7 @@ impl MemNode {
             rpc_errors: c.rpc_errors.load(Ordering::Relaxed),
             bad_frames: c.bad_frames.load(Ordering::Relaxed),
             auth_failures: c.auth_failures.load(Ordering::Relaxed),
+            refused_connections: c.refused_connections.load(Ordering::Relaxed),
             pages_remapped: c.pages_remapped.load(Ordering::Relaxed),
             spare_pages_free: inner.spare_free.len() as u64,
         }

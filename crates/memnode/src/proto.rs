@@ -145,6 +145,8 @@ pub struct NodeStats {
     pub rpc_errors: u64,
     pub bad_frames: u64,
     pub auth_failures: u64,
+    /// Connections dropped because no thread could serve them.
+    pub refused_connections: u64,
     pub pages_remapped: u64,
     pub spare_pages_free: u64,
 }

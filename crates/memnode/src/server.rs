@@ -183,13 +183,16 @@ impl Server {
                 Ok((stream, _)) => {
                     let node = self.node.clone();
                     let token = self.token;
-                    std::thread::Builder::new()
+                    // If no thread can be had (a connection flood exhausting
+                    // the process), refuse this connection, not the node: the
+                    // stream is dropped with the failed closure.
+                    let spawned = std::thread::Builder::new()
                         .name("dmkit-memnode-conn".into())
-                        .spawn(move || serve_connection(node, stream, token))
-                        .map_err(|e| NodeError::Io {
-                            what: "spawn connection thread",
-                            source: e,
-                        })?;
+                        .spawn(move || serve_connection(node, stream, token));
+                    if spawned.is_err() {
+                        self.node.note_refused_connection();
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     std::thread::sleep(Duration::from_millis(10))
