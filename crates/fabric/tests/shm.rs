@@ -279,7 +279,20 @@ fn wrong_or_public_token_file_is_refused() {
 fn shutdown_rpc_stops_the_server() {
     let mut s = Served::start(1 << 20);
     let c = s.client();
+    let (a, _, k) = c.alloc_chunk(0, 4096, true).unwrap();
+    let mut qp = c.connect(0).unwrap();
+    let mut b = Batch::new();
+    b.faa(a, k, 1);
+    qp.execute(&mut b).unwrap();
     c.shutdown_node(0).unwrap();
+    // Verbs against a node that has shut down fail with a typed error
+    // instead of touching the orphaned memory.
+    b.faa(a, k, 1);
+    match qp.post(&mut b) {
+        Err(dmkit_fabric::PostError::Disconnected(0)) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(b.len(), 1, "the refused batch is left intact");
     s.running.take().unwrap().join().unwrap();
     assert!(!s.socket.exists(), "socket file removed");
     assert!(matches!(

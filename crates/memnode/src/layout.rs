@@ -39,8 +39,13 @@ pub const PAGE_TABLE_OFFSET: usize = 8192;
 ///      +--------+-------------+-------------+-------------+-------------+-------------+
 ///      | magic  | version     | node_id     | page_shift  | remote_pages| phys_pages  |
 ///      +--------+-------------+-------------+-------------+-------------+-------------+
-///      | generation (bumped by every region or page-table change) | pad to 4096 B ...
+///      | generation (bumped by every region or page-table change) | state | pad to 4096 B
 /// ```
+///
+/// `state` is [`NODE_SERVING`] while the node serves and [`NODE_CLOSED`] once
+/// it shut down: clients check it on every post, so verbs against a node that
+/// is gone fail instead of touching orphaned memory. (A node killed by a
+/// signal cannot set it; its clients learn of it at their next RPC.)
 #[repr(C)]
 pub struct ControlHeader {
     pub magic: u64,
@@ -50,8 +55,14 @@ pub struct ControlHeader {
     pub remote_pages: u64,
     pub phys_pages: u64,
     pub generation: AtomicU64,
-    pub _reserved: [u64; 505],
+    pub state: AtomicU64,
+    pub _reserved: [u64; 504],
 }
+
+/// [`ControlHeader::state`]: the node serves.
+pub const NODE_SERVING: u64 = 0;
+/// [`ControlHeader::state`]: the node has shut down.
+pub const NODE_CLOSED: u64 = 1;
 const _: () = assert!(std::mem::size_of::<ControlHeader>() == 4096);
 
 /// Access rights of a registered region (bit flags in [`RegionEntry::key_word`]).

@@ -476,9 +476,13 @@ impl MemNode {
         self.shutdown.load(Ordering::Acquire)
     }
 
-    /// Requests shutdown (the server stops accepting and returns).
+    /// Requests shutdown (the server stops accepting and returns) and marks
+    /// the node closed in the control header, so clients' verbs fail.
     pub fn request_shutdown(&self) {
         self.shutdown.store(true, Ordering::Release);
+        self.header()
+            .state
+            .store(layout::NODE_CLOSED, Ordering::Release);
     }
 
     /// Serves one RPC request of `session`. Never panics on client input.

@@ -333,6 +333,9 @@ impl QueuePair for ShmQp {
         if batch.is_empty() {
             return Ok(());
         }
+        if self.view.closed() {
+            return Err(PostError::Disconnected(self.node));
+        }
         self.stats.doorbells += 1;
         let generation = self.view.generation();
         if generation != self.cached_gen {

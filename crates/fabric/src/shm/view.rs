@@ -24,6 +24,7 @@ pub(crate) struct NodeView {
     _control: Arc<Mapping>,
     data: *mut u8,
     generation: &'static AtomicU64,
+    state: &'static AtomicU64,
     regions: *const RegionEntry,
     pages: *const PageEntry,
     page_shift: u32,
@@ -83,9 +84,12 @@ impl NodeView {
         // SAFETY: the header lives as long as the control mapping, which `Self`
         // owns (the `Arc` in `_control`); the reference never escapes `Self`.
         let generation: &'static AtomicU64 = unsafe { &*(&h.generation as *const AtomicU64) };
+        // SAFETY: as for `generation`: the header outlives every use through `Self`.
+        let state: &'static AtomicU64 = unsafe { &*(&h.state as *const AtomicU64) };
         Ok(Self {
             layout,
             generation,
+            state,
             _data: data,
             _control: control,
             data: data_ptr,
@@ -100,6 +104,12 @@ impl NodeView {
     #[inline(always)]
     pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
+    }
+
+    /// Whether the node has shut down.
+    #[inline(always)]
+    pub(crate) fn closed(&self) -> bool {
+        self.state.load(Ordering::Acquire) == layout::NODE_CLOSED
     }
 
     pub(crate) fn layout(&self) -> NodeLayout {
