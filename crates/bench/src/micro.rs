@@ -573,16 +573,21 @@ mod tests {
     use dmkit_fabric::shm::{ShmConfig, ShmFabric};
     use dmkit_memnode::NodeConfig;
 
-    #[test]
-    fn runs_every_verb_and_counts_what_it_did() {
-        let f = ShmFabric::embedded(
+    /// An embedded 1 MiB memory node.
+    fn small_fabric() -> ShmFabric {
+        ShmFabric::embedded(
             ShmConfig::default(),
             &[NodeConfig {
                 size: 1 << 20,
                 ..Default::default()
             }],
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn runs_every_verb_and_counts_what_it_did() {
+        let f = small_fabric();
         for verb in [
             VerbKind::Read,
             VerbKind::Write,
@@ -642,14 +647,7 @@ mod tests {
 
     #[test]
     fn runtime_mode_counts_what_its_tasks_did() {
-        let f = ShmFabric::embedded(
-            ShmConfig::default(),
-            &[NodeConfig {
-                size: 1 << 20,
-                ..Default::default()
-            }],
-        )
-        .unwrap();
+        let f = small_fabric();
         for verb in [VerbKind::Read, VerbKind::Faa] {
             let cfg = MicroConfig {
                 verb,
@@ -685,14 +683,7 @@ mod tests {
 
     #[test]
     fn queue_pair_policies() {
-        let f = ShmFabric::embedded(
-            ShmConfig::default(),
-            &[NodeConfig {
-                size: 1 << 20,
-                ..Default::default()
-            }],
-        )
-        .unwrap();
+        let f = small_fabric();
         let base = MicroConfig {
             verb: VerbKind::Faa,
             size: 8,

@@ -152,61 +152,41 @@ pub fn check_key<K, V: Value>(ops: &[Record<K, V>], init: &Option<V>) -> bool {
         if lin_completed == completed {
             return true;
         }
-        if entry == NIL || (is_ret(entry) && ops[op_of(entry)].returned.is_none()) {
-            // Only pending operations are left ahead: backtrack.
-            match stack.pop() {
-                None => return false,
-                Some((call, s)) => {
-                    let op = op_of(call);
-                    linearized[op / 64] &= !(1 << (op % 64));
-                    if ops[op].returned.is_some() {
-                        lin_completed -= 1;
-                    }
-                    state = s;
-                    relink(ret_node[op], &mut next, &mut prev);
-                    relink(call, &mut next, &mut prev);
-                    entry = next[call];
-                    continue;
-                }
+        if entry == NIL || is_ret(entry) {
+            // Reached the return of an operation not yet linearized (or only
+            // pending operations are left): every order that gets here is
+            // wrong, so undo the last choice and try the next candidate.
+            let Some((call, s)) = stack.pop() else {
+                return false;
+            };
+            let op = op_of(call);
+            linearized[op / 64] &= !(1 << (op % 64));
+            if ops[op].returned.is_some() {
+                lin_completed -= 1;
             }
+            state = s;
+            relink(ret_node[op], &mut next, &mut prev);
+            relink(call, &mut next, &mut prev);
+            entry = next[call];
+            continue;
         }
         let op = op_of(entry);
-        if !is_ret(entry) {
-            let (res, new_state) = step(&state, &ops[op].op);
-            let ok = ops[op].returned.as_ref().is_none_or(|(_, r)| *r == res);
-            if ok {
-                let mut lin2 = linearized.clone();
-                lin2[op / 64] |= 1 << (op % 64);
-                if cache.insert((lin2.clone(), new_state.clone())) {
-                    stack.push((entry, std::mem::replace(&mut state, new_state)));
-                    linearized = lin2;
-                    if ops[op].returned.is_some() {
-                        lin_completed += 1;
-                    }
-                    unlink(entry, &mut next, &mut prev);
-                    unlink(ret_node[op], &mut next, &mut prev);
-                    entry = next[0];
-                    continue;
+        let (res, new_state) = step(&state, &ops[op].op);
+        if ops[op].returned.as_ref().is_none_or(|(_, r)| *r == res) {
+            linearized[op / 64] |= 1 << (op % 64);
+            if cache.insert((linearized.clone(), new_state.clone())) {
+                stack.push((entry, std::mem::replace(&mut state, new_state)));
+                if ops[op].returned.is_some() {
+                    lin_completed += 1;
                 }
+                unlink(entry, &mut next, &mut prev);
+                unlink(ret_node[op], &mut next, &mut prev);
+                entry = next[0];
+                continue;
             }
-            entry = next[entry];
-        } else {
-            // The return of an operation not yet linearized: every order that
-            // reaches here is wrong; undo the last choice.
-            match stack.pop() {
-                None => return false,
-                Some((call, s)) => {
-                    let op = op_of(call);
-                    linearized[op / 64] &= !(1 << (op % 64));
-                    if ops[op].returned.is_some() {
-                        lin_completed -= 1;
-                    }
-                    state = s;
-                    relink(ret_node[op], &mut next, &mut prev);
-                    relink(call, &mut next, &mut prev);
-                    entry = next[call];
-                }
-            }
+            // Seen before: this choice leads nowhere new.
+            linearized[op / 64] &= !(1 << (op % 64));
         }
+        entry = next[entry];
     }
 }
