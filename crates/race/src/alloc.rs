@@ -1,0 +1,98 @@
+//! Compute-side allocator of key-value blocks (one per worker, no sharing).
+//!
+//! Blocks are carved from chunks the memory node hands out (`alloc_chunk`,
+//! persistent: the table outlives the client that wrote a block). Freed
+//! blocks wait out a grace period in quarantine before reuse, so a reader
+//! that fetched a slot just before it changed still reads the block it
+//! named (the checksum and key check catch the rest; see the crate docs).
+
+use std::collections::VecDeque;
+
+use dmkit_fabric::{Fabric, GlobalAddr, NodeId};
+use dmkit_runtime::Nanos;
+
+use crate::error::RaceError;
+
+pub(crate) struct BlockAlloc {
+    chunk_bytes: u64,
+    grace: Nanos,
+    /// Bump ranges per node: (next, end).
+    bump: Vec<(NodeId, u64, u64)>,
+    /// Free blocks by size in 64-byte units.
+    free: Vec<Vec<GlobalAddr>>,
+    quarantine: VecDeque<(Nanos, GlobalAddr, u64)>,
+}
+
+impl BlockAlloc {
+    pub fn new(chunk_bytes: u64, grace: Nanos) -> Self {
+        Self {
+            chunk_bytes,
+            grace,
+            bump: Vec::new(),
+            free: vec![Vec::new(); 128],
+            quarantine: VecDeque::new(),
+        }
+    }
+
+    /// A block of `units`·64 bytes, on `prefer` if that node has room,
+    /// else on any node of `nodes`.
+    pub fn alloc(
+        &mut self,
+        fabric: &dyn Fabric,
+        nodes: &[NodeId],
+        prefer: NodeId,
+        units: u64,
+        now: Nanos,
+    ) -> Result<GlobalAddr, RaceError> {
+        while let Some(&(t, a, u)) = self.quarantine.front() {
+            if t > now {
+                break;
+            }
+            self.quarantine.pop_front();
+            self.free[u as usize].push(a);
+        }
+        let list = &mut self.free[units as usize];
+        if let Some(i) = list.iter().rposition(|a| a.node() == prefer) {
+            return Ok(list.swap_remove(i));
+        }
+        let bytes = units * 64;
+        let order = std::iter::once(prefer).chain(nodes.iter().copied().filter(|&n| n != prefer));
+        let mut last_err = None;
+        for node in order {
+            if let Some(b) = self.bump.iter_mut().find(|b| b.0 == node) {
+                if b.2 - b.1 >= bytes {
+                    let a = GlobalAddr::new(node, b.1);
+                    b.1 += bytes;
+                    return Ok(a);
+                }
+            }
+            match fabric.alloc_chunk(node, self.chunk_bytes.max(bytes), true) {
+                Ok((addr, len, _)) => {
+                    let start = addr.offset();
+                    self.bump.retain(|b| b.0 != node);
+                    self.bump.push((node, start + bytes, start + len));
+                    return Ok(addr);
+                }
+                Err(e) => last_err = Some(e),
+            }
+        }
+        // Last resort: any free block of this size on any node.
+        if let Some(a) = self.free[units as usize].pop() {
+            return Ok(a);
+        }
+        Err(RaceError::OutOfMemory {
+            what: "allocating a key-value block",
+            source: last_err.expect("at least one node was tried"),
+        })
+    }
+
+    /// Returns a block nobody else ever saw (immediately reusable).
+    pub fn free_now(&mut self, a: GlobalAddr, units: u64) {
+        self.free[units as usize].push(a);
+    }
+
+    /// Returns a block that readers may still hold; reusable after the grace.
+    pub fn retire(&mut self, a: GlobalAddr, units: u64, now: Nanos) {
+        self.quarantine.push_back((now + self.grace, a, units));
+    }
+}

@@ -1,0 +1,465 @@
+//! Remote layouts of the table (all little-endian words on the memory node).
+//!
+//! ## Directory (node 0, one per table)
+//! ```text
+//!  0        8              16     24          32       40     48      56     64
+//!  +--------+--------------+------+-----------+--------+------+-------+------+
+//!  | magic  | global depth | lock | max depth | groups | seed | nodes |limits|  DirHeader
+//!  +--------+--------------+------+-----------+--------+------+-------+------+
+//!  | entry[0] | entry[1] | ... | entry[2^max_depth - 1]                       8 B each
+//!
+//!  entry:  63      56 55          48 47                                        0
+//!          +---------+--------------+------------------------------------------+
+//!          | depth 8 |      0       |  subtable pointer (Ptr48)                |
+//!          +---------+--------------+------------------------------------------+
+//! ```
+//! Entry `i` (for `i < 2^global_depth`) names the subtable that holds keys
+//! whose hash ends in the low `global_depth` bits of `i` (extendible
+//! hashing, suffix-indexed as RACE does).
+//!
+//! ## Subtable
+//! ```text
+//!  +------------------+  SubtableHeader, 64 B: magic, depth, suffix, split lock, groups
+//!  | insert locks     |  2·groups words: one per combined bucket (keys' first choice)
+//!  +------------------+
+//!  | group 0          |  192 B = [ main bucket 0 | overflow bucket | main bucket 1 ]
+//!  | group 1          |          combined bucket 2g   = main 0 + overflow (128 B)
+//!  | ...              |          combined bucket 2g+1 = overflow + main 1 (128 B)
+//!  +------------------+
+//!
+//!  bucket (64 B):  | header | slot 0 | slot 1 | ... | slot 6 |
+//!  bucket header:  63      56 55                                      0
+//!                  +---------+----------------------------------------+
+//!                  | depth 8 |  suffix (low `depth` bits of the hash) |
+//!                  +---------+----------------------------------------+
+//! ```
+//! Every bucket carries its subtable's depth and suffix, so a reader whose
+//! cached directory is stale notices it from the very READ that fetched the
+//! bucket (RACE's resizing check).
+//!
+//! ## Slot (8 B, updated only by CAS)
+//! ```text
+//!  63          56 55  54        48 47       40 39                          0
+//!  +-------------+---+-------------+----------+----------------------------+
+//!  | fingerprint | M | len (64 B)  | node 8   | block offset / 64 (40)     |
+//!  +-------------+---+-------------+----------+----------------------------+
+//! ```
+//! 0 is an empty slot. `len` is the key-value block's size in 64-byte units
+//! (1..=127). `M` ("moved") freezes a slot whose key a split copied to the
+//! new subtable: nobody may change a frozen slot, and its key is looked up
+//! again through the directory.
+//!
+//! ## Key-value block (out of place, 64-byte aligned, written once)
+//! ```text
+//!  0          2          4          8           16
+//!  +----------+----------+----------+-----------+-----------+-------------+
+//!  | key len  |  (0)     | value len| checksum  | key bytes | value bytes |  zero padded
+//!  +----------+----------+----------+-----------+-----------+-------------+
+//! ```
+//! The checksum covers the lengths, key and value; a torn or recycled block
+//! fails it (or fails the key comparison) and the reader retries.
+
+use dmkit_fabric::GlobalAddr;
+
+/// Words of a bucket after its header.
+pub const SLOTS_PER_BUCKET: usize = 7;
+/// Bytes of a bucket.
+pub const BUCKET_BYTES: u64 = 64;
+/// Bytes of a bucket group (three buckets).
+pub const GROUP_BYTES: u64 = 192;
+/// Bytes of a combined bucket (two adjacent buckets).
+pub const COMB_BYTES: u64 = 128;
+/// Largest key-value block: 127 units of 64 B.
+pub const MAX_BLOCK: usize = 127 * 64;
+/// Largest supported `max_depth` (the suffix must stay below the hash bits
+/// used for the fingerprint and bucket index).
+pub const MAX_DEPTH_LIMIT: u32 = 20;
+
+pub const DIR_MAGIC: u64 = u64::from_le_bytes(*b"RACEDIR1");
+pub const SUBTABLE_MAGIC: u64 = u64::from_le_bytes(*b"RACESUB1");
+
+/// Header of a table's directory.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DirHeader {
+    pub magic: u64,
+    pub global_depth: u64,
+    /// Held (nonzero) while a split publishes into the directory.
+    pub lock: u64,
+    pub max_depth: u64,
+    /// Bucket groups per subtable.
+    pub groups: u64,
+    pub seed: u64,
+    /// Memory nodes the table was created on (informational).
+    pub nodes: u64,
+    /// max_key:16 | 0:16 | max_value:32 — limits every client enforces.
+    pub limits: u64,
+}
+const _: () = assert!(std::mem::size_of::<DirHeader>() == 64);
+
+/// Byte offsets inside [`DirHeader`].
+pub const DIR_GLOBAL_DEPTH: u64 = std::mem::offset_of!(DirHeader, global_depth) as u64;
+pub const DIR_LOCK: u64 = std::mem::offset_of!(DirHeader, lock) as u64;
+pub const DIR_ENTRIES: u64 = 64;
+
+impl DirHeader {
+    pub fn to_bytes(&self) -> [u8; 64] {
+        words_to_bytes(&[
+            self.magic,
+            self.global_depth,
+            self.lock,
+            self.max_depth,
+            self.groups,
+            self.seed,
+            self.nodes,
+            self.limits,
+        ])
+    }
+
+    pub fn from_bytes(b: &[u8]) -> Self {
+        let w = |i: usize| word(b, i * 8);
+        Self {
+            magic: w(0),
+            global_depth: w(1),
+            lock: w(2),
+            max_depth: w(3),
+            groups: w(4),
+            seed: w(5),
+            nodes: w(6),
+            limits: w(7),
+        }
+    }
+}
+
+/// Header of a subtable.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SubtableHeader {
+    pub magic: u64,
+    pub depth: u64,
+    pub suffix: u64,
+    /// Held (nonzero) while the subtable splits; inserters back off.
+    pub split_lock: u64,
+    pub groups: u64,
+    pub _reserved: [u64; 3],
+}
+const _: () = assert!(std::mem::size_of::<SubtableHeader>() == 64);
+
+pub const SUB_DEPTH: u64 = std::mem::offset_of!(SubtableHeader, depth) as u64;
+pub const SUB_SPLIT_LOCK: u64 = std::mem::offset_of!(SubtableHeader, split_lock) as u64;
+/// Insert locks start right after the header.
+pub const SUB_LOCKS: u64 = 64;
+
+/// One bucket.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Bucket {
+    pub header: u64,
+    pub slots: [u64; SLOTS_PER_BUCKET],
+}
+const _: () = assert!(std::mem::size_of::<Bucket>() as u64 == BUCKET_BYTES);
+
+/// Main bucket 0, the shared overflow bucket, main bucket 1.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BucketGroup {
+    pub buckets: [Bucket; 3],
+}
+const _: () = assert!(std::mem::size_of::<BucketGroup>() as u64 == GROUP_BYTES);
+
+/// Header of a key-value block.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BlockHeader {
+    /// key_len:16 | 0:16 | value_len:32
+    pub lens: u64,
+    pub checksum: u64,
+}
+const _: () = assert!(std::mem::size_of::<BlockHeader>() == 16);
+pub const BLOCK_HEADER: usize = 16;
+
+/// Geometry of a subtable with `groups` bucket groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    pub groups: u64,
+}
+
+impl Geometry {
+    /// Combined buckets (two per group).
+    pub fn combs(&self) -> u64 {
+        2 * self.groups
+    }
+
+    /// Offset of the first group.
+    pub fn groups_at(&self) -> u64 {
+        (SUB_LOCKS + 8 * self.combs()).next_multiple_of(64)
+    }
+
+    /// Bytes of a whole subtable.
+    pub fn bytes(&self) -> u64 {
+        self.groups_at() + GROUP_BYTES * self.groups
+    }
+
+    /// Offset of combined bucket `c`.
+    pub fn comb_at(&self, c: u64) -> u64 {
+        self.groups_at() + (c / 2) * GROUP_BYTES + (c % 2) * BUCKET_BYTES
+    }
+
+    /// Offset of the insert lock of combined bucket `c`.
+    pub fn lock_at(&self, c: u64) -> u64 {
+        SUB_LOCKS + 8 * c
+    }
+}
+
+/// The slot's "moved" flag.
+pub const MOVED: u64 = 1 << 55;
+const NODE_BITS: u32 = 8;
+const UNIT_BITS: u32 = 40;
+
+/// Packs a 64-byte-aligned block address into 48 bits (node:8 | offset/64:40).
+pub fn ptr48(a: GlobalAddr) -> Option<u64> {
+    let (node, off) = (a.node() as u64, a.offset());
+    (node < (1 << NODE_BITS) && off % 64 == 0 && (off >> 6) < (1 << UNIT_BITS))
+        .then_some(node << UNIT_BITS | off >> 6)
+}
+
+/// Unpacks [`ptr48`].
+pub fn unptr48(p: u64) -> GlobalAddr {
+    let p = p & ((1 << 48) - 1);
+    GlobalAddr::new((p >> UNIT_BITS) as u16, (p & ((1 << UNIT_BITS) - 1)) << 6)
+}
+
+/// A decoded slot word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot(pub u64);
+
+impl Slot {
+    /// A slot for a block of `units`·64 bytes at `block`.
+    pub fn new(fp: u8, units: u64, block: GlobalAddr) -> Option<Slot> {
+        ((1..=127).contains(&units)).then_some(())?;
+        Some(Slot((fp as u64) << 56 | units << 48 | ptr48(block)?))
+    }
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+    pub fn fp(self) -> u8 {
+        (self.0 >> 56) as u8
+    }
+    pub fn moved(self) -> bool {
+        self.0 & MOVED != 0
+    }
+    pub fn units(self) -> u64 {
+        (self.0 >> 48) & 0x7F
+    }
+    pub fn block(self) -> GlobalAddr {
+        unptr48(self.0)
+    }
+    pub fn block_bytes(self) -> usize {
+        self.units() as usize * 64
+    }
+    pub fn frozen(self) -> Slot {
+        Slot(self.0 | MOVED)
+    }
+    pub fn thawed(self) -> Slot {
+        Slot(self.0 & !MOVED)
+    }
+}
+
+/// Bucket header word for a subtable of `depth` and `suffix`.
+pub fn bucket_header(depth: u32, suffix: u64) -> u64 {
+    (depth as u64) << 56 | suffix
+}
+
+/// Whether a bucket header covers a key with hash `h1`.
+pub fn header_covers(header: u64, h1: u64) -> bool {
+    let depth = (header >> 56) as u32;
+    let suffix = header & ((1 << 56) - 1);
+    depth <= MAX_DEPTH_LIMIT && h1 & mask(depth) == suffix
+}
+
+/// Directory entry for a subtable of `depth` at `addr`.
+pub fn dir_entry(depth: u32, addr: GlobalAddr) -> Option<u64> {
+    Some((depth as u64) << 56 | ptr48(addr)?)
+}
+
+/// Low-`bits` mask.
+pub fn mask(bits: u32) -> u64 {
+    if bits >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    }
+}
+
+/// The hashes of a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyHash {
+    /// Suffix bits (directory) and fingerprint come from here.
+    pub h1: u64,
+    pub h2: u64,
+}
+
+impl KeyHash {
+    pub fn of(key: &[u8], seed: u64) -> Self {
+        Self {
+            h1: hash64(key, seed),
+            h2: hash64(key, seed ^ 0x5bd1_e995_1234_5678),
+        }
+    }
+
+    pub fn fp(&self) -> u8 {
+        (self.h1 >> 24) as u8
+    }
+
+    /// The two candidate combined buckets (distinct when `combs > 1`).
+    pub fn combs(&self, g: Geometry) -> (u64, u64) {
+        let n = g.combs();
+        let c1 = (self.h1 >> 32) % n;
+        let mut c2 = (self.h2 >> 32) % n;
+        if c2 == c1 && n > 1 {
+            c2 = c1 ^ 1;
+        }
+        (c1, c2)
+    }
+}
+
+fn fmix64(mut k: u64) -> u64 {
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    k ^ (k >> 33)
+}
+
+/// A 64-bit hash of `data` (8 bytes per step, murmur3's finaliser).
+pub fn hash64(data: &[u8], seed: u64) -> u64 {
+    const M: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut h = fmix64(seed ^ (data.len() as u64).wrapping_mul(M));
+    let mut chunks = data.chunks_exact(8);
+    for c in &mut chunks {
+        let v = u64::from_le_bytes(c.try_into().expect("8-byte chunk"));
+        h = (h ^ fmix64(v ^ M)).wrapping_mul(M).rotate_left(29);
+    }
+    let rem = chunks.remainder();
+    if !rem.is_empty() {
+        let mut b = [0u8; 8];
+        b[..rem.len()].copy_from_slice(rem);
+        h = (h ^ fmix64(u64::from_le_bytes(b) ^ M))
+            .wrapping_mul(M)
+            .rotate_left(29);
+    }
+    fmix64(h)
+}
+
+const CHECKSUM_SEED: u64 = 0xC0FF_EE00_D15E_A5E5;
+
+/// Size of the block holding `key` and `value`, rounded to 64 bytes.
+pub fn block_bytes(key: usize, value: usize) -> usize {
+    (BLOCK_HEADER + key + value).next_multiple_of(64)
+}
+
+/// Encodes a block into `out` (resized to the block's size).
+pub fn encode_block(key: &[u8], value: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.resize(block_bytes(key.len(), value.len()), 0);
+    let lens = key.len() as u64 | (value.len() as u64) << 32;
+    out[0..8].copy_from_slice(&lens.to_le_bytes());
+    out[16..16 + key.len()].copy_from_slice(key);
+    out[16 + key.len()..16 + key.len() + value.len()].copy_from_slice(value);
+    let sum = block_checksum(lens, key, value);
+    out[8..16].copy_from_slice(&sum.to_le_bytes());
+}
+
+fn block_checksum(lens: u64, key: &[u8], value: &[u8]) -> u64 {
+    hash64(value, hash64(key, CHECKSUM_SEED ^ lens))
+}
+
+/// Decodes a block read into `b`; `None` when torn, recycled or garbage.
+pub fn decode_block(b: &[u8]) -> Option<(&[u8], &[u8])> {
+    if b.len() < BLOCK_HEADER {
+        return None;
+    }
+    let lens = word(b, 0);
+    let (k, v) = ((lens & 0xFFFF) as usize, (lens >> 32) as usize);
+    if lens & 0xFFFF_0000 != 0 || k == 0 || BLOCK_HEADER + k + v > b.len() {
+        return None;
+    }
+    let key = &b[16..16 + k];
+    let value = &b[16 + k..16 + k + v];
+    (block_checksum(lens, key, value) == word(b, 8)).then_some((key, value))
+}
+
+/// The key of a block prefix (no checksum check: used by splits on blocks
+/// that a live slot references, which are immutable).
+pub fn block_key(b: &[u8]) -> Option<&[u8]> {
+    let lens = word(b, 0);
+    let k = (lens & 0xFFFF) as usize;
+    (k > 0 && BLOCK_HEADER + k <= b.len()).then(|| &b[16..16 + k])
+}
+
+/// The little-endian word at byte `at`.
+pub fn word(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+pub fn words_to_bytes<const N: usize>(w: &[u64]) -> [u8; N] {
+    let mut out = [0u8; N];
+    for (i, v) in w.iter().enumerate() {
+        out[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_round_trips() {
+        let a = GlobalAddr::new(3, 0x1234_5640);
+        let s = Slot::new(0xAB, 5, a).unwrap();
+        assert_eq!(
+            (s.fp(), s.units(), s.block(), s.moved()),
+            (0xAB, 5, a, false)
+        );
+        let f = s.frozen();
+        assert!(f.moved());
+        assert_eq!((f.fp(), f.units(), f.block()), (0xAB, 5, a));
+        assert_eq!(f.thawed(), s);
+        assert!(Slot::new(1, 0, a).is_none());
+        assert!(Slot::new(1, 128, a).is_none());
+        assert!(Slot::new(1, 1, GlobalAddr::new(3, 65)).is_none());
+        assert!(Slot::new(1, 1, GlobalAddr::new(256, 64)).is_none());
+    }
+
+    #[test]
+    fn blocks_detect_damage() {
+        let mut b = Vec::new();
+        encode_block(b"key", b"value", &mut b);
+        assert_eq!(b.len(), 64);
+        assert_eq!(decode_block(&b), Some((&b"key"[..], &b"value"[..])));
+        for i in 0..24 {
+            let mut t = b.clone();
+            t[i] ^= 0x10;
+            assert_ne!(
+                decode_block(&t),
+                Some((&b"key"[..], &b"value"[..])),
+                "byte {i}"
+            );
+        }
+        assert_eq!(decode_block(&[0u8; 64]), None);
+    }
+
+    #[test]
+    fn geometry_and_headers() {
+        let g = Geometry { groups: 4 };
+        assert_eq!(g.combs(), 8);
+        assert_eq!(g.comb_at(0) + 64, g.comb_at(1));
+        assert_eq!(g.comb_at(2) - g.comb_at(0), GROUP_BYTES);
+        assert!(g.groups_at() >= SUB_LOCKS + 64);
+        let h = bucket_header(3, 0b101);
+        assert!(header_covers(h, 0xFF05 | 0b101));
+        assert!(!header_covers(h, 0b001));
+        assert!(header_covers(bucket_header(0, 0), 12345));
+    }
+}

@@ -1,0 +1,82 @@
+//! # dmkit-race — RACE hashing on disaggregated memory (SMART-HT)
+//!
+//! A one-sided extendible hash table after RACE (Zuo et al., ATC'20 /
+//! TOS'22) as SMART ports it (SMART, ASPLOS'24 §3.3, §5.2: "SMART-HT uses
+//! the same hashing scheme as RACE"), running over the dmkit runtime so the
+//! SMART techniques (thread-aware queue pairs, work-request throttling,
+//! conflict avoidance through `backoff_cas`) apply unchanged. Layouts are in
+//! [`layout`].
+//!
+//! ## Structure
+//! A directory of subtables indexed by the low `global_depth` bits of the
+//! key's hash; each subtable is an array of bucket groups (main bucket,
+//! shared overflow bucket, main bucket), so every key has two *combined
+//! buckets* (main + overflow, 128 B, one READ each) chosen by two hashes.
+//! Slots are 8 bytes (fingerprint, length, 48-bit pointer) and point to
+//! out-of-place key-value blocks with a checksum. Subtables are spread over
+//! all memory nodes of the fabric (sharding); blocks are allocated on the
+//! node of their key's subtable when it has room.
+//!
+//! ## Operations (round trips on the common path)
+//! - **search**: READ both combined buckets (one doorbell), then the blocks
+//!   whose fingerprint matches: 2. With the client cache (key → slot and its
+//!   last value) a hit READs the slot and the block together: 1.
+//! - **insert** (if absent): WRITE the block, CAS the key's *insert lock*
+//!   (one word per combined bucket, taken on the key's first choice), READ
+//!   the subtable's split word and both combined buckets — one batch; the
+//!   duplicate check (blocks of fingerprint matches, rarely needed); then
+//!   CAS an empty slot and release the lock in one batch. The insert lock is
+//!   how dmkit keeps keys unique: two concurrent inserts of one key take the
+//!   same lock, so the second sees the first (RACE's own answer, re-reading
+//!   after the CAS and deleting duplicates, leaves a window in which two
+//!   slots hold the key and searches can flip between them).
+//! - **update** / **delete**: locate the slot (or take it from the cache),
+//!   then `backoff_cas` it to the new block / to empty; on failure locate
+//!   again. The new block's WRITE rides in the CAS's batch when both live on
+//!   one node (queue-pair order puts it first). The old block is retired.
+//!
+//! ## Online split (RACE's resizing; compiled out in the ported anchor)
+//! When an insert finds both combined buckets full it splits the subtable
+//! (local depth `d`, suffix `s`) into `s` and `s | 1<<d`:
+//! 1. take the subtable's split lock and allocate and initialise the new
+//!    subtable (unpublished, so nobody reads it yet);
+//! 2. wait until every insert lock is seen free once: inserters that got a
+//!    lock before the split lock read it as free and finish; later ones read
+//!    the split word in their locking batch and back off without writing;
+//! 3. for every slot whose key has bit `d` set, CAS it to *frozen* (the
+//!    slot's M bit); a concurrent update or delete makes the CAS fail and is
+//!    retried with the new value. Frozen slots never change again, and a
+//!    reader that finds its key frozen retries through the directory;
+//! 4. copy the frozen words (without M) to the same positions of the new
+//!    subtable (bucket positions depend on hash bits above the suffix);
+//! 5. rewrite the old subtable's bucket headers to depth `d+1`, so readers
+//!    with a stale directory notice it from the buckets they read;
+//! 6. publish under the directory lock (doubling the directory first when
+//!    `d` equals the global depth: upper half copied, then depth raised);
+//! 7. release the split lock; after the grace period, clear the frozen
+//!    originals.
+//!
+//! ## Reclamation and what it assumes
+//! Replaced blocks and frozen originals are reused / cleared only after a
+//! grace period (`RaceConfig::grace`, 100 ms by default). A reader that reads
+//! a slot and then stalls for longer than that before reading the block could
+//! read a block recycled *for the same key*; the checksum catches torn and
+//! foreign blocks but not that case. This is the same bounded-delay
+//! assumption as the lock leases of `dmkit-runtime`.
+//!
+//! ## Limits
+//! A client that dies while holding an insert lock or a split lock blocks
+//! inserts into that bucket or subtable (there is no lease on them yet).
+//! Errors are typed ([`RaceError`]); an operation that returns an error has
+//! changed nothing visible: a table at `max_depth` whose buckets are full
+//! returns [`RaceError::TableFull`] for that insert and stays usable.
+
+mod alloc;
+pub mod error;
+pub mod layout;
+#[doc(hidden)]
+pub mod stress;
+pub mod table;
+
+pub use error::RaceError;
+pub use table::{RaceClient, RaceConfig, RaceTable, TableCounters};

@@ -1,0 +1,190 @@
+//! A recorded mixed workload on a small hot key set, for linearizability
+//! tests (in-process threads and separate processes share this driver).
+//! Not a benchmark: operations are timed with a host-wide monotonic clock so
+//! histories from several processes merge into one.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use dmkit_fabric::Fabric;
+use dmkit_lincheck::{MapOp, MapRet, Record};
+use dmkit_runtime::{MonotonicClock, RuntimeConfig, Worker};
+
+use crate::{RaceError, RaceTable};
+
+/// One recorded operation: keys and values are strings for readable reports.
+pub type StressRecord = Record<String, String>;
+
+/// What a stress run does.
+#[derive(Debug, Clone)]
+pub struct StressConfig {
+    pub workers: usize,
+    pub tasks: usize,
+    pub ops_per_task: usize,
+    /// Keys `hot-0 .. hot-{n-1}` receive the conflicting operations.
+    pub hot_keys: u64,
+    /// Percentage of operations that insert a fresh unique key (grows the
+    /// table, so subtables split while the hot keys are in use).
+    pub fill_percent: u32,
+    pub seed: u64,
+    /// Client ids are `client_base + worker * tasks + task`.
+    pub client_base: u32,
+}
+
+/// Host-wide monotonic nanoseconds (comparable across processes).
+pub fn host_now() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is always available");
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
+
+fn splitmix(x: &mut u64) -> u64 {
+    *x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Runs the workload; returns the history. Panics on an operation error
+/// (the tests want to see it).
+pub fn run(
+    fabric: &dyn Fabric,
+    table: &Arc<RaceTable>,
+    rcfg: &RuntimeConfig,
+    sc: &StressConfig,
+) -> Result<Vec<StressRecord>, RaceError> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..sc.workers)
+            .map(|wi| {
+                let (table, rcfg, sc) = (table.clone(), rcfg.clone(), sc.clone());
+                s.spawn(move || -> Result<Vec<StressRecord>, RaceError> {
+                    let mut w = Worker::new(fabric, Arc::new(MonotonicClock), rcfg, wi, sc.tasks)?;
+                    let client = table.client(sc.client_base as u64 * 1000 + wi as u64);
+                    let out: Rc<RefCell<Vec<StressRecord>>> = Rc::default();
+                    let failed: Rc<RefCell<Option<RaceError>>> = Rc::default();
+                    for ti in 0..sc.tasks {
+                        let (client, out, failed, sc) =
+                            (client.clone(), out.clone(), failed.clone(), sc.clone());
+                        let id = sc.client_base + (wi * sc.tasks + ti) as u32;
+                        w.spawn(move |ctx| async move {
+                            let mut rng = sc.seed ^ (id as u64) << 32;
+                            for i in 0..sc.ops_per_task {
+                                let r = splitmix(&mut rng);
+                                let value = format!("v{id}.{i}");
+                                let (key, op) = if (r % 100) < sc.fill_percent as u64 {
+                                    (format!("fill-{id}-{i}"), MapOp::Insert(value))
+                                } else {
+                                    let key = format!("hot-{}", (r >> 8) % sc.hot_keys);
+                                    let op = match (r >> 20) % 100 {
+                                        0..35 => MapOp::Search,
+                                        35..60 => MapOp::Insert(value),
+                                        60..88 => MapOp::Update(value),
+                                        _ => MapOp::Delete,
+                                    };
+                                    (key, op)
+                                };
+                                let invoked = host_now();
+                                let k = key.as_bytes();
+                                let ret = match &op {
+                                    MapOp::Search => client.search(&ctx, k).await.map(|v| {
+                                        MapRet::Found(
+                                            v.map(|v| String::from_utf8(v).expect("utf-8 values")),
+                                        )
+                                    }),
+                                    MapOp::Insert(v) => {
+                                        client.insert(&ctx, k, v.as_bytes()).await.map(MapRet::Done)
+                                    }
+                                    MapOp::Update(v) => {
+                                        client.update(&ctx, k, v.as_bytes()).await.map(MapRet::Done)
+                                    }
+                                    MapOp::Delete => client.delete(&ctx, k).await.map(MapRet::Done),
+                                    MapOp::Upsert(_) => unreachable!("not generated"),
+                                };
+                                let returned = host_now();
+                                match ret {
+                                    Ok(ret) => out.borrow_mut().push(Record {
+                                        client: id,
+                                        key,
+                                        op,
+                                        invoked,
+                                        returned: Some((returned, ret)),
+                                    }),
+                                    Err(e) => {
+                                        *failed.borrow_mut() = Some(e);
+                                        return;
+                                    }
+                                }
+                            }
+                            if let Err(e) = client.quiesce(&ctx).await {
+                                *failed.borrow_mut() = Some(e);
+                            }
+                        });
+                    }
+                    w.run();
+                    if let Some(e) = failed.borrow_mut().take() {
+                        return Err(e);
+                    }
+                    let v = out.borrow().clone();
+                    Ok(v)
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for h in hs {
+            all.extend(h.join().expect("stress worker panicked")?);
+        }
+        Ok(all)
+    })
+}
+
+/// One line per record: `client invoked returned key op ret` with `-` for
+/// "none" (keys and values contain no spaces).
+pub fn to_line(r: &StressRecord) -> String {
+    let op = match &r.op {
+        MapOp::Search => "S -".to_string(),
+        MapOp::Insert(v) => format!("I {v}"),
+        MapOp::Update(v) => format!("U {v}"),
+        MapOp::Delete => "D -".to_string(),
+        MapOp::Upsert(v) => format!("P {v}"),
+    };
+    let (t, ret) = r.returned.as_ref().expect("completed operation");
+    let ret = match ret {
+        MapRet::Found(Some(v)) => format!("F {v}"),
+        MapRet::Found(None) => "F -".into(),
+        MapRet::Done(b) => format!("B {b}"),
+        MapRet::Unit => "U -".into(),
+    };
+    format!("{} {} {} {} {} {}", r.client, r.invoked, t, r.key, op, ret)
+}
+
+/// Parses [`to_line`].
+pub fn from_line(l: &str) -> Option<StressRecord> {
+    let f: Vec<&str> = l.split_whitespace().collect();
+    if f.len() != 8 {
+        return None;
+    }
+    let opt = |s: &str| (s != "-").then(|| s.to_string());
+    let op = match f[4] {
+        "S" => MapOp::Search,
+        "I" => MapOp::Insert(f[5].into()),
+        "U" => MapOp::Update(f[5].into()),
+        "D" => MapOp::Delete,
+        "P" => MapOp::Upsert(f[5].into()),
+        _ => return None,
+    };
+    let ret = match f[6] {
+        "F" => MapRet::Found(opt(f[7])),
+        "B" => MapRet::Done(f[7].parse().ok()?),
+        "U" => MapRet::Unit,
+        _ => return None,
+    };
+    Some(Record {
+        client: f[0].parse().ok()?,
+        invoked: f[1].parse().ok()?,
+        returned: Some((f[2].parse().ok()?, ret)),
+        key: f[3].into(),
+        op,
+    })
+}

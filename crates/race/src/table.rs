@@ -1,0 +1,1395 @@
+//! The table: creation, the per-worker client, and the four operations plus
+//! the online subtable split. Protocols are described in the crate docs.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use dmkit_fabric::{Fabric, FabricError, GlobalAddr, NodeId, Rkey, SyncQp};
+use dmkit_runtime::{Ctx, Nanos};
+
+use crate::alloc::BlockAlloc;
+use crate::error::RaceError;
+use crate::layout::*;
+
+/// Configuration of a table (structure) and of its clients (caching, memory).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RaceConfig {
+    /// Longest key in bytes (stored in the table; all clients share it).
+    pub max_key: usize,
+    /// Longest value in bytes (stored in the table).
+    pub max_value: usize,
+    /// Bucket groups per subtable (each holds 21 slots).
+    pub groups: u64,
+    /// Subtables at creation: 2^initial_depth.
+    pub initial_depth: u32,
+    /// Most splits a suffix can see: the directory has 2^max_depth entries.
+    pub max_depth: u32,
+    /// Client cache of key → slot (0 disables it; SMART-HT's cache).
+    pub cache_entries: usize,
+    /// How long a retired block or a frozen slot stays untouched before it is
+    /// reused or cleared (ns of the worker's clock).
+    pub grace: Nanos,
+    /// Bytes a client asks the memory node for at a time for its blocks.
+    pub chunk_bytes: u64,
+    /// Hash seed (stored in the table).
+    pub seed: u64,
+}
+
+impl Default for RaceConfig {
+    fn default() -> Self {
+        Self {
+            max_key: 64,
+            max_value: 1024,
+            groups: 1024,
+            initial_depth: 0,
+            max_depth: 16,
+            cache_entries: 1 << 16,
+            grace: 100_000_000,
+            chunk_bytes: 4 << 20,
+            seed: 0x005E_ED0F_2ACE,
+        }
+    }
+}
+
+impl RaceConfig {
+    fn validate(&self) -> Result<(), RaceError> {
+        let bad = |s: String| Err(RaceError::Config(s));
+        if self.max_key == 0 || self.max_key > u16::MAX as usize {
+            return bad(format!("max_key {} must be in 1..=65535", self.max_key));
+        }
+        if block_bytes(self.max_key, self.max_value) > MAX_BLOCK {
+            return bad(format!(
+                "a block of max_key {} + max_value {} + 16 B header exceeds {MAX_BLOCK} B",
+                self.max_key, self.max_value
+            ));
+        }
+        if self.groups == 0 || self.groups > 1 << 24 {
+            return bad(format!("groups {} must be in 1..=2^24", self.groups));
+        }
+        if self.max_depth > MAX_DEPTH_LIMIT || self.initial_depth > self.max_depth {
+            return bad(format!(
+                "need initial_depth {} <= max_depth {} <= {MAX_DEPTH_LIMIT}",
+                self.initial_depth, self.max_depth
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Operation counters of the table's own making (beyond the runtime's).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableCounters {
+    pub splits: u64,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    pub stale_reads: u64,
+    pub torn_reads: u64,
+}
+
+/// A table: what every client of it shares. `Send + Sync`; make one
+/// [`RaceClient`] per worker with [`RaceTable::client`].
+pub struct RaceTable {
+    fabric: Arc<dyn Fabric>,
+    name: String,
+    cfg: RaceConfig,
+    dir: GlobalAddr,
+    geo: Geometry,
+    nodes: Vec<NodeId>,
+    rkeys: Vec<Option<Rkey>>,
+}
+
+fn root_name(name: &str) -> String {
+    format!("race/{name}")
+}
+
+fn rkeys_of(fabric: &dyn Fabric, nodes: &[NodeId]) -> Result<Vec<Option<Rkey>>, RaceError> {
+    let mut rk = Vec::new();
+    for &n in nodes {
+        let i = n as usize;
+        if rk.len() <= i {
+            rk.resize(i + 1, None);
+        }
+        rk[i] = Some(fabric.heap(n)?.rkey);
+    }
+    Ok(rk)
+}
+
+/// The bytes `[from, from+len)` of a fresh subtable's image.
+fn subtable_image(geo: Geometry, depth: u32, suffix: u64, from: u64, len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    let put = |out: &mut [u8], at: u64, v: u64| {
+        if at >= from && at + 8 <= from + len as u64 {
+            let i = (at - from) as usize;
+            out[i..i + 8].copy_from_slice(&v.to_le_bytes());
+        }
+    };
+    put(&mut out, 0, SUBTABLE_MAGIC);
+    put(&mut out, SUB_DEPTH, depth as u64);
+    put(&mut out, SUB_DEPTH + 8, suffix);
+    put(&mut out, SUB_SPLIT_LOCK + 8, geo.groups);
+    let header = bucket_header(depth, suffix);
+    let first = from.saturating_sub(geo.groups_at()) / BUCKET_BYTES;
+    let mut b = first;
+    loop {
+        let at = geo.groups_at() + b * BUCKET_BYTES;
+        if at >= from + len as u64 || b >= 3 * geo.groups {
+            break;
+        }
+        put(&mut out, at, header);
+        b += 1;
+    }
+    out
+}
+
+impl RaceTable {
+    /// Creates table `name` on the fabric's memory nodes (directory on the
+    /// lowest node id, subtables spread over all nodes) and registers it as
+    /// a named root, so other processes can [`RaceTable::open`] it.
+    pub fn create(
+        fabric: Arc<dyn Fabric>,
+        name: &str,
+        cfg: RaceConfig,
+    ) -> Result<Arc<Self>, RaceError> {
+        cfg.validate()?;
+        let mut nodes = fabric.nodes();
+        nodes.sort_unstable();
+        let home = *nodes
+            .first()
+            .ok_or_else(|| RaceError::Config("fabric has no memory nodes".into()))?;
+        let rkeys = rkeys_of(fabric.as_ref(), &nodes)?;
+        let geo = Geometry { groups: cfg.groups };
+        let entries = 1u64 << cfg.max_depth;
+        let oom = |what| move |source| RaceError::OutOfMemory { what, source };
+        let (dir, _, _) = fabric
+            .alloc_chunk(home, DIR_ENTRIES + 8 * entries, true)
+            .map_err(oom("allocating the directory"))?;
+        let mut chunks = vec![dir];
+        let result = (|| {
+            let max_msg = fabric.caps().max_message.clamp(4096, 1 << 20);
+            let mut qps: HashMap<NodeId, SyncQp> = HashMap::new();
+            let mut entry_words = Vec::new();
+            for i in 0..1u64 << cfg.initial_depth {
+                let node = nodes[i as usize % nodes.len()];
+                let (sub, _, _) = fabric
+                    .alloc_chunk(node, geo.bytes(), true)
+                    .map_err(oom("allocating a subtable"))?;
+                chunks.push(sub);
+                let qp = match qps.entry(node) {
+                    std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        v.insert(SyncQp::new(fabric.as_ref(), node, max_msg)?)
+                    }
+                };
+                let rk = rkeys[node as usize].expect("rkey of a listed node");
+                let mut at = 0;
+                while at < geo.bytes() {
+                    let n = (geo.bytes() - at).min(max_msg as u64) as usize;
+                    let img = subtable_image(geo, cfg.initial_depth, i, at, n);
+                    qp.write(sub.add(at), rk, &img)?;
+                    at += n as u64;
+                }
+                entry_words.push(dir_entry(cfg.initial_depth, sub).ok_or_else(|| {
+                    RaceError::Config(format!(
+                        "subtable address {sub} does not fit a 48-bit pointer"
+                    ))
+                })?);
+            }
+            let hq = match qps.entry(home) {
+                std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(SyncQp::new(fabric.as_ref(), home, max_msg)?)
+                }
+            };
+            let rk = rkeys[home as usize].expect("rkey of a listed node");
+            let bytes: Vec<u8> = entry_words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            for (i, piece) in bytes.chunks(max_msg).enumerate() {
+                hq.write(dir.add(DIR_ENTRIES + (i * max_msg) as u64), rk, piece)?;
+            }
+            let header = DirHeader {
+                magic: DIR_MAGIC,
+                global_depth: cfg.initial_depth as u64,
+                lock: 0,
+                max_depth: cfg.max_depth as u64,
+                groups: cfg.groups,
+                seed: cfg.seed,
+                nodes: nodes.len() as u64,
+                limits: cfg.max_key as u64 | (cfg.max_value as u64) << 32,
+            };
+            hq.write(dir, rk, &header.to_bytes())?;
+            match fabric.set_root(home, &root_name(name), dir.raw(), Some(None)) {
+                Ok(_) => Ok(()),
+                Err(FabricError::Rpc { .. }) => Err(RaceError::AlreadyExists(name.into())),
+                Err(e) => Err(e.into()),
+            }
+        })();
+        if let Err(e) = result {
+            for c in chunks {
+                let _ = fabric.free_chunk(c);
+            }
+            return Err(e);
+        }
+        Ok(Arc::new(Self {
+            fabric,
+            name: name.into(),
+            cfg,
+            dir,
+            geo,
+            nodes,
+            rkeys,
+        }))
+    }
+
+    /// Opens table `name`. Structural settings (geometry, limits, seed) come
+    /// from the table; `cfg` supplies the client-side ones (cache, grace,
+    /// chunk size).
+    pub fn open(
+        fabric: Arc<dyn Fabric>,
+        name: &str,
+        cfg: RaceConfig,
+    ) -> Result<Arc<Self>, RaceError> {
+        let mut nodes = fabric.nodes();
+        nodes.sort_unstable();
+        let home = *nodes
+            .first()
+            .ok_or_else(|| RaceError::Config("fabric has no memory nodes".into()))?;
+        let rkeys = rkeys_of(fabric.as_ref(), &nodes)?;
+        let dir = fabric
+            .get_root(home, &root_name(name))?
+            .map(GlobalAddr::from_raw)
+            .ok_or_else(|| RaceError::NoSuchTable(name.into()))?;
+        let mut qp = SyncQp::new(fabric.as_ref(), home, 64)?;
+        let h =
+            DirHeader::from_bytes(&qp.read(dir, rkeys[home as usize].expect("home rkey"), 64)?);
+        if h.magic != DIR_MAGIC || h.max_depth > MAX_DEPTH_LIMIT as u64 || h.groups == 0 {
+            return Err(RaceError::Corrupt {
+                addr: dir,
+                what: "directory header",
+            });
+        }
+        let cfg = RaceConfig {
+            max_key: (h.limits & 0xFFFF) as usize,
+            max_value: (h.limits >> 32) as usize,
+            groups: h.groups,
+            max_depth: h.max_depth as u32,
+            seed: h.seed,
+            ..cfg
+        };
+        cfg.validate()?;
+        Ok(Arc::new(Self {
+            fabric,
+            name: name.into(),
+            geo: Geometry { groups: cfg.groups },
+            cfg,
+            dir,
+            nodes,
+            rkeys,
+        }))
+    }
+
+    /// The table's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The effective configuration.
+    pub fn config(&self) -> &RaceConfig {
+        &self.cfg
+    }
+
+    /// A client for one worker (its tasks share the client's caches and
+    /// block allocator). `id` distinguishes lock holders; make it unique
+    /// among the table's live clients (e.g. process id × workers + worker).
+    pub fn client(self: &Arc<Self>, id: u64) -> RaceClient {
+        RaceClient {
+            t: self.clone(),
+            st: Rc::new(RefCell::new(ClientState {
+                dir: vec![0; 1 << self.cfg.max_depth],
+                global_depth: 0,
+                cache: HashMap::new(),
+                alloc: BlockAlloc::new(self.cfg.chunk_bytes, self.cfg.grace),
+                cleanup: VecDeque::new(),
+                owner: id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+                counters: TableCounters::default(),
+            })),
+        }
+    }
+
+    fn rkey(&self, node: NodeId) -> Result<Rkey, RaceError> {
+        self.rkeys
+            .get(node as usize)
+            .copied()
+            .flatten()
+            .ok_or(RaceError::Fabric(FabricError::NoSuchNode(node)))
+    }
+
+    fn block_cap(&self) -> usize {
+        block_bytes(self.cfg.max_key, self.cfg.max_value)
+    }
+}
+
+struct ClientState {
+    /// Cached directory entries (0 = not fetched).
+    dir: Vec<u64>,
+    global_depth: u32,
+    /// key → (slot address, slot word) (SMART-HT's client cache).
+    cache: HashMap<Box<[u8]>, (GlobalAddr, u64)>,
+    alloc: BlockAlloc,
+    /// Frozen slots to clear once their grace period ends.
+    cleanup: VecDeque<(Nanos, Vec<GlobalAddr>)>,
+    owner: u64,
+    counters: TableCounters,
+}
+
+// Task-local memory layout.
+const L_COMB1: usize = 0;
+const L_COMB2: usize = 128;
+const L_WORD: usize = 256;
+const L_SLOT: usize = 264;
+const L_ZERO: usize = 272;
+const L_E1: usize = 288;
+const L_E2: usize = 296;
+const L_NEW: usize = 512;
+/// Blocks fetched in one round trip.
+const CAND_MAX: usize = 4;
+/// Scratch for splits and scans.
+const SCRATCH: usize = 16 * 1024;
+
+/// Candidate blocks' outcome.
+enum Fetch {
+    Absent,
+    Torn,
+    Found {
+        slot_addr: GlobalAddr,
+        slot: Slot,
+        value: Vec<u8>,
+    },
+}
+
+/// What the two combined buckets showed.
+struct Scan {
+    headers_ok: bool,
+    cands: Vec<(GlobalAddr, Slot)>,
+    /// Empty slots per combined bucket, main bucket first.
+    empties: [Vec<GlobalAddr>; 2],
+    occupied: [usize; 2],
+}
+
+impl Scan {
+    /// RACE's choice: the less loaded combined bucket, main bucket first.
+    fn pick_empty(&self) -> Option<GlobalAddr> {
+        let first = if self.occupied[1] < self.occupied[0] {
+            1
+        } else {
+            0
+        };
+        self.empties[first]
+            .first()
+            .or_else(|| self.empties[1 - first].first())
+            .copied()
+    }
+}
+
+/// Located key.
+enum Locate {
+    Found(GlobalAddr, Slot, Vec<u8>),
+    Absent,
+}
+
+/// A worker's handle on a table. Clone it into the worker's tasks; not
+/// `Send` (one per worker).
+#[derive(Clone)]
+pub struct RaceClient {
+    t: Arc<RaceTable>,
+    st: Rc<RefCell<ClientState>>,
+}
+
+fn backoff(attempt: u32) -> Nanos {
+    1_000 << attempt.min(7)
+}
+
+impl RaceClient {
+    /// The table.
+    pub fn table(&self) -> &Arc<RaceTable> {
+        &self.t
+    }
+
+    /// This client's counters.
+    pub fn counters(&self) -> TableCounters {
+        self.st.borrow().counters
+    }
+
+    fn l_cand(&self) -> usize {
+        L_NEW + self.t.block_cap()
+    }
+
+    fn l_scratch(&self) -> usize {
+        (self.l_cand() + CAND_MAX * self.t.block_cap()).next_multiple_of(64)
+    }
+
+    /// Task-local bytes the table needs.
+    pub fn local_bytes_needed(&self) -> usize {
+        self.l_scratch() + SCRATCH
+    }
+
+    fn check_key(&self, ctx: &Ctx, key: &[u8]) -> Result<(), RaceError> {
+        if key.is_empty() || key.len() > self.t.cfg.max_key {
+            return Err(RaceError::KeyLength {
+                len: key.len(),
+                max: self.t.cfg.max_key,
+            });
+        }
+        let need = self.local_bytes_needed();
+        if ctx.local_len() < need {
+            return Err(RaceError::LocalMemory {
+                have: ctx.local_len(),
+                need,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_value(&self, value: &[u8]) -> Result<(), RaceError> {
+        if value.len() > self.t.cfg.max_value {
+            return Err(RaceError::ValueTooLarge {
+                len: value.len(),
+                max: self.t.cfg.max_value,
+            });
+        }
+        Ok(())
+    }
+
+    fn hash(&self, key: &[u8]) -> KeyHash {
+        KeyHash::of(key, self.t.cfg.seed)
+    }
+
+    fn cache_get(&self, key: &[u8]) -> Option<(GlobalAddr, u64)> {
+        if self.t.cfg.cache_entries == 0 {
+            return None;
+        }
+        self.st.borrow().cache.get(key).copied()
+    }
+
+    fn cache_put(&self, key: &[u8], slot_addr: GlobalAddr, word: u64) {
+        let cap = self.t.cfg.cache_entries;
+        if cap == 0 {
+            return;
+        }
+        let mut st = self.st.borrow_mut();
+        if st.cache.len() >= cap && !st.cache.contains_key(key) {
+            // Evict an arbitrary entry (hash order is effectively random).
+            if let Some(k) = st.cache.keys().next().cloned() {
+                st.cache.remove(&k);
+            }
+        }
+        st.cache.insert(key.into(), (slot_addr, word));
+    }
+
+    fn cache_drop(&self, key: &[u8]) {
+        self.st.borrow_mut().cache.remove(key);
+    }
+
+    /// The subtable the cached directory names for `h`, fetching the entry
+    /// when it is not cached.
+    async fn subtable(&self, ctx: &Ctx, h: &KeyHash) -> Result<GlobalAddr, RaceError> {
+        let cached = {
+            let st = self.st.borrow();
+            st.dir[(h.h1 & mask(st.global_depth)) as usize]
+        };
+        if cached != 0 {
+            return Ok(unptr48(cached));
+        }
+        self.refresh(ctx, h).await
+    }
+
+    /// Re-reads the global depth and the directory entry for `h`.
+    async fn refresh(&self, ctx: &Ctx, h: &KeyHash) -> Result<GlobalAddr, RaceError> {
+        let home = self.t.dir.node();
+        let rk = self.t.rkey(home)?;
+        let mut g = self.st.borrow().global_depth;
+        loop {
+            let idx = h.h1 & mask(g);
+            ctx.read(self.t.dir.add(DIR_GLOBAL_DEPTH), rk, L_WORD, 8);
+            ctx.read(self.t.dir.add(DIR_ENTRIES + 8 * idx), rk, L_SLOT, 8);
+            ctx.sync().await?;
+            let (now_g, e) = (ctx.local_u64(L_WORD) as u32, ctx.local_u64(L_SLOT));
+            if now_g > self.t.cfg.max_depth {
+                return Err(RaceError::Corrupt {
+                    addr: self.t.dir,
+                    what: "directory header",
+                });
+            }
+            if now_g == g && e != 0 {
+                let mut st = self.st.borrow_mut();
+                st.global_depth = g;
+                st.dir[idx as usize] = e;
+                return Ok(unptr48(e));
+            }
+            if now_g == g {
+                return Err(RaceError::Corrupt {
+                    addr: self.t.dir,
+                    what: "directory entry",
+                });
+            }
+            g = now_g;
+        }
+    }
+
+    /// Queues READs of the two combined buckets of `h` in `sub`.
+    fn queue_combs(&self, ctx: &Ctx, sub: GlobalAddr, rk: Rkey, h: &KeyHash) {
+        let (c1, c2) = h.combs(self.t.geo);
+        ctx.read(
+            sub.add(self.t.geo.comb_at(c1)),
+            rk,
+            L_COMB1,
+            COMB_BYTES as usize,
+        );
+        ctx.read(
+            sub.add(self.t.geo.comb_at(c2)),
+            rk,
+            L_COMB2,
+            COMB_BYTES as usize,
+        );
+    }
+
+    /// Parses the combined buckets read by [`Self::queue_combs`].
+    fn scan(&self, ctx: &Ctx, sub: GlobalAddr, h: &KeyHash) -> Scan {
+        let (c1, c2) = h.combs(self.t.geo);
+        let fp = h.fp();
+        let mut s = Scan {
+            headers_ok: true,
+            cands: Vec::new(),
+            empties: [Vec::new(), Vec::new()],
+            occupied: [0, 0],
+        };
+        let mut buf = [0u8; COMB_BYTES as usize];
+        for (i, (c, off)) in [(c1, L_COMB1), (c2, L_COMB2)].into_iter().enumerate() {
+            ctx.get_local(off, &mut buf);
+            let base = sub.add(self.t.geo.comb_at(c));
+            // Main bucket first: combined bucket 2g starts with main bucket
+            // 0, 2g+1 ends with main bucket 1.
+            let order = if c % 2 == 0 { [0, 1] } else { [1, 0] };
+            for k in order {
+                let b = k * BUCKET_BYTES as usize;
+                if !header_covers(word(&buf, b), h.h1) {
+                    s.headers_ok = false;
+                }
+                for j in 0..SLOTS_PER_BUCKET {
+                    let at = b + 8 + 8 * j;
+                    let w = Slot(word(&buf, at));
+                    let addr = base.add(at as u64);
+                    if w.is_empty() {
+                        s.empties[i].push(addr);
+                    } else {
+                        s.occupied[i] += 1;
+                        if w.fp() == fp {
+                            s.cands.push((addr, w));
+                        }
+                    }
+                }
+            }
+        }
+        s
+    }
+
+    /// Reads the candidates' blocks (≤ CAND_MAX per round trip) and finds `key`.
+    async fn fetch(
+        &self,
+        ctx: &Ctx,
+        key: &[u8],
+        cands: &[(GlobalAddr, Slot)],
+    ) -> Result<Fetch, RaceError> {
+        let cap = self.t.block_cap();
+        let base = self.l_cand();
+        for round in cands.chunks(CAND_MAX) {
+            for (i, (_, slot)) in round.iter().enumerate() {
+                let n = slot.block_bytes();
+                if n > cap {
+                    return Err(RaceError::Corrupt {
+                        addr: slot.block(),
+                        what: "key-value block (larger than the table's limits)",
+                    });
+                }
+                ctx.read(
+                    slot.block(),
+                    self.t.rkey(slot.block().node())?,
+                    base + i * cap,
+                    n,
+                );
+            }
+            ctx.sync().await?;
+            for (i, &(slot_addr, slot)) in round.iter().enumerate() {
+                let b = ctx.local_vec(base + i * cap, slot.block_bytes());
+                match decode_block(&b) {
+                    None => return Ok(Fetch::Torn),
+                    Some((k, v)) if k == key => {
+                        return Ok(Fetch::Found {
+                            slot_addr,
+                            slot,
+                            value: v.to_vec(),
+                        })
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        Ok(Fetch::Absent)
+    }
+
+    /// The full lookup: combined buckets, then candidate blocks. Loops over
+    /// stale directories, torn blocks and frozen (moving) slots. With
+    /// `write_first`, the caller's queued requests go out with the first
+    /// bucket READs.
+    async fn locate(&self, ctx: &Ctx, key: &[u8], h: &KeyHash) -> Result<Locate, RaceError> {
+        let mut attempt = 0;
+        loop {
+            let sub = self.subtable(ctx, h).await?;
+            let rk = self.t.rkey(sub.node())?;
+            self.queue_combs(ctx, sub, rk, h);
+            ctx.sync().await?;
+            let scan = self.scan(ctx, sub, h);
+            if !scan.headers_ok {
+                self.st.borrow_mut().counters.stale_reads += 1;
+                ctx.note_retry();
+                self.refresh(ctx, h).await?;
+                if attempt > 0 {
+                    ctx.sleep(backoff(attempt)).await;
+                }
+                attempt += 1;
+                continue;
+            }
+            match self.fetch(ctx, key, &scan.cands).await? {
+                Fetch::Absent => return Ok(Locate::Absent),
+                Fetch::Torn => {
+                    self.st.borrow_mut().counters.torn_reads += 1;
+                    ctx.note_retry();
+                }
+                Fetch::Found { slot, .. } if slot.moved() => {
+                    // A split is moving the key: wait for the directory.
+                    self.st.borrow_mut().counters.stale_reads += 1;
+                    ctx.note_retry();
+                    ctx.sleep(backoff(attempt)).await;
+                    self.refresh(ctx, h).await?;
+                }
+                Fetch::Found {
+                    slot_addr,
+                    slot,
+                    value,
+                } => return Ok(Locate::Found(slot_addr, slot, value)),
+            }
+            attempt += 1;
+        }
+    }
+
+    /// Clears frozen slots whose grace period has ended.
+    async fn cleanup(&self, ctx: &Ctx, all: bool) -> Result<(), RaceError> {
+        loop {
+            let due = {
+                let mut st = self.st.borrow_mut();
+                match st.cleanup.front() {
+                    Some(&(t, _)) if all || t <= ctx.now() => st.cleanup.pop_front(),
+                    _ => None,
+                }
+            };
+            let Some((t, addrs)) = due else {
+                return Ok(());
+            };
+            let now = ctx.now();
+            if t > now {
+                ctx.sleep(t - now).await;
+            }
+            ctx.set_local_u64(L_ZERO, 0);
+            for piece in addrs.chunks(64) {
+                for a in piece {
+                    ctx.write(*a, self.t.rkey(a.node())?, L_ZERO, 8);
+                }
+                ctx.sync().await?;
+            }
+        }
+    }
+
+    /// Waits out every pending cleanup (tests, end of a benchmark).
+    pub async fn quiesce(&self, ctx: &Ctx) -> Result<(), RaceError> {
+        self.cleanup(ctx, true).await
+    }
+
+    async fn maybe_cleanup(&self, ctx: &Ctx) -> Result<(), RaceError> {
+        let due = {
+            let st = self.st.borrow();
+            st.cleanup.front().is_some_and(|&(t, _)| t <= ctx.now())
+        };
+        if due {
+            self.cleanup(ctx, false).await?;
+        }
+        Ok(())
+    }
+
+    /// Looks `key` up: one round trip on a cache hit, two otherwise.
+    pub async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, RaceError> {
+        self.check_key(ctx, key)?;
+        let _op = ctx.op("search").await;
+        self.maybe_cleanup(ctx).await?;
+        if let Some((slot_addr, w)) = self.cache_get(key) {
+            let slot = Slot(w);
+            let cand = self.l_cand();
+            ctx.read(slot_addr, self.t.rkey(slot_addr.node())?, L_SLOT, 8);
+            ctx.read(
+                slot.block(),
+                self.t.rkey(slot.block().node())?,
+                cand,
+                slot.block_bytes(),
+            );
+            ctx.sync().await?;
+            if ctx.local_u64(L_SLOT) == w {
+                let b = ctx.local_vec(cand, slot.block_bytes());
+                if let Some((k, v)) = decode_block(&b) {
+                    if k == key {
+                        self.st.borrow_mut().counters.cache_hits += 1;
+                        return Ok(Some(v.to_vec()));
+                    }
+                }
+            }
+            self.cache_drop(key);
+        }
+        self.st.borrow_mut().counters.cache_misses += 1;
+        let h = self.hash(key);
+        match self.locate(ctx, key, &h).await? {
+            Locate::Found(slot_addr, slot, value) => {
+                self.cache_put(key, slot_addr, slot.0);
+                Ok(Some(value))
+            }
+            Locate::Absent => Ok(None),
+        }
+    }
+
+    /// Allocates and fills (locally, at `L_NEW`) the block for `key`/`value`.
+    fn new_block(
+        &self,
+        ctx: &Ctx,
+        key: &[u8],
+        value: &[u8],
+        prefer: NodeId,
+    ) -> Result<(GlobalAddr, u64), RaceError> {
+        let mut img = Vec::new();
+        encode_block(key, value, &mut img);
+        let units = (img.len() / 64) as u64;
+        let addr = {
+            let mut st = self.st.borrow_mut();
+            st.alloc.alloc(
+                self.t.fabric.as_ref(),
+                &self.t.nodes,
+                prefer,
+                units,
+                ctx.now(),
+            )?
+        };
+        ctx.put_local(L_NEW, &img);
+        Ok((addr, units))
+    }
+
+    /// Inserts `key` if absent; `Ok(false)` if it was present (unchanged).
+    pub async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, RaceError> {
+        self.check_key(ctx, key)?;
+        self.check_value(value)?;
+        let _op = ctx.op("insert").await;
+        self.maybe_cleanup(ctx).await?;
+        let h = self.hash(key);
+        let sub = self.subtable(ctx, &h).await?;
+        let (block, units) = self.new_block(ctx, key, value, sub.node())?;
+        let r = self.insert_block(ctx, key, &h, block, units).await;
+        if !matches!(r, Ok(true)) {
+            // Never published: reusable at once.
+            self.st.borrow_mut().alloc.free_now(block, units);
+        }
+        r
+    }
+
+    async fn insert_block(
+        &self,
+        ctx: &Ctx,
+        key: &[u8],
+        h: &KeyHash,
+        block: GlobalAddr,
+        units: u64,
+    ) -> Result<bool, RaceError> {
+        let new = Slot::new(h.fp(), units, block).ok_or_else(|| {
+            RaceError::Config(format!(
+                "block address {block} does not fit a 48-bit pointer"
+            ))
+        })?;
+        let owner = self.st.borrow().owner;
+        let mut written = false;
+        let mut attempt = 0u32;
+        loop {
+            let sub = self.subtable(ctx, h).await?;
+            let rk = self.t.rkey(sub.node())?;
+            let (c1, _) = h.combs(self.t.geo);
+            let lock = sub.add(self.t.geo.lock_at(c1));
+            if !written {
+                ctx.write(
+                    block,
+                    self.t.rkey(block.node())?,
+                    L_NEW,
+                    units as usize * 64,
+                );
+                if block.node() != sub.node() {
+                    // Different queue pairs: make the block durable first.
+                    ctx.sync().await?;
+                }
+                written = true;
+            }
+            let lt = ctx.cas(lock, rk, 0, owner);
+            ctx.read(sub.add(SUB_SPLIT_LOCK), rk, L_WORD, 8);
+            self.queue_combs(ctx, sub, rk, h);
+            ctx.sync().await?;
+            if ctx.value(lt) != 0 {
+                ctx.note_retry();
+                ctx.sleep(backoff(attempt)).await;
+                attempt += 1;
+                continue;
+            }
+            let splitting = ctx.local_u64(L_WORD) != 0;
+            let scan = self.scan(ctx, sub, h);
+            let unlock = |ctx: &Ctx| {
+                ctx.set_local_u64(L_ZERO, 0);
+                ctx.write(lock, rk, L_ZERO, 8);
+            };
+            if splitting || !scan.headers_ok {
+                unlock(ctx);
+                ctx.sync().await?;
+                ctx.note_retry();
+                if !scan.headers_ok {
+                    self.st.borrow_mut().counters.stale_reads += 1;
+                    self.refresh(ctx, h).await?;
+                }
+                ctx.sleep(backoff(attempt)).await;
+                attempt += 1;
+                continue;
+            }
+            let found = match self.fetch(ctx, key, &scan.cands).await {
+                Ok(f) => f,
+                Err(e) => {
+                    unlock(ctx);
+                    let _ = ctx.sync().await;
+                    return Err(e);
+                }
+            };
+            match found {
+                Fetch::Absent => {}
+                Fetch::Found { slot, .. } if !slot.moved() => {
+                    unlock(ctx);
+                    ctx.sync().await?;
+                    return Ok(false);
+                }
+                // A frozen copy of our key under a header that covers it
+                // cannot exist; treat it (and torn blocks) as a retry.
+                Fetch::Found { .. } | Fetch::Torn => {
+                    unlock(ctx);
+                    ctx.sync().await?;
+                    ctx.note_retry();
+                    attempt += 1;
+                    continue;
+                }
+            }
+            let Some(slot_addr) = scan.pick_empty() else {
+                unlock(ctx);
+                ctx.sync().await?;
+                self.split(ctx, sub).await?;
+                attempt += 1;
+                continue;
+            };
+            // The slot CAS and the unlock travel in one batch to one node,
+            // so the unlock takes effect after the CAS.
+            let t = ctx.cas(slot_addr, rk, 0, new.0);
+            unlock(ctx);
+            ctx.sync().await?;
+            if ctx.value(t) == 0 {
+                self.cache_put(key, slot_addr, new.0);
+                return Ok(true);
+            }
+            // Another key took the slot (it shares the bucket, not our lock).
+            ctx.note_retry();
+            attempt += 1;
+        }
+    }
+
+    /// Replaces the value of `key` if present; `Ok(false)` if absent.
+    pub async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, RaceError> {
+        self.check_key(ctx, key)?;
+        self.check_value(value)?;
+        let _op = ctx.op("update").await;
+        self.maybe_cleanup(ctx).await?;
+        let h = self.hash(key);
+        let prefer = match self.cache_get(key) {
+            Some((a, _)) => a.node(),
+            None => self.subtable(ctx, &h).await?.node(),
+        };
+        let (block, units) = self.new_block(ctx, key, value, prefer)?;
+        let new = Slot::new(h.fp(), units, block).ok_or_else(|| {
+            RaceError::Config(format!(
+                "block address {block} does not fit a 48-bit pointer"
+            ))
+        })?;
+        let r = self.replace(ctx, key, &h, Some((block, new))).await;
+        if !matches!(r, Ok(true)) {
+            self.st.borrow_mut().alloc.free_now(block, units);
+        }
+        r
+    }
+
+    /// Removes `key`; `Ok(false)` if it was absent.
+    pub async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, RaceError> {
+        self.check_key(ctx, key)?;
+        let _op = ctx.op("delete").await;
+        self.maybe_cleanup(ctx).await?;
+        let h = self.hash(key);
+        self.replace(ctx, key, &h, None).await
+    }
+
+    /// CASes the key's slot to `new` (a fresh block) or to empty.
+    async fn replace(
+        &self,
+        ctx: &Ctx,
+        key: &[u8],
+        h: &KeyHash,
+        new: Option<(GlobalAddr, Slot)>,
+    ) -> Result<bool, RaceError> {
+        let mut written = false;
+        loop {
+            let (slot_addr, expected) = match self.cache_get(key) {
+                Some(c) => {
+                    self.st.borrow_mut().counters.cache_hits += 1;
+                    c
+                }
+                None => {
+                    self.st.borrow_mut().counters.cache_misses += 1;
+                    match self.locate(ctx, key, h).await? {
+                        Locate::Absent => return Ok(false),
+                        Locate::Found(a, s, _) => (a, s.0),
+                    }
+                }
+            };
+            let desired = new.map_or(0, |(_, s)| s.0);
+            if let (Some((block, s)), false) = (new, written) {
+                ctx.write(block, self.t.rkey(block.node())?, L_NEW, s.block_bytes());
+                if block.node() != slot_addr.node() {
+                    ctx.sync().await?;
+                }
+                written = true;
+            }
+            let rk = self.t.rkey(slot_addr.node())?;
+            // The block WRITE (same node) goes out in the CAS's batch, ahead of it.
+            let old = ctx.backoff_cas(slot_addr, rk, expected, desired).await?;
+            if old == expected {
+                let s = Slot(old);
+                {
+                    let mut st = self.st.borrow_mut();
+                    let now = ctx.now();
+                    st.alloc.retire(s.block(), s.units(), now);
+                }
+                if desired == 0 {
+                    self.cache_drop(key);
+                } else {
+                    self.cache_put(key, slot_addr, desired);
+                }
+                return Ok(true);
+            }
+            self.cache_drop(key);
+        }
+    }
+
+    /// Splits subtable `sub` (when no other client is splitting it):
+    /// freeze the keys that move, copy them to the new subtable, flip the
+    /// old buckets' headers, publish in the directory, release.
+    async fn split(&self, ctx: &Ctx, sub: GlobalAddr) -> Result<(), RaceError> {
+        let rk = self.t.rkey(sub.node())?;
+        let owner = self.st.borrow().owner;
+        let lock = sub.add(SUB_SPLIT_LOCK);
+        if ctx.cas_sync(lock, rk, 0, owner).await? != 0 {
+            // Someone else splits it; let them finish.
+            ctx.sleep(backoff(4)).await;
+            return Ok(());
+        }
+        let r = self.split_locked(ctx, sub, rk).await;
+        ctx.set_local_u64(L_ZERO, 0);
+        ctx.write(lock, rk, L_ZERO, 8);
+        let unlocked = ctx.sync().await;
+        r?;
+        unlocked?;
+        self.st.borrow_mut().counters.splits += 1;
+        Ok(())
+    }
+
+    async fn split_locked(&self, ctx: &Ctx, sub: GlobalAddr, rk: Rkey) -> Result<(), RaceError> {
+        let geo = self.t.geo;
+        let sc = self.l_scratch();
+        ctx.read_sync(sub, rk, sc, 64).await?;
+        let hdr = ctx.local_vec(sc, 64);
+        let (depth, suffix) = (
+            word(&hdr, SUB_DEPTH as usize) as u32,
+            word(&hdr, SUB_DEPTH as usize + 8),
+        );
+        if word(&hdr, 0) != SUBTABLE_MAGIC || depth > MAX_DEPTH_LIMIT {
+            return Err(RaceError::Corrupt {
+                addr: sub,
+                what: "subtable header",
+            });
+        }
+        if depth >= self.t.cfg.max_depth {
+            return Err(RaceError::TableFull {
+                suffix,
+                max_depth: self.t.cfg.max_depth,
+            });
+        }
+        let suffix2 = suffix | 1 << depth;
+        // 1. The new subtable, fully initialised before anyone can see it.
+        let nodes = &self.t.nodes;
+        let first = (suffix2 as usize) % nodes.len();
+        let mut new = None;
+        let mut err = None;
+        for i in 0..nodes.len() {
+            match self
+                .t
+                .fabric
+                .alloc_chunk(nodes[(first + i) % nodes.len()], geo.bytes(), true)
+            {
+                Ok((a, _, _)) => {
+                    new = Some(a);
+                    break;
+                }
+                Err(e) => err = Some(e),
+            }
+        }
+        let Some(new) = new else {
+            return Err(RaceError::OutOfMemory {
+                what: "splitting a subtable",
+                source: err.expect("a node was tried"),
+            });
+        };
+        let nrk = self.t.rkey(new.node())?;
+        let Some(new_entry) = dir_entry(depth + 1, new) else {
+            let _ = self.t.fabric.free_chunk(new);
+            return Err(RaceError::Config(format!(
+                "subtable address {new} does not fit a 48-bit pointer"
+            )));
+        };
+        let mut at = 0;
+        while at < geo.bytes() {
+            let n = (geo.bytes() - at).min(SCRATCH as u64) as usize;
+            ctx.put_local(sc, &subtable_image(geo, depth + 1, suffix2, at, n));
+            ctx.write_sync(new.add(at), nrk, sc, n).await?;
+            at += n as u64;
+        }
+        // 2. Wait out inserters that took a lock before the split lock was set;
+        //    later ones see the split lock and back off without writing.
+        let combs = geo.combs() as usize;
+        let mut clear = vec![false; combs];
+        let per = SCRATCH / 8;
+        let mut sweep = 0;
+        while clear.iter().any(|c| !c) {
+            for start in (0..combs).step_by(per) {
+                let n = per.min(combs - start);
+                if clear[start..start + n].iter().all(|&c| c) {
+                    continue;
+                }
+                ctx.read_sync(sub.add(geo.lock_at(start as u64)), rk, sc, n * 8)
+                    .await?;
+                for i in 0..n {
+                    if ctx.local_u64(sc + 8 * i) == 0 {
+                        clear[start + i] = true;
+                    }
+                }
+            }
+            if clear.iter().any(|c| !c) {
+                ctx.sleep(backoff(sweep)).await;
+                sweep += 1;
+            }
+        }
+        // 3. Freeze the slots whose keys move, group by group.
+        let prefix = (BLOCK_HEADER + self.t.cfg.max_key).next_multiple_of(8);
+        let half = SCRATCH / 2;
+        let per_piece = (half as u64 / GROUP_BYTES).max(1);
+        let mut moved: Vec<(u64, u64)> = Vec::new();
+        let mut g0 = 0;
+        while g0 < geo.groups {
+            let ng = per_piece.min(geo.groups - g0);
+            let piece_at = geo.groups_at() + g0 * GROUP_BYTES;
+            ctx.read_sync(sub.add(piece_at), rk, sc, (ng * GROUP_BYTES) as usize)
+                .await?;
+            let mut live: Vec<(u64, Slot)> = Vec::new();
+            for b in 0..ng * 3 {
+                for j in 0..SLOTS_PER_BUCKET as u64 {
+                    let off = b * BUCKET_BYTES + 8 + 8 * j;
+                    let s = Slot(ctx.local_u64(sc + off as usize));
+                    if !s.is_empty() && !s.moved() {
+                        live.push((piece_at + off, s));
+                    }
+                }
+            }
+            let per_round = (half / prefix).clamp(1, 64);
+            for round in live.chunks(per_round) {
+                for (i, (_, s)) in round.iter().enumerate() {
+                    let n = prefix.min(s.block_bytes());
+                    ctx.read(
+                        s.block(),
+                        self.t.rkey(s.block().node())?,
+                        sc + half + i * prefix,
+                        n,
+                    );
+                }
+                ctx.sync().await?;
+                let mut to_freeze = Vec::new();
+                for (i, &(off, s)) in round.iter().enumerate() {
+                    let b = ctx.local_vec(sc + half + i * prefix, prefix.min(s.block_bytes()));
+                    let key = block_key(&b).ok_or(RaceError::Corrupt {
+                        addr: s.block(),
+                        what: "key-value block",
+                    })?;
+                    if self.hash(key).h1 & (1 << depth) != 0 {
+                        to_freeze.push((off, s));
+                    }
+                }
+                // Freeze; a slot that changed meanwhile was updated (same
+                // key: freeze its new value) or deleted (nothing to move).
+                while !to_freeze.is_empty() {
+                    let ts: Vec<_> = to_freeze
+                        .iter()
+                        .map(|&(off, s)| ctx.cas(sub.add(off), rk, s.0, s.frozen().0))
+                        .collect();
+                    ctx.sync().await?;
+                    let mut again = Vec::new();
+                    for (&(off, s), t) in to_freeze.iter().zip(ts) {
+                        let old = Slot(ctx.value(t));
+                        if old == s {
+                            moved.push((off, s.0));
+                        } else if !old.is_empty() && !old.moved() {
+                            again.push((off, old));
+                        }
+                    }
+                    to_freeze = again;
+                }
+            }
+            g0 += ng;
+        }
+        // 4. Copy the frozen keys to the same positions in the new subtable.
+        for piece in moved.chunks(SCRATCH / 8) {
+            for (i, &(off, w)) in piece.iter().enumerate() {
+                ctx.set_local_u64(sc + 8 * i, w);
+                ctx.write(new.add(off), nrk, sc + 8 * i, 8);
+            }
+            ctx.sync().await?;
+        }
+        // 5. Old buckets now cover one more suffix bit.
+        ctx.set_local_u64(L_E1, bucket_header(depth + 1, suffix));
+        ctx.set_local_u64(L_E2, (depth + 1) as u64);
+        ctx.write(sub.add(SUB_DEPTH), rk, L_E2, 8);
+        for b in 0..3 * geo.groups {
+            ctx.write(sub.add(geo.groups_at() + b * BUCKET_BYTES), rk, L_E1, 8);
+            if b % 128 == 127 {
+                ctx.sync().await?;
+            }
+        }
+        ctx.sync().await?;
+        // 6. Publish.
+        let old_entry = dir_entry(depth + 1, sub).expect("an existing subtable's address fits");
+        self.publish(ctx, depth, suffix, old_entry, new_entry)
+            .await?;
+        // 7. Clear the frozen originals once readers that saw them are gone.
+        if !moved.is_empty() {
+            let at = ctx.now() + self.t.cfg.grace;
+            let addrs = moved.iter().map(|&(off, _)| sub.add(off)).collect();
+            self.st.borrow_mut().cleanup.push_back((at, addrs));
+        }
+        Ok(())
+    }
+
+    /// Points the directory's entries of suffix·0 at the old subtable and
+    /// suffix·1 at the new one, doubling the directory when needed.
+    async fn publish(
+        &self,
+        ctx: &Ctx,
+        depth: u32,
+        suffix: u64,
+        old_entry: u64,
+        new_entry: u64,
+    ) -> Result<(), RaceError> {
+        let dir = self.t.dir;
+        let rk = self.t.rkey(dir.node())?;
+        let owner = self.st.borrow().owner;
+        let mut attempt = 0;
+        while ctx.cas_sync(dir.add(DIR_LOCK), rk, 0, owner).await? != 0 {
+            ctx.sleep(backoff(attempt)).await;
+            attempt += 1;
+        }
+        let r = self
+            .publish_locked(ctx, depth, suffix, old_entry, new_entry)
+            .await;
+        ctx.set_local_u64(L_ZERO, 0);
+        ctx.write(dir.add(DIR_LOCK), rk, L_ZERO, 8);
+        let unlocked = ctx.sync().await;
+        r?;
+        Ok(unlocked?)
+    }
+
+    async fn publish_locked(
+        &self,
+        ctx: &Ctx,
+        depth: u32,
+        suffix: u64,
+        old_entry: u64,
+        new_entry: u64,
+    ) -> Result<(), RaceError> {
+        let dir = self.t.dir;
+        let rk = self.t.rkey(dir.node())?;
+        let sc = self.l_scratch();
+        ctx.read_sync(dir.add(DIR_GLOBAL_DEPTH), rk, L_WORD, 8)
+            .await?;
+        let mut g = ctx.local_u64(L_WORD) as u32;
+        if depth > g || g > self.t.cfg.max_depth {
+            return Err(RaceError::Corrupt {
+                addr: dir,
+                what: "directory (depth above global depth)",
+            });
+        }
+        if depth == g {
+            // Double: the upper half copies the lower, then the depth grows.
+            let n = 1usize << g;
+            let per = SCRATCH / 8;
+            for start in (0..n).step_by(per) {
+                let k = per.min(n - start);
+                ctx.read_sync(dir.add(DIR_ENTRIES + 8 * start as u64), rk, sc, 8 * k)
+                    .await?;
+                ctx.write_sync(dir.add(DIR_ENTRIES + 8 * (n + start) as u64), rk, sc, 8 * k)
+                    .await?;
+            }
+            g += 1;
+            ctx.set_local_u64(L_WORD, g as u64);
+            ctx.write_sync(dir.add(DIR_GLOBAL_DEPTH), rk, L_WORD, 8)
+                .await?;
+        }
+        ctx.set_local_u64(L_E1, old_entry);
+        ctx.set_local_u64(L_E2, new_entry);
+        let step = 1u64 << (depth + 1);
+        let suffix2 = suffix | 1 << depth;
+        let mut queued = 0;
+        let mut st_updates = Vec::new();
+        for (first, src, e) in [(suffix, L_E1, old_entry), (suffix2, L_E2, new_entry)] {
+            let mut i = first;
+            while i < 1 << g {
+                ctx.write(dir.add(DIR_ENTRIES + 8 * i), rk, src, 8);
+                st_updates.push((i as usize, e));
+                queued += 1;
+                if queued % 128 == 0 {
+                    ctx.sync().await?;
+                }
+                i += step;
+            }
+        }
+        ctx.sync().await?;
+        let mut st = self.st.borrow_mut();
+        if g > st.global_depth {
+            // Entries cached at the old depth stay valid for their index;
+            // the new upper half is unknown until fetched.
+            st.global_depth = g;
+        }
+        for (i, e) in st_updates {
+            st.dir[i] = e;
+        }
+        Ok(())
+    }
+
+    /// Every live key-value pair, read subtable by subtable, with structural
+    /// checks (magic, bucket headers, no duplicate keys). Meant for a
+    /// quiescent table (tests, tools); concurrent writers make it a fuzzy
+    /// snapshot.
+    pub async fn entries(&self, ctx: &Ctx) -> Result<Vec<(Vec<u8>, Vec<u8>)>, RaceError> {
+        let dir = self.t.dir;
+        let rk = self.t.rkey(dir.node())?;
+        let sc = self.l_scratch();
+        let geo = self.t.geo;
+        ctx.read_sync(dir.add(DIR_GLOBAL_DEPTH), rk, L_WORD, 8)
+            .await?;
+        let g = ctx.local_u64(L_WORD) as u32;
+        let n = 1usize << g;
+        let mut subs = std::collections::BTreeSet::new();
+        let per = SCRATCH / 8;
+        for start in (0..n).step_by(per) {
+            let k = per.min(n - start);
+            ctx.read_sync(dir.add(DIR_ENTRIES + 8 * start as u64), rk, sc, 8 * k)
+                .await?;
+            for i in 0..k {
+                subs.insert(unptr48(ctx.local_u64(sc + 8 * i)).raw());
+            }
+        }
+        let mut out = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for sub in subs.into_iter().map(GlobalAddr::from_raw) {
+            let srk = self.t.rkey(sub.node())?;
+            ctx.read_sync(sub, srk, sc, 64).await?;
+            let hdr = ctx.local_vec(sc, 64);
+            if word(&hdr, 0) != SUBTABLE_MAGIC {
+                return Err(RaceError::Corrupt {
+                    addr: sub,
+                    what: "subtable header",
+                });
+            }
+            let (depth, suffix) = (
+                word(&hdr, SUB_DEPTH as usize) as u32,
+                word(&hdr, SUB_DEPTH as usize + 8),
+            );
+            let expect_header = bucket_header(depth, suffix);
+            for gi in 0..geo.groups {
+                ctx.read_sync(
+                    sub.add(geo.groups_at() + gi * GROUP_BYTES),
+                    srk,
+                    sc,
+                    GROUP_BYTES as usize,
+                )
+                .await?;
+                let grp = ctx.local_vec(sc, GROUP_BYTES as usize);
+                for b in 0..3 {
+                    if word(&grp, b * 64) != expect_header {
+                        return Err(RaceError::Corrupt {
+                            addr: sub,
+                            what: "bucket header (does not match its subtable)",
+                        });
+                    }
+                    for j in 0..SLOTS_PER_BUCKET {
+                        let s = Slot(word(&grp, b * 64 + 8 + 8 * j));
+                        if s.is_empty() || s.moved() {
+                            continue;
+                        }
+                        ctx.read_sync(
+                            s.block(),
+                            self.t.rkey(s.block().node())?,
+                            sc + 256,
+                            s.block_bytes(),
+                        )
+                        .await?;
+                        let blk = ctx.local_vec(sc + 256, s.block_bytes());
+                        let (k, v) = decode_block(&blk).ok_or(RaceError::Corrupt {
+                            addr: s.block(),
+                            what: "key-value block (checksum)",
+                        })?;
+                        let h = self.hash(k);
+                        if h.h1 & mask(depth) != suffix || h.fp() != s.fp() {
+                            return Err(RaceError::Corrupt {
+                                addr: s.block(),
+                                what: "key in the wrong subtable or with a wrong fingerprint",
+                            });
+                        }
+                        if !seen.insert(k.to_vec()) {
+                            return Err(RaceError::Corrupt {
+                                addr: s.block(),
+                                what: "duplicate key",
+                            });
+                        }
+                        out.push((k.to_vec(), v.to_vec()));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}

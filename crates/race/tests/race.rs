@@ -1,0 +1,558 @@
+//! RACE hash table on shm: sequential behaviour against a model with many
+//! splits, linearizability under contention while the table splits (threads
+//! and processes), bad input, a full table, memory exhaustion, sharding and
+//! the round trips of the cache.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::process::Command;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use dmkit_fabric::shm::{ShmConfig, ShmFabric};
+use dmkit_fabric::Fabric;
+use dmkit_lincheck::{check, MapOp, MapRet};
+use dmkit_memnode::server::{Running, Server};
+use dmkit_memnode::{MemNode, NodeConfig};
+use dmkit_race::stress::{self, StressConfig, StressRecord};
+use dmkit_race::{RaceClient, RaceConfig, RaceError, RaceTable};
+use dmkit_runtime::{Ctx, MonotonicClock, RuntimeConfig, Worker, WorkerStats};
+
+const TESTKIT: &str = env!("CARGO_BIN_EXE_dmkit-race-testkit");
+
+fn fabric(nodes: u16, size: u64) -> Arc<ShmFabric> {
+    let cfgs: Vec<NodeConfig> = (0..nodes)
+        .map(|i| NodeConfig {
+            node_id: i,
+            size,
+            ..Default::default()
+        })
+        .collect();
+    Arc::new(ShmFabric::embedded(ShmConfig::default(), &cfgs).unwrap())
+}
+
+fn small() -> RaceConfig {
+    RaceConfig {
+        groups: 4,
+        max_key: 32,
+        max_value: 64,
+        grace: 1_000_000,
+        chunk_bytes: 256 << 10,
+        ..Default::default()
+    }
+}
+
+/// Runs `f` as the single task of a fresh worker; returns its output and the
+/// worker's statistics.
+fn on_worker<T: 'static, F, Fut>(f: &dyn Fabric, client: &RaceClient, body: F) -> (T, WorkerStats)
+where
+    F: FnOnce(Ctx, RaceClient) -> Fut + 'static,
+    Fut: Future<Output = T> + 'static,
+{
+    let mut w = Worker::new(f, Arc::new(MonotonicClock), RuntimeConfig::default(), 0, 1).unwrap();
+    let out: Rc<RefCell<Option<T>>> = Rc::default();
+    let (o, c) = (out.clone(), client.clone());
+    w.spawn(move |ctx| async move {
+        let v = body(ctx, c).await;
+        *o.borrow_mut() = Some(v);
+    });
+    w.run();
+    let stats = w.stats();
+    let v = out.borrow_mut().take().expect("task finished");
+    (v, stats)
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("key-{i:06}").into_bytes()
+}
+
+#[test]
+fn sequential_ops_match_a_model_across_many_splits() {
+    let f = fabric(1, 64 << 20);
+    let table = RaceTable::create(f.clone(), "seq", small()).unwrap();
+    let client = table.client(1);
+    let (model, _) = on_worker(f.as_ref(), &client, |ctx, c| async move {
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let mut x = 7u64;
+        for step in 0..6000u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let k = key((x >> 33) % 1500);
+            let v = format!("val-{step}").into_bytes();
+            match (x >> 20) % 10 {
+                0..4 => {
+                    let ins = c.insert(&ctx, &k, &v).await.unwrap();
+                    assert_eq!(ins, !model.contains_key(&k), "insert {k:?}");
+                    model.entry(k).or_insert(v);
+                }
+                4..6 => {
+                    let up = c.update(&ctx, &k, &v).await.unwrap();
+                    assert_eq!(up, model.contains_key(&k));
+                    if let Some(old) = model.get_mut(&k) {
+                        *old = v;
+                    }
+                }
+                6 => {
+                    let del = c.delete(&ctx, &k).await.unwrap();
+                    assert_eq!(del, model.remove(&k).is_some());
+                }
+                _ => {
+                    assert_eq!(c.search(&ctx, &k).await.unwrap(), model.get(&k).cloned());
+                }
+            }
+        }
+        c.quiesce(&ctx).await.unwrap();
+        for i in 0..1500 {
+            assert_eq!(
+                c.search(&ctx, &key(i)).await.unwrap(),
+                model.get(&key(i)).cloned()
+            );
+        }
+        let mut all = c.entries(&ctx).await.unwrap();
+        all.sort();
+        assert_eq!(all, model.clone().into_iter().collect::<Vec<_>>());
+        model
+    });
+    assert!(model.len() > 500);
+    let ctr = client.counters();
+    assert!(
+        ctr.splits >= 8,
+        "a 4-group table holding {} keys must have split: {ctr:?}",
+        model.len()
+    );
+
+    // A second client (cold caches, stale directory) sees the same table.
+    let other = RaceTable::open(f.clone(), "seq", RaceConfig::default()).unwrap();
+    assert_eq!(other.config().groups, 4);
+    let c2 = other.client(2);
+    let (n, _) = on_worker(f.as_ref(), &c2, move |ctx, c| async move {
+        for (k, v) in &model {
+            assert_eq!(c.search(&ctx, k).await.unwrap().as_ref(), Some(v));
+        }
+        model.len()
+    });
+    assert!(n > 0);
+}
+
+#[test]
+fn create_and_open_errors() {
+    let f = fabric(1, 16 << 20);
+    RaceTable::create(f.clone(), "t", small()).unwrap();
+    assert!(matches!(
+        RaceTable::create(f.clone(), "t", small()),
+        Err(RaceError::AlreadyExists(_))
+    ));
+    assert!(matches!(
+        RaceTable::open(f.clone(), "nope", small()),
+        Err(RaceError::NoSuchTable(_))
+    ));
+    let bad = RaceConfig {
+        max_depth: 30,
+        ..small()
+    };
+    assert!(matches!(
+        RaceTable::create(f.clone(), "b", bad),
+        Err(RaceError::Config(_))
+    ));
+    let bad = RaceConfig {
+        max_value: 9000,
+        ..small()
+    };
+    assert!(matches!(
+        RaceTable::create(f, "b", bad),
+        Err(RaceError::Config(_))
+    ));
+}
+
+#[test]
+fn bad_input_is_refused_and_changes_nothing() {
+    let f = fabric(1, 16 << 20);
+    let table = RaceTable::create(f.clone(), "bad", small()).unwrap();
+    let client = table.client(1);
+    on_worker(f.as_ref(), &client, |ctx, c| async move {
+        assert!(c.insert(&ctx, b"k", b"v").await.unwrap());
+        let long_key = vec![b'x'; 33];
+        assert!(matches!(
+            c.insert(&ctx, &long_key, b"v").await,
+            Err(RaceError::KeyLength { len: 33, max: 32 })
+        ));
+        assert!(matches!(
+            c.search(&ctx, b"").await,
+            Err(RaceError::KeyLength { len: 0, .. })
+        ));
+        assert!(matches!(
+            c.update(&ctx, b"k", &[0u8; 65]).await,
+            Err(RaceError::ValueTooLarge { len: 65, max: 64 })
+        ));
+        assert!(matches!(
+            c.insert(&ctx, b"k2", &[0u8; 65]).await,
+            Err(RaceError::ValueTooLarge { .. })
+        ));
+        assert_eq!(c.search(&ctx, b"k").await.unwrap(), Some(b"v".to_vec()));
+        assert_eq!(c.search(&ctx, b"k2").await.unwrap(), None);
+        assert_eq!(
+            c.entries(&ctx).await.unwrap(),
+            vec![(b"k".to_vec(), b"v".to_vec())]
+        );
+    });
+}
+
+#[test]
+fn a_full_table_refuses_inserts_and_stays_consistent() {
+    let f = fabric(1, 16 << 20);
+    let cfg = RaceConfig {
+        groups: 1,
+        max_depth: 2,
+        ..small()
+    };
+    let table = RaceTable::create(f.clone(), "full", cfg).unwrap();
+    let client = table.client(1);
+    on_worker(f.as_ref(), &client, |ctx, c| async move {
+        let mut stored = Vec::new();
+        let mut full = 0;
+        for i in 0..400 {
+            match c.insert(&ctx, &key(i), b"v").await {
+                Ok(true) => stored.push(i),
+                Err(RaceError::TableFull { max_depth: 2, .. }) => full += 1,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(full > 0, "4 subtables of 21 slots cannot hold 400 keys");
+        // At most 4 subtables × 21 slots.
+        assert!(stored.len() <= 84 && stored.len() > 20, "{}", stored.len());
+        c.quiesce(&ctx).await.unwrap();
+        for i in 0..400 {
+            let want = stored.contains(&i).then(|| b"v".to_vec());
+            assert_eq!(c.search(&ctx, &key(i)).await.unwrap(), want, "key {i}");
+        }
+        assert_eq!(c.entries(&ctx).await.unwrap().len(), stored.len());
+        // Still usable: updates work, and a delete makes room again.
+        let k = key(stored[0]);
+        assert!(c.update(&ctx, &k, b"w").await.unwrap());
+        assert!(c.delete(&ctx, &k).await.unwrap());
+        let refused = (0..400).find(|i| !stored.contains(i)).unwrap();
+        let mut placed = false;
+        for j in (0..400).filter(|i| !stored.contains(i)) {
+            if c.insert(&ctx, &key(j), b"x").await.is_ok() {
+                placed = true;
+                break;
+            }
+        }
+        assert!(
+            placed,
+            "no refused key fits the freed slot (first refused: {refused})"
+        );
+    });
+}
+
+#[test]
+fn exhausted_memory_is_a_typed_error_and_the_table_stays_usable() {
+    // 4 MiB of node memory, 256 KiB block chunks: blocks run out first.
+    let f = fabric(1, 4 << 20);
+    let cfg = RaceConfig {
+        groups: 64,
+        max_value: 1000,
+        ..small()
+    };
+    let table = RaceTable::create(f.clone(), "oom", cfg).unwrap();
+    let client = table.client(1);
+    on_worker(f.as_ref(), &client, |ctx, c| async move {
+        let val = vec![7u8; 1000];
+        let mut stored = Vec::new();
+        let mut err = None;
+        for i in 0..10_000 {
+            match c.insert(&ctx, &key(i), &val).await {
+                Ok(true) => stored.push(i),
+                Ok(false) => panic!("fresh key {i} reported present"),
+                Err(e) => {
+                    err = Some(e);
+                    break;
+                }
+            }
+        }
+        let err = err.expect("4 MiB cannot hold 10k blocks of 1 KiB");
+        assert!(matches!(err, RaceError::OutOfMemory { .. }), "{err}");
+        c.quiesce(&ctx).await.unwrap();
+        for &i in &stored {
+            assert_eq!(
+                c.search(&ctx, &key(i)).await.unwrap().as_deref(),
+                Some(&val[..])
+            );
+        }
+        assert_eq!(c.entries(&ctx).await.unwrap().len(), stored.len());
+        // Deleting frees blocks (after the grace period) for new inserts.
+        for &i in &stored[..20] {
+            assert!(c.delete(&ctx, &key(i)).await.unwrap());
+        }
+        ctx.sleep(2_000_000).await;
+        assert!(c.insert(&ctx, b"after", &val).await.unwrap());
+        assert_eq!(
+            c.search(&ctx, b"after").await.unwrap().as_deref(),
+            Some(&val[..])
+        );
+    });
+}
+
+#[test]
+fn subtables_are_sharded_over_nodes() {
+    let f = fabric(2, 32 << 20);
+    let table = RaceTable::create(f.clone(), "shard", small()).unwrap();
+    let client = table.client(1);
+    on_worker(f.as_ref(), &client, |ctx, c| async move {
+        for i in 0..1000 {
+            assert!(c.insert(&ctx, &key(i), b"v").await.unwrap());
+        }
+        for i in 0..1000 {
+            assert_eq!(c.search(&ctx, &key(i)).await.unwrap(), Some(b"v".to_vec()));
+        }
+    });
+    for n in 0..2 {
+        let s = f.node_stats(n).unwrap();
+        assert!(s.chunks >= 2, "node {n} holds part of the table: {s:?}");
+    }
+}
+
+#[test]
+fn searches_take_one_round_trip_on_a_cache_hit_and_two_on_a_miss() {
+    let f = fabric(1, 32 << 20);
+    let cfg = RaceConfig {
+        groups: 256,
+        ..small()
+    };
+    let table = RaceTable::create(f.clone(), "rt", cfg).unwrap();
+    let warm = table.client(1);
+    on_worker(f.as_ref(), &warm, |ctx, c| async move {
+        for i in 0..2000 {
+            assert!(c.insert(&ctx, &key(i), b"v").await.unwrap());
+        }
+    });
+    // The inserting client cached every key: searches hit.
+    let (_, s) = on_worker(f.as_ref(), &warm, |ctx, c| async move {
+        for i in 0..2000 {
+            assert!(c.search(&ctx, &key(i)).await.unwrap().is_some());
+        }
+    });
+    let op = &s.ops["search"];
+    assert_eq!(op.count, 2000);
+    assert_eq!(op.per_op(|c| c.round_trips), 1.0);
+    // A client without the cache: two round trips (one more per subtable
+    // whose directory entry it fetches first).
+    let cold = RaceTable::open(
+        f.clone(),
+        "rt",
+        RaceConfig {
+            cache_entries: 0,
+            ..small()
+        },
+    )
+    .unwrap();
+    let (_, s) = on_worker(f.as_ref(), &cold.client(2), |ctx, c| async move {
+        for i in 0..2000 {
+            assert!(c.search(&ctx, &key(i)).await.unwrap().is_some());
+        }
+    });
+    let rt = s.ops["search"].per_op(|c| c.round_trips);
+    assert!(
+        (2.0..2.01).contains(&rt),
+        "round trips per uncached search: {rt}"
+    );
+    let absent = {
+        let (_, s) = on_worker(f.as_ref(), &cold.client(3), |ctx, c| async move {
+            for i in 0..100 {
+                assert!(c
+                    .search(&ctx, format!("none-{i}").as_bytes())
+                    .await
+                    .unwrap()
+                    .is_none());
+            }
+        });
+        s.ops["search"].per_op(|c| c.round_trips)
+    };
+    assert!(absent <= 2.0, "{absent}");
+}
+
+fn assert_linearizable(h: &[StressRecord]) {
+    if let Err(v) = check(h, |_| None) {
+        panic!(
+            "history of {} operations is not linearizable:\n{v}",
+            h.len()
+        );
+    }
+}
+
+/// The final state the history implies: after a quiescent point, each hot
+/// key's search result. Compares it with a scan of the table.
+fn final_state_matches(f: &dyn Fabric, table: &Arc<RaceTable>, hot: u64, mut h: Vec<StressRecord>) {
+    let client = table.client(99);
+    let (reads, _) = on_worker(f, &client, move |ctx, c| async move {
+        let mut out = Vec::new();
+        for k in 0..hot {
+            let key = format!("hot-{k}");
+            let t0 = stress::host_now();
+            let v = c.search(&ctx, key.as_bytes()).await.unwrap();
+            out.push((
+                key,
+                t0,
+                stress::host_now(),
+                v.map(|v| String::from_utf8(v).unwrap()),
+            ));
+        }
+        let scan = c.entries(&ctx).await.unwrap();
+        (out, scan)
+    });
+    let (finals, scan) = reads;
+    let scan: HashMap<String, String> = scan
+        .into_iter()
+        .map(|(k, v)| (String::from_utf8(k).unwrap(), String::from_utf8(v).unwrap()))
+        .collect();
+    for (key, t0, t1, v) in finals {
+        assert_eq!(scan.get(&key), v.as_ref(), "scan vs search of {key}");
+        h.push(StressRecord {
+            client: 9999,
+            key,
+            op: MapOp::Search,
+            invoked: t0,
+            returned: Some((t1, MapRet::Found(v))),
+        });
+    }
+    // Fill keys: every successful insert is in the scan with its value.
+    let mut fills = 0;
+    for r in &h {
+        if let (MapOp::Insert(v), Some((_, MapRet::Done(true)))) = (&r.op, &r.returned) {
+            if r.key.starts_with("fill-") {
+                assert_eq!(scan.get(&r.key), Some(v), "{}", r.key);
+                fills += 1;
+            }
+        }
+    }
+    assert_eq!(
+        scan.len() - scan.keys().filter(|k| k.starts_with("hot-")).count(),
+        fills
+    );
+    assert_linearizable(&h);
+}
+
+#[test]
+fn concurrent_threads_are_linearizable_while_the_table_splits() {
+    let f = fabric(2, 64 << 20);
+    let table = RaceTable::create(f.clone(), "lin", small()).unwrap();
+    let sc = StressConfig {
+        workers: 3,
+        tasks: 4,
+        ops_per_task: 1500,
+        hot_keys: 6,
+        fill_percent: 30,
+        seed: 42,
+        client_base: 0,
+    };
+    let h = stress::run(f.as_ref(), &table, &RuntimeConfig::default(), &sc).unwrap();
+    assert_eq!(h.len(), 3 * 4 * 1500);
+    let conflicts = h
+        .iter()
+        .filter(|r| matches!(r.returned, Some((_, MapRet::Done(false)))))
+        .count();
+    assert!(
+        conflicts > 50,
+        "hot keys must see failed inserts/updates: {conflicts}"
+    );
+    final_state_matches(f.as_ref(), &table, sc.hot_keys, h);
+}
+
+#[test]
+fn concurrent_processes_are_linearizable_while_the_table_splits() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("race.sock");
+    let node = MemNode::new(NodeConfig {
+        size: 64 << 20,
+        ..Default::default()
+    })
+    .unwrap();
+    let _running: Running = Server::bind(
+        node,
+        &socket,
+        &dmkit_memnode::server::default_token_path(&socket),
+    )
+    .unwrap()
+    .spawn()
+    .unwrap();
+    let f = Arc::new(
+        ShmFabric::open(
+            ShmConfig::default(),
+            &[dmkit_fabric::shm::Target::new(&socket)],
+        )
+        .unwrap(),
+    );
+    let table = RaceTable::create(f.clone(), "procs", small()).unwrap();
+    let start = stress::host_now() + 300_000_000;
+    let children: Vec<_> = (0..3u32)
+        .map(|p| {
+            Command::new(TESTKIT)
+                .args(["stress", socket.to_str().unwrap(), "procs"])
+                .args(["2", "3", "1000", "5", "30"])
+                .args([100 + p, 1000 * (p + 1)].map(|v| v.to_string()))
+                .arg(start.to_string())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut h = Vec::new();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "child failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for l in String::from_utf8(out.stdout).unwrap().lines() {
+            h.push(stress::from_line(l).unwrap_or_else(|| panic!("bad history line {l:?}")));
+        }
+    }
+    assert_eq!(h.len(), 3 * 2 * 3 * 1000);
+    final_state_matches(f.as_ref(), &table, 5, h);
+}
+
+#[test]
+fn the_checker_catches_a_stale_read_in_these_histories() {
+    // Guards the test above: a doctored history where a search returns a
+    // value that was overwritten before it began must fail.
+    let f = fabric(1, 16 << 20);
+    let table = RaceTable::create(f.clone(), "guard", small()).unwrap();
+    let sc = StressConfig {
+        workers: 1,
+        tasks: 2,
+        ops_per_task: 200,
+        hot_keys: 2,
+        fill_percent: 0,
+        seed: 5,
+        client_base: 0,
+    };
+    let mut h = stress::run(f.as_ref(), &table, &RuntimeConfig::default(), &sc).unwrap();
+    assert_linearizable(&h);
+    let updates: Vec<usize> = (0..h.len())
+        .filter(|&i| {
+            matches!(h[i].returned, Some((_, MapRet::Done(true))))
+                && matches!(h[i].op, MapOp::Update(_))
+        })
+        .collect();
+    let (a, b) = updates
+        .windows(2)
+        .map(|w| (w[0], w[1]))
+        .find(|&(a, b)| h[a].key == h[b].key)
+        .expect("two successful updates of one key");
+    let MapOp::Update(old) = h[a].op.clone() else {
+        unreachable!()
+    };
+    let end = h[b].returned.as_ref().unwrap().0;
+    h.push(StressRecord {
+        client: 77,
+        key: h[a].key.clone(),
+        op: MapOp::Search,
+        invoked: end + 1_000_000_000,
+        returned: Some((end + 1_000_000_001, MapRet::Found(Some(old)))),
+    });
+    assert!(check(&h, |_| None).is_err());
+}
