@@ -6,7 +6,11 @@
 //!
 //! - [`micro`]: one verb at uniformly random addresses of a region, per
 //!   thread, in batches (SMART §3's verbs micro-benchmark shape).
+//! - [`ycsb`]: YCSB key choosers, workloads and key types;
+//!   [`ycsb_bench`]: the harness that loads and runs an index with them.
 
 pub mod micro;
+pub mod plot;
 pub mod rng;
 pub mod ycsb;
+pub mod ycsb_bench;

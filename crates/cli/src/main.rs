@@ -3,6 +3,8 @@
 //! ```text
 //! dmkit memnode --size 4GiB --listen unix:/tmp/dm0.sock
 //! dmkit bench micro --verb read --threads 2 --duration 5s [--connect unix:/tmp/dm0.sock]
+//! dmkit bench ycsb --index race --workload c --keys 1000000 --threads 2 --coros 8
+//! dmkit plot a.json b.json -o out.png
 //! dmkit node stats --connect unix:/tmp/dm0.sock
 //! ```
 
@@ -15,6 +17,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use dmkit_bench::micro::{self, MicroConfig, Signal};
+use dmkit_bench::plot;
+use dmkit_bench::ycsb::{Distribution, KeyType, Workload};
+use dmkit_bench::ycsb_bench::{self, YcsbConfig, YcsbResult};
 use dmkit_fabric::shm::{parse_unix_target, ShmConfig, ShmFabric, Target};
 use dmkit_fabric::{Fabric, VerbKind};
 use dmkit_memnode::server::{default_token_path, Server};
@@ -44,6 +49,18 @@ enum Cmd {
     /// Control operations on a running memory node.
     #[command(subcommand)]
     Node(NodeCmd),
+    /// Plot benchmark results (JSON files of `bench ycsb`): throughput vs threads.
+    Plot(PlotArgs),
+}
+
+#[derive(Args)]
+struct PlotArgs {
+    /// Result files written by --json.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// The PNG to write.
+    #[arg(short, long)]
+    output: PathBuf,
 }
 
 #[derive(Args)]
@@ -72,12 +89,83 @@ struct MemnodeArgs {
 enum BenchCmd {
     /// One verb at random addresses of a region, per thread, in batches.
     Micro(MicroArgs),
+    /// YCSB on an index: load, then run a workload for --duration.
+    Ycsb(YcsbArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum KeyTypeArg {
+    /// 8-byte integers.
+    Int,
+    /// 32-byte e-mail-like strings.
+    String,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DistArg {
+    Uniform,
+    Zipfian,
+    Scrambled,
+    Latest,
+}
+
+#[derive(Args)]
+struct YcsbArgs {
+    #[command(flatten)]
+    fabric: FabricArgs,
+    /// Index: race (remote hash table) or local-hash (in-process peer).
+    #[arg(long, default_value = "race")]
+    index: ycsb_bench::IndexKind,
+    /// Workload: load, a, b, c, d, e or f.
+    #[arg(long, default_value = "c")]
+    workload: Workload,
+    /// Keys loaded before the run.
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Threads (one worker each).
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Tasks per thread (SMART's coroutines; remote indexes).
+    #[arg(long, default_value_t = 8)]
+    coros: usize,
+    /// Zipfian skew θ.
+    #[arg(long, default_value_t = 0.99)]
+    zipf: f64,
+    /// Key distribution (default: the workload's: latest for d, scrambled zipfian otherwise).
+    #[arg(long, value_enum)]
+    distribution: Option<DistArg>,
+    #[arg(long, value_enum, default_value = "int")]
+    key_type: KeyTypeArg,
+    /// Value bytes.
+    #[arg(long, default_value_t = 8)]
+    value_size: usize,
+    /// How long to run (not the load).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Client cache entries per thread (race; 0 disables).
+    #[arg(long, default_value_t = 1 << 16)]
+    cache: usize,
+    #[command(flatten)]
+    switches: SwitchArgs,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the result as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Also plot this result (throughput vs threads) to this PNG.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
 enum Backend {
     /// Shared memory: an embedded memory node, or node processes via --connect.
     Shm,
+    /// The deterministic RNIC simulator (not built yet: refused with an error).
+    Sim,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -238,6 +326,8 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Memnode(a) => memnode(a),
         Cmd::Bench(BenchCmd::Micro(a)) => bench_micro(a),
+        Cmd::Bench(BenchCmd::Ycsb(a)) => bench_ycsb(a),
+        Cmd::Plot(a) => plot(a),
         Cmd::Node(NodeCmd::Stats(a)) => node_stats(a),
         Cmd::Node(NodeCmd::Shutdown(a)) => node_shutdown(a),
     };
@@ -298,7 +388,9 @@ fn targets(paths: &[PathBuf], token_file: &Option<PathBuf>) -> Result<Vec<Target
 }
 
 fn open_fabric(a: &FabricArgs, needed: u64) -> Result<ShmFabric, String> {
-    let Backend::Shm = a.backend;
+    if let Backend::Sim = a.backend {
+        return Err("backend sim: the deterministic RNIC simulator is not implemented yet; use --backend shm".into());
+    }
     let cfg = ShmConfig {
         rtt: a.rtt.filter(|d| !d.is_zero()),
         ..Default::default()
@@ -446,4 +538,105 @@ fn node_stats(a: ConnectArgs) -> Res {
 fn node_shutdown(a: ConnectArgs) -> Res {
     let f = control(&a)?;
     f.shutdown_node(f.nodes()[0]).map_err(|e| e.to_string())
+}
+
+fn bench_ycsb(a: YcsbArgs) -> Res {
+    let cfg = YcsbConfig {
+        index: a.index,
+        workload: a.workload,
+        keys: a.keys,
+        threads: a.threads,
+        coros: a.coros,
+        theta: a.zipf,
+        distribution: a.distribution.map(|d| match d {
+            DistArg::Uniform => Distribution::Uniform,
+            DistArg::Zipfian => Distribution::Zipfian,
+            DistArg::Scrambled => Distribution::Scrambled,
+            DistArg::Latest => Distribution::Latest,
+        }),
+        key_type: match a.key_type {
+            KeyTypeArg::Int => KeyType::Int,
+            KeyTypeArg::String => KeyType::String,
+        },
+        value_size: a.value_size,
+        duration: a.duration,
+        seed: a.seed,
+        runtime: a.switches.runtime_config(a.seed)?,
+        cache_entries: a.cache,
+    };
+    if !cfg.runtime.thread_aware {
+        return Err("bench ycsb: --thread-aware off (queue pairs shared between workers) is not wired into the YCSB harness yet".into());
+    }
+    let fabric: std::sync::Arc<dyn Fabric> = std::sync::Arc::new(open_fabric(
+        &a.fabric,
+        ycsb_bench::race_memory_estimate(&cfg),
+    )?);
+    let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
+        let b = ProgressBar::new(cfg.keys);
+        b.set_style(
+            ProgressStyle::with_template("{spinner} {msg:5} {bar:40} {pos}/{len} {elapsed}")
+                .expect("valid template"),
+        );
+        b
+    });
+    let progress = |phase: &'static str, done: u64, total: u64| {
+        if let Some(b) = &bar {
+            b.set_message(phase);
+            b.set_length(total);
+            b.set_position(done);
+        }
+    };
+    let r = ycsb_bench::run(fabric, &cfg, &progress).map_err(|e| e.to_string())?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    print_ycsb(&r);
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&r).expect("result serialises");
+        std::fs::write(path, text + "\n")
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    if let Some(path) = &a.plot {
+        plot::write_png(&plot::throughput_vs_threads(&[r]), path)
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn print_ycsb(r: &YcsbResult) {
+    println!(
+        "{:<6} {:<10} {:<4} {:>7} {:>5} {:>9} {:>8} {:>8} {:>8} {:>6} {:>6} {:>8} {:>8} {:>7} {:>9}",
+        "backend", "index", "wl", "threads", "coros", "keys", "Mops", "p50_us", "p99_us", "rt/op", "verbs", "rd_B/op", "wr_B/op", "retry", "load_Mops"
+    );
+    println!(
+        "{:<6} {:<10} {:<4} {:>7} {:>5} {:>9} {:>8.3} {:>8.2} {:>8.2} {:>6.2} {:>6.2} {:>8.1} {:>8.1} {:>7.3} {:>9.3}",
+        r.backend,
+        r.index,
+        r.workload,
+        r.threads,
+        r.coros,
+        r.keys,
+        r.mops,
+        r.p50_us,
+        r.p99_us,
+        r.round_trips_per_op,
+        r.verbs_per_op,
+        r.bytes_read_per_op,
+        r.bytes_written_per_op,
+        r.retries_per_op,
+        r.load_mops
+    );
+}
+
+fn plot(a: PlotArgs) -> Res {
+    let mut rs = Vec::new();
+    for f in &a.files {
+        let text =
+            std::fs::read_to_string(f).map_err(|e| format!("reading {}: {e}", f.display()))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", f.display()))?;
+        rs.push(plot::Point::from_json(&v).map_err(|e| format!("{}: {e}", f.display()))?);
+    }
+    plot::write_png(&plot::chart_of_points(&rs), &a.output)
+        .map_err(|e| format!("writing {}: {e}", a.output.display()))
 }

@@ -172,6 +172,75 @@ fn embedded_benchmark_with_latency_model() {
 }
 
 #[test]
+fn ycsb_on_race_and_local_hash_then_plot() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for (index, threads) in [("race", "1"), ("race", "2"), ("local-hash", "2")] {
+        let json = dir.path().join(format!("{index}-{threads}.json"));
+        let png = dir.path().join(format!("{index}-{threads}.png"));
+        let out = dmkit_ok(
+            &[
+                "bench",
+                "ycsb",
+                "--index",
+                index,
+                "--workload",
+                "a",
+                "--keys",
+                "5000",
+                "--threads",
+                threads,
+                "--coros",
+                "4",
+                "--duration",
+                "200ms",
+                "--key-type",
+                "string",
+                "--value-size",
+                "32",
+                "--json",
+                json.to_str().unwrap(),
+                "--plot",
+                png.to_str().unwrap(),
+            ],
+            None,
+        );
+        let table = String::from_utf8_lossy(&out.stdout);
+        assert!(table.contains("Mops") && table.contains(index), "{table}");
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        for k in [
+            "backend",
+            "index",
+            "workload",
+            "threads",
+            "coros",
+            "keys",
+            "mops",
+            "p50_us",
+            "p99_us",
+            "round_trips_per_op",
+            "verbs_per_op",
+            "bytes_read_per_op",
+            "bytes_written_per_op",
+            "retries_per_op",
+        ] {
+            assert!(v.get(k).is_some(), "JSON lacks {k}: {v}");
+        }
+        assert!(v["mops"].as_f64().unwrap() > 0.0);
+        assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+        files.push(json);
+    }
+    let combined = dir.path().join("all.png");
+    let mut args = vec!["plot"];
+    args.extend(files.iter().map(|f| f.to_str().unwrap()));
+    args.extend(["-o", combined.to_str().unwrap()]);
+    dmkit_ok(&args, None);
+    let png = std::fs::read(&combined).unwrap();
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 100_000);
+}
+
+#[test]
 fn bad_flags_are_clear_errors() {
     let cases: &[(&[&str], &str)] = &[
         (
@@ -208,6 +277,20 @@ fn bad_flags_are_clear_errors() {
         ),
         (&["bench", "micro", "--region-size", "lots"], "not a size"),
         (&["bench", "micro", "--backend", "rdma"], "invalid value"),
+        (
+            &["bench", "ycsb", "--backend", "sim"],
+            "not implemented yet",
+        ),
+        (
+            &["bench", "ycsb", "--workload", "e", "--keys", "10"],
+            "range scans",
+        ),
+        (&["bench", "ycsb", "--index", "art"], "not built yet"),
+        (&["bench", "ycsb", "--workload", "g"], "expected load"),
+        (
+            &["plot", "/nonexistent.json", "-o", "/tmp/x.png"],
+            "reading",
+        ),
         (
             &["bench", "micro", "--connect", "tcp://host:1"],
             "unix:PATH",

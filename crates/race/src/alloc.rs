@@ -7,6 +7,7 @@
 //! named (the checksum and key check catch the rest; see the crate docs).
 
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 
 use dmkit_fabric::{Fabric, GlobalAddr, NodeId};
 use dmkit_runtime::Nanos;
@@ -21,11 +22,14 @@ pub(crate) struct BlockAlloc {
     /// Free blocks by size in 64-byte units.
     free: Vec<Vec<GlobalAddr>>,
     quarantine: VecDeque<(Nanos, GlobalAddr, u64)>,
+    /// Every chunk taken, shared with the table (so it can free them).
+    chunks: Arc<Mutex<Vec<GlobalAddr>>>,
 }
 
 impl BlockAlloc {
-    pub fn new(chunk_bytes: u64, grace: Nanos) -> Self {
+    pub fn new(chunk_bytes: u64, grace: Nanos, chunks: Arc<Mutex<Vec<GlobalAddr>>>) -> Self {
         Self {
+            chunks,
             chunk_bytes,
             grace,
             bump: Vec::new(),
@@ -68,6 +72,10 @@ impl BlockAlloc {
             }
             match fabric.alloc_chunk(node, self.chunk_bytes.max(bytes), true) {
                 Ok((addr, len, _)) => {
+                    self.chunks
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(addr);
                     let start = addr.offset();
                     self.bump.retain(|b| b.0 != node);
                     self.bump.push((node, start + bytes, start + len));

@@ -98,6 +98,8 @@ pub struct RaceTable {
     geo: Geometry,
     nodes: Vec<NodeId>,
     rkeys: Vec<Option<Rkey>>,
+    /// Block chunks taken by this process's clients.
+    chunks: Arc<std::sync::Mutex<Vec<GlobalAddr>>>,
 }
 
 fn root_name(name: &str) -> String {
@@ -218,7 +220,14 @@ impl RaceTable {
                 limits: cfg.max_key as u64 | (cfg.max_value as u64) << 32,
             };
             hq.write(dir, rk, &header.to_bytes())?;
-            match fabric.set_root(home, &root_name(name), dir.raw(), Some(None)) {
+            // A destroyed table leaves its root at 0: reuse the name.
+            let root = root_name(name);
+            let expected = match fabric.get_root(home, &root)? {
+                None => None,
+                Some(0) => Some(0),
+                Some(_) => return Err(RaceError::AlreadyExists(name.into())),
+            };
+            match fabric.set_root(home, &root, dir.raw(), Some(expected)) {
                 Ok(_) => Ok(()),
                 Err(FabricError::Rpc { .. }) => Err(RaceError::AlreadyExists(name.into())),
                 Err(e) => Err(e.into()),
@@ -238,6 +247,7 @@ impl RaceTable {
             geo,
             nodes,
             rkeys,
+            chunks: Arc::default(),
         }))
     }
 
@@ -257,6 +267,7 @@ impl RaceTable {
         let rkeys = rkeys_of(fabric.as_ref(), &nodes)?;
         let dir = fabric
             .get_root(home, &root_name(name))?
+            .filter(|&v| v != 0)
             .map(GlobalAddr::from_raw)
             .ok_or_else(|| RaceError::NoSuchTable(name.into()))?;
         let mut qp = SyncQp::new(fabric.as_ref(), home, 64)?;
@@ -285,7 +296,40 @@ impl RaceTable {
             dir,
             nodes,
             rkeys,
+            chunks: Arc::default(),
         }))
+    }
+
+    /// Removes the table: unregisters its name, frees its directory and
+    /// subtables, and the block chunks this process's clients took (other
+    /// processes free theirs by calling this too, or lose them with the node).
+    /// No client may use the table afterwards.
+    pub fn destroy(&self) -> Result<(), RaceError> {
+        let home = self.dir.node();
+        let rk = self.rkey(home)?;
+        match self
+            .fabric
+            .set_root(home, &root_name(&self.name), 0, Some(Some(self.dir.raw())))
+        {
+            Ok(_) => {}
+            Err(FabricError::Rpc { .. }) => return Err(RaceError::NoSuchTable(self.name.clone())),
+            Err(e) => return Err(e.into()),
+        }
+        let mut qp = SyncQp::new(self.fabric.as_ref(), home, 64)?;
+        let g = qp.read_u64(self.dir.add(DIR_GLOBAL_DEPTH), rk)?;
+        let mut subs = std::collections::BTreeSet::new();
+        for i in 0..1u64 << g.min(self.cfg.max_depth as u64) {
+            subs.insert(unptr48(qp.read_u64(self.dir.add(DIR_ENTRIES + 8 * i), rk)?).raw());
+        }
+        for s in subs {
+            self.fabric.free_chunk(GlobalAddr::from_raw(s))?;
+        }
+        self.fabric.free_chunk(self.dir)?;
+        let chunks = std::mem::take(&mut *self.chunks.lock().unwrap_or_else(|p| p.into_inner()));
+        for c in chunks {
+            self.fabric.free_chunk(c)?;
+        }
+        Ok(())
     }
 
     /// The table's name.
@@ -307,8 +351,9 @@ impl RaceTable {
             st: Rc::new(RefCell::new(ClientState {
                 dir: vec![0; 1 << self.cfg.max_depth],
                 global_depth: 0,
-                cache: HashMap::new(),
-                alloc: BlockAlloc::new(self.cfg.chunk_bytes, self.cfg.grace),
+                cache: HashMap::default(),
+                cache_order: VecDeque::new(),
+                alloc: BlockAlloc::new(self.cfg.chunk_bytes, self.cfg.grace, self.chunks.clone()),
                 cleanup: VecDeque::new(),
                 owner: id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
                 counters: TableCounters::default(),
@@ -334,12 +379,40 @@ struct ClientState {
     dir: Vec<u64>,
     global_depth: u32,
     /// key → (slot address, slot word) (SMART-HT's client cache).
-    cache: HashMap<Box<[u8]>, (GlobalAddr, u64)>,
+    cache: HashMap<Rc<[u8]>, (GlobalAddr, u64), KeyHasherBuilder>,
+    /// Insertion order of cached keys (FIFO eviction).
+    cache_order: VecDeque<Rc<[u8]>>,
     alloc: BlockAlloc,
     /// Frozen slots to clear once their grace period ends.
     cleanup: VecDeque<(Nanos, Vec<GlobalAddr>)>,
     owner: u64,
     counters: TableCounters,
+}
+
+/// The table's own hash for the client cache (SipHash showed in profiles;
+/// keys here are not attacker-chosen across a trust boundary).
+#[derive(Default, Clone, Copy)]
+struct KeyHasherBuilder;
+
+struct KeyHasher(u64);
+
+impl std::hash::BuildHasher for KeyHasherBuilder {
+    type Hasher = KeyHasher;
+    fn build_hasher(&self) -> KeyHasher {
+        KeyHasher(0x243F_6A88_85A3_08D3)
+    }
+}
+
+impl std::hash::Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0 = hash64(bytes, self.0);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0 ^= n as u64;
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 // Task-local memory layout.
@@ -477,13 +550,27 @@ impl RaceClient {
             return;
         }
         let mut st = self.st.borrow_mut();
-        if st.cache.len() >= cap && !st.cache.contains_key(key) {
-            // Evict an arbitrary entry (hash order is effectively random).
-            if let Some(k) = st.cache.keys().next().cloned() {
-                st.cache.remove(&k);
+        let st = &mut *st;
+        if let Some(e) = st.cache.get_mut(key) {
+            *e = (slot_addr, word);
+            return;
+        }
+        // FIFO eviction; entries dropped since they were queued are skipped.
+        while st.cache.len() >= cap {
+            match st.cache_order.pop_front() {
+                Some(k) => {
+                    st.cache.remove(&k);
+                }
+                None => break,
             }
         }
-        st.cache.insert(key.into(), (slot_addr, word));
+        if st.cache_order.len() > 4 * cap {
+            // Dropped keys accumulate in the queue; rebuild it from the map.
+            st.cache_order = st.cache.keys().cloned().collect();
+        }
+        let k: Rc<[u8]> = key.into();
+        st.cache_order.push_back(k.clone());
+        st.cache.insert(k, (slot_addr, word));
     }
 
     fn cache_drop(&self, key: &[u8]) {

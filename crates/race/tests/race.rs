@@ -167,6 +167,30 @@ fn create_and_open_errors() {
 }
 
 #[test]
+fn destroy_returns_every_chunk_and_frees_the_name() {
+    let f = fabric(1, 32 << 20);
+    let free0 = f.node_stats(0).unwrap().heap_free_bytes;
+    let table = RaceTable::create(f.clone(), "gone", small()).unwrap();
+    on_worker(f.as_ref(), &table.client(1), |ctx, c| async move {
+        for i in 0..500 {
+            assert!(c.insert(&ctx, &key(i), b"v").await.unwrap());
+        }
+    });
+    assert!(f.node_stats(0).unwrap().heap_free_bytes < free0);
+    table.destroy().unwrap();
+    assert_eq!(f.node_stats(0).unwrap().heap_free_bytes, free0);
+    assert!(matches!(table.destroy(), Err(RaceError::NoSuchTable(_))));
+    assert!(matches!(
+        RaceTable::open(f.clone(), "gone", small()),
+        Err(RaceError::NoSuchTable(_))
+    ));
+    let again = RaceTable::create(f.clone(), "gone", small()).unwrap();
+    on_worker(f.as_ref(), &again.client(1), |ctx, c| async move {
+        assert_eq!(c.search(&ctx, &key(1)).await.unwrap(), None);
+    });
+}
+
+#[test]
 fn bad_input_is_refused_and_changes_nothing() {
     let f = fabric(1, 16 << 20);
     let table = RaceTable::create(f.clone(), "bad", small()).unwrap();

@@ -384,7 +384,11 @@ pub struct Worker {
     live: usize,
     capacity: usize,
     run_list: Vec<usize>,
+    steps: u64,
 }
+
+/// Steps between clock reads when no timer is pending.
+const CLOCK_EVERY: u64 = 8;
 
 impl Worker {
     /// Creates worker `id` with queue pairs to every node of `fabric` and
@@ -485,6 +489,7 @@ impl Worker {
             live: 0,
             capacity,
             run_list: Vec::with_capacity(capacity),
+            steps: 0,
         })
     }
 
@@ -533,13 +538,19 @@ impl Worker {
 
     /// One scheduling round; returns how many tasks were polled.
     pub fn step(&mut self) -> usize {
-        let now = self.core.clock.now();
+        self.steps = self.steps.wrapping_add(1);
         {
             let mut st = self.core.st.borrow_mut();
             st.poll_cqs();
             st.flush_deferred();
-            st.fire_timers(now);
-            st.adapt(now);
+            // Reading the clock costs as much as a small verb on shm (perf):
+            // read it when a timer is pending, else every CLOCK_EVERY steps
+            // (the tuner's and the avoider's periods are milliseconds).
+            if !st.timers.is_empty() || self.steps.is_multiple_of(CLOCK_EVERY) {
+                let now = self.core.clock.now();
+                st.fire_timers(now);
+                st.adapt(now);
+            }
             let mut inbox = self.inbox.lock().unwrap_or_else(|p| p.into_inner());
             for t in inbox.drain(..) {
                 st.make_ready(t);

@@ -1,0 +1,107 @@
+//! The YCSB harness on both indexes: every workload it accepts runs, finds
+//! every loaded key, and reports consistent per-operation figures.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dmkit_bench::micro::BenchError;
+use dmkit_bench::ycsb::{KeyType, Workload};
+use dmkit_bench::ycsb_bench::{self, IndexKind, YcsbConfig};
+use dmkit_fabric::shm::{ShmConfig, ShmFabric};
+use dmkit_fabric::Fabric;
+use dmkit_memnode::NodeConfig;
+use dmkit_runtime::RuntimeConfig;
+
+fn cfg(index: IndexKind, workload: Workload, key_type: KeyType) -> YcsbConfig {
+    YcsbConfig {
+        index,
+        workload,
+        keys: 3000,
+        threads: 2,
+        coros: 3,
+        theta: 0.99,
+        distribution: None,
+        key_type,
+        value_size: 24,
+        duration: Duration::from_millis(150),
+        seed: 3,
+        runtime: RuntimeConfig::default(),
+        cache_entries: 512,
+    }
+}
+
+fn fabric() -> Arc<dyn Fabric> {
+    Arc::new(
+        ShmFabric::embedded(
+            ShmConfig::default(),
+            &[NodeConfig {
+                size: 256 << 20,
+                ..Default::default()
+            }],
+        )
+        .unwrap(),
+    )
+}
+
+#[test]
+fn every_workload_runs_on_both_indexes() {
+    let f = fabric();
+    for index in [IndexKind::Race, IndexKind::LocalHash] {
+        for (w, kt) in [
+            (Workload::Load, KeyType::Int),
+            (Workload::A, KeyType::String),
+            (Workload::B, KeyType::Int),
+            (Workload::C, KeyType::String),
+            (Workload::D, KeyType::Int),
+            (Workload::F, KeyType::Int),
+        ] {
+            let r = ycsb_bench::run(f.clone(), &cfg(index, w, kt), &|_, _, _| {}).unwrap();
+            let tag = format!("{index:?} {w:?}");
+            assert!(r.ops > 0 && r.mops > 0.0, "{tag}: {r:?}");
+            if w == Workload::Load {
+                assert_eq!(r.ops, 3000, "{tag}");
+            }
+            // D reads "latest" keys that another client may not have
+            // inserted yet; every other workload reads loaded keys only.
+            if w != Workload::D {
+                assert_eq!(r.misses, 0, "{tag}");
+            }
+            assert!(r.p50_us > 0.0 && r.p99_us >= r.p50_us, "{tag}");
+            if index == IndexKind::Race {
+                assert!(r.round_trips_per_op >= 1.0, "{tag}: {r:?}");
+                assert!(r.verbs_per_op >= r.round_trips_per_op, "{tag}");
+                assert!(r.bytes_read_per_op > 0.0 || w == Workload::Load, "{tag}");
+                let writes = w != Workload::C;
+                assert_eq!(r.bytes_written_per_op > 0.0, writes, "{tag}: {r:?}");
+                assert_eq!(r.cache_hit_rate.is_some(), w != Workload::Load, "{tag}");
+            } else {
+                assert_eq!(r.round_trips_per_op, 0.0);
+            }
+        }
+    }
+}
+
+#[test]
+fn scans_and_bad_settings_are_refused() {
+    let f = fabric();
+    for c in [
+        cfg(IndexKind::Race, Workload::E, KeyType::Int),
+        YcsbConfig {
+            theta: 1.5,
+            ..cfg(IndexKind::Race, Workload::C, KeyType::Int)
+        },
+        YcsbConfig {
+            keys: 0,
+            ..cfg(IndexKind::LocalHash, Workload::C, KeyType::Int)
+        },
+    ] {
+        assert!(matches!(
+            ycsb_bench::run(f.clone(), &c, &|_, _, _| {}),
+            Err(BenchError::Config(_))
+        ));
+    }
+    assert!("art"
+        .parse::<IndexKind>()
+        .unwrap_err()
+        .contains("not built yet"));
+}
