@@ -415,8 +415,12 @@ fn drive_race(
                         return Ok(out);
                     }
                     let before = client.counters();
-                    // Run.
-                    let mut w = Worker::new(fabric.as_ref(), clock.clone(), cfg.runtime.clone(), ti, cfg.coros)?;
+                    // Run. The harness times each operation itself.
+                    let rcfg = RuntimeConfig {
+                        op_stats: false,
+                        ..cfg.runtime.clone()
+                    };
+                    let mut w = Worker::new(fabric.as_ref(), clock.clone(), rcfg, ti, cfg.coros)?;
                     let hist = Rc::new(RefCell::new(histogram()));
                     let ops = Rc::new(Cell::new(0u64));
                     let misses = Rc::new(Cell::new(0u64));

@@ -230,7 +230,7 @@ pub fn unptr48(p: u64) -> GlobalAddr {
 }
 
 /// A decoded slot word.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Slot(pub u64);
 
 impl Slot {

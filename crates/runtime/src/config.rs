@@ -30,6 +30,11 @@ pub struct RuntimeConfig {
     pub task_local_bytes: usize,
     /// Seed of the worker's random numbers (backoff jitter).
     pub seed: u64,
+    /// Per-operation statistics of `Ctx::op` scopes (latency histogram and
+    /// counters per operation name). Costs two clock reads and a map lookup
+    /// per operation; harnesses that time operations themselves turn it off.
+    /// Coroutine throttling (`c_max`) applies either way.
+    pub op_stats: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -43,6 +48,7 @@ impl Default for RuntimeConfig {
             backoff: BackoffConfig::default(),
             task_local_bytes: 64 * 1024,
             seed: 1,
+            op_stats: true,
         }
     }
 }
@@ -96,6 +102,7 @@ mod tests {
             (d.backoff.t0, d.backoff.max_factor, d.backoff.interval)
         );
         assert_eq!(c.task_local_bytes, d.task_local_bytes);
+        assert_eq!(c.op_stats, d.op_stats);
     }
 
     #[test]

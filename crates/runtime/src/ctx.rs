@@ -570,7 +570,11 @@ impl<'a> Future for OpEnter<'a> {
         Poll::Ready(OpGuard {
             ctx,
             name: self.name,
-            start: ctx.core.clock.now(),
+            start: if ctx.core.op_stats {
+                ctx.core.clock.now()
+            } else {
+                0
+            },
             before: t.counters,
         })
     }
@@ -586,6 +590,10 @@ pub struct OpGuard<'a> {
 
 impl Drop for OpGuard<'_> {
     fn drop(&mut self) {
+        if !self.ctx.core.op_stats {
+            self.ctx.core.st.borrow_mut().release_op();
+            return;
+        }
         let now = self.ctx.core.clock.now();
         let mut st = self.ctx.core.st.borrow_mut();
         let st = &mut *st;

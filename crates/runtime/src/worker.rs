@@ -350,6 +350,7 @@ pub(crate) struct Core {
     pub clock: Arc<dyn Clock>,
     pub local: LocalMem,
     pub task_bytes: usize,
+    pub op_stats: bool,
     pub st: RefCell<State>,
 }
 
@@ -481,6 +482,7 @@ impl Worker {
                 clock,
                 local,
                 task_bytes,
+                op_stats: cfg.op_stats,
                 st: RefCell::new(st),
             }),
             futures: Vec::with_capacity(capacity),
