@@ -252,6 +252,11 @@ struct FabricArgs {
     /// Size of the embedded memory node (default: what the run needs).
     #[arg(long, value_parser = parse_size)]
     mem_size: Option<u64>,
+    /// Translation page size of the embedded memory node: 4KiB or 2MiB
+    /// (default 4KiB; large pages keep the translation table cache-resident,
+    /// as huge pages keep an RNIC's MTT cache warm).
+    #[arg(long, value_parser = parse_size)]
+    page_size: Option<u64>,
 }
 
 #[derive(Args)]
@@ -401,12 +406,13 @@ fn open_fabric(a: &FabricArgs, needed: u64) -> Result<ShmFabric, String> {
             cfg,
             &[NodeConfig {
                 size,
+                page_size: a.page_size.unwrap_or(NodeConfig::default().page_size),
                 ..Default::default()
             }],
         )
     } else {
-        if a.mem_size.is_some() {
-            return Err("--mem-size sizes the embedded node; with --connect the node process has its own --size".into());
+        if a.mem_size.is_some() || a.page_size.is_some() {
+            return Err("--mem-size and --page-size configure the embedded node; with --connect the node process has its own --size and --page-size".into());
         }
         ShmFabric::open(cfg, &targets(&a.connect, &a.token_file)?)
     }
