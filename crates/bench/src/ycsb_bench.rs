@@ -292,6 +292,16 @@ pub fn run(
     })
 }
 
+/// The key chooser of a run: the workload's standard one unless overridden.
+fn chooser(cfg: &YcsbConfig) -> Chooser {
+    Chooser::new(
+        cfg.distribution
+            .unwrap_or(default_distribution(cfg.workload)),
+        cfg.keys,
+        cfg.theta,
+    )
+}
+
 /// Key numbers a loader (one of `loaders`) inserts.
 fn load_share(keys: u64, loader: u64, loaders: u64) -> impl Iterator<Item = u64> {
     (loader..keys).step_by(loaders as usize)
@@ -327,12 +337,7 @@ fn drive_race(
     let loaded = Arc::new(AtomicU64::new(0));
     let barrier = Barrier::new(cfg.threads);
     let measured = cfg.workload != Workload::Load;
-    let chooser = Chooser::new(
-        cfg.distribution
-            .unwrap_or(default_distribution(cfg.workload)),
-        cfg.keys,
-        cfg.theta,
-    );
+    let chooser = chooser(cfg);
     let clients = (cfg.threads * cfg.coros) as u64;
     let results: Vec<Result<ThreadOut, BenchError>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..cfg.threads)
@@ -523,12 +528,7 @@ fn run_local(cfg: &YcsbConfig, progress: Progress<'_>) -> Vec<ThreadOut> {
     let loaded = AtomicU64::new(0);
     let barrier = Barrier::new(cfg.threads);
     let measured = cfg.workload != Workload::Load;
-    let chooser = Chooser::new(
-        cfg.distribution
-            .unwrap_or(default_distribution(cfg.workload)),
-        cfg.keys,
-        cfg.theta,
-    );
+    let chooser = chooser(cfg);
     let threads = cfg.threads as u64;
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..cfg.threads)
