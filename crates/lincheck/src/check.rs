@@ -74,6 +74,54 @@ where
     Ok(())
 }
 
+/// The earliest time `t` at which the history, cut at `t`, is already not
+/// linearizable: operations invoked after `t` are dropped and those still
+/// running at `t` become pending. `None` if the whole history is
+/// linearizable. Every cut is a genuine prefix of the execution, so the
+/// operations around `t` are where the bug showed first — often a better
+/// starting point for debugging than the minimised witness, which can
+/// shrink to an operation that only looks wrong once its context is gone.
+pub fn earliest_failing_cut<K, V>(
+    history: &[Record<K, V>],
+    initial: impl Fn(&K) -> Option<V> + Copy,
+) -> Option<u64>
+where
+    K: Clone + Ord + fmt::Debug,
+    V: Value,
+{
+    let cut = |t: u64| -> Vec<Record<K, V>> {
+        history
+            .iter()
+            .filter(|r| r.invoked <= t)
+            .map(|r| {
+                let mut r = r.clone();
+                if r.returned.as_ref().is_some_and(|(rt, _)| *rt > t) {
+                    r.returned = None;
+                }
+                r
+            })
+            .collect()
+    };
+    let mut times: Vec<u64> = history
+        .iter()
+        .flat_map(|r| std::iter::once(r.invoked).chain(r.returned.as_ref().map(|(t, _)| *t)))
+        .collect();
+    times.sort_unstable();
+    times.dedup();
+    let last = *times.last()?;
+    check(&cut(last), initial).err()?;
+    let (mut lo, mut hi) = (0, times.len() - 1);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if check(&cut(times[mid]), initial).is_err() {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    Some(times[lo])
+}
+
 /// Removes operations while the rest still violates. An operation is dropped
 /// only if the history stays non-linearizable with that operation made
 /// *pending* (free to take effect or not): that relaxation only adds

@@ -15,7 +15,9 @@
 //!
 //! A violation is reported as the smallest sub-history of its key that is
 //! still not linearizable: operations are removed one at a time while the
-//! rest stays a violation (a 1-minimal history).
+//! rest stays a violation (a 1-minimal history). Such a witness can shrink
+//! to an operation that is only wrong once its context is gone;
+//! [`earliest_failing_cut`] finds when the execution first went wrong.
 //!
 //! Used by every data structure's concurrency tests (RACE, the radix tree,
 //! the B+tree), on shm with real threads and processes and on the simulator.
@@ -24,6 +26,6 @@ mod check;
 mod history;
 mod model;
 
-pub use check::{check, check_key, Violation};
+pub use check::{check, check_key, earliest_failing_cut, Violation};
 pub use history::{Event, Record, Recorder};
 pub use model::{MapOp, MapRet};

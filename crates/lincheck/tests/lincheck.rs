@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use dmkit_lincheck::{check, check_key, MapOp, MapRet, Record, Recorder};
+use dmkit_lincheck::{check, check_key, earliest_failing_cut, MapOp, MapRet, Record, Recorder};
 
 fn rec(
     client: u32,
@@ -184,6 +184,15 @@ fn a_map_with_stale_reads_is_caught_with_a_small_witness() {
     assert!(!check_key(&v.ops, &None), "{v}");
     assert!(v.ops.iter().any(|r| r.op == Search), "{v}");
     assert!(v.to_string().contains("is not linearizable"));
+    // The cut lands on a completed operation's return (a read that came back
+    // stale), and a linearizable history has no failing cut.
+    let h = rec.history();
+    let t = earliest_failing_cut(&h, |_| None).expect("a violation");
+    assert!(h
+        .iter()
+        .any(|r| r.op == Search && r.returned.as_ref().is_some_and(|(rt, _)| *rt == t)));
+    let fine: Vec<_> = h.iter().filter(|r| r.op != Search).cloned().collect();
+    assert_eq!(earliest_failing_cut(&fine, |_| None), None);
 }
 
 #[test]

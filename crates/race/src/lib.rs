@@ -53,17 +53,30 @@
 //!    with a stale directory notice it from the buckets they read;
 //! 6. publish under the directory lock (doubling the directory first when
 //!    `d` equals the global depth: upper half copied, then depth raised);
-//! 7. release the split lock; after the grace period, clear the frozen
-//!    originals.
+//! 7. clear the frozen originals, then release the split lock.
+//!
+//! Every bucket READ is followed, in the same batch, by a READ of the
+//! subtable header; a reader accepts what it read only if the header's depth
+//! equals the depth in the buckets it read. Queue-pair order puts that header
+//! READ after the bucket READs, so a reader that saw pre-split buckets also
+//! saw that the flip (step 5, which precedes the clearing of step 7) had not
+//! happened yet: it never mistakes a cleared or reused slot for its key's
+//! absence. (An earlier version kept frozen slots for a grace period
+//! instead; inserts could then find their buckets full of frozen slots and
+//! split again and again — a stress loop caught a subtable reaching
+//! `max_depth` that way.)
 //!
 //! ## Reclamation and what it assumes
-//! Replaced blocks and frozen originals are reused / cleared only after a
-//! grace period (`RaceConfig::grace`, 100 ms by default). A reader that reads
-//! a slot and then stalls for longer than that before reading the block could
-//! read a block recycled *for the same key*; the checksum catches torn and
-//! foreign blocks but not that case. This is the same bounded-delay
-//! assumption as the lock leases of `dmkit-runtime`.
-//!
+//! Replaced blocks are reused only after a grace period
+//! (`RaceConfig::grace`, 100 ms by default, measured on the clients' clocks).
+//! Every lookup notes the time before it reads slots and checks, once it has
+//! the blocks, that less than half the grace period has passed; otherwise it
+//! starts over. So a block a reader fetched is the one its slot named, even
+//! if the reader was descheduled in between. The clocks of all clients must
+//! agree within `grace / 2` (one host: CLOCK_MONOTONIC; across machines, a
+//! bounded skew — the same assumption as the lock leases of `dmkit-runtime`).
+//! The checksum catches torn and foreign blocks on top of that.
+
 //! ## Limits
 //! A client that dies while holding an insert lock or a split lock blocks
 //! inserts into that bucket or subtable (there is no lease on them yet).

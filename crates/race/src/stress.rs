@@ -117,9 +117,6 @@ pub fn run(
                                     }
                                 }
                             }
-                            if let Err(e) = client.quiesce(&ctx).await {
-                                *failed.borrow_mut() = Some(e);
-                            }
                         });
                     }
                     w.run();

@@ -2,7 +2,7 @@
 //! the online subtable split. Protocols are described in the crate docs.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -29,8 +29,8 @@ pub struct RaceConfig {
     /// Client cache of key → slot, entries per client (rounded up to a power
     /// of two; 0 disables it; SMART-HT's cache).
     pub cache_entries: usize,
-    /// How long a retired block or a frozen slot stays untouched before it is
-    /// reused or cleared (ns of the worker's clock).
+    /// How long a retired key-value block stays untouched before it is
+    /// reused (ns of the worker's clock).
     pub grace: Nanos,
     /// Bytes a client asks the memory node for at a time for its blocks.
     pub chunk_bytes: u64,
@@ -87,6 +87,9 @@ pub struct TableCounters {
     pub cache_misses: u64,
     pub stale_reads: u64,
     pub torn_reads: u64,
+    /// Lookups redone because reading slots and their blocks took longer
+    /// than half the grace period.
+    pub stalled_reads: u64,
 }
 
 /// A table: what every client of it shares. `Send + Sync`; make one
@@ -361,7 +364,6 @@ impl RaceTable {
                         .unwrap_or(0)
                 ],
                 alloc: BlockAlloc::new(self.cfg.chunk_bytes, self.cfg.grace, self.chunks.clone()),
-                cleanup: VecDeque::new(),
                 owner: id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
                 counters: TableCounters::default(),
             })),
@@ -390,8 +392,6 @@ struct ClientState {
     /// Scratch for decoding blocks.
     buf: Vec<u8>,
     alloc: BlockAlloc,
-    /// Frozen slots to clear once their grace period ends.
-    cleanup: VecDeque<(Nanos, Vec<GlobalAddr>)>,
     owner: u64,
     counters: TableCounters,
 }
@@ -418,6 +418,8 @@ const L_SLOT: usize = 264;
 const L_ZERO: usize = 272;
 const L_E1: usize = 288;
 const L_E2: usize = 296;
+/// The subtable header, read after the buckets.
+const L_HDR: usize = 320;
 const L_NEW: usize = 512;
 /// Blocks fetched in one round trip.
 const CAND_MAX: usize = 4;
@@ -463,7 +465,11 @@ const COMB_SLOTS: usize = 2 * SLOTS_PER_BUCKET;
 
 /// What the two combined buckets showed.
 struct Scan {
+    /// Every bucket covers the key, at the depth the subtable header showed
+    /// after the buckets were read.
     headers_ok: bool,
+    /// The subtable's split lock was held (inserters back off).
+    splitting: bool,
     cands: Few<(GlobalAddr, Slot), { 2 * COMB_SLOTS }>,
     /// Empty slots per combined bucket, main bucket first.
     empties: [Few<GlobalAddr, COMB_SLOTS>; 2],
@@ -488,7 +494,8 @@ impl Scan {
 
 /// Located key.
 enum Locate {
-    Found(GlobalAddr, Slot, Vec<u8>),
+    /// Slot, its word, the value, and the time just before the slot was read.
+    Found(GlobalAddr, Slot, Vec<u8>, Nanos),
     Absent,
 }
 
@@ -638,6 +645,23 @@ impl RaceClient {
         }
     }
 
+    /// Whether more than half the grace period passed since `t0`, the time
+    /// just before slots were read. Blocks are reused no earlier than `grace`
+    /// after their slot stopped naming them, so blocks fetched within
+    /// `grace / 2` of reading their slot are the ones the slot named; a
+    /// reader that was slower (descheduled, or a worker busy splitting)
+    /// cannot trust what it fetched and starts over. (A soak test caught an
+    /// insert that read a recycled block 3.5 ms after its slot, with a 1 ms
+    /// grace, and inserted a duplicate key.)
+    fn stalled(&self, ctx: &Ctx, t0: Nanos) -> bool {
+        let late = ctx.now().saturating_sub(t0) >= self.t.cfg.grace / 2;
+        if late {
+            self.st.borrow_mut().counters.stalled_reads += 1;
+            ctx.note_retry();
+        }
+        late
+    }
+
     /// Decodes the block at task-local `off` (`len` bytes) through the
     /// client's reusable buffer.
     fn with_block<R>(
@@ -655,7 +679,11 @@ impl RaceClient {
         r
     }
 
-    /// Queues READs of the two combined buckets of `h` in `sub`.
+    /// Queues READs of the two combined buckets of `h` in `sub`, then of the
+    /// subtable header. Queue-pair order makes the header READ happen after
+    /// the bucket READs: if its depth still equals the buckets' depth, no
+    /// split had finished flipping this subtable's headers when the slots were
+    /// read, so no frozen slot had been cleared (or reused) yet.
     fn queue_combs(&self, ctx: &Ctx, sub: GlobalAddr, rk: Rkey, h: &KeyHash) {
         let (c1, c2) = h.combs(self.t.geo);
         ctx.read(
@@ -670,14 +698,17 @@ impl RaceClient {
             L_COMB2,
             COMB_BYTES as usize,
         );
+        ctx.read(sub, rk, L_HDR, 64);
     }
 
     /// Parses the combined buckets read by [`Self::queue_combs`].
     fn scan(&self, ctx: &Ctx, sub: GlobalAddr, h: &KeyHash) -> Scan {
         let (c1, c2) = h.combs(self.t.geo);
         let fp = h.fp();
+        let depth = ctx.local_u64(L_HDR + SUB_DEPTH as usize);
         let mut s = Scan {
-            headers_ok: true,
+            headers_ok: ctx.local_u64(L_HDR) == SUBTABLE_MAGIC,
+            splitting: ctx.local_u64(L_HDR + SUB_SPLIT_LOCK as usize) != 0,
             cands: Few::new(),
             empties: [Few::new(), Few::new()],
             occupied: [0, 0],
@@ -691,7 +722,8 @@ impl RaceClient {
             let order = if c % 2 == 0 { [0, 1] } else { [1, 0] };
             for k in order {
                 let b = k * BUCKET_BYTES as usize;
-                if !header_covers(word(&buf, b), h.h1) {
+                let header = word(&buf, b);
+                if !header_covers(header, h.h1) || header >> 56 != depth {
                     s.headers_ok = false;
                 }
                 for j in 0..SLOTS_PER_BUCKET {
@@ -767,6 +799,7 @@ impl RaceClient {
         loop {
             let sub = self.subtable(ctx, h).await?;
             let rk = self.t.rkey(sub.node())?;
+            let t0 = ctx.now();
             self.queue_combs(ctx, sub, rk, h);
             ctx.sync().await?;
             let scan = self.scan(ctx, sub, h);
@@ -780,7 +813,12 @@ impl RaceClient {
                 attempt += 1;
                 continue;
             }
-            match self.fetch(ctx, key, scan.cands.as_slice()).await? {
+            let found = self.fetch(ctx, key, scan.cands.as_slice()).await?;
+            if self.stalled(ctx, t0) {
+                attempt += 1;
+                continue;
+            }
+            match found {
                 Fetch::Absent => return Ok(Locate::Absent),
                 Fetch::Torn => {
                     self.st.borrow_mut().counters.torn_reads += 1;
@@ -797,64 +835,21 @@ impl RaceClient {
                     slot_addr,
                     slot,
                     value,
-                } => return Ok(Locate::Found(slot_addr, slot, value)),
+                } => return Ok(Locate::Found(slot_addr, slot, value, t0)),
             }
             attempt += 1;
         }
-    }
-
-    /// Clears frozen slots whose grace period has ended.
-    async fn cleanup(&self, ctx: &Ctx, all: bool) -> Result<(), RaceError> {
-        loop {
-            let due = {
-                let mut st = self.st.borrow_mut();
-                match st.cleanup.front() {
-                    Some(&(t, _)) if all || t <= ctx.now() => st.cleanup.pop_front(),
-                    _ => None,
-                }
-            };
-            let Some((t, addrs)) = due else {
-                return Ok(());
-            };
-            let now = ctx.now();
-            if t > now {
-                ctx.sleep(t - now).await;
-            }
-            ctx.set_local_u64(L_ZERO, 0);
-            for piece in addrs.chunks(64) {
-                for a in piece {
-                    ctx.write(*a, self.t.rkey(a.node())?, L_ZERO, 8);
-                }
-                ctx.sync().await?;
-            }
-        }
-    }
-
-    /// Waits out every pending cleanup (tests, end of a benchmark).
-    pub async fn quiesce(&self, ctx: &Ctx) -> Result<(), RaceError> {
-        self.cleanup(ctx, true).await
-    }
-
-    async fn maybe_cleanup(&self, ctx: &Ctx) -> Result<(), RaceError> {
-        let due = {
-            let st = self.st.borrow();
-            st.cleanup.front().is_some_and(|&(t, _)| t <= ctx.now())
-        };
-        if due {
-            self.cleanup(ctx, false).await?;
-        }
-        Ok(())
     }
 
     /// Looks `key` up: one round trip on a cache hit, two otherwise.
     pub async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, RaceError> {
         self.check_key(ctx, key)?;
         let _op = ctx.op("search").await;
-        self.maybe_cleanup(ctx).await?;
         let h = self.hash(key);
         if let Some((slot_addr, w)) = self.cache_get(&h) {
             let slot = Slot(w);
             let cand = self.l_cand();
+            let t0 = ctx.now();
             ctx.read(slot_addr, self.t.rkey(slot_addr.node())?, L_SLOT, 8);
             ctx.read(
                 slot.block(),
@@ -863,7 +858,7 @@ impl RaceClient {
                 slot.block_bytes(),
             );
             ctx.sync().await?;
-            if ctx.local_u64(L_SLOT) == w {
+            if ctx.local_u64(L_SLOT) == w && !self.stalled(ctx, t0) {
                 let hit = self.with_block(ctx, cand, slot.block_bytes(), |b| {
                     b.and_then(|(k, v)| (k == key).then(|| v.to_vec()))
                 });
@@ -876,7 +871,7 @@ impl RaceClient {
         }
         self.st.borrow_mut().counters.cache_misses += 1;
         match self.locate(ctx, key, &h).await? {
-            Locate::Found(slot_addr, slot, value) => {
+            Locate::Found(slot_addr, slot, value, _) => {
                 self.cache_put(&h, slot_addr, slot.0);
                 Ok(Some(value))
             }
@@ -914,7 +909,6 @@ impl RaceClient {
         self.check_key(ctx, key)?;
         self.check_value(value)?;
         let _op = ctx.op("insert").await;
-        self.maybe_cleanup(ctx).await?;
         let h = self.hash(key);
         let sub = self.subtable(ctx, &h).await?;
         let (block, units) = self.new_block(ctx, key, value, sub.node())?;
@@ -960,8 +954,8 @@ impl RaceClient {
                 }
                 written = true;
             }
+            let t0 = ctx.now();
             let lt = ctx.cas(lock, rk, 0, owner);
-            ctx.read(sub.add(SUB_SPLIT_LOCK), rk, L_WORD, 8);
             self.queue_combs(ctx, sub, rk, h);
             ctx.sync().await?;
             if ctx.value(lt) != 0 {
@@ -970,8 +964,8 @@ impl RaceClient {
                 attempt += 1;
                 continue;
             }
-            let splitting = ctx.local_u64(L_WORD) != 0;
             let scan = self.scan(ctx, sub, h);
+            let splitting = scan.splitting;
             let unlock = |ctx: &Ctx| {
                 ctx.set_local_u64(L_ZERO, 0);
                 ctx.write(lock, rk, L_ZERO, 8);
@@ -989,6 +983,12 @@ impl RaceClient {
                 continue;
             }
             let found = match self.fetch(ctx, key, scan.cands.as_slice()).await {
+                Ok(_) if self.stalled(ctx, t0) => {
+                    unlock(ctx);
+                    ctx.sync().await?;
+                    attempt += 1;
+                    continue;
+                }
                 Ok(f) => f,
                 Err(e) => {
                     unlock(ctx);
@@ -1040,7 +1040,6 @@ impl RaceClient {
         self.check_key(ctx, key)?;
         self.check_value(value)?;
         let _op = ctx.op("update").await;
-        self.maybe_cleanup(ctx).await?;
         let h = self.hash(key);
         let prefer = match self.cache_get(&h) {
             Some((a, _)) => a.node(),
@@ -1063,7 +1062,6 @@ impl RaceClient {
     pub async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, RaceError> {
         self.check_key(ctx, key)?;
         let _op = ctx.op("delete").await;
-        self.maybe_cleanup(ctx).await?;
         let h = self.hash(key);
         self.replace(ctx, key, &h, None).await
     }
@@ -1078,16 +1076,43 @@ impl RaceClient {
     ) -> Result<bool, RaceError> {
         let mut written = false;
         loop {
-            let (slot_addr, expected) = match self.cache_get(h) {
-                Some(c) => {
-                    self.st.borrow_mut().counters.cache_hits += 1;
-                    c
+            // The slot and the word it held when read, and when that was.
+            // A cached word is re-read with its block first: a slot word can
+            // recur for another key (same fingerprint and length, recycled
+            // block), and a CAS on a stale word would then hit that key.
+            let cached = match self.cache_get(h) {
+                Some((a, w)) => {
+                    let t0 = ctx.now();
+                    let (slot, cand) = (Slot(w), self.l_cand());
+                    ctx.read(a, self.t.rkey(a.node())?, L_SLOT, 8);
+                    ctx.read(
+                        slot.block(),
+                        self.t.rkey(slot.block().node())?,
+                        cand,
+                        slot.block_bytes(),
+                    );
+                    ctx.sync().await?;
+                    let same = ctx.local_u64(L_SLOT) == w
+                        && self.with_block(ctx, cand, slot.block_bytes(), |b| {
+                            b.is_some_and(|(k, _)| k == key)
+                        });
+                    if same {
+                        self.st.borrow_mut().counters.cache_hits += 1;
+                        Some((a, w, t0))
+                    } else {
+                        self.cache_drop(h);
+                        None
+                    }
                 }
+                None => None,
+            };
+            let (slot_addr, expected, t0) = match cached {
+                Some(c) => c,
                 None => {
                     self.st.borrow_mut().counters.cache_misses += 1;
                     match self.locate(ctx, key, h).await? {
                         Locate::Absent => return Ok(false),
-                        Locate::Found(a, s, _) => (a, s.0),
+                        Locate::Found(a, s, _, t0) => (a, s.0, t0),
                     }
                 }
             };
@@ -1098,6 +1123,11 @@ impl RaceClient {
                     ctx.sync().await?;
                 }
                 written = true;
+            }
+            // The word must still be the key's when the CAS lands: within the
+            // stall bound of reading it (see `stalled`).
+            if self.stalled(ctx, t0) {
+                continue;
             }
             let rk = self.t.rkey(slot_addr.node())?;
             // The block WRITE (same node) goes out in the CAS's batch, ahead of it.
@@ -1316,11 +1346,14 @@ impl RaceClient {
         let old_entry = dir_entry(depth + 1, sub).expect("an existing subtable's address fits");
         self.publish(ctx, depth, suffix, old_entry, new_entry)
             .await?;
-        // 7. Clear the frozen originals once readers that saw them are gone.
-        if !moved.is_empty() {
-            let at = ctx.now() + self.t.cfg.grace;
-            let addrs = moved.iter().map(|&(off, _)| sub.add(off)).collect();
-            self.st.borrow_mut().cleanup.push_back((at, addrs));
+        // 7. Clear the frozen originals. Readers that read them before the
+        //    flip fail their header check (see `queue_combs`) and retry.
+        ctx.set_local_u64(L_ZERO, 0);
+        for piece in moved.chunks(128) {
+            for &(off, _) in piece {
+                ctx.write(sub.add(off), rk, L_ZERO, 8);
+            }
+            ctx.sync().await?;
         }
         Ok(())
     }

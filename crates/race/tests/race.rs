@@ -103,7 +103,6 @@ fn sequential_ops_match_a_model_across_many_splits() {
                 }
             }
         }
-        c.quiesce(&ctx).await.unwrap();
         for i in 0..1500 {
             assert_eq!(
                 c.search(&ctx, &key(i)).await.unwrap(),
@@ -246,7 +245,6 @@ fn a_full_table_refuses_inserts_and_stays_consistent() {
         assert!(full > 0, "4 subtables of 21 slots cannot hold 400 keys");
         // At most 4 subtables × 21 slots.
         assert!(stored.len() <= 84 && stored.len() > 20, "{}", stored.len());
-        c.quiesce(&ctx).await.unwrap();
         for i in 0..400 {
             let want = stored.contains(&i).then(|| b"v".to_vec());
             assert_eq!(c.search(&ctx, &key(i)).await.unwrap(), want, "key {i}");
@@ -298,7 +296,6 @@ fn exhausted_memory_is_a_typed_error_and_the_table_stays_usable() {
         }
         let err = err.expect("4 MiB cannot hold 10k blocks of 1 KiB");
         assert!(matches!(err, RaceError::OutOfMemory { .. }), "{err}");
-        c.quiesce(&ctx).await.unwrap();
         for &i in &stored {
             assert_eq!(
                 c.search(&ctx, &key(i)).await.unwrap().as_deref(),
@@ -408,9 +405,30 @@ fn searches_take_one_round_trip_on_a_cache_hit_and_two_on_a_miss() {
 
 fn assert_linearizable(h: &[StressRecord]) {
     if let Err(v) = check(h, |_| None) {
+        // Where the execution first went wrong: the operations around the
+        // earliest failing cut (more telling than a shrunk witness).
+        let t = dmkit_lincheck::earliest_failing_cut(h, |_| None).unwrap_or(0);
+        let mut near: Vec<&StressRecord> = h
+            .iter()
+            .filter(|r| r.key == v.key && r.invoked <= t)
+            .filter(|r| {
+                r.returned
+                    .as_ref()
+                    .is_some_and(|(rt, _)| rt + 2_000_000 >= t)
+            })
+            .collect();
+        near.sort_by_key(|r| r.invoked);
+        let near: Vec<String> = near
+            .iter()
+            .rev()
+            .take(40)
+            .rev()
+            .map(|r| stress::to_line(r))
+            .collect();
         panic!(
-            "history of {} operations is not linearizable:\n{v}",
-            h.len()
+            "history of {} operations is not linearizable:\n{v}\nearliest failing cut at {t}; the key's operations up to it:\n{}",
+            h.len(),
+            near.join("\n")
         );
     }
 }
@@ -588,4 +606,40 @@ fn the_checker_catches_a_stale_read_in_these_histories() {
         returned: Some((end + 1_000_000_001, MapRet::Found(Some(old)))),
     });
     assert!(check(&h, |_| None).is_err());
+}
+
+/// A longer soak of the threads scenario over many seeds (not in CI):
+/// `RACE_SOAK_SEEDS=200 cargo test --release -p dmkit-race --test race soak -- --ignored`
+#[test]
+#[ignore]
+fn soak_linearizability_over_seeds() {
+    let seeds: u64 = std::env::var("RACE_SOAK_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(50);
+    let first: u64 = std::env::var("RACE_SOAK_FIRST")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    for seed in first..first + seeds {
+        eprintln!("soak seed {seed}");
+        let f = fabric(2, 64 << 20);
+        let cfg = RaceConfig {
+            groups: 1 + seed % 4,
+            ..small()
+        };
+        let table = RaceTable::create(f.clone(), "soak", cfg).unwrap();
+        let sc = StressConfig {
+            workers: 3,
+            tasks: 1 + (seed % 6) as usize,
+            ops_per_task: 800,
+            hot_keys: 2 + seed % 7,
+            fill_percent: (seed % 5) as u32 * 10,
+            seed,
+            client_base: 0,
+        };
+        let h = stress::run(f.as_ref(), &table, &RuntimeConfig::default(), &sc)
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        final_state_matches(f.as_ref(), &table, sc.hot_keys, h);
+    }
 }
