@@ -20,7 +20,7 @@
 
 mod client;
 mod qp;
-mod view;
+pub(crate) mod view;
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;
@@ -36,6 +36,7 @@ use view::NodeView;
 use crate::addr::NodeId;
 use crate::caps::Capabilities;
 use crate::error::FabricError;
+use crate::exec::Executor;
 use crate::{Fabric, QueuePair};
 
 /// Options of the shm backend.
@@ -198,6 +199,15 @@ impl ShmFabric {
             Control::Embedded { node, .. } => Some(node.clone()),
             Control::Socket { .. } => None,
         }
+    }
+
+    /// A request executor on node `id` with this fabric's capabilities:
+    /// the checks and memory access of a queue pair, without its
+    /// completion queue (the simulator executes requests through it at
+    /// their simulated instants).
+    pub fn executor(&self, id: NodeId) -> Result<Executor, FabricError> {
+        let n = self.node(id)?;
+        Ok(Executor::new(n.id, n.view.clone(), self.cfg.caps()))
     }
 
     /// Creates a concrete shm queue pair (no dynamic dispatch).

@@ -172,6 +172,11 @@ impl NodeView {
         Ok(())
     }
 
+    /// Whether every page of `[offset, offset+len)` is mapped.
+    pub(crate) fn check_mapped(&self, offset: u64, len: usize) -> Result<(), VerbError> {
+        self.for_each_piece(offset, len, |_, _, _| {})
+    }
+
     /// READ: copies `len` remote bytes at `offset` to local memory at `dst`,
     /// word by word in ascending order.
     ///
