@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dmkit_fabric::{
-    Batch, Completion, Fabric, FabricError, GlobalAddr, LocalMem, LocalRef, QueuePair, Rkey,
-    SharedQp, SyncQp, VerbKind, WorkRequest,
+    Batch, Completion, Fabric, FabricError, GlobalAddr, LocalMem, LocalRef, QpPolicy, QueuePair,
+    Rkey, SharedQp, SyncQp, VerbKind, WorkRequest,
 };
 use serde::Serialize;
 
@@ -41,70 +41,32 @@ pub struct MicroConfig {
     pub qp_policy: QpPolicy,
 }
 
-/// How benchmark threads map to queue pairs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QpPolicy {
-    /// All threads post to one queue pair.
-    Shared,
-    /// Each queue pair serves a group of this many threads.
-    Multiplexed(usize),
-    /// One queue pair per thread (dmkit's default).
-    PerThreadQp,
-    /// One queue pair and one doorbell register per thread (SMART §4.1);
-    /// needs a backend with explicit doorbells.
-    PerThreadDoorbell,
-}
-
-impl std::str::FromStr for QpPolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "shared" => Ok(QpPolicy::Shared),
-            "per-thread-qp" => Ok(QpPolicy::PerThreadQp),
-            "per-thread-doorbell" => Ok(QpPolicy::PerThreadDoorbell),
-            _ => match s.strip_prefix("multiplexed:").map(str::parse::<usize>) {
-                Some(Ok(n)) if n > 0 => Ok(QpPolicy::Multiplexed(n)),
-                _ => Err(format!(
-                    "{s:?}: expected shared, multiplexed:N (N ≥ 1 threads per queue pair), per-thread-qp or per-thread-doorbell"
-                )),
-            },
-        }
-    }
-}
-
-impl std::fmt::Display for QpPolicy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            QpPolicy::Shared => write!(f, "shared"),
-            QpPolicy::Multiplexed(n) => write!(f, "multiplexed:{n}"),
-            QpPolicy::PerThreadQp => write!(f, "per-thread-qp"),
-            QpPolicy::PerThreadDoorbell => write!(f, "per-thread-doorbell"),
-        }
-    }
-}
-
 /// One queue pair (or shared-queue-pair handle) per thread, by `policy`.
+/// A backend with doorbell registers (the simulator, verbs) makes every
+/// policy itself ([`Fabric::connect_as`], costs in its own model); on the
+/// others, shared and multiplexed queue pairs are [`SharedQp`] handles (a
+/// real lock) and per-thread doorbells are refused.
 pub fn make_qps(
     fabric: &dyn Fabric,
     node: dmkit_fabric::NodeId,
     threads: usize,
     policy: QpPolicy,
 ) -> Result<Vec<Box<dyn QueuePair>>, BenchError> {
+    if fabric.caps().explicit_doorbells {
+        return Ok((0..threads)
+            .map(|_| fabric.connect_as(node, policy))
+            .collect::<Result<_, _>>()?);
+    }
     let group = match policy {
         QpPolicy::Shared => threads,
         QpPolicy::Multiplexed(n) => n,
         QpPolicy::PerThreadQp => 1,
         QpPolicy::PerThreadDoorbell => {
-            if !fabric.caps().explicit_doorbells {
-                return Err(BenchError::Config(format!(
-                    "--qp-policy per-thread-doorbell: the {} backend has no doorbell registers to bind \
-                     (per-thread-qp already shares nothing there; the simulator models doorbells)",
-                    fabric.backend()
-                )));
-            }
-            return Err(BenchError::Config(
-                "per-thread-doorbell binding is not implemented for this backend yet".into(),
-            ));
+            return Err(BenchError::Config(format!(
+                "--qp-policy per-thread-doorbell: the {} backend has no doorbell registers to bind \
+                 (per-thread-qp already shares nothing there; the simulator models doorbells)",
+                fabric.backend()
+            )));
         }
     };
     let mut out: Vec<Box<dyn QueuePair>> = Vec::with_capacity(threads);

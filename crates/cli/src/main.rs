@@ -51,6 +51,46 @@ enum Cmd {
     Node(NodeCmd),
     /// Plot benchmark results (JSON files of `bench ycsb`): throughput vs threads.
     Plot(PlotArgs),
+    /// The deterministic RNIC simulator: reproduce the papers' figures.
+    #[command(subcommand)]
+    Sim(SimCmd),
+}
+
+#[derive(Subcommand)]
+enum SimCmd {
+    /// Rerun a paper's figure in virtual time and compare with its numbers.
+    Reproduce(ReproduceArgs),
+}
+
+#[derive(Args)]
+struct ReproduceArgs {
+    /// Figure: smart-fig3a, smart-fig4a, smart-table1.
+    name: String,
+    /// Device profile: cx6-200g, cx5-100g, cx3-56g, or a TOML file.
+    #[arg(long, default_value = "cx6-200g")]
+    profile: String,
+    /// Seed of the simulation (same seed, same result, bit for bit).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Fewer points, shorter windows (a smoke run).
+    #[arg(long)]
+    quick: bool,
+    /// smart-table1: scale intervals and the throttle's epochs by this factor.
+    #[arg(long, default_value_t = 0.125)]
+    time_scale: f64,
+    /// Candidate C_max values of throttled runs (default: SMART Algorithm 1's
+    /// 4,6,8,10,12; "unlimited" may be listed).
+    #[arg(long, value_delimiter = ',', value_parser = parse_c_max)]
+    tuner_candidates: Option<Vec<u32>>,
+    /// Write the rows as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write a PNG chart (reproduced lines and the paper's points).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(Args)]
@@ -288,7 +328,7 @@ struct MicroArgs {
     /// Thread → queue pair mapping: shared, multiplexed:N, per-thread-qp,
     /// per-thread-doorbell (default per-thread-qp; shared with --thread-aware off).
     #[arg(long)]
-    qp_policy: Option<micro::QpPolicy>,
+    qp_policy: Option<dmkit_fabric::QpPolicy>,
     /// Requests each task posts per round (with --coros).
     #[arg(long, default_value_t = 1)]
     depth: usize,
@@ -333,6 +373,7 @@ fn main() -> ExitCode {
         Cmd::Bench(BenchCmd::Micro(a)) => bench_micro(a),
         Cmd::Bench(BenchCmd::Ycsb(a)) => bench_ycsb(a),
         Cmd::Plot(a) => plot(a),
+        Cmd::Sim(SimCmd::Reproduce(a)) => sim_reproduce(a),
         Cmd::Node(NodeCmd::Stats(a)) => node_stats(a),
         Cmd::Node(NodeCmd::Shutdown(a)) => node_shutdown(a),
     };
@@ -442,9 +483,9 @@ fn bench_micro(a: MicroArgs) -> Res {
         qp_policy: a
             .qp_policy
             .unwrap_or(if a.coros.is_some() && !rcfg.thread_aware {
-                micro::QpPolicy::Shared
+                dmkit_fabric::QpPolicy::Shared
             } else {
-                micro::QpPolicy::PerThreadQp
+                dmkit_fabric::QpPolicy::PerThreadQp
             }),
         runtime: a.coros.map(|coros| micro::RuntimeMode {
             coros,
@@ -645,4 +686,80 @@ fn plot(a: PlotArgs) -> Res {
     }
     plot::write_png(&plot::chart_of_points(&rs), &a.output)
         .map_err(|e| format!("writing {}: {e}", a.output.display()))
+}
+
+fn sim_reproduce(a: ReproduceArgs) -> Res {
+    use dmkit_bench::sim_repro;
+    let opts = sim_repro::ReproOptions {
+        profile: dmkit_sim::Profile::load(&a.profile)?,
+        seed: a.seed,
+        quick: a.quick,
+        time_scale: a.time_scale,
+        candidates: a
+            .tuner_candidates
+            .unwrap_or_else(|| sim_repro::PAPER_CANDIDATES.to_vec()),
+    };
+    let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
+        let b = ProgressBar::new(1);
+        b.set_style(
+            ProgressStyle::with_template("{spinner} runs {bar:40} {pos}/{len} {elapsed}")
+                .expect("valid template"),
+        );
+        b
+    });
+    let progress = |done: usize, total: usize| {
+        if let Some(b) = &bar {
+            b.set_length(total as u64);
+            b.set_position(done as u64);
+        }
+    };
+    let f = sim_repro::reproduce(&a.name, &opts, &progress).map_err(|e| e.to_string())?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    println!(
+        "{} on {} (seed {}, time scale {}): {:.1} s wall, {:.2} M simulated verbs per wall second",
+        f.figure,
+        f.profile,
+        f.seed,
+        f.time_scale,
+        f.wall_seconds,
+        f.sim_verbs_per_wall_second / 1e6
+    );
+    println!(
+        "{:<24} {:>8} {:>10} {:<6} {:>10} {:>7}",
+        "series", "x", "value", "unit", "published", "ratio"
+    );
+    for r in &f.rows {
+        let (p, ratio) = match r.published {
+            Some(p) => (format!("{p:.1}"), format!("{:.2}", r.value / p)),
+            None => ("-".into(), "-".into()),
+        };
+        println!(
+            "{:<24} {:>8} {:>10.2} {:<6} {:>10} {:>7}",
+            r.series, r.x, r.value, r.unit, p, ratio
+        );
+    }
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&f).map_err(|e| e.to_string())?;
+        std::fs::write(path, text + "\n")
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    if let Some(path) = &a.plot {
+        plot::write_png(&sim_repro::chart(&f), path)
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn parse_c_max(s: &str) -> Result<u32, String> {
+    match s {
+        "unlimited" => Ok(dmkit_runtime::throttle::UNLIMITED),
+        n => match n.parse::<u32>() {
+            Ok(v) if v > 0 => Ok(v),
+            _ => Err(format!(
+                "{s:?}: expected a positive integer or \"unlimited\""
+            )),
+        },
+    }
 }

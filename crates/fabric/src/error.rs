@@ -39,6 +39,8 @@ pub enum VerbError {
     PageNotMapped { page: u64 },
     #[error("scatter/gather list of {count} entries (from {first}) is empty, exceeds the backend's {max}, or lies outside its batch")]
     BadSgl { first: u32, count: u32, max: usize },
+    #[error("the backend does not offer {0}")]
+    Unsupported(&'static str),
     #[error("flushed: an earlier request of the same batch failed")]
     Flushed,
     #[error("connection to node {0} lost")]
@@ -82,6 +84,8 @@ pub enum FabricError {
     Connect { target: String, reason: String },
     #[error("connection to memory node {0} lost")]
     ConnectionLost(NodeId),
+    #[error("the {backend} backend does not offer {what}")]
+    Unsupported { backend: &'static str, what: String },
     #[error("unexpected answer from memory node {node}: {what}")]
     Protocol { node: NodeId, what: String },
 }

@@ -76,6 +76,13 @@ impl Executor {
         self.caps
     }
 
+    /// Checks requests against `caps` instead (a backend that declares
+    /// other limits than the shm defaults, e.g. a simulated device).
+    pub fn with_caps(mut self, caps: Capabilities) -> Self {
+        self.caps = caps;
+        self
+    }
+
     /// Registers local memory; registering the same memory again returns
     /// the same key.
     pub fn register_local(&mut self, mem: &LocalMem) -> Lkey {
@@ -187,6 +194,9 @@ impl Executor {
                 len: len as u64,
                 end,
             });
+        }
+        if matches!(wr.op, Op::MaskedCas { .. }) && !self.caps.masked_cas {
+            return Err(VerbError::Unsupported("masked compare-and-swap"));
         }
         if wr.kind().is_atomic() && !off.is_multiple_of(8) {
             return Err(VerbError::Unaligned { offset: off });

@@ -47,6 +47,49 @@ pub use shared::SharedQp;
 pub use sync::SyncQp;
 pub use wr::{Batch, Completion, LocalRef, Op, Sgl, VerbKind, WorkRequest};
 
+/// How a thread's connection shares NIC resources with other threads'
+/// (SMART §3.1's allocation policies, Figure 3a; §4.1's per-thread doorbell).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpPolicy {
+    /// All threads post to one queue pair.
+    Shared,
+    /// Each queue pair serves a group of this many threads.
+    Multiplexed(usize),
+    /// One queue pair per thread (dmkit's default).
+    PerThreadQp,
+    /// One queue pair and one doorbell register per thread (SMART §4.1);
+    /// needs a backend with explicit doorbells.
+    PerThreadDoorbell,
+}
+
+impl std::str::FromStr for QpPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "shared" => Ok(QpPolicy::Shared),
+            "per-thread-qp" => Ok(QpPolicy::PerThreadQp),
+            "per-thread-doorbell" => Ok(QpPolicy::PerThreadDoorbell),
+            _ => match s.strip_prefix("multiplexed:").map(str::parse::<usize>) {
+                Some(Ok(n)) if n > 0 => Ok(QpPolicy::Multiplexed(n)),
+                _ => Err(format!(
+                    "{s:?}: expected shared, multiplexed:N (N ≥ 1 threads per queue pair), per-thread-qp or per-thread-doorbell"
+                )),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for QpPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            QpPolicy::Shared => write!(f, "shared"),
+            QpPolicy::Multiplexed(n) => write!(f, "multiplexed:{n}"),
+            QpPolicy::PerThreadQp => write!(f, "per-thread-qp"),
+            QpPolicy::PerThreadDoorbell => write!(f, "per-thread-doorbell"),
+        }
+    }
+}
+
 /// Counters of one queue pair.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QpStats {
@@ -144,8 +187,29 @@ pub trait Fabric: Send + Sync {
     /// What the backend offers.
     fn caps(&self) -> Capabilities;
 
-    /// Creates a queue pair from the calling thread to `node`.
+    /// Creates a queue pair from the calling thread to `node` (one queue
+    /// pair per thread: the backend's default and dmkit's).
     fn connect(&self, node: NodeId) -> Result<Box<dyn QueuePair>, FabricError>;
+
+    /// Creates a queue pair from the calling thread to `node` under a
+    /// sharing policy. Backends with doorbell registers
+    /// ([`Capabilities::explicit_doorbells`]) implement all four; the
+    /// default offers only [`QpPolicy::PerThreadQp`] (= [`Fabric::connect`])
+    /// and refuses the others with [`FabricError::Unsupported`] (shared
+    /// queue pairs over such a backend are [`SharedQp`] handles).
+    fn connect_as(
+        &self,
+        node: NodeId,
+        policy: QpPolicy,
+    ) -> Result<Box<dyn QueuePair>, FabricError> {
+        match policy {
+            QpPolicy::PerThreadQp => self.connect(node),
+            other => Err(FabricError::Unsupported {
+                backend: self.backend(),
+                what: format!("queue-pair policy {other}"),
+            }),
+        }
+    }
 
     /// The region covering `node`'s allocatable memory.
     fn heap(&self, node: NodeId) -> Result<RegionInfo, FabricError>;

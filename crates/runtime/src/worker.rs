@@ -156,14 +156,20 @@ impl State {
     }
 
     /// Moves a task's queued requests to the deferred queue (one batch per
-    /// queue pair, split at the backend's batch limit) and posts what fits.
+    /// queue pair, split at the backend's batch limit and at `C_max`) and
+    /// posts what fits. Algorithm 1 could never post a batch larger than
+    /// `C_max` (line 5 waits for `credit ≥ size` forever), so a larger post
+    /// goes out as `C_max`-sized doorbell batches, each charged and refunded
+    /// on its own: the throttle bounds outstanding requests whatever the
+    /// application's batch size (SMART Fig. 13b, Table 1: batches of 64).
     pub fn post_task(&mut self, task: usize) {
         // Swap the task's pending list with a scratch list (both keep their
         // capacity: no allocation per post).
         let mut pending = std::mem::take(&mut self.scratch_pending);
         std::mem::swap(&mut pending, &mut self.tasks[task].pending);
         for (qi, batch) in pending.drain(..) {
-            let max = self.qps[qi].max_batch.max(1);
+            let c_max = self.credits.c_max();
+            let max = self.qps[qi].max_batch.min(c_max as usize).max(1);
             let mut rest = Some(batch);
             while let Some(mut b) = rest.take() {
                 let part = if b.len() > max {
@@ -401,6 +407,18 @@ impl Worker {
         id: usize,
         capacity: usize,
     ) -> Result<Self, FabricError> {
+        if !cfg.thread_aware && fabric.caps().explicit_doorbells {
+            // Without thread-aware allocation a worker still owns its queue
+            // pairs, but they land on doorbells by the driver's default
+            // round-robin rule, shared with other threads' (SMART §4.1's
+            // baseline; the cost is modelled by the backend).
+            let qps = fabric
+                .nodes()
+                .into_iter()
+                .map(|n| fabric.connect_as(n, dmkit_fabric::QpPolicy::PerThreadQp))
+                .collect::<Result<Vec<_>, _>>()?;
+            return Self::with_qps(qps, clock, cfg, id, capacity);
+        }
         if !cfg.thread_aware {
             return Err(FabricError::Connect {
                 target: fabric.backend().into(),
@@ -578,6 +596,17 @@ impl Worker {
         }
         self.run_list.clear();
         polled
+    }
+
+    /// Whether some task is ready to run (for an external scheduler: step
+    /// again at once instead of waiting for a completion or a timer).
+    pub fn has_ready(&self) -> bool {
+        !self.core.st.borrow().ready.is_empty()
+            || !self
+                .inbox
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_empty()
     }
 
     /// Earliest pending timer, if any (for an external scheduler).

@@ -1,0 +1,258 @@
+//! The verbs micro-benchmark in virtual time: SMART's bench tool (§3.1)
+//! on the simulator. Every virtual thread is a runtime worker; each of its
+//! `tasks` tasks queues `depth` READs of `size` bytes at uniformly random
+//! 8-byte-aligned addresses of a region, posts them (one doorbell), awaits
+//! `sync`, and repeats. With one task this is the bench tool's loop ("each
+//! thread repeatedly posts k work requests, rings the doorbell, and then
+//! waits for acknowledgments"); throttling then splits each post into
+//! `C_max`-sized doorbell batches. Throughput counts the READs completed
+//! inside the measured window.
+//!
+//! With a [`ThreadSchedule`], the number of active threads changes every
+//! interval (SMART §6.3, Table 1): inactive threads' tasks sleep.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::Instant;
+
+use dmkit_fabric::{Fabric, GlobalAddr, QpPolicy};
+use dmkit_runtime::{RuntimeConfig, Worker};
+use dmkit_sim::{Faults, Profile, Sim, SimConfig, SimStats};
+use serde::Serialize;
+
+use crate::micro::BenchError;
+use crate::rng::Rng;
+
+/// The active thread count changes every `interval_ns` to a value drawn
+/// uniformly from `[min, max]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadSchedule {
+    pub interval_ns: u64,
+    pub min: usize,
+    pub max: usize,
+}
+
+impl ThreadSchedule {
+    /// Active threads during interval `k` (deterministic from `seed`).
+    pub fn active(&self, k: u64, seed: u64) -> usize {
+        let mut r = Rng::new(seed ^ k.wrapping_mul(0xA24B_AED4_963E_E407));
+        self.min + r.below((self.max - self.min + 1) as u64) as usize
+    }
+}
+
+/// One run.
+#[derive(Debug, Clone)]
+pub struct SimMicroConfig {
+    pub profile: Profile,
+    pub threads: usize,
+    /// Tasks per thread.
+    pub tasks: usize,
+    /// READs each task posts together before it waits (the bench tool's
+    /// concurrency depth `k`).
+    pub depth: usize,
+    pub size: usize,
+    pub region_bytes: u64,
+    pub policy: QpPolicy,
+    /// Adaptive work-request throttling (SMART §4.2) on or off.
+    pub throttle: bool,
+    /// A fixed `C_max` instead of the tuner (when throttling).
+    pub fixed_c_max: Option<u32>,
+    /// The tuner's Δ (and so its whole epoch) × this factor (1 = SMART's 8 ms).
+    pub tuner_scale: f64,
+    /// The tuner's candidate `C_max` values (`None`: the runtime's default).
+    pub candidates: Option<Vec<u32>>,
+    /// Virtual time before measuring (lets the `C_max` tuner finish its
+    /// first update phase).
+    pub warmup_ns: u64,
+    pub measure_ns: u64,
+    pub seed: u64,
+    pub schedule: Option<ThreadSchedule>,
+    pub faults: Faults,
+}
+
+impl SimMicroConfig {
+    /// SMART §3.1's setup: 8-byte READs in a 1 GB region, one memory blade.
+    pub fn smart(profile: Profile, threads: usize, depth: usize, policy: QpPolicy) -> Self {
+        Self {
+            profile,
+            threads,
+            tasks: 1,
+            depth,
+            size: 8,
+            region_bytes: 64 << 10,
+            policy,
+            throttle: false,
+            fixed_c_max: None,
+            tuner_scale: 1.0,
+            candidates: None,
+            warmup_ns: 2_000_000,
+            measure_ns: 10_000_000,
+            seed: 1,
+            schedule: None,
+            faults: Faults::default(),
+        }
+    }
+}
+
+/// What a run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimMicroResult {
+    pub threads: usize,
+    pub tasks: usize,
+    pub depth: usize,
+    pub policy: String,
+    pub throttle: bool,
+    /// READs completed in the window, per virtual second (millions).
+    pub mops: f64,
+    pub ops: u64,
+    pub virtual_seconds: f64,
+    pub wall_seconds: f64,
+    /// Simulated work requests per wall-clock second.
+    pub sim_verbs_per_wall_second: f64,
+    /// Work requests posted in the whole run.
+    pub verbs: u64,
+    /// PCIe bytes per work request at the requester (SMART Fig. 4b).
+    pub pcie_bytes_per_wr: f64,
+    /// Final `C_max` of each worker (throttling).
+    pub c_max: Vec<u32>,
+    pub stats: SimStats,
+}
+
+/// Runs the benchmark.
+pub fn run(cfg: &SimMicroConfig) -> Result<SimMicroResult, BenchError> {
+    if cfg.threads == 0 || cfg.tasks == 0 || cfg.depth == 0 || cfg.size == 0 {
+        return Err(BenchError::Config(
+            "threads, tasks, depth and size must be at least 1".into(),
+        ));
+    }
+    if cfg.region_bytes < cfg.size as u64 + 8 {
+        return Err(BenchError::Config("region smaller than one request".into()));
+    }
+    let wall = Instant::now();
+    let mut sim = Sim::new(SimConfig {
+        profile: cfg.profile.clone(),
+        compute_machines: 1,
+        memory_nodes: 1,
+        memory_bytes: cfg.region_bytes + (64 << 20),
+        page_size: 2 << 20,
+        seed: cfg.seed,
+        faults: cfg.faults.clone(),
+        ..SimConfig::default()
+    })?;
+    let fabric = sim.dyn_fabric();
+    let (base, _, rkey) = fabric.alloc_chunk(0, cfg.region_bytes, true)?;
+    let words = (cfg.region_bytes - cfg.size as u64) / 8;
+    let end = cfg.warmup_ns + cfg.measure_ns;
+    let ops = Rc::new(Cell::new(0u64));
+    let mut tuner = dmkit_runtime::throttle::TunerConfig::default();
+    tuner.delta = ((tuner.delta as f64 * cfg.tuner_scale) as u64).max(1);
+    if let Some(c) = &cfg.candidates {
+        tuner.candidates = c.clone();
+    }
+    let rcfg = RuntimeConfig {
+        tuner,
+        throttle: cfg.throttle,
+        fixed_c_max: cfg.fixed_c_max,
+        conflict_avoid: false,
+        op_stats: false,
+        task_local_bytes: (cfg.size * cfg.depth).next_multiple_of(64),
+        seed: cfg.seed,
+        ..RuntimeConfig::default()
+    };
+    let failed: Rc<Cell<bool>> = Rc::default();
+    let mut ths = Vec::with_capacity(cfg.threads);
+    for ti in 0..cfg.threads {
+        let th = sim.add_worker(0, |f: &dyn Fabric, clock| -> Result<Worker, BenchError> {
+            let qp = f.connect_as(0, cfg.policy)?;
+            Ok(Worker::with_qps(
+                vec![qp],
+                clock,
+                rcfg.clone(),
+                ti,
+                cfg.tasks,
+            )?)
+        })?;
+        ths.push(th);
+        let w = sim.worker_mut(th);
+        for ci in 0..cfg.tasks {
+            let ops = ops.clone();
+            let failed = failed.clone();
+            let (size, depth, warm, seed, sched) =
+                (cfg.size, cfg.depth, cfg.warmup_ns, cfg.seed, cfg.schedule);
+            let mut rng =
+                Rng::new(seed ^ ((ti * cfg.tasks + ci) as u64 + 1).wrapping_mul(0x9E37_79B9));
+            w.spawn(move |ctx| async move {
+                loop {
+                    let now = ctx.now();
+                    if now >= end {
+                        break;
+                    }
+                    if let Some(s) = sched {
+                        let k = now / s.interval_ns;
+                        if ti >= s.active(k, seed) {
+                            let next = ((k + 1) * s.interval_ns).min(end);
+                            ctx.sleep(next - now).await;
+                            continue;
+                        }
+                    }
+                    for i in 0..depth {
+                        let off = base.offset() + 8 * rng.below(words);
+                        ctx.read(GlobalAddr::new(0, off), rkey, i * size, size);
+                    }
+                    if ctx.sync().await.is_err() {
+                        failed.set(true);
+                        break;
+                    }
+                    let t = ctx.now();
+                    if t >= warm && t < end {
+                        ops.set(ops.get() + depth as u64);
+                    }
+                }
+            });
+        }
+    }
+    match cfg.schedule {
+        None => {
+            sim.run_until(end);
+        }
+        Some(s) => {
+            // The SMT slowdown follows the active count interval by interval.
+            let mut k = 0;
+            while k * s.interval_ns < end {
+                sim.set_active_threads(0, s.active(k, cfg.seed).min(cfg.threads) as u32);
+                sim.run_until(((k + 1) * s.interval_ns).min(end));
+                k += 1;
+            }
+        }
+    }
+    if failed.get() {
+        return Err(BenchError::Config("a READ failed in the simulation".into()));
+    }
+    let stats = sim.stats();
+    let c_max = ths
+        .iter()
+        .map(|&t| sim.thread_stats(t).c_max.first().copied().unwrap_or(0))
+        .collect();
+    let wall_seconds = wall.elapsed().as_secs_f64();
+    let ops = ops.get();
+    Ok(SimMicroResult {
+        threads: cfg.threads,
+        tasks: cfg.tasks,
+        depth: cfg.depth,
+        policy: cfg.policy.to_string(),
+        throttle: cfg.throttle,
+        mops: ops as f64 / (cfg.measure_ns as f64 / 1e9) / 1e6,
+        ops,
+        virtual_seconds: end as f64 / 1e9,
+        wall_seconds,
+        sim_verbs_per_wall_second: stats.posted as f64 / wall_seconds,
+        verbs: stats.posted,
+        pcie_bytes_per_wr: if stats.posted > 0 {
+            stats.pcie_bytes / stats.posted as f64
+        } else {
+            0.0
+        },
+        c_max,
+        stats,
+    })
+}

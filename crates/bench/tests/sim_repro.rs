@@ -1,0 +1,76 @@
+//! The simulator's reproductions: deterministic, and within the issue's
+//! ±30 % of every number SMART publishes (quick mode: fewer points, shorter
+//! windows — the calibration must hold there too). Virtual time only: these
+//! assert the model, not this machine's speed.
+
+use dmkit_bench::sim_repro::{reproduce, Figure, ReproOptions};
+
+fn quick() -> ReproOptions {
+    ReproOptions {
+        quick: true,
+        time_scale: 1.0 / 32.0,
+        ..ReproOptions::default()
+    }
+}
+
+fn check(f: &Figure) {
+    let mut checked = 0;
+    for r in &f.rows {
+        if let Some(p) = r.published {
+            let ratio = r.value / p;
+            assert!(
+                (0.7..=1.3).contains(&ratio),
+                "{} {} at x={}: {:.1} vs published {p} (ratio {ratio:.2})",
+                f.figure,
+                r.series,
+                r.x,
+                r.value
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 0, "{} has published points", f.figure);
+}
+
+#[test]
+fn fig4a_is_calibrated_and_deterministic() {
+    let a = reproduce("smart-fig4a", &quick(), &|_, _| {}).unwrap();
+    check(&a);
+    let b = reproduce("smart-fig4a", &quick(), &|_, _| {}).unwrap();
+    assert_eq!(
+        serde_json::to_value(&a.rows).unwrap(),
+        serde_json::to_value(&b.rows).unwrap(),
+        "same seed, same rows"
+    );
+}
+
+#[test]
+fn fig3a_is_calibrated_and_shared_qps_stay_below_2_mops() {
+    let f = reproduce("smart-fig3a", &quick(), &|_, _| {}).unwrap();
+    check(&f);
+    for r in f.rows.iter().filter(|r| r.series == "shared") {
+        assert!(
+            r.value <= 2.0,
+            "one shared QP ≤ 2 Mops, got {} at {}",
+            r.value,
+            r.x
+        );
+    }
+}
+
+#[test]
+fn table1_is_calibrated() {
+    let f = reproduce("smart-table1", &quick(), &|_, _| {}).unwrap();
+    check(&f);
+}
+
+#[test]
+fn unknown_figures_and_bad_scales_are_refused() {
+    let e = reproduce("smart-fig99", &quick(), &|_, _| {}).unwrap_err();
+    assert!(e.to_string().contains("smart-fig3a"), "{e}");
+    let bad = ReproOptions {
+        time_scale: 0.0,
+        ..quick()
+    };
+    assert!(reproduce("smart-table1", &bad, &|_, _| {}).is_err());
+}

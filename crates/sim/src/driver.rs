@@ -1,0 +1,409 @@
+//! [`Sim`]: builds the simulated cluster and runs virtual threads — one
+//! runtime [`Worker`] each, the same code that runs on OS threads over shm —
+//! in virtual time on the calling OS thread.
+//!
+//! The loop: take the virtual thread with the earliest wake-up instant,
+//! apply every memory effect due by then, step its worker once (its tasks
+//! post, poll and compute; each costs CPU time on the thread's own clock),
+//! and schedule it again at the later of its CPU time and its next event:
+//! a completion, a timer, or at once if a task is ready.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use dmkit_fabric::shm::{ShmConfig, ShmFabric};
+use dmkit_fabric::{Capabilities, Fabric, FabricError};
+use dmkit_memnode::NodeConfig;
+use dmkit_runtime::{Clock, Nanos, Worker, WorkerStats};
+
+use crate::engine::{Core, SimStats, ThreadId, Time};
+use crate::fabric::{lock, SimFabric};
+use crate::faults::Faults;
+use crate::profile::Profile;
+
+/// The simulated cluster.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    pub profile: Profile,
+    /// Machines that run virtual threads.
+    pub compute_machines: usize,
+    /// Memory nodes (ids 0..n).
+    pub memory_nodes: usize,
+    /// Memory node `i` lives on compute machine `i` (Sherman's setup: every
+    /// server is both); otherwise memory nodes are machines of their own.
+    pub colocated: bool,
+    /// Remote memory per node (bytes; real memory: it is allocated lazily).
+    pub memory_bytes: u64,
+    /// Translation page size of the memory nodes (4 KiB or 2 MiB).
+    pub page_size: u64,
+    pub seed: u64,
+    pub faults: Faults,
+    /// Whether the simulated device promises in-order placement inside one
+    /// WRITE (data structures then rely on it; torn faults respect it).
+    pub in_order_write: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            profile: Profile::cx6(),
+            compute_machines: 1,
+            memory_nodes: 1,
+            colocated: false,
+            memory_bytes: 256 << 20,
+            page_size: 2 << 20,
+            seed: 1,
+            faults: Faults::default(),
+            in_order_write: true,
+        }
+    }
+}
+
+/// Virtual time for the runtime: the current virtual thread's CPU clock.
+#[derive(Debug, Clone)]
+pub struct SimClock(Arc<AtomicU64>);
+
+impl Clock for SimClock {
+    fn now(&self) -> Nanos {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+struct VThread {
+    worker: Worker,
+    machine: usize,
+    done: bool,
+}
+
+/// What [`Sim::run_until`] ended with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunOutcome {
+    /// Virtual time reached.
+    pub now: Time,
+    /// Threads whose tasks all finished.
+    pub finished: usize,
+    /// Threads with live tasks but nothing that could wake them.
+    pub blocked: usize,
+}
+
+/// A simulation: its fabric, clock and virtual threads.
+pub struct Sim {
+    core: Arc<Mutex<Core>>,
+    fabric: Arc<SimFabric>,
+    clock: Arc<SimClock>,
+    /// By thread id; `None` once cleared.
+    threads: Vec<Option<VThread>>,
+    wake: BinaryHeap<Reverse<(Time, ThreadId)>>,
+    blocked: usize,
+    finished: usize,
+    steps: u64,
+}
+
+impl Sim {
+    /// Builds the cluster: memory nodes (real memory), machines, links.
+    pub fn new(cfg: SimConfig) -> Result<Self, FabricError> {
+        cfg.faults.validate().map_err(|e| FabricError::Connect {
+            target: "sim".into(),
+            reason: e,
+        })?;
+        if cfg.compute_machines == 0 || cfg.memory_nodes == 0 {
+            return Err(FabricError::Connect {
+                target: "sim".into(),
+                reason: "a simulation needs at least one compute machine and one memory node"
+                    .into(),
+            });
+        }
+        if cfg.colocated && cfg.memory_nodes > cfg.compute_machines {
+            return Err(FabricError::Connect {
+                target: "sim".into(),
+                reason: format!(
+                    "{} colocated memory nodes need as many compute machines (have {})",
+                    cfg.memory_nodes, cfg.compute_machines
+                ),
+            });
+        }
+        let p = &cfg.profile;
+        let shm = ShmConfig {
+            rtt: None,
+            max_batch: p.limits.max_batch,
+            max_inline: p.limits.max_inline,
+        };
+        let nodes: Vec<NodeConfig> = (0..cfg.memory_nodes)
+            .map(|i| NodeConfig {
+                node_id: i as u16,
+                size: cfg.memory_bytes,
+                page_size: cfg.page_size,
+                ..NodeConfig::default()
+            })
+            .collect();
+        let inner = ShmFabric::embedded(shm, &nodes)?;
+        let caps = Capabilities {
+            in_order_write: cfg.in_order_write,
+            masked_cas: p.limits.masked_cas,
+            max_batch: p.limits.max_batch,
+            max_inline: p.limits.max_inline,
+            max_message: p.limits.max_message,
+            max_sge: p.limits.max_sge,
+            on_nic_memory: p.limits.device_memory > 0,
+            explicit_doorbells: true,
+        };
+        let machines = if cfg.colocated {
+            cfg.compute_machines
+        } else {
+            cfg.compute_machines + cfg.memory_nodes
+        };
+        let tick = Arc::new(AtomicU64::new(0));
+        let mut core = Core::new(
+            cfg.profile.clone(),
+            cfg.faults.clone(),
+            cfg.in_order_write,
+            machines,
+            cfg.seed,
+            tick.clone(),
+        );
+        let shift = cfg.page_size.trailing_zeros();
+        for i in 0..cfg.memory_nodes {
+            let m = if cfg.colocated {
+                i
+            } else {
+                cfg.compute_machines + i
+            };
+            core.place_node(i as u16, m, shift);
+        }
+        let core = Arc::new(Mutex::new(core));
+        Ok(Self {
+            fabric: Arc::new(SimFabric {
+                core: core.clone(),
+                inner,
+                caps,
+            }),
+            core,
+            clock: Arc::new(SimClock(tick)),
+            threads: Vec::new(),
+            wake: BinaryHeap::new(),
+            blocked: 0,
+            finished: 0,
+            steps: 0,
+        })
+    }
+
+    /// The fabric (give it to data structures and workers).
+    pub fn fabric(&self) -> Arc<SimFabric> {
+        self.fabric.clone()
+    }
+
+    /// The fabric as a trait object.
+    pub fn dyn_fabric(&self) -> Arc<dyn Fabric> {
+        self.fabric.clone()
+    }
+
+    /// The virtual clock (give it to workers).
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        self.clock.clone()
+    }
+
+    /// Current virtual time.
+    pub fn now(&self) -> Time {
+        lock(&self.core).now
+    }
+
+    /// Adds a virtual thread on compute machine `machine` whose worker
+    /// `make` builds (its queue pairs are made on that thread's behalf);
+    /// the thread first runs at the current virtual time.
+    pub fn add_worker<E>(
+        &mut self,
+        machine: usize,
+        make: impl FnOnce(&dyn Fabric, Arc<dyn Clock>) -> Result<Worker, E>,
+    ) -> Result<ThreadId, E> {
+        let (th, now) = {
+            let mut c = lock(&self.core);
+            assert!(
+                machine < c.machine_count(),
+                "machine {machine} does not exist"
+            );
+            let th = c.add_thread(machine);
+            c.current = Some(th);
+            c.cursor = c.now;
+            (th, c.now)
+        };
+        self.clock.0.store(now, Ordering::Release);
+        let made = make(self.fabric.as_ref(), self.clock.clone());
+        {
+            let mut c = lock(&self.core);
+            c.current = None;
+            let now = c.now;
+            self.clock.0.store(now, Ordering::Release);
+        }
+        let worker = made?;
+        debug_assert_eq!(self.threads.len(), th as usize);
+        self.threads.push(Some(VThread {
+            worker,
+            machine,
+            done: false,
+        }));
+        self.wake.push(Reverse((now, th)));
+        Ok(th)
+    }
+
+    /// The worker of thread `th` (to spawn more tasks, read statistics).
+    ///
+    /// # Panics
+    /// If the thread does not exist or was cleared (programmer error).
+    pub fn worker_mut(&mut self, th: ThreadId) -> &mut Worker {
+        &mut self.thread(th).worker
+    }
+
+    fn thread(&mut self, th: ThreadId) -> &mut VThread {
+        self.threads[th as usize]
+            .as_mut()
+            .expect("a live virtual thread")
+    }
+
+    /// Machine of thread `th`.
+    pub fn machine_of(&self, th: ThreadId) -> usize {
+        self.threads[th as usize]
+            .as_ref()
+            .expect("a live virtual thread")
+            .machine
+    }
+
+    /// Declares how many threads of `machine` are busy (the SMT slowdown
+    /// applies beyond its physical cores). By default: every thread added.
+    pub fn set_active_threads(&mut self, machine: usize, n: u32) {
+        lock(&self.core).set_active(machine, n);
+    }
+
+    /// Makes a thread whose worker finished or blocked runnable again (after
+    /// spawning new tasks on it).
+    pub fn wake(&mut self, th: ThreadId) {
+        let now = self.now();
+        let t = self.thread(th);
+        if t.done {
+            t.done = false;
+            self.finished -= 1;
+        }
+        self.wake.push(Reverse((now, th)));
+    }
+
+    /// Runs until every worker's tasks have finished (or nothing can run).
+    pub fn run(&mut self) -> RunOutcome {
+        self.run_until(Time::MAX)
+    }
+
+    /// Runs until virtual time `end` (threads due later stay scheduled).
+    pub fn run_until(&mut self, end: Time) -> RunOutcome {
+        while let Some(&Reverse((t, th))) = self.wake.peek() {
+            if t > end {
+                break;
+            }
+            self.wake.pop();
+            let Some(vt) = self.threads[th as usize].as_mut() else {
+                continue;
+            };
+            if vt.done {
+                continue;
+            }
+            {
+                let mut c = lock(&self.core);
+                c.apply_until(t);
+                c.current = Some(th);
+                c.cursor = t;
+            }
+            self.clock.0.store(t, Ordering::Release);
+            let polled = vt.worker.step();
+            self.steps += 1;
+            let (cursor, next_completion) = {
+                let mut c = lock(&self.core);
+                let task_ns = c.p.cpu.task_ns * polled as f64;
+                c.charge(task_ns);
+                // Every step costs at least a nanosecond: a spinning task
+                // cannot stop virtual time.
+                if c.cursor <= t {
+                    c.cursor = t + 1;
+                }
+                c.current = None;
+                let now = c.now;
+                self.clock.0.store(now, Ordering::Release);
+                (c.cursor, c.next_completion(th))
+            };
+            if vt.worker.live_tasks() == 0 {
+                vt.done = true;
+                self.finished += 1;
+                continue;
+            }
+            let next = if vt.worker.has_ready() {
+                Some(cursor)
+            } else {
+                match (next_completion, vt.worker.next_timer()) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
+            };
+            match next {
+                Some(n) => self.wake.push(Reverse((n.max(cursor), th))),
+                None => self.blocked += 1,
+            }
+        }
+        if end != Time::MAX {
+            lock(&self.core).apply_until(end);
+            let now = self.now();
+            self.clock.0.store(now, Ordering::Release);
+        }
+        RunOutcome {
+            now: self.now(),
+            finished: self.finished,
+            blocked: self.blocked,
+        }
+    }
+
+    /// Worker steps taken so far.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// Engine counters.
+    pub fn stats(&self) -> SimStats {
+        lock(&self.core).stats
+    }
+
+    /// Requests posted and not yet reaped by their queue pair's owner.
+    pub fn in_flight(&self) -> usize {
+        lock(&self.core).in_flight()
+    }
+
+    /// Every worker's statistics, merged.
+    pub fn worker_stats(&self) -> WorkerStats {
+        let mut s = WorkerStats::default();
+        for t in self.threads.iter().flatten() {
+            s.merge(&t.worker.stats());
+        }
+        s
+    }
+
+    /// Statistics of one worker.
+    pub fn thread_stats(&self, th: ThreadId) -> WorkerStats {
+        self.threads[th as usize]
+            .as_ref()
+            .expect("a live virtual thread")
+            .worker
+            .stats()
+    }
+
+    /// Number of live virtual threads.
+    pub fn thread_count(&self) -> usize {
+        self.threads.iter().flatten().count()
+    }
+
+    /// Drops every worker (and its queue pairs) — e.g. before reading the
+    /// final memory with fresh clients. Thread ids are not reused.
+    pub fn clear_workers(&mut self) {
+        for t in &mut self.threads {
+            *t = None;
+        }
+        self.wake.clear();
+        self.finished = 0;
+        self.blocked = 0;
+    }
+}

@@ -1,0 +1,1083 @@
+//! The engine: simulated machines (CPU cost scaling, doorbell registers,
+//! requester NIC, links, responder, atomic unit), connections, and the
+//! queue of memory effects ordered by simulated instant.
+//!
+//! Timing is computed when a batch is posted, stage by stage, with every
+//! shared resource a FIFO server that remembers when it is next free
+//! (`*_free`, in fractional ns). The *effect* of each request on memory is
+//! not applied then: it is queued for its execution instant and applied,
+//! in instant order across all connections, before any virtual thread runs
+//! at a later instant. So a READ sees memory as it is at its simulated
+//! execution, and a completion becomes visible at its simulated delivery.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use dmkit_fabric::{
+    Batch, Completion, Executor, LocalRef, NodeId, Op, PostError, QpPolicy, RequestError,
+    VerbError, VerbKind, WorkRequest,
+};
+
+use crate::faults::Faults;
+use crate::profile::Profile;
+use crate::rng::SimRng;
+
+/// A virtual thread's index.
+pub type ThreadId = u32;
+
+/// Simulated nanoseconds.
+pub type Time = u64;
+
+/// Counters of a simulation run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct SimStats {
+    pub doorbells: u64,
+    pub posted: u64,
+    pub executed: u64,
+    pub completed: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub atomics: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    /// Bytes on the wire (payload + headers), all links, one direction each.
+    pub wire_bytes: u64,
+    /// Bytes the requester NICs moved over PCIe (WQEs, CQEs, data, misses).
+    pub pcie_bytes: f64,
+    /// Requests whose WQE missed the NIC's cache (fractional: expected misses).
+    pub wqe_misses: f64,
+    pub mtt_misses: u64,
+    /// Time threads spent spinning on doorbell or queue-pair locks (ns).
+    pub lock_spin_ns: f64,
+    pub torn: u64,
+    pub delayed: u64,
+    pub disconnects: u64,
+    pub failed: u64,
+    /// Memory effects applied (torn requests count once per piece).
+    pub effects: u64,
+}
+
+/// A spinlock in simulated time: FIFO grants, and a hold time that grows
+/// with the number of threads sharing it: a lock used by one thread stays
+/// in its cache (`lock_ns`); a shared one moves its cache line between
+/// cores on every acquisition (`bounce_ns`), and more so the more threads
+/// spin on it (`handoff_ns` per other user).
+#[derive(Debug, Default)]
+struct SimLock {
+    free: f64,
+    /// Distinct threads using it (`None` = the external caller).
+    users: Vec<Option<ThreadId>>,
+}
+
+impl SimLock {
+    fn join(&mut self, t: Option<ThreadId>) {
+        if !self.users.contains(&t) {
+            self.users.push(t);
+        }
+    }
+
+    /// Acquires at `t` for one post; returns (release instant, spin time).
+    fn acquire(&mut self, t: f64, p: &Profile) -> (f64, f64) {
+        let grant = fmax(t, self.free);
+        let others = self.users.len().saturating_sub(1) as f64;
+        let bounce = if others > 0.0 {
+            p.doorbell.bounce_ns
+        } else {
+            0.0
+        };
+        let hold = p.doorbell.lock_ns + bounce + p.doorbell.handoff_ns * others;
+        self.free = grant + hold;
+        (grant + hold, grant - t)
+    }
+}
+
+/// One machine: CPUs, one RNIC (requester and responder), one switch port.
+struct Machine {
+    /// Busy virtual threads (for the SMT slowdown).
+    active: u32,
+    cpu_factor: f64,
+    /// Doorbells of the shared device context: low-latency, then medium,
+    /// then one per thread that asked for its own (thread-aware allocation).
+    dbs: Vec<SimLock>,
+    /// Queue pairs created under the default doorbell mapping.
+    default_qps: u32,
+    /// Doorbell owned by each thread under thread-aware allocation.
+    own_db: HashMap<Option<ThreadId>, usize>,
+    /// Shared / multiplexed queue pairs: (node, group size) → (qp, users).
+    groups: HashMap<(NodeId, usize), Vec<(usize, usize)>>,
+    req_free: f64,
+    /// Queue pairs with requests waiting for the send-queue units, and
+    /// when each stops waiting (lazily expired; stale entries skipped).
+    backlogged: u32,
+    backlog_ends: BinaryHeap<Reverse<(Time, u32)>>,
+    /// Work requests posted and not yet polled (WQE cache pressure).
+    outstanding: u64,
+    resp_free: f64,
+    atomic_free: f64,
+    up_free: f64,
+    down_free: f64,
+    /// Direct-mapped translation cache: remote page + 1 per entry (0 = empty).
+    mtt: Vec<u64>,
+}
+
+impl Machine {
+    fn new(p: &Profile) -> Self {
+        let n = (p.doorbell.low_latency + p.doorbell.medium_latency) as usize;
+        Self {
+            active: 0,
+            cpu_factor: 1.0,
+            dbs: (0..n).map(|_| SimLock::default()).collect(),
+            default_qps: 0,
+            own_db: HashMap::new(),
+            groups: HashMap::new(),
+            req_free: 0.0,
+            backlogged: 0,
+            backlog_ends: BinaryHeap::new(),
+            outstanding: 0,
+            resp_free: 0.0,
+            atomic_free: 0.0,
+            up_free: 0.0,
+            down_free: 0.0,
+            mtt: vec![0; p.responder.mtt_entries.max(1) as usize],
+        }
+    }
+
+    fn set_active(&mut self, active: u32, p: &Profile) {
+        self.active = active;
+        let cores = p.cpu.cores;
+        self.cpu_factor = if p.cpu.smt > 1 && active > cores {
+            let doubled = (2 * (active - cores)).min(active) as f64;
+            1.0 + (p.cpu.smt_slowdown - 1.0) * doubled / active as f64
+        } else {
+            1.0
+        };
+    }
+}
+
+/// A queue pair: its doorbell, its lock when shared, its ordering state.
+struct Qp {
+    machine: usize,
+    target: usize,
+    db: usize,
+    lock: Option<SimLock>,
+    /// When the send-queue units may next serve this queue pair (round-robin
+    /// arbitration: one turn per backlogged queue pair).
+    nic_free: f64,
+    in_backlog: bool,
+    last_exec: f64,
+    last_cq: f64,
+    next_batch: u64,
+    /// Batch whose earlier request failed (the rest is flushed).
+    failed_batch: u64,
+    /// Instant the connection was lost.
+    lost_at: Option<Time>,
+}
+
+/// One request in flight on a handle.
+struct Entry {
+    wr: WorkRequest,
+    batch: u64,
+    index: u32,
+    cq_at: Time,
+    /// Torn requests: how they are cut (boxed: rare).
+    cut: Option<Box<Cut>>,
+    /// Pieces applied so far (all pieces applied = executed).
+    applied: u8,
+    result: Result<u64, VerbError>,
+}
+
+impl Entry {
+    fn pieces(&self) -> u8 {
+        self.cut.as_ref().map_or(1, |c| c.n as u8)
+    }
+}
+
+/// One thread's handle on a queue pair (its own completion queue: a shared
+/// queue pair routes each completion to its poster, as `SharedQp` does).
+pub(crate) struct Handle {
+    qp: usize,
+    thread: Option<ThreadId>,
+    node: NodeId,
+    exec: Executor,
+    entries: VecDeque<Entry>,
+    head: u64,
+    /// Completions that will be delivered (signaled, or failed).
+    deliverable: usize,
+    /// Scatter/gather entries of posted vector requests, by batch.
+    sges: HashMap<u64, Vec<LocalRef>>,
+    /// Index (from `head`) of the next entry to take effect.
+    next_apply: u64,
+    stats: dmkit_fabric::QpStats,
+    /// The queue pair was dropped: in-flight requests still take effect,
+    /// their entries are discarded as they do.
+    dropped: bool,
+}
+
+/// A memory effect due at `at`, packed for the heap: `at:64 | seq:40 |
+/// handle:24`. A handle's effects land in posting order (one queue pair's
+/// requests execute in order, a torn request's pieces before the next
+/// request), so the entry is the handle's next one to apply and the piece
+/// its next piece: neither needs storing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Effect(u128);
+
+const HANDLE_BITS: u32 = 24;
+
+impl Effect {
+    fn new(at: Time, seq: u64, handle: u32) -> Self {
+        debug_assert!(handle < 1 << HANDLE_BITS && seq < 1 << 40);
+        Effect(((at as u128) << 64) | ((seq as u128) << HANDLE_BITS) | handle as u128)
+    }
+
+    fn at(self) -> Time {
+        (self.0 >> 64) as Time
+    }
+
+    fn handle(self) -> u32 {
+        (self.0 & ((1 << HANDLE_BITS) - 1)) as u32
+    }
+}
+
+/// How a torn request is cut: piece `i` covers bytes `[cuts[i], cuts[i+1])`
+/// of the request; the `s`-th effect to land applies piece `order[s]`.
+#[derive(Debug, Clone, Copy)]
+struct Cut {
+    cuts: [usize; 5],
+    order: [u8; 4],
+    n: usize,
+}
+
+/// The whole simulation state.
+pub(crate) struct Core {
+    pub p: Profile,
+    pub faults: Faults,
+    pub in_order_write: bool,
+    machines: Vec<Machine>,
+    /// Memory node id → machine.
+    node_machine: HashMap<NodeId, usize>,
+    /// Memory node id → translation page shift.
+    page_shift: HashMap<NodeId, u32>,
+    qps: Vec<Qp>,
+    pub handles: Vec<Handle>,
+    effects: BinaryHeap<Reverse<Effect>>,
+    seq: u64,
+    /// Same-address atomic serialisation: address → free instant.
+    addr_free: HashMap<u64, f64>,
+    /// Device-memory range per node (atomics there are faster).
+    device_mem: HashMap<NodeId, (u64, u64)>,
+    /// Threads: machine of each.
+    pub threads: Vec<usize>,
+    /// Handles of each thread.
+    thread_handles: Vec<Vec<u32>>,
+    /// The thread being stepped, and its CPU time position.
+    pub current: Option<ThreadId>,
+    pub cursor: Time,
+    /// The latest instant the engine has reached.
+    pub now: Time,
+    pub clock: Arc<AtomicU64>,
+    pub rng: SimRng,
+    pub stats: SimStats,
+}
+
+fn kind_bytes(wr: &WorkRequest) -> (f64, f64, f64) {
+    // (request payload on the wire, response payload, PCIe payload at requester)
+    let len = wr.len() as f64;
+    match wr.kind() {
+        VerbKind::Read => (0.0, len, len),
+        VerbKind::Write => (len, 0.0, len),
+        _ => (16.0, 8.0, 8.0),
+    }
+}
+
+impl Core {
+    pub fn new(
+        p: Profile,
+        faults: Faults,
+        in_order_write: bool,
+        machines: usize,
+        seed: u64,
+        clock: Arc<AtomicU64>,
+    ) -> Self {
+        Self {
+            machines: (0..machines).map(|_| Machine::new(&p)).collect(),
+            p,
+            faults,
+            in_order_write,
+            node_machine: HashMap::new(),
+            page_shift: HashMap::new(),
+            qps: Vec::new(),
+            handles: Vec::new(),
+            effects: BinaryHeap::new(),
+            seq: 0,
+            addr_free: HashMap::new(),
+            device_mem: HashMap::new(),
+            threads: Vec::new(),
+            thread_handles: Vec::new(),
+            current: None,
+            cursor: 0,
+            now: 0,
+            clock,
+            rng: SimRng::new(seed),
+            stats: SimStats::default(),
+        }
+    }
+
+    pub fn place_node(&mut self, node: NodeId, machine: usize, page_shift: u32) {
+        self.node_machine.insert(node, machine);
+        self.page_shift.insert(node, page_shift);
+    }
+
+    pub fn set_device_memory(&mut self, node: NodeId, start: u64, len: u64) {
+        self.device_mem.insert(node, (start, start + len));
+    }
+
+    pub fn machine_count(&self) -> usize {
+        self.machines.len()
+    }
+
+    pub fn machine_of(&self, node: NodeId) -> Option<usize> {
+        self.node_machine.get(&node).copied()
+    }
+
+    pub fn add_thread(&mut self, machine: usize) -> ThreadId {
+        let id = self.threads.len() as ThreadId;
+        self.threads.push(machine);
+        self.thread_handles.push(Vec::new());
+        let m = &mut self.machines[machine];
+        let active = m.active + 1;
+        m.set_active(active, &self.p);
+        id
+    }
+
+    pub fn set_active(&mut self, machine: usize, active: u32) {
+        let p = &self.p;
+        self.machines[machine].set_active(active, p);
+    }
+
+    /// The CPU cost multiplier of the caller (1 for the external caller).
+    fn cpu_factor(&self) -> f64 {
+        match self.current {
+            Some(t) => self.machines[self.threads[t as usize]].cpu_factor,
+            None => 1.0,
+        }
+    }
+
+    /// Where the caller is in time.
+    pub fn caller_time(&self) -> Time {
+        if self.current.is_some() {
+            self.cursor
+        } else {
+            self.now
+        }
+    }
+
+    /// Charges CPU time to the current thread.
+    pub fn charge(&mut self, ns: f64) {
+        if self.current.is_some() {
+            self.cursor += (ns * self.cpu_factor()).round() as Time;
+            self.clock.store(self.cursor, Ordering::Release);
+        }
+    }
+
+    /// Creates a connection for the caller from `machine` to `node`.
+    pub fn connect(
+        &mut self,
+        node: NodeId,
+        policy: QpPolicy,
+        exec: Executor,
+    ) -> Result<u32, String> {
+        let target = self
+            .machine_of(node)
+            .ok_or_else(|| format!("no memory node {node}"))?;
+        let thread = self.current;
+        let machine = match thread {
+            Some(t) => self.threads[t as usize],
+            None => 0,
+        };
+        let m = &mut self.machines[machine];
+        let new_qp = |db: usize, lock: Option<SimLock>| Qp {
+            machine,
+            target,
+            db,
+            lock,
+            nic_free: 0.0,
+            in_backlog: false,
+            last_exec: 0.0,
+            last_cq: 0.0,
+            next_batch: 1,
+            failed_batch: 0,
+            lost_at: None,
+        };
+        let default_db = |m: &mut Machine, p: &Profile| {
+            let low = p.doorbell.low_latency;
+            let med = p.doorbell.medium_latency.max(1);
+            let c = m.default_qps;
+            m.default_qps += 1;
+            if c < low {
+                c as usize
+            } else if p.doorbell.medium_latency == 0 {
+                (c % low) as usize
+            } else {
+                (low + (c - low) % med) as usize
+            }
+        };
+        let qp = match policy {
+            QpPolicy::PerThreadDoorbell => {
+                let db = match m.own_db.get(&thread) {
+                    Some(&d) => d,
+                    None => {
+                        m.dbs.push(SimLock::default());
+                        let d = m.dbs.len() - 1;
+                        m.own_db.insert(thread, d);
+                        d
+                    }
+                };
+                m.dbs[db].join(thread);
+                self.qps.push(new_qp(db, None));
+                self.qps.len() - 1
+            }
+            QpPolicy::PerThreadQp => {
+                let db = default_db(m, &self.p);
+                m.dbs[db].join(thread);
+                self.qps.push(new_qp(db, None));
+                self.qps.len() - 1
+            }
+            QpPolicy::Shared | QpPolicy::Multiplexed(_) => {
+                let size = match policy {
+                    QpPolicy::Multiplexed(n) => n.max(1),
+                    _ => usize::MAX,
+                };
+                let groups = m.groups.entry((node, size)).or_default();
+                let found = groups.iter_mut().find(|(_, users)| *users < size);
+                let qi = match found {
+                    Some((qi, users)) => {
+                        *users += 1;
+                        *qi
+                    }
+                    None => {
+                        let db = default_db(m, &self.p);
+                        self.qps.push(new_qp(db, Some(SimLock::default())));
+                        let qi = self.qps.len() - 1;
+                        m.groups
+                            .get_mut(&(node, size))
+                            .expect("just made")
+                            .push((qi, 1));
+                        qi
+                    }
+                };
+                let db = self.qps[qi].db;
+                self.machines[machine].dbs[db].join(thread);
+                self.qps[qi]
+                    .lock
+                    .as_mut()
+                    .expect("shared queue pairs have a lock")
+                    .join(thread);
+                qi
+            }
+        };
+        self.handles.push(Handle {
+            qp,
+            thread,
+            node,
+            exec,
+            entries: VecDeque::new(),
+            head: 0,
+            deliverable: 0,
+            sges: HashMap::new(),
+            next_apply: 0,
+            stats: Default::default(),
+            dropped: false,
+        });
+        let h = (self.handles.len() - 1) as u32;
+        if let Some(t) = thread {
+            self.thread_handles[t as usize].push(h);
+        }
+        Ok(h)
+    }
+
+    pub fn handle_exec(&mut self, h: u32) -> &mut Executor {
+        &mut self.handles[h as usize].exec
+    }
+
+    pub fn handle_stats(&self, h: u32) -> dmkit_fabric::QpStats {
+        self.handles[h as usize].stats
+    }
+
+    pub fn pending(&self, h: u32) -> usize {
+        self.handles[h as usize].deliverable
+    }
+
+    fn push_effect(&mut self, at: Time, handle: u32) {
+        self.seq += 1;
+        self.effects
+            .push(Reverse(Effect::new(at, self.seq, handle)));
+    }
+
+    /// The instants of a torn request's pieces, or `None` if not torn.
+    fn tear(&mut self, wr: &WorkRequest) -> Option<Cut> {
+        let len = wr.len();
+        if !matches!(wr.op, Op::Read { .. } | Op::Write { .. })
+            || self.faults.torn <= 0.0
+            || len <= 8
+            || !self.rng.chance(self.faults.torn)
+        {
+            return None;
+        }
+        // Cut at 8-byte boundaries of the remote address.
+        let off = wr.remote.offset();
+        let first = (off.next_multiple_of(8) - off) as usize;
+        let mut bounds: Vec<usize> = (0..)
+            .map(|i| first + 8 * i)
+            .take_while(|&b| b < len)
+            .filter(|&b| b > 0)
+            .collect();
+        if bounds.is_empty() {
+            return None;
+        }
+        let pieces = 2 + self.rng.below(3) as usize; // 2..=4
+        let mut chosen = Vec::with_capacity(pieces - 1);
+        while chosen.len() < pieces - 1 && !bounds.is_empty() {
+            let i = self.rng.below(bounds.len() as u64) as usize;
+            chosen.push(bounds.swap_remove(i));
+        }
+        chosen.sort_unstable();
+        let n = chosen.len() + 1;
+        let mut cut = Cut {
+            cuts: [0; 5],
+            order: [0, 1, 2, 3],
+            n,
+        };
+        cut.cuts[1..n].copy_from_slice(&chosen);
+        cut.cuts[n] = len;
+        // Landing order of the pieces: ascending with in-order placement,
+        // shuffled without.
+        if !self.in_order_write {
+            for i in (1..n).rev() {
+                let j = self.rng.below(i as u64 + 1) as usize;
+                cut.order.swap(i, j);
+            }
+        }
+        Some(cut)
+    }
+
+    /// Posts `batch` on handle `h`: computes every request's timing, queues
+    /// its effect, and records its completion.
+    pub fn post(&mut self, h: u32, batch: &mut Batch) -> Result<(), PostError> {
+        let hi = h as usize;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let qi = self.handles[hi].qp;
+        if self.qps[qi].lost_at.is_some() {
+            return Err(PostError::Disconnected(self.handles[hi].node));
+        }
+        self.handles[hi].exec.begin_post(batch.len())?;
+        self.handles[hi].stats.doorbells += 1;
+        self.stats.doorbells += 1;
+        let k = batch.len();
+        // CPU: the post itself, then the queue pair's lock (shared QPs) and
+        // the doorbell's spinlock, spinning while another thread holds them.
+        let f = self.cpu_factor();
+        let mut t =
+            self.caller_time() as f64 + f * (self.p.cpu.post_ns + k as f64 * self.p.cpu.post_wr_ns);
+        let mut spin = 0.0;
+        let machine = self.qps[qi].machine;
+        if let Some(lock) = self.qps[qi].lock.as_mut() {
+            let (rel, s) = lock.acquire(t, &self.p);
+            t = rel;
+            spin += s;
+        }
+        let db = self.qps[qi].db;
+        let (rel, s) = self.machines[machine].dbs[db].acquire(t, &self.p);
+        t = rel;
+        spin += s;
+        self.stats.lock_spin_ns += spin;
+        if self.current.is_some() {
+            self.cursor = t as Time + 1;
+            self.clock.store(self.cursor, Ordering::Release);
+        }
+        // Disconnect fault: this post and everything in flight fail.
+        if self.faults.disconnect > 0.0 && self.rng.chance(self.faults.disconnect) {
+            self.qps[qi].lost_at = Some(t as Time);
+            self.stats.disconnects += 1;
+        }
+        let arrival = t + self.p.nic.fetch_ns;
+        let batch_id = self.qps[qi].next_batch;
+        self.qps[qi].next_batch += 1;
+        if !batch.sges().is_empty() {
+            self.handles[hi]
+                .sges
+                .insert(batch_id, batch.sges().to_vec());
+        }
+        let target = self.qps[qi].target;
+        let loopback = target == machine;
+        let link_bpns = self.p.link.gbps / 8.0;
+        let half_wire = if loopback {
+            0.0
+        } else {
+            self.p.link.wire_ns / 2.0
+        };
+        let node = self.handles[hi].node;
+        let shift = self.page_shift.get(&node).copied().unwrap_or(21);
+        for (index, wr) in batch.requests().iter().enumerate() {
+            let wr = *wr;
+            let (req_payload, resp_payload, pcie_payload) = kind_bytes(&wr);
+            // Requester: WQE processing, bounded by the message rate and
+            // by PCIe bytes (WQE fetch, CQE, data, WQE-cache misses).
+            let m = &mut self.machines[machine];
+            m.outstanding += 1;
+            let o = m.outstanding as f64;
+            let miss = if o > self.p.nic.wqe_cache {
+                (1.0 - self.p.nic.wqe_cache / o).min(self.p.nic.max_miss)
+            } else {
+                0.0
+            };
+            let pcie = self.p.nic.wr_bytes + pcie_payload + miss * self.p.nic.miss_bytes;
+            let svc = fmax(1e3 / self.p.nic.iops, pcie / self.p.nic.pcie_gbs);
+            // Round-robin arbitration between send queues: while `n` queue
+            // pairs are backlogged, each is served at most every `n` slots,
+            // so a deeper queue pair gets no larger share of a saturated NIC.
+            let q = &mut self.qps[qi];
+            let q_start = fmax(arrival, q.nic_free);
+            let m = &mut self.machines[machine];
+            while let Some(&Reverse((end, other))) = m.backlog_ends.peek() {
+                if end as f64 > q_start {
+                    break;
+                }
+                m.backlog_ends.pop();
+                let o = &mut self.qps[other as usize];
+                if o.in_backlog && o.nic_free <= end as f64 + 1.0 {
+                    o.in_backlog = false;
+                    m.backlogged -= 1;
+                }
+            }
+            let q = &mut self.qps[qi];
+            let turns = m.backlogged + u32::from(!q.in_backlog);
+            let start = fmax(q_start, m.req_free);
+            m.req_free = start + svc;
+            let depart = start + svc;
+            q.nic_free = fmax(q_start + svc * turns as f64, depart);
+            if !q.in_backlog {
+                q.in_backlog = true;
+                m.backlogged += 1;
+            }
+            self.stats.pcie_bytes += pcie;
+            self.stats.wqe_misses += miss;
+            // Request packets: uplink, switch, downlink.
+            let pkts = packets(req_payload, self.p.link.mtu);
+            let req_bytes = pkts * self.p.link.header_bytes + req_payload;
+            let ser = req_bytes / link_bpns;
+            let u = fmax(depart, m.up_free);
+            m.up_free = u + ser;
+            let tm = &mut self.machines[target];
+            let d = fmax(u + ser + half_wire, tm.down_free);
+            tm.down_free = d + ser;
+            let arrive = d + ser + half_wire;
+            // Responder: execution unit, translation cache, memory access.
+            let r = fmax(arrive, tm.resp_free);
+            // The responder's DMA moves the payload once (host memory to
+            // NIC for a READ or atomic, NIC to host memory for a WRITE).
+            let rsvc = fmax(
+                1e3 / self.p.responder.iops,
+                pcie_payload / self.p.responder.pcie_gbs,
+            );
+            tm.resp_free = r + rsvc;
+            let page = wr.remote.offset() >> shift;
+            let slot = (page as usize) % tm.mtt.len();
+            let mtt_miss = if tm.mtt[slot] != page + 1 {
+                tm.mtt[slot] = page + 1;
+                self.stats.mtt_misses += 1;
+                self.p.responder.mtt_miss_ns
+            } else {
+                0.0
+            };
+            let mut exec = match wr.kind() {
+                VerbKind::Read => r + mtt_miss + self.p.responder.dma_read_ns,
+                VerbKind::Write => r + mtt_miss + self.p.responder.dma_write_ns,
+                _ => {
+                    let ready = r + mtt_miss + self.p.responder.dma_read_ns;
+                    let addr = wr.remote.raw();
+                    let on_nic = self
+                        .device_mem
+                        .get(&node)
+                        .is_some_and(|&(a, b)| (a..b).contains(&wr.remote.offset()));
+                    let hold = if on_nic {
+                        self.p.responder.atomic_nic_ns
+                    } else {
+                        self.p.responder.atomic_ns
+                    };
+                    let tm = &mut self.machines[target];
+                    let a = ready
+                        .max(tm.atomic_free)
+                        .max(self.addr_free.get(&addr).copied().unwrap_or(0.0));
+                    tm.atomic_free = a + 1e3 / self.p.responder.atomic_mops;
+                    self.addr_free.insert(addr, a + hold);
+                    a + hold
+                }
+            };
+            // Faults that move the execution instant.
+            if self.faults.reorder_ns > 0 {
+                exec += self.rng.below(self.faults.reorder_ns + 1) as f64;
+            }
+            if self.faults.delay > 0.0 && self.rng.chance(self.faults.delay) {
+                exec += self.rng.below(self.faults.delay_ns + 1) as f64;
+                self.stats.delayed += 1;
+            }
+            // One queue pair's requests take effect in posting order.
+            let q = &mut self.qps[qi];
+            exec = fmax(exec, q.last_exec + 1.0);
+            let cut = self.tear(&wr);
+            let spread = match &cut {
+                Some(_) => self.faults.torn_spread_ns.max(1) as f64,
+                None => 0.0,
+            };
+            let q = &mut self.qps[qi];
+            q.last_exec = exec + spread;
+            // Response: uplink of the target, downlink of the requester,
+            // then data and CQE written into host memory.
+            let rpk = packets(resp_payload, self.p.link.mtu);
+            let resp_bytes = rpk * self.p.link.header_bytes + resp_payload;
+            let rser = resp_bytes / link_bpns;
+            let tm = &mut self.machines[target];
+            let u2 = fmax(exec + spread, tm.up_free);
+            tm.up_free = u2 + rser;
+            let m = &mut self.machines[machine];
+            let d2 = fmax(u2 + rser + half_wire, m.down_free);
+            m.down_free = d2 + rser;
+            let mut cq = d2 + rser + half_wire + self.p.nic.deliver_ns;
+            let q = &mut self.qps[qi];
+            cq = fmax(cq, q.last_cq);
+            q.last_cq = cq;
+            self.stats.wire_bytes += (req_bytes + resp_bytes) as u64;
+            self.stats.posted += 1;
+            let n = cut.as_ref().map_or(1, |c| c.n);
+            if n > 1 {
+                self.stats.torn += 1;
+            }
+            {
+                let hd = &mut self.handles[hi];
+                hd.entries.push_back(Entry {
+                    wr,
+                    batch: batch_id,
+                    index: index as u32,
+                    cq_at: cq as Time,
+                    cut: cut.map(Box::new),
+                    applied: 0,
+                    result: Ok(0),
+                });
+                if wr.signaled {
+                    hd.deliverable += 1;
+                }
+            }
+            for slot in 0..n {
+                let at = if n > 1 {
+                    exec + spread * slot as f64 / (n - 1) as f64
+                } else {
+                    exec
+                };
+                self.push_effect(at as Time, h);
+            }
+        }
+        let q = &self.qps[qi];
+        if q.in_backlog {
+            let end = q.nic_free as Time;
+            self.machines[machine]
+                .backlog_ends
+                .push(Reverse((end, qi as u32)));
+        }
+        batch.clear();
+        Ok(())
+    }
+
+    /// Applies every memory effect due at or before `t` and moves the
+    /// engine's time there (never backwards).
+    pub fn apply_until(&mut self, t: Time) {
+        while let Some(&Reverse(ev)) = self.effects.peek() {
+            if ev.at() > t {
+                break;
+            }
+            self.effects.pop();
+            self.apply(ev);
+        }
+        if t > self.now {
+            self.now = t;
+        }
+        if self.current.is_none() {
+            self.clock.store(self.now, Ordering::Release);
+        }
+    }
+
+    /// Applies one memory effect (one request, or one piece of a torn one).
+    fn apply(&mut self, ev: Effect) {
+        let hi = ev.handle() as usize;
+        let at = ev.at();
+        let qi = self.handles[hi].qp;
+        self.stats.effects += 1;
+        let hd = &mut self.handles[hi];
+        let idx = (hd.next_apply - hd.head) as usize;
+        let e = &mut hd.entries[idx];
+        let slot = e.applied as usize;
+        let q = &mut self.qps[qi];
+        if e.applied == 0 {
+            let outcome = if q.lost_at.is_some_and(|l| l <= at) {
+                Err(VerbError::ConnectionLost(hd.node))
+            } else if q.failed_batch == e.batch {
+                Err(VerbError::Flushed)
+            } else {
+                let sges = if hd.sges.is_empty() {
+                    &[][..]
+                } else {
+                    hd.sges.get(&e.batch).map(Vec::as_slice).unwrap_or(&[])
+                };
+                match &e.cut {
+                    None => hd.exec.execute(&e.wr, sges),
+                    Some(c) => {
+                        let c = **c;
+                        hd.exec.check(&e.wr, sges).and_then(|()| {
+                            let i = c.order[slot] as usize;
+                            hd.exec
+                                .execute(&piece(&e.wr, c.cuts[i], c.cuts[i + 1]), &[])
+                                .map(|_| e.wr.len() as u64)
+                        })
+                    }
+                }
+            };
+            if let Err(err) = &outcome {
+                if !matches!(err, VerbError::Flushed) {
+                    self.stats.failed += 1;
+                    hd.exec.note_error();
+                    hd.stats.errors += 1;
+                }
+                q.failed_batch = e.batch;
+                if !e.wr.signaled {
+                    hd.deliverable += 1;
+                }
+            } else {
+                let st = &mut hd.stats;
+                let len = e.wr.len() as u64;
+                match e.wr.kind() {
+                    VerbKind::Read => {
+                        st.reads += 1;
+                        st.bytes_read += len;
+                        self.stats.reads += 1;
+                        self.stats.bytes_read += len;
+                    }
+                    VerbKind::Write => {
+                        st.writes += 1;
+                        st.bytes_written += len;
+                        self.stats.writes += 1;
+                        self.stats.bytes_written += len;
+                    }
+                    VerbKind::Cas => {
+                        st.cas += 1;
+                        self.stats.atomics += 1;
+                    }
+                    VerbKind::MaskedCas => {
+                        st.masked_cas += 1;
+                        self.stats.atomics += 1;
+                    }
+                    VerbKind::Faa => {
+                        st.faa += 1;
+                        self.stats.atomics += 1;
+                    }
+                }
+            }
+            e.result = outcome;
+        } else if e.result.is_ok() {
+            let c = **e
+                .cut
+                .as_ref()
+                .expect("only torn requests have later pieces");
+            let i = c.order[slot] as usize;
+            // Checked as a whole when the first piece landed; a later piece
+            // can only fail if the node remapped meanwhile.
+            if let Err(err) = hd
+                .exec
+                .execute(&piece(&e.wr, c.cuts[i], c.cuts[i + 1]), &[])
+            {
+                e.result = Err(err);
+                if !e.wr.signaled {
+                    hd.deliverable += 1;
+                }
+            }
+        }
+        e.applied += 1;
+        if e.applied == e.pieces() {
+            self.stats.executed += 1;
+            hd.next_apply += 1;
+        }
+        if hd.dropped {
+            self.discard_executed(hi);
+        }
+    }
+
+    fn discard_executed(&mut self, hi: usize) {
+        let hd = &mut self.handles[hi];
+        let m = self.qps[hd.qp].machine;
+        while hd.entries.front().is_some_and(|e| e.applied == e.pieces()) {
+            hd.entries.pop_front();
+            hd.head += 1;
+            self.machines[m].outstanding -= 1;
+        }
+        hd.deliverable = 0;
+    }
+
+    /// Marks handle `h` dropped.
+    pub fn drop_handle(&mut self, h: u32) {
+        let hi = h as usize;
+        self.handles[hi].dropped = true;
+        if let Some(t) = self.handles[hi].thread {
+            self.thread_handles[t as usize].retain(|&x| x != h);
+        }
+        self.discard_executed(hi);
+    }
+
+    /// Moves up to `max` completions of handle `h` that are visible to the
+    /// caller into `out`. Inside a step, visible means delivered by the
+    /// caller's CPU time and executed; the external caller (setup code,
+    /// tests) instead advances the simulation until something completes.
+    pub fn poll(&mut self, h: u32, out: &mut Vec<Completion>, max: usize) -> usize {
+        let hi = h as usize;
+        let external = self.current.is_none();
+        self.charge(self.p.cpu.poll_ns);
+        loop {
+            let limit = self.caller_time();
+            let m = self.qps[self.handles[hi].qp].machine;
+            let hd = &mut self.handles[hi];
+            let mut n = 0;
+            while n < max {
+                let Some(e) = hd.entries.front() else { break };
+                if e.cq_at > limit || e.applied < e.pieces() {
+                    break;
+                }
+                let e = hd.entries.pop_front().expect("front exists");
+                hd.head += 1;
+                self.machines[m].outstanding -= 1;
+                if !hd.sges.is_empty() && hd.entries.front().is_none_or(|f| f.batch != e.batch) {
+                    hd.sges.remove(&e.batch);
+                }
+                if e.wr.signaled || e.result.is_err() {
+                    hd.deliverable -= 1;
+                    self.stats.completed += 1;
+                    let result = e.result.map_err(|error| {
+                        Box::new(RequestError {
+                            index: e.index as usize,
+                            wr_id: e.wr.wr_id,
+                            kind: e.wr.kind(),
+                            remote: e.wr.remote,
+                            error,
+                        })
+                    });
+                    out.push(Completion {
+                        wr_id: e.wr.wr_id,
+                        result,
+                    });
+                    n += 1;
+                }
+            }
+            if n > 0 {
+                self.charge(self.p.cpu.cqe_ns * n as f64);
+            }
+            let hd = &self.handles[hi];
+            if n > 0 || !external || hd.deliverable == 0 {
+                return n;
+            }
+            // The external caller waits: run the simulation to the next
+            // completion of this handle.
+            let next = hd
+                .entries
+                .iter()
+                .find(|e| e.wr.signaled || e.result.is_err())
+                .or(hd.entries.front())
+                .map(|e| e.cq_at);
+            match next {
+                Some(t) => {
+                    let t = t.max(self.now);
+                    // Effects due by then, including this handle's own.
+                    self.apply_until(t);
+                }
+                None => return 0,
+            }
+        }
+    }
+
+    /// Blocks the caller until handle `h` has a completion: the thread's
+    /// CPU time jumps to it and effects due by then are applied.
+    pub fn block_on(&mut self, h: u32) {
+        let hd = &self.handles[h as usize];
+        let next = hd
+            .entries
+            .iter()
+            .find(|e| e.wr.signaled || e.result.is_err())
+            .or(hd.entries.front())
+            .map(|e| e.cq_at);
+        if let Some(t) = next {
+            self.apply_until(t);
+            if self.current.is_some() && t > self.cursor {
+                self.cursor = t;
+                self.clock.store(t, Ordering::Release);
+            }
+        }
+    }
+
+    /// Requests posted and not yet polled (or discarded), all handles.
+    pub fn in_flight(&self) -> usize {
+        self.handles.iter().map(|h| h.entries.len()).sum()
+    }
+
+    /// When thread `t` next has a completion to reap.
+    pub fn next_completion(&self, t: ThreadId) -> Option<Time> {
+        let mut best: Option<Time> = None;
+        for &h in &self.thread_handles[t as usize] {
+            let hd = &self.handles[h as usize];
+            if hd.deliverable == 0 {
+                continue;
+            }
+            if let Some(e) = hd
+                .entries
+                .iter()
+                .find(|e| e.wr.signaled || e.result.is_err())
+            {
+                best = Some(best.map_or(e.cq_at, |b| b.min(e.cq_at)));
+            }
+        }
+        best
+    }
+}
+
+/// The larger of two model times (never NaN; cheaper than `f64::max`,
+/// which must handle NaN — 15 % of a post in a profile).
+#[inline(always)]
+fn fmax(a: f64, b: f64) -> f64 {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+/// Packets of a message of `payload` bytes (at least one).
+#[inline]
+fn packets(payload: f64, mtu: f64) -> f64 {
+    if payload <= mtu {
+        1.0
+    } else {
+        (payload / mtu).ceil()
+    }
+}
+
+/// Bytes `[a, b)` of a READ or WRITE as a request of their own.
+fn piece(wr: &WorkRequest, a: usize, b: usize) -> WorkRequest {
+    let mut w = *wr;
+    w.remote = wr.remote.add(a as u64);
+    match &mut w.op {
+        Op::Read { local } | Op::Write { local, .. } => {
+            local.offset += a as u64;
+            local.len = (b - a) as u32;
+        }
+        _ => unreachable!("only READ and WRITE are torn"),
+    }
+    w
+}

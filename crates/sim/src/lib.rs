@@ -1,0 +1,71 @@
+//! # dmkit-sim — a deterministic RNIC simulator
+//!
+//! The `sim` backend: real memory, simulated timing. Data structures run
+//! unchanged (they only see a [`dmkit_fabric::Fabric`]); runtime workers run
+//! as *virtual threads* on simulated CPUs of simulated machines, stepped by
+//! one OS thread in virtual nanoseconds ([`Sim`]). The same seed and inputs
+//! give the same events and results, bit for bit: there is no wall-clock
+//! input, every random choice comes from the seeded [`rng`], and every tie
+//! is broken by a sequence number.
+//!
+//! Not here: the figures' workloads (`dmkit-bench`'s `sim_repro`), the
+//! switch policies of SwordBox (the SwordBox issue).
+//!
+//! ## The model (specification: SMART §2.2, §3, §6.1, §6.3; memory-semantics
+//! §II-B; SwordBox §3)
+//!
+//! Parameters, units and sources are documented field by field in
+//! [`profile`]; the shipped profiles are `configs/sim/*.toml`. A work
+//! request travels through these stages, each a FIFO server that is busy
+//! for the request's service time:
+//!
+//! 1. **CPU** of the posting virtual thread: `post_ns + k·post_wr_ns` for a
+//!    post of `k` requests, `poll_ns` per poll, `cqe_ns` per completion,
+//!    `task_ns` per task resumption; all × the SMT slowdown when the
+//!    machine runs more threads than it has cores.
+//! 2. **Locks**: a shared or multiplexed queue pair's lock, then the
+//!    doorbell register's spinlock (SMART §2.2: every doorbell of the mlx5
+//!    driver is guarded by one). Queue pairs get doorbells as the driver
+//!    does — the first 4 a low-latency one each, later ones round-robin over
+//!    the 12 medium-latency ones (Fig. 2b) — unless the thread owns one
+//!    (thread-aware allocation, §4.1). A lock's hold time grows by
+//!    `handoff_ns` per other thread sharing it; the time a thread waits is
+//!    spent spinning, on its CPU.
+//! 3. **Requester NIC**: WQE fetch (`fetch_ns`), then the send-queue
+//!    processing units, bounded by the message rate (`iops`) and by PCIe
+//!    bytes (`wr_bytes` + payload + WQE-cache misses). Outstanding requests
+//!    (posted, CQE not yet polled) beyond `wqe_cache` miss with probability
+//!    `1 − wqe_cache/outstanding`, each miss costing `miss_bytes` of PCIe
+//!    traffic (§3.2: cache thrashing, Fig. 4b's DRAM traffic per request).
+//! 4. **Links**: the requester's uplink and the target's downlink through
+//!    one switch, `header_bytes` per packet of at most `mtu`, `gbps` each
+//!    way, `wire_ns` one way.
+//! 5. **Responder**: its execution rate (`iops`, PCIe bytes), its
+//!    translation cache (`mtt_entries` pages, a miss costs `mtt_miss_ns`),
+//!    the DMA to host memory (`dma_read_ns`/`dma_write_ns`), and for atomics
+//!    the atomic unit: an aggregate rate (`atomic_mops`) and per-address
+//!    serialisation (`atomic_ns`, or `atomic_nic_ns` in device memory)
+//!    (SwordBox §3.2: same-address CAS ceilings, Fig. 4). The request takes
+//!    effect here — after the previous request of its queue pair.
+//! 6. **Response**: back over the links; data and CQE are written to host
+//!    memory (`deliver_ns`); completions of one queue pair are delivered in
+//!    order.
+//!
+//! ## Faults
+//! [`Faults`]: torn READ/WRITE at 8-byte granularity (ascending when the
+//! device declares in-order placement, any order otherwise), delays,
+//! cross-queue-pair reordering, lost connections — each a switch, all
+//! drawn from the seed.
+
+pub mod driver;
+pub mod engine;
+pub mod fabric;
+pub mod faults;
+pub mod profile;
+pub mod rng;
+
+pub use driver::{RunOutcome, Sim, SimClock, SimConfig};
+pub use engine::{SimStats, ThreadId, Time};
+pub use fabric::{SimFabric, SimQp};
+pub use faults::Faults;
+pub use profile::Profile;

@@ -1,0 +1,318 @@
+//! Device profiles: every number the model uses, with its unit and where it
+//! comes from. Profiles are TOML files (`configs/sim/*.toml`); the three
+//! shipped ones are compiled in and selectable by name.
+//!
+//! Units: times in nanoseconds, rates in millions of operations per second
+//! (Mops), bandwidths in gigabytes per second (GB/s = bytes per ns), sizes
+//! in bytes. Parameters marked *calibrated* were fitted so that
+//! `dmkit sim reproduce smart-fig3a|smart-fig4a|smart-table1` land within
+//! ±30 % of SMART's published numbers on the ConnectX-6 profile; the rest
+//! are taken from the papers as cited.
+
+use serde::{Deserialize, Serialize};
+
+/// A simulated machine and its RNIC.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// Human-readable name (reports).
+    pub name: String,
+    pub cpu: CpuModel,
+    pub doorbell: DoorbellModel,
+    pub nic: NicModel,
+    pub link: LinkModel,
+    pub responder: ResponderModel,
+    pub limits: Limits,
+}
+
+/// The compute blade's CPUs. Every CPU cost is charged to the virtual thread
+/// that incurs it, multiplied by the SMT slowdown when both hardware threads
+/// of its core are busy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CpuModel {
+    /// Physical cores per machine. SMART §6.1: two Xeon Gold 6240R, 2 × 24
+    /// cores (96 hardware threads).
+    pub cores: u32,
+    /// Hardware threads per core (2 on that testbed).
+    pub smt: u32,
+    /// Cost multiplier of a hardware thread whose sibling is busy.
+    /// *Calibrated*: SMART Fig. 4a's per-thread rate at 96 threads is about
+    /// half the rate of 36 threads at the same depth.
+    pub smt_slowdown: f64,
+    /// One `ibv_post_send` call: WQE ring bookkeeping, the doorbell record,
+    /// the MMIO doorbell write (ns). *Calibrated* (with the three below)
+    /// so a READ loop at depth 1 reaches SMART Fig. 4a's 33 Mops at 96
+    /// threads.
+    pub post_ns: f64,
+    /// Building one WQE of a post (ns).
+    pub post_wr_ns: f64,
+    /// One `ibv_poll_cq` call, empty or not (ns).
+    pub poll_ns: f64,
+    /// Reaping one CQE (ns).
+    pub cqe_ns: f64,
+    /// Resuming one task (coroutine) and running its code until it waits
+    /// again (ns) — the application's own work per step.
+    pub task_ns: f64,
+    /// A control RPC to a memory node (chunk allocation, roots), end to end
+    /// (ns; two-sided, the memory node's weak CPU answers).
+    pub rpc_ns: f64,
+}
+
+/// Doorbell registers (UAR) of one device context (SMART §2.2, Fig. 2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DoorbellModel {
+    /// Low-latency doorbells, each bound to one queue pair (4 by default).
+    pub low_latency: u32,
+    /// Medium-latency doorbells shared round-robin by later queue pairs
+    /// (12 by default; `MLX5_TOTAL_UUARS` = 16).
+    pub medium_latency: u32,
+    /// Holding a doorbell's spinlock for one post when no other thread uses
+    /// it (the lock's cache line stays local): acquire, MMIO write, release
+    /// (ns).
+    pub lock_ns: f64,
+    /// Extra hold time when two or more threads use the doorbell: its lock's
+    /// cache line moves between cores on every acquisition (ns).
+    /// *Calibrated* with `handoff_ns`.
+    pub bounce_ns: f64,
+    /// Extra hold time per *other* thread sharing the doorbell: the lock's
+    /// cache line bounces between the spinning cores (ns). *Calibrated* on
+    /// SMART Fig. 3a: per-thread QPs peak near 32 threads (≈39 Mops) and
+    /// fall to ≈19 Mops at 96, where 74 % of the time is spent in
+    /// `pthread_spin_lock` (§3.1).
+    pub handoff_ns: f64,
+}
+
+/// The RNIC's requester side and its PCIe link to the host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NicModel {
+    /// Message-rate ceiling of the send-queue processing units (Mops).
+    /// SMART §6.1: "the hardware limit of the RNIC on our test platform is
+    /// 110.0 MOP/s".
+    pub iops: f64,
+    /// From the doorbell write until the NIC has fetched the posted WQEs by
+    /// DMA (ns): MMIO + one PCIe read round trip.
+    pub fetch_ns: f64,
+    /// Host memory bandwidth the NIC's DMA engine sustains over PCIe (GB/s).
+    /// SMART §6.2.2 footnote: PCIe 3.0, 128 Gbps raw; Fig. 4b's 93 B per
+    /// READ at 111 Mops puts the usable rate near 10 GB/s.
+    pub pcie_gbs: f64,
+    /// PCIe bytes per work request besides its payload: the WQE fetch and
+    /// the CQE write (B). SMART Fig. 4b: 93 B per 8-byte READ with a warm
+    /// WQE cache.
+    pub wr_bytes: f64,
+    /// Outstanding work requests (posted, CQE not yet polled) the WQE cache
+    /// holds before it thrashes. *Calibrated* on SMART Fig. 4a/4b: no loss at
+    /// 96 × 8 = 768, a loss at 96 × 16.
+    pub wqe_cache: f64,
+    /// Ceiling of the miss probability: once the cache thrashes, misses per
+    /// request level off (the NIC refetches WQEs in groups). *Calibrated*:
+    /// SMART Table 1's throughput without throttling (96 threads × 64
+    /// outstanding) stays above Fig. 4a's depth-32 value.
+    pub max_miss: f64,
+    /// Extra PCIe bytes a WQE-cache miss costs (a refetch) (B).
+    /// *Calibrated*: Fig. 4b's 180 B per READ at 96 × 32 outstanding.
+    pub miss_bytes: f64,
+    /// A DMA write of data and CQE into host memory until it is visible to
+    /// a polling CPU (ns).
+    pub deliver_ns: f64,
+}
+
+/// Links and the switch between machines (one top-of-rack switch).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkModel {
+    /// Link bandwidth per direction (Gbps).
+    pub gbps: f64,
+    /// Header and framing bytes per packet (IB LRH+BTH+RETH/AETH+ICRC+VCRC).
+    pub header_bytes: f64,
+    /// One way, NIC to NIC through the switch: propagation plus switching (ns).
+    pub wire_ns: f64,
+    /// Largest payload of one packet (MTU, B); longer messages are several packets.
+    pub mtu: f64,
+}
+
+/// The RNIC's responder side on a memory blade.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResponderModel {
+    /// Incoming requests the responder executes per second (Mops).
+    pub iops: f64,
+    /// Host-memory bandwidth of the responder's DMA (GB/s).
+    pub pcie_gbs: f64,
+    /// DMA read of host memory for a READ or an atomic (ns).
+    pub dma_read_ns: f64,
+    /// DMA write of a WRITE's payload until it is placed (ns).
+    pub dma_write_ns: f64,
+    /// Same-address atomics in host memory are serialised, each holding the
+    /// address this long (ns). SwordBox §3.2 Fig. 4: ≈3 Mops for serialised
+    /// CAS in host memory (≈330 ns each).
+    pub atomic_ns: f64,
+    /// The same in on-NIC device memory (ns). SwordBox Fig. 4: ≈9 Mops.
+    pub atomic_nic_ns: f64,
+    /// Aggregate atomic-unit ceiling over all addresses (Mops). SwordBox
+    /// Fig. 3: ≈55 Mops of CAS on independent addresses (ConnectX-5).
+    pub atomic_mops: f64,
+    /// Entries of the translation (MTT) cache, one per page (the SMART
+    /// testbed uses 2 MB pages: a 1 GB region is 512 entries).
+    pub mtt_entries: u64,
+    /// A translation-cache miss: one more PCIe read (ns).
+    /// Memory-semantics §II-B2 and §III-B: random access misses the RNIC's
+    /// translation cache.
+    pub mtt_miss_ns: f64,
+}
+
+/// What the device accepts (the fabric capabilities it declares).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    pub max_batch: usize,
+    pub max_inline: usize,
+    pub max_message: usize,
+    pub max_sge: usize,
+    pub masked_cas: bool,
+    /// Bytes of on-NIC device memory (Sherman puts its locks there).
+    pub device_memory: u64,
+}
+
+const CX6: &str = include_str!("../../../configs/sim/cx6-200g.toml");
+const CX5: &str = include_str!("../../../configs/sim/cx5-100g.toml");
+const CX3: &str = include_str!("../../../configs/sim/cx3-56g.toml");
+
+/// Names of the built-in profiles.
+pub const BUILTIN: [&str; 3] = ["cx6-200g", "cx5-100g", "cx3-56g"];
+
+impl Profile {
+    /// Parses a TOML profile.
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        let p: Profile = toml::from_str(text).map_err(|e| e.to_string())?;
+        p.validate()?;
+        Ok(p)
+    }
+
+    /// A built-in profile by name (`cx6-200g`, `cx5-100g`, `cx3-56g`).
+    pub fn builtin(name: &str) -> Result<Self, String> {
+        let text = match name {
+            "cx6-200g" => CX6,
+            "cx5-100g" => CX5,
+            "cx3-56g" => CX3,
+            _ => {
+                return Err(format!(
+                    "no built-in profile {name:?}; built in: {}",
+                    BUILTIN.join(", ")
+                ))
+            }
+        };
+        Self::from_toml(text).map_err(|e| format!("built-in profile {name}: {e}"))
+    }
+
+    /// A built-in profile by name, or a TOML file by path.
+    pub fn load(name_or_path: &str) -> Result<Self, String> {
+        if BUILTIN.contains(&name_or_path) {
+            return Self::builtin(name_or_path);
+        }
+        let text = std::fs::read_to_string(name_or_path).map_err(|e| {
+            format!(
+                "{name_or_path}: {e} (built-in profiles: {})",
+                BUILTIN.join(", ")
+            )
+        })?;
+        Self::from_toml(&text).map_err(|e| format!("{name_or_path}: {e}"))
+    }
+
+    /// ConnectX-6 200 Gb, calibrated against SMART's figures.
+    pub fn cx6() -> Self {
+        Self::builtin("cx6-200g").expect("built-in profile parses")
+    }
+
+    /// The same device with its link at `gbps` (e.g. the 100 Gb testbed of
+    /// the SMART radix-tree paper).
+    pub fn with_link_gbps(mut self, gbps: f64) -> Self {
+        self.link.gbps = gbps;
+        self.name = format!("{} @ {gbps} Gb", self.name);
+        self
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let pos = [
+            ("cpu.smt_slowdown", self.cpu.smt_slowdown),
+            ("nic.iops", self.nic.iops),
+            ("nic.pcie_gbs", self.nic.pcie_gbs),
+            ("nic.wqe_cache", self.nic.wqe_cache),
+            ("link.gbps", self.link.gbps),
+            ("link.mtu", self.link.mtu),
+            ("responder.iops", self.responder.iops),
+            ("responder.pcie_gbs", self.responder.pcie_gbs),
+            ("responder.atomic_mops", self.responder.atomic_mops),
+        ];
+        for (name, v) in pos {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(format!("{name} must be a positive number, got {v}"));
+            }
+        }
+        let nonneg = [
+            ("cpu.post_ns", self.cpu.post_ns),
+            ("cpu.post_wr_ns", self.cpu.post_wr_ns),
+            ("cpu.poll_ns", self.cpu.poll_ns),
+            ("cpu.cqe_ns", self.cpu.cqe_ns),
+            ("cpu.task_ns", self.cpu.task_ns),
+            ("cpu.rpc_ns", self.cpu.rpc_ns),
+            ("doorbell.lock_ns", self.doorbell.lock_ns),
+            ("doorbell.bounce_ns", self.doorbell.bounce_ns),
+            ("doorbell.handoff_ns", self.doorbell.handoff_ns),
+            ("nic.fetch_ns", self.nic.fetch_ns),
+            ("nic.wr_bytes", self.nic.wr_bytes),
+            ("nic.max_miss", self.nic.max_miss),
+            ("nic.miss_bytes", self.nic.miss_bytes),
+            ("nic.deliver_ns", self.nic.deliver_ns),
+            ("link.header_bytes", self.link.header_bytes),
+            ("link.wire_ns", self.link.wire_ns),
+            ("responder.dma_read_ns", self.responder.dma_read_ns),
+            ("responder.dma_write_ns", self.responder.dma_write_ns),
+            ("responder.atomic_ns", self.responder.atomic_ns),
+            ("responder.atomic_nic_ns", self.responder.atomic_nic_ns),
+            ("responder.mtt_miss_ns", self.responder.mtt_miss_ns),
+        ];
+        for (name, v) in nonneg {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!("{name} must be ≥ 0, got {v}"));
+            }
+        }
+        if self.nic.max_miss > 1.0 {
+            return Err(format!("nic.max_miss {} must be ≤ 1", self.nic.max_miss));
+        }
+        if self.cpu.cores == 0 || self.cpu.smt == 0 {
+            return Err("cpu.cores and cpu.smt must be at least 1".into());
+        }
+        if self.doorbell.low_latency + self.doorbell.medium_latency == 0 {
+            return Err("a device needs at least one doorbell register".into());
+        }
+        if self.limits.max_batch == 0 || self.limits.max_message == 0 {
+            return Err("limits.max_batch and limits.max_message must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_profiles_parse_and_bad_ones_are_refused() {
+        for n in BUILTIN {
+            let p = Profile::builtin(n).unwrap();
+            assert!(!p.name.is_empty());
+        }
+        assert!(Profile::builtin("cx9").unwrap_err().contains("built in"));
+        let mut text = CX6.replace("iops = 110.0", "iops = -1.0");
+        assert!(Profile::from_toml(&text).unwrap_err().contains("nic.iops"));
+        text = format!("{CX6}\nbogus = 1\n");
+        assert!(Profile::from_toml(&text).is_err());
+        assert!(Profile::load("/nonexistent/profile.toml")
+            .unwrap_err()
+            .contains("built-in profiles"));
+    }
+}
