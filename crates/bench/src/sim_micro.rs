@@ -8,6 +8,9 @@
 //! `C_max`-sized doorbell batches. Throughput counts the READs completed
 //! inside the measured window.
 //!
+//! Several compute machines and memory nodes scale it out (each task
+//! sends its posts to the memory nodes in turn).
+//!
 //! With a [`ThreadSchedule`], the number of active threads changes every
 //! interval (SMART §6.3, Table 1): inactive threads' tasks sleep.
 
@@ -44,6 +47,10 @@ impl ThreadSchedule {
 #[derive(Debug, Clone)]
 pub struct SimMicroConfig {
     pub profile: Profile,
+    /// Compute machines, each running `threads` virtual threads.
+    pub machines: usize,
+    /// Memory nodes; each thread's READs go to all of them in turn.
+    pub memory_nodes: usize,
     pub threads: usize,
     /// Tasks per thread.
     pub tasks: usize,
@@ -75,6 +82,8 @@ impl SimMicroConfig {
     pub fn smart(profile: Profile, threads: usize, depth: usize, policy: QpPolicy) -> Self {
         Self {
             profile,
+            machines: 1,
+            memory_nodes: 1,
             threads,
             tasks: 1,
             depth,
@@ -97,6 +106,8 @@ impl SimMicroConfig {
 /// What a run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct SimMicroResult {
+    pub machines: usize,
+    pub memory_nodes: usize,
     pub threads: usize,
     pub tasks: usize,
     pub depth: usize,
@@ -120,9 +131,20 @@ pub struct SimMicroResult {
 
 /// Runs the benchmark.
 pub fn run(cfg: &SimMicroConfig) -> Result<SimMicroResult, BenchError> {
-    if cfg.threads == 0 || cfg.tasks == 0 || cfg.depth == 0 || cfg.size == 0 {
+    if cfg.threads == 0
+        || cfg.tasks == 0
+        || cfg.depth == 0
+        || cfg.size == 0
+        || cfg.machines == 0
+        || cfg.memory_nodes == 0
+    {
         return Err(BenchError::Config(
-            "threads, tasks, depth and size must be at least 1".into(),
+            "machines, memory nodes, threads, tasks, depth and size must be at least 1".into(),
+        ));
+    }
+    if cfg.schedule.is_some() && cfg.machines > 1 {
+        return Err(BenchError::Config(
+            "a thread schedule applies to one compute machine".into(),
         ));
     }
     if cfg.region_bytes < cfg.size as u64 + 8 {
@@ -131,8 +153,8 @@ pub fn run(cfg: &SimMicroConfig) -> Result<SimMicroResult, BenchError> {
     let wall = Instant::now();
     let mut sim = Sim::new(SimConfig {
         profile: cfg.profile.clone(),
-        compute_machines: 1,
-        memory_nodes: 1,
+        compute_machines: cfg.machines,
+        memory_nodes: cfg.memory_nodes,
         memory_bytes: cfg.region_bytes + (64 << 20),
         page_size: 2 << 20,
         seed: cfg.seed,
@@ -140,7 +162,9 @@ pub fn run(cfg: &SimMicroConfig) -> Result<SimMicroResult, BenchError> {
         ..SimConfig::default()
     })?;
     let fabric = sim.dyn_fabric();
-    let (base, _, rkey) = fabric.alloc_chunk(0, cfg.region_bytes, true)?;
+    let regions = (0..cfg.memory_nodes as u16)
+        .map(|n| fabric.alloc_chunk(n, cfg.region_bytes, true))
+        .collect::<Result<Vec<_>, _>>()?;
     let words = (cfg.region_bytes - cfg.size as u64) / 8;
     let end = cfg.warmup_ns + cfg.measure_ns;
     let ops = Rc::new(Cell::new(0u64));
@@ -160,28 +184,27 @@ pub fn run(cfg: &SimMicroConfig) -> Result<SimMicroResult, BenchError> {
         ..RuntimeConfig::default()
     };
     let failed: Rc<Cell<bool>> = Rc::default();
-    let mut ths = Vec::with_capacity(cfg.threads);
-    for ti in 0..cfg.threads {
-        let th = sim.add_worker(0, |f: &dyn Fabric, clock| -> Result<Worker, BenchError> {
-            let qp = f.connect_as(0, cfg.policy)?;
-            Ok(Worker::with_qps(
-                vec![qp],
-                clock,
-                rcfg.clone(),
-                ti,
-                cfg.tasks,
-            )?)
+    let mut ths = Vec::with_capacity(cfg.threads * cfg.machines);
+    for (mi, ti) in (0..cfg.machines).flat_map(|m| (0..cfg.threads).map(move |t| (m, t))) {
+        let id = mi * cfg.threads + ti;
+        let th = sim.add_worker(mi, |f: &dyn Fabric, clock| -> Result<Worker, BenchError> {
+            let qps = (0..cfg.memory_nodes as u16)
+                .map(|n| f.connect_as(n, cfg.policy))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Worker::with_qps(qps, clock, rcfg.clone(), id, cfg.tasks)?)
         })?;
         ths.push(th);
         let w = sim.worker_mut(th);
         for ci in 0..cfg.tasks {
             let ops = ops.clone();
             let failed = failed.clone();
+            let regions = regions.clone();
             let (size, depth, warm, seed, sched) =
                 (cfg.size, cfg.depth, cfg.warmup_ns, cfg.seed, cfg.schedule);
             let mut rng =
-                Rng::new(seed ^ ((ti * cfg.tasks + ci) as u64 + 1).wrapping_mul(0x9E37_79B9));
+                Rng::new(seed ^ ((id * cfg.tasks + ci) as u64 + 1).wrapping_mul(0x9E37_79B9));
             w.spawn(move |ctx| async move {
+                let mut turn = id + ci;
                 loop {
                     let now = ctx.now();
                     if now >= end {
@@ -195,9 +218,11 @@ pub fn run(cfg: &SimMicroConfig) -> Result<SimMicroResult, BenchError> {
                             continue;
                         }
                     }
+                    turn += 1;
+                    let (base, _, rkey) = regions[turn % regions.len()];
                     for i in 0..depth {
                         let off = base.offset() + 8 * rng.below(words);
-                        ctx.read(GlobalAddr::new(0, off), rkey, i * size, size);
+                        ctx.read(GlobalAddr::new(base.node(), off), rkey, i * size, size);
                     }
                     if ctx.sync().await.is_err() {
                         failed.set(true);
@@ -236,6 +261,8 @@ pub fn run(cfg: &SimMicroConfig) -> Result<SimMicroResult, BenchError> {
     let wall_seconds = wall.elapsed().as_secs_f64();
     let ops = ops.get();
     Ok(SimMicroResult {
+        machines: cfg.machines,
+        memory_nodes: cfg.memory_nodes,
         threads: cfg.threads,
         tasks: cfg.tasks,
         depth: cfg.depth,

@@ -60,6 +60,39 @@ enum Cmd {
 enum SimCmd {
     /// Rerun a paper's figure in virtual time and compare with its numbers.
     Reproduce(ReproduceArgs),
+    /// The simulator's own speed: 8-byte READs on many virtual threads,
+    /// simulated verbs per wall-clock second.
+    Speed(SpeedArgs),
+}
+
+#[derive(Args)]
+struct SpeedArgs {
+    /// Compute machines.
+    #[arg(long, default_value_t = 6)]
+    machines: usize,
+    /// Memory nodes.
+    #[arg(long, default_value_t = 2)]
+    memory_nodes: usize,
+    /// Virtual threads per compute machine.
+    #[arg(long, default_value_t = 96)]
+    threads: usize,
+    /// Tasks per thread.
+    #[arg(long, default_value_t = 8)]
+    tasks: usize,
+    /// READs each task posts before it waits.
+    #[arg(long, default_value_t = 1)]
+    depth: usize,
+    /// Virtual time to simulate.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Device profile: cx6-200g, cx5-100g, cx3-56g, or a TOML file.
+    #[arg(long, default_value = "cx6-200g")]
+    profile: String,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the result as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -374,6 +407,7 @@ fn main() -> ExitCode {
         Cmd::Bench(BenchCmd::Ycsb(a)) => bench_ycsb(a),
         Cmd::Plot(a) => plot(a),
         Cmd::Sim(SimCmd::Reproduce(a)) => sim_reproduce(a),
+        Cmd::Sim(SimCmd::Speed(a)) => sim_speed(a),
         Cmd::Node(NodeCmd::Stats(a)) => node_stats(a),
         Cmd::Node(NodeCmd::Shutdown(a)) => node_shutdown(a),
     };
@@ -762,4 +796,41 @@ fn parse_c_max(s: &str) -> Result<u32, String> {
             )),
         },
     }
+}
+
+fn sim_speed(a: SpeedArgs) -> Res {
+    use dmkit_bench::sim_micro::{self, SimMicroConfig};
+    let mut c = SimMicroConfig::smart(
+        dmkit_sim::Profile::load(&a.profile)?,
+        a.threads,
+        a.depth,
+        dmkit_fabric::QpPolicy::PerThreadDoorbell,
+    );
+    c.machines = a.machines;
+    c.memory_nodes = a.memory_nodes;
+    c.tasks = a.tasks;
+    c.seed = a.seed;
+    c.warmup_ns = 0;
+    c.measure_ns = a.duration.as_nanos() as u64;
+    let r = sim_micro::run(&c).map_err(|e| e.to_string())?;
+    println!(
+        "{} machines x {} threads x {} tasks (depth {}), {} memory nodes, {} virtual: \
+         {:.1} Mops simulated; {} verbs in {:.1} s wall = {:.2} M simulated verbs per wall second",
+        a.machines,
+        a.threads,
+        a.tasks,
+        a.depth,
+        a.memory_nodes,
+        humantime::format_duration(a.duration),
+        r.mops,
+        r.verbs,
+        r.wall_seconds,
+        r.sim_verbs_per_wall_second / 1e6
+    );
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
+        std::fs::write(path, text + "\n")
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
 }

@@ -21,6 +21,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Wake, Waker};
 
@@ -360,9 +361,19 @@ pub(crate) struct Core {
     pub st: RefCell<State>,
 }
 
+/// Tasks woken by their wakers (from any thread), and whether there are any.
+#[derive(Default)]
+struct Inbox {
+    tasks: Mutex<Vec<usize>>,
+    /// Set when a task is pushed; lets `step` skip the lock when nothing
+    /// was woken from outside (the common case: the runtime's own futures
+    /// never use wakers).
+    any: AtomicBool,
+}
+
 struct TaskWaker {
     task: usize,
-    inbox: Arc<Mutex<Vec<usize>>>,
+    inbox: Arc<Inbox>,
 }
 
 impl Wake for TaskWaker {
@@ -373,9 +384,11 @@ impl Wake for TaskWaker {
     fn wake_by_ref(self: &Arc<Self>) {
         // Poisoning cannot happen: the lock guards a plain push.
         self.inbox
+            .tasks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(self.task);
+        self.inbox.any.store(true, Ordering::Release);
     }
 }
 
@@ -387,7 +400,7 @@ pub struct Worker {
     core: Rc<Core>,
     futures: Vec<Option<TaskFuture>>,
     wakers: Vec<Waker>,
-    inbox: Arc<Mutex<Vec<usize>>>,
+    inbox: Arc<Inbox>,
     live: usize,
     capacity: usize,
     run_list: Vec<usize>,
@@ -505,7 +518,7 @@ impl Worker {
             }),
             futures: Vec::with_capacity(capacity),
             wakers: Vec::with_capacity(capacity),
-            inbox: Arc::new(Mutex::new(Vec::new())),
+            inbox: Arc::new(Inbox::default()),
             live: 0,
             capacity,
             run_list: Vec::with_capacity(capacity),
@@ -571,11 +584,12 @@ impl Worker {
                 st.fire_timers(now);
                 st.adapt(now);
             }
-            let mut inbox = self.inbox.lock().unwrap_or_else(|p| p.into_inner());
-            for t in inbox.drain(..) {
-                st.make_ready(t);
+            if self.inbox.any.swap(false, Ordering::AcqRel) {
+                let mut inbox = self.inbox.tasks.lock().unwrap_or_else(|p| p.into_inner());
+                for t in inbox.drain(..) {
+                    st.make_ready(t);
+                }
             }
-            drop(inbox);
             std::mem::swap(&mut self.run_list, &mut st.ready);
             for &t in &self.run_list {
                 st.tasks[t].queued = false;
@@ -601,12 +615,7 @@ impl Worker {
     /// Whether some task is ready to run (for an external scheduler: step
     /// again at once instead of waiting for a completion or a timer).
     pub fn has_ready(&self) -> bool {
-        !self.core.st.borrow().ready.is_empty()
-            || !self
-                .inbox
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .is_empty()
+        !self.core.st.borrow().ready.is_empty() || self.inbox.any.load(Ordering::Acquire)
     }
 
     /// Earliest pending timer, if any (for an external scheduler).

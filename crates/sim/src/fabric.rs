@@ -4,27 +4,28 @@
 //! every request is executed by the same checked [`dmkit_fabric::Executor`]
 //! the shm backend uses; only *when* things happen is simulated.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::cell::RefMut;
+use std::sync::Arc;
 
 use dmkit_fabric::shm::ShmFabric;
 use dmkit_fabric::{
     Batch, Capabilities, Completion, Fabric, FabricError, Lkey, LocalMem, NodeId, PostError,
-    QpPolicy, QpStats, QueuePair, RegionInfo, Request, Response,
+    QpPolicy, QpStats, QueuePair, RegionInfo, Request, Response, ThreadBound,
 };
 
 use crate::engine::Core;
 
-pub(crate) fn lock(core: &Mutex<Core>) -> MutexGuard<'_, Core> {
-    // The engine runs on one OS thread; a panic inside it poisons nothing
-    // that a later call could observe half-updated in a way that matters
-    // more than the panic itself.
-    core.lock().unwrap_or_else(|p| p.into_inner())
+/// The engine, on the simulation's OS thread (any other thread panics:
+/// the simulator is single-threaded by design).
+pub(crate) fn lock(core: &ThreadBound<Core>) -> RefMut<'_, Core> {
+    core.borrow_mut()
 }
 
-/// The simulated fabric. `Send + Sync` as the trait requires, but meant to
-/// be used from the one OS thread that runs the simulation.
+/// The simulated fabric. `Send + Sync` as the trait requires, but usable
+/// only on the OS thread that created the simulation (checked: another
+/// thread's call panics).
 pub struct SimFabric {
-    pub(crate) core: Arc<Mutex<Core>>,
+    pub(crate) core: Arc<ThreadBound<Core>>,
     pub(crate) inner: ShmFabric,
     pub(crate) caps: Capabilities,
 }
@@ -100,7 +101,7 @@ impl Fabric for SimFabric {
 
 /// One virtual thread's queue pair (see [`crate::engine`] for its timing).
 pub struct SimQp {
-    core: Arc<Mutex<Core>>,
+    core: Arc<ThreadBound<Core>>,
     h: u32,
     node: NodeId,
     caps: Capabilities,
