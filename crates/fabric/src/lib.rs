@@ -27,7 +27,6 @@
 //!   they fail or are flushed.
 
 pub mod addr;
-pub mod bound;
 pub mod caps;
 pub mod conformance;
 pub mod error;
@@ -39,7 +38,6 @@ pub mod sync;
 pub mod wr;
 
 pub use addr::{GlobalAddr, NodeId, Rkey};
-pub use bound::ThreadBound;
 pub use caps::Capabilities;
 pub use dmkit_memnode::{NodeStats, RegionInfo, Request, Response, RpcError};
 pub use error::{FabricError, PostError, RequestError, VerbError};

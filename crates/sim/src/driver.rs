@@ -11,10 +11,10 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
-use dmkit_fabric::{Capabilities, Fabric, FabricError, ThreadBound};
+use dmkit_fabric::{Capabilities, Fabric, FabricError};
 use dmkit_memnode::NodeConfig;
 use dmkit_runtime::{Clock, Nanos, Worker, WorkerStats};
 
@@ -90,7 +90,7 @@ pub struct RunOutcome {
 
 /// A simulation: its fabric, clock and virtual threads.
 pub struct Sim {
-    core: Arc<ThreadBound<Core>>,
+    core: Arc<Mutex<Core>>,
     fabric: Arc<SimFabric>,
     clock: Arc<SimClock>,
     /// By thread id; `None` once cleared.
@@ -172,7 +172,7 @@ impl Sim {
             };
             core.place_node(i as u16, m, shift);
         }
-        let core = Arc::new(ThreadBound::new(core));
+        let core = Arc::new(Mutex::new(core));
         Ok(Self {
             fabric: Arc::new(SimFabric {
                 core: core.clone(),

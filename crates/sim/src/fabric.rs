@@ -4,28 +4,27 @@
 //! every request is executed by the same checked [`dmkit_fabric::Executor`]
 //! the shm backend uses; only *when* things happen is simulated.
 
-use std::cell::RefMut;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use dmkit_fabric::shm::ShmFabric;
 use dmkit_fabric::{
     Batch, Capabilities, Completion, Fabric, FabricError, Lkey, LocalMem, NodeId, PostError,
-    QpPolicy, QpStats, QueuePair, RegionInfo, Request, Response, ThreadBound,
+    QpPolicy, QpStats, QueuePair, RegionInfo, Request, Response,
 };
 
 use crate::engine::Core;
 
-/// The engine, on the simulation's OS thread (any other thread panics:
-/// the simulator is single-threaded by design).
-pub(crate) fn lock(core: &ThreadBound<Core>) -> RefMut<'_, Core> {
-    core.borrow_mut()
+/// The engine. One OS thread runs the simulation; other threads may make
+/// blocking calls (tests, tools), serialised by the lock. A panic inside
+/// the engine leaves nothing that matters more than the panic itself.
+pub(crate) fn lock(core: &Mutex<Core>) -> MutexGuard<'_, Core> {
+    core.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The simulated fabric. `Send + Sync` as the trait requires, but usable
-/// only on the OS thread that created the simulation (checked: another
-/// thread's call panics).
+/// The simulated fabric. The simulation runs on one OS thread; blocking
+/// calls from other threads (tests, tools) are serialised by a lock.
 pub struct SimFabric {
-    pub(crate) core: Arc<ThreadBound<Core>>,
+    pub(crate) core: Arc<Mutex<Core>>,
     pub(crate) inner: ShmFabric,
     pub(crate) caps: Capabilities,
 }
@@ -101,7 +100,7 @@ impl Fabric for SimFabric {
 
 /// One virtual thread's queue pair (see [`crate::engine`] for its timing).
 pub struct SimQp {
-    core: Arc<ThreadBound<Core>>,
+    core: Arc<Mutex<Core>>,
     h: u32,
     node: NodeId,
     caps: Capabilities,
