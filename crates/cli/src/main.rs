@@ -63,6 +63,25 @@ enum SimCmd {
     /// The simulator's own speed: 8-byte READs on many virtual threads,
     /// simulated verbs per wall-clock second.
     Speed(SpeedArgs),
+    /// Run a concurrency scenario under fault injection over many seeds;
+    /// print the first failing seed and how to replay it.
+    Check(CheckArgs),
+}
+
+#[derive(Args)]
+struct CheckArgs {
+    /// Scenario: counters, race.
+    #[arg(long)]
+    scenario: String,
+    /// How many seeds to run (from --first).
+    #[arg(long, default_value_t = 100)]
+    seeds: u64,
+    /// First seed.
+    #[arg(long, default_value_t = 1)]
+    first: u64,
+    /// Run exactly this seed (a replay), with a report of what it did.
+    #[arg(long, conflicts_with_all = ["seeds", "first"])]
+    seed: Option<u64>,
 }
 
 #[derive(Args)]
@@ -408,6 +427,7 @@ fn main() -> ExitCode {
         Cmd::Plot(a) => plot(a),
         Cmd::Sim(SimCmd::Reproduce(a)) => sim_reproduce(a),
         Cmd::Sim(SimCmd::Speed(a)) => sim_speed(a),
+        Cmd::Sim(SimCmd::Check(a)) => sim_check(a),
         Cmd::Node(NodeCmd::Stats(a)) => node_stats(a),
         Cmd::Node(NodeCmd::Shutdown(a)) => node_shutdown(a),
     };
@@ -832,5 +852,57 @@ fn sim_speed(a: SpeedArgs) -> Res {
         std::fs::write(path, text + "\n")
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
+    Ok(())
+}
+
+fn sim_check(a: CheckArgs) -> Res {
+    use dmkit_bench::sim_check;
+    if !sim_check::SCENARIOS.contains(&a.scenario.as_str()) {
+        return Err(format!(
+            "no scenario {:?}; scenarios: {}",
+            a.scenario,
+            sim_check::SCENARIOS.join(", ")
+        ));
+    }
+    let (first, n) = match a.seed {
+        Some(s) => (s, 1),
+        None => (a.first, a.seeds),
+    };
+    let t0 = std::time::Instant::now();
+    let (mut ops, mut torn) = (0u64, 0u64);
+    for seed in first..first.saturating_add(n) {
+        match sim_check::run(&a.scenario, seed) {
+            Ok(p) => {
+                ops += p.ops;
+                torn += p.torn;
+                if a.seed.is_some() {
+                    println!(
+                        "seed {seed}: passed — {}; {} operations checked in {:.3} ms virtual; {} torn, {} delayed requests",
+                        p.shape,
+                        p.ops,
+                        p.virtual_ns as f64 / 1e6,
+                        p.torn,
+                        p.delayed
+                    );
+                }
+            }
+            Err(why) => {
+                println!("scenario {} failed at seed {seed}:\n{why}", a.scenario);
+                println!(
+                    "replay: dmkit sim check --scenario {} --seed {seed}",
+                    a.scenario
+                );
+                return Err(format!("seed {seed} failed"));
+            }
+        }
+    }
+    println!(
+        "scenario {}: seeds {first}..{} passed ({} operations checked, {} torn requests injected) in {:.1} s",
+        a.scenario,
+        first + n - 1,
+        ops,
+        torn,
+        t0.elapsed().as_secs_f64()
+    );
     Ok(())
 }

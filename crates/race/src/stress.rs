@@ -4,14 +4,15 @@
 //! histories from several processes merge into one.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
 use dmkit_fabric::Fabric;
 use dmkit_lincheck::{MapOp, MapRet, Record};
-use dmkit_runtime::{MonotonicClock, RuntimeConfig, Worker};
+use dmkit_runtime::{Ctx, MonotonicClock, RuntimeConfig, Worker};
 
-use crate::{RaceError, RaceTable};
+use crate::{RaceClient, RaceError, RaceTable};
 
 /// One recorded operation: keys and values are strings for readable reports.
 pub type StressRecord = Record<String, String>;
@@ -47,8 +48,80 @@ fn splitmix(x: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Runs the workload; returns the history. Panics on an operation error
-/// (the tests want to see it).
+/// Spawns worker `wi`'s tasks of the workload on `w`: each appends its
+/// records to `out`, or stores the first error in `failed` and stops.
+/// Operations are timed with the worker's clock (host-wide
+/// `CLOCK_MONOTONIC` on shm — comparable across processes — or virtual time
+/// on the simulator).
+pub fn spawn_tasks(
+    w: &mut Worker,
+    client: &RaceClient,
+    sc: &StressConfig,
+    wi: usize,
+    out: &Rc<RefCell<Vec<StressRecord>>>,
+    failed: &Rc<RefCell<Option<RaceError>>>,
+) {
+    for ti in 0..sc.tasks {
+        let (client, out, failed, sc) = (client.clone(), out.clone(), failed.clone(), sc.clone());
+        let id = sc.client_base + (wi * sc.tasks + ti) as u32;
+        w.spawn(move |ctx| async move {
+            let mut rng = sc.seed ^ (id as u64) << 32;
+            for i in 0..sc.ops_per_task {
+                let r = splitmix(&mut rng);
+                let value = format!("v{id}.{i}");
+                let (key, op) = if (r % 100) < sc.fill_percent as u64 {
+                    (format!("fill-{id}-{i}"), MapOp::Insert(value))
+                } else {
+                    let key = format!("hot-{}", (r >> 8) % sc.hot_keys);
+                    let op = match (r >> 20) % 100 {
+                        0..35 => MapOp::Search,
+                        35..60 => MapOp::Insert(value),
+                        60..88 => MapOp::Update(value),
+                        _ => MapOp::Delete,
+                    };
+                    (key, op)
+                };
+                let invoked = ctx.now();
+                let k = key.as_bytes();
+                let ret = match &op {
+                    MapOp::Search => client.search(&ctx, k).await.map(|v| {
+                        MapRet::Found(v.map(|v| String::from_utf8(v).expect("utf-8 values")))
+                    }),
+                    MapOp::Insert(v) => {
+                        client.insert(&ctx, k, v.as_bytes()).await.map(MapRet::Done)
+                    }
+                    MapOp::Update(v) => {
+                        client.update(&ctx, k, v.as_bytes()).await.map(MapRet::Done)
+                    }
+                    MapOp::Delete => client.delete(&ctx, k).await.map(MapRet::Done),
+                    MapOp::Upsert(_) => unreachable!("not generated"),
+                };
+                let returned = ctx.now();
+                match ret {
+                    Ok(ret) => out.borrow_mut().push(Record {
+                        client: id,
+                        key,
+                        op,
+                        invoked,
+                        returned: Some((returned, ret)),
+                    }),
+                    Err(e) => {
+                        *failed.borrow_mut() = Some(e);
+                        return;
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// The client id of worker `wi` of a run.
+pub fn client_id(sc: &StressConfig, wi: usize) -> u64 {
+    sc.client_base as u64 * 1000 + wi as u64
+}
+
+/// Runs the workload on OS threads (one worker each); returns the history.
+/// Panics on an operation error (the tests want to see it).
 pub fn run(
     fabric: &dyn Fabric,
     table: &Arc<RaceTable>,
@@ -61,64 +134,10 @@ pub fn run(
                 let (table, rcfg, sc) = (table.clone(), rcfg.clone(), sc.clone());
                 s.spawn(move || -> Result<Vec<StressRecord>, RaceError> {
                     let mut w = Worker::new(fabric, Arc::new(MonotonicClock), rcfg, wi, sc.tasks)?;
-                    let client = table.client(sc.client_base as u64 * 1000 + wi as u64);
+                    let client = table.client(client_id(&sc, wi));
                     let out: Rc<RefCell<Vec<StressRecord>>> = Rc::default();
                     let failed: Rc<RefCell<Option<RaceError>>> = Rc::default();
-                    for ti in 0..sc.tasks {
-                        let (client, out, failed, sc) =
-                            (client.clone(), out.clone(), failed.clone(), sc.clone());
-                        let id = sc.client_base + (wi * sc.tasks + ti) as u32;
-                        w.spawn(move |ctx| async move {
-                            let mut rng = sc.seed ^ (id as u64) << 32;
-                            for i in 0..sc.ops_per_task {
-                                let r = splitmix(&mut rng);
-                                let value = format!("v{id}.{i}");
-                                let (key, op) = if (r % 100) < sc.fill_percent as u64 {
-                                    (format!("fill-{id}-{i}"), MapOp::Insert(value))
-                                } else {
-                                    let key = format!("hot-{}", (r >> 8) % sc.hot_keys);
-                                    let op = match (r >> 20) % 100 {
-                                        0..35 => MapOp::Search,
-                                        35..60 => MapOp::Insert(value),
-                                        60..88 => MapOp::Update(value),
-                                        _ => MapOp::Delete,
-                                    };
-                                    (key, op)
-                                };
-                                let invoked = host_now();
-                                let k = key.as_bytes();
-                                let ret = match &op {
-                                    MapOp::Search => client.search(&ctx, k).await.map(|v| {
-                                        MapRet::Found(
-                                            v.map(|v| String::from_utf8(v).expect("utf-8 values")),
-                                        )
-                                    }),
-                                    MapOp::Insert(v) => {
-                                        client.insert(&ctx, k, v.as_bytes()).await.map(MapRet::Done)
-                                    }
-                                    MapOp::Update(v) => {
-                                        client.update(&ctx, k, v.as_bytes()).await.map(MapRet::Done)
-                                    }
-                                    MapOp::Delete => client.delete(&ctx, k).await.map(MapRet::Done),
-                                    MapOp::Upsert(_) => unreachable!("not generated"),
-                                };
-                                let returned = host_now();
-                                match ret {
-                                    Ok(ret) => out.borrow_mut().push(Record {
-                                        client: id,
-                                        key,
-                                        op,
-                                        invoked,
-                                        returned: Some((returned, ret)),
-                                    }),
-                                    Err(e) => {
-                                        *failed.borrow_mut() = Some(e);
-                                        return;
-                                    }
-                                }
-                            }
-                        });
-                    }
+                    spawn_tasks(&mut w, &client, &sc, wi, &out, &failed);
                     w.run();
                     if let Some(e) = failed.borrow_mut().take() {
                         return Err(e);
@@ -134,6 +153,123 @@ pub fn run(
         }
         Ok(all)
     })
+}
+
+/// After a run, from a quiescent table: searches every hot key (recorded as
+/// operations of client 9999, so the checker sees the final state) and
+/// scans the whole table. Returns (those records, the scan).
+pub async fn final_reads(
+    ctx: &Ctx,
+    client: &RaceClient,
+    hot_keys: u64,
+) -> Result<(Vec<StressRecord>, HashMap<String, String>), RaceError> {
+    let mut finals = Vec::new();
+    for k in 0..hot_keys {
+        let key = format!("hot-{k}");
+        let invoked = ctx.now();
+        let v = client.search(ctx, key.as_bytes()).await?;
+        finals.push(Record {
+            client: 9999,
+            key,
+            op: MapOp::Search,
+            invoked,
+            returned: Some((
+                ctx.now(),
+                MapRet::Found(v.map(|v| String::from_utf8(v).expect("utf-8 values"))),
+            )),
+        });
+    }
+    let scan = client
+        .entries(ctx)
+        .await?
+        .into_iter()
+        .map(|(k, v)| {
+            (
+                String::from_utf8(k).expect("utf-8 keys"),
+                String::from_utf8(v).expect("utf-8 values"),
+            )
+        })
+        .collect();
+    Ok((finals, scan))
+}
+
+/// Checks a run: the scan agrees with the final searches, every inserted
+/// fill key is in the scan with its value and nothing else is, and the
+/// whole history (with the final searches) is linearizable. The error says
+/// what went wrong, with the operations around the earliest failing cut.
+pub fn verify(
+    mut h: Vec<StressRecord>,
+    finals: Vec<StressRecord>,
+    scan: &HashMap<String, String>,
+) -> Result<(), String> {
+    for f in &finals {
+        let Some((_, MapRet::Found(v))) = &f.returned else {
+            return Err(format!("final search of {} has no result", f.key));
+        };
+        if scan.get(&f.key) != v.as_ref() {
+            return Err(format!(
+                "scan has {:?} for {} but a search found {v:?}",
+                scan.get(&f.key),
+                f.key
+            ));
+        }
+    }
+    h.extend(finals);
+    let mut fills = 0;
+    for r in &h {
+        if let (MapOp::Insert(v), Some((_, MapRet::Done(true)))) = (&r.op, &r.returned) {
+            if r.key.starts_with("fill-") {
+                if scan.get(&r.key) != Some(v) {
+                    return Err(format!(
+                        "inserted {} = {v} but the scan has {:?}",
+                        r.key,
+                        scan.get(&r.key)
+                    ));
+                }
+                fills += 1;
+            }
+        }
+    }
+    let others = scan.keys().filter(|k| !k.starts_with("hot-")).count();
+    if others != fills {
+        return Err(format!(
+            "the scan has {others} non-hot keys, the history inserted {fills}"
+        ));
+    }
+    check_linearizable(&h)
+}
+
+/// Whether a history is linearizable; the error shows the operations of
+/// the offending key around the earliest failing cut.
+pub fn check_linearizable(h: &[StressRecord]) -> Result<(), String> {
+    if let Err(v) = dmkit_lincheck::check(h, |_| None) {
+        // Where the execution first went wrong: the operations around the
+        // earliest failing cut (more telling than a shrunk witness).
+        let t = dmkit_lincheck::earliest_failing_cut(h, |_| None).unwrap_or(0);
+        let mut near: Vec<&StressRecord> = h
+            .iter()
+            .filter(|r| r.key == v.key && r.invoked <= t)
+            .filter(|r| {
+                r.returned
+                    .as_ref()
+                    .is_some_and(|(rt, _)| rt + 2_000_000 >= t)
+            })
+            .collect();
+        near.sort_by_key(|r| r.invoked);
+        let near: Vec<String> = near
+            .iter()
+            .rev()
+            .take(40)
+            .rev()
+            .map(|r| to_line(r))
+            .collect();
+        return Err(format!(
+            "history of {} operations is not linearizable:\n{v}\nearliest failing cut at {t}; the key's operations up to it:\n{}",
+            h.len(),
+            near.join("\n")
+        ));
+    }
+    Ok(())
 }
 
 /// One line per record: `client invoked returned key op ret` with `-` for

@@ -4,7 +4,7 @@
 //! the round trips of the cache.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::process::Command;
 use std::rc::Rc;
@@ -404,85 +404,21 @@ fn searches_take_one_round_trip_on_a_cache_hit_and_two_on_a_miss() {
 }
 
 fn assert_linearizable(h: &[StressRecord]) {
-    if let Err(v) = check(h, |_| None) {
-        // Where the execution first went wrong: the operations around the
-        // earliest failing cut (more telling than a shrunk witness).
-        let t = dmkit_lincheck::earliest_failing_cut(h, |_| None).unwrap_or(0);
-        let mut near: Vec<&StressRecord> = h
-            .iter()
-            .filter(|r| r.key == v.key && r.invoked <= t)
-            .filter(|r| {
-                r.returned
-                    .as_ref()
-                    .is_some_and(|(rt, _)| rt + 2_000_000 >= t)
-            })
-            .collect();
-        near.sort_by_key(|r| r.invoked);
-        let near: Vec<String> = near
-            .iter()
-            .rev()
-            .take(40)
-            .rev()
-            .map(|r| stress::to_line(r))
-            .collect();
-        panic!(
-            "history of {} operations is not linearizable:\n{v}\nearliest failing cut at {t}; the key's operations up to it:\n{}",
-            h.len(),
-            near.join("\n")
-        );
+    if let Err(e) = stress::check_linearizable(h) {
+        panic!("{e}");
     }
 }
 
-/// The final state the history implies: after a quiescent point, each hot
-/// key's search result. Compares it with a scan of the table.
-fn final_state_matches(f: &dyn Fabric, table: &Arc<RaceTable>, hot: u64, mut h: Vec<StressRecord>) {
+/// The final state the history implies, read from the quiescent table, and
+/// the whole history checked (see `stress::verify`).
+fn final_state_matches(f: &dyn Fabric, table: &Arc<RaceTable>, hot: u64, h: Vec<StressRecord>) {
     let client = table.client(99);
-    let (reads, _) = on_worker(f, &client, move |ctx, c| async move {
-        let mut out = Vec::new();
-        for k in 0..hot {
-            let key = format!("hot-{k}");
-            let t0 = stress::host_now();
-            let v = c.search(&ctx, key.as_bytes()).await.unwrap();
-            out.push((
-                key,
-                t0,
-                stress::host_now(),
-                v.map(|v| String::from_utf8(v).unwrap()),
-            ));
-        }
-        let scan = c.entries(&ctx).await.unwrap();
-        (out, scan)
+    let ((finals, scan), _) = on_worker(f, &client, move |ctx, c| async move {
+        stress::final_reads(&ctx, &c, hot).await.unwrap()
     });
-    let (finals, scan) = reads;
-    let scan: HashMap<String, String> = scan
-        .into_iter()
-        .map(|(k, v)| (String::from_utf8(k).unwrap(), String::from_utf8(v).unwrap()))
-        .collect();
-    for (key, t0, t1, v) in finals {
-        assert_eq!(scan.get(&key), v.as_ref(), "scan vs search of {key}");
-        h.push(StressRecord {
-            client: 9999,
-            key,
-            op: MapOp::Search,
-            invoked: t0,
-            returned: Some((t1, MapRet::Found(v))),
-        });
+    if let Err(e) = stress::verify(h, finals, &scan) {
+        panic!("{e}");
     }
-    // Fill keys: every successful insert is in the scan with its value.
-    let mut fills = 0;
-    for r in &h {
-        if let (MapOp::Insert(v), Some((_, MapRet::Done(true)))) = (&r.op, &r.returned) {
-            if r.key.starts_with("fill-") {
-                assert_eq!(scan.get(&r.key), Some(v), "{}", r.key);
-                fills += 1;
-            }
-        }
-    }
-    assert_eq!(
-        scan.len() - scan.keys().filter(|k| k.starts_with("hot-")).count(),
-        fills
-    );
-    assert_linearizable(&h);
 }
 
 #[test]
