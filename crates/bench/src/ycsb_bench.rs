@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use dmkit_fabric::Fabric;
-use dmkit_race::{RaceClient, RaceConfig, RaceError, RaceTable};
-use dmkit_runtime::{Clock, Counters, MonotonicClock, RuntimeConfig, Worker};
+use dmkit_race::{RaceClient, RaceConfig, RaceTable};
+use dmkit_runtime::{Clock, Counters, Ctx, MonotonicClock, RuntimeConfig, Worker};
+use dmkit_sim::{Sim, SimConfig};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
@@ -71,7 +72,10 @@ pub struct YcsbConfig {
     pub index: IndexKind,
     pub workload: Workload,
     pub keys: u64,
+    /// Threads (per compute machine on the simulator).
     pub threads: usize,
+    /// Compute machines (simulator only; 1 otherwise).
+    pub machines: usize,
     /// Tasks per thread (remote indexes).
     pub coros: usize,
     pub theta: f64,
@@ -86,6 +90,13 @@ pub struct YcsbConfig {
     pub cache_entries: usize,
 }
 
+impl YcsbConfig {
+    /// Threads over all compute machines.
+    pub fn total_threads(&self) -> usize {
+        self.threads * self.machines
+    }
+}
+
 /// What a run measured. Per-operation figures are over the measured phase
 /// (the load itself for `workload load`).
 #[derive(Debug, Clone, Serialize)]
@@ -94,6 +105,8 @@ pub struct YcsbResult {
     pub index: String,
     pub workload: String,
     pub threads: usize,
+    /// Compute machines (the simulator; 1 otherwise).
+    pub machines: usize,
     pub coros: usize,
     pub keys: u64,
     pub key_type: String,
@@ -131,8 +144,8 @@ pub type Progress<'a> = &'a (dyn Fn(&'static str, u64, u64) + Sync);
 
 fn validate(cfg: &YcsbConfig) -> Result<(), BenchError> {
     let bad = |s: String| Err(BenchError::Config(s));
-    if cfg.keys == 0 || cfg.threads == 0 || cfg.coros == 0 {
-        return bad("--keys, --threads and --coros must be at least 1".into());
+    if cfg.keys == 0 || cfg.threads == 0 || cfg.coros == 0 || cfg.machines == 0 {
+        return bad("--keys, --threads, --coros and --machines must be at least 1".into());
     }
     if cfg.workload == Workload::E {
         return bad(format!(
@@ -143,7 +156,7 @@ fn validate(cfg: &YcsbConfig) -> Result<(), BenchError> {
     if !(cfg.theta > 0.0 && cfg.theta < 1.0) {
         return bad(format!("--zipf {} must be in (0, 1)", cfg.theta));
     }
-    if cfg.index.remote() && cfg.threads * cfg.coros > 65_535 {
+    if cfg.index.remote() && cfg.total_threads() * cfg.coros > 65_535 {
         return bad("more than 65535 tasks".into());
     }
     Ok(())
@@ -162,7 +175,7 @@ pub fn race_memory_estimate(cfg: &YcsbConfig) -> u64 {
     // initial count (splits), a block chunk per thread and node.
     2 * cfg.keys * block
         + (2 << rc.initial_depth) * sub
-        + cfg.threads as u64 * 2 * rc.chunk_bytes
+        + (cfg.threads * cfg.machines) as u64 * 2 * rc.chunk_bytes
         + (64 << 20)
 }
 
@@ -188,7 +201,7 @@ fn race_config(cfg: &YcsbConfig) -> RaceConfig {
 }
 
 /// Per-thread measurement.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct ThreadOut {
     ops: u64,
     misses: u64,
@@ -213,22 +226,118 @@ fn value_for(size: usize, k: u64, version: u64) -> Vec<u8> {
     v
 }
 
+/// Where a YCSB run happens.
+pub enum Platform {
+    /// OS threads over a real fabric (shm): one worker per thread.
+    Fabric(Arc<dyn Fabric>),
+    /// Virtual threads on the simulator: `threads` per compute machine of
+    /// the configuration; the duration is virtual time.
+    Sim(Box<SimConfig>),
+}
+
+/// What the harness needs from a remote index's per-worker client.
+#[allow(async_fn_in_trait)]
+pub trait IndexClient: Clone + 'static {
+    async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, String>;
+    /// Inserts if absent; `false` if present.
+    async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, String>;
+    /// Replaces if present; `false` if absent.
+    async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, String>;
+    /// Keys found scanning `count` keys from `from` (ordered indexes).
+    async fn scan(&self, ctx: &Ctx, from: &[u8], count: usize) -> Result<usize, String>;
+    /// (cache hits, cache misses, structural changes such as splits).
+    fn counters(&self) -> (u64, u64, u64);
+}
+
+impl IndexClient for RaceClient {
+    async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
+        RaceClient::search(self, ctx, key)
+            .await
+            .map_err(|e| e.to_string())
+    }
+    async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, String> {
+        RaceClient::insert(self, ctx, key, value)
+            .await
+            .map_err(|e| e.to_string())
+    }
+    async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, String> {
+        RaceClient::update(self, ctx, key, value)
+            .await
+            .map_err(|e| e.to_string())
+    }
+    async fn scan(&self, _: &Ctx, _: &[u8], _: usize) -> Result<usize, String> {
+        Err("race is a hash table: no range scans".into())
+    }
+    fn counters(&self) -> (u64, u64, u64) {
+        let c = RaceClient::counters(self);
+        (c.cache_hits, c.cache_misses, c.splits)
+    }
+}
+
+/// A remote index the harness can create, hand out clients of, and remove.
+trait RemoteIndex {
+    type Client: IndexClient;
+    fn client(&self, id: u64) -> Self::Client;
+    fn destroy(&self) -> Result<(), String>;
+}
+
+impl RemoteIndex for Arc<RaceTable> {
+    type Client = RaceClient;
+    fn client(&self, id: u64) -> RaceClient {
+        RaceTable::client(self, id)
+    }
+    fn destroy(&self) -> Result<(), String> {
+        RaceTable::destroy(self).map_err(|e| format!("race: {e}"))
+    }
+}
+
+fn unique_name() -> String {
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "ycsb-{}-{}",
+        std::process::id(),
+        RUNS.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn create_race(fabric: Arc<dyn Fabric>, cfg: &YcsbConfig) -> Result<Arc<RaceTable>, BenchError> {
+    RaceTable::create(fabric, &unique_name(), race_config(cfg))
+        .map_err(|e| BenchError::Config(format!("race: {e}")))
+}
+
 /// Runs the benchmark.
 pub fn run(
-    fabric: Arc<dyn Fabric>,
+    platform: Platform,
     cfg: &YcsbConfig,
     progress: Progress<'_>,
 ) -> Result<YcsbResult, BenchError> {
     validate(cfg)?;
-    let outs = match cfg.index {
-        IndexKind::Race => run_race(fabric.clone(), cfg, progress)?,
-        IndexKind::LocalHash => run_local(cfg, progress),
+    if matches!(platform, Platform::Fabric(_)) && cfg.machines != 1 {
+        return Err(BenchError::Config(
+            "several compute machines exist only on the simulator".into(),
+        ));
+    }
+    let (backend, outs) = match (cfg.index, platform) {
+        (IndexKind::LocalHash, _) => ("local".to_string(), run_local(cfg, progress)),
+        (IndexKind::Race, Platform::Fabric(f)) => {
+            let t = create_race(f.clone(), cfg)?;
+            (f.backend().into(), on_threads(f, &t, cfg, progress)?)
+        }
+        (IndexKind::Race, Platform::Sim(sc)) => {
+            let sim = Sim::new(*sc)?;
+            let t = create_race(sim.dyn_fabric(), cfg)?;
+            ("sim".into(), on_sim(sim, &t, cfg, progress)?)
+        }
     };
+    Ok(summarize(backend, cfg, &outs))
+}
+
+fn summarize(backend: String, cfg: &YcsbConfig, outs: &[ThreadOut]) -> YcsbResult {
     let mut hist = histogram();
     let mut counters = Counters::default();
     let (mut ops, mut misses, mut seconds, mut load_seconds) = (0, 0, 0f64, 0f64);
     let (mut hits, mut lookups, mut splits) = (0, 0, 0);
-    for o in &outs {
+    for o in outs {
         ops += o.ops;
         misses += o.misses;
         seconds = seconds.max(o.seconds);
@@ -243,15 +352,12 @@ pub fn run(
     }
     let per = |v: u64| if ops == 0 { 0.0 } else { v as f64 / ops as f64 };
     let remote = cfg.index.remote();
-    Ok(YcsbResult {
-        backend: if remote {
-            fabric.backend().into()
-        } else {
-            "local".into()
-        },
+    YcsbResult {
+        backend,
         index: cfg.index.name().into(),
         workload: format!("{:?}", cfg.workload).to_lowercase(),
         threads: cfg.threads,
+        machines: if remote { cfg.machines } else { 1 },
         coros: if remote { cfg.coros } else { 1 },
         keys: cfg.keys,
         key_type: format!("{:?}", cfg.key_type).to_lowercase(),
@@ -289,7 +395,7 @@ pub fn run(
         conflict_avoid: remote && cfg.runtime.conflict_avoid,
         cache_hit_rate: (remote && lookups > 0).then(|| hits as f64 / lookups as f64),
         splits: remote.then_some(splits),
-    })
+    }
 }
 
 /// The key chooser of a run: the workload's standard one unless overridden.
@@ -307,30 +413,175 @@ fn load_share(keys: u64, loader: u64, loaders: u64) -> impl Iterator<Item = u64>
     (loader..keys).step_by(loaders as usize)
 }
 
-fn run_race(
-    fabric: Arc<dyn Fabric>,
-    cfg: &YcsbConfig,
-    progress: Progress<'_>,
-) -> Result<Vec<ThreadOut>, BenchError> {
-    let race_err = |e: RaceError| BenchError::Config(format!("race: {e}"));
-    static RUNS: AtomicU64 = AtomicU64::new(0);
-    let name = format!(
-        "ycsb-{}-{}",
-        std::process::id(),
-        RUNS.fetch_add(1, Ordering::Relaxed)
-    );
-    let table = RaceTable::create(fabric.clone(), &name, race_config(cfg)).map_err(race_err)?;
-    let r = drive_race(fabric, &table, cfg, progress);
-    // Leave nothing behind on a memory node that outlives this run.
-    let freed = table.destroy().map_err(race_err);
-    let r = r?;
-    freed?;
-    Ok(r)
+/// One thread's running tallies, shared by its tasks (single-threaded).
+#[derive(Clone, Default)]
+struct Tally {
+    failed: Rc<RefCell<Option<String>>>,
+    done: Rc<Cell<u64>>,
+    misses: Rc<Cell<u64>>,
+    hist: Rc<RefCell<Option<Histogram<u64>>>>,
+    /// When the last operation ended (the worker's clock).
+    last: Rc<Cell<u64>>,
 }
 
-fn drive_race(
+impl Tally {
+    fn new() -> Self {
+        let t = Self::default();
+        *t.hist.borrow_mut() = Some(histogram());
+        t
+    }
+
+    fn record(&self, start: u64, end: u64) {
+        if let Some(h) = self.hist.borrow_mut().as_mut() {
+            let _ = h.record(end.saturating_sub(start).max(1));
+        }
+        self.done.set(self.done.get() + 1);
+        self.last.set(self.last.get().max(end));
+    }
+
+    fn fail(&self, why: String) {
+        self.failed.borrow_mut().get_or_insert(why);
+    }
+}
+
+/// The load phase of thread `ti`: its tasks insert their share of keys.
+fn spawn_load<C: IndexClient>(
+    w: &mut Worker,
+    client: &C,
+    cfg: &YcsbConfig,
+    ti: usize,
+    loaded: &Arc<AtomicU64>,
+    tally: &Tally,
+) {
+    let clients = (cfg.total_threads() * cfg.coros) as u64;
+    for ci in 0..cfg.coros {
+        let (client, tally, loaded) = (client.clone(), tally.clone(), loaded.clone());
+        let loader = (ti * cfg.coros + ci) as u64;
+        let (kt, seed, vs, keys) = (cfg.key_type, cfg.seed, cfg.value_size, cfg.keys);
+        w.spawn(move |ctx| async move {
+            let mut n = 0;
+            for k in load_share(keys, loader, clients) {
+                let key = key_bytes(kt, k, seed);
+                let t = ctx.now();
+                match client.insert(&ctx, &key, &value_for(vs, k, 0)).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        return tally.fail(format!(
+                            "load: key number {k} was already present (two key numbers with equal key bytes)"
+                        ))
+                    }
+                    Err(e) => return tally.fail(format!("load: {e}")),
+                }
+                tally.record(t, ctx.now());
+                n += 1;
+                if n % 256 == 0 {
+                    loaded.fetch_add(256, Ordering::Relaxed);
+                }
+            }
+            loaded.fetch_add(n % 256, Ordering::Relaxed);
+        });
+    }
+}
+
+/// The run phase of thread `ti`: its tasks run the workload until `deadline`
+/// (of the worker's clock).
+fn spawn_run<C: IndexClient>(
+    w: &mut Worker,
+    client: &C,
+    cfg: &YcsbConfig,
+    ti: usize,
+    deadline: u64,
+    chooser: &Chooser,
+    tally: &Tally,
+) {
+    let clients = (cfg.total_threads() * cfg.coros) as u64;
+    for ci in 0..cfg.coros {
+        let (client, tally) = (client.clone(), tally.clone());
+        let id = (ti * cfg.coros + ci) as u64;
+        let mut gen = Generator::new(
+            cfg.workload,
+            chooser.clone(),
+            cfg.keys,
+            id,
+            clients,
+            cfg.seed,
+        );
+        let (kt, seed, vs) = (cfg.key_type, cfg.seed, cfg.value_size);
+        w.spawn(move |ctx| async move {
+            let mut version = 1u64;
+            // One clock read per operation: its end is the next one's start.
+            let mut t = ctx.now();
+            while t < deadline {
+                let op = gen.next_op();
+                version += 1;
+                match index_op(&client, &ctx, op, kt, seed, vs, version).await {
+                    Ok(true) => {}
+                    Ok(false) => tally.misses.set(tally.misses.get() + 1),
+                    Err(e) => return tally.fail(format!("{op:?}: {e}")),
+                }
+                let end = ctx.now();
+                tally.record(t, end);
+                t = end;
+            }
+        });
+    }
+}
+
+/// One YCSB operation; `Ok(false)` when the key was missing.
+async fn index_op<C: IndexClient>(
+    c: &C,
+    ctx: &Ctx,
+    op: YcsbOp,
+    kt: KeyType,
+    seed: u64,
+    vs: usize,
+    version: u64,
+) -> Result<bool, String> {
+    match op {
+        YcsbOp::Read(k) => Ok(c.search(ctx, &key_bytes(kt, k, seed)).await?.is_some()),
+        YcsbOp::Update(k) => {
+            c.update(ctx, &key_bytes(kt, k, seed), &value_for(vs, k, version))
+                .await
+        }
+        YcsbOp::Insert(k) => {
+            c.insert(ctx, &key_bytes(kt, k, seed), &value_for(vs, k, version))
+                .await
+        }
+        YcsbOp::ReadModifyWrite(k) => {
+            let key = key_bytes(kt, k, seed);
+            if c.search(ctx, &key).await?.is_none() {
+                return Ok(false);
+            }
+            c.update(ctx, &key, &value_for(vs, k, version)).await
+        }
+        YcsbOp::Scan(k, n) => Ok(c.scan(ctx, &key_bytes(kt, k, seed), n as usize).await? > 0),
+    }
+}
+
+/// A thread's figures for a phase: counters and client counters since the
+/// snapshots taken at its start.
+fn phase_out<C: IndexClient>(
+    w: &Worker,
+    client: &C,
+    tally: &Tally,
+    before: (&Counters, (u64, u64, u64)),
+) -> ThreadOut {
+    let (h, m, s) = client.counters();
+    ThreadOut {
+        ops: tally.done.get(),
+        misses: tally.misses.get(),
+        counters: w.stats().counters.since(before.0),
+        hist: tally.hist.borrow().clone(),
+        cache: (h - before.1 .0, m - before.1 .1),
+        splits: s,
+        ..Default::default()
+    }
+}
+
+/// Loads and runs on OS threads, one worker each, then removes the index.
+fn on_threads<I: RemoteIndex + Sync>(
     fabric: Arc<dyn Fabric>,
-    table: &Arc<RaceTable>,
+    index: &I,
     cfg: &YcsbConfig,
     progress: Progress<'_>,
 ) -> Result<Vec<ThreadOut>, BenchError> {
@@ -338,148 +589,75 @@ fn drive_race(
     let barrier = Barrier::new(cfg.threads);
     let measured = cfg.workload != Workload::Load;
     let chooser = chooser(cfg);
-    let clients = (cfg.threads * cfg.coros) as u64;
     let results: Vec<Result<ThreadOut, BenchError>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..cfg.threads)
             .map(|ti| {
                 let (fabric, loaded, barrier, chooser) = (&fabric, &loaded, &barrier, &chooser);
                 s.spawn(move || -> Result<ThreadOut, BenchError> {
                     let clock = Arc::new(MonotonicClock);
-                    let client = table.client(std::process::id() as u64 * 4096 + ti as u64);
-                    let failed: Rc<RefCell<Option<String>>> = Rc::default();
-                    let inserted = Rc::new(Cell::new(0u64));
-                    let mut out = ThreadOut::default();
-                    // Load: this thread's tasks insert their share of keys.
-                    let t0 = Instant::now();
-                    let load_hist = Rc::new(RefCell::new(histogram()));
-                    {
-                        let mut w = Worker::new(fabric.as_ref(), clock.clone(), cfg.runtime.clone(), ti, cfg.coros)?;
-                        for ci in 0..cfg.coros {
-                            let (client, failed, loaded, hist, inserted) =
-                                (client.clone(), failed.clone(), loaded.clone(), load_hist.clone(), inserted.clone());
-                            let loader = (ti * cfg.coros + ci) as u64;
-                            let (kt, seed, vs, keys) = (cfg.key_type, cfg.seed, cfg.value_size, cfg.keys);
-                            w.spawn(move |ctx| async move {
-                                let mut n = 0;
-                                for k in load_share(keys, loader, clients) {
-                                    let key = key_bytes(kt, k, seed);
-                                    let t = ctx.now();
-                                    match client.insert(&ctx, &key, &value_for(vs, k, 0)).await {
-                                        Ok(true) => {}
-                                        Ok(false) => {
-                                            *failed.borrow_mut() = Some(format!("load: key number {k} was already present (two key numbers with equal key bytes)"));
-                                            return;
-                                        }
-                                        Err(e) => {
-                                            *failed.borrow_mut() = Some(format!("load: {e}"));
-                                            return;
-                                        }
-                                    }
-                                    let _ = hist.borrow_mut().record((ctx.now() - t).max(1));
-                                    inserted.set(inserted.get() + 1);
-                                    n += 1;
-                                    if n % 256 == 0 {
-                                        loaded.fetch_add(256, Ordering::Relaxed);
-                                    }
-                                }
-                                loaded.fetch_add(n % 256, Ordering::Relaxed);
-                            });
-                        }
-                        let mut last = Instant::now();
-                        while w.live_tasks() > 0 {
-                            if w.step() == 0 {
-                                std::hint::spin_loop();
-                            }
-                            if ti == 0 && last.elapsed() > Duration::from_millis(100) {
-                                last = Instant::now();
-                                progress("load", loaded.load(Ordering::Relaxed), cfg.keys);
-                            }
-                        }
-                        if !measured {
-                            let s = w.stats();
-                            out.counters = s.counters;
-                            out.ops = inserted.get();
-                        }
-                    }
-                    out.load_seconds = t0.elapsed().as_secs_f64();
-                    let load_failed = failed.borrow_mut().take();
+                    let rcfg = RuntimeConfig {
+                        op_stats: false,
+                        ..cfg.runtime.clone()
+                    };
+                    let made = Worker::new(fabric.as_ref(), clock.clone(), rcfg, ti, cfg.coros);
                     // Every thread reaches the barrier, failed or not.
+                    let mut w = match made {
+                        Ok(w) => w,
+                        Err(e) => {
+                            barrier.wait();
+                            return Err(e.into());
+                        }
+                    };
+                    let client = index.client(std::process::id() as u64 * 4096 + ti as u64);
+                    let step =
+                        |w: &mut Worker, phase: &'static str, total: u64, at: &dyn Fn() -> u64| {
+                            let mut last = Instant::now();
+                            while w.live_tasks() > 0 {
+                                if w.step() == 0 {
+                                    std::hint::spin_loop();
+                                }
+                                if ti == 0 && last.elapsed() > Duration::from_millis(100) {
+                                    last = Instant::now();
+                                    progress(phase, at().min(total), total);
+                                }
+                            }
+                        };
+                    // Load.
+                    let t0 = Instant::now();
+                    let tally = Tally::new();
+                    let c0 = (w.stats().counters, client.counters());
+                    spawn_load(&mut w, &client, cfg, ti, loaded, &tally);
+                    step(&mut w, "load", cfg.keys, &|| loaded.load(Ordering::Relaxed));
+                    let mut out = phase_out(&w, &client, &tally, (&c0.0, c0.1));
+                    out.load_seconds = t0.elapsed().as_secs_f64();
+                    let load_failed = tally.failed.borrow_mut().take();
                     barrier.wait();
                     if let Some(e) = load_failed {
-                        return Err(BenchError::Config(format!("race: {e}")));
+                        return Err(BenchError::Config(e));
                     }
                     if ti == 0 {
                         progress("load", cfg.keys, cfg.keys);
                     }
                     if !measured {
                         out.seconds = out.load_seconds;
-                        out.hist = Some(load_hist.borrow().clone());
-                        let c = client.counters();
-                        out.cache = (c.cache_hits, c.cache_misses);
-                        out.splits = c.splits;
                         return Ok(out);
                     }
-                    let before = client.counters();
                     // Run. The harness times each operation itself.
-                    let rcfg = RuntimeConfig {
-                        op_stats: false,
-                        ..cfg.runtime.clone()
-                    };
-                    let mut w = Worker::new(fabric.as_ref(), clock.clone(), rcfg, ti, cfg.coros)?;
-                    let hist = Rc::new(RefCell::new(histogram()));
-                    let ops = Rc::new(Cell::new(0u64));
-                    let misses = Rc::new(Cell::new(0u64));
+                    let tally = Tally::new();
+                    let c1 = (w.stats().counters, client.counters());
                     let start = clock.now();
                     let deadline = start + cfg.duration.as_nanos() as u64;
-                    for ci in 0..cfg.coros {
-                        let (client, failed, hist, ops, misses) = (client.clone(), failed.clone(), hist.clone(), ops.clone(), misses.clone());
-                        let id = (ti * cfg.coros + ci) as u64;
-                        let mut gen = Generator::new(cfg.workload, chooser.clone(), cfg.keys, id, clients, cfg.seed);
-                        let (kt, seed, vs) = (cfg.key_type, cfg.seed, cfg.value_size);
-                        w.spawn(move |ctx| async move {
-                            let mut version = 1u64;
-                            // One clock read per operation: its end is the next one's start.
-                            let mut t = ctx.now();
-                            while t < deadline {
-                                let op = gen.next_op();
-                                let r = race_op(&client, &ctx, op, kt, seed, vs, &mut version).await;
-                                match r {
-                                    Ok(true) => {}
-                                    Ok(false) => misses.set(misses.get() + 1),
-                                    Err(e) => {
-                                        *failed.borrow_mut() = Some(format!("{op:?}: {e}"));
-                                        return;
-                                    }
-                                }
-                                let end = ctx.now();
-                                let _ = hist.borrow_mut().record((end - t).max(1));
-                                t = end;
-                                ops.set(ops.get() + 1);
-                            }
-                        });
+                    spawn_run(&mut w, &client, cfg, ti, deadline, chooser, &tally);
+                    let ms = cfg.duration.as_millis() as u64;
+                    step(&mut w, "run", ms, &|| (clock.now() - start) / 1_000_000);
+                    let seconds = (clock.now() - start) as f64 / 1e9;
+                    if let Some(e) = tally.failed.borrow_mut().take() {
+                        return Err(BenchError::Config(e));
                     }
-                    let mut last = Instant::now();
-                    while w.live_tasks() > 0 {
-                        if w.step() == 0 {
-                            std::hint::spin_loop();
-                        }
-                        if ti == 0 && last.elapsed() > Duration::from_millis(100) {
-                            last = Instant::now();
-                            let el = (clock.now() - start) / 1_000_000;
-                            progress("run", el.min(cfg.duration.as_millis() as u64), cfg.duration.as_millis() as u64);
-                        }
-                    }
-                    out.seconds = (clock.now() - start) as f64 / 1e9;
-                    if let Some(e) = failed.borrow_mut().take() {
-                        return Err(BenchError::Config(format!("race: {e}")));
-                    }
-                    out.ops = ops.get();
-                    out.misses = misses.get();
-                    out.counters = w.stats().counters;
-                    out.hist = Some(hist.borrow().clone());
-                    let c = client.counters();
-                    out.cache = (c.cache_hits - before.cache_hits, c.cache_misses - before.cache_misses);
-                    out.splits = c.splits;
+                    let load_seconds = out.load_seconds;
+                    let mut out = phase_out(&w, &client, &tally, (&c1.0, c1.1));
+                    out.seconds = seconds;
+                    out.load_seconds = load_seconds;
                     Ok(out)
                 })
             })
@@ -488,39 +666,109 @@ fn drive_race(
             .map(|h| h.join().expect("benchmark thread panicked"))
             .collect()
     });
-    results.into_iter().collect()
+    // Leave nothing behind on a memory node that outlives this run.
+    let destroyed = index.destroy().map_err(BenchError::Config);
+    let outs = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+    destroyed?;
+    Ok(outs)
 }
 
-/// One YCSB operation on race; `Ok(false)` when the key was missing.
-async fn race_op(
-    c: &RaceClient,
-    ctx: &dmkit_runtime::Ctx,
-    op: YcsbOp,
-    kt: KeyType,
-    seed: u64,
-    vs: usize,
-    version: &mut u64,
-) -> Result<bool, RaceError> {
-    *version += 1;
-    match op {
-        YcsbOp::Read(k) => Ok(c.search(ctx, &key_bytes(kt, k, seed)).await?.is_some()),
-        YcsbOp::Update(k) => {
-            c.update(ctx, &key_bytes(kt, k, seed), &value_for(vs, k, *version))
-                .await
-        }
-        YcsbOp::Insert(k) => {
-            c.insert(ctx, &key_bytes(kt, k, seed), &value_for(vs, k, *version))
-                .await
-        }
-        YcsbOp::ReadModifyWrite(k) => {
-            let key = key_bytes(kt, k, seed);
-            if c.search(ctx, &key).await?.is_none() {
-                return Ok(false);
-            }
-            c.update(ctx, &key, &value_for(vs, k, *version)).await
-        }
-        YcsbOp::Scan(..) => unreachable!("workload e is refused by validate"),
+/// Loads and runs on the simulator's virtual threads: `cfg.threads` on each
+/// compute machine, one worker each. Times are virtual.
+fn on_sim<I: RemoteIndex>(
+    mut sim: Sim,
+    index: &I,
+    cfg: &YcsbConfig,
+    progress: Progress<'_>,
+) -> Result<Vec<ThreadOut>, BenchError> {
+    let rcfg = RuntimeConfig {
+        op_stats: false,
+        ..cfg.runtime.clone()
+    };
+    let loaded = Arc::new(AtomicU64::new(0));
+    let mut threads = Vec::new();
+    for ti in 0..cfg.total_threads() {
+        let machine = ti / cfg.threads;
+        let th = sim.add_worker(machine, |f: &dyn Fabric, clock| {
+            Worker::new(f, clock, rcfg.clone(), ti, cfg.coros)
+        })?;
+        let client = index.client(ti as u64);
+        let tally = Tally::new();
+        let before = (sim.thread_stats(th).counters, client.counters());
+        spawn_load(sim.worker_mut(th), &client, cfg, ti, &loaded, &tally);
+        threads.push((th, client, tally, before));
     }
+    // Load, in slices so the progress bar moves.
+    let t0 = sim.now();
+    loop {
+        let slice = sim.now() + 1_000_000;
+        let out = sim.run_until(slice);
+        progress(
+            "load",
+            loaded.load(Ordering::Relaxed).min(cfg.keys),
+            cfg.keys,
+        );
+        if out.finished + out.blocked == threads.len() {
+            break;
+        }
+    }
+    let last = threads.iter().map(|t| t.2.last.get()).max().unwrap_or(t0);
+    let load_seconds = last.saturating_sub(t0) as f64 / 1e9;
+    let mut outs = Vec::new();
+    for (th, client, tally, before) in &threads {
+        if let Some(e) = tally.failed.borrow_mut().take() {
+            return Err(BenchError::Config(e));
+        }
+        let w = sim.worker_mut(*th);
+        if w.live_tasks() > 0 {
+            return Err(BenchError::Config(
+                "load: a virtual thread blocked forever".into(),
+            ));
+        }
+        let mut o = phase_out(w, client, tally, (&before.0, before.1));
+        o.load_seconds = load_seconds;
+        o.seconds = load_seconds;
+        outs.push(o);
+    }
+    if cfg.workload == Workload::Load {
+        return Ok(outs);
+    }
+    let chooser = chooser(cfg);
+    let start = sim.now();
+    let deadline = start + cfg.duration.as_nanos() as u64;
+    let mut run = Vec::new();
+    for (ti, (th, client, _, _)) in threads.iter().enumerate() {
+        let tally = Tally::new();
+        let before = (sim.thread_stats(*th).counters, client.counters());
+        spawn_run(
+            sim.worker_mut(*th),
+            client,
+            cfg,
+            ti,
+            deadline,
+            &chooser,
+            &tally,
+        );
+        sim.wake(*th);
+        run.push((tally, before));
+    }
+    let total_ms = cfg.duration.as_millis().max(1) as u64;
+    while sim.now() < deadline {
+        let slice = (sim.now() + 1_000_000).min(deadline);
+        sim.run_until(slice);
+        progress("run", (sim.now() - start) / 1_000_000, total_ms);
+    }
+    let mut outs = Vec::new();
+    for ((th, client, _, _), (tally, before)) in threads.iter().zip(&run) {
+        if let Some(e) = tally.failed.borrow_mut().take() {
+            return Err(BenchError::Config(e));
+        }
+        let mut o = phase_out(sim.worker_mut(*th), client, tally, (&before.0, before.1));
+        o.seconds = cfg.duration.as_secs_f64();
+        o.load_seconds = load_seconds;
+        outs.push(o);
+    }
+    Ok(outs)
 }
 
 fn run_local(cfg: &YcsbConfig, progress: Progress<'_>) -> Vec<ThreadOut> {

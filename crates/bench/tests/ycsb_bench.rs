@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use dmkit_bench::micro::BenchError;
 use dmkit_bench::ycsb::{KeyType, Workload};
-use dmkit_bench::ycsb_bench::{self, IndexKind, YcsbConfig};
+use dmkit_bench::ycsb_bench::{self, IndexKind, Platform, YcsbConfig};
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_fabric::Fabric;
 use dmkit_memnode::NodeConfig;
@@ -18,6 +18,7 @@ fn cfg(index: IndexKind, workload: Workload, key_type: KeyType) -> YcsbConfig {
         workload,
         keys: 3000,
         threads: 2,
+        machines: 1,
         coros: 3,
         theta: 0.99,
         distribution: None,
@@ -55,7 +56,12 @@ fn every_workload_runs_on_both_indexes() {
             (Workload::D, KeyType::Int),
             (Workload::F, KeyType::Int),
         ] {
-            let r = ycsb_bench::run(f.clone(), &cfg(index, w, kt), &|_, _, _| {}).unwrap();
+            let r = ycsb_bench::run(
+                Platform::Fabric(f.clone()),
+                &cfg(index, w, kt),
+                &|_, _, _| {},
+            )
+            .unwrap();
             let tag = format!("{index:?} {w:?}");
             assert!(r.ops > 0 && r.mops > 0.0, "{tag}: {r:?}");
             if w == Workload::Load {
@@ -96,7 +102,7 @@ fn scans_and_bad_settings_are_refused() {
         },
     ] {
         assert!(matches!(
-            ycsb_bench::run(f.clone(), &c, &|_, _, _| {}),
+            ycsb_bench::run(Platform::Fabric(f.clone()), &c, &|_, _, _| {}),
             Err(BenchError::Config(_))
         ));
     }
@@ -104,4 +110,65 @@ fn scans_and_bad_settings_are_refused() {
         .parse::<IndexKind>()
         .unwrap_err()
         .contains("not built yet"));
+}
+
+fn sim_platform(seed: u64) -> Platform {
+    Platform::Sim(Box::new(dmkit_sim::SimConfig {
+        memory_nodes: 2,
+        memory_bytes: 128 << 20,
+        page_size: 4096,
+        seed,
+        ..Default::default()
+    }))
+}
+
+#[test]
+fn the_harness_runs_on_the_simulator_in_virtual_time() {
+    for (w, kt) in [
+        (Workload::Load, KeyType::Int),
+        (Workload::A, KeyType::String),
+        (Workload::C, KeyType::Int),
+        (Workload::D, KeyType::Int),
+    ] {
+        let c = YcsbConfig {
+            machines: 2,
+            duration: Duration::from_millis(2),
+            ..cfg(IndexKind::Race, w, kt)
+        };
+        let r = ycsb_bench::run(sim_platform(1), &c, &|_, _, _| {}).unwrap();
+        let tag = format!("{w:?}");
+        assert_eq!(r.backend, "sim");
+        assert_eq!(r.machines, 2);
+        assert!(r.ops > 0 && r.mops > 0.0, "{tag}: {r:?}");
+        if w == Workload::Load {
+            assert_eq!(r.ops, 3000, "{tag}");
+        } else {
+            // Virtual seconds: exactly the requested duration.
+            assert_eq!(r.seconds, 0.002, "{tag}");
+        }
+        if w != Workload::D {
+            assert_eq!(r.misses, 0, "{tag}");
+        }
+        assert!(r.round_trips_per_op >= 1.0, "{tag}: {r:?}");
+    }
+}
+
+#[test]
+fn a_simulated_run_is_deterministic() {
+    let c = YcsbConfig {
+        duration: Duration::from_millis(2),
+        ..cfg(IndexKind::Race, Workload::A, KeyType::Int)
+    };
+    let a = ycsb_bench::run(sim_platform(5), &c, &|_, _, _| {}).unwrap();
+    let b = ycsb_bench::run(sim_platform(5), &c, &|_, _, _| {}).unwrap();
+    assert_eq!(
+        serde_json::to_value(&a).unwrap(),
+        serde_json::to_value(&b).unwrap()
+    );
+    let several = YcsbConfig {
+        machines: 2,
+        ..c.clone()
+    };
+    let f: Arc<dyn Fabric> = fabric();
+    assert!(ycsb_bench::run(Platform::Fabric(f), &several, &|_, _, _| {}).is_err());
 }

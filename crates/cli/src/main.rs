@@ -231,9 +231,10 @@ struct YcsbArgs {
     /// Value bytes.
     #[arg(long, default_value_t = 8)]
     value_size: usize,
-    /// How long to run (not the load).
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-    duration: Duration,
+    /// How long to run, not counting the load [default: 5s on shm, 20ms of
+    /// virtual time on the simulator].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
     /// Client cache entries per thread (race; 0 disables).
     #[arg(long, default_value_t = 1 << 16)]
     cache: usize,
@@ -256,7 +257,7 @@ struct YcsbArgs {
 enum Backend {
     /// Shared memory: an embedded memory node, or node processes via --connect.
     Shm,
-    /// The deterministic RNIC simulator (not built yet: refused with an error).
+    /// The deterministic RNIC simulator (virtual time; see `dmkit sim`).
     Sim,
 }
 
@@ -349,6 +350,35 @@ struct FabricArgs {
     /// as huge pages keep an RNIC's MTT cache warm).
     #[arg(long, value_parser = parse_size)]
     page_size: Option<u64>,
+    /// Simulator: device profile (cx6-200g, cx5-100g, cx3-56g, or a TOML file).
+    #[arg(long, default_value = "cx6-200g")]
+    profile: String,
+    /// Simulator: compute machines (--threads run on each).
+    #[arg(long, default_value_t = 1)]
+    machines: usize,
+    /// Simulator: memory nodes.
+    #[arg(long, default_value_t = 1)]
+    memory_nodes: usize,
+}
+
+impl FabricArgs {
+    /// The simulated cluster these flags describe (`--backend sim`).
+    fn sim_config(&self, needed: u64, seed: u64) -> Result<dmkit_sim::SimConfig, String> {
+        if !self.connect.is_empty() || self.rtt.is_some() {
+            return Err("--connect and --rtt are shm options; the simulator has its own memory nodes and timing".into());
+        }
+        Ok(dmkit_sim::SimConfig {
+            profile: dmkit_sim::Profile::load(&self.profile)?,
+            compute_machines: self.machines,
+            memory_nodes: self.memory_nodes,
+            memory_bytes: self
+                .mem_size
+                .unwrap_or(needed.div_ceil(self.memory_nodes.max(1) as u64) + (64 << 20)),
+            page_size: self.page_size.unwrap_or(2 << 20),
+            seed,
+            ..Default::default()
+        })
+    }
 }
 
 #[derive(Args)]
@@ -489,7 +519,12 @@ fn targets(paths: &[PathBuf], token_file: &Option<PathBuf>) -> Result<Vec<Target
 
 fn open_fabric(a: &FabricArgs, needed: u64) -> Result<ShmFabric, String> {
     if let Backend::Sim = a.backend {
-        return Err("backend sim: the deterministic RNIC simulator is not implemented yet; use --backend shm".into());
+        return Err("bench micro --backend sim: the verbs micro-benchmark on the simulator is `dmkit sim speed` \
+                    (and `dmkit sim reproduce smart-fig3a|smart-fig4a` for SMART's sweeps)"
+            .into());
+    }
+    if a.machines != 1 || a.memory_nodes != 1 {
+        return Err("--machines and --memory-nodes shape the simulator (--backend sim)".into());
     }
     let cfg = ShmConfig {
         rtt: a.rtt.filter(|d| !d.is_zero()),
@@ -647,6 +682,7 @@ fn bench_ycsb(a: YcsbArgs) -> Res {
         workload: a.workload,
         keys: a.keys,
         threads: a.threads,
+        machines: a.fabric.machines,
         coros: a.coros,
         theta: a.zipf,
         distribution: a.distribution.map(|d| match d {
@@ -660,18 +696,28 @@ fn bench_ycsb(a: YcsbArgs) -> Res {
             KeyTypeArg::String => KeyType::String,
         },
         value_size: a.value_size,
-        duration: a.duration,
+        duration: a.duration.unwrap_or(match a.fabric.backend {
+            Backend::Shm => Duration::from_secs(5),
+            Backend::Sim => Duration::from_millis(20),
+        }),
         seed: a.seed,
         runtime: a.switches.runtime_config(a.seed)?,
         cache_entries: a.cache,
     };
-    if !cfg.runtime.thread_aware {
-        return Err("bench ycsb: --thread-aware off (queue pairs shared between workers) is not wired into the YCSB harness yet".into());
-    }
-    let fabric: std::sync::Arc<dyn Fabric> = std::sync::Arc::new(open_fabric(
-        &a.fabric,
-        ycsb_bench::race_memory_estimate(&cfg),
-    )?);
+    let needed = ycsb_bench::race_memory_estimate(&cfg);
+    let platform = match a.fabric.backend {
+        Backend::Sim => ycsb_bench::Platform::Sim(Box::new(a.fabric.sim_config(needed, a.seed)?)),
+        Backend::Shm => {
+            if !cfg.runtime.thread_aware {
+                return Err(
+                    "bench ycsb: --thread-aware off needs a backend with doorbell registers \
+                            (--backend sim); shm has none to share"
+                        .into(),
+                );
+            }
+            ycsb_bench::Platform::Fabric(std::sync::Arc::new(open_fabric(&a.fabric, needed)?))
+        }
+    };
     let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
         let b = ProgressBar::new(cfg.keys);
         b.set_style(
@@ -687,7 +733,7 @@ fn bench_ycsb(a: YcsbArgs) -> Res {
             b.set_position(done);
         }
     };
-    let r = ycsb_bench::run(fabric, &cfg, &progress).map_err(|e| e.to_string())?;
+    let r = ycsb_bench::run(platform, &cfg, &progress).map_err(|e| e.to_string())?;
     if let Some(b) = bar {
         b.finish_and_clear();
     }

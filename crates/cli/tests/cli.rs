@@ -278,8 +278,19 @@ fn bad_flags_are_clear_errors() {
         (&["bench", "micro", "--region-size", "lots"], "not a size"),
         (&["bench", "micro", "--backend", "rdma"], "invalid value"),
         (
-            &["bench", "ycsb", "--backend", "sim"],
-            "not implemented yet",
+            &["bench", "ycsb", "--backend", "sim", "--connect", "unix:/x"],
+            "shm options",
+        ),
+        (&["bench", "micro", "--backend", "sim"], "dmkit sim speed"),
+        (&["bench", "ycsb", "--machines", "2"], "simulator"),
+        (&["sim", "reproduce", "smart-fig99"], "smart-fig3a"),
+        (
+            &["sim", "reproduce", "smart-fig4a", "--profile", "cx9"],
+            "built-in profiles",
+        ),
+        (
+            &["sim", "check", "--scenario", "nope"],
+            "scenarios: counters",
         ),
         (
             &["bench", "ycsb", "--workload", "e", "--keys", "10"],
@@ -321,4 +332,84 @@ fn bad_flags_are_clear_errors() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(want), "{args:?}: expected {want:?} in {err}");
     }
+}
+
+#[test]
+fn the_simulator_commands_run_and_write_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = dir.path().join("fig.json");
+    let png = dir.path().join("fig.png");
+    let out = Command::new(DMKIT)
+        .args([
+            "sim",
+            "reproduce",
+            "smart-fig4a",
+            "--quick",
+            "--quiet",
+            "--json",
+        ])
+        .arg(&j)
+        .arg("--plot")
+        .arg(&png)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
+    assert_eq!(v["figure"], "smart-fig4a");
+    let rows = v["rows"].as_array().unwrap();
+    assert!(rows.iter().all(|r| r["series"].is_string()
+        && r["x"].is_number()
+        && r["value"].is_number()
+        && r["unit"].is_string()
+        && (r["published"].is_number() || r["published"].is_null())));
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+
+    let out = Command::new(DMKIT)
+        .args(["sim", "check", "--scenario", "counters", "--seeds", "3"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("seeds 1..3 passed"));
+
+    let y = dir.path().join("ycsb.json");
+    let out = Command::new(DMKIT)
+        .args([
+            "bench",
+            "ycsb",
+            "--backend",
+            "sim",
+            "--memory-nodes",
+            "2",
+            "--keys",
+            "2000",
+        ])
+        .args([
+            "--threads",
+            "2",
+            "--coros",
+            "2",
+            "--duration",
+            "1ms",
+            "--quiet",
+            "--json",
+        ])
+        .arg(&y)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&y).unwrap()).unwrap();
+    assert_eq!(v["backend"], "sim");
+    assert!(v["mops"].as_f64().unwrap() > 0.0);
 }

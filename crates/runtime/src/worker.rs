@@ -531,36 +531,61 @@ impl Worker {
         self.id
     }
 
-    /// Starts a task. `f` receives the task's [`Ctx`].
+    /// Starts a task. `f` receives the task's [`Ctx`]. A finished task's
+    /// slot (its id, its slice of local memory) is reused once nothing it
+    /// posted is still in flight; its counters keep accumulating.
     ///
     /// # Panics
-    /// If the worker's task capacity is exhausted (programmer error).
+    /// If every slot of the worker's task capacity is taken (programmer error).
     pub fn spawn<F, Fut>(&mut self, f: F)
     where
         F: FnOnce(Ctx) -> Fut,
         Fut: Future<Output = ()> + 'static,
     {
-        let id = self.futures.len();
-        assert!(
-            id < self.capacity,
-            "worker {} has room for {} tasks",
-            self.id,
-            self.capacity
-        );
-        {
+        let id = {
             let mut st = self.core.st.borrow_mut();
-            st.tasks.push(TaskState {
-                alive: true,
-                ..Default::default()
+            let free = (0..self.futures.len()).find(|&i| {
+                let t = &st.tasks[i];
+                self.futures[i].is_none()
+                    && t.inflight == 0
+                    && t.pending.is_empty()
+                    && !t.op_waiting
             });
+            let id = match free {
+                Some(i) => {
+                    let counters = st.tasks[i].counters;
+                    st.tasks[i] = TaskState {
+                        alive: true,
+                        counters,
+                        ..Default::default()
+                    };
+                    i
+                }
+                None => {
+                    let id = self.futures.len();
+                    assert!(
+                        id < self.capacity,
+                        "worker {} has room for {} tasks",
+                        self.id,
+                        self.capacity
+                    );
+                    st.tasks.push(TaskState {
+                        alive: true,
+                        ..Default::default()
+                    });
+                    self.futures.push(None);
+                    self.wakers.push(Waker::from(Arc::new(TaskWaker {
+                        task: id,
+                        inbox: self.inbox.clone(),
+                    })));
+                    id
+                }
+            };
             st.make_ready(id);
-        }
+            id
+        };
         let ctx = Ctx::new(self.core.clone(), id);
-        self.futures.push(Some(Box::pin(f(ctx))));
-        self.wakers.push(Waker::from(Arc::new(TaskWaker {
-            task: id,
-            inbox: self.inbox.clone(),
-        })));
+        self.futures[id] = Some(Box::pin(f(ctx)));
         self.live += 1;
     }
 
