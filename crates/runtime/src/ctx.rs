@@ -565,6 +565,9 @@ impl<'a> Future for OpEnter<'a> {
         if !admitted {
             return Poll::Pending;
         }
+        if let Some(a) = &mut st.avoider {
+            a.note_op();
+        }
         let t = &mut st.tasks[ctx.task];
         t.attempt = 0;
         Poll::Ready(OpGuard {
