@@ -60,10 +60,8 @@ pub struct SimStats {
 }
 
 /// A spinlock in simulated time: FIFO grants, and a hold time that grows
-/// with the number of threads sharing it: a lock used by one thread stays
-/// in its cache (`lock_ns`); a shared one moves its cache line between
-/// cores on every acquisition (`bounce_ns`), and more so the more threads
-/// spin on it (`handoff_ns` per other user).
+/// with the number of threads sharing it (`lock_ns` + `handoff_ns` per
+/// other user: the lock's cache line moves between the spinning cores).
 #[derive(Debug, Default)]
 struct SimLock {
     free: f64,
@@ -82,12 +80,7 @@ impl SimLock {
     fn acquire(&mut self, t: f64, p: &Profile) -> (f64, f64) {
         let grant = fmax(t, self.free);
         let others = self.users.len().saturating_sub(1) as f64;
-        let bounce = if others > 0.0 {
-            p.doorbell.bounce_ns
-        } else {
-            0.0
-        };
-        let hold = p.doorbell.lock_ns + bounce + p.doorbell.handoff_ns * others;
+        let hold = p.doorbell.lock_ns + p.doorbell.handoff_ns * others;
         self.free = grant + hold;
         (grant + hold, grant - t)
     }

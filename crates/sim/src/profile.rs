@@ -72,12 +72,8 @@ pub struct DoorbellModel {
     /// it (the lock's cache line stays local): acquire, MMIO write, release
     /// (ns).
     pub lock_ns: f64,
-    /// Extra hold time when two or more threads use the doorbell: its lock's
-    /// cache line moves between cores on every acquisition (ns).
-    /// *Calibrated* with `handoff_ns`.
-    pub bounce_ns: f64,
     /// Extra hold time per *other* thread sharing the doorbell: the lock's
-    /// cache line bounces between the spinning cores (ns). *Calibrated* on
+    /// cache line moves between the cores that spin on it (ns). *Calibrated* on
     /// SMART Fig. 3a: per-thread QPs peak near 32 threads (≈39 Mops) and
     /// fall to ≈19 Mops at 96, where 74 % of the time is spent in
     /// `pthread_spin_lock` (§3.1).
@@ -260,7 +256,6 @@ impl Profile {
             ("cpu.task_ns", self.cpu.task_ns),
             ("cpu.rpc_ns", self.cpu.rpc_ns),
             ("doorbell.lock_ns", self.doorbell.lock_ns),
-            ("doorbell.bounce_ns", self.doorbell.bounce_ns),
             ("doorbell.handoff_ns", self.doorbell.handoff_ns),
             ("nic.fetch_ns", self.nic.fetch_ns),
             ("nic.wr_bytes", self.nic.wr_bytes),
