@@ -15,6 +15,21 @@
 //!   1/8; the device's own time constants are microseconds, three orders
 //!   below Δ, so the dynamics are those of the unscaled run).
 //!
+//! - `smart-fig7` — §6.2.1, Fig. 7: RACE (SMART's techniques off: per-thread
+//!   QPs on the driver's default doorbells, no throttling, no conflict
+//!   avoidance) vs SMART-HT (all on) on YCSB A, B and C (zipfian 0.99,
+//!   8-byte keys and values), 2 memory nodes, 1–6 compute nodes × 96
+//!   threads × 8 tasks. Lookups read both combined buckets and the block,
+//!   "three RDMA READs" as in the paper (no client cache). The paper loads
+//!   100 M keys; the reproduction loads 1 M,
+//!   with ranks drawn over 100 M items so the hot keys keep the paper's
+//!   shares (≈5 % for the hottest). Each point runs 100 ms unmeasured (the
+//!   contention of RACE builds up: tasks pile onto the hottest keys) and
+//!   measures 20 ms.
+//! - `smart-fig14` — §6.3, Fig. 14: SMART-HT with 100 % updates on one
+//!   compute node, with and without conflict avoidance: throughput and
+//!   retries per update vs threads.
+//!
 //! Throttled runs use Algorithm 1's candidate list, `C_max` ∈ {4, 6, 8,
 //! 10, 12} (line 17), unless told otherwise. The runtime's default list adds
 //! "unlimited"; with it, Table 1's dynamic run falls to ≈72 Mops: per-thread
@@ -87,7 +102,13 @@ impl Default for ReproOptions {
 }
 
 /// Figures this build reproduces.
-pub const FIGURES: [&str; 3] = ["smart-fig3a", "smart-fig4a", "smart-table1"];
+pub const FIGURES: [&str; 5] = [
+    "smart-fig3a",
+    "smart-fig4a",
+    "smart-table1",
+    "smart-fig7",
+    "smart-fig14",
+];
 
 /// Progress callback: `(runs done, runs total)`.
 pub type Progress<'a> = &'a dyn Fn(usize, usize);
@@ -130,6 +151,8 @@ pub fn reproduce(
         "smart-fig3a" => (fig3a(opts, &mut acc, progress)?, 1.0),
         "smart-fig4a" => (fig4a(opts, &mut acc, progress)?, 1.0),
         "smart-table1" => (table1(opts, &mut acc, progress)?, opts.time_scale),
+        "smart-fig7" => (fig7(opts, &mut acc, progress)?, 1.0),
+        "smart-fig14" => (fig14(opts, &mut acc, progress)?, 1.0),
         _ => {
             return Err(BenchError::Config(format!(
                 "no figure {name:?}; this build reproduces: {}",
@@ -303,6 +326,162 @@ fn table1(
         }
     }
     Ok("interval between thread-count changes (ms, unscaled)".into())
+}
+
+/// A YCSB run of RACE on the simulator.
+struct HtPoint {
+    workload: crate::ycsb::Workload,
+    /// Unmeasured run before the measured window (ms; quick runs use a tenth).
+    warmup_ms: u64,
+    machines: usize,
+    threads: usize,
+    /// SMART's three techniques on or off.
+    smart: bool,
+    /// Conflict avoidance alone (overrides `smart` for it).
+    conflict_avoid: Option<bool>,
+}
+
+fn ht_run(
+    opts: &ReproOptions,
+    p: &HtPoint,
+    acc: &mut Acc,
+) -> Result<crate::ycsb_bench::YcsbResult, BenchError> {
+    use crate::ycsb::KeyType;
+    use crate::ycsb_bench::{self, IndexKind, Platform, YcsbConfig};
+    let mut runtime = dmkit_runtime::RuntimeConfig {
+        thread_aware: p.smart,
+        throttle: p.smart,
+        conflict_avoid: p.conflict_avoid.unwrap_or(p.smart),
+        seed: opts.seed,
+        ..Default::default()
+    };
+    runtime.tuner.candidates = opts.candidates.clone();
+    let cfg = YcsbConfig {
+        index: IndexKind::Race,
+        workload: p.workload,
+        keys: if opts.quick { 20_000 } else { 1_000_000 },
+        threads: p.threads,
+        machines: p.machines,
+        coros: 8,
+        theta: 0.99,
+        distribution: None,
+        // SMART loads 100 M keys: its hottest key takes ≈5 % of a zipfian
+        // 0.99 stream. Fewer keys are loaded here, with the same shares.
+        zipf_items: Some(100_000_000),
+        key_type: KeyType::Int,
+        value_size: 8,
+        duration: std::time::Duration::from_millis(if opts.quick { 2 } else { 20 }),
+        warmup: std::time::Duration::from_millis(if opts.quick {
+            p.warmup_ms / 10
+        } else {
+            p.warmup_ms
+        }),
+        seed: opts.seed,
+        runtime,
+        cache_entries: 0,
+    };
+    let needed = ycsb_bench::race_memory_estimate(&cfg);
+    let sim = dmkit_sim::SimConfig {
+        profile: opts.profile.clone(),
+        compute_machines: p.machines,
+        memory_nodes: 2,
+        memory_bytes: needed / 2 + (64 << 20),
+        page_size: 2 << 20,
+        seed: opts.seed,
+        ..Default::default()
+    };
+    let r = ycsb_bench::run(Platform::Sim(Box::new(sim)), &cfg, &|_, _, _| {})?;
+    acc.verbs += (r.verbs_per_op * r.ops as f64) as u64;
+    Ok(r)
+}
+
+fn fig7(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<String, BenchError> {
+    use crate::ycsb::Workload;
+    let machines: &[usize] = if opts.quick { &[6] } else { &[1, 3, 6] };
+    let workloads = [
+        (Workload::A, "a", 0.2, 5.7),
+        (Workload::B, "b", 5.1, 37.1),
+        (Workload::C, "c", 41.1, 75.1),
+    ];
+    let total = machines.len() * workloads.len() * 2;
+    let mut done = 0;
+    for (w, name, race, smart) in workloads {
+        for on in [false, true] {
+            for &m in machines {
+                let r = ht_run(
+                    opts,
+                    &HtPoint {
+                        workload: w,
+                        // RACE's collapse under update contention builds up
+                        // over ~100 ms (tasks pile onto the hottest keys).
+                        warmup_ms: 100,
+                        machines: m,
+                        threads: 96,
+                        smart: on,
+                        conflict_avoid: None,
+                    },
+                    acc,
+                )?;
+                let series = format!("{} {name}", if on { "SMART-HT" } else { "RACE" });
+                let published = (m == 6).then_some(if on { smart } else { race });
+                acc.push(&series, m as f64, r.mops, "Mops", published);
+                acc.push(
+                    &format!("{series} retries"),
+                    m as f64,
+                    r.retries_per_op,
+                    "retries/op",
+                    None,
+                );
+                done += 1;
+                progress(done, total);
+            }
+        }
+    }
+    Ok("compute nodes (96 threads × 8 tasks each)".into())
+}
+
+fn fig14(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<String, BenchError> {
+    use crate::ycsb::Workload;
+    let threads: &[usize] = if opts.quick {
+        &[16, 96]
+    } else {
+        &[8, 16, 32, 48, 64, 96]
+    };
+    let total = threads.len() * 2;
+    let mut done = 0;
+    for ca in [false, true] {
+        for &t in threads {
+            let r = ht_run(
+                opts,
+                &HtPoint {
+                    workload: Workload::U,
+                    warmup_ms: 50,
+                    machines: 1,
+                    threads: t,
+                    smart: true,
+                    conflict_avoid: Some(ca),
+                },
+                acc,
+            )?;
+            let series = if ca {
+                "conflict-avoid"
+            } else {
+                "no-conflict-avoid"
+            };
+            let published = (t == 96).then_some(if ca { 1.1 } else { 11.5 });
+            acc.push(series, t as f64, r.mops, "Mops", None);
+            acc.push(
+                &format!("{series} retries"),
+                t as f64,
+                r.retries_per_op,
+                "retries/op",
+                published,
+            );
+            done += 1;
+            progress(done, total);
+        }
+    }
+    Ok("threads (8 tasks each; 100 % updates)".into())
 }
 
 /// The figure as a chart: one line per series in Mops, plus the paper's

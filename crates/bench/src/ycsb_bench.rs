@@ -81,9 +81,17 @@ pub struct YcsbConfig {
     pub theta: f64,
     /// Key distribution; `None` = the workload's standard one.
     pub distribution: Option<Distribution>,
+    /// Scrambled zipfian only: draw ranks over this many items (default:
+    /// YCSB's 10¹⁰) — a small table with a bigger table's hot-key shares.
+    pub zipf_items: Option<u64>,
     pub key_type: KeyType,
     pub value_size: usize,
+    /// Measured time of the run phase.
     pub duration: Duration,
+    /// Run phase before the measured time: operations that end in it are
+    /// not counted (lets contention, throttling and conflict avoidance
+    /// reach their steady state).
+    pub warmup: Duration,
     pub seed: u64,
     pub runtime: RuntimeConfig,
     /// Client cache entries per thread (race).
@@ -400,12 +408,13 @@ fn summarize(backend: String, cfg: &YcsbConfig, outs: &[ThreadOut]) -> YcsbResul
 
 /// The key chooser of a run: the workload's standard one unless overridden.
 fn chooser(cfg: &YcsbConfig) -> Chooser {
-    Chooser::new(
-        cfg.distribution
-            .unwrap_or(default_distribution(cfg.workload)),
-        cfg.keys,
-        cfg.theta,
-    )
+    let d = cfg
+        .distribution
+        .unwrap_or(default_distribution(cfg.workload));
+    match (d, cfg.zipf_items) {
+        (Distribution::Scrambled, Some(items)) => Chooser::scrambled_over(items, cfg.theta),
+        _ => Chooser::new(d, cfg.keys, cfg.theta),
+    }
 }
 
 /// Key numbers a loader (one of `loaders`) inserts.
@@ -422,21 +431,34 @@ struct Tally {
     hist: Rc<RefCell<Option<Histogram<u64>>>>,
     /// When the last operation ended (the worker's clock).
     last: Rc<Cell<u64>>,
+    /// Operations ending before this are not counted.
+    from: u64,
 }
 
 impl Tally {
     fn new() -> Self {
-        let t = Self::default();
+        Self::from(0)
+    }
+
+    /// Counting operations that end at or after `from`.
+    fn from(from: u64) -> Self {
+        let t = Self {
+            from,
+            ..Self::default()
+        };
         *t.hist.borrow_mut() = Some(histogram());
         t
     }
 
     fn record(&self, start: u64, end: u64) {
+        self.last.set(self.last.get().max(end));
+        if end < self.from {
+            return;
+        }
         if let Some(h) = self.hist.borrow_mut().as_mut() {
             let _ = h.record(end.saturating_sub(start).max(1));
         }
         self.done.set(self.done.get() + 1);
-        self.last.set(self.last.get().max(end));
     }
 
     fn fail(&self, why: String) {
@@ -642,15 +664,25 @@ fn on_threads<I: RemoteIndex + Sync>(
                         out.seconds = out.load_seconds;
                         return Ok(out);
                     }
-                    // Run. The harness times each operation itself.
-                    let tally = Tally::new();
-                    let c1 = (w.stats().counters, client.counters());
+                    // Run. The harness times each operation itself; the
+                    // counters are snapshot when the warm-up ends.
                     let start = clock.now();
-                    let deadline = start + cfg.duration.as_nanos() as u64;
+                    let from = start + cfg.warmup.as_nanos() as u64;
+                    let deadline = from + cfg.duration.as_nanos() as u64;
+                    let tally = Tally::from(from);
+                    let mut c1 = (w.stats().counters, client.counters());
                     spawn_run(&mut w, &client, cfg, ti, deadline, chooser, &tally);
-                    let ms = cfg.duration.as_millis() as u64;
+                    if !cfg.warmup.is_zero() {
+                        while w.live_tasks() > 0 && clock.now() < from {
+                            if w.step() == 0 {
+                                std::hint::spin_loop();
+                            }
+                        }
+                        c1 = (w.stats().counters, client.counters());
+                    }
+                    let ms = (cfg.warmup + cfg.duration).as_millis() as u64;
                     step(&mut w, "run", ms, &|| (clock.now() - start) / 1_000_000);
-                    let seconds = (clock.now() - start) as f64 / 1e9;
+                    let seconds = (clock.now() - from) as f64 / 1e9;
                     if let Some(e) = tally.failed.borrow_mut().take() {
                         return Err(BenchError::Config(e));
                     }
@@ -735,11 +767,11 @@ fn on_sim<I: RemoteIndex>(
     }
     let chooser = chooser(cfg);
     let start = sim.now();
-    let deadline = start + cfg.duration.as_nanos() as u64;
-    let mut run = Vec::new();
+    let from = start + cfg.warmup.as_nanos() as u64;
+    let deadline = from + cfg.duration.as_nanos() as u64;
+    let mut tallies = Vec::new();
     for (ti, (th, client, _, _)) in threads.iter().enumerate() {
-        let tally = Tally::new();
-        let before = (sim.thread_stats(*th).counters, client.counters());
+        let tally = Tally::from(from);
         spawn_run(
             sim.worker_mut(*th),
             client,
@@ -750,14 +782,27 @@ fn on_sim<I: RemoteIndex>(
             &tally,
         );
         sim.wake(*th);
-        run.push((tally, before));
+        tallies.push(tally);
     }
-    let total_ms = cfg.duration.as_millis().max(1) as u64;
-    while sim.now() < deadline {
-        let slice = (sim.now() + 1_000_000).min(deadline);
-        sim.run_until(slice);
-        progress("run", (sim.now() - start) / 1_000_000, total_ms);
-    }
+    let total_ms = (cfg.warmup + cfg.duration).as_millis().max(1) as u64;
+    let slices = |sim: &mut Sim, until: u64| {
+        while sim.now() < until {
+            let slice = (sim.now() + 1_000_000).min(until);
+            sim.run_until(slice);
+            progress("run", (sim.now() - start) / 1_000_000, total_ms);
+        }
+    };
+    // Counters from the end of the warm-up.
+    slices(&mut sim, from);
+    let run: Vec<_> = threads
+        .iter()
+        .zip(tallies)
+        .map(|((th, client, _, _), tally)| {
+            let before = (sim.thread_stats(*th).counters, client.counters());
+            (tally, before)
+        })
+        .collect();
+    slices(&mut sim, deadline);
     let mut outs = Vec::new();
     for ((th, client, _, _), (tally, before)) in threads.iter().zip(&run) {
         if let Some(e) = tally.failed.borrow_mut().take() {

@@ -226,6 +226,10 @@ struct YcsbArgs {
     /// Key distribution (default: the workload's: latest for d, scrambled zipfian otherwise).
     #[arg(long, value_enum)]
     distribution: Option<DistArg>,
+    /// Scrambled zipfian: draw ranks over this many items [default: YCSB's
+    /// 10^10]; e.g. 100000000 gives a small table a 100 M-key table's hot keys.
+    #[arg(long)]
+    zipf_items: Option<u64>,
     #[arg(long, value_enum, default_value = "int")]
     key_type: KeyTypeArg,
     /// Value bytes.
@@ -235,6 +239,10 @@ struct YcsbArgs {
     /// virtual time on the simulator].
     #[arg(long, value_parser = humantime::parse_duration)]
     duration: Option<Duration>,
+    /// Unmeasured run before --duration (lets contention and the runtime's
+    /// adaptation settle).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    warmup: Duration,
     /// Client cache entries per thread (race; 0 disables).
     #[arg(long, default_value_t = 1 << 16)]
     cache: usize,
@@ -691,6 +699,7 @@ fn bench_ycsb(a: YcsbArgs) -> Res {
             DistArg::Scrambled => Distribution::Scrambled,
             DistArg::Latest => Distribution::Latest,
         }),
+        zipf_items: a.zipf_items,
         key_type: match a.key_type {
             KeyTypeArg::Int => KeyType::Int,
             KeyTypeArg::String => KeyType::String,
@@ -700,6 +709,7 @@ fn bench_ycsb(a: YcsbArgs) -> Res {
             Backend::Shm => Duration::from_secs(5),
             Backend::Sim => Duration::from_millis(20),
         }),
+        warmup: a.warmup,
         seed: a.seed,
         runtime: a.switches.runtime_config(a.seed)?,
         cache_entries: a.cache,
