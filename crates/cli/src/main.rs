@@ -13,6 +13,7 @@ mod units;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -41,11 +42,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Run a memory node process serving the shm backend on a Unix socket.
+    /// Run a memory node process: shm clients on a Unix socket, or verbs
+    /// clients (RDMA) on a TCP control channel.
     Memnode(MemnodeArgs),
     /// Benchmarks.
     #[command(subcommand)]
-    Bench(BenchCmd),
+    Bench(Box<BenchCmd>),
     /// Control operations on a running memory node.
     #[command(subcommand)]
     Node(NodeCmd),
@@ -160,9 +162,10 @@ struct MemnodeArgs {
     /// Remote memory size (e.g. 4GiB).
     #[arg(long, default_value = "1GiB", value_parser = parse_size)]
     size: u64,
-    /// Where to listen: unix:PATH.
-    #[arg(long, value_parser = parse_unix_target)]
-    listen: PathBuf,
+    /// Where to listen: unix:PATH (shm clients) or tcp:HOST:PORT (verbs
+    /// clients over an RDMA device; needs a build with --features dmkit/verbs).
+    #[arg(long, value_parser = parse_listen)]
+    listen: Listen,
     /// Token file to create (mode 0600); default PATH.token.
     #[arg(long)]
     token_file: Option<PathBuf>,
@@ -175,6 +178,56 @@ struct MemnodeArgs {
     /// Spare memory pages for run-time remapping.
     #[arg(long, default_value_t = 64)]
     spare_pages: u64,
+    #[command(flatten)]
+    rdma: RdmaArgs,
+}
+
+/// RDMA device selection (tcp: listeners and --backend verbs). Nothing is
+/// hard-coded: default device = the first listed, port 1, GID = the first
+/// RoCE v2 IPv4-mapped GID (RoCE) or LID routing (InfiniBand).
+#[derive(Args, Clone)]
+struct RdmaArgs {
+    /// RDMA device name (e.g. mlx5_0, rxe0).
+    #[arg(long)]
+    rdma_device: Option<String>,
+    /// Device port (1-based).
+    #[arg(long)]
+    rdma_port: Option<u8>,
+    /// GID index (RoCE; on InfiniBand selects routing with a global header).
+    #[arg(long)]
+    gid_index: Option<u8>,
+}
+
+impl RdmaArgs {
+    fn sel(&self) -> dmkit_verbs::DeviceSel {
+        dmkit_verbs::DeviceSel {
+            device: self.rdma_device.clone(),
+            port: self.rdma_port,
+            gid_index: self.gid_index,
+        }
+    }
+}
+
+/// Where a memory node listens / is reached.
+#[derive(Clone, Debug)]
+enum Listen {
+    Unix(PathBuf),
+    Tcp(String),
+}
+
+fn parse_listen(s: &str) -> Result<Listen, String> {
+    match s.strip_prefix("tcp:") {
+        Some(a)
+            if a.rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok()) =>
+        {
+            Ok(Listen::Tcp(a.to_string()))
+        }
+        Some(_) => Err(format!("{s:?}: expected tcp:HOST:PORT")),
+        None => parse_unix_target(s)
+            .map(Listen::Unix)
+            .map_err(|_| format!("{s:?}: expected unix:PATH or tcp:HOST:PORT")),
+    }
 }
 
 #[derive(Subcommand)]
@@ -267,6 +320,9 @@ enum Backend {
     Shm,
     /// The deterministic RNIC simulator (virtual time; see `dmkit sim`).
     Sim,
+    /// Real RDMA devices (rdma-core verbs): node processes via
+    /// --connect tcp:HOST:PORT (build with --features dmkit/verbs).
+    Verbs,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -340,10 +396,10 @@ struct FabricArgs {
     /// Fabric backend.
     #[arg(long, value_enum, default_value = "shm")]
     backend: Backend,
-    /// Memory node processes to use (unix:PATH, repeatable); default: one
-    /// embedded node in this process.
-    #[arg(long, value_parser = parse_unix_target)]
-    connect: Vec<PathBuf>,
+    /// Memory node processes to use (unix:PATH for shm, tcp:HOST:PORT for
+    /// verbs; repeatable); default: one embedded node in this process.
+    #[arg(long, value_parser = parse_listen)]
+    connect: Vec<Listen>,
     /// Token file for --connect (default PATH.token).
     #[arg(long)]
     token_file: Option<PathBuf>,
@@ -367,6 +423,8 @@ struct FabricArgs {
     /// Simulator: memory nodes.
     #[arg(long, default_value_t = 1)]
     memory_nodes: usize,
+    #[command(flatten)]
+    rdma: RdmaArgs,
 }
 
 impl FabricArgs {
@@ -460,8 +518,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Memnode(a) => memnode(a),
-        Cmd::Bench(BenchCmd::Micro(a)) => bench_micro(a),
-        Cmd::Bench(BenchCmd::Ycsb(a)) => bench_ycsb(a),
+        Cmd::Bench(b) => match *b {
+            BenchCmd::Micro(a) => bench_micro(a),
+            BenchCmd::Ycsb(a) => bench_ycsb(a),
+        },
         Cmd::Plot(a) => plot(a),
         Cmd::Sim(SimCmd::Reproduce(a)) => sim_reproduce(a),
         Cmd::Sim(SimCmd::Speed(a)) => sim_speed(a),
@@ -488,19 +548,40 @@ fn memnode(a: MemnodeArgs) -> Res {
         spare_pages: a.spare_pages,
     })
     .map_err(|e| e.to_string())?;
-    let token = a
-        .token_file
-        .unwrap_or_else(|| default_token_path(&a.listen));
-    let server = Server::bind(node, &a.listen, &token).map_err(|e| e.to_string())?;
-    log(format_args!(
-        "dmkit memnode: node {} serving {} (pages {}) on unix:{}; token file {}",
-        a.node_id,
-        format_size(a.size),
-        format_size(a.page_size),
-        a.listen.display(),
-        token.display()
-    ));
-    server.serve().map_err(|e| e.to_string())?;
+    match &a.listen {
+        Listen::Unix(path) => {
+            let token = a
+                .token_file
+                .clone()
+                .unwrap_or_else(|| default_token_path(path));
+            let server = Server::bind(node, path, &token).map_err(|e| e.to_string())?;
+            log(format_args!(
+                "dmkit memnode: node {} serving {} (pages {}) on unix:{}; token file {}",
+                a.node_id,
+                format_size(a.size),
+                format_size(a.page_size),
+                path.display(),
+                token.display()
+            ));
+            server.serve().map_err(|e| e.to_string())?;
+        }
+        Listen::Tcp(addr) => {
+            let token = a
+                .token_file
+                .clone()
+                .unwrap_or_else(|| dmkit_verbs::default_token_path(addr));
+            dmkit_verbs::serve_node(node, &a.rdma.sel(), addr, &token, |bound, dev| {
+                log(format_args!(
+                    "dmkit memnode: node {} serving {} (pages {}) to verbs clients on tcp:{bound} via {dev}; token file {}",
+                    a.node_id,
+                    format_size(a.size),
+                    format_size(a.page_size),
+                    token.display()
+                ))
+            })
+            .map_err(|e| e.to_string())?;
+        }
+    }
     log(format_args!("dmkit memnode: shut down"));
     Ok(())
 }
@@ -525,36 +606,86 @@ fn targets(paths: &[PathBuf], token_file: &Option<PathBuf>) -> Result<Vec<Target
         .collect())
 }
 
-fn open_fabric(a: &FabricArgs, needed: u64) -> Result<ShmFabric, String> {
-    if let Backend::Sim = a.backend {
-        return Err("bench micro --backend sim: the verbs micro-benchmark on the simulator is `dmkit sim speed` \
-                    (and `dmkit sim reproduce smart-fig3a|smart-fig4a` for SMART's sweeps)"
-            .into());
-    }
+fn open_fabric(a: &FabricArgs, needed: u64) -> Result<Arc<dyn Fabric>, String> {
     if a.machines != 1 || a.memory_nodes != 1 {
         return Err("--machines and --memory-nodes shape the simulator (--backend sim)".into());
     }
-    let cfg = ShmConfig {
-        rtt: a.rtt.filter(|d| !d.is_zero()),
-        ..Default::default()
-    };
-    if a.connect.is_empty() {
-        let size = a.mem_size.unwrap_or(needed);
-        ShmFabric::embedded(
-            cfg,
-            &[NodeConfig {
-                size,
-                page_size: a.page_size.unwrap_or(NodeConfig::default().page_size),
+    let unix: Vec<PathBuf> = a
+        .connect
+        .iter()
+        .filter_map(|t| match t {
+            Listen::Unix(p) => Some(p.clone()),
+            Listen::Tcp(_) => None,
+        })
+        .collect();
+    let tcp: Vec<String> = a
+        .connect
+        .iter()
+        .filter_map(|t| match t {
+            Listen::Tcp(h) => Some(h.clone()),
+            Listen::Unix(_) => None,
+        })
+        .collect();
+    match a.backend {
+        Backend::Sim => Err("bench micro --backend sim: the verbs micro-benchmark on the simulator is `dmkit sim speed` \
+                    (and `dmkit sim reproduce smart-fig3a|smart-fig4a` for SMART's sweeps)"
+            .into()),
+        Backend::Verbs => {
+            if !unix.is_empty() || tcp.is_empty() {
+                return Err("--backend verbs: give the memory nodes as --connect tcp:HOST:PORT \
+                            (start them with `dmkit memnode --listen tcp:HOST:PORT`)"
+                    .into());
+            }
+            if a.rtt.is_some() || a.mem_size.is_some() || a.page_size.is_some() {
+                return Err("--rtt, --mem-size and --page-size are shm options; verbs nodes are separate processes".into());
+            }
+            if a.token_file.is_some() && tcp.len() > 1 {
+                return Err("--token-file names one file; with several --connect use each node's default token file".into());
+            }
+            let targets: Vec<dmkit_verbs::VerbsTarget> = tcp
+                .iter()
+                .map(|addr| dmkit_verbs::VerbsTarget {
+                    addr: addr.clone(),
+                    token_file: a
+                        .token_file
+                        .clone()
+                        .unwrap_or_else(|| dmkit_verbs::default_token_path(addr)),
+                })
+                .collect();
+            let cfg = dmkit_verbs::VerbsConfig {
+                device: a.rdma.sel(),
                 ..Default::default()
-            }],
-        )
-    } else {
-        if a.mem_size.is_some() || a.page_size.is_some() {
-            return Err("--mem-size and --page-size configure the embedded node; with --connect the node process has its own --size and --page-size".into());
+            };
+            dmkit_verbs::open_fabric(cfg, &targets).map_err(|e| e.to_string())
         }
-        ShmFabric::open(cfg, &targets(&a.connect, &a.token_file)?)
+        Backend::Shm => {
+            if !tcp.is_empty() {
+                return Err("tcp:HOST:PORT nodes serve RDMA devices: use --backend verbs (shm nodes listen on unix:PATH)".into());
+            }
+            let cfg = ShmConfig {
+                rtt: a.rtt.filter(|d| !d.is_zero()),
+                ..Default::default()
+            };
+            let f = if unix.is_empty() {
+                let size = a.mem_size.unwrap_or(needed);
+                ShmFabric::embedded(
+                    cfg,
+                    &[NodeConfig {
+                        size,
+                        page_size: a.page_size.unwrap_or(NodeConfig::default().page_size),
+                        ..Default::default()
+                    }],
+                )
+            } else {
+                if a.mem_size.is_some() || a.page_size.is_some() {
+                    return Err("--mem-size and --page-size configure the embedded node; with --connect the node process has its own --size and --page-size".into());
+                }
+                ShmFabric::open(cfg, &targets(&unix, &a.token_file)?)
+            }
+            .map_err(|e| e.to_string())?;
+            Ok(Arc::new(f))
+        }
     }
-    .map_err(|e| e.to_string())
 }
 
 fn bench_micro(a: MicroArgs) -> Res {
@@ -592,7 +723,7 @@ fn bench_micro(a: MicroArgs) -> Res {
     };
     // The embedded node gets the region plus its reserved first page and slack.
     let fabric = open_fabric(&a.fabric, a.region_size + (8 << 20))?;
-    micro::check(&cfg, &fabric)?;
+    micro::check(&cfg, &*fabric)?;
     let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
         let b = ProgressBar::new(cfg.duration.as_millis() as u64);
         b.set_style(
@@ -601,7 +732,7 @@ fn bench_micro(a: MicroArgs) -> Res {
         );
         b
     });
-    let r = micro::run(&fabric, &cfg, |el, ops| {
+    let r = micro::run(&*fabric, &cfg, |el, ops| {
         if let Some(b) = &bar {
             b.set_position(el.as_millis() as u64);
             b.set_message(format!(
@@ -706,7 +837,7 @@ fn bench_ycsb(a: YcsbArgs) -> Res {
         },
         value_size: a.value_size,
         duration: a.duration.unwrap_or(match a.fabric.backend {
-            Backend::Shm => Duration::from_secs(5),
+            Backend::Shm | Backend::Verbs => Duration::from_secs(5),
             Backend::Sim => Duration::from_millis(20),
         }),
         warmup: a.warmup,
@@ -717,7 +848,7 @@ fn bench_ycsb(a: YcsbArgs) -> Res {
     let needed = ycsb_bench::race_memory_estimate(&cfg);
     let platform = match a.fabric.backend {
         Backend::Sim => ycsb_bench::Platform::Sim(Box::new(a.fabric.sim_config(needed, a.seed)?)),
-        Backend::Shm => {
+        Backend::Shm | Backend::Verbs => {
             if !cfg.runtime.thread_aware {
                 return Err(
                     "bench ycsb: --thread-aware off needs a backend with doorbell registers \
@@ -725,7 +856,7 @@ fn bench_ycsb(a: YcsbArgs) -> Res {
                         .into(),
                 );
             }
-            ycsb_bench::Platform::Fabric(std::sync::Arc::new(open_fabric(&a.fabric, needed)?))
+            ycsb_bench::Platform::Fabric(open_fabric(&a.fabric, needed)?)
         }
     };
     let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {

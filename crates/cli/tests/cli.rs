@@ -278,6 +278,48 @@ fn bad_flags_are_clear_errors() {
         (&["bench", "micro", "--region-size", "lots"], "not a size"),
         (&["bench", "micro", "--backend", "rdma"], "invalid value"),
         (
+            &["bench", "micro", "--backend", "verbs"],
+            "--connect tcp:HOST:PORT",
+        ),
+        (
+            &["bench", "micro", "--connect", "tcp:127.0.0.1:9"],
+            "use --backend verbs",
+        ),
+        (
+            &[
+                "bench",
+                "micro",
+                "--backend",
+                "verbs",
+                "--connect",
+                "tcp:nohost",
+            ],
+            "expected tcp:HOST:PORT",
+        ),
+        (
+            &[
+                "bench",
+                "ycsb",
+                "--backend",
+                "verbs",
+                "--connect",
+                "tcp:127.0.0.1:9",
+            ],
+            if cfg!(feature = "verbs") {
+                "no RDMA device"
+            } else {
+                "built without RDMA support"
+            },
+        ),
+        (
+            &["memnode", "--listen", "tcp:127.0.0.1:0", "--size", "8MiB"],
+            if cfg!(feature = "verbs") {
+                "no RDMA device"
+            } else {
+                "built without RDMA support"
+            },
+        ),
+        (
             &["bench", "ycsb", "--backend", "sim", "--connect", "unix:/x"],
             "shm options",
         ),

@@ -45,6 +45,10 @@ pub enum VerbError {
     Flushed,
     #[error("connection to node {0} lost")]
     ConnectionLost(NodeId),
+    /// A completion error of a real NIC that has no closer match above
+    /// (the verbs backend names the `ibv_wc_status`).
+    #[error("the NIC reported {0}")]
+    Nic(&'static str),
 }
 
 /// A failed request inside a batch: its position, id, verb and address.

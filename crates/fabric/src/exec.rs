@@ -136,72 +136,15 @@ impl Executor {
     /// bounds; returns the remote offset. Nothing is touched.
     #[inline]
     fn check_remote(&mut self, wr: &WorkRequest) -> Result<u64, VerbError> {
-        let remote = wr.remote;
-        if remote.node() != self.node {
-            return Err(VerbError::WrongNode {
-                expected: self.node,
-                got: remote.node(),
-            });
-        }
-        let len = wr.len();
-        if len == 0 {
-            return Err(VerbError::ZeroLength);
-        }
-        if len > self.caps.max_message {
-            return Err(VerbError::TooLong {
-                len,
-                max: self.caps.max_message,
-            });
-        }
-        if let Op::Write { inline: true, .. } = wr.op {
-            if len > self.caps.max_inline {
-                return Err(VerbError::InlineTooLarge {
-                    len,
-                    max: self.caps.max_inline,
-                });
-            }
-        }
-        let (rights, base, end) = match self.region_cache {
-            Some((k, a, b, e)) if k == wr.rkey => (a, b, e),
+        let (view, cache) = (&self.view, &mut self.region_cache);
+        check_remote(self.node, &self.caps, wr, |rkey| match *cache {
+            Some((k, a, b, e)) if k == rkey => Ok((a, b, e)),
             _ => {
-                let (a, b, e) = self.view.region(wr.rkey)?;
-                self.region_cache = Some((wr.rkey, a, b, e));
-                (a, b, e)
+                let (a, b, e) = view.region(rkey)?;
+                *cache = Some((rkey, a, b, e));
+                Ok((a, b, e))
             }
-        };
-        let (needed, name) = match wr.op {
-            Op::Read { .. } | Op::ReadV { .. } => (access::READ, "READ"),
-            Op::Write { .. } | Op::WriteV { .. } => (access::WRITE, "WRITE"),
-            _ => (access::ATOMIC, "atomics"),
-        };
-        if rights & needed == 0 {
-            return Err(VerbError::AccessDenied {
-                rkey: wr.rkey,
-                needed: name,
-            });
-        }
-        let off = remote.offset();
-        if off < base || off >= end {
-            return Err(VerbError::OutOfBounds {
-                offset: off,
-                base,
-                end,
-            });
-        }
-        if end - off < len as u64 {
-            return Err(VerbError::CrossesRegionEnd {
-                offset: off,
-                len: len as u64,
-                end,
-            });
-        }
-        if matches!(wr.op, Op::MaskedCas { .. }) && !self.caps.masked_cas {
-            return Err(VerbError::Unsupported("masked compare-and-swap"));
-        }
-        if wr.kind().is_atomic() && !off.is_multiple_of(8) {
-            return Err(VerbError::Unaligned { offset: off });
-        }
-        Ok(off)
+        })
     }
 
     /// Every check [`Executor::execute`] makes, without any effect: the
@@ -311,6 +254,81 @@ impl Executor {
     }
 }
 
+/// The remote-side checks every backend makes before a request touches
+/// anything, with the same typed errors: node, length, message and inline
+/// limits, the region named by the key (`region` answers `(access, base,
+/// end)` or the key's error), access rights, bounds, masked-CAS support and
+/// atomic alignment. Returns the remote offset. The shm and sim backends
+/// check against the node's protection table; the verbs backend against the
+/// client's copy of it, before the NIC sees the request.
+#[inline(always)]
+pub fn check_remote(
+    node: NodeId,
+    caps: &Capabilities,
+    wr: &WorkRequest,
+    region: impl FnOnce(crate::Rkey) -> Result<(u64, u64, u64), VerbError>,
+) -> Result<u64, VerbError> {
+    let remote = wr.remote;
+    if remote.node() != node {
+        return Err(VerbError::WrongNode {
+            expected: node,
+            got: remote.node(),
+        });
+    }
+    let len = wr.len();
+    if len == 0 {
+        return Err(VerbError::ZeroLength);
+    }
+    if len > caps.max_message {
+        return Err(VerbError::TooLong {
+            len,
+            max: caps.max_message,
+        });
+    }
+    if let Op::Write { inline: true, .. } = wr.op {
+        if len > caps.max_inline {
+            return Err(VerbError::InlineTooLarge {
+                len,
+                max: caps.max_inline,
+            });
+        }
+    }
+    let (rights, base, end) = region(wr.rkey)?;
+    let (needed, name) = match wr.op {
+        Op::Read { .. } | Op::ReadV { .. } => (access::READ, "READ"),
+        Op::Write { .. } | Op::WriteV { .. } => (access::WRITE, "WRITE"),
+        _ => (access::ATOMIC, "atomics"),
+    };
+    if rights & needed == 0 {
+        return Err(VerbError::AccessDenied {
+            rkey: wr.rkey,
+            needed: name,
+        });
+    }
+    let off = remote.offset();
+    if off < base || off >= end {
+        return Err(VerbError::OutOfBounds {
+            offset: off,
+            base,
+            end,
+        });
+    }
+    if end - off < len as u64 {
+        return Err(VerbError::CrossesRegionEnd {
+            offset: off,
+            len: len as u64,
+            end,
+        });
+    }
+    if matches!(wr.op, Op::MaskedCas { .. }) && !caps.masked_cas {
+        return Err(VerbError::Unsupported("masked compare-and-swap"));
+    }
+    if wr.kind().is_atomic() && !off.is_multiple_of(8) {
+        return Err(VerbError::Unaligned { offset: off });
+    }
+    Ok(off)
+}
+
 /// The vector (scatter/gather) path, kept out of line so the scalar path of
 /// `execute` stays small (inlining it cost ~20 % of the 8-byte READ rate).
 #[inline(never)]
@@ -347,8 +365,9 @@ fn execute_vector(
     Ok(())
 }
 
-/// The entries of `sgl` in its batch, checked against the table and limit.
-fn sgl_entries(sges: &[LocalRef], sgl: Sgl, max: usize) -> Result<&[LocalRef], VerbError> {
+/// The entries of `sgl` in its batch, checked against the table and limit
+/// (shared by every backend, so a bad list fails the same way everywhere).
+pub fn sgl_entries(sges: &[LocalRef], sgl: Sgl, max: usize) -> Result<&[LocalRef], VerbError> {
     let bad = VerbError::BadSgl {
         first: sgl.first,
         count: sgl.count,

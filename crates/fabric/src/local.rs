@@ -72,6 +72,13 @@ impl LocalMem {
         self.0.len
     }
 
+    /// Start of the memory, for a backend that registers it with a NIC
+    /// (the verbs backend's `ibv_reg_mr`). Valid while any clone of this
+    /// `LocalMem` lives; other code must go through the safe accessors.
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.0.ptr.as_ptr()
+    }
+
     /// Whether the region has zero bytes.
     #[inline]
     pub fn is_empty(&self) -> bool {

@@ -98,6 +98,10 @@ pub struct MemNode {
     inner: Mutex<Inner>,
     counters: Counters,
     shutdown: AtomicBool,
+    /// Memory is registered with a NIC (pinned): freed pages are zeroed in
+    /// place instead of punched out of the memfd, which would leave the
+    /// NIC's pinned pages detached from the file.
+    pinned: AtomicBool,
 }
 
 impl MemNode {
@@ -171,6 +175,7 @@ impl MemNode {
             }),
             counters: Counters::default(),
             shutdown: AtomicBool::new(false),
+            pinned: AtomicBool::new(false),
         };
         node.init_control();
         node.heap = node.register_region(heap_base, node.heap.len, layout::access::ALL)?;
@@ -373,6 +378,13 @@ impl MemNode {
                 self.zero_pages(p, n);
             }
         };
+        let punch = |r: (u64, u64)| {
+            if self.pinned.load(Ordering::Acquire) {
+                self.zero_pages(r.0, r.1);
+            } else {
+                punch(r);
+            }
+        };
         for page in first..end {
             let phys = self
                 .page_entry(page)
@@ -406,6 +418,14 @@ impl MemNode {
                 (*p.add(i)).store(0, Ordering::Release);
             }
         }
+    }
+
+    /// Declares the node's memory registered with a NIC: from now on freed
+    /// memory is zeroed in place, never returned to the OS. A registration
+    /// pins the pages it covers; punching a hole would give the file fresh
+    /// pages while the NIC keeps reading and writing the pinned old ones.
+    pub fn pin_memory(&self) {
+        self.pinned.store(true, Ordering::Release);
     }
 
     /// Memory page currently backing `remote_page`.

@@ -105,7 +105,7 @@ fn unhex(s: &str) -> Option<[u8; TOKEN_LEN]> {
     Some(out)
 }
 
-fn token_eq(a: &[u8; TOKEN_LEN], b: &[u8; TOKEN_LEN]) -> bool {
+pub fn token_eq(a: &[u8; TOKEN_LEN], b: &[u8; TOKEN_LEN]) -> bool {
     // Constant time: no early exit on the first differing byte.
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }

@@ -1,0 +1,202 @@
+//! The verbs backend on a real RDMA device (Soft-RoCE `rxe0` in the
+//! project's QEMU guest: `tools/softroce/run.sh`). Ignored by default —
+//! hosts without RDMA have nothing to run them on; the guest runs them
+//! with `--ignored`. Device and GID come from `DMKIT_RDMA_DEVICE` /
+//! `DMKIT_GID_INDEX` when set (else the backend's own choice).
+#![cfg(feature = "rdma")]
+
+use std::sync::Arc;
+
+use dmkit_fabric::{
+    conformance, Batch, Fabric, FabricError, LocalMem, LocalRef, SyncQp, VerbError,
+};
+use dmkit_memnode::layout::access;
+use dmkit_memnode::{MemNode, NodeConfig};
+use dmkit_verbs::{DeviceSel, RunningServer, VerbsConfig, VerbsFabric, VerbsServer, VerbsTarget};
+
+fn sel() -> DeviceSel {
+    DeviceSel {
+        device: std::env::var("DMKIT_RDMA_DEVICE").ok(),
+        port: None,
+        gid_index: std::env::var("DMKIT_GID_INDEX")
+            .ok()
+            .and_then(|v| v.parse().ok()),
+    }
+}
+
+struct Setup {
+    server: RunningServer,
+    fabric: VerbsFabric,
+    _dir: tempfile::TempDir,
+}
+
+fn setup(size: u64) -> Setup {
+    let node = MemNode::new(NodeConfig {
+        size,
+        ..Default::default()
+    })
+    .expect("memory node");
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("node.token");
+    let server = VerbsServer::bind(node, &sel(), "127.0.0.1:0", &token)
+        .expect("verbs server")
+        .spawn();
+    let fabric = VerbsFabric::open(
+        VerbsConfig {
+            device: sel(),
+            ..Default::default()
+        },
+        &[VerbsTarget {
+            addr: server.addr().to_string(),
+            token_file: token,
+        }],
+    )
+    .expect("verbs fabric");
+    Setup {
+        server,
+        fabric,
+        _dir: dir,
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device (run in the Soft-RoCE guest)"]
+fn conformance_on_rdma_device() {
+    let s = setup(16 << 20);
+    eprintln!(
+        "device {} caps {:?}",
+        s.fabric.device().name(),
+        s.fabric.caps()
+    );
+    conformance::run_all(&s.fabric, 0);
+    let st = s.server.node().stats();
+    assert_eq!(st.session_chunk_bytes, 0, "every check freed its chunks");
+}
+
+/// A request the client's checks pass but the NIC refuses (its region was
+/// deregistered on the node after the client fetched the table) fails with
+/// the same typed error as on shm; the queue pair is rebuilt behind the
+/// caller, later batches still execute, and the node keeps serving.
+#[test]
+#[ignore = "needs an RDMA device (run in the Soft-RoCE guest)"]
+fn nic_error_is_typed_and_the_queue_pair_recovers() {
+    let s = setup(16 << 20);
+    let node = s.server.node().clone();
+    let (heap_chunk, _, hk) = s.fabric.alloc_chunk(0, 4096, false).unwrap();
+    // A second region over a page of its own.
+    let ps = node.layout().page_size();
+    let base = node.layout().remote_len() - 4 * ps;
+    let r = node
+        .register_region(base, ps, access::READ | access::WRITE | access::ATOMIC)
+        .unwrap();
+    s.server.sync_regions().unwrap();
+    // The client learns regions at connect time.
+    let mut q = SyncQp::new(&s.fabric, 0, 4096).unwrap();
+    let ra = dmkit_fabric::GlobalAddr::new(0, base);
+    q.write_u64(ra, r.rkey, 7)
+        .expect("write into the extra region");
+    assert_eq!(q.read_u64(ra, r.rkey).unwrap(), 7);
+    // Node drops the region; the client still believes in it.
+    node.deregister_region(r.rkey).unwrap();
+    s.server.sync_regions().unwrap();
+
+    let mem = LocalMem::new(64);
+    let lk = q.qp().register_local(&mem);
+    let mut b = Batch::new();
+    b.write(heap_chunk, hk, LocalRef::new(lk, 0, 8)).set_id(1);
+    b.read(ra, r.rkey, LocalRef::new(lk, 8, 8)).set_id(2);
+    b.faa(heap_chunk.add(8), hk, 1).set_id(3);
+    let qp = q.qp();
+    qp.post(&mut b).unwrap();
+    // A later batch posted before the error is seen: must still execute.
+    let mut b2 = Batch::new();
+    b2.faa(heap_chunk.add(16), hk, 5).set_id(4);
+    qp.post(&mut b2).unwrap();
+    let mut out = Vec::new();
+    let t0 = std::time::Instant::now();
+    while qp.pending() > 0 {
+        qp.poll(&mut out, 16);
+        assert!(t0.elapsed().as_secs() < 20, "completions arrive");
+    }
+    let got: Vec<_> = out
+        .iter()
+        .map(|c| (c.wr_id, c.verb_error().cloned()))
+        .collect();
+    assert_eq!(got.len(), 4, "{got:?}");
+    assert_eq!(got[0], (1, None));
+    assert!(
+        matches!(got[1], (2, Some(VerbError::BadKey { rkey })) if rkey == r.rkey),
+        "{got:?}"
+    );
+    assert_eq!(got[2], (3, Some(VerbError::Flushed)));
+    assert_eq!(got[3], (4, None), "the later batch ran after the rebuild");
+    assert_eq!(
+        q.read_u64(heap_chunk.add(8), hk).unwrap(),
+        0,
+        "flushed FAA had no effect"
+    );
+    assert_eq!(q.read_u64(heap_chunk.add(16), hk).unwrap(), 5);
+    // From now on the refreshed table makes the error local and precise.
+    match q.read_u64(ra, r.rkey) {
+        Err(FabricError::Request(e)) => assert!(matches!(e.error, VerbError::BadKey { .. })),
+        other => panic!("{other:?}"),
+    }
+    // The node never restarted: same node, its RPCs still answer.
+    assert!(s.fabric.node_stats(0).unwrap().sessions_active >= 1);
+    s.fabric.free_chunk(heap_chunk).unwrap();
+}
+
+/// CoRM §3.5: the node moves a page under a live registration; clients
+/// keep address and key and read the same bytes.
+#[test]
+#[ignore = "needs an RDMA device (run in the Soft-RoCE guest)"]
+fn page_migration_keeps_address_and_key() {
+    let s = setup(16 << 20);
+    let (c, _, k) = s.fabric.alloc_chunk(0, 8192, false).unwrap();
+    let mut q = SyncQp::new(&s.fabric, 0, 8192).unwrap();
+    let data: Vec<u8> = (0..8192u32).map(|i| (i * 13 % 251) as u8).collect();
+    q.write(c, k, &data).unwrap();
+    let page = c.offset() / s.server.node().layout().page_size();
+    match s.server.migrate_page(page) {
+        Ok(new) => {
+            eprintln!(
+                "page {page} moved to memory page {new}; registrations re-keyed: {}",
+                s.server.rekeyed_registrations()
+            );
+            assert_eq!(
+                q.read(c, k, 8192).unwrap(),
+                data,
+                "same bytes after the move"
+            );
+            q.write_u64(c, k, 42).unwrap();
+            assert_eq!(q.read_u64(c, k).unwrap(), 42);
+        }
+        Err(e) => panic!("the device cannot re-register under the same key: {e}"),
+    }
+}
+
+/// Several threads, each with its own queue pair (per-thread CQ), hammer
+/// one counter with FAA; the sum is exact.
+#[test]
+#[ignore = "needs an RDMA device (run in the Soft-RoCE guest)"]
+fn threads_with_own_queue_pairs_count_exactly() {
+    let s = setup(16 << 20);
+    let f = Arc::new(s.fabric);
+    let (c, _, k) = f.alloc_chunk(0, 4096, false).unwrap();
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let f = f.clone();
+            std::thread::spawn(move || {
+                let mut q = SyncQp::new(&*f, 0, 64).unwrap();
+                for _ in 0..500 {
+                    q.faa(c, k, 1).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut q = SyncQp::new(&*f, 0, 64).unwrap();
+    assert_eq!(q.read_u64(c, k).unwrap(), 2000);
+}
