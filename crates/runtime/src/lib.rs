@@ -26,6 +26,7 @@ pub mod clock;
 pub mod config;
 pub mod ctx;
 pub mod lock;
+pub mod rng;
 pub mod stats;
 pub mod throttle;
 pub mod worker;

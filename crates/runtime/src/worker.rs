@@ -110,7 +110,7 @@ pub(crate) struct State {
     completed_wrs: u64,
     pub op_in_use: u32,
     pub op_waiters: VecDeque<usize>,
-    pub rng: u64,
+    pub rng: crate::rng::Rng,
 }
 
 impl State {
@@ -147,13 +147,7 @@ impl State {
     }
 
     pub fn next_random(&mut self) -> u64 {
-        // xorshift64*
-        let mut x = self.rng;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.rng = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        self.rng.next_u64()
     }
 
     /// Moves a task's queued requests to the deferred queue (one batch per
@@ -505,7 +499,9 @@ impl Worker {
             completed_wrs: 0,
             op_in_use: 0,
             op_waiters: VecDeque::new(),
-            rng: (cfg.seed ^ (id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1,
+            rng: crate::rng::Rng::from_state(
+                (cfg.seed ^ (id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1,
+            ),
         };
         Ok(Self {
             id,
