@@ -973,19 +973,12 @@ impl Core {
             if n > 0 {
                 self.charge(self.p.cpu.cqe_ns * n as f64);
             }
-            let hd = &self.handles[hi];
-            if n > 0 || !external || hd.deliverable == 0 {
+            if n > 0 || !external || self.handles[hi].deliverable == 0 {
                 return n;
             }
             // The external caller waits: run the simulation to the next
             // completion of this handle.
-            let next = hd
-                .entries
-                .iter()
-                .find(|e| e.wr.signaled || e.result.is_err())
-                .or(hd.entries.front())
-                .map(|e| e.cq_at);
-            match next {
+            match self.next_completion_at(hi) {
                 Some(t) => {
                     let t = t.max(self.now);
                     // Effects due by then, including this handle's own.
@@ -996,17 +989,21 @@ impl Core {
         }
     }
 
-    /// Blocks the caller until handle `h` has a completion: the thread's
-    /// CPU time jumps to it and effects due by then are applied.
-    pub fn block_on(&mut self, h: u32) {
-        let hd = &self.handles[h as usize];
-        let next = hd
-            .entries
+    /// When handle `hi`'s next completion becomes visible: its first
+    /// signaled or failed request, else its first outstanding one.
+    fn next_completion_at(&self, hi: usize) -> Option<Time> {
+        let hd = &self.handles[hi];
+        hd.entries
             .iter()
             .find(|e| e.wr.signaled || e.result.is_err())
             .or(hd.entries.front())
-            .map(|e| e.cq_at);
-        if let Some(t) = next {
+            .map(|e| e.cq_at)
+    }
+
+    /// Blocks the caller until handle `h` has a completion: the thread's
+    /// CPU time jumps to it and effects due by then are applied.
+    pub fn block_on(&mut self, h: u32) {
+        if let Some(t) = self.next_completion_at(h as usize) {
             self.apply_until(t);
             if self.current.is_some() && t > self.cursor {
                 self.cursor = t;
