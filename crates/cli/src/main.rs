@@ -610,22 +610,13 @@ fn open_fabric(a: &FabricArgs, needed: u64) -> Result<Arc<dyn Fabric>, String> {
     if a.machines != 1 || a.memory_nodes != 1 {
         return Err("--machines and --memory-nodes shape the simulator (--backend sim)".into());
     }
-    let unix: Vec<PathBuf> = a
-        .connect
-        .iter()
-        .filter_map(|t| match t {
-            Listen::Unix(p) => Some(p.clone()),
-            Listen::Tcp(_) => None,
-        })
-        .collect();
-    let tcp: Vec<String> = a
-        .connect
-        .iter()
-        .filter_map(|t| match t {
-            Listen::Tcp(h) => Some(h.clone()),
-            Listen::Unix(_) => None,
-        })
-        .collect();
+    let (mut unix, mut tcp) = (Vec::new(), Vec::new());
+    for t in &a.connect {
+        match t {
+            Listen::Unix(p) => unix.push(p.clone()),
+            Listen::Tcp(h) => tcp.push(h.clone()),
+        }
+    }
     match a.backend {
         Backend::Sim => Err("bench micro --backend sim: the verbs micro-benchmark on the simulator is `dmkit sim speed` \
                     (and `dmkit sim reproduce smart-fig3a|smart-fig4a` for SMART's sweeps)"

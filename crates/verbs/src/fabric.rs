@@ -112,10 +112,15 @@ impl NodeLink {
                 *self.regions.write().unwrap_or_else(|e| e.into_inner()) = r.clone();
                 Ok(r)
             }
-            other => Err(FabricError::Protocol {
-                node: self.id,
-                what: format!("{other:?}"),
-            }),
+            other => Err(self.unexpected(other)),
+        }
+    }
+
+    /// An answer that does not fit the call.
+    pub(crate) fn unexpected(&self, reply: CtlReply) -> FabricError {
+        FabricError::Protocol {
+            node: self.id,
+            what: format!("{reply:?}"),
         }
     }
 
@@ -136,10 +141,7 @@ impl NodeLink {
                 target: self.peer.clone(),
                 reason: why,
             }),
-            other => Err(FabricError::Protocol {
-                node: self.id,
-                what: format!("{other:?}"),
-            }),
+            other => Err(self.unexpected(other)),
         }
     }
 }
@@ -351,10 +353,7 @@ impl Fabric for VerbsFabric {
         let link = self.link(node)?;
         match link.call(&Ctl::Rpc(req))? {
             CtlReply::Rpc(r) => Ok(r),
-            other => Err(FabricError::Protocol {
-                node,
-                what: format!("{other:?}"),
-            }),
+            other => Err(link.unexpected(other)),
         }
     }
 }

@@ -407,6 +407,10 @@ impl Shared {
                     break;
                 }
             };
+            // A replaced pair goes before its successor is made.
+            if let Ctl::Reconnect { server_qpn, .. } = &msg {
+                qps.retain(|q| q.qpn() != *server_qpn);
+            }
             let reply = match msg {
                 Ctl::Hello { .. } => CtlReply::Refused("already authenticated".into()),
                 Ctl::Rpc(req) => CtlReply::Rpc(self.node.handle(session, req)),
@@ -414,15 +418,7 @@ impl Shared {
                     Ok(()) => CtlReply::Regions(self.nic_regions()),
                     Err(e) => CtlReply::Refused(e.to_string()),
                 },
-                Ctl::Connect { client } => match self.new_qp(&client) {
-                    Ok((qp, r)) => {
-                        qps.push(qp);
-                        r
-                    }
-                    Err(e) => CtlReply::Refused(e.to_string()),
-                },
-                Ctl::Reconnect { server_qpn, client } => {
-                    qps.retain(|q| q.qpn() != server_qpn);
+                Ctl::Connect { client } | Ctl::Reconnect { client, .. } => {
                     match self.new_qp(&client) {
                         Ok((qp, r)) => {
                             qps.push(qp);

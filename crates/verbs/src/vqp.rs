@@ -201,39 +201,34 @@ impl VerbsQp {
         own_doorbell: bool,
     ) -> Result<Self, dmkit_fabric::FabricError> {
         let target = link.peer.clone();
-        let raw = RawQp::create(&dev, &cq.cq, sizes, own_doorbell).map_err(|e| {
-            cq.users.fetch_sub(1, Ordering::AcqRel);
-            connect_err(&target, e)
-        })?;
-        let psn = crate::random_psn();
-        let server = match link.connect_qp(dev.endpoint(raw.qpn(), psn), None) {
-            Ok(s) => s,
-            Err(e) => {
-                cq.users.fetch_sub(1, Ordering::AcqRel);
-                return Err(e);
+        // Everything that can fail, so the place on the CQ the fabric took
+        // for this queue pair is given back on one path.
+        let setup = || -> Result<_, dmkit_fabric::FabricError> {
+            let raw = RawQp::create(&dev, &cq.cq, sizes, own_doorbell)
+                .map_err(|e| connect_err(&target, e))?;
+            let psn = crate::random_psn();
+            let server = link.connect_qp(dev.endpoint(raw.qpn(), psn), None)?;
+            raw.connect(&server, psn)
+                .map_err(|e| connect_err(&target, e))?;
+            let results = LocalMem::new(sizes.send_wr as usize * 8);
+            use sys::ibv_access_flags as A;
+            // SAFETY: `results` lives as long as the queue pair, which drops
+            // the MR first (field order) and waits for in-flight requests.
+            let results_mr = unsafe {
+                Mr::register(
+                    &dev,
+                    results.as_mut_ptr(),
+                    results.len(),
+                    A::IBV_ACCESS_LOCAL_WRITE,
+                )
             }
+            .map_err(|e| connect_err(&target, e))?;
+            Ok((raw, server, results, results_mr))
         };
-        if let Err(e) = raw.connect(&server, psn) {
+        let (raw, server, results, results_mr) = setup().inspect_err(|_| {
             cq.users.fetch_sub(1, Ordering::AcqRel);
-            return Err(connect_err(&target, e));
-        }
-        let depth = sizes.send_wr as usize;
-        let results = LocalMem::new(depth * 8);
-        use sys::ibv_access_flags as A;
-        // SAFETY: `results` lives as long as the queue pair, which drops
-        // the MR first (field order) and waits for in-flight requests.
-        let results_mr = unsafe {
-            Mr::register(
-                &dev,
-                results.as_mut_ptr(),
-                results.len(),
-                A::IBV_ACCESS_LOCAL_WRITE,
-            )
-        }
-        .map_err(|e| {
-            cq.users.fetch_sub(1, Ordering::AcqRel);
-            connect_err(&target, e)
         })?;
+        let depth = sizes.send_wr as usize;
         Ok(VerbsQp {
             regions: link.regions(),
             dev,
@@ -364,10 +359,20 @@ impl VerbsQp {
                 flags |= sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
             }
             match wr.op {
-                Op::Read { local } | Op::Write { local, .. } => {
-                    let s = self.local_sge(local).expect("checked");
-                    self.sges.push(s);
-                    w.opcode = if matches!(wr.op, Op::Read { .. }) {
+                Op::Read { .. } | Op::Write { .. } | Op::ReadV { .. } | Op::WriteV { .. } => {
+                    match wr.op {
+                        Op::Read { local } | Op::Write { local, .. } => {
+                            let s = self.local_sge(local).expect("checked");
+                            self.sges.push(s);
+                        }
+                        _ => {
+                            for p in &self.ring[i].pieces {
+                                let s = self.local_sge(*p).expect("checked");
+                                self.sges.push(s);
+                            }
+                        }
+                    }
+                    w.opcode = if wr.kind() == VerbKind::Read {
                         sys::ibv_wr_opcode::IBV_WR_RDMA_READ
                     } else {
                         sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE
@@ -375,21 +380,6 @@ impl VerbsQp {
                     if let Op::Write { inline: true, .. } = wr.op {
                         flags |= sys::ibv_send_flags::IBV_SEND_INLINE.0;
                     }
-                    w.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
-                        remote_addr,
-                        rkey: region.nic_rkey,
-                    };
-                }
-                Op::ReadV { .. } | Op::WriteV { .. } => {
-                    for p in &self.ring[i].pieces {
-                        let s = self.local_sge(*p).expect("checked");
-                        self.sges.push(s);
-                    }
-                    w.opcode = if matches!(wr.op, Op::ReadV { .. }) {
-                        sys::ibv_wr_opcode::IBV_WR_RDMA_READ
-                    } else {
-                        sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE
-                    };
                     w.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
                         remote_addr,
                         rkey: region.nic_rkey,
@@ -759,8 +749,7 @@ impl QueuePair for VerbsQp {
         let b = self.next_batch;
         self.next_batch += 1;
         let from = self.ring.len();
-        let reqs: Vec<WorkRequest> = batch.requests().to_vec();
-        for (i, (wr, pieces)) in reqs.iter().zip(checked).enumerate() {
+        for (i, (wr, pieces)) in batch.requests().iter().zip(checked).enumerate() {
             self.count(wr);
             self.ring.push_back(Entry {
                 wr: *wr,
@@ -784,7 +773,7 @@ impl QueuePair for VerbsQp {
         }
         if let Some((i, error)) = first_bad {
             self.stats.errors += 1;
-            for (k, wr) in reqs.iter().enumerate().skip(i) {
+            for (k, wr) in batch.requests().iter().enumerate().skip(i) {
                 if wr.signaled {
                     self.owed += 1;
                 }
