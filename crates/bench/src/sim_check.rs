@@ -19,7 +19,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use dmkit_fabric::Fabric;
-use dmkit_race::stress::{self, StressConfig, StressRecord};
+use dmkit_lincheck::stress::{self, StressConfig, StressRecord};
 use dmkit_race::{RaceConfig, RaceError, RaceTable};
 use dmkit_runtime::lock::{LockConfig, RemoteLock};
 use dmkit_runtime::{RuntimeConfig, Worker};

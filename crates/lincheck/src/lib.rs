@@ -25,6 +25,7 @@
 mod check;
 mod history;
 mod model;
+pub mod stress;
 
 pub use check::{check, check_key, earliest_failing_cut, Violation};
 pub use history::{Event, Record, Recorder};

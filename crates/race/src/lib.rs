@@ -84,12 +84,45 @@
 //! changed nothing visible: a table at `max_depth` whose buckets are full
 //! returns [`RaceError::TableFull`] for that insert and stays usable.
 
-mod alloc;
 pub mod error;
 pub mod layout;
-#[doc(hidden)]
-pub mod stress;
 pub mod table;
 
 pub use error::RaceError;
 pub use table::{RaceClient, RaceConfig, RaceTable, TableCounters};
+
+impl dmkit_lincheck::stress::StressClient for RaceClient {
+    type Error = RaceError;
+    async fn search(
+        &self,
+        ctx: &dmkit_runtime::Ctx,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>, RaceError> {
+        RaceClient::search(self, ctx, key).await
+    }
+    async fn insert(
+        &self,
+        ctx: &dmkit_runtime::Ctx,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<bool, RaceError> {
+        RaceClient::insert(self, ctx, key, value).await
+    }
+    async fn update(
+        &self,
+        ctx: &dmkit_runtime::Ctx,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<bool, RaceError> {
+        RaceClient::update(self, ctx, key, value).await
+    }
+    async fn delete(&self, ctx: &dmkit_runtime::Ctx, key: &[u8]) -> Result<bool, RaceError> {
+        RaceClient::delete(self, ctx, key).await
+    }
+    async fn entries(
+        &self,
+        ctx: &dmkit_runtime::Ctx,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, RaceError> {
+        RaceClient::entries(self, ctx).await
+    }
+}

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use dmkit_fabric::{Fabric, FabricError, GlobalAddr, NodeId, Rkey, SyncQp};
 use dmkit_runtime::{Ctx, Nanos};
 
-use crate::alloc::BlockAlloc;
 use crate::error::RaceError;
 use crate::layout::*;
+use dmkit_runtime::alloc::BlockAlloc;
 
 /// Configuration of a table (structure) and of its clients (caching, memory).
 #[derive(Debug, Clone, PartialEq)]
@@ -892,13 +892,18 @@ impl RaceClient {
         let units = (img.len() / 64) as u64;
         let addr = {
             let mut st = self.st.borrow_mut();
-            st.alloc.alloc(
-                self.t.fabric.as_ref(),
-                &self.t.nodes,
-                prefer,
-                units,
-                ctx.now(),
-            )?
+            st.alloc
+                .alloc(
+                    self.t.fabric.as_ref(),
+                    &self.t.nodes,
+                    prefer,
+                    units,
+                    ctx.now(),
+                )
+                .map_err(|source| RaceError::OutOfMemory {
+                    what: "allocating a key-value block",
+                    source,
+                })?
         };
         ctx.put_local(L_NEW, &img);
         Ok((addr, units))

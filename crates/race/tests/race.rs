@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_fabric::Fabric;
+use dmkit_lincheck::stress::{self, StressConfig, StressRecord};
 use dmkit_lincheck::{check, MapOp, MapRet};
 use dmkit_memnode::server::{Running, Server};
 use dmkit_memnode::{MemNode, NodeConfig};
-use dmkit_race::stress::{self, StressConfig, StressRecord};
 use dmkit_race::{RaceClient, RaceConfig, RaceError, RaceTable};
 use dmkit_runtime::{Ctx, MonotonicClock, RuntimeConfig, Worker, WorkerStats};
 
@@ -434,7 +434,13 @@ fn concurrent_threads_are_linearizable_while_the_table_splits() {
         seed: 42,
         client_base: 0,
     };
-    let h = stress::run(f.as_ref(), &table, &RuntimeConfig::default(), &sc).unwrap();
+    let h = stress::run(
+        f.as_ref(),
+        &|id| table.client(id),
+        &RuntimeConfig::default(),
+        &sc,
+    )
+    .unwrap();
     assert_eq!(h.len(), 3 * 4 * 1500);
     let conflicts = h
         .iter()
@@ -517,7 +523,13 @@ fn the_checker_catches_a_stale_read_in_these_histories() {
         seed: 5,
         client_base: 0,
     };
-    let mut h = stress::run(f.as_ref(), &table, &RuntimeConfig::default(), &sc).unwrap();
+    let mut h = stress::run(
+        f.as_ref(),
+        &|id| table.client(id),
+        &RuntimeConfig::default(),
+        &sc,
+    )
+    .unwrap();
     assert_linearizable(&h);
     let updates: Vec<usize> = (0..h.len())
         .filter(|&i| {
@@ -574,8 +586,13 @@ fn soak_linearizability_over_seeds() {
             seed,
             client_base: 0,
         };
-        let h = stress::run(f.as_ref(), &table, &RuntimeConfig::default(), &sc)
-            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let h = stress::run(
+            f.as_ref(),
+            &|id| table.client(id),
+            &RuntimeConfig::default(),
+            &sc,
+        )
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         final_state_matches(f.as_ref(), &table, sc.hot_keys, h);
     }
 }

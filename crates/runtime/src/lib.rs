@@ -11,6 +11,9 @@
 //! Time comes only from a [`Clock`]; workers can be stepped by an external
 //! scheduler, so the simulator can run many of them in virtual time.
 //!
+//! [`alloc`] is the per-worker allocator of remote blocks with a grace
+//! period before reuse, shared by the data structures.
+//!
 //! [`lock`] adds the remote spinlock (with a lease) and the FAA sequencer of
 //! the memory-semantics study (§III-E).
 //!
@@ -21,6 +24,7 @@
 //! Not here yet: shared/multiplexed queue-pair policies (`--thread-aware off`
 //! and `--qp-policy` are refused with an error).
 
+pub mod alloc;
 pub mod backoff;
 pub mod clock;
 pub mod config;

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use dmkit_fabric::shm::{ShmConfig, ShmFabric, Target};
-use dmkit_race::stress::{self, StressConfig};
+use dmkit_lincheck::stress::{self, StressConfig};
 use dmkit_race::{RaceConfig, RaceTable};
 use dmkit_runtime::RuntimeConfig;
 
@@ -43,7 +43,12 @@ fn main() -> ExitCode {
     while stress::host_now() < start {
         std::thread::sleep(std::time::Duration::from_micros(200));
     }
-    match stress::run(fabric.as_ref(), &table, &RuntimeConfig::default(), &sc) {
+    match stress::run(
+        fabric.as_ref(),
+        &|id| table.client(id),
+        &RuntimeConfig::default(),
+        &sc,
+    ) {
         Ok(h) => {
             let mut out = std::io::stdout().lock();
             for r in &h {

@@ -1,20 +1,26 @@
-//! Compute-side allocator of key-value blocks (one per worker, no sharing).
+//! Compute-side allocator of remote blocks for data structures (one per
+//! worker, no sharing): RACE's key-value blocks, the radix tree's nodes and
+//! leaves.
 //!
-//! Blocks are carved from chunks the memory node hands out (`alloc_chunk`,
-//! persistent: the table outlives the client that wrote a block). Freed
-//! blocks wait out a grace period in quarantine before reuse, so a reader
-//! that fetched a slot just before it changed still reads the block it
-//! named (the checksum and key check catch the rest; see the crate docs).
+//! Blocks are multiples of 64 bytes (at most 127 units), carved from chunks
+//! the memory node hands out (`alloc_chunk`, persistent: the structure
+//! outlives the client that wrote a block). Freed blocks wait out a grace
+//! period in quarantine before reuse, so a reader that fetched a pointer
+//! just before it changed still reads the block it named (checksums and key
+//! checks catch the rest; see each structure's docs).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use dmkit_fabric::{Fabric, GlobalAddr, NodeId};
-use dmkit_runtime::Nanos;
+use dmkit_fabric::{Fabric, FabricError, GlobalAddr, NodeId};
 
-use crate::error::RaceError;
+use crate::clock::Nanos;
 
-pub(crate) struct BlockAlloc {
+/// Largest block, in 64-byte units.
+pub const MAX_UNITS: u64 = 127;
+
+/// A worker's block allocator.
+pub struct BlockAlloc {
     chunk_bytes: u64,
     grace: Nanos,
     /// Bump ranges per node: (next, end).
@@ -27,6 +33,8 @@ pub(crate) struct BlockAlloc {
 }
 
 impl BlockAlloc {
+    /// An allocator taking `chunk_bytes` at a time, recording every chunk
+    /// in `chunks` (so the structure's owner can free them).
     pub fn new(chunk_bytes: u64, grace: Nanos, chunks: Arc<Mutex<Vec<GlobalAddr>>>) -> Self {
         Self {
             chunks,
@@ -38,8 +46,12 @@ impl BlockAlloc {
         }
     }
 
-    /// A block of `units`·64 bytes, on `prefer` if that node has room,
-    /// else on any node of `nodes`.
+    /// A block of `units`·64 bytes (1..=[`MAX_UNITS`]), on `prefer` if that
+    /// node has room, else on any node of `nodes`. The error is the last
+    /// node's refusal.
+    ///
+    /// # Panics
+    /// If `units` is out of range (programmer error).
     pub fn alloc(
         &mut self,
         fabric: &dyn Fabric,
@@ -47,7 +59,11 @@ impl BlockAlloc {
         prefer: NodeId,
         units: u64,
         now: Nanos,
-    ) -> Result<GlobalAddr, RaceError> {
+    ) -> Result<GlobalAddr, FabricError> {
+        assert!(
+            (1..=MAX_UNITS).contains(&units),
+            "block of {units} units (1..={MAX_UNITS})"
+        );
         while let Some(&(t, a, u)) = self.quarantine.front() {
             if t > now {
                 break;
@@ -88,10 +104,7 @@ impl BlockAlloc {
         if let Some(a) = self.free[units as usize].pop() {
             return Ok(a);
         }
-        Err(RaceError::OutOfMemory {
-            what: "allocating a key-value block",
-            source: last_err.expect("at least one node was tried"),
-        })
+        Err(last_err.expect("at least one node was tried"))
     }
 
     /// Returns a block nobody else ever saw (immediately reusable).

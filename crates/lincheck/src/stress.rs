@@ -1,18 +1,33 @@
 //! A recorded mixed workload on a small hot key set, for linearizability
-//! tests (in-process threads and separate processes share this driver).
-//! Not a benchmark: operations are timed with a host-wide monotonic clock so
-//! histories from several processes merge into one.
+//! tests of any remote map (RACE, the radix tree, the B+tree), on threads,
+//! processes or the simulator. Not a benchmark: operations are timed with
+//! the worker's clock — host-wide `CLOCK_MONOTONIC` on shm, so histories
+//! from several processes merge into one, or virtual time on the simulator.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::fmt::Display;
 use std::rc::Rc;
-use std::sync::Arc;
 
-use dmkit_fabric::Fabric;
-use dmkit_lincheck::{MapOp, MapRet, Record};
+use dmkit_fabric::{Fabric, FabricError};
 use dmkit_runtime::{Ctx, MonotonicClock, RuntimeConfig, Worker};
 
-use crate::{RaceClient, RaceError, RaceTable};
+use crate::{MapOp, MapRet, Record};
+
+/// A per-worker client of the map under test.
+#[allow(async_fn_in_trait)]
+pub trait StressClient: Clone + 'static {
+    type Error: Display + From<FabricError> + Send + 'static;
+    async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, Self::Error>;
+    /// Inserts if absent; whether it inserted.
+    async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, Self::Error>;
+    /// Replaces if present; whether it replaced.
+    async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, Self::Error>;
+    /// Removes if present; whether it removed.
+    async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, Self::Error>;
+    /// Every entry (called on a quiescent map).
+    async fn entries(&self, ctx: &Ctx) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Self::Error>;
+}
 
 /// One recorded operation: keys and values are strings for readable reports.
 pub type StressRecord = Record<String, String>;
@@ -53,13 +68,13 @@ fn splitmix(x: &mut u64) -> u64 {
 /// Operations are timed with the worker's clock (host-wide
 /// `CLOCK_MONOTONIC` on shm — comparable across processes — or virtual time
 /// on the simulator).
-pub fn spawn_tasks(
+pub fn spawn_tasks<C: StressClient>(
     w: &mut Worker,
-    client: &RaceClient,
+    client: &C,
     sc: &StressConfig,
     wi: usize,
     out: &Rc<RefCell<Vec<StressRecord>>>,
-    failed: &Rc<RefCell<Option<RaceError>>>,
+    failed: &Rc<RefCell<Option<C::Error>>>,
 ) {
     for ti in 0..sc.tasks {
         let (client, out, failed, sc) = (client.clone(), out.clone(), failed.clone(), sc.clone());
@@ -120,23 +135,30 @@ pub fn client_id(sc: &StressConfig, wi: usize) -> u64 {
     sc.client_base as u64 * 1000 + wi as u64
 }
 
-/// Runs the workload on OS threads (one worker each); returns the history.
-/// Panics on an operation error (the tests want to see it).
-pub fn run(
+/// Runs the workload on OS threads (one worker each, its client made by
+/// `client(id)` on the worker's thread); returns the history, or the first
+/// operation error.
+pub fn run<C: StressClient>(
     fabric: &dyn Fabric,
-    table: &Arc<RaceTable>,
+    client: &(dyn Fn(u64) -> C + Sync),
     rcfg: &RuntimeConfig,
     sc: &StressConfig,
-) -> Result<Vec<StressRecord>, RaceError> {
+) -> Result<Vec<StressRecord>, C::Error> {
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..sc.workers)
             .map(|wi| {
-                let (table, rcfg, sc) = (table.clone(), rcfg.clone(), sc.clone());
-                s.spawn(move || -> Result<Vec<StressRecord>, RaceError> {
-                    let mut w = Worker::new(fabric, Arc::new(MonotonicClock), rcfg, wi, sc.tasks)?;
-                    let client = table.client(client_id(&sc, wi));
+                let (rcfg, sc) = (rcfg.clone(), sc.clone());
+                s.spawn(move || -> Result<Vec<StressRecord>, C::Error> {
+                    let mut w = Worker::new(
+                        fabric,
+                        std::sync::Arc::new(MonotonicClock),
+                        rcfg,
+                        wi,
+                        sc.tasks,
+                    )?;
+                    let client = client(client_id(&sc, wi));
                     let out: Rc<RefCell<Vec<StressRecord>>> = Rc::default();
-                    let failed: Rc<RefCell<Option<RaceError>>> = Rc::default();
+                    let failed: Rc<RefCell<Option<C::Error>>> = Rc::default();
                     spawn_tasks(&mut w, &client, &sc, wi, &out, &failed);
                     w.run();
                     if let Some(e) = failed.borrow_mut().take() {
@@ -158,11 +180,11 @@ pub fn run(
 /// After a run, from a quiescent table: searches every hot key (recorded as
 /// operations of client 9999, so the checker sees the final state) and
 /// scans the whole table. Returns (those records, the scan).
-pub async fn final_reads(
+pub async fn final_reads<C: StressClient>(
     ctx: &Ctx,
-    client: &RaceClient,
+    client: &C,
     hot_keys: u64,
-) -> Result<(Vec<StressRecord>, HashMap<String, String>), RaceError> {
+) -> Result<(Vec<StressRecord>, HashMap<String, String>), C::Error> {
     let mut finals = Vec::new();
     for k in 0..hot_keys {
         let key = format!("hot-{k}");
@@ -242,10 +264,10 @@ pub fn verify(
 /// Whether a history is linearizable; the error shows the operations of
 /// the offending key around the earliest failing cut.
 pub fn check_linearizable(h: &[StressRecord]) -> Result<(), String> {
-    if let Err(v) = dmkit_lincheck::check(h, |_| None) {
+    if let Err(v) = crate::check(h, |_| None) {
         // Where the execution first went wrong: the operations around the
         // earliest failing cut (more telling than a shrunk witness).
-        let t = dmkit_lincheck::earliest_failing_cut(h, |_| None).unwrap_or(0);
+        let t = crate::earliest_failing_cut(h, |_| None).unwrap_or(0);
         let mut near: Vec<&StressRecord> = h
             .iter()
             .filter(|r| r.key == v.key && r.invoked <= t)
