@@ -103,7 +103,40 @@ impl GlobalAddr {
             None => panic!("GlobalAddr offset overflow"),
         }
     }
+
+    /// Packs a 64-byte-aligned address into the 48-bit pointer field that
+    /// data-structure slots carry next to their tag bits (RACE slots,
+    /// radix-tree slots); `None` if it does not fit.
+    ///
+    /// ```text
+    ///  47        40 39                                   0
+    /// +------------+--------------------------------------+
+    /// |  node (8)  |      byte offset / 64 (40)           |
+    /// +------------+--------------------------------------+
+    /// ```
+    /// 256 memory nodes of 64 TiB each.
+    pub const fn to_ptr48(self) -> Option<u64> {
+        let (node, off) = (self.node() as u64, self.offset());
+        if node < 1 << PTR48_NODE_BITS && off % 64 == 0 && (off >> 6) < 1 << PTR48_UNIT_BITS {
+            Some(node << PTR48_UNIT_BITS | off >> 6)
+        } else {
+            None
+        }
+    }
+
+    /// Unpacks [`GlobalAddr::to_ptr48`] from the low 48 bits of `p` (the
+    /// bits above are ignored).
+    pub const fn from_ptr48(p: u64) -> Self {
+        let p = p & ((1 << 48) - 1);
+        GlobalAddr::new(
+            (p >> PTR48_UNIT_BITS) as u16,
+            (p & ((1 << PTR48_UNIT_BITS) - 1)) << 6,
+        )
+    }
 }
+
+const PTR48_NODE_BITS: u32 = 8;
+const PTR48_UNIT_BITS: u32 = 40;
 
 impl fmt::Debug for GlobalAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

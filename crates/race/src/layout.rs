@@ -213,20 +213,16 @@ impl Geometry {
 
 /// The slot's "moved" flag.
 pub const MOVED: u64 = 1 << 55;
-const NODE_BITS: u32 = 8;
-const UNIT_BITS: u32 = 40;
 
-/// Packs a 64-byte-aligned block address into 48 bits (node:8 | offset/64:40).
+/// Packs a 64-byte-aligned block address into 48 bits
+/// ([`GlobalAddr::to_ptr48`]).
 pub fn ptr48(a: GlobalAddr) -> Option<u64> {
-    let (node, off) = (a.node() as u64, a.offset());
-    (node < (1 << NODE_BITS) && off % 64 == 0 && (off >> 6) < (1 << UNIT_BITS))
-        .then_some(node << UNIT_BITS | off >> 6)
+    a.to_ptr48()
 }
 
 /// Unpacks [`ptr48`].
 pub fn unptr48(p: u64) -> GlobalAddr {
-    let p = p & ((1 << 48) - 1);
-    GlobalAddr::new((p >> UNIT_BITS) as u16, (p & ((1 << UNIT_BITS) - 1)) << 6)
+    GlobalAddr::from_ptr48(p)
 }
 
 /// A decoded slot word.
@@ -323,33 +319,7 @@ impl KeyHash {
     }
 }
 
-fn fmix64(mut k: u64) -> u64 {
-    k ^= k >> 33;
-    k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    k ^= k >> 33;
-    k = k.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    k ^ (k >> 33)
-}
-
-/// A 64-bit hash of `data` (8 bytes per step, murmur3's finaliser).
-pub fn hash64(data: &[u8], seed: u64) -> u64 {
-    const M: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut h = fmix64(seed ^ (data.len() as u64).wrapping_mul(M));
-    let mut chunks = data.chunks_exact(8);
-    for c in &mut chunks {
-        let v = u64::from_le_bytes(c.try_into().expect("8-byte chunk"));
-        h = (h ^ fmix64(v ^ M)).wrapping_mul(M).rotate_left(29);
-    }
-    let rem = chunks.remainder();
-    if !rem.is_empty() {
-        let mut b = [0u8; 8];
-        b[..rem.len()].copy_from_slice(rem);
-        h = (h ^ fmix64(u64::from_le_bytes(b) ^ M))
-            .wrapping_mul(M)
-            .rotate_left(29);
-    }
-    fmix64(h)
-}
+pub use dmkit_runtime::hash::hash64;
 
 const CHECKSUM_SEED: u64 = 0xC0FF_EE00_D15E_A5E5;
 

@@ -412,7 +412,15 @@ impl Ctx {
         desired: u64,
     ) -> Result<u64, FabricError> {
         let old = self.cas_sync(remote, rkey, expected, desired).await?;
-        let ok = old == expected;
+        self.cas_outcome(old == expected).await;
+        Ok(old)
+    }
+
+    /// The second half of [`Ctx::backoff_cas`], for a CAS the caller posted
+    /// itself (e.g. batched with a READ that must follow it): records
+    /// whether it succeeded and, after a failure with conflict avoidance on,
+    /// sleeps the backoff delay.
+    pub async fn cas_outcome(&self, ok: bool) {
         let delay = {
             let mut st = self.core.st.borrow_mut();
             let st = &mut *st;
@@ -440,7 +448,6 @@ impl Ctx {
             }
             self.sleep(d).await;
         }
-        Ok(old)
     }
 
     /// Whether conflict avoidance (backoff in `backoff_cas`) is on.

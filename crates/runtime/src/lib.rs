@@ -28,6 +28,7 @@ pub mod alloc;
 pub mod backoff;
 pub mod clock;
 pub mod config;
+pub mod hash;
 pub mod ctx;
 pub mod lock;
 pub mod rng;

@@ -1,0 +1,222 @@
+//! The compute-side cache of internal nodes (SMART §4.3).
+//!
+//! Each entry is the snapshot of one internal node as a traversal last read
+//! it: its address, header, reverse pointer and visible slots. Entries are
+//! found by node address, and a lookup walks them from the root along the
+//! key — the snapshots' own slots index the cache, as the paper's local ART
+//! indexes its entries by key prefix. Entries are `Rc`s: evicting or
+//! replacing one never frees a snapshot a task is still reading.
+//!
+//! Validation happens when a traversal leaves the cache (the reverse
+//! check): the first node read through a cached slot must name the cached
+//! node as its parent, sit at the depth the path implies and not be
+//! deleted; a leaf read through a cached slot must hold the key, valid.
+//! Anything else — including the absence of a key, which a snapshot can
+//! never prove — is decided on the node as read now.
+//!
+//! The budget counts snapshot bytes (8 per slot plus a fixed overhead);
+//! when it is exceeded, the least recently used eighth is evicted (the root
+//! stays).
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use dmkit_fabric::GlobalAddr;
+
+use crate::layout::{Header, NodeType, Slot, NODE_SLOTS};
+
+/// A snapshot of an internal node.
+#[derive(Debug, Clone)]
+pub struct NodeView {
+    pub addr: GlobalAddr,
+    pub header: Header,
+    pub rev: GlobalAddr,
+    /// The visible slots (as many as the header's type says).
+    pub slots: Vec<u64>,
+}
+
+impl NodeView {
+    /// The type the snapshot's header names (N4 for garbage).
+    pub fn ty(&self) -> NodeType {
+        self.header.ty().unwrap_or(NodeType::N4)
+    }
+
+    /// Matches the node's partial keys against `tk`, arriving at key
+    /// position `e` (partial keys before `e` were matched by the parent —
+    /// a header split in progress leaves them here). `Ok(position of the
+    /// branching byte)` or `Err(index of the first mismatching partial key)`.
+    pub fn match_prefix(&self, e: usize, tk: &[u8]) -> Result<usize, usize> {
+        let d = self.header.depth();
+        let len = self.header.prefix_len();
+        for j in e.saturating_sub(d)..len {
+            if tk.get(d + j) != Some(&self.header.prefix(j)) {
+                return Err(j);
+            }
+        }
+        Ok(d + len)
+    }
+
+    /// The visible slot holding partial key `b`.
+    pub fn find(&self, b: u8) -> Option<(usize, Slot)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| (i, Slot(w)))
+            .find(|(_, s)| !s.is_empty() && s.pkey() == b)
+    }
+
+    /// Remote address of slot `i`.
+    pub fn slot_addr(&self, i: usize) -> GlobalAddr {
+        self.addr.add(NODE_SLOTS + 8 * i as u64)
+    }
+
+    fn bytes(&self) -> usize {
+        64 + 8 * self.slots.len()
+    }
+}
+
+struct Entry {
+    view: Rc<NodeView>,
+    used: u64,
+}
+
+/// One client's cache.
+pub struct Cache {
+    budget: usize,
+    bytes: usize,
+    tick: u64,
+    root: GlobalAddr,
+    map: HashMap<GlobalAddr, Entry>,
+}
+
+impl Cache {
+    /// A cache of at most `budget` bytes (0: disabled).
+    pub fn new(budget: usize, root: GlobalAddr) -> Self {
+        Self {
+            budget,
+            bytes: 0,
+            tick: 0,
+            root,
+            map: HashMap::new(),
+        }
+    }
+
+    pub fn get(&self, addr: GlobalAddr) -> Option<Rc<NodeView>> {
+        self.map.get(&addr).map(|e| e.view.clone())
+    }
+
+    /// Marks `addr` as used now (for eviction).
+    pub fn touch(&mut self, addr: GlobalAddr) {
+        self.tick += 1;
+        if let Some(e) = self.map.get_mut(&addr) {
+            e.used = self.tick;
+        }
+    }
+
+    pub fn put(&mut self, view: Rc<NodeView>) {
+        if self.budget == 0 {
+            return;
+        }
+        self.tick += 1;
+        let add = view.bytes();
+        if let Some(old) = self.map.insert(
+            view.addr,
+            Entry {
+                view,
+                used: self.tick,
+            },
+        ) {
+            self.bytes -= old.view.bytes();
+        }
+        self.bytes += add;
+        if self.bytes > self.budget {
+            self.evict();
+        }
+    }
+
+    pub fn remove(&mut self, addr: GlobalAddr) {
+        if let Some(old) = self.map.remove(&addr) {
+            self.bytes -= old.view.bytes();
+        }
+    }
+
+    fn evict(&mut self) {
+        let mut ages: Vec<(u64, GlobalAddr)> = self
+            .map
+            .iter()
+            .filter(|(a, _)| **a != self.root)
+            .map(|(a, e)| (e.used, *a))
+            .collect();
+        ages.sort_unstable();
+        let target = self.budget - self.budget / 8;
+        for (_, a) in ages {
+            if self.bytes <= target {
+                break;
+            }
+            self.remove(a);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(i: u64, slots: usize) -> Rc<NodeView> {
+        Rc::new(NodeView {
+            addr: GlobalAddr::new(0, 64 * i),
+            header: Header::new(0, NodeType::N4, &[]),
+            rev: GlobalAddr::NULL,
+            slots: vec![0; slots],
+        })
+    }
+
+    #[test]
+    fn the_budget_holds_and_the_least_recent_go_first() {
+        let root = GlobalAddr::new(0, 64);
+        let mut c = Cache::new(10 * 96, root);
+        c.put(view(1, 4)); // the root
+        for i in 2..=20 {
+            c.put(view(i, 4));
+            c.touch(GlobalAddr::new(0, 64 * 2));
+        }
+        assert!(c.bytes() <= 10 * 96);
+        assert!(c.get(root).is_some(), "the root stays");
+        assert!(c.get(GlobalAddr::new(0, 128)).is_some(), "a hot entry stays");
+        assert!(c.get(GlobalAddr::new(0, 64 * 3)).is_none(), "a cold one went");
+        let held = c.get(GlobalAddr::new(0, 64 * 20)).unwrap();
+        c.remove(held.addr);
+        assert_eq!(held.slots.len(), 4, "a removed snapshot lives on while held");
+        let mut off = Cache::new(0, root);
+        off.put(view(1, 4));
+        assert!(off.is_empty());
+    }
+
+    #[test]
+    fn prefixes_match_from_the_arrival_position() {
+        let v = NodeView {
+            addr: GlobalAddr::new(0, 64),
+            header: Header::new(2, NodeType::N4, &[7, 8, 9]),
+            rev: GlobalAddr::NULL,
+            slots: vec![Slot::leaf(1, 1, GlobalAddr::new(0, 128)).unwrap().0, 0, 0, 0],
+        };
+        assert_eq!(v.match_prefix(2, &[0, 0, 7, 8, 9, 1]), Ok(5));
+        assert_eq!(v.match_prefix(2, &[0, 0, 7, 0, 9, 1]), Err(1));
+        // Arriving at 4 (a header split in progress): 7 and 8 are skipped.
+        assert_eq!(v.match_prefix(4, &[0, 0, 0, 0, 9, 1]), Ok(5));
+        assert_eq!(v.find(1).map(|(i, _)| i), Some(0));
+        assert!(v.find(2).is_none());
+    }
+}

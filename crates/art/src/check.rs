@@ -1,0 +1,157 @@
+//! The structural checker: walks a quiescent tree over its own queue pairs
+//! and verifies every invariant the protocols promise once no operation is
+//! in flight.
+//!
+//! Internal nodes: known type (not deleted), depth equal to the key
+//! position the path reaches them at, reverse pointer naming the parent,
+//! the parent slot's type equal to the node's, no filled slot past the
+//! visible ones (a type switch left unfinished), no two slots with one
+//! partial key, and a type no larger than the highest filled slot needs
+//! (except the root, a NODE_256 from the start). Leaves: checksum, key
+//! matching every partial key on its path, reverse pointer naming its
+//! parent, slot length matching the leaf, lock free. Keys come out in
+//! order.
+
+use std::collections::HashMap;
+
+use dmkit_fabric::{GlobalAddr, NodeId, SyncQp};
+
+use crate::layout::*;
+use crate::tree::ArtTree;
+
+/// What the checker saw.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TreeReport {
+    pub internal_nodes: u64,
+    /// Live (valid) leaves: the tree's entries.
+    pub leaves: u64,
+    /// Deleted or replaced leaves still linked.
+    pub dead_leaves: u64,
+    /// Deepest leaf, in internal nodes above it.
+    pub height: u64,
+    /// Every live entry in key order.
+    pub entries: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Checks `tree` (no operation may run meanwhile). The error names the
+/// first broken invariant and where.
+pub fn check_tree(tree: &ArtTree) -> Result<TreeReport, String> {
+    let f = tree.fabric.as_ref();
+    let scratch = NODE_BYTES.max(tree.leaf_cap()).next_multiple_of(64);
+    let mut qps: HashMap<NodeId, SyncQp> = HashMap::new();
+    let mut read = |a: GlobalAddr, len: usize| -> Result<Vec<u8>, String> {
+        let qp = match qps.entry(a.node()) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(SyncQp::new(f, a.node(), scratch).map_err(|e| e.to_string())?)
+            }
+        };
+        let rk = tree.rkey(a.node()).map_err(|e| e.to_string())?;
+        qp.read(a, rk, len).map_err(|e| format!("reading {a}: {e}"))
+    };
+    let cfg = tree.config();
+    let mut rep = TreeReport::default();
+    // Depth-first in key order: (slot or the root, parent, arrival
+    // position, path, height).
+    let mut stack: Vec<(Option<Slot>, GlobalAddr, usize, Vec<u8>, u64)> =
+        vec![(None, GlobalAddr::NULL, 0, Vec::new(), 0)];
+    let mut last_key: Option<Vec<u8>> = None;
+    while let Some((slot, parent, e, path, height)) = stack.pop() {
+        if let Some(s) = slot.filter(|s| s.is_leaf()) {
+            let (addr, p) = (parent, path);
+            let at = |what: String| format!("node {addr} (path {p:02x?}): {what}");
+            let len = if cfg.in_place {
+                tree.leaf_cap()
+            } else {
+                s.units() as usize * 64
+            };
+            if len.div_ceil(64) as u64 != s.units() {
+                return Err(at(format!("leaf slot of {} units for a {len}-byte leaf", s.units())));
+            }
+            let lb = read(s.ptr(), len)?;
+            let l = decode_leaf(&lb, cfg.max_key)
+                .ok_or_else(|| at(format!("leaf {} fails its checksum", s.ptr())))?;
+            let mut tk = Vec::new();
+            tree_key(l.key, cfg.max_key, &mut tk);
+            if !tk.starts_with(&p) {
+                return Err(at(format!(
+                    "leaf {} key {:02x?} off its path {p:02x?}",
+                    s.ptr(),
+                    l.key
+                )));
+            }
+            if l.rev != addr {
+                return Err(at(format!("leaf {} reverse pointer {}", s.ptr(), l.rev)));
+            }
+            if cfg.in_place && l.lock != 0 {
+                return Err(at(format!("leaf {} still locked by {:#x}", s.ptr(), l.lock)));
+            }
+            if l.valid() && !l.replaced() {
+                if last_key.as_ref().is_some_and(|k| k >= &tk) {
+                    return Err(at(format!("key {:02x?} out of order", l.key)));
+                }
+                last_key = Some(tk);
+                rep.leaves += 1;
+                rep.height = rep.height.max(height);
+                rep.entries.push((l.key.to_vec(), l.value.to_vec()));
+            } else {
+                rep.dead_leaves += 1;
+            }
+            continue;
+        }
+        let addr = slot.map_or(tree.root(), |s| s.ptr());
+        let slot_ty = slot.and_then(|s| s.child_type());
+        let b = read(addr, NODE_BYTES)?;
+        let h = Header(word(&b, 8));
+        let at = |what: String| format!("node {addr} (path {path:02x?}): {what}");
+        let ty = h.ty().ok_or_else(|| at(format!("bad type bits in header {:#x}", h.0)))?;
+        if ty == NodeType::Deleted {
+            return Err(at("deleted node still linked".into()));
+        }
+        if h.depth() != e {
+            return Err(at(format!("depth {} but reached at key position {e}", h.depth())));
+        }
+        let rev = GlobalAddr::from_raw(word(&b, 0));
+        if rev != parent {
+            return Err(at(format!("reverse pointer {rev} but parent {parent}")));
+        }
+        if slot_ty.is_some_and(|t| t != ty) {
+            return Err(at(format!("type {ty:?} but the parent slot says {slot_ty:?}")));
+        }
+        rep.internal_nodes += 1;
+        let mut full = path.clone();
+        full.extend((0..h.prefix_len()).map(|i| h.prefix(i)));
+        let pos = full.len();
+        let mut seen = [false; 256];
+        let mut kids = Vec::new();
+        let mut highest = None;
+        for i in 0..MAX_SLOTS {
+            let s = Slot(word(&b, 16 + 8 * i));
+            if s.is_empty() {
+                continue;
+            }
+            if i >= ty.slots() {
+                return Err(at(format!("slot {i} filled past the visible {}", ty.slots())));
+            }
+            if std::mem::replace(&mut seen[s.pkey() as usize], true) {
+                return Err(at(format!("two slots for partial key {:#04x}", s.pkey())));
+            }
+            highest = Some(i);
+            kids.push(s);
+        }
+        if addr != tree.root() {
+            if let Some(i) = highest {
+                if NodeType::fitting(i) != ty {
+                    return Err(at(format!("type {ty:?} for highest filled slot {i}")));
+                }
+            }
+        }
+        kids.sort_by_key(|s| std::cmp::Reverse(s.pkey()));
+        for s in kids {
+            let mut p = full.clone();
+            p.push(s.pkey());
+            stack.push((Some(s), addr, pos + 1, p, height + 1));
+        }
+    }
+    Ok(rep)
+}

@@ -1,0 +1,384 @@
+//! Remote layouts of the radix tree (SMART, OSDI'23 §4.1.1, Figure 6) and
+//! the key encoding.
+//!
+//! ## Internal node (Figure 6a), with room for NODE_256 reserved
+//! ```text
+//!  0          8          16         24               16 + 8·256 = 2064
+//!  +----------+----------+----------+----------+-----+----------+
+//!  | reverse  |  header  |  slot 0  |  slot 1  | ... | slot 255 |
+//!  | pointer  |          |          |          |     |          |
+//!  +----------+----------+----------+----------+-----+----------+
+//!  <---------- read: 16 + 8 · slots(type) bytes -------->
+//! ```
+//! The node type (NODE_4/16/48/256) says how many slots are *visible*; the
+//! space of all 256 is allocated, so the type switch happens in place.
+//!
+//! ## Header (pessimistic, 8 bytes, changed by CAS)
+//! ```text
+//!  63                               16 15    13 12     8 7        0
+//!  +-----------------------------------+--------+--------+----------+
+//!  |  partial keys [0..6] (byte i at   | prefix |  type  |  depth   |
+//!  |  bits 16+8i)                      | len(3) |  (5)   |   (8)    |
+//!  +-----------------------------------+--------+--------+----------+
+//! ```
+//! `depth` is the key position where matching starts; the node's partial
+//! keys cover positions `depth .. depth+len`, and its slots branch on the
+//! byte at `depth+len`. Type 0 marks a deleted node (cache validation).
+//!
+//! ## Slot (homogeneous, 8 bytes, changed by CAS)
+//! ```text
+//!  63       56 55  54          48 47                               0
+//!  +----------+---+--------------+----------------------------------+
+//!  | partial  | L | leaf: units  |  child pointer (48, see          |
+//!  |  key (8) |   | node: type   |  GlobalAddr::to_ptr48)           |
+//!  +----------+---+--------------+----------------------------------+
+//! ```
+//! `L` = the child is a leaf, then bits 48..55 hold its length in 64-byte
+//! units (§4.5's `Len_leaf`); otherwise bits 48..53 hold the child's node
+//! type. An all-zero word is an empty slot. A slot's partial key never
+//! changes once set: deletes leave the slot pointing at the dead leaf
+//! (which inserts of any key with that byte may replace), so two inserts
+//! of one byte always meet in one slot.
+//!
+//! ## Leaf (Figure 6b)
+//! ```text
+//!  0         8          16         24                  24+K'       24+K'+V'
+//!  +---------+----------+----------+-------------------+------------+-------+
+//!  | reverse |  meta    | checksum |  key (padded to   | value (pad | rear  |
+//!  | pointer | V R lens |          |  8 bytes)         | to 8)      | lock  |
+//!  +---------+----------+----------+-------------------+------------+-------+
+//! meta: bit 63 valid (V), bit 62 replaced (R, out-of-place mode), bits
+//!       0..16 key length, bits 16..48 value length.
+//! ```
+//! With in-place leaves, every leaf of a tree has room for `max_key` and
+//! `max_value` (K' and V' are those, padded), so an update overwrites it
+//! where it is. The checksum covers the lengths, key and value (not the
+//! state bits, which change by CAS alone), so a reader detects a write in
+//! progress. The lock is the last word: one WRITE of `meta ..= lock`
+//! writes the item and releases the lock, and in-order placement inside a
+//! WRITE makes the release land last (§4.1.1, "rear embedded lock").
+//!
+//! ## Keys
+//! A key of `n ≤ max_key` bytes is matched as the *tree key* of
+//! `max_key + 1` bytes: the key, zero padding up to `max_key`, then `n`.
+//! That encoding is prefix-free (no key's tree key is a prefix of
+//! another's) and keeps byte order (so scans return keys in order), which
+//! lets variable-length keys share one tree.
+
+use dmkit_fabric::GlobalAddr;
+use dmkit_runtime::hash::hash64;
+
+/// Slots reserved per internal node (NODE_256).
+pub const MAX_SLOTS: usize = 256;
+/// Bytes of an internal node: reverse pointer, header, 256 slots.
+pub const NODE_BYTES: usize = 16 + 8 * MAX_SLOTS;
+/// Offset of the header word.
+pub const NODE_HEADER: u64 = 8;
+/// Offset of slot 0.
+pub const NODE_SLOTS: u64 = 16;
+/// Partial keys a header holds.
+pub const HEADER_PREFIX: usize = 6;
+/// Leaf header words before the key: reverse pointer, meta, checksum.
+pub const LEAF_HEAD: usize = 24;
+/// Offset of the meta word in a leaf.
+pub const LEAF_META: u64 = 8;
+/// Longest key (the depth field is 8 bits and the tree key is one longer).
+pub const MAX_KEY_LIMIT: usize = 254;
+
+/// An internal node as it sits in remote memory.
+#[repr(C)]
+pub struct InternalNode {
+    pub rev: u64,
+    pub header: u64,
+    pub slots: [u64; MAX_SLOTS],
+}
+const _: () = assert!(std::mem::size_of::<InternalNode>() == NODE_BYTES);
+
+/// The fixed head of a leaf (key, value and the lock word follow).
+#[repr(C)]
+pub struct LeafHead {
+    pub rev: u64,
+    pub meta: u64,
+    pub checksum: u64,
+}
+const _: () = assert!(std::mem::size_of::<LeafHead>() == LEAF_HEAD);
+
+/// Node types (the 5-bit `Type_node` field). 0 = deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum NodeType {
+    Deleted = 0,
+    N4 = 1,
+    N16 = 2,
+    N48 = 3,
+    N256 = 4,
+}
+
+impl NodeType {
+    pub fn from_bits(b: u64) -> Option<NodeType> {
+        Some(match b {
+            0 => NodeType::Deleted,
+            1 => NodeType::N4,
+            2 => NodeType::N16,
+            3 => NodeType::N48,
+            4 => NodeType::N256,
+            _ => return None,
+        })
+    }
+    /// Visible slots.
+    pub fn slots(self) -> usize {
+        match self {
+            NodeType::Deleted => 0,
+            NodeType::N4 => 4,
+            NodeType::N16 => 16,
+            NodeType::N48 => 48,
+            NodeType::N256 => 256,
+        }
+    }
+    /// The smallest type whose visible slots include index `i`.
+    pub fn fitting(i: usize) -> NodeType {
+        match i {
+            0..4 => NodeType::N4,
+            4..16 => NodeType::N16,
+            16..48 => NodeType::N48,
+            _ => NodeType::N256,
+        }
+    }
+    /// Bytes a READ of a node of this type fetches.
+    pub fn read_bytes(self) -> usize {
+        16 + 8 * self.slots()
+    }
+}
+
+/// A decoded header word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header(pub u64);
+
+impl Header {
+    pub fn new(depth: usize, ty: NodeType, prefix: &[u8]) -> Header {
+        assert!(depth <= 255 && prefix.len() <= HEADER_PREFIX);
+        let mut w = depth as u64 | (ty as u64) << 8 | (prefix.len() as u64) << 13;
+        for (i, &b) in prefix.iter().enumerate() {
+            w |= (b as u64) << (16 + 8 * i);
+        }
+        Header(w)
+    }
+    pub fn depth(self) -> usize {
+        (self.0 & 0xFF) as usize
+    }
+    /// `None` for a type value outside the known ones (garbage).
+    pub fn ty(self) -> Option<NodeType> {
+        NodeType::from_bits(self.0 >> 8 & 0x1F)
+    }
+    pub fn prefix_len(self) -> usize {
+        (self.0 >> 13 & 0x7) as usize
+    }
+    pub fn prefix(self, i: usize) -> u8 {
+        (self.0 >> (16 + 8 * i)) as u8
+    }
+    pub fn with_type(self, ty: NodeType) -> Header {
+        Header(self.0 & !(0x1F << 8) | (ty as u64) << 8)
+    }
+    /// The header after cutting the first `n + 1` partial keys (the `n`
+    /// that moved to a new parent and the one that became its slot's).
+    pub fn cut(self, n: usize) -> Header {
+        let len = self.prefix_len();
+        assert!(n < len);
+        let rest: Vec<u8> = (n + 1..len).map(|i| self.prefix(i)).collect();
+        Header::new(self.depth() + n + 1, self.ty().unwrap_or(NodeType::N4), &rest)
+            .with_type_bits(self.0 >> 8 & 0x1F)
+    }
+    fn with_type_bits(self, bits: u64) -> Header {
+        Header(self.0 & !(0x1F << 8) | bits << 8)
+    }
+}
+
+/// A decoded slot word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Slot(pub u64);
+
+const LEAF_BIT: u64 = 1 << 55;
+
+impl Slot {
+    pub fn leaf(pkey: u8, units: u64, leaf: GlobalAddr) -> Option<Slot> {
+        assert!((1..=127).contains(&units), "leaf of {units} units");
+        Some(Slot(
+            (pkey as u64) << 56 | LEAF_BIT | units << 48 | leaf.to_ptr48()?,
+        ))
+    }
+    pub fn node(pkey: u8, ty: NodeType, node: GlobalAddr) -> Option<Slot> {
+        Some(Slot((pkey as u64) << 56 | (ty as u64) << 48 | node.to_ptr48()?))
+    }
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+    pub fn pkey(self) -> u8 {
+        (self.0 >> 56) as u8
+    }
+    pub fn is_leaf(self) -> bool {
+        self.0 & LEAF_BIT != 0
+    }
+    /// A leaf slot's length in 64-byte units.
+    pub fn units(self) -> u64 {
+        self.0 >> 48 & 0x7F
+    }
+    /// A node slot's child type.
+    pub fn child_type(self) -> Option<NodeType> {
+        NodeType::from_bits(self.0 >> 48 & 0x1F)
+    }
+    pub fn with_child_type(self, ty: NodeType) -> Slot {
+        Slot(self.0 & !(0x1F << 48) | (ty as u64) << 48)
+    }
+    pub fn ptr(self) -> GlobalAddr {
+        GlobalAddr::from_ptr48(self.0)
+    }
+}
+
+/// Leaf state bits in the meta word.
+pub const META_VALID: u64 = 1 << 63;
+pub const META_REPLACED: u64 = 1 << 62;
+const META_LENS: u64 = (1 << 48) - 1;
+
+/// Bytes of a leaf holding a key of `k` and a value of `v` bytes (before
+/// rounding to 64-byte units).
+pub fn leaf_bytes(k: usize, v: usize) -> usize {
+    LEAF_HEAD + k.next_multiple_of(8) + v.next_multiple_of(8) + 8
+}
+
+const CHECKSUM_SEED: u64 = 0x5A27_1EAF_C0DE_0001;
+
+fn checksum(lens: u64, key: &[u8], value: &[u8]) -> u64 {
+    hash64(value, hash64(key, CHECKSUM_SEED ^ lens))
+}
+
+/// The image of a leaf with room for `kcap`/`vcap` bytes (its full
+/// `leaf_bytes(kcap, vcap)`), state valid, lock free.
+pub fn encode_leaf(
+    rev: GlobalAddr,
+    key: &[u8],
+    value: &[u8],
+    kcap: usize,
+    vcap: usize,
+    out: &mut Vec<u8>,
+) {
+    out.clear();
+    out.resize(leaf_bytes(kcap, vcap), 0);
+    let lens = key.len() as u64 | (value.len() as u64) << 16;
+    out[0..8].copy_from_slice(&rev.raw().to_le_bytes());
+    out[8..16].copy_from_slice(&(lens | META_VALID).to_le_bytes());
+    out[16..24].copy_from_slice(&checksum(lens, key, value).to_le_bytes());
+    out[LEAF_HEAD..LEAF_HEAD + key.len()].copy_from_slice(key);
+    let v0 = LEAF_HEAD + kcap.next_multiple_of(8);
+    out[v0..v0 + value.len()].copy_from_slice(value);
+}
+
+/// A decoded leaf.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leaf<'a> {
+    pub rev: GlobalAddr,
+    pub meta: u64,
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub lock: u64,
+}
+
+impl Leaf<'_> {
+    pub fn valid(&self) -> bool {
+        self.meta & META_VALID != 0
+    }
+    pub fn replaced(&self) -> bool {
+        self.meta & META_REPLACED != 0
+    }
+}
+
+/// Decodes a leaf read into `b` whose key room is `kcap` bytes; `None`
+/// when torn (checksum mismatch) or garbage.
+pub fn decode_leaf(b: &[u8], kcap: usize) -> Option<Leaf<'_>> {
+    if b.len() < LEAF_HEAD + 8 {
+        return None;
+    }
+    let meta = word(b, 8);
+    let lens = meta & META_LENS;
+    let (k, v) = ((lens & 0xFFFF) as usize, (lens >> 16) as usize);
+    let v0 = LEAF_HEAD + kcap.next_multiple_of(8);
+    if k == 0 || k > kcap || v0 + v.next_multiple_of(8) + 8 > b.len() {
+        return None;
+    }
+    let key = &b[LEAF_HEAD..LEAF_HEAD + k];
+    let value = &b[v0..v0 + v];
+    (checksum(lens, key, value) == word(b, 16)).then(|| Leaf {
+        rev: GlobalAddr::from_raw(word(b, 0)),
+        meta,
+        key,
+        value,
+        lock: word(b, b.len() - 8),
+    })
+}
+
+/// The little-endian word at byte `at`.
+pub fn word(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// The tree key of `key` for a tree whose keys are at most `max_key`
+/// bytes (see the module docs).
+pub fn tree_key(key: &[u8], max_key: usize, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(key);
+    out.resize(max_key, 0);
+    out.push(key.len() as u8);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_round_trip() {
+        let h = Header::new(7, NodeType::N16, &[1, 2, 3]);
+        assert_eq!((h.depth(), h.ty(), h.prefix_len()), (7, Some(NodeType::N16), 3));
+        assert_eq!((h.prefix(0), h.prefix(2)), (1, 3));
+        let c = h.cut(1);
+        assert_eq!((c.depth(), c.prefix_len(), c.prefix(0)), (9, 1, 3));
+        assert_eq!(c.ty(), Some(NodeType::N16));
+        let a = GlobalAddr::new(3, 64 * 1000);
+        let s = Slot::leaf(0xAB, 5, a).unwrap();
+        assert!(s.is_leaf() && s.units() == 5 && s.ptr() == a && s.pkey() == 0xAB);
+        let n = Slot::node(0, NodeType::N48, a).unwrap();
+        assert!(!n.is_leaf() && n.child_type() == Some(NodeType::N48) && !n.is_empty());
+        assert_eq!(n.with_child_type(NodeType::N256).child_type(), Some(NodeType::N256));
+        assert_eq!(NodeType::fitting(4), NodeType::N16);
+        assert_eq!(NodeType::fitting(47), NodeType::N48);
+    }
+
+    #[test]
+    fn leaves_round_trip_and_detect_tearing() {
+        let mut img = Vec::new();
+        encode_leaf(GlobalAddr::new(1, 64), b"key", b"value", 8, 16, &mut img);
+        assert_eq!(img.len(), leaf_bytes(8, 16));
+        let l = decode_leaf(&img, 8).unwrap();
+        assert_eq!((l.key, l.value, l.valid(), l.lock), (&b"key"[..], &b"value"[..], true, 0));
+        img[LEAF_HEAD + 8] ^= 1;
+        assert!(decode_leaf(&img, 8).is_none());
+    }
+
+    #[test]
+    fn tree_keys_keep_order_and_are_prefix_free() {
+        let keys: [&[u8]; 6] = [b"a", b"a\0", b"a\0\0", b"ab", b"b", b"\0"];
+        let mut sorted = keys.to_vec();
+        sorted.sort();
+        let mut enc: Vec<Vec<u8>> = sorted
+            .iter()
+            .map(|k| {
+                let mut t = Vec::new();
+                tree_key(k, 4, &mut t);
+                t
+            })
+            .collect();
+        let before = enc.clone();
+        enc.sort();
+        assert_eq!(enc, before, "encoding keeps byte order");
+        enc.dedup();
+        assert_eq!(enc.len(), keys.len(), "encoding is injective");
+    }
+}

@@ -1,0 +1,71 @@
+//! # dmkit-art — the SMART adaptive radix tree on disaggregated memory
+//!
+//! A radix tree whose nodes live on memory nodes and whose clients reach
+//! them with one-sided verbs only, after SMART (Luo et al., OSDI'23 §3–§4),
+//! running over the dmkit runtime (per-thread queue pairs, work-request
+//! throttling, conflict avoidance). Layouts are in [`layout`].
+//!
+//! ## Hybrid concurrency control (§4.1)
+//! - **Internal nodes are lock-free.** Slots carry their partial key next
+//!   to the child pointer, so one CAS changes both. Every node has room for
+//!   256 slots; its type (NODE_4/16/48/256) says how many are visible, and
+//!   reads fetch only those (§4.1.1).
+//!   - *Normal insert*: WRITE the leaf, CAS the first empty visible slot;
+//!     on failure, follow the winner if it holds our byte, else try the
+//!     next empty slot.
+//!   - *Type switch*, in place: CAS empty slots past the visible ones, then
+//!     raise the header's type and then the parent slot's (CAS loops). A
+//!     client that finds its byte in a not yet visible slot helps raise the
+//!     type before it goes on, so its own insert is never invisible.
+//!   - *Leaf split*: WRITE the nodes holding the rest of the two keys'
+//!     common prefix (six partial keys per header, pessimistic) and the new
+//!     leaf, then CAS the slot from the old leaf to the first new node.
+//!   - *Header split*: a new NODE_4 with the matched partial keys and one
+//!     slot for the old node, published by CAS of the parent slot; then a
+//!     CAS drops the moved partial keys from the old node's header; the
+//!     insert then continues from the new node (so nothing becomes visible
+//!     under the new node before the old header is cut, which keeps stale
+//!     cached paths complete; the paper writes the new leaf with the new
+//!     node — one round trip fewer, at the price of that window).
+//!     Readers compare a header's depth with the key position they arrived
+//!     at: behind = the redundant partial keys of a split in progress
+//!     (skipped), ahead = they read the parent before the split (start
+//!     over).
+//! - **Leaves are updated in place under a lock** (`in_place`, default):
+//!   CAS the lock word at the leaf's rear with a READ of the leaf behind it
+//!   in the same batch, then one WRITE of the item, its checksum and the
+//!   free lock — the rear embedded lock; on fabrics without in-order
+//!   placement inside a WRITE, a second WRITE in the same batch releases it
+//!   (queue-pair order). Readers check the checksum and re-read torn leaves.
+//!   With `in_place` off, leaves are replaced out of place (RCU, §4.5): the
+//!   old leaf is marked replaced by CAS, then the slot swings to the new one.
+//! - **Delete** marks the leaf deleted (under its lock, or by CAS in RCU
+//!   mode). The slot keeps its partial key and points at the dead leaf
+//!   until an insert of a key with that byte replaces it: partial keys never
+//!   change, so two inserts of one byte always meet in one slot. Empty
+//!   internal nodes are not merged back (the paper's reverse of leaf and
+//!   header splits is not done); the tree never shrinks.
+//!
+//! ## Cache (§4.3)
+//! [`cache`]: snapshots of internal nodes per client, under a byte budget,
+//! validated by the reverse check when a traversal leaves them.
+//!
+//! ## Round trips (common path, warm cache)
+//! search 1 (the leaf); update 2 (lock + read, write-back + unlock);
+//! insert 2–3 (the node where it goes, then leaf + CAS); delete 2.
+//!
+//! ## Not (yet) here
+//! Read delegation and write combining (§4.2), a lock-based internal-node
+//! baseline for Figure 15, and reclamation of dead leaves (a deleted or
+//! replaced leaf is never reused; its memory returns when the tree is
+//! destroyed). A client that dies holding a leaf lock blocks that key.
+
+pub mod cache;
+pub mod check;
+pub mod error;
+pub mod layout;
+pub mod tree;
+
+pub use check::{check_tree, TreeReport};
+pub use error::ArtError;
+pub use tree::{ArtClient, ArtConfig, ArtTree, TreeCounters};

@@ -1,0 +1,1766 @@
+//! The tree: creation, the per-worker client and its operations. The
+//! protocols are described in the crate docs.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+
+use dmkit_fabric::{Fabric, FabricError, GlobalAddr, NodeId, Rkey, SyncQp};
+use dmkit_runtime::alloc::{BlockAlloc, MAX_UNITS};
+use dmkit_runtime::{Ctx, Nanos};
+
+use crate::cache::{Cache, NodeView};
+use crate::error::ArtError;
+use crate::layout::*;
+
+/// Configuration of a tree (structure) and of its clients.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArtConfig {
+    /// Longest key in bytes (stored in the tree; 1..=254).
+    pub max_key: usize,
+    /// Longest value in bytes (stored in the tree).
+    pub max_value: usize,
+    /// In-place leaf updates under the leaf's lock (SMART's "update-in-place
+    /// leaf node"); off: out-of-place (RCU) leaves sized to their item,
+    /// replaced by CAS on the parent slot — the pure lock-free ART of §4.5,
+    /// and the form variable-size values take. Stored in the tree.
+    pub in_place: bool,
+    /// Release the leaf lock with the write-back (SMART's "rear embedded
+    /// lock"); off: a separate WRITE after the write-back completed (one
+    /// more round trip). In-place mode only.
+    pub rear_lock: bool,
+    /// Bytes of internal-node snapshots each client caches (0: no cache).
+    pub cache_bytes: usize,
+    /// Bytes a client asks the memory node for at a time for its nodes.
+    pub chunk_bytes: u64,
+}
+
+impl Default for ArtConfig {
+    fn default() -> Self {
+        Self {
+            max_key: 32,
+            max_value: 64,
+            in_place: true,
+            rear_lock: true,
+            cache_bytes: 64 << 20,
+            chunk_bytes: 4 << 20,
+        }
+    }
+}
+
+impl ArtConfig {
+    fn validate(&self) -> Result<(), ArtError> {
+        let bad = |s: String| Err(ArtError::Config(s));
+        if self.max_key == 0 || self.max_key > MAX_KEY_LIMIT {
+            return bad(format!(
+                "max_key {} must be in 1..={MAX_KEY_LIMIT}",
+                self.max_key
+            ));
+        }
+        if leaf_bytes(self.max_key, self.max_value) > MAX_UNITS as usize * 64 {
+            return bad(format!(
+                "a leaf of max_key {} + max_value {} exceeds {} B",
+                self.max_key,
+                self.max_value,
+                MAX_UNITS * 64
+            ));
+        }
+        if self.chunk_bytes < NODE_BYTES as u64 * 4 {
+            return bad(format!("chunk_bytes {} is too small", self.chunk_bytes));
+        }
+        Ok(())
+    }
+
+    /// Room for the key in every leaf.
+    fn kcap(&self) -> usize {
+        self.max_key
+    }
+}
+
+/// Counters of the tree's own making (beyond the runtime's).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TreeCounters {
+    /// Operations that reached their leaf through cached nodes only.
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    pub leaf_splits: u64,
+    pub header_splits: u64,
+    pub type_switches: u64,
+    /// Restarts after a stale cache entry or a concurrent change.
+    pub restarts: u64,
+    pub torn_reads: u64,
+}
+
+/// The tree descriptor, the block the tree's named root points to.
+///
+/// ```text
+///  0        8        16        24          32       40                64
+///  +--------+--------+---------+-----------+--------+-----------------+
+///  | magic  | root   | max_key | max_value | flags  |    (zero)       |
+///  +--------+--------+---------+-----------+--------+-----------------+
+/// flags: bit 0 = in-place leaves
+/// ```
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeDesc {
+    pub magic: u64,
+    pub root: u64,
+    pub max_key: u64,
+    pub max_value: u64,
+    pub flags: u64,
+    pub reserved: [u64; 3],
+}
+const _: () = assert!(std::mem::size_of::<TreeDesc>() == 64);
+
+const DESC_MAGIC: u64 = u64::from_le_bytes(*b"DMKITART");
+
+impl TreeDesc {
+    fn to_bytes(self) -> [u8; 64] {
+        let mut b = [0u8; 64];
+        for (i, w) in [self.magic, self.root, self.max_key, self.max_value, self.flags]
+            .iter()
+            .enumerate()
+        {
+            b[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        b
+    }
+    fn from_bytes(b: &[u8]) -> Self {
+        TreeDesc {
+            magic: word(b, 0),
+            root: word(b, 8),
+            max_key: word(b, 16),
+            max_value: word(b, 24),
+            flags: word(b, 32),
+            reserved: [0; 3],
+        }
+    }
+}
+
+fn root_name(name: &str) -> String {
+    format!("art/{name}")
+}
+
+/// A tree: what every client of it shares. `Send + Sync`; make one
+/// [`ArtClient`] per worker with [`ArtTree::client`].
+pub struct ArtTree {
+    pub(crate) fabric: Arc<dyn Fabric>,
+    name: String,
+    pub(crate) cfg: ArtConfig,
+    desc: GlobalAddr,
+    pub(crate) root: GlobalAddr,
+    nodes: Vec<NodeId>,
+    rkeys: Vec<Option<Rkey>>,
+    /// Chunks taken by this process's clients (freed by `destroy`).
+    chunks: Arc<Mutex<Vec<GlobalAddr>>>,
+    /// Whether one WRITE's words land in address order (rear lock).
+    in_order: bool,
+}
+
+fn rkeys_of(fabric: &dyn Fabric, nodes: &[NodeId]) -> Result<Vec<Option<Rkey>>, ArtError> {
+    let mut rk = Vec::new();
+    for &n in nodes {
+        let i = n as usize;
+        if rk.len() <= i {
+            rk.resize(i + 1, None);
+        }
+        rk[i] = Some(fabric.heap(n)?.rkey);
+    }
+    Ok(rk)
+}
+
+impl ArtTree {
+    /// Creates tree `name` (descriptor and root node on the lowest memory
+    /// node; other nodes spread over the fabric by the clients'
+    /// allocators) and registers it as a named root.
+    pub fn create(
+        fabric: Arc<dyn Fabric>,
+        name: &str,
+        cfg: ArtConfig,
+    ) -> Result<Arc<Self>, ArtError> {
+        cfg.validate()?;
+        let mut nodes = fabric.nodes();
+        nodes.sort_unstable();
+        let home = *nodes
+            .first()
+            .ok_or_else(|| ArtError::Config("fabric has no memory nodes".into()))?;
+        let rkeys = rkeys_of(fabric.as_ref(), &nodes)?;
+        let oom = |what| move |source| ArtError::OutOfMemory { what, source };
+        let (desc, _, _) = fabric
+            .alloc_chunk(home, 64 + NODE_BYTES as u64, true)
+            .map_err(oom("allocating the root"))?;
+        let root = desc.add(64);
+        let result = (|| {
+            let rk = rkeys[home as usize].expect("rkey of a listed node");
+            let mut qp = SyncQp::new(fabric.as_ref(), home, 64)?;
+            let header = Header::new(0, NodeType::N256, &[]);
+            qp.write_u64(root.add(NODE_HEADER), rk, header.0)?;
+            let d = TreeDesc {
+                magic: DESC_MAGIC,
+                root: root.raw(),
+                max_key: cfg.max_key as u64,
+                max_value: cfg.max_value as u64,
+                flags: cfg.in_place as u64,
+                reserved: [0; 3],
+            };
+            qp.write(desc, rk, &d.to_bytes())?;
+            let rname = root_name(name);
+            let expected = match fabric.get_root(home, &rname)? {
+                None => None,
+                Some(0) => Some(0),
+                Some(_) => return Err(ArtError::AlreadyExists(name.into())),
+            };
+            match fabric.set_root(home, &rname, desc.raw(), Some(expected)) {
+                Ok(_) => Ok(()),
+                Err(FabricError::Rpc { .. }) => Err(ArtError::AlreadyExists(name.into())),
+                Err(e) => Err(e.into()),
+            }
+        })();
+        if let Err(e) = result {
+            let _ = fabric.free_chunk(desc);
+            return Err(e);
+        }
+        let in_order = fabric.caps().in_order_write;
+        Ok(Arc::new(Self {
+            fabric,
+            name: name.into(),
+            cfg,
+            desc,
+            root,
+            nodes,
+            rkeys,
+            chunks: Arc::default(),
+            in_order,
+        }))
+    }
+
+    /// Opens tree `name`. Structural settings come from the tree; `cfg`
+    /// supplies the client-side ones (cache, rear lock, chunk size).
+    pub fn open(fabric: Arc<dyn Fabric>, name: &str, cfg: ArtConfig) -> Result<Arc<Self>, ArtError> {
+        let mut nodes = fabric.nodes();
+        nodes.sort_unstable();
+        let home = *nodes
+            .first()
+            .ok_or_else(|| ArtError::Config("fabric has no memory nodes".into()))?;
+        let rkeys = rkeys_of(fabric.as_ref(), &nodes)?;
+        let desc = fabric
+            .get_root(home, &root_name(name))?
+            .filter(|&v| v != 0)
+            .map(GlobalAddr::from_raw)
+            .ok_or_else(|| ArtError::NoSuchTree(name.into()))?;
+        let mut qp = SyncQp::new(fabric.as_ref(), home, 64)?;
+        let d = TreeDesc::from_bytes(&qp.read(desc, rkeys[home as usize].expect("home rkey"), 64)?);
+        if d.magic != DESC_MAGIC {
+            return Err(ArtError::Corrupt {
+                addr: desc,
+                what: "tree descriptor",
+            });
+        }
+        let cfg = ArtConfig {
+            max_key: d.max_key as usize,
+            max_value: d.max_value as usize,
+            in_place: d.flags & 1 != 0,
+            ..cfg
+        };
+        cfg.validate()?;
+        let in_order = fabric.caps().in_order_write;
+        Ok(Arc::new(Self {
+            fabric,
+            name: name.into(),
+            cfg,
+            desc,
+            root: GlobalAddr::from_raw(d.root),
+            nodes,
+            rkeys,
+            chunks: Arc::default(),
+            in_order,
+        }))
+    }
+
+    /// Removes the tree: unregisters its name and frees the root and the
+    /// chunks this process's clients took (other processes free theirs by
+    /// calling this too, or lose them with the node). No client may use the
+    /// tree afterwards.
+    pub fn destroy(&self) -> Result<(), ArtError> {
+        let home = self.desc.node();
+        match self.fabric.set_root(
+            home,
+            &root_name(&self.name),
+            0,
+            Some(Some(self.desc.raw())),
+        ) {
+            Ok(_) => {}
+            Err(FabricError::Rpc { .. }) => return Err(ArtError::NoSuchTree(self.name.clone())),
+            Err(e) => return Err(e.into()),
+        }
+        self.fabric.free_chunk(self.desc)?;
+        let chunks = std::mem::take(&mut *self.chunks.lock().unwrap_or_else(|p| p.into_inner()));
+        for c in chunks {
+            self.fabric.free_chunk(c)?;
+        }
+        Ok(())
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The effective configuration.
+    pub fn config(&self) -> &ArtConfig {
+        &self.cfg
+    }
+
+    /// The root node's address.
+    pub fn root(&self) -> GlobalAddr {
+        self.root
+    }
+
+    /// A client for one worker (its tasks share the client's cache and
+    /// allocator). `id` names lock holders; make it unique among the tree's
+    /// live clients.
+    pub fn client(self: &Arc<Self>, id: u64) -> ArtClient {
+        ArtClient {
+            t: self.clone(),
+            st: Rc::new(RefCell::new(ClientState {
+                cache: Cache::new(self.cfg.cache_bytes, self.root),
+                alloc: BlockAlloc::new(self.cfg.chunk_bytes, Nanos::MAX / 4, self.chunks.clone()),
+                owner: id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+                counters: TreeCounters::default(),
+            })),
+        }
+    }
+
+    pub(crate) fn rkey(&self, node: NodeId) -> Result<Rkey, ArtError> {
+        self.rkeys
+            .get(node as usize)
+            .copied()
+            .flatten()
+            .ok_or(ArtError::Fabric(FabricError::NoSuchNode(node)))
+    }
+
+    /// Bytes of a leaf at full capacity (in-place leaves).
+    pub(crate) fn leaf_cap(&self) -> usize {
+        leaf_bytes(self.cfg.kcap(), self.cfg.max_value)
+    }
+}
+
+struct ClientState {
+    cache: Cache,
+    alloc: BlockAlloc,
+    owner: u64,
+    counters: TreeCounters,
+}
+
+/// A worker's handle on a tree. Clone it into the worker's tasks; not
+/// `Send` (one per worker).
+#[derive(Clone)]
+pub struct ArtClient {
+    t: Arc<ArtTree>,
+    st: Rc<RefCell<ClientState>>,
+}
+
+/// The slot that led to a node: its parent, the slot's address and the
+/// word it held when read.
+#[derive(Debug, Clone, Copy)]
+struct Link {
+    parent: GlobalAddr,
+    slot_addr: GlobalAddr,
+    slot: Slot,
+}
+
+/// Where a traversal ended.
+enum Kind {
+    /// The key leaves the node's partial keys at index `j`.
+    Mismatch(usize),
+    /// No slot for the key's byte at position `pos`.
+    NoSlot { pos: usize },
+    /// Slot `idx` holds the key's byte at `pos` and points at a leaf.
+    Leaf { pos: usize, idx: usize, slot: Slot },
+}
+
+struct Pos {
+    v: Rc<NodeView>,
+    /// Read from remote memory by this operation (not a cached snapshot).
+    fresh: bool,
+    /// Key position at which the traversal arrived at `v`.
+    e: usize,
+    link: Option<Link>,
+    kind: Kind,
+}
+
+/// Where a traversal starts.
+#[derive(Clone, Copy)]
+enum Start {
+    /// The deepest cached node on the key's path (the root if the cache is
+    /// off or cold).
+    Top { use_cache: bool },
+    /// `addr`, read now (type `ty` at least, arrived at key position `e`).
+    Node {
+        addr: GlobalAddr,
+        ty: NodeType,
+        e: usize,
+        link: Option<Link>,
+    },
+}
+
+/// A leaf as read.
+struct LeafCopy {
+    meta: u64,
+    key: Vec<u8>,
+    value: Vec<u8>,
+}
+
+impl LeafCopy {
+    fn valid(&self) -> bool {
+        self.meta & META_VALID != 0
+    }
+    fn replaced(&self) -> bool {
+        self.meta & META_REPLACED != 0
+    }
+}
+
+// Task-local layout.
+const L_NODE: usize = 0;
+const L_WORD: usize = NODE_BYTES.next_multiple_of(64);
+const L_LEAF: usize = L_WORD + 64;
+/// Node images written by one split (a chain of at most this many nodes).
+const MAX_CHAIN: usize = MAX_KEY_LIMIT / (HEADER_PREFIX + 1) + 2;
+/// Bytes written per new node: reverse pointer, header, four slots.
+const NEW_NODE: usize = 16 + 8 * 4;
+/// Attempts before an operation reports a livelock.
+const MAX_ATTEMPTS: u32 = 10_000;
+/// Attempts that may use the cache (later ones traverse from the root).
+const CACHED_ATTEMPTS: u32 = 3;
+
+fn backoff(attempt: u32) -> Nanos {
+    500 << attempt.min(8)
+}
+
+/// What a leaf read found relative to the key.
+enum LeafIs {
+    /// Holds the key, valid.
+    Live(LeafCopy),
+    /// Holds the key, being replaced out of place (retry).
+    Replaced,
+    /// Holds the key, deleted.
+    Dead,
+    /// Holds another key (`dead`: deleted).
+    Other { key: Vec<u8>, dead: bool },
+}
+
+/// Write operations sharing the insert/update path.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum WriteMode {
+    Insert,
+    Update,
+}
+
+impl ArtClient {
+    pub fn tree(&self) -> &Arc<ArtTree> {
+        &self.t
+    }
+
+    /// This client's counters.
+    pub fn counters(&self) -> TreeCounters {
+        self.st.borrow().counters
+    }
+
+    /// Snapshots the cache holds, and their bytes.
+    pub fn cache_usage(&self) -> (usize, usize) {
+        let st = self.st.borrow();
+        (st.cache.len(), st.cache.bytes())
+    }
+
+    fn leaf_cap(&self) -> usize {
+        self.t.leaf_cap().next_multiple_of(64)
+    }
+    fn l_new(&self) -> usize {
+        L_LEAF + self.leaf_cap()
+    }
+    fn l_img(&self) -> usize {
+        self.l_new() + self.leaf_cap()
+    }
+    fn l_scan(&self) -> usize {
+        self.l_img() + MAX_CHAIN * NEW_NODE.next_multiple_of(64)
+    }
+    fn scan_item(&self) -> usize {
+        self.leaf_cap().max(NODE_BYTES.next_multiple_of(64))
+    }
+
+    /// Task-local bytes the tree needs.
+    pub fn local_bytes_needed(&self) -> usize {
+        self.l_scan() + 2 * self.scan_item()
+    }
+
+    fn check_key(&self, ctx: &Ctx, key: &[u8]) -> Result<(), ArtError> {
+        if key.is_empty() || key.len() > self.t.cfg.max_key {
+            return Err(ArtError::KeyLength {
+                len: key.len(),
+                max: self.t.cfg.max_key,
+            });
+        }
+        let need = self.local_bytes_needed();
+        if ctx.local_len() < need {
+            return Err(ArtError::LocalMemory {
+                have: ctx.local_len(),
+                need,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_value(&self, value: &[u8]) -> Result<(), ArtError> {
+        if value.len() > self.t.cfg.max_value {
+            return Err(ArtError::ValueTooLarge {
+                len: value.len(),
+                max: self.t.cfg.max_value,
+            });
+        }
+        Ok(())
+    }
+
+    fn tree_key(&self, key: &[u8]) -> Vec<u8> {
+        let mut tk = Vec::with_capacity(self.t.cfg.max_key + 1);
+        tree_key(key, self.t.cfg.max_key, &mut tk);
+        tk
+    }
+
+    fn count(&self, f: impl FnOnce(&mut TreeCounters)) {
+        f(&mut self.st.borrow_mut().counters)
+    }
+
+    /// After the `conflicts`-th lost race of an operation: counts it and
+    /// backs off (or gives up after [`MAX_ATTEMPTS`]).
+    async fn pause(&self, ctx: &Ctx, conflicts: u32) -> Result<(), ArtError> {
+        if conflicts > MAX_ATTEMPTS {
+            return Err(ArtError::TooManyRetries(conflicts));
+        }
+        self.count(|c| c.restarts += 1);
+        ctx.note_retry();
+        ctx.sleep(backoff(conflicts)).await;
+        Ok(())
+    }
+
+    /// Where to start after the `conflicts`-th restart.
+    fn top(conflicts: u32) -> Start {
+        Start::Top {
+            use_cache: conflicts < CACHED_ATTEMPTS,
+        }
+    }
+
+    // ---- reading -------------------------------------------------------
+
+    /// Reads node `addr` (at least `ty`'s slots; the rest too if its header
+    /// says it grew) arriving at key position `e`. `None` if the node is not
+    /// where the caller thinks: deleted, its header moved past `e` (a
+    /// header split finished after the parent was read), or — when
+    /// `expect_rev` is given — its reverse pointer names another parent.
+    async fn read_node(
+        &self,
+        ctx: &Ctx,
+        addr: GlobalAddr,
+        ty: NodeType,
+        e: usize,
+        expect_rev: Option<GlobalAddr>,
+    ) -> Result<Option<Rc<NodeView>>, ArtError> {
+        let rk = self.t.rkey(addr.node())?;
+        let ty = ty.max(NodeType::N4);
+        ctx.read(addr, rk, L_NODE, ty.read_bytes());
+        ctx.sync().await?;
+        let header = Header(ctx.local_u64(L_NODE + NODE_HEADER as usize));
+        let Some(hty) = header.ty() else {
+            return Err(ArtError::Corrupt {
+                addr,
+                what: "internal node header",
+            });
+        };
+        if hty > ty {
+            ctx.read(
+                addr.add(ty.read_bytes() as u64),
+                rk,
+                L_NODE + ty.read_bytes(),
+                hty.read_bytes() - ty.read_bytes(),
+            );
+            ctx.sync().await?;
+        }
+        let rev = GlobalAddr::from_raw(ctx.local_u64(L_NODE));
+        let d = header.depth();
+        if hty == NodeType::Deleted
+            || d > e
+            || e - d > header.prefix_len()
+            || expect_rev.is_some_and(|r| r != rev)
+        {
+            self.st.borrow_mut().cache.remove(addr);
+            return Ok(None);
+        }
+        let n = hty.slots();
+        let mut slots = vec![0u64; n];
+        for (i, s) in slots.iter_mut().enumerate() {
+            *s = ctx.local_u64(L_NODE + 16 + 8 * i);
+        }
+        let v = Rc::new(NodeView {
+            addr,
+            header,
+            rev,
+            slots,
+        });
+        self.st.borrow_mut().cache.put(v.clone());
+        Ok(Some(v))
+    }
+
+    /// Reads the leaf of `slot` and classifies it against `key`; re-reads
+    /// a torn leaf (a write-back in progress).
+    async fn read_leaf(&self, ctx: &Ctx, slot: Slot, key: &[u8]) -> Result<LeafIs, ArtError> {
+        let addr = slot.ptr();
+        let rk = self.t.rkey(addr.node())?;
+        let len = self.leaf_len(slot)?;
+        let mut torn = 0u32;
+        loop {
+            ctx.read(addr, rk, L_LEAF, len);
+            ctx.sync().await?;
+            if let Some(l) = self.decode(ctx, L_LEAF, len) {
+                return Ok(classify(l, key));
+            }
+            torn += 1;
+            self.count(|c| c.torn_reads += 1);
+            if torn > 1000 {
+                return Err(ArtError::Corrupt {
+                    addr,
+                    what: "leaf (checksum never matches)",
+                });
+            }
+            ctx.note_retry();
+            ctx.sleep(backoff(torn.min(4))).await;
+        }
+    }
+
+    /// Bytes to read for the leaf of `slot`.
+    fn leaf_len(&self, slot: Slot) -> Result<usize, ArtError> {
+        if self.t.cfg.in_place {
+            return Ok(self.t.leaf_cap());
+        }
+        let n = slot.units() as usize * 64;
+        if n == 0 || n > self.leaf_cap() {
+            return Err(ArtError::Corrupt {
+                addr: slot.ptr(),
+                what: "leaf slot length",
+            });
+        }
+        Ok(n)
+    }
+
+    fn decode(&self, ctx: &Ctx, off: usize, len: usize) -> Option<LeafCopy> {
+        let buf = ctx.local_vec(off, len);
+        decode_leaf(&buf, self.t.cfg.kcap()).map(|l| LeafCopy {
+            meta: l.meta,
+            key: l.key.to_vec(),
+            value: l.value.to_vec(),
+        })
+    }
+
+    /// Walks the cached snapshots from the root along `tk`: the deepest
+    /// cached node, the key position it was reached at and its link.
+    fn cache_walk(&self, tk: &[u8]) -> Option<(Rc<NodeView>, usize, Option<Link>)> {
+        let mut st = self.st.borrow_mut();
+        let mut v = st.cache.get(self.t.root)?;
+        let (mut e, mut link) = (0, None);
+        loop {
+            let Ok(pos) = v.match_prefix(e, tk) else {
+                return Some((v, e, link));
+            };
+            let Some((idx, s)) = v.find(tk[pos]) else {
+                return Some((v, e, link));
+            };
+            if s.is_leaf() {
+                return Some((v, e, link));
+            }
+            match st.cache.get(s.ptr()) {
+                Some(c) if c.header.depth() <= pos + 1 && c.rev == v.addr => {
+                    st.cache.touch(c.addr);
+                    link = Some(Link {
+                        parent: v.addr,
+                        slot_addr: v.slot_addr(idx),
+                        slot: s,
+                    });
+                    v = c;
+                    e = pos + 1;
+                }
+                _ => return Some((v, e, link)),
+            }
+        }
+    }
+
+    /// Traverses to where `tk` ends: a prefix mismatch, a missing slot, or
+    /// the leaf slot of the key's byte. Mismatches and missing slots are
+    /// only reported from nodes read now; a leaf slot may come from a
+    /// cached snapshot (`Pos::fresh` false). `None`: start over.
+    async fn descend(&self, ctx: &Ctx, tk: &[u8], from: Start) -> Result<Option<Pos>, ArtError> {
+        let (mut v, mut e, mut link, mut fresh) = match from {
+            Start::Top { use_cache } => {
+                match use_cache.then(|| self.cache_walk(tk)).flatten() {
+                    Some((v, e, link)) => (v, e, link, false),
+                    None => match self
+                        .read_node(ctx, self.t.root, NodeType::N256, 0, None)
+                        .await?
+                    {
+                        Some(v) => (v, 0, None, true),
+                        None => {
+                            return Err(ArtError::Corrupt {
+                                addr: self.t.root,
+                                what: "root node",
+                            })
+                        }
+                    },
+                }
+            }
+            Start::Node { addr, ty, e, link } => {
+                match self.read_node(ctx, addr, ty, e, None).await? {
+                    Some(v) => (v, e, link, true),
+                    None => return Ok(None),
+                }
+            }
+        };
+        loop {
+            let step = match v.match_prefix(e, tk) {
+                Err(j) => Err(Kind::Mismatch(j)),
+                Ok(pos) if pos >= tk.len() => {
+                    return Err(ArtError::Corrupt {
+                        addr: v.addr,
+                        what: "internal node deeper than the key",
+                    })
+                }
+                Ok(pos) => match v.find(tk[pos]) {
+                    None => Err(Kind::NoSlot { pos }),
+                    Some((idx, slot)) if slot.is_leaf() => {
+                        return Ok(Some(Pos {
+                            v,
+                            fresh,
+                            e,
+                            link,
+                            kind: Kind::Leaf { pos, idx, slot },
+                        }))
+                    }
+                    Some((idx, slot)) => Ok((pos, idx, slot)),
+                },
+            };
+            match step {
+                Err(kind) if fresh => {
+                    return Ok(Some(Pos {
+                        v,
+                        fresh,
+                        e,
+                        link,
+                        kind,
+                    }))
+                }
+                Err(_) => {
+                    // A cached snapshot cannot prove absence: read it now.
+                    let ty = v.ty();
+                    match self.read_node(ctx, v.addr, ty, e, None).await? {
+                        Some(n) => {
+                            v = n;
+                            fresh = true;
+                        }
+                        None => return Ok(None),
+                    }
+                }
+                Ok((pos, idx, slot)) => {
+                    let ty = slot.child_type().unwrap_or(NodeType::N4);
+                    let expect_rev = (!fresh).then_some(v.addr);
+                    match self
+                        .read_node(ctx, slot.ptr(), ty, pos + 1, expect_rev)
+                        .await?
+                    {
+                        Some(c) => {
+                            link = Some(Link {
+                                parent: v.addr,
+                                slot_addr: v.slot_addr(idx),
+                                slot,
+                            });
+                            v = c;
+                            e = pos + 1;
+                            fresh = true;
+                        }
+                        None => {
+                            if !fresh {
+                                self.st.borrow_mut().cache.remove(v.addr);
+                            }
+                            return Ok(None);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// `Start` that re-reads `p`'s node.
+    fn again(p: &Pos) -> Start {
+        Start::Node {
+            addr: p.v.addr,
+            ty: p.v.ty(),
+            e: p.e,
+            link: p.link,
+        }
+    }
+
+    // ---- operations ----------------------------------------------------
+
+    /// The value of `key`, if present.
+    pub async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, ArtError> {
+        self.check_key(ctx, key)?;
+        let _op = ctx.op("search").await;
+        let tk = self.tree_key(key);
+        let mut conflicts = 0;
+        let mut from = Start::Top { use_cache: true };
+        let mut cached_only = true;
+        loop {
+            let Some(p) = self.descend(ctx, &tk, from).await? else {
+                conflicts += 1;
+                self.pause(ctx, conflicts).await?;
+                from = Self::top(conflicts);
+                cached_only = false;
+                continue;
+            };
+            cached_only &= !p.fresh;
+            let Kind::Leaf { slot, .. } = p.kind else {
+                self.note_cache(false);
+                return Ok(None);
+            };
+            match self.read_leaf(ctx, slot, key).await? {
+                LeafIs::Live(l) => {
+                    self.note_cache(cached_only);
+                    return Ok(Some(l.value));
+                }
+                LeafIs::Replaced => {
+                    conflicts += 1;
+                    self.pause(ctx, conflicts).await?;
+                    from = Start::Top { use_cache: false };
+                    cached_only = false;
+                }
+                LeafIs::Dead | LeafIs::Other { .. } if p.fresh => {
+                    self.note_cache(false);
+                    return Ok(None);
+                }
+                LeafIs::Dead | LeafIs::Other { .. } => {
+                    // The snapshot may be stale (a split moved the key
+                    // below a new node): decide on the node as it is now.
+                    from = Self::again(&p);
+                    cached_only = false;
+                }
+            }
+        }
+    }
+
+    fn note_cache(&self, hit: bool) {
+        self.count(|c| {
+            if hit {
+                c.cache_hits += 1
+            } else {
+                c.cache_misses += 1
+            }
+        });
+    }
+
+    /// Inserts `key` if absent; `false` (and no change) if present.
+    pub async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, ArtError> {
+        self.check_key(ctx, key)?;
+        self.check_value(value)?;
+        let _op = ctx.op("insert").await;
+        self.write(ctx, key, value, WriteMode::Insert).await
+    }
+
+    /// Replaces the value of `key` if present; `false` if absent.
+    pub async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, ArtError> {
+        self.check_key(ctx, key)?;
+        self.check_value(value)?;
+        let _op = ctx.op("update").await;
+        self.write(ctx, key, value, WriteMode::Update).await
+    }
+
+    /// Removes `key` if present: its leaf is marked deleted (the slot keeps
+    /// pointing at it until an insert with that byte reuses the slot).
+    pub async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, ArtError> {
+        self.check_key(ctx, key)?;
+        let _op = ctx.op("delete").await;
+        let tk = self.tree_key(key);
+        let mut conflicts = 0;
+        let mut from = Start::Top { use_cache: true };
+        loop {
+            let Some(p) = self.descend(ctx, &tk, from).await? else {
+                conflicts += 1;
+                self.pause(ctx, conflicts).await?;
+                from = Self::top(conflicts);
+                continue;
+            };
+            let Kind::Leaf { slot, .. } = p.kind else {
+                return Ok(false);
+            };
+            let done = if self.t.cfg.in_place {
+                self.locked_leaf(ctx, slot, key, None).await?
+            } else {
+                self.rcu_delete(ctx, slot, key).await?
+            };
+            match done {
+                Locked::Done => return Ok(true),
+                Locked::Absent if p.fresh => return Ok(false),
+                Locked::Absent => from = Self::again(&p),
+                Locked::Retry => {
+                    conflicts += 1;
+                    self.pause(ctx, conflicts).await?;
+                    from = Start::Top { use_cache: false };
+                }
+            }
+        }
+    }
+
+    async fn write(
+        &self,
+        ctx: &Ctx,
+        key: &[u8],
+        value: &[u8],
+        mode: WriteMode,
+    ) -> Result<bool, ArtError> {
+        let tk = self.tree_key(key);
+        let mut conflicts = 0;
+        let mut from = Start::Top { use_cache: true };
+        loop {
+            let Some(p) = self.descend(ctx, &tk, from).await? else {
+                conflicts += 1;
+                self.pause(ctx, conflicts).await?;
+                from = Self::top(conflicts);
+                continue;
+            };
+            if mode == WriteMode::Update {
+                let Kind::Leaf { slot, idx, .. } = p.kind else {
+                    return Ok(false);
+                };
+                let r = if self.t.cfg.in_place {
+                    self.locked_leaf(ctx, slot, key, Some(value)).await?
+                } else {
+                    self.rcu_update(ctx, &p, idx, slot, key, value).await?
+                };
+                match r {
+                    Locked::Done => return Ok(true),
+                    Locked::Absent if p.fresh => return Ok(false),
+                    Locked::Absent => from = Self::again(&p),
+                    Locked::Retry => {
+                    conflicts += 1;
+                    self.pause(ctx, conflicts).await?;
+                    from = Start::Top { use_cache: false };
+                }
+                }
+                continue;
+            }
+            // Insert.
+            if !p.fresh {
+                if let Kind::Leaf { slot, .. } = p.kind {
+                    // A live leaf with the key decides without a fresh node.
+                    if let LeafIs::Live(_) | LeafIs::Replaced = self.read_leaf(ctx, slot, key).await? {
+                        return Ok(false);
+                    }
+                }
+                from = Self::again(&p);
+                continue;
+            }
+            let next = match p.kind {
+                Kind::Mismatch(j) => self.header_split(ctx, &p, j).await?,
+                Kind::NoSlot { pos } => self.normal_insert(ctx, &p, tk[pos], key, value).await?,
+                Kind::Leaf { pos, idx, slot } => match self.read_leaf(ctx, slot, key).await? {
+                    LeafIs::Live(_) | LeafIs::Replaced => return Ok(false),
+                    LeafIs::Dead | LeafIs::Other { dead: true, .. } => {
+                        self.replace_dead(ctx, &p, idx, slot, tk[pos], key, value).await?
+                    }
+                    LeafIs::Other { key: k1, dead: false } => {
+                        self.leaf_split(ctx, &p, pos, idx, slot, &tk, &k1, key, value)
+                            .await?
+                    }
+                },
+            };
+            match next {
+                Next::Done => return Ok(true),
+                Next::Continue(s) => from = s,
+                Next::Conflict(s) => {
+                    conflicts += 1;
+                    self.pause(ctx, conflicts).await?;
+                    from = s;
+                }
+            }
+        }
+    }
+
+    /// Allocates a block of `bytes` near `prefer`.
+    fn alloc(&self, ctx: &Ctx, bytes: usize, prefer: NodeId, what: &'static str) -> Result<GlobalAddr, ArtError> {
+        let units = bytes.div_ceil(64) as u64;
+        let mut st = self.st.borrow_mut();
+        st.alloc
+            .alloc(self.t.fabric.as_ref(), &self.t.nodes, prefer, units, ctx.now())
+            .map_err(|source| ArtError::OutOfMemory { what, source })
+    }
+
+    fn free_unpublished(&self, addr: GlobalAddr, bytes: usize) {
+        self.st
+            .borrow_mut()
+            .alloc
+            .free_now(addr, bytes.div_ceil(64) as u64);
+    }
+
+    /// Writes a new leaf for `key` (reverse pointer `parent`) from the
+    /// task's new-leaf buffer; returns its address and slot length.
+    fn new_leaf(
+        &self,
+        ctx: &Ctx,
+        parent: GlobalAddr,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(GlobalAddr, u64, usize), ArtError> {
+        let (kcap, vcap) = if self.t.cfg.in_place {
+            (self.t.cfg.kcap(), self.t.cfg.max_value)
+        } else {
+            (self.t.cfg.kcap(), value.len())
+        };
+        let mut img = Vec::new();
+        encode_leaf(parent, key, value, kcap, vcap, &mut img);
+        let addr = self.alloc(ctx, img.len(), parent.node(), "allocating a leaf")?;
+        ctx.put_local(self.l_new(), &img);
+        Ok((addr, img.len().div_ceil(64) as u64, img.len()))
+    }
+
+    /// Queues the WRITE of the new leaf; if it lives on another node than
+    /// the CAS that will publish it, waits for it (queue-pair order only
+    /// holds per node).
+    async fn put_leaf(&self, ctx: &Ctx, leaf: GlobalAddr, len: usize, cas_at: GlobalAddr) -> Result<(), ArtError> {
+        ctx.write(leaf, self.t.rkey(leaf.node())?, self.l_new(), len);
+        if leaf.node() != cas_at.node() {
+            ctx.sync().await?;
+        }
+        Ok(())
+    }
+
+    /// Normal insert (Figure 7b): CAS the first empty slot to the new leaf;
+    /// past the visible slots, the in-place type switch (Figure 7e).
+    async fn normal_insert(
+        &self,
+        ctx: &Ctx,
+        p: &Pos,
+        b: u8,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Next, ArtError> {
+        let v = &p.v;
+        let (leaf, units, len) = self.new_leaf(ctx, v.addr, key, value)?;
+        let slot = Slot::leaf(b, units, leaf).ok_or(ArtError::Corrupt {
+            addr: leaf,
+            what: "leaf address beyond 48 bits",
+        })?;
+        let rk = self.t.rkey(v.addr.node())?;
+        let mut i = v.slots.iter().position(|&s| s == 0).unwrap_or(v.slots.len());
+        let mut written = false;
+        while i < MAX_SLOTS {
+            if !written {
+                self.put_leaf(ctx, leaf, len, v.addr).await?;
+                written = true;
+            }
+            let t = ctx.cas(v.slot_addr(i), rk, 0, slot.0);
+            ctx.sync().await?;
+            let old = Slot(ctx.value(t));
+            if old.is_empty() {
+                if i >= v.slots.len() {
+                    self.grow(ctx, v, i, p.link).await?;
+                }
+                return Ok(Next::Done);
+            }
+            if old.pkey() == b {
+                // Another insert put this byte here first: follow it.
+                self.free_unpublished(leaf, len);
+                if i >= v.slots.len() {
+                    self.grow(ctx, v, i, p.link).await?;
+                }
+                return Ok(Next::Conflict(Self::again(p)));
+            }
+            i += 1;
+            while i < v.slots.len() && v.slots[i] != 0 {
+                i += 1;
+            }
+        }
+        self.free_unpublished(leaf, len);
+        Err(ArtError::Corrupt {
+            addr: v.addr,
+            what: "internal node with 256 slots and none for a byte",
+        })
+    }
+
+    /// Makes slot `idx` of `v` visible: raises the header's type, then the
+    /// parent slot's (in this order, so a reader never sees the parent's
+    /// bigger type with the header's smaller one).
+    async fn grow(&self, ctx: &Ctx, v: &NodeView, idx: usize, link: Option<Link>) -> Result<(), ArtError> {
+        let want = NodeType::fitting(idx);
+        let rk = self.t.rkey(v.addr.node())?;
+        let mut h = v.header;
+        let mut switched = false;
+        while h.ty().is_some_and(|t| t < want) {
+            let old = ctx.cas_sync(v.addr.add(NODE_HEADER), rk, h.0, h.with_type(want).0).await?;
+            if old == h.0 {
+                switched = true;
+                break;
+            }
+            h = Header(old);
+        }
+        if let Some(l) = link {
+            let prk = self.t.rkey(l.slot_addr.node())?;
+            let mut s = l.slot;
+            while !s.is_leaf() && s.ptr() == v.addr && s.child_type().is_some_and(|t| t < want) {
+                let old = ctx
+                    .cas_sync(l.slot_addr, prk, s.0, s.with_child_type(want).0)
+                    .await?;
+                if old == s.0 {
+                    break;
+                }
+                s = Slot(old);
+            }
+            self.st.borrow_mut().cache.remove(l.parent);
+        }
+        self.st.borrow_mut().cache.remove(v.addr);
+        if switched {
+            self.count(|c| c.type_switches += 1);
+        }
+        Ok(())
+    }
+
+    /// Replaces a slot's dead leaf (deleted, any key with this byte) by a
+    /// new leaf.
+    #[allow(clippy::too_many_arguments)]
+    async fn replace_dead(
+        &self,
+        ctx: &Ctx,
+        p: &Pos,
+        idx: usize,
+        old: Slot,
+        b: u8,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Next, ArtError> {
+        let v = &p.v;
+        let (leaf, units, len) = self.new_leaf(ctx, v.addr, key, value)?;
+        let slot = Slot::leaf(b, units, leaf).ok_or(ArtError::Corrupt {
+            addr: leaf,
+            what: "leaf address beyond 48 bits",
+        })?;
+        self.put_leaf(ctx, leaf, len, v.addr).await?;
+        let t = ctx.cas(v.slot_addr(idx), self.t.rkey(v.addr.node())?, old.0, slot.0);
+        ctx.sync().await?;
+        if ctx.value(t) == old.0 {
+            self.st.borrow_mut().cache.remove(v.addr);
+            return Ok(Next::Done);
+        }
+        self.free_unpublished(leaf, len);
+        Ok(Next::Conflict(Self::again(p)))
+    }
+
+    /// Leaf split (Figure 7c): nodes holding the rest of the common prefix
+    /// of the two keys, the last one pointing at both leaves, published by
+    /// one CAS of the slot.
+    #[allow(clippy::too_many_arguments)]
+    async fn leaf_split(
+        &self,
+        ctx: &Ctx,
+        p: &Pos,
+        pos: usize,
+        idx: usize,
+        old: Slot,
+        tk: &[u8],
+        other: &[u8],
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Next, ArtError> {
+        let v = &p.v;
+        let tk1 = self.tree_key(other);
+        let Some(q) = (pos + 1..tk.len()).find(|&i| tk[i] != tk1[i]) else {
+            return Err(ArtError::Corrupt {
+                addr: old.ptr(),
+                what: "two leaves for one key",
+            });
+        };
+        // Plan the chain: each node takes up to 6 partial keys; a node that
+        // cannot reach position q branches on the next common byte.
+        let mut plan: Vec<(usize, usize)> = Vec::new(); // (depth, prefix len)
+        let mut d = pos + 1;
+        while q - d > HEADER_PREFIX {
+            plan.push((d, HEADER_PREFIX));
+            d += HEADER_PREFIX + 1;
+        }
+        plan.push((d, q - d));
+        if plan.len() > MAX_CHAIN {
+            return Err(ArtError::Corrupt {
+                addr: v.addr,
+                what: "split chain longer than the key",
+            });
+        }
+        let mut addrs = Vec::with_capacity(plan.len());
+        for _ in &plan {
+            match self.alloc(ctx, NODE_BYTES, v.addr.node(), "allocating an internal node") {
+                Ok(a) => addrs.push(a),
+                Err(e) => {
+                    for &a in &addrs {
+                        self.free_unpublished(a, NODE_BYTES);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let last = *addrs.last().expect("at least one node");
+        let (leaf, units, len) = match self.new_leaf(ctx, last, key, value) {
+            Ok(x) => x,
+            Err(e) => {
+                for &a in &addrs {
+                    self.free_unpublished(a, NODE_BYTES);
+                }
+                return Err(e);
+            }
+        };
+        let ptr_err = |addr| ArtError::Corrupt {
+            addr,
+            what: "address beyond 48 bits",
+        };
+        for (i, &(d, plen)) in plan.iter().enumerate() {
+            let rev = if i == 0 { v.addr } else { addrs[i - 1] };
+            let header = Header::new(d, NodeType::N4, &tk[d..d + plen]);
+            let mut img = [0u64; NEW_NODE / 8];
+            img[0] = rev.raw();
+            img[1] = header.0;
+            if i + 1 < plan.len() {
+                img[2] = Slot::node(tk[d + plen], NodeType::N4, addrs[i + 1])
+                    .ok_or(ptr_err(addrs[i + 1]))?
+                    .0;
+            } else {
+                img[2] = Slot::leaf(tk1[q], old.units(), old.ptr())
+                    .ok_or(ptr_err(old.ptr()))?
+                    .0;
+                img[3] = Slot::leaf(tk[q], units, leaf).ok_or(ptr_err(leaf))?.0;
+            }
+            let bytes: Vec<u8> = img.iter().flat_map(|w| w.to_le_bytes()).collect();
+            let off = self.l_img() + i * NEW_NODE.next_multiple_of(64);
+            ctx.put_local(off, &bytes);
+            ctx.write(addrs[i], self.t.rkey(addrs[i].node())?, off, NEW_NODE);
+        }
+        ctx.write(leaf, self.t.rkey(leaf.node())?, self.l_new(), len);
+        if addrs.iter().chain([&leaf]).any(|a| a.node() != v.addr.node()) {
+            ctx.sync().await?;
+        }
+        let new = Slot::node(tk[pos], NodeType::N4, addrs[0]).ok_or(ptr_err(addrs[0]))?;
+        let t = ctx.cas(v.slot_addr(idx), self.t.rkey(v.addr.node())?, old.0, new.0);
+        ctx.sync().await?;
+        if ctx.value(t) != old.0 {
+            for &a in &addrs {
+                self.free_unpublished(a, NODE_BYTES);
+            }
+            self.free_unpublished(leaf, len);
+            return Ok(Next::Conflict(Self::again(p)));
+        }
+        // The old leaf's reverse pointer now names its new parent.
+        ctx.set_local_u64(L_WORD, last.raw());
+        ctx.write(old.ptr(), self.t.rkey(old.ptr().node())?, L_WORD, 8);
+        ctx.sync().await?;
+        self.st.borrow_mut().cache.remove(v.addr);
+        self.count(|c| c.leaf_splits += 1);
+        Ok(Next::Done)
+    }
+
+    /// Header split (Figure 7d), in three steps: a new NODE_4 takes the
+    /// matched partial keys and points at the node (CAS of the parent
+    /// slot); the node's header drops them (CAS); the insert then goes on
+    /// from the new node. Until the header CAS, readers that arrive through
+    /// the new node skip the redundant partial keys (the header's depth is
+    /// behind theirs) and readers that read the parent before see the old
+    /// path, which is still complete: nothing was added below the new node
+    /// yet, so no stale snapshot can miss a key.
+    async fn header_split(&self, ctx: &Ctx, p: &Pos, j: usize) -> Result<Next, ArtError> {
+        let v = &p.v;
+        let d = v.header.depth();
+        let Some(link) = p.link else {
+            return Err(ArtError::Corrupt {
+                addr: v.addr,
+                what: "root node with partial keys",
+            });
+        };
+        if p.e != d {
+            // Another header split of this node is between its two CASes.
+            return Ok(Next::Conflict(Start::Top { use_cache: false }));
+        }
+        let m = self.alloc(ctx, NODE_BYTES, link.slot_addr.node(), "allocating an internal node")?;
+        let prefix: Vec<u8> = (0..j).map(|i| v.header.prefix(i)).collect();
+        let ptr_err = |addr| ArtError::Corrupt {
+            addr,
+            what: "address beyond 48 bits",
+        };
+        let mut img = [0u64; NEW_NODE / 8];
+        img[0] = link.parent.raw();
+        img[1] = Header::new(d, NodeType::N4, &prefix).0;
+        img[2] = Slot::node(v.header.prefix(j), v.ty(), v.addr)
+            .ok_or(ptr_err(v.addr))?
+            .0;
+        let bytes: Vec<u8> = img.iter().flat_map(|w| w.to_le_bytes()).collect();
+        ctx.put_local(self.l_img(), &bytes);
+        ctx.write(m, self.t.rkey(m.node())?, self.l_img(), NEW_NODE);
+        if m.node() != link.slot_addr.node() {
+            ctx.sync().await?;
+        }
+        let new = Slot::node(link.slot.pkey(), NodeType::N4, m).ok_or(ptr_err(m))?;
+        let prk = self.t.rkey(link.slot_addr.node())?;
+        let t = ctx.cas(link.slot_addr, prk, link.slot.0, new.0);
+        ctx.sync().await?;
+        if ctx.value(t) != link.slot.0 {
+            self.free_unpublished(m, NODE_BYTES);
+            self.st.borrow_mut().cache.remove(link.parent);
+            return Ok(Next::Conflict(Start::Top { use_cache: false }));
+        }
+        let rk = self.t.rkey(v.addr.node())?;
+        let mut h = v.header;
+        loop {
+            let old = ctx.cas_sync(v.addr.add(NODE_HEADER), rk, h.0, h.cut(j).0).await?;
+            if old == h.0 {
+                break;
+            }
+            // Only the type can have changed (a concurrent type switch).
+            h = Header(old);
+            if h.depth() != d || h.prefix_len() != v.header.prefix_len() {
+                return Err(ArtError::Corrupt {
+                    addr: v.addr,
+                    what: "header changed under a header split",
+                });
+            }
+        }
+        ctx.set_local_u64(L_WORD, m.raw());
+        ctx.write(v.addr, rk, L_WORD, 8);
+        ctx.sync().await?;
+        {
+            let mut st = self.st.borrow_mut();
+            st.cache.remove(v.addr);
+            st.cache.remove(link.parent);
+            st.counters.header_splits += 1;
+        }
+        Ok(Next::Continue(Start::Node {
+            addr: m,
+            ty: NodeType::N4,
+            e: d,
+            link: Some(Link {
+                parent: link.parent,
+                slot_addr: link.slot_addr,
+                slot: new,
+            }),
+        }))
+    }
+
+    /// In-place mode: locks the leaf (CAS of its rear lock, with a READ of
+    /// the leaf behind it in the same batch), then writes the new value
+    /// (`Some`) or the deleted state (`None`) and releases the lock —
+    /// with one WRITE when the fabric places a WRITE's words in order and
+    /// the rear lock is on, else a second WRITE in the same batch (or, with
+    /// the rear lock off, after the first completed).
+    async fn locked_leaf(
+        &self,
+        ctx: &Ctx,
+        slot: Slot,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<Locked, ArtError> {
+        let addr = slot.ptr();
+        let rk = self.t.rkey(addr.node())?;
+        let len = self.t.leaf_cap();
+        let lock_at = addr.add(len as u64 - 8);
+        let owner = self.st.borrow().owner;
+        let t = ctx.cas(lock_at, rk, 0, owner);
+        ctx.read(addr, rk, L_LEAF, len);
+        ctx.sync().await?;
+        let got = ctx.value(t) == 0;
+        ctx.cas_outcome(got).await;
+        if !got {
+            return Ok(Locked::Retry);
+        }
+        let Some(l) = self.decode(ctx, L_LEAF, len) else {
+            ctx.set_local_u64(L_WORD, 0);
+            ctx.write(lock_at, rk, L_WORD, 8);
+            ctx.sync().await?;
+            return Err(ArtError::Corrupt {
+                addr,
+                what: "leaf (checksum mismatch under its lock)",
+            });
+        };
+        if !l.valid() || l.key != key {
+            ctx.set_local_u64(L_WORD, 0);
+            ctx.write(lock_at, rk, L_WORD, 8);
+            ctx.sync().await?;
+            return Ok(Locked::Absent);
+        }
+        let new = self.l_new();
+        match value {
+            Some(value) => {
+                let mut img = Vec::new();
+                encode_leaf(GlobalAddr::NULL, key, value, self.t.cfg.kcap(), self.t.cfg.max_value, &mut img);
+                ctx.put_local(new, &img);
+                if self.t.cfg.rear_lock && self.t.in_order {
+                    ctx.write(addr.add(LEAF_META), rk, new + 8, len - 8);
+                } else {
+                    ctx.write(addr.add(LEAF_META), rk, new + 8, len - 16);
+                    if !self.t.cfg.rear_lock {
+                        ctx.sync().await?;
+                    }
+                    ctx.write(lock_at, rk, new + len - 8, 8);
+                }
+            }
+            None => {
+                ctx.set_local_u64(new, l.meta & !(META_VALID | META_REPLACED));
+                ctx.set_local_u64(new + 8, 0);
+                ctx.write(addr.add(LEAF_META), rk, new, 8);
+                if !self.t.cfg.rear_lock {
+                    ctx.sync().await?;
+                }
+                ctx.write(lock_at, rk, new + 8, 8);
+            }
+        }
+        ctx.sync().await?;
+        Ok(Locked::Done)
+    }
+
+    /// Out-of-place mode: marks the leaf replaced (CAS of its meta word),
+    /// then swings the slot to a new leaf; readers that meet the replaced
+    /// leaf retry until the slot moved.
+    async fn rcu_update(
+        &self,
+        ctx: &Ctx,
+        p: &Pos,
+        idx: usize,
+        slot: Slot,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Locked, ArtError> {
+        let l = match self.read_leaf(ctx, slot, key).await? {
+            LeafIs::Live(l) => l,
+            LeafIs::Replaced => return Ok(Locked::Retry),
+            LeafIs::Dead | LeafIs::Other { .. } => return Ok(Locked::Absent),
+        };
+        let parent = p.v.addr;
+        let (leaf, units, len) = self.new_leaf(ctx, parent, key, value)?;
+        let old_addr = slot.ptr();
+        let rk = self.t.rkey(old_addr.node())?;
+        ctx.write(leaf, self.t.rkey(leaf.node())?, self.l_new(), len);
+        let t = ctx.cas(old_addr.add(LEAF_META), rk, l.meta, l.meta | META_REPLACED);
+        ctx.sync().await?;
+        let got = ctx.value(t) == l.meta;
+        ctx.cas_outcome(got).await;
+        if !got {
+            self.free_unpublished(leaf, len);
+            return Ok(Locked::Retry);
+        }
+        let new = Slot::leaf(slot.pkey(), units, leaf).ok_or(ArtError::Corrupt {
+            addr: leaf,
+            what: "leaf address beyond 48 bits",
+        })?;
+        // The slot may have moved down by a leaf split meanwhile: find it.
+        let (mut at, mut cur, mut owner) = (p.v.slot_addr(idx), slot, parent);
+        let tk = self.tree_key(key);
+        for attempt in 1..=MAX_ATTEMPTS {
+            let old = ctx.cas_sync(at, self.t.rkey(at.node())?, cur.0, new.0).await?;
+            if old == cur.0 {
+                if owner != parent {
+                    ctx.set_local_u64(L_WORD, owner.raw());
+                    ctx.write_sync(leaf, self.t.rkey(leaf.node())?, L_WORD, 8)
+                        .await?;
+                }
+                self.st.borrow_mut().cache.remove(owner);
+                return Ok(Locked::Done);
+            }
+            self.pause(ctx, attempt).await?;
+            let Some(q) = self.descend(ctx, &tk, Start::Top { use_cache: false }).await? else {
+                continue;
+            };
+            match q.kind {
+                Kind::Leaf { idx, slot, .. } if slot.ptr() == old_addr => {
+                    at = q.v.slot_addr(idx);
+                    cur = slot;
+                    owner = q.v.addr;
+                }
+                _ => {
+                    return Err(ArtError::Corrupt {
+                        addr: old_addr,
+                        what: "replaced leaf lost its slot",
+                    })
+                }
+            }
+        }
+        Err(ArtError::TooManyRetries(MAX_ATTEMPTS))
+    }
+
+    /// Out-of-place mode: clears the leaf's valid bit by CAS.
+    async fn rcu_delete(&self, ctx: &Ctx, slot: Slot, key: &[u8]) -> Result<Locked, ArtError> {
+        let l = match self.read_leaf(ctx, slot, key).await? {
+            LeafIs::Live(l) => l,
+            LeafIs::Replaced => return Ok(Locked::Retry),
+            LeafIs::Dead | LeafIs::Other { .. } => return Ok(Locked::Absent),
+        };
+        let addr = slot.ptr();
+        let t = ctx.cas(addr.add(LEAF_META), self.t.rkey(addr.node())?, l.meta, l.meta & !META_VALID);
+        ctx.sync().await?;
+        let got = ctx.value(t) == l.meta;
+        ctx.cas_outcome(got).await;
+        Ok(if got { Locked::Done } else { Locked::Retry })
+    }
+
+    // ---- scans ---------------------------------------------------------
+
+    /// Up to `count` entries with keys ≥ `from`, in key order. Not atomic
+    /// with concurrent writes (as in the paper, §4.4): a range that nobody
+    /// writes during the scan is returned exactly; keys outside the range
+    /// never are.
+    pub async fn scan(
+        &self,
+        ctx: &Ctx,
+        from: &[u8],
+        count: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ArtError> {
+        self.check_key(ctx, from)?;
+        let _op = ctx.op("scan").await;
+        let lo = self.tree_key(from);
+        self.scan_tk(ctx, &lo, None, count).await
+    }
+
+    /// Every entry with `lo <= key <= hi`, in key order (same guarantees
+    /// as [`ArtClient::scan`]).
+    pub async fn range(
+        &self,
+        ctx: &Ctx,
+        lo: &[u8],
+        hi: &[u8],
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ArtError> {
+        self.check_key(ctx, lo)?;
+        self.check_key(ctx, hi)?;
+        let _op = ctx.op("scan").await;
+        let (lo, hi) = (self.tree_key(lo), self.tree_key(hi));
+        self.scan_tk(ctx, &lo, Some(&hi), usize::MAX).await
+    }
+
+    /// Every entry, in key order (for tests and tools; quiescent trees).
+    pub async fn entries(&self, ctx: &Ctx) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ArtError> {
+        let need = self.local_bytes_needed();
+        if ctx.local_len() < need {
+            return Err(ArtError::LocalMemory {
+                have: ctx.local_len(),
+                need,
+            });
+        }
+        let lo = vec![0u8; self.t.cfg.max_key + 1];
+        self.scan_tk(ctx, &lo, None, usize::MAX).await
+    }
+
+    /// The ordered walk: a list of pending items in key order, whose first
+    /// unread ones are fetched in parallel each round (one READ per node
+    /// or leaf, one doorbell per memory node); nodes expand into their
+    /// children in place, and finished entries leave from the front.
+    async fn scan_tk(
+        &self,
+        ctx: &Ctx,
+        lo: &[u8],
+        hi: Option<&[u8]>,
+        count: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ArtError> {
+        let width = ((ctx.local_len() - self.l_scan()) / self.scan_item()).clamp(1, 32);
+        let mut restarts = 0u32;
+        'scan: loop {
+            let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+            let mut items: std::collections::VecDeque<Item> = std::collections::VecDeque::new();
+            items.push_back(Item::Node {
+                addr: self.t.root,
+                ty: NodeType::N256,
+                e: 0,
+                path: Vec::new(),
+            });
+            while out.len() < count {
+                while let Some(Item::Ready(_, _)) = items.front() {
+                    if let Some(Item::Ready(k, v)) = items.pop_front() {
+                        out.push((k, v));
+                        if out.len() >= count {
+                            break;
+                        }
+                    }
+                }
+                if out.len() >= count || items.is_empty() {
+                    break;
+                }
+                // Fetch the first `width` unread items.
+                let n = items.len().min(width);
+                for (i, it) in items.iter().take(n).enumerate() {
+                    let off = self.l_scan() + i * self.scan_item();
+                    match it {
+                        Item::Node { addr, ty, .. } => {
+                            ctx.read(*addr, self.t.rkey(addr.node())?, off, ty.read_bytes());
+                        }
+                        Item::Leaf { slot } => {
+                            let a = slot.ptr();
+                            ctx.read(a, self.t.rkey(a.node())?, off, self.leaf_len(*slot)?);
+                        }
+                        Item::Ready(..) => {}
+                    }
+                }
+                ctx.sync().await?;
+                let mut expanded: Vec<Item> = Vec::new();
+                for i in 0..n {
+                    let it = items.pop_front().expect("n items");
+                    let off = self.l_scan() + i * self.scan_item();
+                    match it {
+                        Item::Ready(..) => expanded.push(it),
+                        Item::Leaf { slot } => {
+                            let len = self.leaf_len(slot)?;
+                            match self.decode(ctx, off, len) {
+                                None => {
+                                    self.count(|c| c.torn_reads += 1);
+                                    expanded.push(Item::Leaf { slot });
+                                }
+                                Some(l) if l.valid() => {
+                                    let tk = self.tree_key(&l.key);
+                                    if tk.as_slice() >= lo && hi.is_none_or(|h| tk.as_slice() <= h) {
+                                        expanded.push(Item::Ready(l.key, l.value));
+                                    }
+                                }
+                                Some(_) => {}
+                            }
+                        }
+                        Item::Node { addr, ty, e, path } => {
+                            let header = Header(ctx.local_u64(off + NODE_HEADER as usize));
+                            let Some(hty) = header.ty() else {
+                                return Err(ArtError::Corrupt {
+                                    addr,
+                                    what: "internal node header",
+                                });
+                            };
+                            let d = header.depth();
+                            if hty == NodeType::Deleted || d > e || e - d > header.prefix_len() {
+                                restarts += 1;
+                                if restarts > MAX_ATTEMPTS {
+                                    return Err(ArtError::TooManyRetries(restarts));
+                                }
+                                self.pause(ctx, restarts.min(8) + 1).await?;
+                                continue 'scan;
+                            }
+                            if hty > ty {
+                                expanded.push(Item::Node { addr, ty: hty, e, path });
+                                continue;
+                            }
+                            let mut full = path;
+                            full.extend((e - d..header.prefix_len()).map(|i| header.prefix(i)));
+                            let pos = full.len();
+                            // Subtrees wholly below lo or above hi are cut.
+                            let n = pos.min(lo.len());
+                            let lo_cmp = full[..n].cmp(&lo[..n]);
+                            let hi_cmp = hi.map(|h| full[..pos.min(h.len())].cmp(&h[..pos.min(h.len())]));
+                            if lo_cmp == std::cmp::Ordering::Less
+                                || hi_cmp == Some(std::cmp::Ordering::Greater)
+                            {
+                                continue;
+                            }
+                            let mut kids: Vec<Slot> = (0..hty.slots())
+                                .map(|i| Slot(ctx.local_u64(off + 16 + 8 * i)))
+                                .filter(|s| !s.is_empty())
+                                .filter(|s| {
+                                    (lo_cmp == std::cmp::Ordering::Greater || pos >= lo.len() || s.pkey() >= lo[pos])
+                                        && (hi_cmp != Some(std::cmp::Ordering::Equal)
+                                            || hi.is_none_or(|h| pos >= h.len() || s.pkey() <= h[pos]))
+                                })
+                                .collect();
+                            kids.sort_by_key(|s| s.pkey());
+                            for s in kids {
+                                if s.is_leaf() {
+                                    expanded.push(Item::Leaf { slot: s });
+                                } else {
+                                    let mut p = full.clone();
+                                    p.push(s.pkey());
+                                    expanded.push(Item::Node {
+                                        addr: s.ptr(),
+                                        ty: s.child_type().unwrap_or(NodeType::N4).max(NodeType::N4),
+                                        e: pos + 1,
+                                        path: p,
+                                    });
+                                }
+                            }
+                        }
+                    }
+                }
+                for it in expanded.into_iter().rev() {
+                    items.push_front(it);
+                }
+            }
+            out.truncate(count);
+            return Ok(out);
+        }
+    }
+}
+
+/// A pending item of a scan.
+enum Item {
+    Node {
+        addr: GlobalAddr,
+        ty: NodeType,
+        e: usize,
+        /// Tree-key bytes before position `e`.
+        path: Vec<u8>,
+    },
+    Leaf {
+        slot: Slot,
+    },
+    Ready(Vec<u8>, Vec<u8>),
+}
+
+/// Outcome of a leaf-level write step.
+enum Locked {
+    Done,
+    /// The leaf does not hold the key (or holds it deleted).
+    Absent,
+    /// Lost a race (lock held, leaf being replaced): start over.
+    Retry,
+}
+
+/// What an insert step leads to.
+enum Next {
+    Done,
+    /// Go on from here (no race lost).
+    Continue(Start),
+    /// Lost a race: back off, then go on from here.
+    Conflict(Start),
+}
+
+fn classify(l: LeafCopy, key: &[u8]) -> LeafIs {
+    if l.key != key {
+        let dead = !l.valid();
+        return LeafIs::Other { key: l.key, dead };
+    }
+    if l.replaced() {
+        LeafIs::Replaced
+    } else if l.valid() {
+        LeafIs::Live(l)
+    } else {
+        LeafIs::Dead
+    }
+}
+
+impl dmkit_lincheck::stress::StressClient for ArtClient {
+    type Error = ArtError;
+    async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, ArtError> {
+        ArtClient::search(self, ctx, key).await
+    }
+    async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, ArtError> {
+        ArtClient::insert(self, ctx, key, value).await
+    }
+    async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, ArtError> {
+        ArtClient::update(self, ctx, key, value).await
+    }
+    async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, ArtError> {
+        ArtClient::delete(self, ctx, key).await
+    }
+    async fn entries(&self, ctx: &Ctx) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ArtError> {
+        ArtClient::entries(self, ctx).await
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn is<T: Send + Sync>() {}
+    is::<ArtTree>();
+}

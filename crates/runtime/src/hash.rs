@@ -1,0 +1,33 @@
+//! Hashing shared by the data structures (bucket choice, fingerprints,
+//! checksums of remote blocks). Not cryptographic: checksums catch torn and
+//! recycled reads, not malice.
+
+/// murmur3's 64-bit finaliser.
+pub fn fmix64(mut k: u64) -> u64 {
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    k ^ (k >> 33)
+}
+
+/// A 64-bit hash of `data` (8 bytes per step, murmur3's finaliser).
+pub fn hash64(data: &[u8], seed: u64) -> u64 {
+    const M: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut h = fmix64(seed ^ (data.len() as u64).wrapping_mul(M));
+    let mut chunks = data.chunks_exact(8);
+    for c in &mut chunks {
+        let v = u64::from_le_bytes(c.try_into().expect("8-byte chunk"));
+        h = (h ^ fmix64(v ^ M)).wrapping_mul(M).rotate_left(29);
+    }
+    let rem = chunks.remainder();
+    if !rem.is_empty() {
+        let mut b = [0u8; 8];
+        b[..rem.len()].copy_from_slice(rem);
+        h = (h ^ fmix64(u64::from_le_bytes(b) ^ M))
+            .wrapping_mul(M)
+            .rotate_left(29);
+    }
+    fmix64(h)
+}
+
