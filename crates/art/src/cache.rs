@@ -194,11 +194,21 @@ mod tests {
         }
         assert!(c.bytes() <= 10 * 96);
         assert!(c.get(root).is_some(), "the root stays");
-        assert!(c.get(GlobalAddr::new(0, 128)).is_some(), "a hot entry stays");
-        assert!(c.get(GlobalAddr::new(0, 64 * 3)).is_none(), "a cold one went");
+        assert!(
+            c.get(GlobalAddr::new(0, 128)).is_some(),
+            "a hot entry stays"
+        );
+        assert!(
+            c.get(GlobalAddr::new(0, 64 * 3)).is_none(),
+            "a cold one went"
+        );
         let held = c.get(GlobalAddr::new(0, 64 * 20)).unwrap();
         c.remove(held.addr);
-        assert_eq!(held.slots.len(), 4, "a removed snapshot lives on while held");
+        assert_eq!(
+            held.slots.len(),
+            4,
+            "a removed snapshot lives on while held"
+        );
         let mut off = Cache::new(0, root);
         off.put(view(1, 4));
         assert!(off.is_empty());
@@ -210,7 +220,12 @@ mod tests {
             addr: GlobalAddr::new(0, 64),
             header: Header::new(2, NodeType::N4, &[7, 8, 9]),
             rev: GlobalAddr::NULL,
-            slots: vec![Slot::leaf(1, 1, GlobalAddr::new(0, 128)).unwrap().0, 0, 0, 0],
+            slots: vec![
+                Slot::leaf(1, 1, GlobalAddr::new(0, 128)).unwrap().0,
+                0,
+                0,
+                0,
+            ],
         };
         assert_eq!(v.match_prefix(2, &[0, 0, 7, 8, 9, 1]), Ok(5));
         assert_eq!(v.match_prefix(2, &[0, 0, 7, 0, 9, 1]), Err(1));

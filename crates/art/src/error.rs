@@ -21,7 +21,10 @@ pub enum ArtError {
         source: FabricError,
     },
     #[error("corrupt {what} at {addr}")]
-    Corrupt { addr: GlobalAddr, what: &'static str },
+    Corrupt {
+        addr: GlobalAddr,
+        what: &'static str,
+    },
     #[error("task-local memory of {have} B is too small: the tree needs {need} B per task")]
     LocalMemory { have: usize, need: usize },
     #[error("operation gave up after {0} attempts (livelock or a dead lock holder)")]

@@ -185,8 +185,12 @@ impl Header {
         let len = self.prefix_len();
         assert!(n < len);
         let rest: Vec<u8> = (n + 1..len).map(|i| self.prefix(i)).collect();
-        Header::new(self.depth() + n + 1, self.ty().unwrap_or(NodeType::N4), &rest)
-            .with_type_bits(self.0 >> 8 & 0x1F)
+        Header::new(
+            self.depth() + n + 1,
+            self.ty().unwrap_or(NodeType::N4),
+            &rest,
+        )
+        .with_type_bits(self.0 >> 8 & 0x1F)
     }
     fn with_type_bits(self, bits: u64) -> Header {
         Header(self.0 & !(0x1F << 8) | bits << 8)
@@ -207,7 +211,9 @@ impl Slot {
         ))
     }
     pub fn node(pkey: u8, ty: NodeType, node: GlobalAddr) -> Option<Slot> {
-        Some(Slot((pkey as u64) << 56 | (ty as u64) << 48 | node.to_ptr48()?))
+        Some(Slot(
+            (pkey as u64) << 56 | (ty as u64) << 48 | node.to_ptr48()?,
+        ))
     }
     pub fn is_empty(self) -> bool {
         self.0 == 0
@@ -336,7 +342,10 @@ mod tests {
     #[test]
     fn words_round_trip() {
         let h = Header::new(7, NodeType::N16, &[1, 2, 3]);
-        assert_eq!((h.depth(), h.ty(), h.prefix_len()), (7, Some(NodeType::N16), 3));
+        assert_eq!(
+            (h.depth(), h.ty(), h.prefix_len()),
+            (7, Some(NodeType::N16), 3)
+        );
         assert_eq!((h.prefix(0), h.prefix(2)), (1, 3));
         let c = h.cut(1);
         assert_eq!((c.depth(), c.prefix_len(), c.prefix(0)), (9, 1, 3));
@@ -346,7 +355,10 @@ mod tests {
         assert!(s.is_leaf() && s.units() == 5 && s.ptr() == a && s.pkey() == 0xAB);
         let n = Slot::node(0, NodeType::N48, a).unwrap();
         assert!(!n.is_leaf() && n.child_type() == Some(NodeType::N48) && !n.is_empty());
-        assert_eq!(n.with_child_type(NodeType::N256).child_type(), Some(NodeType::N256));
+        assert_eq!(
+            n.with_child_type(NodeType::N256).child_type(),
+            Some(NodeType::N256)
+        );
         assert_eq!(NodeType::fitting(4), NodeType::N16);
         assert_eq!(NodeType::fitting(47), NodeType::N48);
     }
@@ -357,7 +369,10 @@ mod tests {
         encode_leaf(GlobalAddr::new(1, 64), b"key", b"value", 8, 16, &mut img);
         assert_eq!(img.len(), leaf_bytes(8, 16));
         let l = decode_leaf(&img, 8).unwrap();
-        assert_eq!((l.key, l.value, l.valid(), l.lock), (&b"key"[..], &b"value"[..], true, 0));
+        assert_eq!(
+            (l.key, l.value, l.valid(), l.lock),
+            (&b"key"[..], &b"value"[..], true, 0)
+        );
         img[LEAF_HEAD + 8] ^= 1;
         assert!(decode_leaf(&img, 8).is_none());
     }

@@ -117,9 +117,15 @@ const DESC_MAGIC: u64 = u64::from_le_bytes(*b"DMKITART");
 impl TreeDesc {
     fn to_bytes(self) -> [u8; 64] {
         let mut b = [0u8; 64];
-        for (i, w) in [self.magic, self.root, self.max_key, self.max_value, self.flags]
-            .iter()
-            .enumerate()
+        for (i, w) in [
+            self.magic,
+            self.root,
+            self.max_key,
+            self.max_value,
+            self.flags,
+        ]
+        .iter()
+        .enumerate()
         {
             b[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
         }
@@ -236,7 +242,11 @@ impl ArtTree {
 
     /// Opens tree `name`. Structural settings come from the tree; `cfg`
     /// supplies the client-side ones (cache, rear lock, chunk size).
-    pub fn open(fabric: Arc<dyn Fabric>, name: &str, cfg: ArtConfig) -> Result<Arc<Self>, ArtError> {
+    pub fn open(
+        fabric: Arc<dyn Fabric>,
+        name: &str,
+        cfg: ArtConfig,
+    ) -> Result<Arc<Self>, ArtError> {
         let mut nodes = fabric.nodes();
         nodes.sort_unstable();
         let home = *nodes
@@ -249,7 +259,8 @@ impl ArtTree {
             .map(GlobalAddr::from_raw)
             .ok_or_else(|| ArtError::NoSuchTree(name.into()))?;
         let mut qp = SyncQp::new(fabric.as_ref(), home, 64)?;
-        let d = TreeDesc::from_bytes(&qp.read(desc, rkeys[home as usize].expect("home rkey"), 64)?);
+        let d =
+            TreeDesc::from_bytes(&qp.read(desc, rkeys[home as usize].expect("home rkey"), 64)?);
         if d.magic != DESC_MAGIC {
             return Err(ArtError::Corrupt {
                 addr: desc,
@@ -283,12 +294,10 @@ impl ArtTree {
     /// tree afterwards.
     pub fn destroy(&self) -> Result<(), ArtError> {
         let home = self.desc.node();
-        match self.fabric.set_root(
-            home,
-            &root_name(&self.name),
-            0,
-            Some(Some(self.desc.raw())),
-        ) {
+        match self
+            .fabric
+            .set_root(home, &root_name(&self.name), 0, Some(Some(self.desc.raw())))
+        {
             Ok(_) => {}
             Err(FabricError::Rpc { .. }) => return Err(ArtError::NoSuchTree(self.name.clone())),
             Err(e) => return Err(e.into()),
@@ -696,23 +705,21 @@ impl ArtClient {
     /// cached snapshot (`Pos::fresh` false). `None`: start over.
     async fn descend(&self, ctx: &Ctx, tk: &[u8], from: Start) -> Result<Option<Pos>, ArtError> {
         let (mut v, mut e, mut link, mut fresh) = match from {
-            Start::Top { use_cache } => {
-                match use_cache.then(|| self.cache_walk(tk)).flatten() {
-                    Some((v, e, link)) => (v, e, link, false),
-                    None => match self
-                        .read_node(ctx, self.t.root, NodeType::N256, 0, None)
-                        .await?
-                    {
-                        Some(v) => (v, 0, None, true),
-                        None => {
-                            return Err(ArtError::Corrupt {
-                                addr: self.t.root,
-                                what: "root node",
-                            })
-                        }
-                    },
-                }
-            }
+            Start::Top { use_cache } => match use_cache.then(|| self.cache_walk(tk)).flatten() {
+                Some((v, e, link)) => (v, e, link, false),
+                None => match self
+                    .read_node(ctx, self.t.root, NodeType::N256, 0, None)
+                    .await?
+                {
+                    Some(v) => (v, 0, None, true),
+                    None => {
+                        return Err(ArtError::Corrupt {
+                            addr: self.t.root,
+                            what: "root node",
+                        })
+                    }
+                },
+            },
             Start::Node { addr, ty, e, link } => {
                 match self.read_node(ctx, addr, ty, e, None).await? {
                     Some(v) => (v, e, link, true),
@@ -944,18 +951,20 @@ impl ArtClient {
                     Locked::Absent if p.fresh => return Ok(false),
                     Locked::Absent => from = Self::again(&p),
                     Locked::Retry => {
-                    conflicts += 1;
-                    self.pause(ctx, conflicts).await?;
-                    from = Start::Top { use_cache: false };
-                }
+                        conflicts += 1;
+                        self.pause(ctx, conflicts).await?;
+                        from = Start::Top { use_cache: false };
+                    }
                 }
                 continue;
             }
             // Insert.
             if !p.fresh {
                 if let Kind::Leaf { slot, .. } = p.kind {
-                    // A live leaf with the key decides without a fresh node.
-                    if let LeafIs::Live(_) | LeafIs::Replaced = self.read_leaf(ctx, slot, key).await? {
+                    // A live leaf with the key decides without a fresh node
+                    // (a replaced one may be long unlinked: in RCU mode
+                    // replaced leaves stay replaced).
+                    if let LeafIs::Live(_) = self.read_leaf(ctx, slot, key).await? {
                         return Ok(false);
                     }
                 }
@@ -968,9 +977,13 @@ impl ArtClient {
                 Kind::Leaf { pos, idx, slot } => match self.read_leaf(ctx, slot, key).await? {
                     LeafIs::Live(_) | LeafIs::Replaced => return Ok(false),
                     LeafIs::Dead | LeafIs::Other { dead: true, .. } => {
-                        self.replace_dead(ctx, &p, idx, slot, tk[pos], key, value).await?
+                        self.replace_dead(ctx, &p, idx, slot, tk[pos], key, value)
+                            .await?
                     }
-                    LeafIs::Other { key: k1, dead: false } => {
+                    LeafIs::Other {
+                        key: k1,
+                        dead: false,
+                    } => {
                         self.leaf_split(ctx, &p, pos, idx, slot, &tk, &k1, key, value)
                             .await?
                     }
@@ -989,11 +1002,23 @@ impl ArtClient {
     }
 
     /// Allocates a block of `bytes` near `prefer`.
-    fn alloc(&self, ctx: &Ctx, bytes: usize, prefer: NodeId, what: &'static str) -> Result<GlobalAddr, ArtError> {
+    fn alloc(
+        &self,
+        ctx: &Ctx,
+        bytes: usize,
+        prefer: NodeId,
+        what: &'static str,
+    ) -> Result<GlobalAddr, ArtError> {
         let units = bytes.div_ceil(64) as u64;
         let mut st = self.st.borrow_mut();
         st.alloc
-            .alloc(self.t.fabric.as_ref(), &self.t.nodes, prefer, units, ctx.now())
+            .alloc(
+                self.t.fabric.as_ref(),
+                &self.t.nodes,
+                prefer,
+                units,
+                ctx.now(),
+            )
             .map_err(|source| ArtError::OutOfMemory { what, source })
     }
 
@@ -1028,7 +1053,13 @@ impl ArtClient {
     /// Queues the WRITE of the new leaf; if it lives on another node than
     /// the CAS that will publish it, waits for it (queue-pair order only
     /// holds per node).
-    async fn put_leaf(&self, ctx: &Ctx, leaf: GlobalAddr, len: usize, cas_at: GlobalAddr) -> Result<(), ArtError> {
+    async fn put_leaf(
+        &self,
+        ctx: &Ctx,
+        leaf: GlobalAddr,
+        len: usize,
+        cas_at: GlobalAddr,
+    ) -> Result<(), ArtError> {
         ctx.write(leaf, self.t.rkey(leaf.node())?, self.l_new(), len);
         if leaf.node() != cas_at.node() {
             ctx.sync().await?;
@@ -1053,7 +1084,11 @@ impl ArtClient {
             what: "leaf address beyond 48 bits",
         })?;
         let rk = self.t.rkey(v.addr.node())?;
-        let mut i = v.slots.iter().position(|&s| s == 0).unwrap_or(v.slots.len());
+        let mut i = v
+            .slots
+            .iter()
+            .position(|&s| s == 0)
+            .unwrap_or(v.slots.len());
         let mut written = false;
         while i < MAX_SLOTS {
             if !written {
@@ -1092,13 +1127,21 @@ impl ArtClient {
     /// Makes slot `idx` of `v` visible: raises the header's type, then the
     /// parent slot's (in this order, so a reader never sees the parent's
     /// bigger type with the header's smaller one).
-    async fn grow(&self, ctx: &Ctx, v: &NodeView, idx: usize, link: Option<Link>) -> Result<(), ArtError> {
+    async fn grow(
+        &self,
+        ctx: &Ctx,
+        v: &NodeView,
+        idx: usize,
+        link: Option<Link>,
+    ) -> Result<(), ArtError> {
         let want = NodeType::fitting(idx);
         let rk = self.t.rkey(v.addr.node())?;
         let mut h = v.header;
         let mut switched = false;
         while h.ty().is_some_and(|t| t < want) {
-            let old = ctx.cas_sync(v.addr.add(NODE_HEADER), rk, h.0, h.with_type(want).0).await?;
+            let old = ctx
+                .cas_sync(v.addr.add(NODE_HEADER), rk, h.0, h.with_type(want).0)
+                .await?;
             if old == h.0 {
                 switched = true;
                 break;
@@ -1197,7 +1240,12 @@ impl ArtClient {
         }
         let mut addrs = Vec::with_capacity(plan.len());
         for _ in &plan {
-            match self.alloc(ctx, NODE_BYTES, v.addr.node(), "allocating an internal node") {
+            match self.alloc(
+                ctx,
+                NODE_BYTES,
+                v.addr.node(),
+                "allocating an internal node",
+            ) {
                 Ok(a) => addrs.push(a),
                 Err(e) => {
                     for &a in &addrs {
@@ -1243,7 +1291,11 @@ impl ArtClient {
             ctx.write(addrs[i], self.t.rkey(addrs[i].node())?, off, NEW_NODE);
         }
         ctx.write(leaf, self.t.rkey(leaf.node())?, self.l_new(), len);
-        if addrs.iter().chain([&leaf]).any(|a| a.node() != v.addr.node()) {
+        if addrs
+            .iter()
+            .chain([&leaf])
+            .any(|a| a.node() != v.addr.node())
+        {
             ctx.sync().await?;
         }
         let new = Slot::node(tk[pos], NodeType::N4, addrs[0]).ok_or(ptr_err(addrs[0]))?;
@@ -1286,7 +1338,12 @@ impl ArtClient {
             // Another header split of this node is between its two CASes.
             return Ok(Next::Conflict(Start::Top { use_cache: false }));
         }
-        let m = self.alloc(ctx, NODE_BYTES, link.slot_addr.node(), "allocating an internal node")?;
+        let m = self.alloc(
+            ctx,
+            NODE_BYTES,
+            link.slot_addr.node(),
+            "allocating an internal node",
+        )?;
         let prefix: Vec<u8> = (0..j).map(|i| v.header.prefix(i)).collect();
         let ptr_err = |addr| ArtError::Corrupt {
             addr,
@@ -1316,7 +1373,9 @@ impl ArtClient {
         let rk = self.t.rkey(v.addr.node())?;
         let mut h = v.header;
         loop {
-            let old = ctx.cas_sync(v.addr.add(NODE_HEADER), rk, h.0, h.cut(j).0).await?;
+            let old = ctx
+                .cas_sync(v.addr.add(NODE_HEADER), rk, h.0, h.cut(j).0)
+                .await?;
             if old == h.0 {
                 break;
             }
@@ -1395,7 +1454,14 @@ impl ArtClient {
         match value {
             Some(value) => {
                 let mut img = Vec::new();
-                encode_leaf(GlobalAddr::NULL, key, value, self.t.cfg.kcap(), self.t.cfg.max_value, &mut img);
+                encode_leaf(
+                    GlobalAddr::NULL,
+                    key,
+                    value,
+                    self.t.cfg.kcap(),
+                    self.t.cfg.max_value,
+                    &mut img,
+                );
                 ctx.put_local(new, &img);
                 if self.t.cfg.rear_lock && self.t.in_order {
                     ctx.write(addr.add(LEAF_META), rk, new + 8, len - 8);
@@ -1451,15 +1517,18 @@ impl ArtClient {
             self.free_unpublished(leaf, len);
             return Ok(Locked::Retry);
         }
-        let new = Slot::leaf(slot.pkey(), units, leaf).ok_or(ArtError::Corrupt {
-            addr: leaf,
-            what: "leaf address beyond 48 bits",
-        })?;
-        // The slot may have moved down by a leaf split meanwhile: find it.
+        // The leaf may have moved down by a leaf split meanwhile (to a slot
+        // with another partial key): find it.
         let (mut at, mut cur, mut owner) = (p.v.slot_addr(idx), slot, parent);
         let tk = self.tree_key(key);
         for attempt in 1..=MAX_ATTEMPTS {
-            let old = ctx.cas_sync(at, self.t.rkey(at.node())?, cur.0, new.0).await?;
+            let new = Slot::leaf(cur.pkey(), units, leaf).ok_or(ArtError::Corrupt {
+                addr: leaf,
+                what: "leaf address beyond 48 bits",
+            })?;
+            let old = ctx
+                .cas_sync(at, self.t.rkey(at.node())?, cur.0, new.0)
+                .await?;
             if old == cur.0 {
                 if owner != parent {
                     ctx.set_local_u64(L_WORD, owner.raw());
@@ -1470,7 +1539,10 @@ impl ArtClient {
                 return Ok(Locked::Done);
             }
             self.pause(ctx, attempt).await?;
-            let Some(q) = self.descend(ctx, &tk, Start::Top { use_cache: false }).await? else {
+            let Some(q) = self
+                .descend(ctx, &tk, Start::Top { use_cache: false })
+                .await?
+            else {
                 continue;
             };
             match q.kind {
@@ -1498,7 +1570,12 @@ impl ArtClient {
             LeafIs::Dead | LeafIs::Other { .. } => return Ok(Locked::Absent),
         };
         let addr = slot.ptr();
-        let t = ctx.cas(addr.add(LEAF_META), self.t.rkey(addr.node())?, l.meta, l.meta & !META_VALID);
+        let t = ctx.cas(
+            addr.add(LEAF_META),
+            self.t.rkey(addr.node())?,
+            l.meta,
+            l.meta & !META_VALID,
+        );
         ctx.sync().await?;
         let got = ctx.value(t) == l.meta;
         ctx.cas_outcome(got).await;
@@ -1616,7 +1693,8 @@ impl ArtClient {
                                 }
                                 Some(l) if l.valid() => {
                                     let tk = self.tree_key(&l.key);
-                                    if tk.as_slice() >= lo && hi.is_none_or(|h| tk.as_slice() <= h) {
+                                    if tk.as_slice() >= lo && hi.is_none_or(|h| tk.as_slice() <= h)
+                                    {
                                         expanded.push(Item::Ready(l.key, l.value));
                                     }
                                 }
@@ -1641,7 +1719,12 @@ impl ArtClient {
                                 continue 'scan;
                             }
                             if hty > ty {
-                                expanded.push(Item::Node { addr, ty: hty, e, path });
+                                expanded.push(Item::Node {
+                                    addr,
+                                    ty: hty,
+                                    e,
+                                    path,
+                                });
                                 continue;
                             }
                             let mut full = path;
@@ -1650,7 +1733,8 @@ impl ArtClient {
                             // Subtrees wholly below lo or above hi are cut.
                             let n = pos.min(lo.len());
                             let lo_cmp = full[..n].cmp(&lo[..n]);
-                            let hi_cmp = hi.map(|h| full[..pos.min(h.len())].cmp(&h[..pos.min(h.len())]));
+                            let hi_cmp =
+                                hi.map(|h| full[..pos.min(h.len())].cmp(&h[..pos.min(h.len())]));
                             if lo_cmp == std::cmp::Ordering::Less
                                 || hi_cmp == Some(std::cmp::Ordering::Greater)
                             {
@@ -1660,9 +1744,13 @@ impl ArtClient {
                                 .map(|i| Slot(ctx.local_u64(off + 16 + 8 * i)))
                                 .filter(|s| !s.is_empty())
                                 .filter(|s| {
-                                    (lo_cmp == std::cmp::Ordering::Greater || pos >= lo.len() || s.pkey() >= lo[pos])
+                                    (lo_cmp == std::cmp::Ordering::Greater
+                                        || pos >= lo.len()
+                                        || s.pkey() >= lo[pos])
                                         && (hi_cmp != Some(std::cmp::Ordering::Equal)
-                                            || hi.is_none_or(|h| pos >= h.len() || s.pkey() <= h[pos]))
+                                            || hi.is_none_or(|h| {
+                                                pos >= h.len() || s.pkey() <= h[pos]
+                                            }))
                                 })
                                 .collect();
                             kids.sort_by_key(|s| s.pkey());
@@ -1674,7 +1762,10 @@ impl ArtClient {
                                     p.push(s.pkey());
                                     expanded.push(Item::Node {
                                         addr: s.ptr(),
-                                        ty: s.child_type().unwrap_or(NodeType::N4).max(NodeType::N4),
+                                        ty: s
+                                            .child_type()
+                                            .unwrap_or(NodeType::N4)
+                                            .max(NodeType::N4),
                                         e: pos + 1,
                                         path: p,
                                     });

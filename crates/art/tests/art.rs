@@ -185,7 +185,10 @@ fn bad_input_is_refused_and_changes_nothing() {
             c.insert(&ctx, &long, b"v").await,
             Err(ArtError::KeyLength { len: 25, max: 24 })
         ));
-        assert!(matches!(c.search(&ctx, b"").await, Err(ArtError::KeyLength { .. })));
+        assert!(matches!(
+            c.search(&ctx, b"").await,
+            Err(ArtError::KeyLength { .. })
+        ));
         assert!(matches!(
             c.update(&ctx, b"keep", &[0; 33]).await,
             Err(ArtError::ValueTooLarge { len: 33, max: 32 })
@@ -199,7 +202,14 @@ fn bad_input_is_refused_and_changes_nothing() {
         Err(ArtError::AlreadyExists(_))
     ));
     assert!(matches!(
-        ArtTree::create(f.clone(), "x", ArtConfig { max_key: 300, ..cfg(true, true) }),
+        ArtTree::create(
+            f.clone(),
+            "x",
+            ArtConfig {
+                max_key: 300,
+                ..cfg(true, true)
+            }
+        ),
         Err(ArtError::Config(_))
     ));
     assert!(matches!(
@@ -295,7 +305,9 @@ fn a_warm_search_takes_one_round_trip() {
     let rt = s.counters.round_trips as f64 / s.count as f64;
     assert!(rt <= 1.0 + 1e-9, "warm search: {rt} round trips per op");
     // Without the cache, every level is a round trip.
-    let cold = ArtTree::open(f.clone(), "rt", cfg(true, false)).unwrap().client(2);
+    let cold = ArtTree::open(f.clone(), "rt", cfg(true, false))
+        .unwrap()
+        .client(2);
     let (_, stats) = on_worker(f.as_ref(), &cold, move |ctx, c| async move {
         for k in &keys {
             c.search(&ctx, k).await.unwrap();
@@ -319,7 +331,13 @@ fn stress_threads(in_place: bool, seed: u64) {
         seed,
         client_base: 0,
     };
-    let h = stress::run(f.as_ref(), &|id| tree.client(id), &RuntimeConfig::default(), &sc).unwrap();
+    let h = stress::run(
+        f.as_ref(),
+        &|id| tree.client(id),
+        &RuntimeConfig::default(),
+        &sc,
+    )
+    .unwrap();
     let reader = tree.client(9999);
     let ((finals, scan), _) = on_worker(f.as_ref(), &reader, move |ctx, c| async move {
         stress::final_reads(&ctx, &c, 6).await.unwrap()

@@ -14,13 +14,17 @@
 //!   few hot keys while fill inserts split subtables, under the same
 //!   faults; the final scan must match the searches and the inserts, and
 //!   the history must be linearizable.
+//! - `art` — the radix tree, the same workload and checks, with leaf mode,
+//!   rear lock and cache drawn from the seed, and the structural checker
+//!   on the final tree.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
+use dmkit_art::{ArtConfig, ArtTree};
 use dmkit_fabric::Fabric;
-use dmkit_lincheck::stress::{self, StressConfig, StressRecord};
-use dmkit_race::{RaceConfig, RaceError, RaceTable};
+use dmkit_lincheck::stress::{self, StressClient, StressConfig, StressRecord};
+use dmkit_race::{RaceConfig, RaceTable};
 use dmkit_runtime::lock::{LockConfig, RemoteLock};
 use dmkit_runtime::{RuntimeConfig, Worker};
 use dmkit_sim::{Faults, Sim, SimConfig};
@@ -28,7 +32,7 @@ use dmkit_sim::{Faults, Sim, SimConfig};
 use crate::rng::Rng;
 
 /// Scenario names.
-pub const SCENARIOS: [&str; 2] = ["counters", "race"];
+pub const SCENARIOS: [&str; 3] = ["counters", "race", "art"];
 
 /// What a passing run did.
 #[derive(Debug, Clone)]
@@ -50,6 +54,7 @@ pub fn run(name: &str, seed: u64) -> Result<Passed, String> {
     match name {
         "counters" => counters(seed),
         "race" => race(seed),
+        "art" => art(seed),
         _ => Err(format!(
             "no scenario {name:?}; scenarios: {}",
             SCENARIOS.join(", ")
@@ -211,56 +216,12 @@ fn race(seed: u64) -> Result<Passed, String> {
         seed,
         client_base: 0,
     };
-    let race_err = |e: RaceError| e.to_string();
-    let table = RaceTable::create(f.clone(), "check", cfg).map_err(race_err)?;
-    let out: Rc<RefCell<Vec<StressRecord>>> = Rc::default();
-    let failed: Rc<RefCell<Option<RaceError>>> = Rc::default();
-    let rcfg = RuntimeConfig {
-        op_stats: false,
-        ..RuntimeConfig::default()
-    };
-    for wi in 0..sc.workers {
-        let th = sim
-            .add_worker(0, |f: &dyn Fabric, clock| {
-                Worker::new(f, clock, rcfg.clone(), wi, sc.tasks)
-            })
-            .map_err(|e| e.to_string())?;
-        let client = table.client(stress::client_id(&sc, wi));
-        stress::spawn_tasks(sim.worker_mut(th), &client, &sc, wi, &out, &failed);
-    }
-    let o = sim.run();
-    if let Some(e) = failed.borrow_mut().take() {
-        return Err(format!("an operation failed: {e}"));
-    }
-    if o.blocked > 0 {
-        return Err(format!("{} virtual threads blocked forever", o.blocked));
-    }
-    // The final state, read by a fresh client on a virtual thread.
-    type Finals = Result<(Vec<StressRecord>, std::collections::HashMap<String, String>), RaceError>;
-    let finals: Rc<RefCell<Option<Finals>>> = Rc::default();
-    let th = sim
-        .add_worker(0, |f: &dyn Fabric, clock| {
-            Worker::new(f, clock, rcfg.clone(), 999, 1)
-        })
-        .map_err(|e| e.to_string())?;
-    let (client, fin, hot) = (table.client(99_999), finals.clone(), sc.hot_keys);
-    sim.worker_mut(th).spawn(move |ctx| async move {
-        let r = stress::final_reads(&ctx, &client, hot).await;
-        *fin.borrow_mut() = Some(r);
-    });
-    sim.run();
-    let (fin, scan) = finals
-        .borrow_mut()
-        .take()
-        .ok_or("the final reads did not finish")?
-        .map_err(race_err)?;
-    let h = out.borrow().clone();
-    let ops = h.len() as u64;
-    stress::verify(h, fin, &scan)?;
+    let table = RaceTable::create(f.clone(), "check", cfg).map_err(|e| e.to_string())?;
+    let (ops, now) = stress_on_sim(&mut sim, &|id| table.client(id), &sc)?;
     let s = sim.stats();
     Ok(Passed {
         ops,
-        virtual_ns: o.now,
+        virtual_ns: now,
         torn: s.torn,
         delayed: s.delayed,
         shape: format!(
@@ -271,6 +232,109 @@ fn race(seed: u64) -> Result<Passed, String> {
             sc.hot_keys,
             sc.fill_percent,
             table.config().groups
+        ),
+    })
+}
+
+/// Runs the recorded stress workload of `sc` on the simulator's virtual
+/// threads (clients from `client`), reads the final state with a fresh
+/// client and checks it all (`stress::verify`). Returns (operations, the
+/// virtual time at the end of the workload).
+fn stress_on_sim<C: StressClient>(
+    sim: &mut Sim,
+    client: &dyn Fn(u64) -> C,
+    sc: &StressConfig,
+) -> Result<(u64, u64), String> {
+    let out: Rc<RefCell<Vec<StressRecord>>> = Rc::default();
+    let failed: Rc<RefCell<Option<C::Error>>> = Rc::default();
+    let rcfg = RuntimeConfig {
+        op_stats: false,
+        ..RuntimeConfig::default()
+    };
+    for wi in 0..sc.workers {
+        let th = sim
+            .add_worker(0, |f: &dyn Fabric, clock| {
+                Worker::new(f, clock, rcfg.clone(), wi, sc.tasks)
+            })
+            .map_err(|e| e.to_string())?;
+        let c = client(stress::client_id(sc, wi));
+        stress::spawn_tasks(sim.worker_mut(th), &c, sc, wi, &out, &failed);
+    }
+    let o = sim.run();
+    if let Some(e) = failed.borrow_mut().take() {
+        return Err(format!("an operation failed: {e}"));
+    }
+    if o.blocked > 0 {
+        return Err(format!("{} virtual threads blocked forever", o.blocked));
+    }
+    // The final state, read by a fresh client on a virtual thread.
+    type Finals<E> = Result<(Vec<StressRecord>, std::collections::HashMap<String, String>), E>;
+    let finals: Rc<RefCell<Option<Finals<C::Error>>>> = Rc::default();
+    let th = sim
+        .add_worker(0, |f: &dyn Fabric, clock| {
+            Worker::new(f, clock, rcfg.clone(), 999, 1)
+        })
+        .map_err(|e| e.to_string())?;
+    let (c, fin, hot) = (client(99_999), finals.clone(), sc.hot_keys);
+    sim.worker_mut(th).spawn(move |ctx| async move {
+        let r = stress::final_reads(&ctx, &c, hot).await;
+        *fin.borrow_mut() = Some(r);
+    });
+    sim.run();
+    let (fin, scan) = finals
+        .borrow_mut()
+        .take()
+        .ok_or("the final reads did not finish")?
+        .map_err(|e| e.to_string())?;
+    let h = out.borrow().clone();
+    let ops = h.len() as u64;
+    stress::verify(h, fin, &scan)?;
+    Ok((ops, o.now))
+}
+
+fn art(seed: u64) -> Result<Passed, String> {
+    let mut r = Rng::new(seed);
+    let mut sim = sim_for(seed, &mut r)?;
+    let f = sim.dyn_fabric();
+    let cfg = ArtConfig {
+        max_key: 32,
+        max_value: 32,
+        in_place: r.below(3) != 0,
+        rear_lock: r.below(4) != 0,
+        cache_bytes: if r.below(3) == 0 { 0 } else { 1 << 20 },
+        chunk_bytes: 256 << 10,
+    };
+    let sc = StressConfig {
+        workers: 2 + r.below(3) as usize,
+        tasks: 1 + r.below(5) as usize,
+        ops_per_task: 150 + r.below(150) as usize,
+        hot_keys: 2 + r.below(6),
+        fill_percent: r.below(5) as u32 * 10,
+        seed,
+        client_base: 0,
+    };
+    let tree = ArtTree::create(f.clone(), "check", cfg.clone()).map_err(|e| e.to_string())?;
+    let run = stress_on_sim(&mut sim, &|id| tree.client(id), &sc);
+    let rep = dmkit_art::check_tree(&tree).map_err(|e| format!("structure: {e}"))?;
+    let (ops, now) = run.map_err(|e| format!("{e}\n(config {cfg:?})"))?;
+    let s = sim.stats();
+    Ok(Passed {
+        ops,
+        virtual_ns: now,
+        torn: s.torn,
+        delayed: s.delayed,
+        shape: format!(
+            "{} threads × {} tasks × {} ops, {} hot keys, {} % fills, in-place {}, rear lock {}, cache {}, {} leaves in {} nodes",
+            sc.workers,
+            sc.tasks,
+            sc.ops_per_task,
+            sc.hot_keys,
+            sc.fill_percent,
+            cfg.in_place,
+            cfg.rear_lock,
+            cfg.cache_bytes > 0,
+            rep.leaves,
+            rep.internal_nodes
         ),
     })
 }

@@ -378,6 +378,7 @@ fn ht_run(
         }),
         seed: opts.seed,
         runtime,
+        art: Default::default(),
         cache_entries: 0,
     };
     let needed = ycsb_bench::race_memory_estimate(&cfg);

@@ -6,7 +6,10 @@
 //! - `race`: [`dmkit_race`] over the runtime (SMART-HT; SMART §5.2, §6.2.1);
 //! - `local-hash`: a concurrent in-memory map (`dashmap`) driven by the same
 //!   generator in the same process — the side-by-side peer that says what a
-//!   local index costs on this machine.
+//!   local index costs on this machine;
+//! - `art`: [`dmkit_art`], the SMART radix tree over the runtime (OSDI'23);
+//! - `local-art`: a concurrent in-memory ART (the `congee` crate, integer
+//!   keys, 8-byte values held inline) — the radix tree's local peer.
 //!
 //! Each thread owns one worker (remote indexes) and one index client whose
 //! caches persist from the load phase into the run phase, as a long-lived
@@ -19,6 +22,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
+use dmkit_art::{ArtClient, ArtConfig, ArtTree};
 use dmkit_fabric::Fabric;
 use dmkit_race::{RaceClient, RaceConfig, RaceTable};
 use dmkit_runtime::{Clock, Counters, Ctx, MonotonicClock, RuntimeConfig, Worker};
@@ -36,6 +40,8 @@ use crate::ycsb::{
 pub enum IndexKind {
     Race,
     LocalHash,
+    Art,
+    LocalArt,
 }
 
 impl IndexKind {
@@ -43,12 +49,19 @@ impl IndexKind {
         match self {
             IndexKind::Race => "race",
             IndexKind::LocalHash => "local-hash",
+            IndexKind::Art => "art",
+            IndexKind::LocalArt => "local-art",
         }
     }
 
     /// Whether the index runs on the fabric (through the runtime).
     pub fn remote(self) -> bool {
-        matches!(self, IndexKind::Race)
+        matches!(self, IndexKind::Race | IndexKind::Art)
+    }
+
+    /// Whether the index keeps keys in order (range scans, workload E).
+    pub fn ordered(self) -> bool {
+        matches!(self, IndexKind::Art | IndexKind::LocalArt)
     }
 }
 
@@ -58,10 +71,36 @@ impl std::str::FromStr for IndexKind {
         match s {
             "race" => Ok(IndexKind::Race),
             "local-hash" => Ok(IndexKind::LocalHash),
-            "art" | "local-art" | "btree" => Err(format!(
-                "index {s:?} is not built yet (radix tree and B+tree issues); available: race, local-hash"
+            "art" => Ok(IndexKind::Art),
+            "local-art" => Ok(IndexKind::LocalArt),
+            "btree" => Err(format!(
+                "index {s:?} is not built yet (B+tree issue); available: {INDEXES}"
             )),
-            _ => Err(format!("unknown index {s:?}; available: race, local-hash")),
+            _ => Err(format!("unknown index {s:?}; available: {INDEXES}")),
+        }
+    }
+}
+
+/// The indexes the harness runs.
+pub const INDEXES: &str = "race, local-hash, art, local-art";
+
+/// The radix tree's switches (SMART OSDI'23; Figure 15's factors).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArtSwitches {
+    /// Client cache of internal nodes per thread, bytes (0: off).
+    pub cache_bytes: usize,
+    /// In-place leaf updates under the rear lock (off: out-of-place leaves).
+    pub in_place: bool,
+    /// Release the leaf lock with the write-back.
+    pub rear_lock: bool,
+}
+
+impl Default for ArtSwitches {
+    fn default() -> Self {
+        Self {
+            cache_bytes: 64 << 20,
+            in_place: true,
+            rear_lock: true,
         }
     }
 }
@@ -96,6 +135,8 @@ pub struct YcsbConfig {
     pub runtime: RuntimeConfig,
     /// Client cache entries per thread (race).
     pub cache_entries: usize,
+    /// The radix tree's switches (art).
+    pub art: ArtSwitches,
 }
 
 impl YcsbConfig {
@@ -155,11 +196,14 @@ fn validate(cfg: &YcsbConfig) -> Result<(), BenchError> {
     if cfg.keys == 0 || cfg.threads == 0 || cfg.coros == 0 || cfg.machines == 0 {
         return bad("--keys, --threads, --coros and --machines must be at least 1".into());
     }
-    if cfg.workload == Workload::E {
+    if cfg.workload == Workload::E && !cfg.index.ordered() {
         return bad(format!(
-            "workload e needs range scans; index {} is a hash table (use an ordered index)",
+            "workload e needs range scans; index {} is a hash table (use art or local-art)",
             cfg.index.name()
         ));
+    }
+    if cfg.index == IndexKind::LocalArt && cfg.key_type != KeyType::Int {
+        return bad("local-art (congee) keys are 64-bit integers: use --key-type int".into());
     }
     if !(cfg.theta > 0.0 && cfg.theta < 1.0) {
         return bad(format!("--zipf {} must be in (0, 1)", cfg.theta));
@@ -185,6 +229,38 @@ pub fn race_memory_estimate(cfg: &YcsbConfig) -> u64 {
         + (2 << rc.initial_depth) * sub
         + (cfg.threads * cfg.machines) as u64 * 2 * rc.chunk_bytes
         + (64 << 20)
+}
+
+/// Bytes of remote memory an art run needs (for sizing an embedded node):
+/// a leaf per key (twice: inserts of D), and internal nodes — about one
+/// 2 KiB node (NODE_256 room reserved) per 10 keys for random keys.
+pub fn art_memory_estimate(cfg: &YcsbConfig) -> u64 {
+    let ac = art_config(cfg);
+    let leaf = dmkit_art::layout::leaf_bytes(ac.max_key, ac.max_value).next_multiple_of(64) as u64;
+    let node = dmkit_art::layout::NODE_BYTES.next_multiple_of(64) as u64;
+    2 * cfg.keys * leaf
+        + cfg.keys.div_ceil(6) * node
+        + (cfg.threads * cfg.machines) as u64 * 2 * ac.chunk_bytes
+        + (64 << 20)
+}
+
+fn art_config(cfg: &YcsbConfig) -> ArtConfig {
+    ArtConfig {
+        max_key: match cfg.key_type {
+            KeyType::Int => 8,
+            KeyType::String => 32,
+        },
+        max_value: cfg.value_size.max(8),
+        in_place: cfg.art.in_place,
+        rear_lock: cfg.art.rear_lock,
+        cache_bytes: cfg.art.cache_bytes,
+        chunk_bytes: 4 << 20,
+    }
+}
+
+fn create_art(fabric: Arc<dyn Fabric>, cfg: &YcsbConfig) -> Result<Arc<ArtTree>, BenchError> {
+    ArtTree::create(fabric, &unique_name(), art_config(cfg))
+        .map_err(|e| BenchError::Config(format!("art: {e}")))
 }
 
 fn race_config(cfg: &YcsbConfig) -> RaceConfig {
@@ -282,6 +358,48 @@ impl IndexClient for RaceClient {
     }
 }
 
+impl IndexClient for ArtClient {
+    async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
+        ArtClient::search(self, ctx, key)
+            .await
+            .map_err(|e| e.to_string())
+    }
+    async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, String> {
+        ArtClient::insert(self, ctx, key, value)
+            .await
+            .map_err(|e| e.to_string())
+    }
+    async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, String> {
+        ArtClient::update(self, ctx, key, value)
+            .await
+            .map_err(|e| e.to_string())
+    }
+    async fn scan(&self, ctx: &Ctx, from: &[u8], count: usize) -> Result<usize, String> {
+        ArtClient::scan(self, ctx, from, count)
+            .await
+            .map(|v| v.len())
+            .map_err(|e| e.to_string())
+    }
+    fn counters(&self) -> (u64, u64, u64) {
+        let c = ArtClient::counters(self);
+        (
+            c.cache_hits,
+            c.cache_misses,
+            c.leaf_splits + c.header_splits,
+        )
+    }
+}
+
+impl RemoteIndex for Arc<ArtTree> {
+    type Client = ArtClient;
+    fn client(&self, id: u64) -> ArtClient {
+        ArtTree::client(self, id)
+    }
+    fn destroy(&self) -> Result<(), String> {
+        ArtTree::destroy(self).map_err(|e| format!("art: {e}"))
+    }
+}
+
 /// A remote index the harness can create, hand out clients of, and remove.
 trait RemoteIndex {
     type Client: IndexClient;
@@ -326,7 +444,23 @@ pub fn run(
         ));
     }
     let (backend, outs) = match (cfg.index, platform) {
-        (IndexKind::LocalHash, _) => ("local".to_string(), run_local(cfg, progress)),
+        (IndexKind::LocalHash, _) => (
+            "local".to_string(),
+            run_local(&LocalHash::new(cfg), cfg, progress),
+        ),
+        (IndexKind::LocalArt, _) => (
+            "local".to_string(),
+            run_local(&LocalArt::default(), cfg, progress),
+        ),
+        (IndexKind::Art, Platform::Fabric(f)) => {
+            let t = create_art(f.clone(), cfg)?;
+            (f.backend().into(), on_threads(f, &t, cfg, progress)?)
+        }
+        (IndexKind::Art, Platform::Sim(sc)) => {
+            let sim = Sim::new(*sc)?;
+            let t = create_art(sim.dyn_fabric(), cfg)?;
+            ("sim".into(), on_sim(sim, &t, cfg, progress)?)
+        }
         (IndexKind::Race, Platform::Fabric(f)) => {
             let t = create_race(f.clone(), cfg)?;
             (f.backend().into(), on_threads(f, &t, cfg, progress)?)
@@ -816,8 +950,92 @@ fn on_sim<I: RemoteIndex>(
     Ok(outs)
 }
 
-fn run_local(cfg: &YcsbConfig, progress: Progress<'_>) -> Vec<ThreadOut> {
-    let map: DashMap<Box<[u8]>, Box<[u8]>> = DashMap::with_capacity(cfg.keys as usize);
+/// An in-process index for the local peers.
+trait LocalIndex: Sync {
+    /// Inserts or replaces; whether the key was new.
+    fn put(&self, key: &[u8], value: &[u8]) -> bool;
+    fn get(&self, key: &[u8]) -> bool;
+    /// Replaces if present.
+    fn replace(&self, key: &[u8], value: &[u8]) -> bool;
+    /// Keys found scanning `n` from `key` (`None`: a hash map cannot).
+    fn scan(&self, key: &[u8], n: usize) -> Option<usize>;
+}
+
+/// `local-hash`: dashmap.
+struct LocalHash(DashMap<Box<[u8]>, Box<[u8]>>);
+
+impl LocalHash {
+    fn new(cfg: &YcsbConfig) -> Self {
+        LocalHash(DashMap::with_capacity(cfg.keys as usize))
+    }
+}
+
+impl LocalIndex for LocalHash {
+    fn put(&self, key: &[u8], value: &[u8]) -> bool {
+        self.0.insert(key.into(), value.into()).is_none()
+    }
+    fn get(&self, key: &[u8]) -> bool {
+        self.0.get(key).map(|v| v.to_vec()).is_some()
+    }
+    fn replace(&self, key: &[u8], value: &[u8]) -> bool {
+        match self.0.get_mut(key) {
+            Some(mut v) => {
+                *v = value.into();
+                true
+            }
+            None => false,
+        }
+    }
+    fn scan(&self, _: &[u8], _: usize) -> Option<usize> {
+        None
+    }
+}
+
+/// `local-art`: congee, keyed by the 8-byte big-endian integer key; values
+/// are their first 8 bytes, held inline.
+#[derive(Default)]
+struct LocalArt(congee::Congee<usize, usize>);
+
+fn int_key(key: &[u8]) -> usize {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&key[..8]);
+    u64::from_be_bytes(b) as usize
+}
+
+fn inline_value(value: &[u8]) -> usize {
+    let mut b = [0u8; 8];
+    let n = value.len().min(8);
+    b[..n].copy_from_slice(&value[..n]);
+    u64::from_le_bytes(b) as usize
+}
+
+impl LocalIndex for LocalArt {
+    fn put(&self, key: &[u8], value: &[u8]) -> bool {
+        let g = self.0.pin();
+        matches!(
+            self.0.insert(int_key(key), inline_value(value), &g),
+            Ok(None)
+        )
+    }
+    fn get(&self, key: &[u8]) -> bool {
+        let g = self.0.pin();
+        self.0.get(&int_key(key), &g).is_some()
+    }
+    fn replace(&self, key: &[u8], value: &[u8]) -> bool {
+        let g = self.0.pin();
+        let v = inline_value(value);
+        self.0
+            .compute_if_present(&int_key(key), |_| Some(v), &g)
+            .is_some()
+    }
+    fn scan(&self, key: &[u8], n: usize) -> Option<usize> {
+        let g = self.0.pin();
+        let mut out = vec![(0usize, 0usize); n];
+        Some(self.0.range(&int_key(key), &usize::MAX, &mut out, &g))
+    }
+}
+
+fn run_local<M: LocalIndex>(map: &M, cfg: &YcsbConfig, progress: Progress<'_>) -> Vec<ThreadOut> {
     let loaded = AtomicU64::new(0);
     let barrier = Barrier::new(cfg.threads);
     let measured = cfg.workload != Workload::Load;
@@ -826,7 +1044,7 @@ fn run_local(cfg: &YcsbConfig, progress: Progress<'_>) -> Vec<ThreadOut> {
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..cfg.threads)
             .map(|ti| {
-                let (map, loaded, barrier, chooser) = (&map, &loaded, &barrier, &chooser);
+                let (loaded, barrier, chooser) = (&loaded, &barrier, &chooser);
                 s.spawn(move || {
                     let mut out = ThreadOut::default();
                     let mut hist = histogram();
@@ -835,7 +1053,7 @@ fn run_local(cfg: &YcsbConfig, progress: Progress<'_>) -> Vec<ThreadOut> {
                     for k in load_share(cfg.keys, ti as u64, threads) {
                         let key = key_bytes(cfg.key_type, k, cfg.seed);
                         let t = Instant::now();
-                        map.insert(key.into(), value_for(cfg.value_size, k, 0).into());
+                        map.put(&key, &value_for(cfg.value_size, k, 0));
                         let _ = hist.record((t.elapsed().as_nanos() as u64).max(1));
                         n += 1;
                         if n % 4096 == 0 {
@@ -885,38 +1103,25 @@ fn run_local(cfg: &YcsbConfig, progress: Progress<'_>) -> Vec<ThreadOut> {
                         version += 1;
                         let t = Instant::now();
                         let hit = match op {
-                            YcsbOp::Read(k) => map
-                                .get(&key_bytes(cfg.key_type, k, cfg.seed)[..])
-                                .map(|v| v.to_vec())
-                                .is_some(),
-                            YcsbOp::Update(k) => {
-                                match map.get_mut(&key_bytes(cfg.key_type, k, cfg.seed)[..]) {
-                                    Some(mut v) => {
-                                        *v = value_for(cfg.value_size, k, version).into();
-                                        true
-                                    }
-                                    None => false,
-                                }
-                            }
-                            YcsbOp::Insert(k) => map
-                                .insert(
-                                    key_bytes(cfg.key_type, k, cfg.seed).into(),
-                                    value_for(cfg.value_size, k, version).into(),
-                                )
-                                .is_none(),
+                            YcsbOp::Read(k) => map.get(&key_bytes(cfg.key_type, k, cfg.seed)),
+                            YcsbOp::Update(k) => map.replace(
+                                &key_bytes(cfg.key_type, k, cfg.seed),
+                                &value_for(cfg.value_size, k, version),
+                            ),
+                            YcsbOp::Insert(k) => map.put(
+                                &key_bytes(cfg.key_type, k, cfg.seed),
+                                &value_for(cfg.value_size, k, version),
+                            ),
                             YcsbOp::ReadModifyWrite(k) => {
                                 let key = key_bytes(cfg.key_type, k, cfg.seed);
-                                let found = map.get(&key[..]).map(|v| v.to_vec()).is_some();
-                                found
-                                    && match map.get_mut(&key[..]) {
-                                        Some(mut v) => {
-                                            *v = value_for(cfg.value_size, k, version).into();
-                                            true
-                                        }
-                                        None => false,
-                                    }
+                                map.get(&key)
+                                    && map.replace(&key, &value_for(cfg.value_size, k, version))
                             }
-                            YcsbOp::Scan(..) => unreachable!("workload e is refused by validate"),
+                            YcsbOp::Scan(k, n) => {
+                                map.scan(&key_bytes(cfg.key_type, k, cfg.seed), n as usize)
+                                    .expect("workload e is refused for hash maps by validate")
+                                    > 0
+                            }
                         };
                         let _ = hist.record((t.elapsed().as_nanos() as u64).max(1));
                         ops += 1;

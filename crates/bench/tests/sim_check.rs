@@ -30,7 +30,12 @@ fn race_is_linearizable_under_faults() {
 }
 
 #[test]
+fn art_is_linearizable_under_faults() {
+    seeds("art", 40);
+}
+
+#[test]
 fn every_scenario_is_known_and_unknown_ones_are_refused() {
     assert!(run("nonsense", 1).unwrap_err().contains("counters"));
-    assert_eq!(SCENARIOS.len(), 2);
+    assert_eq!(SCENARIOS.len(), 3);
 }

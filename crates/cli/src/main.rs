@@ -258,7 +258,8 @@ enum DistArg {
 struct YcsbArgs {
     #[command(flatten)]
     fabric: FabricArgs,
-    /// Index: race (remote hash table) or local-hash (in-process peer).
+    /// Index: race (remote hash table), art (remote radix tree), or their
+    /// in-process peers local-hash and local-art.
     #[arg(long, default_value = "race")]
     index: ycsb_bench::IndexKind,
     /// Workload: load, a, b, c, d, e or f.
@@ -299,6 +300,16 @@ struct YcsbArgs {
     /// Client cache entries per thread (race; 0 disables).
     #[arg(long, default_value_t = 1 << 16)]
     cache: usize,
+    /// Radix tree: bytes of internal nodes each thread caches (0 disables).
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    art_cache: u64,
+    /// Radix tree: in-place leaf updates under the leaf lock (off:
+    /// out-of-place leaves swung by CAS).
+    #[arg(long, value_enum, default_value = "on")]
+    in_place_leaf: OnOff,
+    /// Radix tree: release the leaf lock with the write-back.
+    #[arg(long, value_enum, default_value = "on")]
+    rear_lock: OnOff,
     #[command(flatten)]
     switches: SwitchArgs,
     #[arg(long, default_value_t = 1)]
@@ -835,8 +846,16 @@ fn bench_ycsb(a: YcsbArgs) -> Res {
         seed: a.seed,
         runtime: a.switches.runtime_config(a.seed)?,
         cache_entries: a.cache,
+        art: ycsb_bench::ArtSwitches {
+            cache_bytes: a.art_cache as usize,
+            in_place: a.in_place_leaf == OnOff::On,
+            rear_lock: a.rear_lock == OnOff::On,
+        },
     };
-    let needed = ycsb_bench::race_memory_estimate(&cfg);
+    let needed = match cfg.index {
+        ycsb_bench::IndexKind::Art => ycsb_bench::art_memory_estimate(&cfg),
+        _ => ycsb_bench::race_memory_estimate(&cfg),
+    };
     let platform = match a.fabric.backend {
         Backend::Sim => ycsb_bench::Platform::Sim(Box::new(a.fabric.sim_config(needed, a.seed)?)),
         Backend::Shm | Backend::Verbs => {

@@ -30,4 +30,3 @@ pub fn hash64(data: &[u8], seed: u64) -> u64 {
     }
     fmix64(h)
 }
-
