@@ -33,9 +33,33 @@ pub struct NodeView {
     pub rev: GlobalAddr,
     /// The visible slots (as many as the header's type says).
     pub slots: Vec<u64>,
+    /// Byte → slot index + 1 (0: none), for nodes with more than 16 slots
+    /// (where a linear search would dominate a cached traversal).
+    index: Option<Box<[u8; 256]>>,
 }
 
 impl NodeView {
+    pub fn new(addr: GlobalAddr, header: Header, rev: GlobalAddr, slots: Vec<u64>) -> Self {
+        let index = (slots.len() > 16).then(|| {
+            let mut ix = Box::new([0u8; 256]);
+            // First slot wins (a well-formed node has one per byte).
+            for (i, &w) in slots.iter().enumerate().rev() {
+                let s = Slot(w);
+                if !s.is_empty() {
+                    ix[s.pkey() as usize] = (i + 1).min(255) as u8;
+                }
+            }
+            ix
+        });
+        Self {
+            addr,
+            header,
+            rev,
+            slots,
+            index,
+        }
+    }
+
     /// The type the snapshot's header names (N4 for garbage).
     pub fn ty(&self) -> NodeType {
         self.header.ty().unwrap_or(NodeType::N4)
@@ -58,6 +82,16 @@ impl NodeView {
 
     /// The visible slot holding partial key `b`.
     pub fn find(&self, b: u8) -> Option<(usize, Slot)> {
+        if let Some(ix) = &self.index {
+            let i = ix[b as usize] as usize;
+            // Index 255 saturates: fall back to the scan for slot 254+.
+            if i > 0 && i < 255 {
+                return Some((i - 1, Slot(self.slots[i - 1])));
+            }
+            if i == 0 {
+                return None;
+            }
+        }
         self.slots
             .iter()
             .enumerate()
@@ -71,7 +105,7 @@ impl NodeView {
     }
 
     fn bytes(&self) -> usize {
-        64 + 8 * self.slots.len()
+        64 + 8 * self.slots.len() + if self.index.is_some() { 256 } else { 0 }
     }
 }
 
@@ -175,12 +209,12 @@ mod tests {
     use super::*;
 
     fn view(i: u64, slots: usize) -> Rc<NodeView> {
-        Rc::new(NodeView {
-            addr: GlobalAddr::new(0, 64 * i),
-            header: Header::new(0, NodeType::N4, &[]),
-            rev: GlobalAddr::NULL,
-            slots: vec![0; slots],
-        })
+        Rc::new(NodeView::new(
+            GlobalAddr::new(0, 64 * i),
+            Header::new(0, NodeType::N4, &[]),
+            GlobalAddr::NULL,
+            vec![0; slots],
+        ))
     }
 
     #[test]
@@ -216,17 +250,29 @@ mod tests {
 
     #[test]
     fn prefixes_match_from_the_arrival_position() {
-        let v = NodeView {
-            addr: GlobalAddr::new(0, 64),
-            header: Header::new(2, NodeType::N4, &[7, 8, 9]),
-            rev: GlobalAddr::NULL,
-            slots: vec![
+        let v = NodeView::new(
+            GlobalAddr::new(0, 64),
+            Header::new(2, NodeType::N4, &[7, 8, 9]),
+            GlobalAddr::NULL,
+            vec![
                 Slot::leaf(1, 1, GlobalAddr::new(0, 128)).unwrap().0,
                 0,
                 0,
                 0,
             ],
-        };
+        );
+        let mut wide = vec![0u64; 256];
+        wide[200] = Slot::leaf(9, 1, GlobalAddr::new(0, 128)).unwrap().0;
+        wide[255] = Slot::leaf(3, 1, GlobalAddr::new(0, 192)).unwrap().0;
+        let w = NodeView::new(
+            GlobalAddr::new(0, 64),
+            Header::new(0, NodeType::N256, &[]),
+            GlobalAddr::NULL,
+            wide,
+        );
+        assert_eq!(w.find(9).map(|(i, _)| i), Some(200));
+        assert_eq!(w.find(3).map(|(i, _)| i), Some(255));
+        assert!(w.find(4).is_none());
         assert_eq!(v.match_prefix(2, &[0, 0, 7, 8, 9, 1]), Ok(5));
         assert_eq!(v.match_prefix(2, &[0, 0, 7, 0, 9, 1]), Err(1));
         // Arriving at 4 (a header split in progress): 7 and 8 are skipped.

@@ -607,12 +607,7 @@ impl ArtClient {
         for (i, s) in slots.iter_mut().enumerate() {
             *s = ctx.local_u64(L_NODE + 16 + 8 * i);
         }
-        let v = Rc::new(NodeView {
-            addr,
-            header,
-            rev,
-            slots,
-        });
+        let v = Rc::new(NodeView::new(addr, header, rev, slots));
         self.st.borrow_mut().cache.put(v.clone());
         Ok(Some(v))
     }

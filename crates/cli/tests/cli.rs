@@ -455,3 +455,53 @@ fn the_simulator_commands_run_and_write_json() {
     assert_eq!(v["backend"], "sim");
     assert!(v["mops"].as_f64().unwrap() > 0.0);
 }
+
+#[test]
+fn ycsb_on_the_radix_tree_with_its_switches() {
+    let dir = tempfile::tempdir().unwrap();
+    for (wl, extra) in [
+        ("e", vec![]),
+        ("a", vec!["--in-place-leaf", "off", "--art-cache", "0"]),
+        ("a", vec!["--rear-lock", "off"]),
+    ] {
+        let json = dir.path().join("art.json");
+        let mut args = vec![
+            "bench",
+            "ycsb",
+            "--index",
+            "art",
+            "--workload",
+            wl,
+            "--keys",
+            "5000",
+            "--threads",
+            "2",
+            "--coros",
+            "4",
+            "--duration",
+            "200ms",
+            "--json",
+        ];
+        args.push(json.to_str().unwrap());
+        args.extend(extra.iter().copied());
+        dmkit_ok(&args, None);
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(v["index"], "art");
+        assert!(v["mops"].as_f64().unwrap() > 0.0, "{wl} {extra:?}: {v}");
+        assert!(v["round_trips_per_op"].as_f64().unwrap() >= 1.0, "{v}");
+    }
+    let out = Command::new(DMKIT)
+        .args([
+            "bench",
+            "ycsb",
+            "--index",
+            "local-art",
+            "--key-type",
+            "string",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("int"));
+}
