@@ -1033,6 +1033,20 @@ impl ArtClient {
         key: &[u8],
         value: &[u8],
     ) -> Result<(GlobalAddr, u64, usize), ArtError> {
+        self.new_leaf_slot(ctx, parent, 0, key, value)
+            .map(|(a, s, len)| (a, s.units(), len))
+    }
+
+    /// [`Self::new_leaf`], with the slot word (partial key `b`) that will
+    /// point at it.
+    fn new_leaf_slot(
+        &self,
+        ctx: &Ctx,
+        parent: GlobalAddr,
+        b: u8,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(GlobalAddr, Slot, usize), ArtError> {
         let (kcap, vcap) = if self.t.cfg.in_place {
             (self.t.cfg.kcap(), self.t.cfg.max_value)
         } else {
@@ -1042,7 +1056,11 @@ impl ArtClient {
         encode_leaf(parent, key, value, kcap, vcap, &mut img);
         let addr = self.alloc(ctx, img.len(), parent.node(), "allocating a leaf")?;
         ctx.put_local(self.l_new(), &img);
-        Ok((addr, img.len().div_ceil(64) as u64, img.len()))
+        let slot = Slot::leaf(b, img.len().div_ceil(64) as u64, addr).ok_or(ArtError::Corrupt {
+            addr,
+            what: "leaf address beyond 48 bits",
+        })?;
+        Ok((addr, slot, img.len()))
     }
 
     /// Queues the WRITE of the new leaf; if it lives on another node than
@@ -1073,11 +1091,7 @@ impl ArtClient {
         value: &[u8],
     ) -> Result<Next, ArtError> {
         let v = &p.v;
-        let (leaf, units, len) = self.new_leaf(ctx, v.addr, key, value)?;
-        let slot = Slot::leaf(b, units, leaf).ok_or(ArtError::Corrupt {
-            addr: leaf,
-            what: "leaf address beyond 48 bits",
-        })?;
+        let (leaf, slot, len) = self.new_leaf_slot(ctx, v.addr, b, key, value)?;
         let rk = self.t.rkey(v.addr.node())?;
         let mut i = v
             .slots
@@ -1178,11 +1192,7 @@ impl ArtClient {
         value: &[u8],
     ) -> Result<Next, ArtError> {
         let v = &p.v;
-        let (leaf, units, len) = self.new_leaf(ctx, v.addr, key, value)?;
-        let slot = Slot::leaf(b, units, leaf).ok_or(ArtError::Corrupt {
-            addr: leaf,
-            what: "leaf address beyond 48 bits",
-        })?;
+        let (leaf, slot, len) = self.new_leaf_slot(ctx, v.addr, b, key, value)?;
         self.put_leaf(ctx, leaf, len, v.addr).await?;
         let t = ctx.cas(v.slot_addr(idx), self.t.rkey(v.addr.node())?, old.0, slot.0);
         ctx.sync().await?;
