@@ -14,9 +14,14 @@ use dmkit_art::{check_tree, ArtClient, ArtConfig, ArtError, ArtTree};
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_fabric::Fabric;
 use dmkit_lincheck::stress::{self, StressConfig};
+use dmkit_lincheck::MapRet;
+use dmkit_memnode::server::{Running, Server};
+use dmkit_memnode::MemNode;
 use dmkit_memnode::NodeConfig;
 use dmkit_runtime::rng::Rng;
 use dmkit_runtime::{Ctx, MonotonicClock, RuntimeConfig, Worker, WorkerStats};
+
+const TESTKIT: &str = env!("CARGO_BIN_EXE_dmkit-art-testkit");
 
 fn fabric(nodes: u16, size: u64) -> Arc<ShmFabric> {
     let cfgs: Vec<NodeConfig> = (0..nodes)
@@ -361,4 +366,75 @@ fn concurrent_threads_are_linearizable_out_of_place() {
     for seed in 1..=3 {
         stress_threads(false, seed);
     }
+}
+
+#[test]
+fn concurrent_processes_are_linearizable() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("art.sock");
+    let node = MemNode::new(NodeConfig {
+        size: 128 << 20,
+        ..Default::default()
+    })
+    .unwrap();
+    let _running: Running = Server::bind(
+        node,
+        &socket,
+        &dmkit_memnode::server::default_token_path(&socket),
+    )
+    .unwrap()
+    .spawn()
+    .unwrap();
+    let f = Arc::new(
+        ShmFabric::open(
+            ShmConfig::default(),
+            &[dmkit_fabric::shm::Target::new(&socket)],
+        )
+        .unwrap(),
+    );
+    let tree = ArtTree::create(f.clone(), "procs", cfg(true, true)).unwrap();
+    let start = stress::host_now() + 300_000_000;
+    let children: Vec<_> = (0..3u32)
+        .map(|p| {
+            std::process::Command::new(TESTKIT)
+                .args(["stress", socket.to_str().unwrap(), "procs"])
+                .args(["2", "3", "800", "5", "30"])
+                .args([100 + p, 1000 * (p + 1)].map(|v| v.to_string()))
+                .arg(start.to_string())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut h = Vec::new();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "child failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for l in String::from_utf8(out.stdout).unwrap().lines() {
+            h.push(stress::from_line(l).unwrap_or_else(|| panic!("bad history line {l:?}")));
+        }
+    }
+    assert_eq!(h.len(), 3 * 2 * 3 * 800);
+    let conflicts = h
+        .iter()
+        .filter(|r| matches!(r.returned, Some((_, MapRet::Done(false)))))
+        .count();
+    assert!(
+        conflicts > 50,
+        "hot keys must see failed writes: {conflicts}"
+    );
+    let reader = tree.client(99);
+    let ((finals, scan), _) = on_worker(f.as_ref(), &reader, move |ctx, c| async move {
+        stress::final_reads(&ctx, &c, 5).await.unwrap()
+    });
+    if let Err(e) = stress::verify(h, finals, &scan) {
+        panic!("{e}");
+    }
+    let rep = check_tree(&tree).unwrap();
+    assert_eq!(rep.leaves as usize, scan.len());
 }

@@ -343,3 +343,75 @@ pub fn from_line(l: &str) -> Option<StressRecord> {
         op,
     })
 }
+
+/// The body of a structure's multi-process test helper (a `*-testkit`
+/// binary):
+///
+/// ```text
+/// TESTKIT stress SOCKET NAME WORKERS TASKS OPS HOT FILL% SEED CLIENT_BASE START_NS
+/// ```
+/// connects to the memory node at SOCKET, opens structure NAME with `open`
+/// (which returns the per-worker client factory), waits until host-monotonic
+/// START_NS (so the processes overlap), runs the recorded workload and
+/// prints one history line per operation ([`to_line`]).
+pub fn testkit_main<C, F>(
+    open: impl FnOnce(std::sync::Arc<dyn Fabric>, &str) -> Result<F, String>,
+) -> std::process::ExitCode
+where
+    C: StressClient,
+    F: Fn(u64) -> C + Sync,
+{
+    use std::io::Write;
+    use std::process::ExitCode;
+    let a: Vec<String> = std::env::args().skip(1).collect();
+    let n = |i: usize| a[i].parse::<u64>();
+    if a.len() != 11 || a[0] != "stress" || (3..11).any(|i| n(i).is_err()) {
+        eprintln!("usage: TESTKIT stress SOCKET NAME WORKERS TASKS OPS HOT FILL% SEED CLIENT_BASE START_NS");
+        return ExitCode::from(2);
+    }
+    let n = |i: usize| n(i).expect("checked above");
+    let target = dmkit_fabric::shm::Target::new(&a[1]);
+    let fabric: std::sync::Arc<dyn Fabric> = match dmkit_fabric::shm::ShmFabric::open(
+        dmkit_fabric::shm::ShmConfig::default(),
+        &[target],
+    ) {
+        Ok(f) => std::sync::Arc::new(f),
+        Err(e) => {
+            eprintln!("connect {}: {e}", a[1]);
+            return ExitCode::from(1);
+        }
+    };
+    let client = match open(fabric.clone(), &a[2]) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("open {}: {e}", a[2]);
+            return ExitCode::from(1);
+        }
+    };
+    let sc = StressConfig {
+        workers: n(3) as usize,
+        tasks: n(4) as usize,
+        ops_per_task: n(5) as usize,
+        hot_keys: n(6),
+        fill_percent: n(7) as u32,
+        seed: n(8),
+        client_base: n(9) as u32,
+    };
+    let start = n(10);
+    while host_now() < start {
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    match run(fabric.as_ref(), &client, &RuntimeConfig::default(), &sc) {
+        Ok(h) => {
+            let mut out = std::io::stdout().lock();
+            for r in &h {
+                writeln!(out, "{}", to_line(r)).expect("stdout");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("stress failed: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
