@@ -74,3 +74,21 @@ fn unknown_figures_and_bad_scales_are_refused() {
     };
     assert!(reproduce("smart-table1", &bad, &|_, _| {}).is_err());
 }
+
+#[test]
+fn art_fig11_runs_every_workload_on_sixteen_compute_nodes() {
+    let f = reproduce("smart-art-fig11", &quick(), &|_, _| {}).unwrap();
+    assert!(f.profile.contains("100 Gb"), "{}", f.profile);
+    for w in ["load", "a", "b", "c", "d", "e"] {
+        let mops = f
+            .rows
+            .iter()
+            .find(|r| r.series == format!("art {w}"))
+            .unwrap_or_else(|| panic!("no art {w} row"));
+        assert!(mops.value > 0.0 && mops.x == 16.0, "{mops:?}");
+    }
+    // A warm point search is one READ; E's scans take several.
+    let rt = |s: &str| f.rows.iter().find(|r| r.series == s).unwrap().value;
+    assert!(rt("art c round trips") < 1.5, "{}", rt("art c round trips"));
+    assert!(rt("art e round trips") > rt("art c round trips"));
+}
