@@ -332,6 +332,7 @@ impl ArtTree {
             t: self.clone(),
             st: Rc::new(RefCell::new(ClientState {
                 cache: Cache::new(self.cfg.cache_bytes, self.root),
+                buf: Vec::new(),
                 alloc: BlockAlloc::new(self.cfg.chunk_bytes, Nanos::MAX / 4, self.chunks.clone()),
                 owner: id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
                 counters: TreeCounters::default(),
@@ -355,6 +356,8 @@ impl ArtTree {
 
 struct ClientState {
     cache: Cache,
+    /// Scratch for decoding leaves.
+    buf: Vec<u8>,
     alloc: BlockAlloc,
     owner: u64,
     counters: TreeCounters,
@@ -422,9 +425,6 @@ struct LeafCopy {
 impl LeafCopy {
     fn valid(&self) -> bool {
         self.meta & META_VALID != 0
-    }
-    fn replaced(&self) -> bool {
-        self.meta & META_REPLACED != 0
     }
 }
 
@@ -622,8 +622,8 @@ impl ArtClient {
         loop {
             ctx.read(addr, rk, L_LEAF, len);
             ctx.sync().await?;
-            if let Some(l) = self.decode(ctx, L_LEAF, len) {
-                return Ok(classify(l, key));
+            if let Some(is) = self.with_leaf(ctx, L_LEAF, len, |l| l.map(|l| classify(&l, key))) {
+                return Ok(is);
             }
             torn += 1;
             self.count(|c| c.torn_reads += 1);
@@ -654,12 +654,30 @@ impl ArtClient {
     }
 
     fn decode(&self, ctx: &Ctx, off: usize, len: usize) -> Option<LeafCopy> {
-        let buf = ctx.local_vec(off, len);
-        decode_leaf(&buf, self.t.cfg.kcap()).map(|l| LeafCopy {
-            meta: l.meta,
-            key: l.key.to_vec(),
-            value: l.value.to_vec(),
+        self.with_leaf(ctx, off, len, |l| {
+            l.map(|l| LeafCopy {
+                meta: l.meta,
+                key: l.key.to_vec(),
+                value: l.value.to_vec(),
+            })
         })
+    }
+
+    /// Decodes the leaf at task-local `off` through the client's reusable
+    /// buffer (no allocation on the search path).
+    fn with_leaf<R>(
+        &self,
+        ctx: &Ctx,
+        off: usize,
+        len: usize,
+        f: impl FnOnce(Option<Leaf<'_>>) -> R,
+    ) -> R {
+        let mut buf = std::mem::take(&mut self.st.borrow_mut().buf);
+        buf.resize(len, 0);
+        ctx.get_local(off, &mut buf);
+        let r = f(decode_leaf(&buf, self.t.cfg.kcap()));
+        self.st.borrow_mut().buf = buf;
+        r
     }
 
     /// Walks the cached snapshots from the root along `tk`: the deepest
@@ -678,9 +696,8 @@ impl ArtClient {
             if s.is_leaf() {
                 return Some((v, e, link));
             }
-            match st.cache.get(s.ptr()) {
+            match st.cache.get_touch(s.ptr()) {
                 Some(c) if c.header.depth() <= pos + 1 && c.rev == v.addr => {
-                    st.cache.touch(c.addr);
                     link = Some(Link {
                         parent: v.addr,
                         slot_addr: v.slot_addr(idx),
@@ -1094,10 +1111,10 @@ impl ArtClient {
         let (leaf, slot, len) = self.new_leaf_slot(ctx, v.addr, b, key, value)?;
         let rk = self.t.rkey(v.addr.node())?;
         let mut i = v
-            .slots
+            .slots()
             .iter()
             .position(|&s| s == 0)
-            .unwrap_or(v.slots.len());
+            .unwrap_or(v.slots().len());
         let mut written = false;
         while i < MAX_SLOTS {
             if !written {
@@ -1108,7 +1125,7 @@ impl ArtClient {
             ctx.sync().await?;
             let old = Slot(ctx.value(t));
             if old.is_empty() {
-                if i >= v.slots.len() {
+                if i >= v.slots().len() {
                     self.grow(ctx, v, i, p.link).await?;
                 }
                 return Ok(Next::Done);
@@ -1116,13 +1133,13 @@ impl ArtClient {
             if old.pkey() == b {
                 // Another insert put this byte here first: follow it.
                 self.free_unpublished(leaf, len);
-                if i >= v.slots.len() {
+                if i >= v.slots().len() {
                     self.grow(ctx, v, i, p.link).await?;
                 }
                 return Ok(Next::Conflict(Self::again(p)));
             }
             i += 1;
-            while i < v.slots.len() && v.slots[i] != 0 {
+            while i < v.slots().len() && v.slots()[i] != 0 {
                 i += 1;
             }
         }
@@ -1822,15 +1839,21 @@ enum Next {
     Conflict(Start),
 }
 
-fn classify(l: LeafCopy, key: &[u8]) -> LeafIs {
+fn classify(l: &Leaf<'_>, key: &[u8]) -> LeafIs {
     if l.key != key {
-        let dead = !l.valid();
-        return LeafIs::Other { key: l.key, dead };
+        return LeafIs::Other {
+            key: l.key.to_vec(),
+            dead: !l.valid(),
+        };
     }
     if l.replaced() {
         LeafIs::Replaced
     } else if l.valid() {
-        LeafIs::Live(l)
+        LeafIs::Live(LeafCopy {
+            meta: l.meta,
+            key: Vec::new(),
+            value: l.value.to_vec(),
+        })
     } else {
         LeafIs::Dead
     }
