@@ -54,8 +54,14 @@
 //! search 1 (the leaf); update 2 (lock + read, write-back + unlock);
 //! insert 2–3 (the node where it goes, then leaf + CAS); delete 2.
 //!
+//! ## Read delegation and write combining (§4.2)
+//! [`rdwc`]: tasks of one client that search or update one key at the same
+//! time share one remote operation, within windows that keep every
+//! operation linearizable.
+//!
 //! ## Not (yet) here
-//! Read delegation and write combining (§4.2), a lock-based internal-node
+//! Windows spanning the threads of a machine (they are per worker), a
+//! lock-based internal-node
 //! baseline for Figure 15, and reclamation of dead leaves (a deleted or
 //! replaced leaf is never reused; its memory returns when the tree is
 //! destroyed). A client that dies holding a leaf lock blocks that key.
@@ -64,6 +70,7 @@ pub mod cache;
 pub mod check;
 pub mod error;
 pub mod layout;
+pub mod rdwc;
 pub mod tree;
 
 pub use check::{check_tree, TreeReport};

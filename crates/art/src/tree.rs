@@ -12,6 +12,7 @@ use dmkit_runtime::{Ctx, Nanos};
 use crate::cache::{Cache, NodeView};
 use crate::error::ArtError;
 use crate::layout::*;
+use crate::rdwc::{self, Outcome, Role};
 
 /// Configuration of a tree (structure) and of its clients.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,6 +32,11 @@ pub struct ArtConfig {
     pub rear_lock: bool,
     /// Bytes of internal-node snapshots each client caches (0: no cache).
     pub cache_bytes: usize,
+    /// Concurrent searches of one key on a client share one remote search
+    /// (§4.2; see [`crate::rdwc`] for when they may).
+    pub read_delegation: bool,
+    /// Concurrent updates of one key on a client share one write-back.
+    pub write_combining: bool,
     /// Bytes a client asks the memory node for at a time for its nodes.
     pub chunk_bytes: u64,
 }
@@ -43,6 +49,8 @@ impl Default for ArtConfig {
             in_place: true,
             rear_lock: true,
             cache_bytes: 64 << 20,
+            read_delegation: true,
+            write_combining: true,
             chunk_bytes: 4 << 20,
         }
     }
@@ -89,6 +97,10 @@ pub struct TreeCounters {
     /// Restarts after a stale cache entry or a concurrent change.
     pub restarts: u64,
     pub torn_reads: u64,
+    /// Searches answered by another task's search (read delegation).
+    pub delegated_reads: u64,
+    /// Updates carried by another task's write-back (write combining).
+    pub combined_writes: u64,
 }
 
 /// The tree descriptor, the block the tree's named root points to.
@@ -332,6 +344,7 @@ impl ArtTree {
             t: self.clone(),
             st: Rc::new(RefCell::new(ClientState {
                 cache: Cache::new(self.cfg.cache_bytes, self.root),
+                rdwc: rdwc::Table::default(),
                 buf: Vec::new(),
                 alloc: BlockAlloc::new(self.cfg.chunk_bytes, Nanos::MAX / 4, self.chunks.clone()),
                 owner: id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
@@ -356,6 +369,7 @@ impl ArtTree {
 
 struct ClientState {
     cache: Cache,
+    rdwc: rdwc::Table,
     /// Scratch for decoding leaves.
     buf: Vec<u8>,
     alloc: BlockAlloc,
@@ -436,6 +450,8 @@ const L_LEAF: usize = L_WORD + 64;
 const MAX_CHAIN: usize = MAX_KEY_LIMIT / (HEADER_PREFIX + 1) + 2;
 /// Bytes written per new node: reverse pointer, header, four slots.
 const NEW_NODE: usize = 16 + 8 * 4;
+/// How often a joiner checks its window (ns).
+const WAIT_NS: Nanos = 500;
 /// Attempts before an operation reports a livelock.
 const MAX_ATTEMPTS: u32 = 10_000;
 /// Attempts that may use the cache (later ones traverse from the root).
@@ -828,6 +844,49 @@ impl ArtClient {
     pub async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, ArtError> {
         self.check_key(ctx, key)?;
         let _op = ctx.op("search").await;
+        if !self.t.cfg.read_delegation {
+            return self.search_in(ctx, key, None).await;
+        }
+        let role = self.st.borrow_mut().rdwc.enter(key, rdwc::Kind::Read, &[]);
+        match role {
+            Role::Lead(w) => {
+                let r = self.search_in(ctx, key, Some(&w)).await;
+                let outcome = match &r {
+                    Ok(Some(v)) => Outcome::Found(v.clone()),
+                    _ => Outcome::Redo,
+                };
+                self.st.borrow_mut().rdwc.leave(key, &w, outcome);
+                r
+            }
+            Role::Join(w) => {
+                if let Outcome::Found(v) = self.wait(ctx, &w).await {
+                    self.count(|c| c.delegated_reads += 1);
+                    return Ok(Some(v));
+                }
+                self.search_in(ctx, key, None).await
+            }
+            Role::Alone => self.search_in(ctx, key, None).await,
+        }
+    }
+
+    /// Waits for the leader of window `w` to publish its outcome.
+    async fn wait(&self, ctx: &Ctx, w: &rdwc::Shared) -> Outcome {
+        loop {
+            if let Some(o) = w.borrow().outcome.clone() {
+                return o;
+            }
+            ctx.sleep(WAIT_NS).await;
+        }
+    }
+
+    /// Search proper; `w` is the read-delegation window to close before the
+    /// leaf READ.
+    async fn search_in(
+        &self,
+        ctx: &Ctx,
+        key: &[u8],
+        w: Option<&rdwc::Shared>,
+    ) -> Result<Option<Vec<u8>>, ArtError> {
         let tk = self.tree_key(key);
         let mut conflicts = 0;
         let mut from = Start::Top { use_cache: true };
@@ -845,6 +904,7 @@ impl ArtClient {
                 self.note_cache(false);
                 return Ok(None);
             };
+            rdwc::close(w);
             match self.read_leaf(ctx, slot, key).await? {
                 LeafIs::Live(l) => {
                     self.note_cache(cached_only);
@@ -885,7 +945,7 @@ impl ArtClient {
         self.check_key(ctx, key)?;
         self.check_value(value)?;
         let _op = ctx.op("insert").await;
-        self.write(ctx, key, value, WriteMode::Insert).await
+        self.write(ctx, key, value, WriteMode::Insert, None).await
     }
 
     /// Replaces the value of `key` if present; `false` if absent.
@@ -893,7 +953,35 @@ impl ArtClient {
         self.check_key(ctx, key)?;
         self.check_value(value)?;
         let _op = ctx.op("update").await;
-        self.write(ctx, key, value, WriteMode::Update).await
+        if !self.t.cfg.write_combining {
+            return self.write(ctx, key, value, WriteMode::Update, None).await;
+        }
+        let role = self
+            .st
+            .borrow_mut()
+            .rdwc
+            .enter(key, rdwc::Kind::Write, value);
+        match role {
+            Role::Lead(w) => {
+                let r = self
+                    .write(ctx, key, value, WriteMode::Update, Some(&w))
+                    .await;
+                let outcome = match r {
+                    Ok(true) => Outcome::Written,
+                    _ => Outcome::Redo,
+                };
+                self.st.borrow_mut().rdwc.leave(key, &w, outcome);
+                r
+            }
+            Role::Join(w) => {
+                if let Outcome::Written = self.wait(ctx, &w).await {
+                    self.count(|c| c.combined_writes += 1);
+                    return Ok(true);
+                }
+                self.write(ctx, key, value, WriteMode::Update, None).await
+            }
+            Role::Alone => self.write(ctx, key, value, WriteMode::Update, None).await,
+        }
     }
 
     /// Removes `key` if present: its leaf is marked deleted (the slot keeps
@@ -932,12 +1020,15 @@ impl ArtClient {
         }
     }
 
+    /// Insert or update; an update takes its value from the
+    /// write-combining window `wcb` when it has one.
     async fn write(
         &self,
         ctx: &Ctx,
         key: &[u8],
         value: &[u8],
         mode: WriteMode,
+        wcb: Option<&rdwc::Shared>,
     ) -> Result<bool, ArtError> {
         let tk = self.tree_key(key);
         let mut conflicts = 0;
@@ -954,9 +1045,9 @@ impl ArtClient {
                     return Ok(false);
                 };
                 let r = if self.t.cfg.in_place {
-                    self.locked_leaf(ctx, slot, key, Some(value)).await?
+                    self.locked_leaf(ctx, slot, key, Some((value, wcb))).await?
                 } else {
-                    self.rcu_update(ctx, &p, idx, slot, key, value).await?
+                    self.rcu_update(ctx, &p, idx, slot, key, value, wcb).await?
                 };
                 match r {
                     Locked::Done => return Ok(true),
@@ -1442,7 +1533,7 @@ impl ArtClient {
         ctx: &Ctx,
         slot: Slot,
         key: &[u8],
-        value: Option<&[u8]>,
+        value: Option<(&[u8], Option<&rdwc::Shared>)>,
     ) -> Result<Locked, ArtError> {
         let addr = slot.ptr();
         let rk = self.t.rkey(addr.node())?;
@@ -1474,12 +1565,14 @@ impl ArtClient {
         }
         let new = self.l_new();
         match value {
-            Some(value) => {
+            Some((own, wcb)) => {
+                // The last moment to combine: joiners after this run alone.
+                let value = rdwc::close_take(wcb, own);
                 let mut img = Vec::new();
                 encode_leaf(
                     GlobalAddr::NULL,
                     key,
-                    value,
+                    &value,
                     self.t.cfg.kcap(),
                     self.t.cfg.max_value,
                     &mut img,
@@ -1512,6 +1605,7 @@ impl ArtClient {
     /// Out-of-place mode: marks the leaf replaced (CAS of its meta word),
     /// then swings the slot to a new leaf; readers that meet the replaced
     /// leaf retry until the slot moved.
+    #[allow(clippy::too_many_arguments)]
     async fn rcu_update(
         &self,
         ctx: &Ctx,
@@ -1519,7 +1613,8 @@ impl ArtClient {
         idx: usize,
         slot: Slot,
         key: &[u8],
-        value: &[u8],
+        own: &[u8],
+        wcb: Option<&rdwc::Shared>,
     ) -> Result<Locked, ArtError> {
         let l = match self.read_leaf(ctx, slot, key).await? {
             LeafIs::Live(l) => l,
@@ -1527,7 +1622,8 @@ impl ArtClient {
             LeafIs::Dead | LeafIs::Other { .. } => return Ok(Locked::Absent),
         };
         let parent = p.v.addr;
-        let (leaf, units, len) = self.new_leaf(ctx, parent, key, value)?;
+        let value = rdwc::close_take(wcb, own);
+        let (leaf, units, len) = self.new_leaf(ctx, parent, key, &value)?;
         let old_addr = slot.ptr();
         let rk = self.t.rkey(old_addr.node())?;
         ctx.write(leaf, self.t.rkey(leaf.node())?, self.l_new(), len);

@@ -438,3 +438,81 @@ fn concurrent_processes_are_linearizable() {
     let rep = check_tree(&tree).unwrap();
     assert_eq!(rep.leaves as usize, scan.len());
 }
+
+/// Eight tasks of one worker on one key at once: their updates share
+/// write-backs and their searches share remote searches (the cache is off,
+/// so a search traverses remotely and its window stays open), and every
+/// operation still returns what it must.
+#[test]
+fn tasks_of_a_worker_combine_writes_and_delegate_reads() {
+    let f = fabric(1, 64 << 20);
+    let tree = ArtTree::create(f.clone(), "rdwc", cfg(true, false)).unwrap();
+    let client = tree.client(1);
+    on_worker(f.as_ref(), &client, |ctx, c| async move {
+        for i in 0..300u64 {
+            c.insert(&ctx, format!("k{i}").as_bytes(), b"0")
+                .await
+                .unwrap();
+        }
+    });
+    let mut w = Worker::new(
+        f.as_ref(),
+        Arc::new(MonotonicClock),
+        RuntimeConfig::default(),
+        0,
+        8,
+    )
+    .unwrap();
+    let found: Rc<RefCell<Vec<Option<Vec<u8>>>>> = Rc::default();
+    for t in 0..8u64 {
+        let (c, found) = (client.clone(), found.clone());
+        w.spawn(move |ctx| async move {
+            for i in 0..200u64 {
+                let v = format!("{t}.{i}");
+                assert!(c.update(&ctx, b"k7", v.as_bytes()).await.unwrap());
+                let got = c.search(&ctx, b"k7").await.unwrap();
+                found.borrow_mut().push(got);
+            }
+        });
+    }
+    w.run();
+    assert!(found.borrow().iter().all(|v| v.is_some()));
+    let k = client.counters();
+    assert!(k.combined_writes > 0, "{k:?}");
+    assert!(k.delegated_reads > 0, "{k:?}");
+    let rep = check_tree(&tree).unwrap();
+    assert_eq!(rep.leaves, 300);
+    // Switched off, nothing is shared.
+    let off = ArtTree::open(
+        f.clone(),
+        "rdwc",
+        ArtConfig {
+            read_delegation: false,
+            write_combining: false,
+            ..cfg(true, false)
+        },
+    )
+    .unwrap()
+    .client(2);
+    let mut w = Worker::new(
+        f.as_ref(),
+        Arc::new(MonotonicClock),
+        RuntimeConfig::default(),
+        0,
+        8,
+    )
+    .unwrap();
+    for t in 0..8u64 {
+        let c = off.clone();
+        w.spawn(move |ctx| async move {
+            for i in 0..50u64 {
+                let v = format!("{t}.{i}");
+                assert!(c.update(&ctx, b"k7", v.as_bytes()).await.unwrap());
+                c.search(&ctx, b"k7").await.unwrap();
+            }
+        });
+    }
+    w.run();
+    let k = off.counters();
+    assert_eq!((k.combined_writes, k.delegated_reads), (0, 0));
+}

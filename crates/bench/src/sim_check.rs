@@ -302,6 +302,8 @@ fn art(seed: u64) -> Result<Passed, String> {
         in_place: r.below(3) != 0,
         rear_lock: r.below(4) != 0,
         cache_bytes: if r.below(3) == 0 { 0 } else { 1 << 20 },
+        read_delegation: r.below(3) != 0,
+        write_combining: r.below(3) != 0,
         chunk_bytes: 256 << 10,
     };
     let sc = StressConfig {
@@ -324,7 +326,7 @@ fn art(seed: u64) -> Result<Passed, String> {
         torn: s.torn,
         delayed: s.delayed,
         shape: format!(
-            "{} threads × {} tasks × {} ops, {} hot keys, {} % fills, in-place {}, rear lock {}, cache {}, {} leaves in {} nodes",
+            "{} threads × {} tasks × {} ops, {} hot keys, {} % fills, in-place {}, rear lock {}, cache {}, rd {}, wc {}, {} leaves in {} nodes",
             sc.workers,
             sc.tasks,
             sc.ops_per_task,
@@ -333,6 +335,8 @@ fn art(seed: u64) -> Result<Passed, String> {
             cfg.in_place,
             cfg.rear_lock,
             cfg.cache_bytes > 0,
+            cfg.read_delegation,
+            cfg.write_combining,
             rep.leaves,
             rep.internal_nodes
         ),

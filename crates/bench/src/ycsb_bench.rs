@@ -93,6 +93,8 @@ pub struct ArtSwitches {
     pub in_place: bool,
     /// Release the leaf lock with the write-back.
     pub rear_lock: bool,
+    /// Read delegation and write combining among a thread's tasks.
+    pub rdwc: bool,
 }
 
 impl Default for ArtSwitches {
@@ -101,6 +103,7 @@ impl Default for ArtSwitches {
             cache_bytes: 64 << 20,
             in_place: true,
             rear_lock: true,
+            rdwc: true,
         }
     }
 }
@@ -254,6 +257,8 @@ fn art_config(cfg: &YcsbConfig) -> ArtConfig {
         in_place: cfg.art.in_place,
         rear_lock: cfg.art.rear_lock,
         cache_bytes: cfg.art.cache_bytes,
+        read_delegation: cfg.art.rdwc,
+        write_combining: cfg.art.rdwc,
         chunk_bytes: 4 << 20,
     }
 }

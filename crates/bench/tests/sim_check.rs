@@ -31,7 +31,7 @@ fn race_is_linearizable_under_faults() {
 
 #[test]
 fn art_is_linearizable_under_faults() {
-    seeds("art", 40);
+    seeds("art", 150);
 }
 
 #[test]

@@ -310,6 +310,9 @@ struct YcsbArgs {
     /// Radix tree: release the leaf lock with the write-back.
     #[arg(long, value_enum, default_value = "on")]
     rear_lock: OnOff,
+    /// Radix tree: read delegation and write combining among a thread's tasks.
+    #[arg(long, value_enum, default_value = "on")]
+    rdwc: OnOff,
     #[command(flatten)]
     switches: SwitchArgs,
     #[arg(long, default_value_t = 1)]
@@ -850,6 +853,7 @@ fn bench_ycsb(a: YcsbArgs) -> Res {
             cache_bytes: a.art_cache as usize,
             in_place: a.in_place_leaf == OnOff::On,
             rear_lock: a.rear_lock == OnOff::On,
+            rdwc: a.rdwc == OnOff::On,
         },
     };
     let needed = match cfg.index {

@@ -462,7 +462,7 @@ fn ycsb_on_the_radix_tree_with_its_switches() {
     for (wl, extra) in [
         ("e", vec![]),
         ("a", vec!["--in-place-leaf", "off", "--art-cache", "0"]),
-        ("a", vec!["--rear-lock", "off"]),
+        ("a", vec!["--rear-lock", "off", "--rdwc", "off"]),
     ] {
         let json = dir.path().join("art.json");
         let mut args = vec![

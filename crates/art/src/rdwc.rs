@@ -1,0 +1,172 @@
+//! Read delegation and write combining (SMART OSDI'23 §4.2), per client.
+//!
+//! Concurrent operations on one key from the tasks of one client (one
+//! worker) share a *window*: the first task to arrive (the leader) records
+//! the key and runs the operation remotely; tasks that arrive while the
+//! window is open join it instead of issuing their own verbs. Reads and
+//! writes share the table and one window per key, as the paper requires
+//! (a read never joins a write's window or vice versa — it runs on its
+//! own, like the paper's hash-conflict case — so a read that follows a
+//! write can never be answered by an older read).
+//!
+//! The table is keyed by the key itself (at most one window per task, so
+//! it stays tiny); the paper's hash-indexed lock array with a "unique key"
+//! per lock is the same idea sized for a whole machine.
+//!
+//! ## When a window closes (linearizability)
+//! - **Write combining**: joiners deposit their value in the window (the
+//!   write-combining buffer; the latest wins) and wait. The leader takes
+//!   the value and closes the window just before it posts the write-back,
+//!   so every joiner's invocation precedes the WRITE that carries its value
+//!   and the joiner returns after it completed: the combined updates
+//!   linearize together at that WRITE, joiners first. If the leader finds
+//!   the key absent, joiners run their update themselves (the leader's
+//!   verdict may predate them).
+//! - **Read delegation**: the window closes just before the leader posts
+//!   the READ of the leaf. Joiners adopt only a found value — that READ
+//!   executed after they joined. Absence (decided by an earlier read of an
+//!   internal node) makes joiners search themselves. With a warm cache the
+//!   leader posts its leaf READ without yielding, so the window only opens
+//!   long enough to matter when the leader has to traverse remotely.
+//!
+//! dmkit's windows are per worker (the tasks of one thread); the paper's
+//! span every client of a compute node — across threads that would need
+//! cross-thread wake-ups the runtime does not have.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// What a window is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Read,
+    Write,
+}
+
+/// What joiners learn when the leader is done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The leader's search found this value in a READ after the joiners came.
+    Found(Vec<u8>),
+    /// The leader's write-back carried the joiners' (latest) value.
+    Written,
+    /// Joiners must run their operation themselves.
+    Redo,
+}
+
+#[derive(Debug)]
+pub(crate) struct Window {
+    pub kind: Kind,
+    pub open: bool,
+    /// Write: the latest value deposited (the leader's own at first).
+    pub value: Vec<u8>,
+    pub joined: u32,
+    pub outcome: Option<Outcome>,
+}
+
+pub(crate) type Shared = Rc<RefCell<Window>>;
+
+/// One client's windows.
+#[derive(Default)]
+pub(crate) struct Table {
+    map: HashMap<Vec<u8>, Shared>,
+}
+
+/// The role a task takes for its operation on a key.
+pub(crate) enum Role {
+    /// Run the operation and publish through this window.
+    Lead(Shared),
+    /// Wait on this window.
+    Join(Shared),
+    /// A window of the other kind, or closed: run on your own.
+    Alone,
+}
+
+impl Table {
+    /// Opens a window for `key` or joins the open one of the same kind.
+    pub fn enter(&mut self, key: &[u8], kind: Kind, value: &[u8]) -> Role {
+        if let Some(w) = self.map.get(key) {
+            let mut b = w.borrow_mut();
+            if b.kind == kind && b.open {
+                b.joined += 1;
+                if kind == Kind::Write {
+                    b.value.clear();
+                    b.value.extend_from_slice(value);
+                }
+                drop(b);
+                return Role::Join(w.clone());
+            }
+            return Role::Alone;
+        }
+        let w = Rc::new(RefCell::new(Window {
+            kind,
+            open: true,
+            value: value.to_vec(),
+            joined: 0,
+            outcome: None,
+        }));
+        self.map.insert(key.to_vec(), w.clone());
+        Role::Lead(w)
+    }
+
+    /// The leader is done: publish `outcome` and drop the window.
+    pub fn leave(&mut self, key: &[u8], w: &Shared, outcome: Outcome) {
+        {
+            let mut b = w.borrow_mut();
+            b.open = false;
+            b.outcome = Some(outcome);
+        }
+        if self.map.get(key).is_some_and(|m| Rc::ptr_eq(m, w)) {
+            self.map.remove(key);
+        }
+    }
+}
+
+/// Closes `w` (if given) and returns the value to write: the latest one
+/// deposited, or `own`.
+pub(crate) fn close_take(w: Option<&Shared>, own: &[u8]) -> Vec<u8> {
+    match w {
+        Some(w) => {
+            let mut b = w.borrow_mut();
+            b.open = false;
+            b.value.clone()
+        }
+        None => own.to_vec(),
+    }
+}
+
+/// Closes `w` (if given) without taking anything.
+pub(crate) fn close(w: Option<&Shared>) {
+    if let Some(w) = w {
+        w.borrow_mut().open = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_admit_their_own_kind_while_open() {
+        let mut t = Table::default();
+        let Role::Lead(w) = t.enter(b"k", Kind::Write, b"1") else {
+            panic!("first task leads")
+        };
+        assert!(matches!(t.enter(b"k", Kind::Write, b"2"), Role::Join(_)));
+        assert!(matches!(t.enter(b"k", Kind::Read, b""), Role::Alone));
+        assert!(matches!(t.enter(b"j", Kind::Read, b""), Role::Lead(_)));
+        assert_eq!(
+            close_take(Some(&w), b"1"),
+            b"2".to_vec(),
+            "the latest value wins"
+        );
+        assert!(
+            matches!(t.enter(b"k", Kind::Write, b"3"), Role::Alone),
+            "closed"
+        );
+        t.leave(b"k", &w, Outcome::Written);
+        assert_eq!(w.borrow().outcome, Some(Outcome::Written));
+        assert!(matches!(t.enter(b"k", Kind::Write, b"4"), Role::Lead(_)));
+    }
+}
