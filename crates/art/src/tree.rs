@@ -1766,7 +1766,7 @@ impl ArtClient {
                 addr: self.t.root,
                 ty: NodeType::N256,
                 e: 0,
-                path: Vec::new(),
+                path: Path::default(),
             });
             while out.len() < count {
                 while let Some(Item::Ready(_, _)) = items.front() {
@@ -1780,8 +1780,29 @@ impl ArtClient {
                 if out.len() >= count || items.is_empty() {
                     break;
                 }
-                // Fetch the first `width` unread items.
-                let n = items.len().min(width);
+                // Fetch the first items, no more than `width` and no more
+                // than the entries still wanted can need: a node counts as
+                // the keys its type guarantees at least (past the first
+                // one, NODE_16 holds ≥ 5, NODE_48 ≥ 17, NODE_256 ≥ 49), so
+                // a short scan does not read whole subtrees it will not use.
+                let want = count.saturating_sub(out.len());
+                let (mut n, mut covers) = (0, 0usize);
+                for it in items.iter().take(width) {
+                    if covers >= want {
+                        break;
+                    }
+                    n += 1;
+                    covers = covers.saturating_add(match it {
+                        Item::Node { ty, .. } => match ty {
+                            NodeType::N4 | NodeType::Deleted => 1,
+                            NodeType::N16 => 5,
+                            NodeType::N48 => 17,
+                            NodeType::N256 => 49,
+                        },
+                        _ => 1,
+                    });
+                }
+                let n = n.max(1);
                 for (i, it) in items.iter().take(n).enumerate() {
                     let off = self.l_scan() + i * self.scan_item();
                     match it {
@@ -1845,7 +1866,7 @@ impl ArtClient {
                                 });
                                 continue;
                             }
-                            let mut full = path;
+                            let mut full = path.bytes();
                             full.extend((e - d..header.prefix_len()).map(|i| header.prefix(i)));
                             let pos = full.len();
                             // Subtrees wholly below lo or above hi are cut.
@@ -1872,12 +1893,15 @@ impl ArtClient {
                                 })
                                 .collect();
                             kids.sort_by_key(|s| s.pkey());
+                            let full = Rc::new(full);
                             for s in kids {
                                 if s.is_leaf() {
                                     expanded.push(Item::Leaf { slot: s });
                                 } else {
-                                    let mut p = full.clone();
-                                    p.push(s.pkey());
+                                    let p = Path {
+                                        parent: full.clone(),
+                                        last: Some(s.pkey()),
+                                    };
                                     expanded.push(Item::Node {
                                         addr: s.ptr(),
                                         ty: s
@@ -1902,6 +1926,23 @@ impl ArtClient {
     }
 }
 
+/// A scan item's path: its parent's (shared by the siblings) and its own
+/// partial key — one allocation per node read, not per child queued.
+#[derive(Default)]
+struct Path {
+    parent: Rc<Vec<u8>>,
+    last: Option<u8>,
+}
+
+impl Path {
+    fn bytes(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.parent.len() + 8);
+        v.extend_from_slice(&self.parent);
+        v.extend(self.last);
+        v
+    }
+}
+
 /// A pending item of a scan.
 enum Item {
     Node {
@@ -1909,7 +1950,7 @@ enum Item {
         ty: NodeType,
         e: usize,
         /// Tree-key bytes before position `e`.
-        path: Vec<u8>,
+        path: Path,
     },
     Leaf {
         slot: Slot,

@@ -235,14 +235,20 @@ pub fn race_memory_estimate(cfg: &YcsbConfig) -> u64 {
 }
 
 /// Bytes of remote memory an art run needs (for sizing an embedded node):
-/// a leaf per key (twice: inserts of D), and internal nodes — about one
-/// 2 KiB node (NODE_256 room reserved) per 10 keys for random keys.
+/// a leaf per key (twice: inserts of D), and internal nodes, 2 KiB each
+/// (NODE_256 room reserved): about one per 6 random integer keys, up to
+/// one per key for string keys whose long shared prefixes split into
+/// chains. (The node's memory is touched only where it is used.)
 pub fn art_memory_estimate(cfg: &YcsbConfig) -> u64 {
     let ac = art_config(cfg);
     let leaf = dmkit_art::layout::leaf_bytes(ac.max_key, ac.max_value).next_multiple_of(64) as u64;
     let node = dmkit_art::layout::NODE_BYTES.next_multiple_of(64) as u64;
+    let nodes = match cfg.key_type {
+        KeyType::Int => cfg.keys.div_ceil(6),
+        KeyType::String => cfg.keys + cfg.keys / 2,
+    };
     2 * cfg.keys * leaf
-        + cfg.keys.div_ceil(6) * node
+        + nodes * node
         + (cfg.threads * cfg.machines) as u64 * 2 * ac.chunk_bytes
         + (64 << 20)
 }
