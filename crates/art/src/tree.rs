@@ -1382,6 +1382,7 @@ impl ArtClient {
             addr,
             what: "address beyond 48 bits",
         };
+        let mut views = Vec::with_capacity(plan.len());
         for (i, &(d, plen)) in plan.iter().enumerate() {
             let rev = if i == 0 { v.addr } else { addrs[i - 1] };
             let header = Header::new(d, NodeType::N4, &tk[d..d + plen]);
@@ -1398,6 +1399,7 @@ impl ArtClient {
                     .0;
                 img[3] = Slot::leaf(tk[q], units, leaf).ok_or(ptr_err(leaf))?.0;
             }
+            views.push(NodeView::new(addrs[i], header, rev, img[2..].to_vec()));
             let bytes: Vec<u8> = img.iter().flat_map(|w| w.to_le_bytes()).collect();
             let off = self.l_img() + i * NEW_NODE.next_multiple_of(64);
             ctx.put_local(off, &bytes);
@@ -1425,8 +1427,14 @@ impl ArtClient {
         ctx.set_local_u64(L_WORD, last.raw());
         ctx.write(old.ptr(), self.t.rkey(old.ptr().node())?, L_WORD, 8);
         ctx.sync().await?;
-        self.st.borrow_mut().cache.remove(v.addr);
-        self.count(|c| c.leaf_splits += 1);
+        let mut st = self.st.borrow_mut();
+        st.cache.remove(v.addr);
+        // The new nodes as published: a warm start for this client's cache
+        // (validated like any snapshot when used).
+        for nv in views {
+            st.cache.put(Rc::new(nv));
+        }
+        st.counters.leaf_splits += 1;
         Ok(Next::Done)
     }
 
