@@ -35,6 +35,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::rc::Rc;
 
 /// What a window is for.
@@ -67,10 +68,36 @@ pub(crate) struct Window {
 
 pub(crate) type Shared = Rc<RefCell<Window>>;
 
-/// One client's windows.
+/// One client's windows, by a 64-bit hash of the key (each window holds
+/// its key: a hash collision is a "hash conflict", run alone). Windows are
+/// recycled, so the common case — nobody else on the key — allocates
+/// nothing.
 #[derive(Default)]
 pub(crate) struct Table {
-    map: HashMap<Vec<u8>, Shared>,
+    map: HashMap<u64, (Vec<u8>, Shared), BuildHasherDefault<IdHasher>>,
+    pool: Vec<(Vec<u8>, Shared)>,
+}
+
+/// The map's keys are already hashes.
+#[derive(Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ b as u64;
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+fn key_hash(key: &[u8]) -> u64 {
+    dmkit_runtime::hash::hash64(key, 0x5D0C_A7E5)
 }
 
 /// The role a task takes for its operation on a key.
@@ -86,9 +113,10 @@ pub(crate) enum Role {
 impl Table {
     /// Opens a window for `key` or joins the open one of the same kind.
     pub fn enter(&mut self, key: &[u8], kind: Kind, value: &[u8]) -> Role {
-        if let Some(w) = self.map.get(key) {
+        let h = key_hash(key);
+        if let Some((k, w)) = self.map.get(&h) {
             let mut b = w.borrow_mut();
-            if b.kind == kind && b.open {
+            if k == key && b.kind == kind && b.open {
                 b.joined += 1;
                 if kind == Kind::Write {
                     b.value.clear();
@@ -99,26 +127,48 @@ impl Table {
             }
             return Role::Alone;
         }
-        let w = Rc::new(RefCell::new(Window {
-            kind,
-            open: true,
-            value: value.to_vec(),
-            joined: 0,
-            outcome: None,
-        }));
-        self.map.insert(key.to_vec(), w.clone());
+        let (mut k, w) = self.pool.pop().unwrap_or_else(|| {
+            (
+                Vec::new(),
+                Rc::new(RefCell::new(Window {
+                    kind,
+                    open: true,
+                    value: Vec::new(),
+                    joined: 0,
+                    outcome: None,
+                })),
+            )
+        });
+        {
+            let mut b = w.borrow_mut();
+            b.kind = kind;
+            b.open = true;
+            b.value.clear();
+            b.value.extend_from_slice(value);
+            b.joined = 0;
+            b.outcome = None;
+        }
+        k.clear();
+        k.extend_from_slice(key);
+        self.map.insert(h, (k, w.clone()));
         Role::Lead(w)
     }
 
-    /// The leader is done: publish `outcome` and drop the window.
+    /// The leader is done: publish `outcome` and drop the window (kept for
+    /// reuse once no joiner holds it).
     pub fn leave(&mut self, key: &[u8], w: &Shared, outcome: Outcome) {
         {
             let mut b = w.borrow_mut();
             b.open = false;
             b.outcome = Some(outcome);
         }
-        if self.map.get(key).is_some_and(|m| Rc::ptr_eq(m, w)) {
-            self.map.remove(key);
+        let h = key_hash(key);
+        if self.map.get(&h).is_some_and(|(_, m)| Rc::ptr_eq(m, w)) {
+            let (k, m) = self.map.remove(&h).expect("present");
+            // The caller's handle and this one: nobody else waits on it.
+            if Rc::strong_count(&m) == 2 && self.pool.len() < 64 {
+                self.pool.push((k, m));
+            }
         }
     }
 }
