@@ -473,11 +473,12 @@ enum LeafIs {
     Other { key: Vec<u8>, dead: bool },
 }
 
-/// Write operations sharing the insert/update path.
+/// Write operations sharing one traversal loop.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum WriteMode {
     Insert,
     Update,
+    Delete,
 }
 
 impl ArtClient {
@@ -989,38 +990,10 @@ impl ArtClient {
     pub async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, ArtError> {
         self.check_key(ctx, key)?;
         let _op = ctx.op("delete").await;
-        let tk = self.tree_key(key);
-        let mut conflicts = 0;
-        let mut from = Start::Top { use_cache: true };
-        loop {
-            let Some(p) = self.descend(ctx, &tk, from).await? else {
-                conflicts += 1;
-                self.pause(ctx, conflicts).await?;
-                from = Self::top(conflicts);
-                continue;
-            };
-            let Kind::Leaf { slot, .. } = p.kind else {
-                return Ok(false);
-            };
-            let done = if self.t.cfg.in_place {
-                self.locked_leaf(ctx, slot, key, None).await?
-            } else {
-                self.rcu_delete(ctx, slot, key).await?
-            };
-            match done {
-                Locked::Done => return Ok(true),
-                Locked::Absent if p.fresh => return Ok(false),
-                Locked::Absent => from = Self::again(&p),
-                Locked::Retry => {
-                    conflicts += 1;
-                    self.pause(ctx, conflicts).await?;
-                    from = Start::Top { use_cache: false };
-                }
-            }
-        }
+        self.write(ctx, key, &[], WriteMode::Delete, None).await
     }
 
-    /// Insert or update; an update takes its value from the
+    /// Insert, update or delete; an update takes its value from the
     /// write-combining window `wcb` when it has one.
     async fn write(
         &self,
@@ -1040,14 +1013,19 @@ impl ArtClient {
                 from = Self::top(conflicts);
                 continue;
             };
-            if mode == WriteMode::Update {
+            if mode != WriteMode::Insert {
                 let Kind::Leaf { slot, idx, .. } = p.kind else {
                     return Ok(false);
                 };
-                let r = if self.t.cfg.in_place {
-                    self.locked_leaf(ctx, slot, key, Some((value, wcb))).await?
-                } else {
-                    self.rcu_update(ctx, &p, idx, slot, key, value, wcb).await?
+                let r = match (mode, self.t.cfg.in_place) {
+                    (WriteMode::Update, true) => {
+                        self.locked_leaf(ctx, slot, key, Some((value, wcb))).await?
+                    }
+                    (WriteMode::Update, false) => {
+                        self.rcu_update(ctx, &p, idx, slot, key, value, wcb).await?
+                    }
+                    (_, true) => self.locked_leaf(ctx, slot, key, None).await?,
+                    (_, false) => self.rcu_delete(ctx, slot, key).await?,
                 };
                 match r {
                     Locked::Done => return Ok(true),
