@@ -32,6 +32,13 @@ pub struct ArtConfig {
     pub rear_lock: bool,
     /// Bytes of internal-node snapshots each client caches (0: no cache).
     pub cache_bytes: usize,
+    /// Lock-free internal nodes (SMART §4.1). Off: the baseline of Figure
+    /// 15 — every change of an internal node (insert into it, split, type
+    /// switch) first takes a lock on the node in a lock table on the memory
+    /// node (CAS with backoff) and releases it after (a WRITE): two more
+    /// round trips per change and serialised writers, as a lock-based ART
+    /// on disaggregated memory pays.
+    pub lock_free_internal: bool,
     /// Concurrent searches of one key on a client share one remote search
     /// (§4.2; see [`crate::rdwc`] for when they may).
     pub read_delegation: bool,
@@ -49,6 +56,7 @@ impl Default for ArtConfig {
             in_place: true,
             rear_lock: true,
             cache_bytes: 64 << 20,
+            lock_free_internal: true,
             read_delegation: true,
             write_combining: true,
             chunk_bytes: 4 << 20,
@@ -106,11 +114,12 @@ pub struct TreeCounters {
 /// The tree descriptor, the block the tree's named root points to.
 ///
 /// ```text
-///  0        8        16        24          32       40                64
-///  +--------+--------+---------+-----------+--------+-----------------+
-///  | magic  | root   | max_key | max_value | flags  |    (zero)       |
-///  +--------+--------+---------+-----------+--------+-----------------+
-/// flags: bit 0 = in-place leaves
+///  0        8        16        24          32       40       48       64
+///  +--------+--------+---------+-----------+--------+--------+--------+
+///  | magic  | root   | max_key | max_value | flags  | locks  | (zero) |
+///  +--------+--------+---------+-----------+--------+--------+--------+
+/// flags: bit 0 = in-place leaves; locks: the node-lock table (baseline
+/// without lock-free internal nodes), LOCK_WORDS words
 /// ```
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,11 +129,15 @@ pub struct TreeDesc {
     pub max_key: u64,
     pub max_value: u64,
     pub flags: u64,
-    pub reserved: [u64; 3],
+    pub locks: u64,
+    pub reserved: [u64; 2],
 }
 const _: () = assert!(std::mem::size_of::<TreeDesc>() == 64);
 
 const DESC_MAGIC: u64 = u64::from_le_bytes(*b"DMKITART");
+
+/// Words of the node-lock table (hashed by node address).
+pub const LOCK_WORDS: u64 = 1 << 14;
 
 impl TreeDesc {
     fn to_bytes(self) -> [u8; 64] {
@@ -135,6 +148,7 @@ impl TreeDesc {
             self.max_key,
             self.max_value,
             self.flags,
+            self.locks,
         ]
         .iter()
         .enumerate()
@@ -150,7 +164,8 @@ impl TreeDesc {
             max_key: word(b, 16),
             max_value: word(b, 24),
             flags: word(b, 32),
-            reserved: [0; 3],
+            locks: word(b, 40),
+            reserved: [0; 2],
         }
     }
 }
@@ -167,6 +182,8 @@ pub struct ArtTree {
     pub(crate) cfg: ArtConfig,
     desc: GlobalAddr,
     pub(crate) root: GlobalAddr,
+    /// The node-lock table.
+    locks: GlobalAddr,
     nodes: Vec<NodeId>,
     rkeys: Vec<Option<Rkey>>,
     /// Chunks taken by this process's clients (freed by `destroy`).
@@ -204,10 +221,12 @@ impl ArtTree {
             .ok_or_else(|| ArtError::Config("fabric has no memory nodes".into()))?;
         let rkeys = rkeys_of(fabric.as_ref(), &nodes)?;
         let oom = |what| move |source| ArtError::OutOfMemory { what, source };
+        let root_end = (64 + NODE_BYTES as u64).next_multiple_of(64);
         let (desc, _, _) = fabric
-            .alloc_chunk(home, 64 + NODE_BYTES as u64, true)
+            .alloc_chunk(home, root_end + 8 * LOCK_WORDS, true)
             .map_err(oom("allocating the root"))?;
         let root = desc.add(64);
+        let locks = desc.add(root_end);
         let result = (|| {
             let rk = rkeys[home as usize].expect("rkey of a listed node");
             let mut qp = SyncQp::new(fabric.as_ref(), home, 64)?;
@@ -219,7 +238,8 @@ impl ArtTree {
                 max_key: cfg.max_key as u64,
                 max_value: cfg.max_value as u64,
                 flags: cfg.in_place as u64,
-                reserved: [0; 3],
+                locks: locks.raw(),
+                reserved: [0; 2],
             };
             qp.write(desc, rk, &d.to_bytes())?;
             let rname = root_name(name);
@@ -245,6 +265,7 @@ impl ArtTree {
             cfg,
             desc,
             root,
+            locks,
             nodes,
             rkeys,
             chunks: Arc::default(),
@@ -293,6 +314,7 @@ impl ArtTree {
             cfg,
             desc,
             root: GlobalAddr::from_raw(d.root),
+            locks: GlobalAddr::from_raw(d.locks),
             nodes,
             rkeys,
             chunks: Arc::default(),
@@ -1053,20 +1075,31 @@ impl ArtClient {
                 continue;
             }
             let next = match p.kind {
-                Kind::Mismatch(j) => self.header_split(ctx, &p, j).await?,
-                Kind::NoSlot { pos } => self.normal_insert(ctx, &p, tk[pos], key, value).await?,
+                Kind::Mismatch(j) => {
+                    let at = p.link.map_or(p.v.addr, |l| l.parent);
+                    self.node_locked(ctx, at, self.header_split(ctx, &p, j))
+                        .await?
+                }
+                Kind::NoSlot { pos } => {
+                    self.node_locked(
+                        ctx,
+                        p.v.addr,
+                        self.normal_insert(ctx, &p, tk[pos], key, value),
+                    )
+                    .await?
+                }
                 Kind::Leaf { pos, idx, slot } => match self.read_leaf(ctx, slot, key).await? {
                     LeafIs::Live(_) | LeafIs::Replaced => return Ok(false),
                     LeafIs::Dead | LeafIs::Other { dead: true, .. } => {
-                        self.replace_dead(ctx, &p, idx, slot, tk[pos], key, value)
-                            .await?
+                        let f = self.replace_dead(ctx, &p, idx, slot, tk[pos], key, value);
+                        self.node_locked(ctx, p.v.addr, f).await?
                     }
                     LeafIs::Other {
                         key: k1,
                         dead: false,
                     } => {
-                        self.leaf_split(ctx, &p, pos, idx, slot, &tk, &k1, key, value)
-                            .await?
+                        let f = self.leaf_split(ctx, &p, pos, idx, slot, &tk, &k1, key, value);
+                        self.node_locked(ctx, p.v.addr, f).await?
                     }
                 },
             };
@@ -1080,6 +1113,38 @@ impl ArtClient {
                 }
             }
         }
+    }
+
+    /// Runs `f` (a change of internal node `node`) under the node's lock
+    /// when internal nodes are not lock-free; directly otherwise.
+    async fn node_locked<T>(
+        &self,
+        ctx: &Ctx,
+        node: GlobalAddr,
+        f: impl std::future::Future<Output = Result<T, ArtError>>,
+    ) -> Result<T, ArtError> {
+        if self.t.cfg.lock_free_internal {
+            return f.await;
+        }
+        let i = dmkit_runtime::hash::hash64(&node.raw().to_le_bytes(), 0x10C4) & (LOCK_WORDS - 1);
+        let lock = self.t.locks.add(8 * i);
+        let rk = self.t.rkey(lock.node())?;
+        let owner = self.st.borrow().owner;
+        let mut tries = 0u32;
+        while ctx.backoff_cas(lock, rk, 0, owner).await? != 0 {
+            tries += 1;
+            if tries > MAX_ATTEMPTS {
+                return Err(ArtError::TooManyRetries(tries));
+            }
+            if !ctx.conflict_avoidance() {
+                ctx.sleep(backoff(tries.min(6))).await;
+            }
+        }
+        let r = f.await;
+        ctx.set_local_u64(L_WORD, 0);
+        ctx.write(lock, rk, L_WORD, 8);
+        ctx.sync().await?;
+        r
     }
 
     /// Allocates a block of `bytes` near `prefer`.

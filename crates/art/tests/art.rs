@@ -323,8 +323,11 @@ fn a_warm_search_takes_one_round_trip() {
 }
 
 fn stress_threads(in_place: bool, seed: u64) {
+    stress_threads_with(cfg(in_place, true), seed)
+}
+
+fn stress_threads_with(mut c: ArtConfig, seed: u64) {
     let f = fabric(2, 256 << 20);
-    let mut c = cfg(in_place, true);
     c.max_value = 32;
     let tree = ArtTree::create(f.clone(), "stress", c).unwrap();
     let sc = StressConfig {
@@ -358,6 +361,19 @@ fn stress_threads(in_place: bool, seed: u64) {
 fn concurrent_threads_are_linearizable_in_place() {
     for seed in 1..=3 {
         stress_threads(true, seed);
+    }
+}
+
+#[test]
+fn concurrent_threads_are_linearizable_with_node_locks() {
+    for seed in 1..=2 {
+        stress_threads_with(
+            ArtConfig {
+                lock_free_internal: false,
+                ..cfg(false, true)
+            },
+            seed,
+        );
     }
 }
 

@@ -302,6 +302,7 @@ fn art(seed: u64) -> Result<Passed, String> {
         in_place: r.below(3) != 0,
         rear_lock: r.below(4) != 0,
         cache_bytes: if r.below(3) == 0 { 0 } else { 1 << 20 },
+        lock_free_internal: r.below(4) != 0,
         read_delegation: r.below(3) != 0,
         write_combining: r.below(3) != 0,
         chunk_bytes: 256 << 10,
@@ -326,7 +327,7 @@ fn art(seed: u64) -> Result<Passed, String> {
         torn: s.torn,
         delayed: s.delayed,
         shape: format!(
-            "{} threads × {} tasks × {} ops, {} hot keys, {} % fills, in-place {}, rear lock {}, cache {}, rd {}, wc {}, {} leaves in {} nodes",
+            "{} threads × {} tasks × {} ops, {} hot keys, {} % fills, in-place {}, rear lock {}, cache {}, rd {}, wc {}, lock-free {}, {} leaves in {} nodes",
             sc.workers,
             sc.tasks,
             sc.ops_per_task,
@@ -337,6 +338,7 @@ fn art(seed: u64) -> Result<Passed, String> {
             cfg.cache_bytes > 0,
             cfg.read_delegation,
             cfg.write_combining,
+            cfg.lock_free_internal,
             rep.leaves,
             rep.internal_nodes
         ),

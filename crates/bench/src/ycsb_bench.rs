@@ -95,6 +95,8 @@ pub struct ArtSwitches {
     pub rear_lock: bool,
     /// Read delegation and write combining among a thread's tasks.
     pub rdwc: bool,
+    /// Lock-free internal nodes (off: node locks, Figure 15's baseline).
+    pub lock_free_internal: bool,
 }
 
 impl Default for ArtSwitches {
@@ -104,6 +106,7 @@ impl Default for ArtSwitches {
             in_place: true,
             rear_lock: true,
             rdwc: true,
+            lock_free_internal: true,
         }
     }
 }
@@ -263,6 +266,7 @@ fn art_config(cfg: &YcsbConfig) -> ArtConfig {
         in_place: cfg.art.in_place,
         rear_lock: cfg.art.rear_lock,
         cache_bytes: cfg.art.cache_bytes,
+        lock_free_internal: cfg.art.lock_free_internal,
         read_delegation: cfg.art.rdwc,
         write_combining: cfg.art.rdwc,
         chunk_bytes: 4 << 20,

@@ -313,6 +313,10 @@ struct YcsbArgs {
     /// Radix tree: read delegation and write combining among a thread's tasks.
     #[arg(long, value_enum, default_value = "on")]
     rdwc: OnOff,
+    /// Radix tree: lock-free internal nodes (off: every internal-node change
+    /// under a remote node lock — Figure 15's baseline).
+    #[arg(long, value_enum, default_value = "on")]
+    lock_free_internal: OnOff,
     #[command(flatten)]
     switches: SwitchArgs,
     #[arg(long, default_value_t = 1)]
@@ -854,6 +858,7 @@ fn bench_ycsb(a: YcsbArgs) -> Res {
             in_place: a.in_place_leaf == OnOff::On,
             rear_lock: a.rear_lock == OnOff::On,
             rdwc: a.rdwc == OnOff::On,
+            lock_free_internal: a.lock_free_internal == OnOff::On,
         },
     };
     let needed = match cfg.index {

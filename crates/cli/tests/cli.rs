@@ -461,7 +461,17 @@ fn ycsb_on_the_radix_tree_with_its_switches() {
     let dir = tempfile::tempdir().unwrap();
     for (wl, extra) in [
         ("e", vec![]),
-        ("a", vec!["--in-place-leaf", "off", "--art-cache", "0"]),
+        (
+            "a",
+            vec![
+                "--in-place-leaf",
+                "off",
+                "--art-cache",
+                "0",
+                "--lock-free-internal",
+                "off",
+            ],
+        ),
         ("a", vec!["--rear-lock", "off", "--rdwc", "off"]),
     ] {
         let json = dir.path().join("art.json");
