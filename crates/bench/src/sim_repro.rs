@@ -40,6 +40,16 @@
 //!   B+tree index exists the figure reports `art` alone — the paper's one
 //!   absolute number is SMART's YCSB C peak, up to 96 Mops (with read
 //!   delegation, which dmkit's tree does not have yet).
+//! - `smart-art-fig15` — §5.3, Fig. 15: the factor analysis. From the
+//!   naive tree (node locks, out-of-place leaves, no rear lock, no
+//!   RDWC), each technique is switched on in turn and the workload the
+//!   paper names for it is run: lock-free internal nodes on LOAD (paper
+//!   1.5×), in-place leaves on B (1.5×), the rear lock on A (3.0×), read
+//!   delegation on C (1.1×) and write combining on A (1.1×); rows are the
+//!   throughput with and without the technique and their ratio (published
+//!   ratio beside it). dmkit switches read delegation and write combining
+//!   together (`--rdwc`), so both of their rows measure both. 16 compute
+//!   nodes × 24 threads as in the paper (quick: 16 × 2), 4 tasks each.
 //!
 //! Throttled runs use Algorithm 1's candidate list, `C_max` ∈ {4, 6, 8,
 //! 10, 12} (line 17), unless told otherwise. The runtime's default list adds
@@ -113,13 +123,14 @@ impl Default for ReproOptions {
 }
 
 /// Figures this build reproduces.
-pub const FIGURES: [&str; 6] = [
+pub const FIGURES: [&str; 7] = [
     "smart-fig3a",
     "smart-fig4a",
     "smart-table1",
     "smart-fig7",
     "smart-fig14",
     "smart-art-fig11",
+    "smart-art-fig15",
 ];
 
 /// Progress callback: `(runs done, runs total)`.
@@ -166,6 +177,7 @@ pub fn reproduce(
         "smart-fig7" => (fig7(opts, &mut acc, progress)?, 1.0),
         "smart-fig14" => (fig14(opts, &mut acc, progress)?, 1.0),
         "smart-art-fig11" => (art_fig11(opts, &mut acc, progress)?, 1.0),
+        "smart-art-fig15" => (art_fig15(opts, &mut acc, progress)?, 1.0),
         _ => {
             return Err(BenchError::Config(format!(
                 "no figure {name:?}; this build reproduces: {}",
@@ -176,7 +188,7 @@ pub fn reproduce(
     let wall_seconds = wall.elapsed().as_secs_f64();
     Ok(Figure {
         figure: name.into(),
-        profile: if name == "smart-art-fig11" {
+        profile: if name.starts_with("smart-art") {
             format!("{}, link at 100 Gb", opts.profile.name)
         } else {
             opts.profile.name.clone()
@@ -458,15 +470,124 @@ fn fig7(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<St
     Ok("compute nodes (96 threads × 8 tasks each)".into())
 }
 
+/// One YCSB run of the radix tree on the simulator: 16 compute nodes × `t`
+/// threads × 4 tasks, 2 memory nodes, the profile's link at 100 Gb.
+fn art_run(
+    opts: &ReproOptions,
+    w: crate::ycsb::Workload,
+    t: usize,
+    art: crate::ycsb_bench::ArtSwitches,
+    acc: &mut Acc,
+) -> Result<crate::ycsb_bench::YcsbResult, BenchError> {
+    use crate::ycsb::KeyType;
+    use crate::ycsb_bench::{self, IndexKind, Platform, YcsbConfig};
+    let mut profile = opts.profile.clone();
+    profile.link.gbps = 100.0;
+    let machines = 16;
+    let mut runtime = dmkit_runtime::RuntimeConfig {
+        seed: opts.seed,
+        ..Default::default()
+    };
+    runtime.tuner.candidates = opts.candidates.clone();
+    let cfg = YcsbConfig {
+        index: IndexKind::Art,
+        workload: w,
+        keys: if opts.quick { 20_000 } else { 1_000_000 },
+        threads: t,
+        machines,
+        coros: 4,
+        theta: 0.99,
+        distribution: None,
+        zipf_items: Some(100_000_000),
+        key_type: KeyType::Int,
+        value_size: 8,
+        duration: std::time::Duration::from_millis(if opts.quick { 1 } else { 10 }),
+        warmup: std::time::Duration::from_millis(if opts.quick { 1 } else { 5 }),
+        seed: opts.seed,
+        runtime,
+        art,
+        cache_entries: 0,
+    };
+    let needed = ycsb_bench::art_memory_estimate(&cfg);
+    let sim = dmkit_sim::SimConfig {
+        profile,
+        compute_machines: machines,
+        memory_nodes: 2,
+        memory_bytes: needed / 2 + (64 << 20),
+        page_size: 2 << 20,
+        seed: opts.seed,
+        ..Default::default()
+    };
+    let r = ycsb_bench::run(Platform::Sim(Box::new(sim)), &cfg, &|_, _, _| {})?;
+    acc.verbs += (r.verbs_per_op * r.ops as f64) as u64;
+    Ok(r)
+}
+
+fn art_fig15(
+    opts: &ReproOptions,
+    acc: &mut Acc,
+    progress: Progress<'_>,
+) -> Result<String, BenchError> {
+    use crate::ycsb::Workload;
+    use crate::ycsb_bench::ArtSwitches;
+    let t = if opts.quick { 2 } else { 24 };
+    let naive = ArtSwitches {
+        cache_bytes: 64 << 20,
+        in_place: false,
+        rear_lock: false,
+        rdwc: false,
+        lock_free_internal: false,
+    };
+    let lock_free = ArtSwitches {
+        lock_free_internal: true,
+        ..naive
+    };
+    let in_place = ArtSwitches {
+        in_place: true,
+        ..lock_free
+    };
+    let rear = ArtSwitches {
+        rear_lock: true,
+        ..in_place
+    };
+    let rdwc = ArtSwitches { rdwc: true, ..rear };
+    let steps = [
+        (
+            "+lock-free internal (load)",
+            Workload::Load,
+            naive,
+            lock_free,
+            1.5,
+        ),
+        ("+in-place leaf (b)", Workload::B, lock_free, in_place, 1.5),
+        ("+rear lock (a)", Workload::A, in_place, rear, 3.0),
+        ("+read delegation (c)", Workload::C, rear, rdwc, 1.1),
+        ("+write combining (a)", Workload::A, rear, rdwc, 1.1),
+    ];
+    for (i, (name, w, before, after, published)) in steps.into_iter().enumerate() {
+        let b = art_run(opts, w, t, before, acc)?;
+        let a = art_run(opts, w, t, after, acc)?;
+        let x = (i + 1) as f64;
+        acc.push(&format!("{name} without"), x, b.mops, "Mops", None);
+        acc.push(&format!("{name} with"), x, a.mops, "Mops", None);
+        acc.push(
+            &format!("{name} speed-up"),
+            x,
+            a.mops / b.mops.max(1e-9),
+            "x",
+            Some(published),
+        );
+        progress(i + 1, steps.len());
+    }
+    Ok("technique added (16 compute nodes)".into())
+}
+
 fn art_fig11(
     opts: &ReproOptions,
     acc: &mut Acc,
     progress: Progress<'_>,
 ) -> Result<String, BenchError> {
-    use crate::ycsb::{KeyType, Workload};
-    use crate::ycsb_bench::{self, IndexKind, Platform, YcsbConfig};
-    let mut profile = opts.profile.clone();
-    profile.link.gbps = 100.0;
+    use crate::ycsb::Workload;
     let machines = 16;
     let threads: &[usize] = if opts.quick { &[1] } else { &[1, 8, 24] };
     let workloads = [
@@ -481,42 +602,7 @@ fn art_fig11(
     let mut done = 0;
     for (w, name) in workloads {
         for &t in threads {
-            let mut runtime = dmkit_runtime::RuntimeConfig {
-                seed: opts.seed,
-                ..Default::default()
-            };
-            runtime.tuner.candidates = opts.candidates.clone();
-            let cfg = YcsbConfig {
-                index: IndexKind::Art,
-                workload: w,
-                keys: if opts.quick { 20_000 } else { 1_000_000 },
-                threads: t,
-                machines,
-                coros: 4,
-                theta: 0.99,
-                distribution: None,
-                zipf_items: Some(100_000_000),
-                key_type: KeyType::Int,
-                value_size: 8,
-                duration: std::time::Duration::from_millis(if opts.quick { 1 } else { 10 }),
-                warmup: std::time::Duration::from_millis(if opts.quick { 1 } else { 5 }),
-                seed: opts.seed,
-                runtime,
-                art: Default::default(),
-                cache_entries: 0,
-            };
-            let needed = ycsb_bench::art_memory_estimate(&cfg);
-            let sim = dmkit_sim::SimConfig {
-                profile: profile.clone(),
-                compute_machines: machines,
-                memory_nodes: 2,
-                memory_bytes: needed / 2 + (64 << 20),
-                page_size: 2 << 20,
-                seed: opts.seed,
-                ..Default::default()
-            };
-            let r = ycsb_bench::run(Platform::Sim(Box::new(sim)), &cfg, &|_, _, _| {})?;
-            acc.verbs += (r.verbs_per_op * r.ops as f64) as u64;
+            let r = art_run(opts, w, t, Default::default(), acc)?;
             let clients = (machines * t) as f64;
             acc.push(&format!("art {name}"), clients, r.mops, "Mops", None);
             acc.push(&format!("art {name} p99"), clients, r.p99_us, "us", None);

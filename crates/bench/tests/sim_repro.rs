@@ -92,3 +92,26 @@ fn art_fig11_runs_every_workload_on_sixteen_compute_nodes() {
     assert!(rt("art c round trips") < 1.5, "{}", rt("art c round trips"));
     assert!(rt("art e round trips") > rt("art c round trips"));
 }
+
+#[test]
+fn art_fig15_switches_each_technique_on_in_turn() {
+    let f = reproduce("smart-art-fig15", &quick(), &|_, _| {}).unwrap();
+    let ups: Vec<_> = f
+        .rows
+        .iter()
+        .filter(|r| r.series.ends_with("speed-up"))
+        .collect();
+    assert_eq!(ups.len(), 5);
+    for r in &ups {
+        assert!(r.value > 0.0 && r.published.is_some(), "{r:?}");
+    }
+    // The techniques the paper credits most must help here too.
+    let up = |s: &str| ups.iter().find(|r| r.series.starts_with(s)).unwrap().value;
+    assert!(
+        up("+lock-free internal") > 1.2,
+        "{}",
+        up("+lock-free internal")
+    );
+    assert!(up("+in-place leaf") > 1.2, "{}", up("+in-place leaf"));
+    assert!(up("+rear lock") > 1.2, "{}", up("+rear lock"));
+}
