@@ -59,12 +59,17 @@
 //! time share one remote operation, within windows that keep every
 //! operation linearizable.
 //!
+//! ## Figure 15's switches
+//! `lock_free_internal` (off: every internal-node change under a remote
+//! node lock, the naive baseline), `in_place`, `rear_lock`,
+//! `read_delegation`, `write_combining` and the cache budget; `dmkit sim
+//! reproduce smart-art-fig15` switches them on one by one.
+//!
 //! ## Not (yet) here
-//! Windows spanning the threads of a machine (they are per worker), a
-//! lock-based internal-node
-//! baseline for Figure 15, and reclamation of dead leaves (a deleted or
-//! replaced leaf is never reused; its memory returns when the tree is
-//! destroyed). A client that dies holding a leaf lock blocks that key.
+//! Windows spanning the threads of a machine (they are per worker), and
+//! reclamation of dead leaves (a deleted or replaced leaf is never reused;
+//! its memory returns when the tree is destroyed). A client that dies
+//! holding a leaf lock (or, in the baseline, a node lock) blocks it.
 
 pub mod cache;
 pub mod check;
