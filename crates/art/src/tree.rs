@@ -192,18 +192,6 @@ pub struct ArtTree {
     in_order: bool,
 }
 
-fn rkeys_of(fabric: &dyn Fabric, nodes: &[NodeId]) -> Result<Vec<Option<Rkey>>, ArtError> {
-    let mut rk = Vec::new();
-    for &n in nodes {
-        let i = n as usize;
-        if rk.len() <= i {
-            rk.resize(i + 1, None);
-        }
-        rk[i] = Some(fabric.heap(n)?.rkey);
-    }
-    Ok(rk)
-}
-
 impl ArtTree {
     /// Creates tree `name` (descriptor and root node on the lowest memory
     /// node; other nodes spread over the fabric by the clients'
@@ -219,7 +207,7 @@ impl ArtTree {
         let home = *nodes
             .first()
             .ok_or_else(|| ArtError::Config("fabric has no memory nodes".into()))?;
-        let rkeys = rkeys_of(fabric.as_ref(), &nodes)?;
+        let rkeys = dmkit_fabric::heap_rkeys(fabric.as_ref(), &nodes)?;
         let oom = |what| move |source| ArtError::OutOfMemory { what, source };
         let root_end = (64 + NODE_BYTES as u64).next_multiple_of(64);
         let (desc, _, _) = fabric
@@ -285,7 +273,7 @@ impl ArtTree {
         let home = *nodes
             .first()
             .ok_or_else(|| ArtError::Config("fabric has no memory nodes".into()))?;
-        let rkeys = rkeys_of(fabric.as_ref(), &nodes)?;
+        let rkeys = dmkit_fabric::heap_rkeys(fabric.as_ref(), &nodes)?;
         let desc = fabric
             .get_root(home, &root_name(name))?
             .filter(|&v| v != 0)

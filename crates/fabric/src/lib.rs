@@ -47,6 +47,21 @@ pub use shared::SharedQp;
 pub use sync::SyncQp;
 pub use wr::{Batch, Completion, LocalRef, Op, Sgl, VerbKind, WorkRequest};
 
+/// The heap rkey of each of `nodes`, indexed by node id (`None` for ids
+/// not listed): what a data structure spread over the nodes keeps to
+/// address them.
+pub fn heap_rkeys(fabric: &dyn Fabric, nodes: &[NodeId]) -> Result<Vec<Option<Rkey>>, FabricError> {
+    let mut rk = Vec::new();
+    for &n in nodes {
+        let i = n as usize;
+        if rk.len() <= i {
+            rk.resize(i + 1, None);
+        }
+        rk[i] = Some(fabric.heap(n)?.rkey);
+    }
+    Ok(rk)
+}
+
 /// How a thread's connection shares NIC resources with other threads'
 /// (SMART §3.1's allocation policies, Figure 3a; §4.1's per-thread doorbell).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -110,18 +110,6 @@ fn root_name(name: &str) -> String {
     format!("race/{name}")
 }
 
-fn rkeys_of(fabric: &dyn Fabric, nodes: &[NodeId]) -> Result<Vec<Option<Rkey>>, RaceError> {
-    let mut rk = Vec::new();
-    for &n in nodes {
-        let i = n as usize;
-        if rk.len() <= i {
-            rk.resize(i + 1, None);
-        }
-        rk[i] = Some(fabric.heap(n)?.rkey);
-    }
-    Ok(rk)
-}
-
 /// The bytes `[from, from+len)` of a fresh subtable's image.
 fn subtable_image(geo: Geometry, depth: u32, suffix: u64, from: u64, len: usize) -> Vec<u8> {
     let mut out = vec![0u8; len];
@@ -164,7 +152,7 @@ impl RaceTable {
         let home = *nodes
             .first()
             .ok_or_else(|| RaceError::Config("fabric has no memory nodes".into()))?;
-        let rkeys = rkeys_of(fabric.as_ref(), &nodes)?;
+        let rkeys = dmkit_fabric::heap_rkeys(fabric.as_ref(), &nodes)?;
         let geo = Geometry { groups: cfg.groups };
         let entries = 1u64 << cfg.max_depth;
         let oom = |what| move |source| RaceError::OutOfMemory { what, source };
@@ -268,7 +256,7 @@ impl RaceTable {
         let home = *nodes
             .first()
             .ok_or_else(|| RaceError::Config("fabric has no memory nodes".into()))?;
-        let rkeys = rkeys_of(fabric.as_ref(), &nodes)?;
+        let rkeys = dmkit_fabric::heap_rkeys(fabric.as_ref(), &nodes)?;
         let dir = fabric
             .get_root(home, &root_name(name))?
             .filter(|&v| v != 0)
