@@ -207,15 +207,7 @@ fn race(seed: u64) -> Result<Passed, String> {
         chunk_bytes: 256 << 10,
         seed,
     };
-    let sc = StressConfig {
-        workers: 2 + r.below(3) as usize,
-        tasks: 1 + r.below(5) as usize,
-        ops_per_task: 150 + r.below(150) as usize,
-        hot_keys: 2 + r.below(6),
-        fill_percent: r.below(5) as u32 * 10,
-        seed,
-        client_base: 0,
-    };
+    let sc = stress_shape(&mut r, seed);
     let table = RaceTable::create(f.clone(), "check", cfg).map_err(|e| e.to_string())?;
     let (ops, now) = stress_on_sim(&mut sim, &|id| table.client(id), &sc)?;
     let s = sim.stats();
@@ -240,6 +232,19 @@ fn race(seed: u64) -> Result<Passed, String> {
 /// threads (clients from `client`), reads the final state with a fresh
 /// client and checks it all (`stress::verify`). Returns (operations, the
 /// virtual time at the end of the workload).
+/// A map scenario's workload shape, drawn from the seed's generator.
+fn stress_shape(r: &mut Rng, seed: u64) -> StressConfig {
+    StressConfig {
+        workers: 2 + r.below(3) as usize,
+        tasks: 1 + r.below(5) as usize,
+        ops_per_task: 150 + r.below(150) as usize,
+        hot_keys: 2 + r.below(6),
+        fill_percent: r.below(5) as u32 * 10,
+        seed,
+        client_base: 0,
+    }
+}
+
 fn stress_on_sim<C: StressClient>(
     sim: &mut Sim,
     client: &dyn Fn(u64) -> C,
@@ -307,15 +312,7 @@ fn art(seed: u64) -> Result<Passed, String> {
         write_combining: r.below(3) != 0,
         chunk_bytes: 256 << 10,
     };
-    let sc = StressConfig {
-        workers: 2 + r.below(3) as usize,
-        tasks: 1 + r.below(5) as usize,
-        ops_per_task: 150 + r.below(150) as usize,
-        hot_keys: 2 + r.below(6),
-        fill_percent: r.below(5) as u32 * 10,
-        seed,
-        client_base: 0,
-    };
+    let sc = stress_shape(&mut r, seed);
     let tree = ArtTree::create(f.clone(), "check", cfg.clone()).map_err(|e| e.to_string())?;
     let run = stress_on_sim(&mut sim, &|id| tree.client(id), &sc);
     let rep = dmkit_art::check_tree(&tree).map_err(|e| format!("structure: {e}"))?;

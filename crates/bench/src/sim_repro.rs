@@ -376,7 +376,7 @@ fn ht_run(
     acc: &mut Acc,
 ) -> Result<crate::ycsb_bench::YcsbResult, BenchError> {
     use crate::ycsb::KeyType;
-    use crate::ycsb_bench::{self, IndexKind, Platform, YcsbConfig};
+    use crate::ycsb_bench::{IndexKind, YcsbConfig};
     let mut runtime = dmkit_runtime::RuntimeConfig {
         thread_aware: p.smart,
         throttle: p.smart,
@@ -410,17 +410,29 @@ fn ht_run(
         art: Default::default(),
         cache_entries: 0,
     };
-    let needed = ycsb_bench::race_memory_estimate(&cfg);
+    sim_ycsb(opts, opts.profile.clone(), &cfg, acc)
+}
+
+/// Runs YCSB run `cfg` on the simulator: `cfg.machines` compute machines
+/// on `profile`, 2 memory nodes sized for the index, 2 MiB pages.
+fn sim_ycsb(
+    opts: &ReproOptions,
+    profile: Profile,
+    cfg: &crate::ycsb_bench::YcsbConfig,
+    acc: &mut Acc,
+) -> Result<crate::ycsb_bench::YcsbResult, BenchError> {
+    use crate::ycsb_bench::{self, Platform};
+    let needed = ycsb_bench::memory_estimate(cfg);
     let sim = dmkit_sim::SimConfig {
-        profile: opts.profile.clone(),
-        compute_machines: p.machines,
+        profile,
+        compute_machines: cfg.machines,
         memory_nodes: 2,
         memory_bytes: needed / 2 + (64 << 20),
         page_size: 2 << 20,
         seed: opts.seed,
         ..Default::default()
     };
-    let r = ycsb_bench::run(Platform::Sim(Box::new(sim)), &cfg, &|_, _, _| {})?;
+    let r = ycsb_bench::run(Platform::Sim(Box::new(sim)), cfg, &|_, _, _| {})?;
     acc.verbs += (r.verbs_per_op * r.ops as f64) as u64;
     Ok(r)
 }
@@ -480,7 +492,7 @@ fn art_run(
     acc: &mut Acc,
 ) -> Result<crate::ycsb_bench::YcsbResult, BenchError> {
     use crate::ycsb::KeyType;
-    use crate::ycsb_bench::{self, IndexKind, Platform, YcsbConfig};
+    use crate::ycsb_bench::{IndexKind, YcsbConfig};
     let mut profile = opts.profile.clone();
     profile.link.gbps = 100.0;
     let machines = 16;
@@ -508,19 +520,7 @@ fn art_run(
         art,
         cache_entries: 0,
     };
-    let needed = ycsb_bench::art_memory_estimate(&cfg);
-    let sim = dmkit_sim::SimConfig {
-        profile,
-        compute_machines: machines,
-        memory_nodes: 2,
-        memory_bytes: needed / 2 + (64 << 20),
-        page_size: 2 << 20,
-        seed: opts.seed,
-        ..Default::default()
-    };
-    let r = ycsb_bench::run(Platform::Sim(Box::new(sim)), &cfg, &|_, _, _| {})?;
-    acc.verbs += (r.verbs_per_op * r.ops as f64) as u64;
-    Ok(r)
+    sim_ycsb(opts, profile, &cfg, acc)
 }
 
 fn art_fig15(

@@ -237,6 +237,16 @@ pub fn race_memory_estimate(cfg: &YcsbConfig) -> u64 {
         + (64 << 20)
 }
 
+/// Bytes of remote memory a run of `cfg.index` needs (for sizing an
+/// embedded or simulated node; local indexes need none beyond the
+/// estimate's floor).
+pub fn memory_estimate(cfg: &YcsbConfig) -> u64 {
+    match cfg.index {
+        IndexKind::Art => art_memory_estimate(cfg),
+        _ => race_memory_estimate(cfg),
+    }
+}
+
 /// Bytes of remote memory an art run needs (for sizing an embedded node):
 /// a leaf per key (twice: inserts of D), and internal nodes, 2 KiB each
 /// (NODE_256 room reserved): about one per 6 random integer keys, up to

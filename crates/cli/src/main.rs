@@ -861,10 +861,7 @@ fn bench_ycsb(a: YcsbArgs) -> Res {
             lock_free_internal: a.lock_free_internal == OnOff::On,
         },
     };
-    let needed = match cfg.index {
-        ycsb_bench::IndexKind::Art => ycsb_bench::art_memory_estimate(&cfg),
-        _ => ycsb_bench::race_memory_estimate(&cfg),
-    };
+    let needed = ycsb_bench::memory_estimate(&cfg);
     let platform = match a.fabric.backend {
         Backend::Sim => ycsb_bench::Platform::Sim(Box::new(a.fabric.sim_config(needed, a.seed)?)),
         Backend::Shm | Backend::Verbs => {
