@@ -201,11 +201,6 @@ impl Cache {
         Some(e.view.clone())
     }
 
-    /// Marks `addr` as used now (for eviction).
-    pub fn touch(&mut self, addr: GlobalAddr) {
-        let _ = self.get_touch(addr);
-    }
-
     pub fn put(&mut self, view: Rc<NodeView>) {
         if self.budget == 0 {
             return;
@@ -283,7 +278,7 @@ mod tests {
         c.put(view(1, 4)); // the root
         for i in 2..=20 {
             c.put(view(i, 4));
-            c.touch(GlobalAddr::new(0, 64 * 2));
+            c.get_touch(GlobalAddr::new(0, 64 * 2));
         }
         assert!(c.bytes() <= 10 * 96);
         assert!(c.get(root).is_some(), "the root stays");
