@@ -326,14 +326,7 @@ pub fn word(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
-/// The tree key of `key` for a tree whose keys are at most `max_key`
-/// bytes (see the module docs).
-pub fn tree_key(key: &[u8], max_key: usize, out: &mut Vec<u8>) {
-    out.clear();
-    out.extend_from_slice(key);
-    out.resize(max_key, 0);
-    out.push(key.len() as u8);
-}
+pub use dmkit_runtime::keys::tree_key;
 
 #[cfg(test)]
 mod tests {

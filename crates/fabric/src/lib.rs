@@ -295,6 +295,16 @@ pub trait Fabric: Send + Sync {
         }
     }
 
+    /// Asks the backend to serve `[addr, addr+len)` from on-NIC device
+    /// memory (Sherman keeps its lock table there: atomics on it skip the
+    /// host's PCIe round trip, SwordBox §3.2). Returns whether it does;
+    /// backends without device memory (see [`Capabilities::on_nic_memory`])
+    /// keep the range in host memory and return `false`.
+    fn place_in_device_memory(&self, addr: GlobalAddr, len: u64) -> bool {
+        let _ = (addr, len);
+        false
+    }
+
     /// Asks the node to shut down.
     fn shutdown_node(&self, node: NodeId) -> Result<(), FabricError> {
         match self.rpc(node, Request::Shutdown)? {

@@ -30,6 +30,7 @@ pub mod clock;
 pub mod config;
 pub mod ctx;
 pub mod hash;
+pub mod keys;
 pub mod lock;
 pub mod rng;
 pub mod stats;

@@ -45,6 +45,14 @@ impl SimFabric {
 }
 
 impl Fabric for SimFabric {
+    fn place_in_device_memory(&self, addr: dmkit_fabric::GlobalAddr, len: u64) -> bool {
+        if !self.caps.on_nic_memory {
+            return false;
+        }
+        self.mark_device_memory(addr, len);
+        true
+    }
+
     fn backend(&self) -> &'static str {
         "sim"
     }
