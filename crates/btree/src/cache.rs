@@ -1,0 +1,179 @@
+//! The client caches: snapshots of internal nodes under a byte budget
+//! (Sherman's index cache, validated by fence keys when a traversal
+//! leaves them), and SMART-BT's speculative-lookup table, key → remote
+//! slot address.
+
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+
+use dmkit_fabric::GlobalAddr;
+
+use crate::layout::{Fence, Node};
+
+/// What a traversal keeps of an internal node (or, uncached, of a leaf).
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub addr: GlobalAddr,
+    pub level: u8,
+    pub lo: Fence,
+    pub hi: Fence,
+    pub sibling: GlobalAddr,
+    pub leftmost: GlobalAddr,
+    pub keys: Vec<Vec<u8>>,
+    pub children: Vec<GlobalAddr>,
+}
+
+impl Snapshot {
+    pub fn of(addr: GlobalAddr, n: &Node<'_>) -> Self {
+        let (keys, children) = if n.is_leaf() {
+            (Vec::new(), Vec::new())
+        } else {
+            n.inner_entries().into_iter().unzip()
+        };
+        Snapshot {
+            addr,
+            level: n.level(),
+            lo: n.lo(),
+            hi: n.hi(),
+            sibling: n.sibling(),
+            leftmost: n.leftmost(),
+            keys,
+            children,
+        }
+    }
+
+    /// Whether `tk` is in `[lo, hi)`.
+    pub fn covers(&self, tk: &[u8]) -> bool {
+        self.lo.le(tk) && self.hi.gt(tk)
+    }
+
+    /// The child for `tk`: the last key ≤ `tk`, else the leftmost child.
+    pub fn child_for(&self, tk: &[u8]) -> GlobalAddr {
+        let i = self.keys.partition_point(|k| k.as_slice() <= tk);
+        if i == 0 {
+            self.leftmost
+        } else {
+            self.children[i - 1]
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        96 + self.keys.iter().map(|k| k.len() + 32).sum::<usize>()
+    }
+}
+
+/// Snapshots of internal nodes: by address, and the level-1 ones (parents
+/// of leaves) by lower fence, so a warm lookup finds its leaf without a
+/// remote read.
+pub struct Cache {
+    budget: usize,
+    bytes: usize,
+    by_addr: HashMap<u64, Rc<Snapshot>>,
+    level1: BTreeMap<Fence, u64>,
+}
+
+impl Cache {
+    pub fn new(budget: usize) -> Self {
+        Self {
+            budget,
+            bytes: 0,
+            by_addr: HashMap::new(),
+            level1: BTreeMap::new(),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.budget > 0
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_addr.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_addr.is_empty()
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn get(&self, addr: GlobalAddr) -> Option<Rc<Snapshot>> {
+        self.by_addr.get(&addr.raw()).cloned()
+    }
+
+    /// The level-1 snapshot covering `tk`.
+    pub fn parent_of_leaf(&self, tk: &[u8]) -> Option<Rc<Snapshot>> {
+        let (_, a) = self.level1.range(..=Fence::Key(tk.to_vec())).next_back()?;
+        let s = self.by_addr.get(a)?;
+        s.covers(tk).then(|| s.clone())
+    }
+
+    pub fn put(&mut self, s: Snapshot) {
+        if !self.enabled() || s.level == 0 {
+            return;
+        }
+        self.remove(s.addr);
+        let b = s.bytes();
+        while self.bytes + b > self.budget && !self.by_addr.is_empty() {
+            let victim = *self.by_addr.keys().next().expect("non-empty");
+            self.remove(GlobalAddr::from_raw(victim));
+        }
+        if s.level == 1 {
+            self.level1.insert(s.lo.clone(), s.addr.raw());
+        }
+        self.bytes += b;
+        self.by_addr.insert(s.addr.raw(), Rc::new(s));
+    }
+
+    pub fn remove(&mut self, addr: GlobalAddr) {
+        if let Some(old) = self.by_addr.remove(&addr.raw()) {
+            self.bytes -= old.bytes();
+            if old.level == 1 && self.level1.get(&old.lo) == Some(&addr.raw()) {
+                self.level1.remove(&old.lo);
+            }
+        }
+    }
+}
+
+/// SMART-BT's speculative-lookup table: tree key → address of the leaf
+/// slot that last held it, at most `cap` entries.
+pub struct SpecCache {
+    cap: usize,
+    map: HashMap<Vec<u8>, u64>,
+}
+
+impl SpecCache {
+    pub fn new(cap: usize) -> Self {
+        Self {
+            cap,
+            map: HashMap::new(),
+        }
+    }
+    pub fn get(&self, tk: &[u8]) -> Option<GlobalAddr> {
+        self.map.get(tk).map(|&a| GlobalAddr::from_raw(a))
+    }
+    pub fn put(&mut self, tk: &[u8], slot: GlobalAddr) {
+        if self.cap == 0 {
+            return;
+        }
+        if let Some(v) = self.map.get_mut(tk) {
+            *v = slot.raw();
+            return;
+        }
+        if self.map.len() >= self.cap {
+            let victim = self.map.keys().next().expect("non-empty").clone();
+            self.map.remove(&victim);
+        }
+        self.map.insert(tk.to_vec(), slot.raw());
+    }
+    pub fn remove(&mut self, tk: &[u8]) {
+        self.map.remove(tk);
+    }
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}

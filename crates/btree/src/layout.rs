@@ -1,0 +1,607 @@
+//! Remote layouts of the B-link tree: node header, slots, tree descriptor.
+//!
+//! ## Node
+//!
+//! Every node (leaf or internal) is `node_bytes` long (a multiple of 64;
+//! 1 KiB by default) and starts with a header:
+//!
+//! ```text
+//!  0        8        16        24         32            32+F          32+2F
+//!  +--------+--------+---------+----------+-------------+-------------+------
+//!  | meta   | info   | sibling | leftmost | lo fence    | hi fence    | slots
+//!  +--------+--------+---------+----------+-------------+-------------+------
+//!  meta:  version (32) | checksum of bytes 8..32+2F (32)
+//!  info:  level (8, leaves 0) | count (16, internal: slots in use) |
+//!         flags (8: bit 0 lo = -inf, bit 1 hi = +inf) | zero (32)
+//!  sibling, leftmost: raw GlobalAddr (0 = none); leftmost: internal nodes'
+//!         child left of their first key
+//!  fences: tree keys (F = max_key + 1 rounded up to 8 bytes)
+//! ```
+//!
+//! followed by fixed-size slots, `span` of them:
+//!
+//! ```text
+//!  0        8             8+F
+//!  +--------+-------------+----------------------------------+
+//!  | meta   | tree key    | leaf: value (max_value, padded)  |
+//!  |        |             | internal: child (8)              |
+//!  +--------+-------------+----------------------------------+
+//!  meta:  valid (1) | version (15) | value length (16) | checksum (32)
+//! ```
+//!
+//! ## Versions: per-entry, not per-cacheline
+//!
+//! SMART-BT (ASPLOS'24 §5.2) replaces Sherman's two-level versions with
+//! FaRM's per-cacheline versions, because an RNIC need not place a WRITE's
+//! bytes in address order, and relies on the RNIC writing one cacheline
+//! atomically. dmkit's fabric contract promises less (aligned 8-byte words;
+//! the simulator tears larger writes at that granularity), so the version
+//! lives in every *slot* and every slot carries a checksum:
+//! - A whole-node write (insert into an internal node, split) bumps the node
+//!   version and re-seals every slot with it. A reader accepts a node when
+//!   the header checksum holds, every slot carries the header's version and
+//!   every slot it relies on passes its checksum; otherwise the read was torn
+//!   and is retried.
+//! - An entry write (leaf insert into an empty slot, update, delete) keeps
+//!   the version and re-seals only its slot — the fine-grained write Sherman
+//!   and SMART-BT make, with the slot's checksum standing in for the
+//!   cacheline's atomicity.
+//! - A speculative lookup (SMART-BT) reads one slot and accepts it when its
+//!   checksum holds, it is valid and it holds the key.
+//!
+//! Leaves are unsorted (an insert fills any empty slot, a delete clears the
+//! valid bit); internal nodes are sorted and rewritten whole.
+
+use dmkit_fabric::GlobalAddr;
+use dmkit_runtime::hash::hash64;
+
+/// The fixed part of a node header (the fences follow it).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeHead {
+    pub meta: u64,
+    pub info: u64,
+    pub sibling: u64,
+    pub leftmost: u64,
+}
+const _: () = assert!(std::mem::size_of::<NodeHead>() == 32);
+
+/// The tree descriptor, the block the tree's named root points to.
+///
+/// ```text
+///  0        8        16        24          32           40       48
+///  +--------+--------+---------+-----------+------------+--------+----------------
+///  | magic  | root   | max_key | max_value | node_bytes | nlocks | lock table per
+///  +--------+--------+---------+-----------+------------+--------+ memory node (8
+///  root: raw GlobalAddr of the root node (CAS when the tree grows)   each, nlocks)
+/// ```
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DescHead {
+    pub magic: u64,
+    pub root: u64,
+    pub max_key: u64,
+    pub max_value: u64,
+    pub node_bytes: u64,
+    pub nlocks: u64,
+}
+const _: () = assert!(std::mem::size_of::<DescHead>() == 48);
+
+pub const DESC_MAGIC: u64 = u64::from_le_bytes(*b"DMKITBT+");
+/// Offset of the root word in the descriptor.
+pub const DESC_ROOT: u64 = 8;
+/// Offset of the lock-table addresses in the descriptor.
+pub const DESC_LOCKS: usize = 48;
+
+/// Longest key (its tree key, with the length byte, must fit 255 bytes).
+pub const MAX_KEY_LIMIT: usize = 254;
+/// Largest value (the slot's length field has 16 bits).
+pub const MAX_VALUE_LIMIT: usize = 4096;
+/// Words of each memory node's lock table: 256 KiB, the on-chip memory
+/// of a ConnectX-5/6 (Sherman §4.2 keeps its locks there).
+pub const LOCK_WORDS: u64 = 1 << 15;
+
+const HEAD_META_BYTES: usize = 8;
+const FLAG_LO_INF: u64 = 1;
+const FLAG_HI_INF: u64 = 2;
+pub const SLOT_VALID: u64 = 1 << 63;
+const SLOT_VERSION_SHIFT: u32 = 48;
+const SLOT_VERSION_MASK: u64 = 0x7FFF;
+const SLOT_VLEN_SHIFT: u32 = 32;
+
+/// A fence: a tree key or an infinity.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Fence {
+    NegInf,
+    Key(Vec<u8>),
+    PosInf,
+}
+
+impl Fence {
+    /// Whether `tk` is at or above this (lower) fence.
+    pub fn le(&self, tk: &[u8]) -> bool {
+        match self {
+            Fence::NegInf => true,
+            Fence::Key(k) => k.as_slice() <= tk,
+            Fence::PosInf => false,
+        }
+    }
+    /// Whether `tk` is below this (upper) fence.
+    pub fn gt(&self, tk: &[u8]) -> bool {
+        match self {
+            Fence::NegInf => false,
+            Fence::Key(k) => tk < k.as_slice(),
+            Fence::PosInf => true,
+        }
+    }
+}
+
+/// The sizes that follow from a tree's key and value limits and node size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    pub max_key: usize,
+    pub max_value: usize,
+    /// Bytes of a tree key field (max_key + 1, padded to 8).
+    pub f: usize,
+    /// Bytes of a leaf's value field (max_value padded to 8).
+    pub v: usize,
+    pub node_bytes: usize,
+    pub head: usize,
+    pub leaf_slot: usize,
+    pub inner_slot: usize,
+    pub leaf_span: usize,
+    pub inner_span: usize,
+}
+
+impl Geometry {
+    /// The geometry of `node_bytes`-long nodes, or why there is none.
+    pub fn new(max_key: usize, max_value: usize, node_bytes: usize) -> Result<Self, String> {
+        if max_key == 0 || max_key > MAX_KEY_LIMIT {
+            return Err(format!("max_key {max_key} must be in 1..={MAX_KEY_LIMIT}"));
+        }
+        if max_value > MAX_VALUE_LIMIT {
+            return Err(format!(
+                "max_value {max_value} must be at most {MAX_VALUE_LIMIT}"
+            ));
+        }
+        if !node_bytes.is_multiple_of(64) {
+            return Err(format!("node size {node_bytes} is not a multiple of 64"));
+        }
+        let f = (max_key + 1).next_multiple_of(8);
+        let v = max_value.next_multiple_of(8);
+        let head = 32 + 2 * f;
+        let leaf_slot = 8 + f + v;
+        let inner_slot = 8 + f + 8;
+        let room = node_bytes.saturating_sub(head);
+        let g = Geometry {
+            max_key,
+            max_value,
+            f,
+            v,
+            node_bytes,
+            head,
+            leaf_slot,
+            inner_slot,
+            leaf_span: room / leaf_slot,
+            inner_span: room / inner_slot,
+        };
+        if g.leaf_span < 2 || g.inner_span < 3 {
+            return Err(format!(
+                "nodes of {node_bytes} B hold {} leaf entries of {leaf_slot} B and {} \
+                 internal entries: need at least 2 and 3",
+                g.leaf_span, g.inner_span
+            ));
+        }
+        Ok(g)
+    }
+
+    /// The smallest node size (multiple of 64) holding `span` leaf entries.
+    pub fn node_bytes_for_span(max_key: usize, max_value: usize, span: usize) -> usize {
+        let f = (max_key + 1).next_multiple_of(8);
+        let v = max_value.next_multiple_of(8);
+        (32 + 2 * f + span * (8 + f + v)).next_multiple_of(64)
+    }
+
+    pub fn slot_bytes(&self, leaf: bool) -> usize {
+        if leaf {
+            self.leaf_slot
+        } else {
+            self.inner_slot
+        }
+    }
+    pub fn span(&self, leaf: bool) -> usize {
+        if leaf {
+            self.leaf_span
+        } else {
+            self.inner_span
+        }
+    }
+    /// Offset of slot `i` in a node.
+    pub fn slot_off(&self, leaf: bool, i: usize) -> usize {
+        self.head + i * self.slot_bytes(leaf)
+    }
+}
+
+fn word(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
+}
+fn put_word(b: &mut [u8], off: usize, v: u64) {
+    b[off..off + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// The header fields of a node to build.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeadFields {
+    pub version: u32,
+    pub level: u8,
+    pub count: u16,
+    pub sibling: GlobalAddr,
+    pub leftmost: GlobalAddr,
+    pub lo: Fence,
+    pub hi: Fence,
+}
+
+/// A node image in local memory (read or being built).
+#[derive(Debug, Clone)]
+pub struct Node<'a> {
+    pub g: &'a Geometry,
+    pub b: &'a [u8],
+}
+
+/// Why a node image was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Torn {
+    /// Header checksum.
+    Header,
+    /// A slot of another version, or a slot checksum.
+    Slot(usize),
+}
+
+impl<'a> Node<'a> {
+    pub fn new(g: &'a Geometry, b: &'a [u8]) -> Self {
+        debug_assert!(b.len() >= g.node_bytes);
+        Node { g, b }
+    }
+    pub fn version(&self) -> u32 {
+        (word(self.b, 0) >> 32) as u32
+    }
+    fn info(&self) -> u64 {
+        word(self.b, 8)
+    }
+    pub fn level(&self) -> u8 {
+        self.info() as u8
+    }
+    pub fn is_leaf(&self) -> bool {
+        self.level() == 0
+    }
+    pub fn count(&self) -> usize {
+        ((self.info() >> 8) & 0xFFFF) as usize
+    }
+    pub fn sibling(&self) -> GlobalAddr {
+        GlobalAddr::from_raw(word(self.b, 16))
+    }
+    pub fn leftmost(&self) -> GlobalAddr {
+        GlobalAddr::from_raw(word(self.b, 24))
+    }
+    fn flags(&self) -> u64 {
+        (self.info() >> 24) & 0xFF
+    }
+    pub fn lo(&self) -> Fence {
+        if self.flags() & FLAG_LO_INF != 0 {
+            Fence::NegInf
+        } else {
+            Fence::Key(self.b[32..32 + self.g.max_key + 1].to_vec())
+        }
+    }
+    pub fn hi(&self) -> Fence {
+        if self.flags() & FLAG_HI_INF != 0 {
+            Fence::PosInf
+        } else {
+            let at = 32 + self.g.f;
+            Fence::Key(self.b[at..at + self.g.max_key + 1].to_vec())
+        }
+    }
+    /// Whether `tk` lies below the upper fence (without allocating).
+    pub fn below_hi(&self, tk: &[u8]) -> bool {
+        if self.flags() & FLAG_HI_INF != 0 {
+            return true;
+        }
+        let at = 32 + self.g.f;
+        tk < &self.b[at..at + self.g.max_key + 1]
+    }
+    /// Whether `tk` lies at or above the lower fence.
+    pub fn above_lo(&self, tk: &[u8]) -> bool {
+        if self.flags() & FLAG_LO_INF != 0 {
+            return true;
+        }
+        tk >= &self.b[32..32 + self.g.max_key + 1]
+    }
+
+    fn slot(&self, i: usize) -> &'a [u8] {
+        let leaf = self.is_leaf();
+        let o = self.g.slot_off(leaf, i);
+        &self.b[o..o + self.g.slot_bytes(leaf)]
+    }
+    pub fn slot_meta(&self, i: usize) -> u64 {
+        word(self.slot(i), 0)
+    }
+    pub fn slot_valid(&self, i: usize) -> bool {
+        self.slot_meta(i) & SLOT_VALID != 0
+    }
+    /// The tree key in slot `i`.
+    pub fn slot_key(&self, i: usize) -> &'a [u8] {
+        &self.slot(i)[8..8 + self.g.max_key + 1]
+    }
+    /// A leaf slot's value.
+    pub fn slot_value(&self, i: usize) -> &'a [u8] {
+        let len = ((self.slot_meta(i) >> SLOT_VLEN_SHIFT) & 0xFFFF) as usize;
+        let at = 8 + self.g.f;
+        &self.slot(i)[at..at + len.min(self.g.v)]
+    }
+    /// An internal slot's child.
+    pub fn slot_child(&self, i: usize) -> GlobalAddr {
+        GlobalAddr::from_raw(word(self.slot(i), 8 + self.g.f))
+    }
+
+    /// Checks the header checksum and that every slot carries this node's
+    /// version; with `slots`, also every slot's checksum.
+    pub fn check(&self, slots: bool) -> Result<(), Torn> {
+        let meta = word(self.b, 0);
+        if meta as u32 != head_checksum(self.g, self.b, (meta >> 32) as u32) {
+            return Err(Torn::Header);
+        }
+        let leaf = self.is_leaf();
+        let v = (self.version() as u64) & SLOT_VERSION_MASK;
+        for i in 0..self.g.span(leaf) {
+            let m = self.slot_meta(i);
+            if (m >> SLOT_VERSION_SHIFT) & SLOT_VERSION_MASK != v {
+                return Err(Torn::Slot(i));
+            }
+            if slots && !slot_ok(self.slot(i)) {
+                return Err(Torn::Slot(i));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks one slot's checksum.
+    pub fn check_slot(&self, i: usize) -> bool {
+        slot_ok(self.slot(i))
+    }
+
+    /// The valid slot holding `tk` (leaves; slots not checksummed).
+    pub fn find(&self, tk: &[u8]) -> Option<usize> {
+        (0..self.g.span(self.is_leaf())).find(|&i| self.slot_valid(i) && self.slot_key(i) == tk)
+    }
+
+    /// The child to follow for `tk` (internal nodes: the last key ≤ `tk`,
+    /// else the leftmost child).
+    pub fn child_for(&self, tk: &[u8]) -> GlobalAddr {
+        let n = self.count().min(self.g.inner_span);
+        // Binary search over the sorted, valid prefix of slots.
+        let (mut lo, mut hi) = (0, n);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.slot_key(mid) <= tk {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        if lo == 0 {
+            self.leftmost()
+        } else {
+            self.slot_child(lo - 1)
+        }
+    }
+
+    /// An internal node's entries (key, child), in order.
+    pub fn inner_entries(&self) -> Vec<(Vec<u8>, GlobalAddr)> {
+        (0..self.count().min(self.g.inner_span))
+            .map(|i| (self.slot_key(i).to_vec(), self.slot_child(i)))
+            .collect()
+    }
+
+    /// A leaf's valid entries (tree key, value), unordered.
+    pub fn leaf_entries(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        (0..self.g.leaf_span)
+            .filter(|&i| self.slot_valid(i))
+            .map(|i| (self.slot_key(i).to_vec(), self.slot_value(i).to_vec()))
+            .collect()
+    }
+}
+
+fn head_checksum(g: &Geometry, b: &[u8], version: u32) -> u32 {
+    hash64(&b[HEAD_META_BYTES..g.head], version as u64 ^ 0x5EED_B7EE) as u32
+}
+
+fn slot_sum(slot: &[u8], meta_no_sum: u64) -> u32 {
+    hash64(&slot[8..], meta_no_sum) as u32
+}
+
+fn slot_ok(slot: &[u8]) -> bool {
+    let m = word(slot, 0);
+    m as u32 == slot_sum(slot, m & !0xFFFF_FFFF)
+}
+
+/// Writes a header into `b` (the node image) and seals it.
+pub fn put_head(g: &Geometry, b: &mut [u8], h: &HeadFields) {
+    let mut flags = 0;
+    b[32..g.head].fill(0);
+    match &h.lo {
+        Fence::NegInf => flags |= FLAG_LO_INF,
+        Fence::Key(k) => b[32..32 + k.len()].copy_from_slice(k),
+        Fence::PosInf => unreachable!("a lower fence is never +inf"),
+    }
+    match &h.hi {
+        Fence::PosInf => flags |= FLAG_HI_INF,
+        Fence::Key(k) => b[32 + g.f..32 + g.f + k.len()].copy_from_slice(k),
+        Fence::NegInf => unreachable!("an upper fence is never -inf"),
+    }
+    put_word(b, 8, h.level as u64 | (h.count as u64) << 8 | flags << 24);
+    put_word(b, 16, h.sibling.raw());
+    put_word(b, 24, h.leftmost.raw());
+    let sum = head_checksum(g, b, h.version);
+    put_word(b, 0, (h.version as u64) << 32 | sum as u64);
+}
+
+/// Builds slot bytes (meta, tree key, payload) into `out` (cleared first):
+/// `payload` is a leaf's value or an internal slot's child (8 bytes).
+pub fn build_slot(
+    g: &Geometry,
+    leaf: bool,
+    valid: bool,
+    version: u32,
+    tk: &[u8],
+    payload: &[u8],
+    out: &mut Vec<u8>,
+) {
+    out.clear();
+    out.resize(g.slot_bytes(leaf), 0);
+    out[8..8 + tk.len()].copy_from_slice(tk);
+    out[8 + g.f..8 + g.f + payload.len()].copy_from_slice(payload);
+    let vlen = if leaf { payload.len() as u64 } else { 8 };
+    let m = (valid as u64) << 63
+        | ((version as u64) & SLOT_VERSION_MASK) << SLOT_VERSION_SHIFT
+        | vlen << SLOT_VLEN_SHIFT;
+    let sum = slot_sum(out, m);
+    put_word(out, 0, m | sum as u64);
+}
+
+/// Re-seals slot `i` of a node image with `version` (valid bit and content
+/// kept).
+pub fn reseal_slot(g: &Geometry, b: &mut [u8], leaf: bool, i: usize, version: u32) {
+    let o = g.slot_off(leaf, i);
+    let s = &mut b[o..o + g.slot_bytes(leaf)];
+    let m = word(s, 0) & !(SLOT_VERSION_MASK << SLOT_VERSION_SHIFT) & !0xFFFF_FFFF
+        | ((version as u64) & SLOT_VERSION_MASK) << SLOT_VERSION_SHIFT;
+    let sum = slot_sum(s, m);
+    put_word(s, 0, m | sum as u64);
+}
+
+/// Builds a whole node image: `entries` are (tree key, payload) placed in
+/// slots `0..`; the other slots are empty; every slot sealed with `version`.
+pub fn build_node<'e>(
+    g: &Geometry,
+    h: &HeadFields,
+    entries: impl Iterator<Item = (&'e [u8], &'e [u8])>,
+    out: &mut Vec<u8>,
+) {
+    let leaf = h.level == 0;
+    out.clear();
+    out.resize(g.node_bytes, 0);
+    put_head(g, out, h);
+    let mut slot = Vec::new();
+    let mut i = 0;
+    for (k, p) in entries {
+        build_slot(g, leaf, true, h.version, k, p, &mut slot);
+        let o = g.slot_off(leaf, i);
+        out[o..o + slot.len()].copy_from_slice(&slot);
+        i += 1;
+    }
+    assert!(i <= g.span(leaf), "{i} entries exceed the node's span");
+    for j in i..g.span(leaf) {
+        build_slot(g, leaf, false, h.version, &[], &[], &mut slot);
+        let o = g.slot_off(leaf, j);
+        out[o..o + slot.len()].copy_from_slice(&slot);
+    }
+}
+
+/// Bytes a leaf's slot `i` starts at, relative to the node.
+pub fn slot_addr(g: &Geometry, node: GlobalAddr, leaf: bool, i: usize) -> GlobalAddr {
+    node.add(g.slot_off(leaf, i) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dmkit_runtime::keys::tree_key;
+
+    fn tk(k: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        tree_key(k, 8, &mut v);
+        v
+    }
+
+    #[test]
+    fn nodes_round_trip_and_tears_are_seen() {
+        let g = Geometry::new(8, 8, 1024).unwrap();
+        assert_eq!((g.f, g.head, g.leaf_slot, g.leaf_span), (16, 64, 32, 30));
+        let h = HeadFields {
+            version: 7,
+            level: 0,
+            count: 0,
+            sibling: GlobalAddr::new(1, 4096),
+            leftmost: GlobalAddr::NULL,
+            lo: Fence::Key(tk(b"b")),
+            hi: Fence::PosInf,
+        };
+        let (a, b) = (tk(b"c"), tk(b"d"));
+        let mut img = Vec::new();
+        build_node(
+            &g,
+            &h,
+            [(a.as_slice(), &b"one"[..]), (b.as_slice(), &b"two"[..])].into_iter(),
+            &mut img,
+        );
+        let n = Node::new(&g, &img);
+        assert_eq!(n.check(true), Ok(()));
+        assert_eq!((n.version(), n.level(), n.sibling()), (7, 0, h.sibling));
+        assert_eq!((n.lo(), n.hi()), (h.lo.clone(), Fence::PosInf));
+        assert_eq!(n.find(&b).map(|i| n.slot_value(i)), Some(&b"two"[..]));
+        assert_eq!(n.find(&tk(b"e")), None);
+        assert!(n.above_lo(&a) && !n.above_lo(&tk(b"a")) && n.below_hi(&a));
+        // A slot of another version: torn.
+        let mut t = img.clone();
+        reseal_slot(&g, &mut t, true, 3, 8);
+        assert_eq!(Node::new(&g, &t).check(false), Err(Torn::Slot(3)));
+        // A torn word inside a slot: only the checksum sees it.
+        let mut t = img.clone();
+        t[g.slot_off(true, 1) + 24] ^= 1;
+        assert_eq!(Node::new(&g, &t).check(false), Ok(()));
+        assert_eq!(Node::new(&g, &t).check(true), Err(Torn::Slot(1)));
+        // A torn header.
+        let mut t = img.clone();
+        t[16] ^= 1;
+        assert_eq!(Node::new(&g, &t).check(false), Err(Torn::Header));
+    }
+
+    #[test]
+    fn internal_nodes_route_by_their_sorted_keys() {
+        let g = Geometry::new(8, 8, 1024).unwrap();
+        let h = HeadFields {
+            version: 1,
+            level: 1,
+            count: 2,
+            sibling: GlobalAddr::NULL,
+            leftmost: GlobalAddr::new(0, 64),
+            lo: Fence::NegInf,
+            hi: Fence::PosInf,
+        };
+        let (k1, k2) = (tk(b"g"), tk(b"p"));
+        let (c1, c2) = (128u64.to_le_bytes(), 192u64.to_le_bytes());
+        let mut img = Vec::new();
+        build_node(
+            &g,
+            &h,
+            [(k1.as_slice(), &c1[..]), (k2.as_slice(), &c2[..])].into_iter(),
+            &mut img,
+        );
+        let n = Node::new(&g, &img);
+        assert_eq!(n.check(true), Ok(()));
+        assert_eq!(n.child_for(&tk(b"a")).raw(), GlobalAddr::new(0, 64).raw());
+        assert_eq!(n.child_for(&tk(b"g")).raw(), 128);
+        assert_eq!(n.child_for(&tk(b"o")).raw(), 128);
+        assert_eq!(n.child_for(&tk(b"z")).raw(), 192);
+    }
+
+    #[test]
+    fn geometry_refuses_nodes_too_small() {
+        assert!(Geometry::new(8, 8, 100).is_err());
+        assert!(Geometry::new(8, 512, 1024).is_err());
+        assert!(Geometry::new(0, 8, 1024).is_err());
+        let n = Geometry::node_bytes_for_span(8, 88, 32);
+        let g = Geometry::new(8, 88, n).unwrap();
+        assert_eq!(g.leaf_span, 32);
+    }
+}

@@ -1,0 +1,79 @@
+//! # dmkit-btree — a Sherman-style B-link tree, and SMART-BT
+//!
+//! A B+tree whose nodes live on memory nodes and whose clients reach them
+//! with one-sided verbs only: Sherman's design (Wang et al., SIGMOD'22, as
+//! summarised in SMART OSDI'23 §2.2/§3.1 and SwordBox NSDI'24 §2.3/§4.4.1)
+//! with SMART-BT's changes (ASPLOS'24 §5.2, §6.2.3), over the dmkit runtime.
+//! Layouts are in [`layout`].
+//!
+//! ## Structure
+//! - A **B-link tree** (Lehman–Yao): every node has a lower and an upper
+//!   fence key and a pointer to its right sibling, so a reader that reaches
+//!   a node whose range no longer holds its key (a split not yet in the
+//!   parent, a stale cached parent) moves right. Node levels never change
+//!   and lower fences never change, which is what makes stale pointers safe.
+//! - Nodes are 1 KiB by default ([`BtreeConfig::node_bytes`]), or sized for
+//!   a given span ([`BtreeConfig::span`], Sherman's default is 32). Leaves
+//!   are unsorted (an insert fills an empty slot with one small WRITE);
+//!   internal nodes are sorted and rewritten whole.
+//! - Torn reads are caught by per-entry versions and checksums (see
+//!   [`layout`] for why dmkit does not rely on cacheline atomicity as
+//!   SMART-BT does, nor on in-order placement as Sherman's two-level
+//!   versions do). Readers never lock.
+//!
+//! ## Writes
+//! Every write locks its node: [`hocl`], Sherman's hierarchical on-chip
+//! lock — a lock table per memory node (in on-NIC device memory when the
+//! fabric has it), and a local lock table per compute machine with bounded
+//! hand-over. The lock CAS and the node READ go in one batch; the entry (or
+//! node) WRITE and the unlock WRITE go in one batch (queue-pair order puts
+//! the release after the data). Updates and deletes write one slot.
+//! An insert into a full leaf splits it: the upper half goes to a new
+//! sibling (written first), the leaf is rewritten with a new version and
+//! the new upper fence, then the separator is inserted into the parent
+//! (locked the same way, splitting upwards; a new root is swung in by CAS
+//! on the descriptor). A client holds one lock at a time.
+//!
+//! ## Delete: lazy
+//! A delete clears the entry's valid bit; nodes are never merged or freed.
+//! Sherman does the same. Merging would need a second lock per delete (the
+//! neighbour), a way to retire a node that readers reach through stale
+//! cached pointers, and it would break the property the speculative lookup
+//! rests on: a valid slot holding a key is that key's only live copy,
+//! because a node's slots never move to a node that is later freed. Empty
+//! leaves cost space, not correctness; the tree never shrinks.
+//!
+//! ## Caches
+//! [`cache`]: snapshots of internal nodes under a byte budget, the level-1
+//! ones indexed by lower fence so a warm lookup reaches its leaf with no
+//! remote read of internal nodes; validated by the leaf's fences. And
+//! SMART-BT's **speculative lookup**: key → address of the slot that last
+//! held it; a search first reads that slot alone (≈ one entry instead of a
+//! whole leaf) and accepts it if its checksum holds, it is valid and holds
+//! the key; otherwise it falls back to the normal path.
+//!
+//! ## Round trips (warm cache)
+//! search 1 (the slot, or the leaf); update and delete 2 (lock + read,
+//! write + unlock); insert 2, plus 1–3 per split level.
+//!
+//! ## Switches (Figure 12's series)
+//! Sherman+ = speculative lookup off and the runtime's SMART techniques off
+//! (`--thread-aware off --throttle off --conflict-avoid off`); SMART-BT =
+//! all on. `hocl`, `on_chip_locks`, the cache budget and the node size are
+//! switches too.
+//!
+//! ## Not here
+//! A lock holder that dies leaves its node locked (no lease). Range scans
+//! read leaves one after another along sibling pointers (Sherman reads the
+//! leaves named by a cached parent in parallel).
+
+pub mod cache;
+pub mod check;
+pub mod error;
+pub mod hocl;
+pub mod layout;
+pub mod tree;
+
+pub use check::{check_tree, TreeReport};
+pub use error::BtreeError;
+pub use tree::{Btree, BtreeClient, BtreeConfig, TreeCounters};

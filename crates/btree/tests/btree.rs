@@ -1,0 +1,511 @@
+//! The B+tree on shm: sequential behaviour against a model (int and
+//! string keys, keys that are prefixes of each other, splits at every
+//! level), with and without the cache and speculative lookup; the
+//! structural checker after each; linearizability under contention with
+//! concurrent splits on threads and processes; bad input and memory
+//! exhaustion; round trips and bytes of warm searches.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use dmkit_btree::{check_tree, Btree, BtreeClient, BtreeConfig, BtreeError};
+use dmkit_fabric::shm::{ShmConfig, ShmFabric};
+use dmkit_fabric::Fabric;
+use dmkit_lincheck::stress::{self, StressConfig};
+use dmkit_lincheck::MapRet;
+use dmkit_memnode::server::{Running, Server};
+use dmkit_memnode::MemNode;
+use dmkit_memnode::NodeConfig;
+use dmkit_runtime::rng::Rng;
+use dmkit_runtime::{Ctx, MonotonicClock, RuntimeConfig, Worker, WorkerStats};
+
+const TESTKIT: &str = env!("CARGO_BIN_EXE_dmkit-btree-testkit");
+
+fn fabric(nodes: u16, size: u64) -> Arc<ShmFabric> {
+    let cfgs: Vec<NodeConfig> = (0..nodes)
+        .map(|i| NodeConfig {
+            node_id: i,
+            size,
+            ..Default::default()
+        })
+        .collect();
+    Arc::new(ShmFabric::embedded(ShmConfig::default(), &cfgs).unwrap())
+}
+
+/// Small nodes (4 leaf entries, 6 internal ones) so a few thousand keys
+/// make a tree of several levels.
+fn small(cache: bool, spec: bool) -> BtreeConfig {
+    BtreeConfig {
+        max_key: 24,
+        max_value: 32,
+        node_bytes: 384,
+        cache_bytes: if cache { 1 << 20 } else { 0 },
+        speculative: spec,
+        chunk_bytes: 1 << 20,
+        ..Default::default()
+    }
+}
+
+fn on_worker<T: 'static, F, Fut>(f: &dyn Fabric, client: &BtreeClient, body: F) -> (T, WorkerStats)
+where
+    F: FnOnce(Ctx, BtreeClient) -> Fut + 'static,
+    Fut: Future<Output = T> + 'static,
+{
+    let mut w = Worker::new(f, Arc::new(MonotonicClock), RuntimeConfig::default(), 0, 1).unwrap();
+    let out: Rc<RefCell<Option<T>>> = Rc::default();
+    let (o, c) = (out.clone(), client.clone());
+    w.spawn(move |ctx| async move {
+        let v = body(ctx, c).await;
+        *o.borrow_mut() = Some(v);
+    });
+    w.run();
+    let stats = w.stats();
+    let v = out.borrow_mut().take().expect("task finished");
+    (v, stats)
+}
+
+fn key_of(r: &mut Rng) -> Vec<u8> {
+    match r.below(4) {
+        0 => (r.below(3000) * 0x0101_0101).to_be_bytes().to_vec(),
+        1 => format!("user{:05}", r.below(400)).into_bytes(),
+        2 => {
+            let n = 1 + r.below(4) as usize;
+            vec![b'p'; n]
+        }
+        _ => {
+            let mut k = vec![0u8; 1 + r.below(3) as usize];
+            k.push(r.below(4) as u8);
+            k
+        }
+    }
+}
+
+fn model_run(cache: bool, spec: bool, seed: u64) {
+    let f = fabric(2, 256 << 20);
+    let tree = Btree::create(f.clone(), "model", small(cache, spec)).unwrap();
+    let client = tree.client(1);
+    let (res, _) = on_worker(f.as_ref(), &client, move |ctx, c| async move {
+        let mut r = Rng::new(seed);
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        for i in 0..6000u64 {
+            let k = key_of(&mut r);
+            let v = format!("v{i}").into_bytes();
+            match r.below(10) {
+                0..4 => {
+                    let got = c.insert(&ctx, &k, &v).await.unwrap();
+                    let want = !model.contains_key(&k);
+                    assert_eq!(got, want, "insert {k:02x?} at op {i}");
+                    model.entry(k).or_insert(v);
+                }
+                4..6 => {
+                    let got = c.update(&ctx, &k, &v).await.unwrap();
+                    assert_eq!(got, model.contains_key(&k), "update {k:02x?} at op {i}");
+                    if let Some(x) = model.get_mut(&k) {
+                        *x = v;
+                    }
+                }
+                6 => {
+                    let got = c.delete(&ctx, &k).await.unwrap();
+                    assert_eq!(got, model.remove(&k).is_some(), "delete {k:02x?} at op {i}");
+                }
+                7 => {
+                    let n = 1 + r.below(20) as usize;
+                    let got = c.scan(&ctx, &k, n).await.unwrap();
+                    let want: Vec<(Vec<u8>, Vec<u8>)> = model
+                        .range(k.clone()..)
+                        .take(n)
+                        .map(|(a, b)| (a.clone(), b.clone()))
+                        .collect();
+                    assert_eq!(got, want, "scan {n} from {k:02x?} at op {i}");
+                }
+                _ => {
+                    let got = c.search(&ctx, &k).await.unwrap();
+                    assert_eq!(got.as_ref(), model.get(&k), "search {k:02x?} at op {i}");
+                }
+            }
+        }
+        let all = c.entries(&ctx).await.unwrap();
+        let want: Vec<(Vec<u8>, Vec<u8>)> = model.into_iter().collect();
+        assert_eq!(all, want, "entries");
+        (all.len(), c.counters())
+    });
+    let rep = check_tree(&tree).unwrap();
+    assert_eq!(rep.entries, res.0);
+    assert!(rep.height >= 4, "{rep:?}");
+    let c = res.1;
+    assert!(c.leaf_splits > 100 && c.inner_splits > 10, "{c:?}");
+    if spec {
+        assert!(c.spec_hits > 100, "{c:?}");
+    }
+}
+
+#[test]
+fn sequential_ops_match_a_model_with_cache_and_speculation() {
+    model_run(true, true, 1);
+    model_run(true, true, 2);
+}
+
+#[test]
+fn sequential_ops_match_a_model_without_cache() {
+    model_run(false, false, 3);
+}
+
+#[test]
+fn sequential_ops_match_a_model_with_cache_only() {
+    model_run(true, false, 4);
+}
+
+#[test]
+fn ranges_are_inclusive_and_never_leave_their_bounds() {
+    let f = fabric(1, 64 << 20);
+    let tree = Btree::create(f.clone(), "ranges", small(true, true)).unwrap();
+    let client = tree.client(1);
+    on_worker(f.as_ref(), &client, |ctx, c| async move {
+        for i in (0..400u64).step_by(2) {
+            c.insert(&ctx, &i.to_be_bytes(), b"v").await.unwrap();
+        }
+        let keys = |v: Vec<(Vec<u8>, Vec<u8>)>| -> Vec<u64> {
+            v.into_iter()
+                .map(|(k, _)| u64::from_be_bytes(k.try_into().unwrap()))
+                .collect()
+        };
+        let got = keys(
+            c.range(&ctx, &10u64.to_be_bytes(), &20u64.to_be_bytes())
+                .await
+                .unwrap(),
+        );
+        assert_eq!(got, vec![10, 12, 14, 16, 18, 20]);
+        let got = keys(
+            c.range(&ctx, &11u64.to_be_bytes(), &19u64.to_be_bytes())
+                .await
+                .unwrap(),
+        );
+        assert_eq!(got, vec![12, 14, 16, 18]);
+        let got = keys(
+            c.range(&ctx, &20u64.to_be_bytes(), &10u64.to_be_bytes())
+                .await
+                .unwrap(),
+        );
+        assert!(got.is_empty());
+        let got = keys(
+            c.range(&ctx, &0u64.to_be_bytes(), &u64::MAX.to_be_bytes())
+                .await
+                .unwrap(),
+        );
+        assert_eq!(got, (0..400).step_by(2).collect::<Vec<u64>>());
+        let got = keys(c.scan(&ctx, &391u64.to_be_bytes(), 100).await.unwrap());
+        assert_eq!(got, vec![392, 394, 396, 398]);
+    });
+}
+
+#[test]
+fn bad_input_is_refused_and_changes_nothing() {
+    let f = fabric(1, 64 << 20);
+    let tree = Btree::create(f.clone(), "bad", small(true, true)).unwrap();
+    let client = tree.client(1);
+    on_worker(f.as_ref(), &client, |ctx, c| async move {
+        assert!(c.insert(&ctx, b"keep", b"v").await.unwrap());
+        let long = vec![b'x'; 25];
+        assert!(matches!(
+            c.insert(&ctx, &long, b"v").await,
+            Err(BtreeError::KeyLength { len: 25, max: 24 })
+        ));
+        assert!(matches!(
+            c.search(&ctx, b"").await,
+            Err(BtreeError::KeyLength { .. })
+        ));
+        assert!(matches!(
+            c.update(&ctx, b"keep", &[0; 33]).await,
+            Err(BtreeError::ValueTooLarge { len: 33, max: 32 })
+        ));
+        assert_eq!(c.search(&ctx, b"keep").await.unwrap(), Some(b"v".to_vec()));
+        assert_eq!(
+            c.entries(&ctx).await.unwrap(),
+            vec![(b"keep".to_vec(), b"v".to_vec())]
+        );
+    });
+    assert_eq!(check_tree(&tree).unwrap().entries, 1);
+    assert!(matches!(
+        Btree::create(f.clone(), "bad", small(true, true)),
+        Err(BtreeError::AlreadyExists(_))
+    ));
+    for bad in [
+        BtreeConfig {
+            max_key: 300,
+            ..small(true, true)
+        },
+        BtreeConfig {
+            node_bytes: 1000,
+            ..small(true, true)
+        },
+        BtreeConfig {
+            node_bytes: 128,
+            ..small(true, true)
+        },
+        BtreeConfig {
+            span: Some(1000),
+            ..small(true, true)
+        },
+    ] {
+        assert!(
+            matches!(
+                Btree::create(f.clone(), "x", bad.clone()),
+                Err(BtreeError::Config(_))
+            ),
+            "{bad:?}"
+        );
+    }
+    assert!(matches!(
+        Btree::open(f.clone(), "nope", BtreeConfig::default()),
+        Err(BtreeError::NoSuchTree(_))
+    ));
+    let mut w = Worker::new(
+        f.as_ref(),
+        Arc::new(MonotonicClock),
+        RuntimeConfig {
+            task_local_bytes: 512,
+            ..RuntimeConfig::default()
+        },
+        0,
+        1,
+    )
+    .unwrap();
+    let c = tree.client(2);
+    let got = Rc::new(RefCell::new(None));
+    let g = got.clone();
+    w.spawn(move |ctx| async move {
+        *g.borrow_mut() = Some(c.search(&ctx, b"keep").await);
+    });
+    w.run();
+    assert!(matches!(
+        got.borrow_mut().take(),
+        Some(Err(BtreeError::LocalMemory { .. }))
+    ));
+}
+
+#[test]
+fn exhausted_memory_is_a_typed_error_and_the_tree_stays_usable() {
+    let f = fabric(1, 8 << 20);
+    let tree = Btree::create(
+        f.clone(),
+        "oom",
+        BtreeConfig {
+            chunk_bytes: 256 << 10,
+            ..small(true, true)
+        },
+    )
+    .unwrap();
+    let client = tree.client(1);
+    let (n, _) = on_worker(f.as_ref(), &client, |ctx, c| async move {
+        let mut n = 0u64;
+        loop {
+            let k = (n * 7919).to_be_bytes();
+            match c.insert(&ctx, &k, b"value").await {
+                Ok(true) => n += 1,
+                Ok(false) => panic!("fresh key reported present"),
+                Err(BtreeError::OutOfMemory { .. }) => break,
+                Err(e) => panic!("unexpected {e}"),
+            }
+            assert!(n < 1_000_000, "never ran out");
+        }
+        for i in 0..n {
+            let k = (i * 7919).to_be_bytes();
+            assert_eq!(c.search(&ctx, &k).await.unwrap(), Some(b"value".to_vec()));
+            assert!(c.update(&ctx, &k, b"other").await.unwrap());
+        }
+        n
+    });
+    assert!(n > 100);
+    let rep = check_tree(&tree).unwrap();
+    assert_eq!(rep.entries as u64, n);
+}
+
+/// Table 1 and SMART-BT §5.2: a search without speculation reads a whole
+/// leaf (read amplification ≈ node size / item size); a speculative hit
+/// reads one slot, and both take one round trip once the level-1 nodes are
+/// cached.
+#[test]
+fn warm_searches_read_one_leaf_or_one_slot() {
+    let f = fabric(1, 256 << 20);
+    let c96 = |spec| BtreeConfig {
+        max_key: 8,
+        max_value: 88,
+        span: Some(32),
+        speculative: spec,
+        ..Default::default()
+    };
+    let tree = Btree::create(f.clone(), "amp", c96(true)).unwrap();
+    let node = tree.geometry().node_bytes as f64;
+    let keys: Vec<[u8; 8]> = (0..5000u64)
+        .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes())
+        .collect();
+    let measure = |client: BtreeClient, keys: Vec<[u8; 8]>| {
+        let ks = keys.clone();
+        on_worker(f.as_ref(), &client, move |ctx, c| async move {
+            for k in &ks {
+                c.search(&ctx, k).await.unwrap();
+            }
+        });
+        let (_, stats) = on_worker(f.as_ref(), &client, move |ctx, c| async move {
+            for k in &keys {
+                assert_eq!(c.search(&ctx, k).await.unwrap().map(|v| v.len()), Some(88));
+            }
+        });
+        let s = stats.ops.get("search").expect("search stats").clone();
+        (
+            s.counters.round_trips as f64 / s.count as f64,
+            s.counters.bytes_read as f64 / s.count as f64,
+        )
+    };
+    let loader = tree.client(1);
+    let ks = keys.clone();
+    on_worker(f.as_ref(), &loader, move |ctx, c| async move {
+        for k in &ks {
+            assert!(c.insert(&ctx, k, &[7u8; 88]).await.unwrap());
+        }
+    });
+    let (rt, bytes) = measure(tree.client(2), keys.clone());
+    assert!(rt <= 1.0 + 1e-9, "speculative: {rt} round trips");
+    assert!(
+        bytes / 96.0 <= 1.5,
+        "speculative read amplification {}",
+        bytes / 96.0
+    );
+    let plain = Btree::open(f.clone(), "amp", c96(false)).unwrap();
+    let (rt, bytes) = measure(plain.client(3), keys);
+    assert!(rt <= 1.0 + 1e-9, "plain: {rt} round trips");
+    assert!(
+        (bytes - node).abs() < 1.0,
+        "plain search reads a leaf: {bytes} B"
+    );
+    assert!(bytes / 96.0 > 33.0, "read amplification {}", bytes / 96.0);
+}
+
+fn stress_threads(c: BtreeConfig, seed: u64) {
+    let f = fabric(2, 256 << 20);
+    let tree = Btree::create(f.clone(), "stress", c).unwrap();
+    let sc = StressConfig {
+        workers: 2,
+        tasks: 4,
+        ops_per_task: 400,
+        hot_keys: 6,
+        fill_percent: 30,
+        seed,
+        client_base: 0,
+    };
+    let h = stress::run(
+        f.as_ref(),
+        &|id| tree.client(id),
+        &RuntimeConfig::default(),
+        &sc,
+    )
+    .unwrap();
+    let reader = tree.client(9999);
+    let ((finals, scan), _) = on_worker(f.as_ref(), &reader, move |ctx, c| async move {
+        stress::final_reads(&ctx, &c, 6).await.unwrap()
+    });
+    if let Err(e) = stress::verify(h, finals, &scan) {
+        panic!("{e}");
+    }
+    let rep = check_tree(&tree).unwrap();
+    assert_eq!(rep.entries, scan.len());
+    assert!(
+        rep.height >= 3,
+        "splits must happen during the run: {rep:?}"
+    );
+}
+
+#[test]
+fn concurrent_threads_are_linearizable_with_hocl() {
+    for seed in 1..=3 {
+        stress_threads(small(true, true), seed);
+    }
+}
+
+#[test]
+fn concurrent_threads_are_linearizable_without_hocl_or_cache() {
+    for seed in 1..=2 {
+        stress_threads(
+            BtreeConfig {
+                hocl: false,
+                ..small(false, false)
+            },
+            seed,
+        );
+    }
+}
+
+#[test]
+fn concurrent_processes_are_linearizable() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("btree.sock");
+    let node = MemNode::new(NodeConfig {
+        size: 128 << 20,
+        ..Default::default()
+    })
+    .unwrap();
+    let _running: Running = Server::bind(
+        node,
+        &socket,
+        &dmkit_memnode::server::default_token_path(&socket),
+    )
+    .unwrap()
+    .spawn()
+    .unwrap();
+    let f = Arc::new(
+        ShmFabric::open(
+            ShmConfig::default(),
+            &[dmkit_fabric::shm::Target::new(&socket)],
+        )
+        .unwrap(),
+    );
+    let tree = Btree::create(f.clone(), "procs", small(true, true)).unwrap();
+    let start = stress::host_now() + 300_000_000;
+    let children: Vec<_> = (0..3u32)
+        .map(|p| {
+            std::process::Command::new(TESTKIT)
+                .args(["stress", socket.to_str().unwrap(), "procs"])
+                .args(["2", "3", "800", "5", "30"])
+                .args([100 + p, 1000 * (p + 1)].map(|v| v.to_string()))
+                .arg(start.to_string())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut h = Vec::new();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "child failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for l in String::from_utf8(out.stdout).unwrap().lines() {
+            h.push(stress::from_line(l).unwrap_or_else(|| panic!("bad history line {l:?}")));
+        }
+    }
+    assert_eq!(h.len(), 3 * 2 * 3 * 800);
+    let conflicts = h
+        .iter()
+        .filter(|r| matches!(r.returned, Some((_, MapRet::Done(false)))))
+        .count();
+    assert!(
+        conflicts > 50,
+        "hot keys must see failed writes: {conflicts}"
+    );
+    let reader = tree.client(99);
+    let ((finals, scan), _) = on_worker(f.as_ref(), &reader, move |ctx, c| async move {
+        stress::final_reads(&ctx, &c, 5).await.unwrap()
+    });
+    if let Err(e) = stress::verify(h, finals, &scan) {
+        panic!("{e}");
+    }
+    let rep = check_tree(&tree).unwrap();
+    assert_eq!(rep.entries, scan.len());
+    assert!(rep.height >= 3, "{rep:?}");
+}
