@@ -3,10 +3,11 @@
 //! leaves them), and SMART-BT's speculative-lookup table, key → remote
 //! slot address.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
 
 use dmkit_fabric::GlobalAddr;
+use dmkit_runtime::hash::hash64;
 
 use crate::layout::{Fence, Node};
 
@@ -70,6 +71,9 @@ pub struct Cache {
     bytes: usize,
     by_addr: HashMap<u64, Rc<Snapshot>>,
     level1: BTreeMap<Fence, u64>,
+    /// Insertion order, for FIFO eviction (entries of removed snapshots
+    /// are skipped when they come up).
+    order: VecDeque<u64>,
 }
 
 impl Cache {
@@ -79,6 +83,7 @@ impl Cache {
             bytes: 0,
             by_addr: HashMap::new(),
             level1: BTreeMap::new(),
+            order: VecDeque::new(),
         }
     }
 
@@ -115,10 +120,18 @@ impl Cache {
         }
         self.remove(s.addr);
         let b = s.bytes();
-        while self.bytes + b > self.budget && !self.by_addr.is_empty() {
-            let victim = *self.by_addr.keys().next().expect("non-empty");
+        while self.bytes + b > self.budget {
+            let Some(victim) = self.order.pop_front() else {
+                break;
+            };
             self.remove(GlobalAddr::from_raw(victim));
         }
+        if self.order.len() > 4 * self.by_addr.len() + 64 {
+            // Drop the queue entries of snapshots removed meanwhile.
+            let live = &self.by_addr;
+            self.order.retain(|a| live.contains_key(a));
+        }
+        self.order.push_back(s.addr.raw());
         if s.level == 1 {
             self.level1.insert(s.lo.clone(), s.addr.raw());
         }
@@ -137,43 +150,60 @@ impl Cache {
 }
 
 /// SMART-BT's speculative-lookup table: tree key → address of the leaf
-/// slot that last held it, at most `cap` entries.
+/// slot that last held it. Direct-mapped by a hash of the key, which is
+/// also kept as a tag: no keys are stored, a collision only evicts, and a
+/// wrong guess costs nothing in correctness — the speculative read checks
+/// the key it finds in the slot.
 pub struct SpecCache {
-    cap: usize,
-    map: HashMap<Vec<u8>, u64>,
+    /// (tag, slot address); tag 0 = empty.
+    ways: Vec<(u64, u64)>,
+    mask: usize,
+    len: usize,
 }
 
 impl SpecCache {
+    /// A table of about `cap` entries (rounded up to a power of two; 0: off).
     pub fn new(cap: usize) -> Self {
+        let n = if cap == 0 { 0 } else { cap.next_power_of_two() };
         Self {
-            cap,
-            map: HashMap::new(),
+            ways: vec![(0, 0); n],
+            mask: n.wrapping_sub(1),
+            len: 0,
         }
+    }
+    fn at(&self, tk: &[u8]) -> Option<(usize, u64)> {
+        if self.ways.is_empty() {
+            return None;
+        }
+        let h = hash64(tk, 0x5BEC) | 1;
+        Some(((h >> 20) as usize & self.mask, h))
     }
     pub fn get(&self, tk: &[u8]) -> Option<GlobalAddr> {
-        self.map.get(tk).map(|&a| GlobalAddr::from_raw(a))
+        let (i, h) = self.at(tk)?;
+        let (tag, a) = self.ways[i];
+        (tag == h).then(|| GlobalAddr::from_raw(a))
     }
     pub fn put(&mut self, tk: &[u8], slot: GlobalAddr) {
-        if self.cap == 0 {
-            return;
+        if let Some((i, h)) = self.at(tk) {
+            if self.ways[i].0 == 0 {
+                self.len += 1;
+            }
+            self.ways[i] = (h, slot.raw());
         }
-        if let Some(v) = self.map.get_mut(tk) {
-            *v = slot.raw();
-            return;
-        }
-        if self.map.len() >= self.cap {
-            let victim = self.map.keys().next().expect("non-empty").clone();
-            self.map.remove(&victim);
-        }
-        self.map.insert(tk.to_vec(), slot.raw());
     }
     pub fn remove(&mut self, tk: &[u8]) {
-        self.map.remove(tk);
+        if let Some((i, h)) = self.at(tk) {
+            if self.ways[i].0 == h {
+                self.ways[i] = (0, 0);
+                self.len -= 1;
+            }
+        }
     }
+    /// Entries held.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.len
     }
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len == 0
     }
 }

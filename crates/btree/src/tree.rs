@@ -35,7 +35,8 @@ pub struct BtreeConfig {
     /// SMART-BT's speculative lookup: searches first read only the slot a
     /// small cache remembers for the key.
     pub speculative: bool,
-    /// Keys the speculative-lookup table remembers per client.
+    /// Entries of the speculative-lookup table per client (direct-mapped,
+    /// 16 bytes each).
     pub spec_entries: usize,
     /// Sherman's hierarchical locks: clients of one machine queue on a
     /// local lock table and hand remote locks over. Off: every client
@@ -58,7 +59,7 @@ impl Default for BtreeConfig {
             span: None,
             cache_bytes: 64 << 20,
             speculative: true,
-            spec_entries: 1 << 16,
+            spec_entries: 1 << 18,
             hocl: true,
             max_handover: 4,
             on_chip_locks: true,
