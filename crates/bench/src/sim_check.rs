@@ -17,11 +17,15 @@
 //! - `art` — the radix tree, the same workload and checks, with leaf mode,
 //!   rear lock and cache drawn from the seed, and the structural checker
 //!   on the final tree.
+//! - `btree` — the B+tree, the same workload and checks, with small nodes
+//!   (so splits happen at every level during the run), HOCL, cache and
+//!   speculative lookup drawn from the seed, and its structural checker.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use dmkit_art::{ArtConfig, ArtTree};
+use dmkit_btree::{Btree, BtreeConfig};
 use dmkit_fabric::Fabric;
 use dmkit_lincheck::stress::{self, StressClient, StressConfig, StressRecord};
 use dmkit_race::{RaceConfig, RaceTable};
@@ -32,7 +36,7 @@ use dmkit_sim::{Faults, Sim, SimConfig};
 use crate::rng::Rng;
 
 /// Scenario names.
-pub const SCENARIOS: [&str; 3] = ["counters", "race", "art"];
+pub const SCENARIOS: [&str; 4] = ["counters", "race", "art", "btree"];
 
 /// What a passing run did.
 #[derive(Debug, Clone)]
@@ -55,6 +59,7 @@ pub fn run(name: &str, seed: u64) -> Result<Passed, String> {
         "counters" => counters(seed),
         "race" => race(seed),
         "art" => art(seed),
+        "btree" => btree(seed),
         _ => Err(format!(
             "no scenario {name:?}; scenarios: {}",
             SCENARIOS.join(", ")
@@ -338,6 +343,52 @@ fn art(seed: u64) -> Result<Passed, String> {
             cfg.lock_free_internal,
             rep.leaves,
             rep.internal_nodes
+        ),
+    })
+}
+
+fn btree(seed: u64) -> Result<Passed, String> {
+    let mut r = Rng::new(seed);
+    let mut sim = sim_for(seed, &mut r)?;
+    let f = sim.dyn_fabric();
+    let cfg = BtreeConfig {
+        max_key: 32,
+        max_value: 32,
+        node_bytes: [384, 512, 1024][r.below(3) as usize],
+        cache_bytes: if r.below(3) == 0 { 0 } else { 1 << 20 },
+        speculative: r.below(3) != 0,
+        hocl: r.below(3) != 0,
+        max_handover: r.below(5) as u32,
+        on_chip_locks: r.below(2) == 0,
+        chunk_bytes: 256 << 10,
+        ..BtreeConfig::default()
+    };
+    let sc = stress_shape(&mut r, seed);
+    let tree = Btree::create(f.clone(), "check", cfg.clone()).map_err(|e| e.to_string())?;
+    let run = stress_on_sim(&mut sim, &|id| tree.client_on((id % 2) as usize, id), &sc);
+    let rep = dmkit_btree::check_tree(&tree).map_err(|e| format!("structure: {e}"))?;
+    let (ops, now) = run.map_err(|e| format!("{e}\n(config {cfg:?})"))?;
+    let s = sim.stats();
+    Ok(Passed {
+        ops,
+        virtual_ns: now,
+        torn: s.torn,
+        delayed: s.delayed,
+        shape: format!(
+            "{} threads × {} tasks × {} ops, {} hot keys, {} % fills, nodes {} B, cache {}, speculative {}, hocl {} (hand-over ≤ {}), locks on chip {}, {} entries, height {}",
+            sc.workers,
+            sc.tasks,
+            sc.ops_per_task,
+            sc.hot_keys,
+            sc.fill_percent,
+            cfg.node_bytes,
+            cfg.cache_bytes > 0,
+            cfg.speculative,
+            cfg.hocl,
+            cfg.max_handover,
+            tree.locks_on_chip(),
+            rep.entries,
+            rep.height
         ),
     })
 }

@@ -26,6 +26,13 @@
 //!   shares (≈5 % for the hottest). Each point runs 100 ms unmeasured (the
 //!   contention of RACE builds up: tasks pile onto the hottest keys) and
 //!   measures 20 ms.
+//! - `smart-fig12` — §6.2.3, Fig. 12(d)–(f): the B+tree, Sherman+ (SMART's
+//!   techniques and speculative lookup off) vs SMART-BT (all on), on 8
+//!   servers each both a memory node and a compute node of 94 threads × 8
+//!   tasks (quick: 2 × 4), YCSB A, B, C, 1 KiB nodes, 8-byte keys and
+//!   values; full runs add Sherman+ with speculative lookup alone.
+//!   Published at 8 servers: A 4.7 vs 5.2, B 32.5 vs 41.9, C 53.9 vs 159
+//!   Mops.
 //! - `smart-fig14` — §6.3, Fig. 14: SMART-HT with 100 % updates on one
 //!   compute node, with and without conflict avoidance: throughput and
 //!   retries per update vs threads.
@@ -36,10 +43,11 @@
 //!   except LOAD and D), 2 memory nodes, 16 compute nodes, clients spread
 //!   evenly (16 … 896 in the paper; here 16 × 1, 16 × 8 and 16 × 24
 //!   threads, × 4 tasks), on the ConnectX-6 profile with its link at 100 Gb
-//!   (the paper's testbed). The paper plots Sherman beside it; until the
-//!   B+tree index exists the figure reports `art` alone — the paper's one
-//!   absolute number is SMART's YCSB C peak, up to 96 Mops (with read
-//!   delegation, which dmkit's tree does not have yet).
+//!   (the paper's testbed), beside Sherman as the paper ran it (the
+//!   `btree` index with span 32, HOCL and on-chip locks, no speculative
+//!   lookup) and their ratio at the top thread count against the paper's
+//!   2.8× (C) and 6.1× (A). The paper's one absolute number is SMART's
+//!   YCSB C peak, up to 96 Mops.
 //! - `smart-art-fig15` — §5.3, Fig. 15: the factor analysis. From the
 //!   naive tree (node locks, out-of-place leaves, no rear lock, no
 //!   RDWC), each technique is switched on in turn and the workload the
@@ -123,11 +131,12 @@ impl Default for ReproOptions {
 }
 
 /// Figures this build reproduces.
-pub const FIGURES: [&str; 7] = [
+pub const FIGURES: [&str; 8] = [
     "smart-fig3a",
     "smart-fig4a",
     "smart-table1",
     "smart-fig7",
+    "smart-fig12",
     "smart-fig14",
     "smart-art-fig11",
     "smart-art-fig15",
@@ -175,6 +184,7 @@ pub fn reproduce(
         "smart-fig4a" => (fig4a(opts, &mut acc, progress)?, 1.0),
         "smart-table1" => (table1(opts, &mut acc, progress)?, opts.time_scale),
         "smart-fig7" => (fig7(opts, &mut acc, progress)?, 1.0),
+        "smart-fig12" => (fig12(opts, &mut acc, progress)?, 1.0),
         "smart-fig14" => (fig14(opts, &mut acc, progress)?, 1.0),
         "smart-art-fig11" => (art_fig11(opts, &mut acc, progress)?, 1.0),
         "smart-art-fig15" => (art_fig15(opts, &mut acc, progress)?, 1.0),
@@ -408,17 +418,34 @@ fn ht_run(
         seed: opts.seed,
         runtime,
         art: Default::default(),
+        btree: Default::default(),
         cache_entries: 0,
     };
-    sim_ycsb(opts, opts.profile.clone(), &cfg, acc)
+    sim_ycsb(opts, opts.profile.clone(), &cfg, SPLIT, acc)
 }
 
+/// Where the memory nodes of a simulated YCSB run are.
+#[derive(Clone, Copy)]
+struct MemoryShape {
+    nodes: usize,
+    /// Memory node `i` on compute machine `i` (Sherman's setup).
+    colocated: bool,
+}
+
+/// Two memory nodes of their own (SMART-HT's and the radix tree's setup).
+const SPLIT: MemoryShape = MemoryShape {
+    nodes: 2,
+    colocated: false,
+};
+
 /// Runs YCSB run `cfg` on the simulator: `cfg.machines` compute machines
-/// on `profile`, 2 memory nodes sized for the index, 2 MiB pages.
+/// on `profile`, memory nodes as `mem` says, sized for the index, 2 MiB
+/// pages.
 fn sim_ycsb(
     opts: &ReproOptions,
     profile: Profile,
     cfg: &crate::ycsb_bench::YcsbConfig,
+    mem: MemoryShape,
     acc: &mut Acc,
 ) -> Result<crate::ycsb_bench::YcsbResult, BenchError> {
     use crate::ycsb_bench::{self, Platform};
@@ -426,8 +453,9 @@ fn sim_ycsb(
     let sim = dmkit_sim::SimConfig {
         profile,
         compute_machines: cfg.machines,
-        memory_nodes: 2,
-        memory_bytes: needed / 2 + (64 << 20),
+        memory_nodes: mem.nodes,
+        colocated: mem.colocated,
+        memory_bytes: needed / mem.nodes as u64 + (64 << 20),
         page_size: 2 << 20,
         seed: opts.seed,
         ..Default::default()
@@ -491,8 +519,30 @@ fn art_run(
     art: crate::ycsb_bench::ArtSwitches,
     acc: &mut Acc,
 ) -> Result<crate::ycsb_bench::YcsbResult, BenchError> {
+    tree_run(opts, TreeIndex::Art(art), w, t, acc)
+}
+
+/// The ordered index of a radix-tree-paper run.
+#[derive(Clone, Copy)]
+enum TreeIndex {
+    Art(crate::ycsb_bench::ArtSwitches),
+    Btree(crate::ycsb_bench::BtreeSwitches),
+}
+
+/// [`art_run`] for either tree.
+fn tree_run(
+    opts: &ReproOptions,
+    index: TreeIndex,
+    w: crate::ycsb::Workload,
+    t: usize,
+    acc: &mut Acc,
+) -> Result<crate::ycsb_bench::YcsbResult, BenchError> {
     use crate::ycsb::KeyType;
     use crate::ycsb_bench::{IndexKind, YcsbConfig};
+    let (kind, art, btree) = match index {
+        TreeIndex::Art(a) => (IndexKind::Art, a, Default::default()),
+        TreeIndex::Btree(b) => (IndexKind::Btree, Default::default(), b),
+    };
     let mut profile = opts.profile.clone();
     profile.link.gbps = 100.0;
     let machines = 16;
@@ -502,7 +552,7 @@ fn art_run(
     };
     runtime.tuner.candidates = opts.candidates.clone();
     let cfg = YcsbConfig {
-        index: IndexKind::Art,
+        index: kind,
         workload: w,
         keys: if opts.quick { 20_000 } else { 1_000_000 },
         threads: t,
@@ -518,9 +568,10 @@ fn art_run(
         seed: opts.seed,
         runtime,
         art,
+        btree,
         cache_entries: 0,
     };
-    sim_ycsb(opts, profile, &cfg, acc)
+    sim_ycsb(opts, profile, &cfg, SPLIT, acc)
 }
 
 fn art_fig15(
@@ -598,17 +649,148 @@ fn art_fig11(
         (Workload::D, "d"),
         (Workload::E, "e"),
     ];
-    let total = threads.len() * workloads.len();
+    // Sherman as the radix-tree paper ran it (§5.1): span 32, locks in
+    // on-chip memory, HOCL; no speculative lookup (that is SMART-BT's).
+    let sherman = crate::ycsb_bench::BtreeSwitches {
+        speculative: false,
+        span: Some(32),
+        ..Default::default()
+    };
+    let total = threads.len() * workloads.len() * 2;
+    let top = *threads.last().expect("thread counts");
     let mut done = 0;
     for (w, name) in workloads {
         for &t in threads {
-            let r = art_run(opts, w, t, Default::default(), acc)?;
             let clients = (machines * t) as f64;
-            acc.push(&format!("art {name}"), clients, r.mops, "Mops", None);
-            acc.push(&format!("art {name} p99"), clients, r.p99_us, "us", None);
+            let mut mops = [0.0; 2];
+            for (i, (label, index)) in [
+                ("art", TreeIndex::Art(Default::default())),
+                ("sherman", TreeIndex::Btree(sherman)),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let r = tree_run(opts, index, w, t, acc)?;
+                mops[i] = r.mops;
+                acc.push(&format!("{label} {name}"), clients, r.mops, "Mops", None);
+                acc.push(
+                    &format!("{label} {name} p99"),
+                    clients,
+                    r.p99_us,
+                    "us",
+                    None,
+                );
+                acc.push(
+                    &format!("{label} {name} round trips"),
+                    clients,
+                    r.round_trips_per_op,
+                    "rt/op",
+                    None,
+                );
+                acc.push(
+                    &format!("{label} {name} bytes read"),
+                    clients,
+                    r.bytes_read_per_op,
+                    "B/op",
+                    None,
+                );
+                done += 1;
+                progress(done, total);
+            }
+            // §5.2: SMART over Sherman, 2.8× on C and 6.1× on A.
+            let published = match (name, t == top) {
+                ("c", true) => Some(2.8),
+                ("a", true) => Some(6.1),
+                _ => None,
+            };
             acc.push(
-                &format!("art {name} round trips"),
+                &format!("art over sherman {name}"),
                 clients,
+                mops[0] / mops[1].max(1e-9),
+                "x",
+                published,
+            );
+        }
+    }
+    Ok("client threads (16 compute nodes, × 4 tasks each)".into())
+}
+
+/// SMART §6.2.3, Figure 12(d)–(f): Sherman+ (SMART's techniques and
+/// speculative lookup off) against SMART-BT (on) on 8 servers that are
+/// each a memory node and a compute node of 94 threads × 8 tasks, 1 KiB
+/// nodes, 8-byte keys and values. Full runs add Sherman+ with speculative
+/// lookup alone.
+fn fig12(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<String, BenchError> {
+    use crate::ycsb::{KeyType, Workload};
+    use crate::ycsb_bench::{BtreeSwitches, IndexKind, YcsbConfig};
+    let (machines, threads) = if opts.quick { (2, 4) } else { (8, 94) };
+    let workloads = [
+        (Workload::A, "a", 4.7, 5.2),
+        (Workload::B, "b", 32.5, 41.9),
+        (Workload::C, "c", 53.9, 159.0),
+    ];
+    let mut series: Vec<(&str, bool, bool)> = vec![("Sherman+", false, false)];
+    if !opts.quick {
+        series.push(("Sherman+ w/ SL", false, true));
+    }
+    series.push(("SMART-BT", true, true));
+    let total = workloads.len() * series.len();
+    let mut done = 0;
+    for (w, name, sherman, smart_bt) in workloads {
+        for &(label, smart, spec) in &series {
+            let mut runtime = dmkit_runtime::RuntimeConfig {
+                thread_aware: smart,
+                throttle: smart,
+                conflict_avoid: smart,
+                seed: opts.seed,
+                ..Default::default()
+            };
+            runtime.tuner.candidates = opts.candidates.clone();
+            let cfg = YcsbConfig {
+                index: IndexKind::Btree,
+                workload: w,
+                keys: if opts.quick { 20_000 } else { 1_000_000 },
+                threads,
+                machines,
+                coros: 8,
+                theta: 0.99,
+                distribution: None,
+                zipf_items: Some(100_000_000),
+                key_type: KeyType::Int,
+                value_size: 8,
+                duration: std::time::Duration::from_millis(if opts.quick { 1 } else { 10 }),
+                warmup: std::time::Duration::from_millis(if opts.quick { 1 } else { 10 }),
+                seed: opts.seed,
+                runtime,
+                art: Default::default(),
+                btree: BtreeSwitches {
+                    speculative: spec,
+                    ..Default::default()
+                },
+                cache_entries: 0,
+            };
+            let mem = MemoryShape {
+                nodes: machines,
+                colocated: true,
+            };
+            let r = sim_ycsb(opts, opts.profile.clone(), &cfg, mem, acc)?;
+            let published = match label {
+                "Sherman+" => Some(sherman),
+                "SMART-BT" => Some(smart_bt),
+                _ => None,
+            };
+            let x = machines as f64;
+            acc.push(&format!("{label} {name}"), x, r.mops, "Mops", published);
+            acc.push(
+                &format!("{label} {name} bytes read"),
+                x,
+                r.bytes_read_per_op,
+                "B/op",
+                None,
+            );
+            acc.push(
+                &format!("{label} {name} round trips"),
+                x,
                 r.round_trips_per_op,
                 "rt/op",
                 None,
@@ -617,7 +799,9 @@ fn art_fig11(
             progress(done, total);
         }
     }
-    Ok("client threads (16 compute nodes, × 4 tasks each)".into())
+    Ok(format!(
+        "servers (each a memory node and {threads} threads × 8 tasks)"
+    ))
 }
 
 fn fig14(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<String, BenchError> {

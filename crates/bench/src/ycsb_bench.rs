@@ -9,7 +9,9 @@
 //!   local index costs on this machine;
 //! - `art`: [`dmkit_art`], the SMART radix tree over the runtime (OSDI'23);
 //! - `local-art`: a concurrent in-memory ART (the `congee` crate, integer
-//!   keys, 8-byte values held inline) — the radix tree's local peer.
+//!   keys, 8-byte values held inline) — the radix tree's local peer;
+//! - `btree`: [`dmkit_btree`], the Sherman-style B-link tree with HOCL and
+//!   SMART-BT's speculative lookup (ASPLOS'24 §5.2, §6.2.3).
 //!
 //! Each thread owns one worker (remote indexes) and one index client whose
 //! caches persist from the load phase into the run phase, as a long-lived
@@ -23,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use dmkit_art::{ArtClient, ArtConfig, ArtTree};
+use dmkit_btree::{Btree, BtreeClient, BtreeConfig};
 use dmkit_fabric::Fabric;
 use dmkit_race::{RaceClient, RaceConfig, RaceTable};
 use dmkit_runtime::{Clock, Counters, Ctx, MonotonicClock, RuntimeConfig, Worker};
@@ -42,6 +45,7 @@ pub enum IndexKind {
     LocalHash,
     Art,
     LocalArt,
+    Btree,
 }
 
 impl IndexKind {
@@ -51,17 +55,21 @@ impl IndexKind {
             IndexKind::LocalHash => "local-hash",
             IndexKind::Art => "art",
             IndexKind::LocalArt => "local-art",
+            IndexKind::Btree => "btree",
         }
     }
 
     /// Whether the index runs on the fabric (through the runtime).
     pub fn remote(self) -> bool {
-        matches!(self, IndexKind::Race | IndexKind::Art)
+        matches!(self, IndexKind::Race | IndexKind::Art | IndexKind::Btree)
     }
 
     /// Whether the index keeps keys in order (range scans, workload E).
     pub fn ordered(self) -> bool {
-        matches!(self, IndexKind::Art | IndexKind::LocalArt)
+        matches!(
+            self,
+            IndexKind::Art | IndexKind::LocalArt | IndexKind::Btree
+        )
     }
 }
 
@@ -73,16 +81,14 @@ impl std::str::FromStr for IndexKind {
             "local-hash" => Ok(IndexKind::LocalHash),
             "art" => Ok(IndexKind::Art),
             "local-art" => Ok(IndexKind::LocalArt),
-            "btree" => Err(format!(
-                "index {s:?} is not built yet (B+tree issue); available: {INDEXES}"
-            )),
+            "btree" => Ok(IndexKind::Btree),
             _ => Err(format!("unknown index {s:?}; available: {INDEXES}")),
         }
     }
 }
 
 /// The indexes the harness runs.
-pub const INDEXES: &str = "race, local-hash, art, local-art";
+pub const INDEXES: &str = "race, local-hash, art, local-art, btree";
 
 /// The radix tree's switches (SMART OSDI'23; Figure 15's factors).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,6 +113,36 @@ impl Default for ArtSwitches {
             rear_lock: true,
             rdwc: true,
             lock_free_internal: true,
+        }
+    }
+}
+
+/// The B+tree's switches (Sherman, SMART-BT; Figure 12's series).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BtreeSwitches {
+    /// Client cache of internal nodes per thread, bytes (0: off).
+    pub cache_bytes: usize,
+    /// SMART-BT's speculative lookup.
+    pub speculative: bool,
+    /// Sherman's hierarchical on-chip lock (local lock table, hand-over).
+    pub hocl: bool,
+    /// Lock tables in on-NIC device memory where the fabric has it.
+    pub on_chip_locks: bool,
+    /// Node size in bytes (ignored with `span`).
+    pub node_bytes: usize,
+    /// Leaf entries per node (sets the node size).
+    pub span: Option<usize>,
+}
+
+impl Default for BtreeSwitches {
+    fn default() -> Self {
+        Self {
+            cache_bytes: 64 << 20,
+            speculative: true,
+            hocl: true,
+            on_chip_locks: true,
+            node_bytes: 1024,
+            span: None,
         }
     }
 }
@@ -143,6 +179,8 @@ pub struct YcsbConfig {
     pub cache_entries: usize,
     /// The radix tree's switches (art).
     pub art: ArtSwitches,
+    /// The B+tree's switches (btree).
+    pub btree: BtreeSwitches,
 }
 
 impl YcsbConfig {
@@ -204,7 +242,7 @@ fn validate(cfg: &YcsbConfig) -> Result<(), BenchError> {
     }
     if cfg.workload == Workload::E && !cfg.index.ordered() {
         return bad(format!(
-            "workload e needs range scans; index {} is a hash table (use art or local-art)",
+            "workload e needs range scans; index {} is a hash table (use art, local-art or btree)",
             cfg.index.name()
         ));
     }
@@ -243,6 +281,7 @@ pub fn race_memory_estimate(cfg: &YcsbConfig) -> u64 {
 pub fn memory_estimate(cfg: &YcsbConfig) -> u64 {
     match cfg.index {
         IndexKind::Art => art_memory_estimate(cfg),
+        IndexKind::Btree => btree_memory_estimate(cfg),
         _ => race_memory_estimate(cfg),
     }
 }
@@ -281,6 +320,42 @@ fn art_config(cfg: &YcsbConfig) -> ArtConfig {
         write_combining: cfg.art.rdwc,
         chunk_bytes: 4 << 20,
     }
+}
+
+/// Bytes of remote memory a btree run needs: leaves at the fill a split
+/// leaves (half) for every key, twice (inserts of D), internal nodes and a
+/// chunk per thread, plus the lock tables.
+pub fn btree_memory_estimate(cfg: &YcsbConfig) -> u64 {
+    let bc = btree_config(cfg);
+    let Ok(g) = bc.geometry() else {
+        return 64 << 20;
+    };
+    let leaves = (2 * cfg.keys).div_ceil((g.leaf_span as u64 / 2).max(1));
+    (leaves + leaves / (g.inner_span as u64 / 2).max(1) + 1) * g.node_bytes as u64
+        + (cfg.threads * cfg.machines) as u64 * 2 * bc.chunk_bytes
+        + (64 << 20)
+}
+
+fn btree_config(cfg: &YcsbConfig) -> BtreeConfig {
+    BtreeConfig {
+        max_key: match cfg.key_type {
+            KeyType::Int => 8,
+            KeyType::String => 32,
+        },
+        max_value: cfg.value_size.max(8),
+        node_bytes: cfg.btree.node_bytes,
+        span: cfg.btree.span,
+        cache_bytes: cfg.btree.cache_bytes,
+        speculative: cfg.btree.speculative,
+        hocl: cfg.btree.hocl,
+        on_chip_locks: cfg.btree.on_chip_locks,
+        ..BtreeConfig::default()
+    }
+}
+
+fn create_btree(fabric: Arc<dyn Fabric>, cfg: &YcsbConfig) -> Result<Arc<Btree>, BenchError> {
+    Btree::create(fabric, &unique_name(), btree_config(cfg))
+        .map_err(|e| BenchError::Config(format!("btree: {e}")))
 }
 
 fn create_art(fabric: Arc<dyn Fabric>, cfg: &YcsbConfig) -> Result<Arc<ArtTree>, BenchError> {
@@ -415,6 +490,51 @@ impl IndexClient for ArtClient {
     }
 }
 
+impl IndexClient for BtreeClient {
+    async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
+        BtreeClient::search(self, ctx, key)
+            .await
+            .map_err(|e| e.to_string())
+    }
+    async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, String> {
+        BtreeClient::insert(self, ctx, key, value)
+            .await
+            .map_err(|e| e.to_string())
+    }
+    async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, String> {
+        BtreeClient::update(self, ctx, key, value)
+            .await
+            .map_err(|e| e.to_string())
+    }
+    async fn scan(&self, ctx: &Ctx, from: &[u8], count: usize) -> Result<usize, String> {
+        BtreeClient::scan(self, ctx, from, count)
+            .await
+            .map(|v| v.len())
+            .map_err(|e| e.to_string())
+    }
+    fn counters(&self) -> (u64, u64, u64) {
+        let c = BtreeClient::counters(self);
+        (
+            c.cache_hits + c.spec_hits,
+            c.cache_misses,
+            c.leaf_splits + c.inner_splits,
+        )
+    }
+}
+
+impl RemoteIndex for Arc<Btree> {
+    type Client = BtreeClient;
+    fn client(&self, id: u64) -> BtreeClient {
+        Btree::client(self, id)
+    }
+    fn client_on(&self, machine: usize, id: u64) -> BtreeClient {
+        Btree::client_on(self, machine, id)
+    }
+    fn destroy(&self) -> Result<(), String> {
+        Btree::destroy(self).map_err(|e| format!("btree: {e}"))
+    }
+}
+
 impl RemoteIndex for Arc<ArtTree> {
     type Client = ArtClient;
     fn client(&self, id: u64) -> ArtClient {
@@ -429,6 +549,12 @@ impl RemoteIndex for Arc<ArtTree> {
 trait RemoteIndex {
     type Client: IndexClient;
     fn client(&self, id: u64) -> Self::Client;
+    /// A client on simulated compute machine `machine` (structures that
+    /// share state among a machine's clients, like HOCL, use it).
+    fn client_on(&self, machine: usize, id: u64) -> Self::Client {
+        let _ = machine;
+        self.client(id)
+    }
     fn destroy(&self) -> Result<(), String>;
 }
 
@@ -484,6 +610,15 @@ pub fn run(
         (IndexKind::Art, Platform::Sim(sc)) => {
             let sim = Sim::new(*sc)?;
             let t = create_art(sim.dyn_fabric(), cfg)?;
+            ("sim".into(), on_sim(sim, &t, cfg, progress)?)
+        }
+        (IndexKind::Btree, Platform::Fabric(f)) => {
+            let t = create_btree(f.clone(), cfg)?;
+            (f.backend().into(), on_threads(f, &t, cfg, progress)?)
+        }
+        (IndexKind::Btree, Platform::Sim(sc)) => {
+            let sim = Sim::new(*sc)?;
+            let t = create_btree(sim.dyn_fabric(), cfg)?;
             ("sim".into(), on_sim(sim, &t, cfg, progress)?)
         }
         (IndexKind::Race, Platform::Fabric(f)) => {
@@ -883,7 +1018,7 @@ fn on_sim<I: RemoteIndex>(
         let th = sim.add_worker(machine, |f: &dyn Fabric, clock| {
             Worker::new(f, clock, rcfg.clone(), ti, cfg.coros)
         })?;
-        let client = index.client(ti as u64);
+        let client = index.client_on(machine, ti as u64);
         let tally = Tally::new();
         let before = (sim.thread_stats(th).counters, client.counters());
         spawn_load(sim.worker_mut(th), &client, cfg, ti, &loaded, &tally);

@@ -35,7 +35,12 @@ fn art_is_linearizable_under_faults() {
 }
 
 #[test]
+fn btree_is_linearizable_under_faults() {
+    seeds("btree", 150);
+}
+
+#[test]
 fn every_scenario_is_known_and_unknown_ones_are_refused() {
     assert!(run("nonsense", 1).unwrap_err().contains("counters"));
-    assert_eq!(SCENARIOS.len(), 3);
+    assert_eq!(SCENARIOS.len(), 4);
 }

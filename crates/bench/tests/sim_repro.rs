@@ -91,6 +91,35 @@ fn art_fig11_runs_every_workload_on_sixteen_compute_nodes() {
     let rt = |s: &str| f.rows.iter().find(|r| r.series == s).unwrap().value;
     assert!(rt("art c round trips") < 1.5, "{}", rt("art c round trips"));
     assert!(rt("art e round trips") > rt("art c round trips"));
+    // Sherman beside it: a search reads a whole span-32 leaf, the radix
+    // tree one leaf of its own; the ratios carry the paper's numbers.
+    assert!(rt("sherman c bytes read") > 10.0 * rt("art c bytes read"));
+    for w in ["a", "c"] {
+        let r = f
+            .rows
+            .iter()
+            .find(|r| r.series == format!("art over sherman {w}"))
+            .unwrap();
+        assert!(r.value > 0.0 && r.published.is_some(), "{r:?}");
+    }
+}
+
+#[test]
+fn fig12_compares_sherman_plus_with_smart_bt() {
+    let f = reproduce("smart-fig12", &quick(), &|_, _| {}).unwrap();
+    for w in ["a", "b", "c"] {
+        for s in ["Sherman+", "SMART-BT"] {
+            let r = f
+                .rows
+                .iter()
+                .find(|r| r.series == format!("{s} {w}"))
+                .unwrap_or_else(|| panic!("no {s} {w} row"));
+            assert!(r.value > 0.0 && r.published.is_some(), "{r:?}");
+        }
+    }
+    // Speculative lookup reads slots instead of leaves.
+    let v = |s: &str| f.rows.iter().find(|r| r.series == s).unwrap().value;
+    assert!(v("SMART-BT c bytes read") < v("Sherman+ c bytes read"));
 }
 
 #[test]

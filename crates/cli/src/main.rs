@@ -258,8 +258,8 @@ enum DistArg {
 struct YcsbArgs {
     #[command(flatten)]
     fabric: FabricArgs,
-    /// Index: race (remote hash table), art (remote radix tree), or their
-    /// in-process peers local-hash and local-art.
+    /// Index: race (remote hash table), art (remote radix tree), btree
+    /// (remote B+tree), or the in-process peers local-hash and local-art.
     #[arg(long, default_value = "race")]
     index: ycsb_bench::IndexKind,
     /// Workload: load, a, b, c, d, e or f.
@@ -317,6 +317,24 @@ struct YcsbArgs {
     /// under a remote node lock — Figure 15's baseline).
     #[arg(long, value_enum, default_value = "on")]
     lock_free_internal: OnOff,
+    /// B+tree: bytes of internal nodes each thread caches (0 disables).
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    btree_cache: u64,
+    /// B+tree: SMART-BT's speculative lookup (read one cached slot first).
+    #[arg(long, value_enum, default_value = "on")]
+    speculative: OnOff,
+    /// B+tree: Sherman's hierarchical locks (local lock table, hand-over).
+    #[arg(long, value_enum, default_value = "on")]
+    hocl: OnOff,
+    /// B+tree: lock tables in on-NIC device memory where the fabric has it.
+    #[arg(long, value_enum, default_value = "on")]
+    on_chip_locks: OnOff,
+    /// B+tree: node size.
+    #[arg(long, default_value = "1KiB", value_parser = parse_size)]
+    btree_node: u64,
+    /// B+tree: leaf entries per node (sets the node size; Sherman's span).
+    #[arg(long)]
+    btree_span: Option<usize>,
     #[command(flatten)]
     switches: SwitchArgs,
     #[arg(long, default_value_t = 1)]
@@ -859,6 +877,14 @@ fn bench_ycsb(a: YcsbArgs) -> Res {
             rear_lock: a.rear_lock == OnOff::On,
             rdwc: a.rdwc == OnOff::On,
             lock_free_internal: a.lock_free_internal == OnOff::On,
+        },
+        btree: ycsb_bench::BtreeSwitches {
+            cache_bytes: a.btree_cache as usize,
+            speculative: a.speculative == OnOff::On,
+            hocl: a.hocl == OnOff::On,
+            on_chip_locks: a.on_chip_locks == OnOff::On,
+            node_bytes: a.btree_node as usize,
+            span: a.btree_span,
         },
     };
     let needed = ycsb_bench::memory_estimate(&cfg);
