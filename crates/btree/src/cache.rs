@@ -150,52 +150,71 @@ impl Cache {
 }
 
 /// SMART-BT's speculative-lookup table: tree key → address of the leaf
-/// slot that last held it. Direct-mapped by a hash of the key, which is
-/// also kept as a tag: no keys are stored, a collision only evicts, and a
-/// wrong guess costs nothing in correctness — the speculative read checks
-/// the key it finds in the slot.
+/// slot that last held it. Two-way set-associative by a hash of the key,
+/// which is also kept as a tag: no keys are stored, a conflict only
+/// evicts, and a wrong guess costs nothing in correctness — the
+/// speculative read checks the key it finds in the slot.
 pub struct SpecCache {
-    /// (tag, slot address); tag 0 = empty.
+    /// (tag, slot address) in sets of two; tag 0 = empty.
     ways: Vec<(u64, u64)>,
-    mask: usize,
+    sets: usize,
     len: usize,
 }
 
 impl SpecCache {
     /// A table of about `cap` entries (rounded up to a power of two; 0: off).
     pub fn new(cap: usize) -> Self {
-        let n = if cap == 0 { 0 } else { cap.next_power_of_two() };
+        let n = if cap == 0 {
+            0
+        } else {
+            cap.next_power_of_two().max(2)
+        };
         Self {
             ways: vec![(0, 0); n],
-            mask: n.wrapping_sub(1),
+            sets: n / 2,
             len: 0,
         }
     }
+    /// The set's first way and the key's tag.
     fn at(&self, tk: &[u8]) -> Option<(usize, u64)> {
         if self.ways.is_empty() {
             return None;
         }
         let h = hash64(tk, 0x5BEC) | 1;
-        Some(((h >> 20) as usize & self.mask, h))
+        Some((2 * ((h >> 20) as usize & (self.sets - 1)), h))
     }
     pub fn get(&self, tk: &[u8]) -> Option<GlobalAddr> {
         let (i, h) = self.at(tk)?;
-        let (tag, a) = self.ways[i];
-        (tag == h).then(|| GlobalAddr::from_raw(a))
+        self.ways[i..i + 2]
+            .iter()
+            .find(|w| w.0 == h)
+            .map(|w| GlobalAddr::from_raw(w.1))
     }
     pub fn put(&mut self, tk: &[u8], slot: GlobalAddr) {
-        if let Some((i, h)) = self.at(tk) {
-            if self.ways[i].0 == 0 {
-                self.len += 1;
-            }
-            self.ways[i] = (h, slot.raw());
-        }
+        let Some((i, h)) = self.at(tk) else {
+            return;
+        };
+        let set = &mut self.ways[i..i + 2];
+        let w = match set.iter().position(|w| w.0 == h) {
+            Some(w) => w,
+            None => match set.iter().position(|w| w.0 == 0) {
+                Some(w) => {
+                    self.len += 1;
+                    w
+                }
+                // Both taken: the hash picks the victim.
+                None => (h >> 8) as usize & 1,
+            },
+        };
+        set[w] = (h, slot.raw());
     }
     pub fn remove(&mut self, tk: &[u8]) {
         if let Some((i, h)) = self.at(tk) {
-            if self.ways[i].0 == h {
-                self.ways[i] = (0, 0);
-                self.len -= 1;
+            for w in &mut self.ways[i..i + 2] {
+                if w.0 == h {
+                    *w = (0, 0);
+                    self.len -= 1;
+                }
             }
         }
     }

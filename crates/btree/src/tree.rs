@@ -371,6 +371,7 @@ impl Btree {
                 alloc: BlockAlloc::new(self.cfg.chunk_bytes, Nanos::MAX / 4, self.chunks.clone()),
                 owner: id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
                 root: self.root,
+                root_known: false,
                 next_node: id as usize,
                 counters: TreeCounters::default(),
             })),
@@ -428,6 +429,8 @@ struct ClientState {
     /// The root as this client last knew it (a stale root is only slower:
     /// every level is reachable along sibling pointers).
     root: GlobalAddr,
+    /// Whether `root` was read from the descriptor by this client.
+    root_known: bool,
     /// Round-robin memory node for new nodes.
     next_node: usize,
     counters: TreeCounters,
@@ -567,7 +570,9 @@ impl BtreeClient {
         ctx.read(d.add(DESC_ROOT), self.t.rkey(d.node())?, self.l_word(), 8);
         ctx.sync().await?;
         let r = GlobalAddr::from_raw(ctx.local_u64(self.l_word()));
-        self.st.borrow_mut().root = r;
+        let mut st = self.st.borrow_mut();
+        st.root = r;
+        st.root_known = true;
         Ok(r)
     }
 
@@ -601,7 +606,15 @@ impl BtreeClient {
         mut use_cache: bool,
         path: &mut [GlobalAddr; MAX_LEVELS],
     ) -> Result<Option<GlobalAddr>, BtreeError> {
-        let mut addr = self.st.borrow().root;
+        let known = self.st.borrow().root_known;
+        let mut addr = if known {
+            self.st.borrow().root
+        } else {
+            self.refresh_root(ctx).await?
+        };
+        // The cached node that pointed here (dropped if it led astray).
+        let mut from: Option<GlobalAddr> = None;
+        let mut hops = 0;
         for _ in 0..MAX_ATTEMPTS {
             let (s, cached) = self.snapshot(ctx, addr, use_cache).await?;
             if !s.lo.le(tk) {
@@ -609,21 +622,34 @@ impl BtreeClient {
                 self.st.borrow_mut().cache.remove(addr);
                 self.count(|c| c.restarts += 1);
                 use_cache = false;
+                from = None;
                 addr = self.refresh_root(ctx).await?;
                 continue;
             }
             if !s.hi.gt(tk) {
+                let mut st = self.st.borrow_mut();
                 if cached {
-                    self.st.borrow_mut().cache.remove(addr);
+                    st.cache.remove(addr);
                 }
+                if let Some(p) = from.take() {
+                    st.cache.remove(p);
+                }
+                st.counters.sibling_hops += 1;
+                drop(st);
                 if s.sibling.is_null() {
                     return Err(BtreeError::Corrupt {
                         addr,
                         what: "node with an upper fence and no sibling",
                     });
                 }
-                self.count(|c| c.sibling_hops += 1);
-                addr = s.sibling;
+                hops += 1;
+                // A long walk right: the root this client knows is old (the
+                // tree grew above it); start again from the current one.
+                addr = if hops == 4 {
+                    self.refresh_root(ctx).await?
+                } else {
+                    s.sibling
+                };
                 continue;
             }
             if s.level < level {
@@ -637,6 +663,7 @@ impl BtreeClient {
             if s.level == level + 1 {
                 return Ok(Some(child));
             }
+            from = cached.then_some(addr);
             addr = child;
         }
         Err(BtreeError::TooManyRetries(MAX_ATTEMPTS))

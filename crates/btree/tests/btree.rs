@@ -7,20 +7,16 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
 
 use dmkit_btree::{check_tree, Btree, BtreeClient, BtreeConfig, BtreeError};
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
-use dmkit_fabric::Fabric;
-use dmkit_lincheck::stress::{self, StressConfig};
+use dmkit_lincheck::stress::{self, on_worker, StressConfig};
 use dmkit_lincheck::MapRet;
-use dmkit_memnode::server::{Running, Server};
-use dmkit_memnode::MemNode;
 use dmkit_memnode::NodeConfig;
 use dmkit_runtime::rng::Rng;
-use dmkit_runtime::{Ctx, MonotonicClock, RuntimeConfig, Worker, WorkerStats};
+use dmkit_runtime::{MonotonicClock, RuntimeConfig, Worker};
 
 const TESTKIT: &str = env!("CARGO_BIN_EXE_dmkit-btree-testkit");
 
@@ -47,24 +43,6 @@ fn small(cache: bool, spec: bool) -> BtreeConfig {
         chunk_bytes: 1 << 20,
         ..Default::default()
     }
-}
-
-fn on_worker<T: 'static, F, Fut>(f: &dyn Fabric, client: &BtreeClient, body: F) -> (T, WorkerStats)
-where
-    F: FnOnce(Ctx, BtreeClient) -> Fut + 'static,
-    Fut: Future<Output = T> + 'static,
-{
-    let mut w = Worker::new(f, Arc::new(MonotonicClock), RuntimeConfig::default(), 0, 1).unwrap();
-    let out: Rc<RefCell<Option<T>>> = Rc::default();
-    let (o, c) = (out.clone(), client.clone());
-    w.spawn(move |ctx| async move {
-        let v = body(ctx, c).await;
-        *o.borrow_mut() = Some(v);
-    });
-    w.run();
-    let stats = w.stats();
-    let v = out.borrow_mut().take().expect("task finished");
-    (v, stats)
 }
 
 fn key_of(r: &mut Rng) -> Vec<u8> {
@@ -440,55 +418,19 @@ fn concurrent_threads_are_linearizable_without_hocl_or_cache() {
 
 #[test]
 fn concurrent_processes_are_linearizable() {
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("btree.sock");
-    let node = MemNode::new(NodeConfig {
-        size: 128 << 20,
-        ..Default::default()
-    })
-    .unwrap();
-    let _running: Running = Server::bind(
-        node,
-        &socket,
-        &dmkit_memnode::server::default_token_path(&socket),
-    )
-    .unwrap()
-    .spawn()
-    .unwrap();
-    let f = Arc::new(
-        ShmFabric::open(
-            ShmConfig::default(),
-            &[dmkit_fabric::shm::Target::new(&socket)],
-        )
-        .unwrap(),
-    );
+    let node = stress::serve_node(128 << 20);
+    let f = node.fabric.clone();
     let tree = Btree::create(f.clone(), "procs", small(true, true)).unwrap();
-    let start = stress::host_now() + 300_000_000;
-    let children: Vec<_> = (0..3u32)
-        .map(|p| {
-            std::process::Command::new(TESTKIT)
-                .args(["stress", socket.to_str().unwrap(), "procs"])
-                .args(["2", "3", "800", "5", "30"])
-                .args([100 + p, 1000 * (p + 1)].map(|v| v.to_string()))
-                .arg(start.to_string())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let mut h = Vec::new();
-    for c in children {
-        let out = c.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "child failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        for l in String::from_utf8(out.stdout).unwrap().lines() {
-            h.push(stress::from_line(l).unwrap_or_else(|| panic!("bad history line {l:?}")));
-        }
-    }
+    let sc = StressConfig {
+        workers: 2,
+        tasks: 3,
+        ops_per_task: 800,
+        hot_keys: 5,
+        fill_percent: 30,
+        seed: 0,
+        client_base: 0,
+    };
+    let h = stress::run_processes(TESTKIT, &node.socket, "procs", 3, &sc);
     assert_eq!(h.len(), 3 * 2 * 3 * 800);
     let conflicts = h
         .iter()

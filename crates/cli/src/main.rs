@@ -459,6 +459,10 @@ struct FabricArgs {
     /// Simulator: memory nodes.
     #[arg(long, default_value_t = 1)]
     memory_nodes: usize,
+    /// Simulator: memory node i lives on compute machine i (Sherman's
+    /// setup: every server is both).
+    #[arg(long)]
+    colocated: bool,
     #[command(flatten)]
     rdma: RdmaArgs,
 }
@@ -473,6 +477,7 @@ impl FabricArgs {
             profile: dmkit_sim::Profile::load(&self.profile)?,
             compute_machines: self.machines,
             memory_nodes: self.memory_nodes,
+            colocated: self.colocated,
             memory_bytes: self
                 .mem_size
                 .unwrap_or(needed.div_ceil(self.memory_nodes.max(1) as u64) + (64 << 20)),
@@ -643,8 +648,10 @@ fn targets(paths: &[PathBuf], token_file: &Option<PathBuf>) -> Result<Vec<Target
 }
 
 fn open_fabric(a: &FabricArgs, needed: u64) -> Result<Arc<dyn Fabric>, String> {
-    if a.machines != 1 || a.memory_nodes != 1 {
-        return Err("--machines and --memory-nodes shape the simulator (--backend sim)".into());
+    if a.machines != 1 || a.memory_nodes != 1 || a.colocated {
+        return Err(
+            "--machines, --memory-nodes and --colocated shape the simulator (--backend sim)".into(),
+        );
     }
     let (mut unix, mut tcp) = (Vec::new(), Vec::new());
     for t in &a.connect {

@@ -415,3 +415,133 @@ where
         }
     }
 }
+
+/// Runs `body` as the only task of a fresh worker on `f` (to completion)
+/// and returns what it returned and the worker's statistics.
+pub fn on_worker<C, T, F, Fut>(
+    f: &dyn Fabric,
+    client: &C,
+    body: F,
+) -> (T, dmkit_runtime::WorkerStats)
+where
+    C: Clone + 'static,
+    T: 'static,
+    F: FnOnce(Ctx, C) -> Fut + 'static,
+    Fut: std::future::Future<Output = T> + 'static,
+{
+    let mut w = Worker::new(
+        f,
+        std::sync::Arc::new(MonotonicClock),
+        RuntimeConfig::default(),
+        0,
+        1,
+    )
+    .expect("a worker on a working fabric");
+    let out: Rc<RefCell<Option<T>>> = Rc::default();
+    let (o, c) = (out.clone(), client.clone());
+    w.spawn(move |ctx| async move {
+        let v = body(ctx, c).await;
+        *o.borrow_mut() = Some(v);
+    });
+    w.run();
+    let stats = w.stats();
+    let v = out.borrow_mut().take().expect("the task finished");
+    (v, stats)
+}
+
+/// A memory node served on a Unix socket by this process, and a fabric
+/// connected to it: the setup of the multi-process tests.
+pub struct ServedNode {
+    _dir: tempfile::TempDir,
+    pub socket: std::path::PathBuf,
+    _running: dmkit_memnode::server::Running,
+    pub fabric: std::sync::Arc<dmkit_fabric::shm::ShmFabric>,
+}
+
+/// Serves a `size`-byte memory node on a fresh socket.
+///
+/// # Panics
+/// If the node cannot be made (test setup).
+pub fn serve_node(size: u64) -> ServedNode {
+    use dmkit_memnode::server::{default_token_path, Server};
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let socket = dir.path().join("node.sock");
+    let node = dmkit_memnode::MemNode::new(dmkit_memnode::NodeConfig {
+        size,
+        ..Default::default()
+    })
+    .expect("a memory node");
+    let running = Server::bind(node, &socket, &default_token_path(&socket))
+        .expect("bind the node's socket")
+        .spawn()
+        .expect("serve the node");
+    let fabric = std::sync::Arc::new(
+        dmkit_fabric::shm::ShmFabric::open(
+            dmkit_fabric::shm::ShmConfig::default(),
+            &[dmkit_fabric::shm::Target::new(&socket)],
+        )
+        .expect("connect to the node"),
+    );
+    ServedNode {
+        _dir: dir,
+        socket,
+        _running: running,
+        fabric,
+    }
+}
+
+/// Runs `procs` child processes of `testkit` ([`testkit_main`]) on
+/// structure `name` of the node at `socket`, each with `sc`'s shape (seed
+/// and client ids made distinct per child), starting together; returns
+/// their merged history.
+///
+/// # Panics
+/// If a child fails or prints a line that is not a history record.
+pub fn run_processes(
+    testkit: &str,
+    socket: &std::path::Path,
+    name: &str,
+    procs: u32,
+    sc: &StressConfig,
+) -> Vec<StressRecord> {
+    let start = host_now() + 300_000_000;
+    let children: Vec<_> = (0..procs)
+        .map(|p| {
+            std::process::Command::new(testkit)
+                .args(["stress", socket.to_str().expect("a UTF-8 path"), name])
+                .args(
+                    [
+                        sc.workers as u64,
+                        sc.tasks as u64,
+                        sc.ops_per_task as u64,
+                        sc.hot_keys,
+                        sc.fill_percent as u64,
+                        sc.seed + 100 + p as u64,
+                        sc.client_base as u64 + 1000 * (p as u64 + 1),
+                        start,
+                    ]
+                    .map(|v| v.to_string()),
+                )
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn the testkit")
+        })
+        .collect();
+    let mut h = Vec::new();
+    for c in children {
+        let out = c.wait_with_output().expect("wait for the testkit");
+        assert!(
+            out.status.success(),
+            "child failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for l in String::from_utf8(out.stdout)
+            .expect("UTF-8 history")
+            .lines()
+        {
+            h.push(from_line(l).unwrap_or_else(|| panic!("bad history line {l:?}")));
+        }
+    }
+    h
+}

@@ -3,21 +3,16 @@
 //! and processes), bad input, a full table, memory exhaustion, sharding and
 //! the round trips of the cache.
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::process::Command;
-use std::rc::Rc;
 use std::sync::Arc;
 
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_fabric::Fabric;
-use dmkit_lincheck::stress::{self, StressConfig, StressRecord};
+use dmkit_lincheck::stress::{self, on_worker, StressConfig, StressRecord};
 use dmkit_lincheck::{check, MapOp, MapRet};
-use dmkit_memnode::server::{Running, Server};
-use dmkit_memnode::{MemNode, NodeConfig};
-use dmkit_race::{RaceClient, RaceConfig, RaceError, RaceTable};
-use dmkit_runtime::{Ctx, MonotonicClock, RuntimeConfig, Worker, WorkerStats};
+use dmkit_memnode::NodeConfig;
+use dmkit_race::{RaceConfig, RaceError, RaceTable};
+use dmkit_runtime::RuntimeConfig;
 
 const TESTKIT: &str = env!("CARGO_BIN_EXE_dmkit-race-testkit");
 
@@ -45,24 +40,6 @@ fn small() -> RaceConfig {
 
 /// Runs `f` as the single task of a fresh worker; returns its output and the
 /// worker's statistics.
-fn on_worker<T: 'static, F, Fut>(f: &dyn Fabric, client: &RaceClient, body: F) -> (T, WorkerStats)
-where
-    F: FnOnce(Ctx, RaceClient) -> Fut + 'static,
-    Fut: Future<Output = T> + 'static,
-{
-    let mut w = Worker::new(f, Arc::new(MonotonicClock), RuntimeConfig::default(), 0, 1).unwrap();
-    let out: Rc<RefCell<Option<T>>> = Rc::default();
-    let (o, c) = (out.clone(), client.clone());
-    w.spawn(move |ctx| async move {
-        let v = body(ctx, c).await;
-        *o.borrow_mut() = Some(v);
-    });
-    w.run();
-    let stats = w.stats();
-    let v = out.borrow_mut().take().expect("task finished");
-    (v, stats)
-}
-
 fn key(i: u64) -> Vec<u8> {
     format!("key-{i:06}").into_bytes()
 }
@@ -455,55 +432,19 @@ fn concurrent_threads_are_linearizable_while_the_table_splits() {
 
 #[test]
 fn concurrent_processes_are_linearizable_while_the_table_splits() {
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("race.sock");
-    let node = MemNode::new(NodeConfig {
-        size: 64 << 20,
-        ..Default::default()
-    })
-    .unwrap();
-    let _running: Running = Server::bind(
-        node,
-        &socket,
-        &dmkit_memnode::server::default_token_path(&socket),
-    )
-    .unwrap()
-    .spawn()
-    .unwrap();
-    let f = Arc::new(
-        ShmFabric::open(
-            ShmConfig::default(),
-            &[dmkit_fabric::shm::Target::new(&socket)],
-        )
-        .unwrap(),
-    );
+    let node = stress::serve_node(64 << 20);
+    let f = node.fabric.clone();
     let table = RaceTable::create(f.clone(), "procs", small()).unwrap();
-    let start = stress::host_now() + 300_000_000;
-    let children: Vec<_> = (0..3u32)
-        .map(|p| {
-            Command::new(TESTKIT)
-                .args(["stress", socket.to_str().unwrap(), "procs"])
-                .args(["2", "3", "1000", "5", "30"])
-                .args([100 + p, 1000 * (p + 1)].map(|v| v.to_string()))
-                .arg(start.to_string())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let mut h = Vec::new();
-    for c in children {
-        let out = c.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "child failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        for l in String::from_utf8(out.stdout).unwrap().lines() {
-            h.push(stress::from_line(l).unwrap_or_else(|| panic!("bad history line {l:?}")));
-        }
-    }
+    let sc = StressConfig {
+        workers: 2,
+        tasks: 3,
+        ops_per_task: 1000,
+        hot_keys: 5,
+        fill_percent: 30,
+        seed: 0,
+        client_base: 0,
+    };
+    let h = stress::run_processes(TESTKIT, &node.socket, "procs", 3, &sc);
     assert_eq!(h.len(), 3 * 2 * 3 * 1000);
     final_state_matches(f.as_ref(), &table, 5, h);
 }
