@@ -19,8 +19,10 @@ use dmkit_runtime::{Ctx, Nanos};
 
 use crate::layout::LOCK_WORDS;
 
-/// How long a local waiter sleeps between looks at its entry (ns).
-const LOCAL_WAIT_NS: Nanos = 200;
+/// How long a local waiter sleeps between looks at its entry, per waiter
+/// ahead of it (ns), and at most.
+const LOCAL_WAIT_NS: Nanos = 300;
+const LOCAL_WAIT_MAX_NS: Nanos = 20_000;
 
 #[derive(Default)]
 struct Entry {
@@ -60,8 +62,15 @@ impl LocalLocks {
     pub async fn acquire(&self, ctx: &Ctx, index: usize) -> LocalGrant {
         let e = &self.entries[index];
         let t = e.next.fetch_add(1, Ordering::AcqRel);
-        while e.serving.load(Ordering::Acquire) != t {
-            ctx.sleep(LOCAL_WAIT_NS).await;
+        loop {
+            let ahead = t.wrapping_sub(e.serving.load(Ordering::Acquire));
+            if ahead == 0 {
+                break;
+            }
+            // Waiters further back look less often (each holder keeps
+            // the lock for about a round trip).
+            ctx.sleep((LOCAL_WAIT_NS * ahead as Nanos).min(LOCAL_WAIT_MAX_NS))
+                .await;
         }
         LocalGrant {
             index,

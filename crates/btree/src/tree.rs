@@ -431,7 +431,7 @@ struct ClientState {
     root: GlobalAddr,
     /// Whether `root` was read from the descriptor by this client.
     root_known: bool,
-    /// Round-robin memory node for new nodes.
+    /// The memory node this client puts new nodes on (if it has room).
     next_node: usize,
     counters: TreeCounters,
 }
@@ -470,6 +470,8 @@ enum WriteMode {
 const MAX_ATTEMPTS: u32 = 100_000;
 /// Attempts that may use the cache (later ones traverse from the root).
 const CACHED_ATTEMPTS: u32 = 3;
+/// Sibling hops a writer walks before it descends afresh instead.
+const MAX_WALK: u32 = 2;
 /// Deepest tree a traversal expects.
 const MAX_LEVELS: usize = 32;
 
@@ -708,11 +710,18 @@ impl BtreeClient {
         if let Some(v) = self.speculative(ctx, &tk).await? {
             return Ok(Some(v));
         }
+        let mut hops = 0;
         for attempt in 0..MAX_ATTEMPTS {
             let mut path = [GlobalAddr::NULL; MAX_LEVELS];
             let mut addr = self
-                .locate_leaf(ctx, &tk, attempt < CACHED_ATTEMPTS, &mut path)
+                .locate_leaf(
+                    ctx,
+                    &tk,
+                    attempt < CACHED_ATTEMPTS && hops <= MAX_WALK,
+                    &mut path,
+                )
                 .await?;
+            hops = 0;
             loop {
                 let rk = self.t.rkey(addr.node())?;
                 ctx.read(addr, rk, 0, self.nb());
@@ -736,6 +745,11 @@ impl BtreeClient {
                 if !n.below_hi(&tk) {
                     self.stale_parent(&path);
                     self.count(|c| c.sibling_hops += 1);
+                    hops += 1;
+                    if hops > MAX_WALK {
+                        // Far from the key's node: descend afresh.
+                        break;
+                    }
                     addr = n.sibling();
                     continue;
                 }
@@ -898,10 +912,23 @@ impl BtreeClient {
                     break;
                 }
                 if !n.below_hi(tk) {
+                    let next = n.sibling();
                     self.unlock(ctx, held).await?;
                     self.stale_parent(&path);
                     self.count(|c| c.sibling_hops += 1);
-                    addr = n.sibling();
+                    // Find the node that holds the key now by plain reads
+                    // (a few hops, else a fresh descent: the node may have
+                    // split many times while this task waited for its
+                    // lock), and lock that one.
+                    addr = match self.move_right(ctx, next, tk, MAX_WALK).await? {
+                        Some(a) => a,
+                        None => {
+                            let a = self.locate_leaf(ctx, tk, false, &mut path).await?;
+                            self.move_right(ctx, a, tk, u32::MAX)
+                                .await?
+                                .expect("an unbounded walk ends")
+                        }
+                    };
                     continue;
                 }
                 let found = n.find(tk);
@@ -952,13 +979,40 @@ impl BtreeClient {
         Err(BtreeError::TooManyRetries(MAX_ATTEMPTS))
     }
 
-    /// A new node's block, on the memory nodes in turn.
+    /// From `addr`, follows sibling pointers with unlocked reads to the
+    /// node whose upper fence lies above `tk` (a writer that finds its
+    /// node split locks only the node it ends at).
+    /// `None`: not found within `max` hops.
+    async fn move_right(
+        &self,
+        ctx: &Ctx,
+        mut addr: GlobalAddr,
+        tk: &[u8],
+        max: u32,
+    ) -> Result<Option<GlobalAddr>, BtreeError> {
+        for _ in 0..max.min(MAX_ATTEMPTS) {
+            let img = self.read_node(ctx, addr).await?;
+            let n = Node::new(&self.t.g, &img.b);
+            if n.below_hi(tk) || n.sibling().is_null() {
+                return Ok(Some(addr));
+            }
+            self.count(|c| c.sibling_hops += 1);
+            addr = n.sibling();
+        }
+        if max >= MAX_ATTEMPTS {
+            return Err(BtreeError::TooManyRetries(MAX_ATTEMPTS));
+        }
+        Ok(None)
+    }
+
+    /// A new node's block, on this client's memory node if it has room.
     fn alloc_node(&self, ctx: &Ctx) -> Result<GlobalAddr, BtreeError> {
         let mut st = self.st.borrow_mut();
         let st = &mut *st;
         let nodes = self.t.nodes();
+        // Each client fills chunks on one memory node (clients spread over
+        // the nodes by id), so a client holds one partly used chunk.
         let prefer = nodes[st.next_node % nodes.len()];
-        st.next_node = st.next_node.wrapping_add(1);
         st.alloc
             .alloc(
                 self.t.fabric.as_ref(),

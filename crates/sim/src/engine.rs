@@ -109,8 +109,17 @@ struct Machine {
     outstanding: u64,
     resp_free: f64,
     atomic_free: f64,
+    /// The port's links, each a FIFO server per kind of traffic: requests
+    /// and responses are reserved at different instants (a response when
+    /// its request executes, later than requests posted meanwhile), so one
+    /// "free at" per direction would make an early request wait behind a
+    /// response reserved for the future — head-of-line blocking that does
+    /// not exist on a wire. It only arises where one machine both sends
+    /// requests and serves them (colocated memory nodes, Sherman's setup).
     up_free: f64,
     down_free: f64,
+    up_resp_free: f64,
+    down_resp_free: f64,
     /// Direct-mapped translation cache: remote page + 1 per entry (0 = empty).
     mtt: Vec<u64>,
 }
@@ -133,6 +142,8 @@ impl Machine {
             atomic_free: 0.0,
             up_free: 0.0,
             down_free: 0.0,
+            up_resp_free: 0.0,
+            down_resp_free: 0.0,
             mtt: vec![0; p.responder.mtt_entries.max(1) as usize],
         }
     }
@@ -734,11 +745,11 @@ impl Core {
             let resp_bytes = rpk * self.p.link.header_bytes + resp_payload;
             let rser = resp_bytes / link_bpns;
             let tm = &mut self.machines[target];
-            let u2 = fmax(exec + spread, tm.up_free);
-            tm.up_free = u2 + rser;
+            let u2 = fmax(exec + spread, tm.up_resp_free);
+            tm.up_resp_free = u2 + rser;
             let m = &mut self.machines[machine];
-            let d2 = fmax(u2 + rser + half_wire, m.down_free);
-            m.down_free = d2 + rser;
+            let d2 = fmax(u2 + rser + half_wire, m.down_resp_free);
+            m.down_resp_free = d2 + rser;
             let mut cq = d2 + rser + half_wire + self.p.nic.deliver_ns;
             let q = &mut self.qps[qi];
             cq = fmax(cq, q.last_cq);
