@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use dmkit_fabric::GlobalAddr;
 use dmkit_runtime::hash::hash64;
@@ -150,15 +151,17 @@ impl Cache {
 }
 
 /// SMART-BT's speculative-lookup table: tree key → address of the leaf
-/// slot that last held it. Two-way set-associative by a hash of the key,
-/// which is also kept as a tag: no keys are stored, a conflict only
-/// evicts, and a wrong guess costs nothing in correctness — the
-/// speculative read checks the key it finds in the slot.
+/// slot that last held it, one per compute machine (its clients share it,
+/// as the paper's compute blade does). Two-way set-associative by a hash
+/// of the key, which is also kept as a tag: no keys are stored, a conflict
+/// only evicts, and a wrong guess costs nothing in correctness — the
+/// speculative read checks the key it finds in the slot. Entries are pairs
+/// of relaxed atomic words; a reader that sees one put's tag with another's
+/// address just guesses wrong.
 pub struct SpecCache {
-    /// (tag, slot address) in sets of two; tag 0 = empty.
-    ways: Vec<(u64, u64)>,
+    /// (tag, slot address) word pairs in sets of two; tag 0 = empty.
+    words: Vec<AtomicU64>,
     sets: usize,
-    len: usize,
 }
 
 impl SpecCache {
@@ -170,59 +173,55 @@ impl SpecCache {
             cap.next_power_of_two().max(2)
         };
         Self {
-            ways: vec![(0, 0); n],
+            words: (0..2 * n).map(|_| AtomicU64::new(0)).collect(),
             sets: n / 2,
-            len: 0,
         }
     }
     /// The set's first way and the key's tag.
     fn at(&self, tk: &[u8]) -> Option<(usize, u64)> {
-        if self.ways.is_empty() {
+        if self.words.is_empty() {
             return None;
         }
         let h = hash64(tk, 0x5BEC) | 1;
         Some((2 * ((h >> 20) as usize & (self.sets - 1)), h))
     }
+    fn tag(&self, way: usize) -> u64 {
+        self.words[2 * way].load(Ordering::Relaxed)
+    }
     pub fn get(&self, tk: &[u8]) -> Option<GlobalAddr> {
         let (i, h) = self.at(tk)?;
-        self.ways[i..i + 2]
-            .iter()
-            .find(|w| w.0 == h)
-            .map(|w| GlobalAddr::from_raw(w.1))
+        (i..i + 2)
+            .find(|&w| self.tag(w) == h)
+            .map(|w| GlobalAddr::from_raw(self.words[2 * w + 1].load(Ordering::Relaxed)))
     }
-    pub fn put(&mut self, tk: &[u8], slot: GlobalAddr) {
+    pub fn put(&self, tk: &[u8], slot: GlobalAddr) {
         let Some((i, h)) = self.at(tk) else {
             return;
         };
-        let set = &mut self.ways[i..i + 2];
-        let w = match set.iter().position(|w| w.0 == h) {
-            Some(w) => w,
-            None => match set.iter().position(|w| w.0 == 0) {
-                Some(w) => {
-                    self.len += 1;
-                    w
-                }
-                // Both taken: the hash picks the victim.
-                None => (h >> 8) as usize & 1,
-            },
-        };
-        set[w] = (h, slot.raw());
+        let w = (i..i + 2)
+            .find(|&w| self.tag(w) == h)
+            .or_else(|| (i..i + 2).find(|&w| self.tag(w) == 0))
+            // Both taken: the hash picks the victim.
+            .unwrap_or(i + ((h >> 8) as usize & 1));
+        self.words[2 * w].store(h, Ordering::Relaxed);
+        self.words[2 * w + 1].store(slot.raw(), Ordering::Relaxed);
     }
-    pub fn remove(&mut self, tk: &[u8]) {
+    pub fn remove(&self, tk: &[u8]) {
         if let Some((i, h)) = self.at(tk) {
-            for w in &mut self.ways[i..i + 2] {
-                if w.0 == h {
-                    *w = (0, 0);
-                    self.len -= 1;
+            for w in i..i + 2 {
+                if self.tag(w) == h {
+                    self.words[2 * w].store(0, Ordering::Relaxed);
                 }
             }
         }
     }
-    /// Entries held.
+    /// Entries held (counts the table; for reports).
     pub fn len(&self) -> usize {
-        self.len
+        (0..self.words.len() / 2)
+            .filter(|&w| self.tag(w) != 0)
+            .count()
     }
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 }

@@ -35,8 +35,8 @@ pub struct BtreeConfig {
     /// SMART-BT's speculative lookup: searches first read only the slot a
     /// small cache remembers for the key.
     pub speculative: bool,
-    /// Entries of the speculative-lookup table per client (direct-mapped,
-    /// 16 bytes each).
+    /// Entries of the speculative-lookup table of each compute machine
+    /// (two-way set-associative, 16 bytes each).
     pub spec_entries: usize,
     /// Sherman's hierarchical locks: clients of one machine queue on a
     /// local lock table and hand remote locks over. Off: every client
@@ -59,7 +59,7 @@ impl Default for BtreeConfig {
             span: None,
             cache_bytes: 64 << 20,
             speculative: true,
-            spec_entries: 1 << 18,
+            spec_entries: 1 << 20,
             hocl: true,
             max_handover: 4,
             on_chip_locks: true,
@@ -138,6 +138,8 @@ pub struct Btree {
     chunks: Arc<Mutex<Vec<GlobalAddr>>>,
     /// Local lock tables per compute machine (HOCL).
     local: Mutex<HashMap<usize, Arc<LocalLocks>>>,
+    /// Speculative-lookup tables per compute machine.
+    spec: Mutex<HashMap<usize, Arc<SpecCache>>>,
 }
 
 impl Btree {
@@ -239,6 +241,7 @@ impl Btree {
             on_chip,
             chunks: Arc::new(Mutex::new(taken[1..].to_vec())),
             local: Mutex::default(),
+            spec: Mutex::default(),
         }))
     }
 
@@ -295,6 +298,7 @@ impl Btree {
             on_chip: false,
             chunks: Arc::default(),
             local: Mutex::default(),
+            spec: Mutex::default(),
         }))
     }
 
@@ -358,16 +362,25 @@ impl Btree {
                 })
                 .clone()
         });
-        BtreeClient {
-            t: self.clone(),
-            locks,
-            st: Rc::new(RefCell::new(ClientState {
-                cache: Cache::new(self.cfg.cache_bytes),
-                spec: SpecCache::new(if self.cfg.speculative {
+        let spec = self
+            .spec
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(machine)
+            .or_insert_with(|| {
+                Arc::new(SpecCache::new(if self.cfg.speculative {
                     self.cfg.spec_entries
                 } else {
                     0
-                }),
+                }))
+            })
+            .clone();
+        BtreeClient {
+            t: self.clone(),
+            locks,
+            spec,
+            st: Rc::new(RefCell::new(ClientState {
+                cache: Cache::new(self.cfg.cache_bytes),
                 alloc: BlockAlloc::new(self.cfg.chunk_bytes, Nanos::MAX / 4, self.chunks.clone()),
                 owner: id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
                 root: self.root,
@@ -423,7 +436,6 @@ fn root_head(version: u32, level: u8, leftmost: GlobalAddr) -> HeadFields {
 
 struct ClientState {
     cache: Cache,
-    spec: SpecCache,
     alloc: BlockAlloc,
     owner: u64,
     /// The root as this client last knew it (a stale root is only slower:
@@ -442,6 +454,7 @@ struct ClientState {
 pub struct BtreeClient {
     t: Arc<Btree>,
     locks: Option<Arc<LocalLocks>>,
+    spec: Arc<SpecCache>,
     st: Rc<RefCell<ClientState>>,
 }
 
@@ -485,10 +498,11 @@ impl BtreeClient {
         self.st.borrow().counters
     }
 
-    /// Snapshots the cache holds and their bytes; speculative entries.
+    /// Snapshots the cache holds and their bytes; entries of the
+    /// machine's speculative table.
     pub fn cache_usage(&self) -> (usize, usize, usize) {
         let st = self.st.borrow();
-        (st.cache.len(), st.cache.bytes(), st.spec.len())
+        (st.cache.len(), st.cache.bytes(), self.spec.len())
     }
 
     fn nb(&self) -> usize {
@@ -754,10 +768,7 @@ impl BtreeClient {
                     continue;
                 }
                 return Ok(hit.map(|i| {
-                    self.st
-                        .borrow_mut()
-                        .spec
-                        .put(&tk, slot_addr(&self.t.g, addr, true, i));
+                    self.spec.put(&tk, slot_addr(&self.t.g, addr, true, i));
                     n.slot_value(i).to_vec()
                 }));
             }
@@ -767,7 +778,7 @@ impl BtreeClient {
 
     /// SMART-BT's fast path: read the one slot the table remembers.
     async fn speculative(&self, ctx: &Ctx, tk: &[u8]) -> Result<Option<Vec<u8>>, BtreeError> {
-        let Some(at) = self.st.borrow().spec.get(tk) else {
+        let Some(at) = self.spec.get(tk) else {
             return Ok(None);
         };
         let g = &self.t.g;
@@ -782,7 +793,7 @@ impl BtreeClient {
             return Ok(Some(n.slot_value(0).to_vec()));
         }
         self.count(|c| c.spec_misses += 1);
-        self.st.borrow_mut().spec.remove(tk);
+        self.spec.remove(tk);
         Ok(None)
     }
 
@@ -967,11 +978,10 @@ impl BtreeClient {
                 ctx.put_local(self.l_slot(), &slot);
                 ctx.write(at, held.rk, self.l_slot(), slot.len());
                 self.unlock(ctx, held).await?;
-                let mut st = self.st.borrow_mut();
                 if mode == WriteMode::Delete {
-                    st.spec.remove(tk);
+                    self.spec.remove(tk);
                 } else {
-                    st.spec.put(tk, at);
+                    self.spec.put(tk, at);
                 }
                 return Ok(true);
             }
@@ -1136,7 +1146,7 @@ impl BtreeClient {
                 let i = all[mid..].iter().position(|e| e.0 == tk).expect("inserted");
                 slot_addr(&g, right, true, i)
             });
-            st.spec.put(tk, at);
+            self.spec.put(tk, at);
         }
         self.insert_parent(ctx, 1, sep, right, path).await
     }
