@@ -643,15 +643,16 @@ impl BtreeClient {
                 continue;
             }
             if !s.hi.gt(tk) {
-                let mut st = self.st.borrow_mut();
-                if cached {
-                    st.cache.remove(addr);
+                {
+                    let mut st = self.st.borrow_mut();
+                    if cached {
+                        st.cache.remove(addr);
+                    }
+                    if let Some(p) = from.take() {
+                        st.cache.remove(p);
+                    }
+                    st.counters.sibling_hops += 1;
                 }
-                if let Some(p) = from.take() {
-                    st.cache.remove(p);
-                }
-                st.counters.sibling_hops += 1;
-                drop(st);
                 if s.sibling.is_null() {
                     return Err(BtreeError::Corrupt {
                         addr,
