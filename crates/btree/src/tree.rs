@@ -1140,13 +1140,13 @@ impl BtreeClient {
         ctx.put_local(self.l_img(), &left);
         ctx.write(img.addr, held.rk, self.l_img(), self.nb());
         self.unlock(ctx, held).await?;
-        {
-            let mut st = self.st.borrow_mut();
-            st.counters.leaf_splits += 1;
-            let at = new_at.unwrap_or_else(|| {
-                let i = all[mid..].iter().position(|e| e.0 == tk).expect("inserted");
-                slot_addr(&g, right, true, i)
-            });
+        self.count(|c| c.leaf_splits += 1);
+        // The moved entries' new slots (the speculative table would
+        // otherwise send their next searches to the emptied old ones).
+        for (i, (k, _)) in all[mid..].iter().enumerate() {
+            self.spec.put(k, slot_addr(&g, right, true, i));
+        }
+        if let Some(at) = new_at {
             self.spec.put(tk, at);
         }
         self.insert_parent(ctx, 1, sep, right, path).await
