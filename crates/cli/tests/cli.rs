@@ -338,7 +338,7 @@ fn bad_flags_are_clear_errors() {
             &["bench", "ycsb", "--workload", "e", "--keys", "10"],
             "range scans",
         ),
-        (&["bench", "ycsb", "--index", "btree"], "not built yet"),
+        (&["bench", "ycsb", "--index", "bptree"], "unknown index"),
         (&["bench", "ycsb", "--workload", "g"], "expected load"),
         (
             &["plot", "/nonexistent.json", "-o", "/tmp/x.png"],
