@@ -93,7 +93,7 @@ fn art_fig11_runs_every_workload_on_sixteen_compute_nodes() {
     assert!(rt("art e round trips") > rt("art c round trips"));
     // Sherman beside it: a search reads a whole span-32 leaf, the radix
     // tree one leaf of its own; the ratios carry the paper's numbers.
-    assert!(rt("sherman c bytes read") > 10.0 * rt("art c bytes read"));
+    assert!(rt("sherman c bytes read") > 5.0 * rt("art c bytes read"));
     for w in ["a", "c"] {
         let r = f
             .rows
