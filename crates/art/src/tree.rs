@@ -202,10 +202,7 @@ impl ArtTree {
         cfg: ArtConfig,
     ) -> Result<Arc<Self>, ArtError> {
         cfg.validate()?;
-        let mut nodes = fabric.nodes();
-        nodes.sort_unstable();
-        let home = *nodes
-            .first()
+        let (home, nodes) = dmkit_fabric::home_node(fabric.as_ref())
             .ok_or_else(|| ArtError::Config("fabric has no memory nodes".into()))?;
         let rkeys = dmkit_fabric::heap_rkeys(fabric.as_ref(), &nodes)?;
         let oom = |what| move |source| ArtError::OutOfMemory { what, source };
@@ -230,17 +227,10 @@ impl ArtTree {
                 reserved: [0; 2],
             };
             qp.write(desc, rk, &d.to_bytes())?;
-            let rname = root_name(name);
-            let expected = match fabric.get_root(home, &rname)? {
-                None => None,
-                Some(0) => Some(0),
-                Some(_) => return Err(ArtError::AlreadyExists(name.into())),
-            };
-            match fabric.set_root(home, &rname, desc.raw(), Some(expected)) {
-                Ok(_) => Ok(()),
-                Err(FabricError::Rpc { .. }) => Err(ArtError::AlreadyExists(name.into())),
-                Err(e) => Err(e.into()),
+            if !dmkit_fabric::claim_root(fabric.as_ref(), home, &root_name(name), desc.raw())? {
+                return Err(ArtError::AlreadyExists(name.into()));
             }
+            Ok(())
         })();
         if let Err(e) = result {
             let _ = fabric.free_chunk(desc);
@@ -268,16 +258,10 @@ impl ArtTree {
         name: &str,
         cfg: ArtConfig,
     ) -> Result<Arc<Self>, ArtError> {
-        let mut nodes = fabric.nodes();
-        nodes.sort_unstable();
-        let home = *nodes
-            .first()
+        let (home, nodes) = dmkit_fabric::home_node(fabric.as_ref())
             .ok_or_else(|| ArtError::Config("fabric has no memory nodes".into()))?;
         let rkeys = dmkit_fabric::heap_rkeys(fabric.as_ref(), &nodes)?;
-        let desc = fabric
-            .get_root(home, &root_name(name))?
-            .filter(|&v| v != 0)
-            .map(GlobalAddr::from_raw)
+        let desc = dmkit_fabric::find_root(fabric.as_ref(), home, &root_name(name))?
             .ok_or_else(|| ArtError::NoSuchTree(name.into()))?;
         let mut qp = SyncQp::new(fabric.as_ref(), home, 64)?;
         let d =
@@ -316,13 +300,9 @@ impl ArtTree {
     /// tree afterwards.
     pub fn destroy(&self) -> Result<(), ArtError> {
         let home = self.desc.node();
-        match self
-            .fabric
-            .set_root(home, &root_name(&self.name), 0, Some(Some(self.desc.raw())))
-        {
-            Ok(_) => {}
-            Err(FabricError::Rpc { .. }) => return Err(ArtError::NoSuchTree(self.name.clone())),
-            Err(e) => return Err(e.into()),
+        let name = root_name(&self.name);
+        if !dmkit_fabric::release_root(self.fabric.as_ref(), home, &name, self.desc.raw())? {
+            return Err(ArtError::NoSuchTree(self.name.clone()));
         }
         self.fabric.free_chunk(self.desc)?;
         let chunks = std::mem::take(&mut *self.chunks.lock().unwrap_or_else(|p| p.into_inner()));

@@ -152,10 +152,7 @@ impl Btree {
         cfg: BtreeConfig,
     ) -> Result<Arc<Self>, BtreeError> {
         let g = cfg.geometry()?;
-        let mut nodes = fabric.nodes();
-        nodes.sort_unstable();
-        let home = *nodes
-            .first()
+        let (home, nodes) = dmkit_fabric::home_node(fabric.as_ref())
             .ok_or_else(|| BtreeError::Config("fabric has no memory nodes".into()))?;
         let rkeys = dmkit_fabric::heap_rkeys(fabric.as_ref(), &nodes)?;
         let oom = |what| move |source| BtreeError::OutOfMemory { what, source };
@@ -203,17 +200,10 @@ impl Btree {
                 d.extend_from_slice(&l.raw().to_le_bytes());
             }
             qp.write(desc, rk, &d)?;
-            let rname = root_name(name);
-            let expected = match fabric.get_root(home, &rname)? {
-                None => None,
-                Some(0) => Some(0),
-                Some(_) => return Err(BtreeError::AlreadyExists(name.into())),
-            };
-            match fabric.set_root(home, &rname, desc.raw(), Some(expected)) {
-                Ok(_) => Ok((locks, on_chip)),
-                Err(FabricError::Rpc { .. }) => Err(BtreeError::AlreadyExists(name.into())),
-                Err(e) => Err(e.into()),
+            if !dmkit_fabric::claim_root(fabric.as_ref(), home, &root_name(name), desc.raw())? {
+                return Err(BtreeError::AlreadyExists(name.into()));
             }
+            Ok((locks, on_chip))
         })();
         let (locks, on_chip) = match result {
             Ok(v) => v,
@@ -252,16 +242,10 @@ impl Btree {
         name: &str,
         cfg: BtreeConfig,
     ) -> Result<Arc<Self>, BtreeError> {
-        let mut nodes = fabric.nodes();
-        nodes.sort_unstable();
-        let home = *nodes
-            .first()
+        let (home, nodes) = dmkit_fabric::home_node(fabric.as_ref())
             .ok_or_else(|| BtreeError::Config("fabric has no memory nodes".into()))?;
         let rkeys = dmkit_fabric::heap_rkeys(fabric.as_ref(), &nodes)?;
-        let desc = fabric
-            .get_root(home, &root_name(name))?
-            .filter(|&v| v != 0)
-            .map(GlobalAddr::from_raw)
+        let desc = dmkit_fabric::find_root(fabric.as_ref(), home, &root_name(name))?
             .ok_or_else(|| BtreeError::NoSuchTree(name.into()))?;
         let rk = rkeys[home as usize].expect("home rkey");
         let desc_len = DESC_LOCKS + 8 * nodes.len();
@@ -307,13 +291,9 @@ impl Btree {
     /// may use the tree afterwards.
     pub fn destroy(&self) -> Result<(), BtreeError> {
         let home = self.desc.node();
-        match self
-            .fabric
-            .set_root(home, &root_name(&self.name), 0, Some(Some(self.desc.raw())))
-        {
-            Ok(_) => {}
-            Err(FabricError::Rpc { .. }) => return Err(BtreeError::NoSuchTree(self.name.clone())),
-            Err(e) => return Err(e.into()),
+        let name = root_name(&self.name);
+        if !dmkit_fabric::release_root(self.fabric.as_ref(), home, &name, self.desc.raw())? {
+            return Err(BtreeError::NoSuchTree(self.name.clone()));
         }
         self.fabric.free_chunk(self.desc)?;
         let chunks = std::mem::take(&mut *self.chunks.lock().unwrap_or_else(|p| p.into_inner()));

@@ -62,6 +62,63 @@ pub fn heap_rkeys(fabric: &dyn Fabric, nodes: &[NodeId]) -> Result<Vec<Option<Rk
     Ok(rk)
 }
 
+/// The memory nodes sorted, and the lowest (where a structure keeps its
+/// descriptor); `None` without nodes.
+pub fn home_node(fabric: &dyn Fabric) -> Option<(NodeId, Vec<NodeId>)> {
+    let mut nodes = fabric.nodes();
+    nodes.sort_unstable();
+    nodes.first().map(|&h| (h, nodes.clone()))
+}
+
+/// Registers `value` (non-zero: a structure's descriptor) under named root
+/// `name` on `node` if the name is free — never set, or cleared by
+/// [`release_root`]. `Ok(false)`: the name is taken.
+pub fn claim_root(
+    fabric: &dyn Fabric,
+    node: NodeId,
+    name: &str,
+    value: u64,
+) -> Result<bool, FabricError> {
+    let expected = match fabric.get_root(node, name)? {
+        None => None,
+        Some(0) => Some(0),
+        Some(_) => return Ok(false),
+    };
+    match fabric.set_root(node, name, value, Some(expected)) {
+        Ok(_) => Ok(true),
+        // Another client claimed it between the read and the swap.
+        Err(FabricError::Rpc { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The descriptor registered under `name` on `node`, if claimed.
+pub fn find_root(
+    fabric: &dyn Fabric,
+    node: NodeId,
+    name: &str,
+) -> Result<Option<GlobalAddr>, FabricError> {
+    Ok(fabric
+        .get_root(node, name)?
+        .filter(|&v| v != 0)
+        .map(GlobalAddr::from_raw))
+}
+
+/// Clears named root `name` on `node` if it still holds `value` (so the
+/// name can be claimed again). `Ok(false)`: it held something else.
+pub fn release_root(
+    fabric: &dyn Fabric,
+    node: NodeId,
+    name: &str,
+    value: u64,
+) -> Result<bool, FabricError> {
+    match fabric.set_root(node, name, 0, Some(Some(value))) {
+        Ok(_) => Ok(true),
+        Err(FabricError::Rpc { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// How a thread's connection shares NIC resources with other threads'
 /// (SMART §3.1's allocation policies, Figure 3a; §4.1's per-thread doorbell).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

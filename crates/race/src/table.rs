@@ -147,10 +147,7 @@ impl RaceTable {
         cfg: RaceConfig,
     ) -> Result<Arc<Self>, RaceError> {
         cfg.validate()?;
-        let mut nodes = fabric.nodes();
-        nodes.sort_unstable();
-        let home = *nodes
-            .first()
+        let (home, nodes) = dmkit_fabric::home_node(fabric.as_ref())
             .ok_or_else(|| RaceError::Config("fabric has no memory nodes".into()))?;
         let rkeys = dmkit_fabric::heap_rkeys(fabric.as_ref(), &nodes)?;
         let geo = Geometry { groups: cfg.groups };
@@ -213,17 +210,10 @@ impl RaceTable {
             };
             hq.write(dir, rk, &header.to_bytes())?;
             // A destroyed table leaves its root at 0: reuse the name.
-            let root = root_name(name);
-            let expected = match fabric.get_root(home, &root)? {
-                None => None,
-                Some(0) => Some(0),
-                Some(_) => return Err(RaceError::AlreadyExists(name.into())),
-            };
-            match fabric.set_root(home, &root, dir.raw(), Some(expected)) {
-                Ok(_) => Ok(()),
-                Err(FabricError::Rpc { .. }) => Err(RaceError::AlreadyExists(name.into())),
-                Err(e) => Err(e.into()),
+            if !dmkit_fabric::claim_root(fabric.as_ref(), home, &root_name(name), dir.raw())? {
+                return Err(RaceError::AlreadyExists(name.into()));
             }
+            Ok(())
         })();
         if let Err(e) = result {
             for c in chunks {
@@ -251,16 +241,10 @@ impl RaceTable {
         name: &str,
         cfg: RaceConfig,
     ) -> Result<Arc<Self>, RaceError> {
-        let mut nodes = fabric.nodes();
-        nodes.sort_unstable();
-        let home = *nodes
-            .first()
+        let (home, nodes) = dmkit_fabric::home_node(fabric.as_ref())
             .ok_or_else(|| RaceError::Config("fabric has no memory nodes".into()))?;
         let rkeys = dmkit_fabric::heap_rkeys(fabric.as_ref(), &nodes)?;
-        let dir = fabric
-            .get_root(home, &root_name(name))?
-            .filter(|&v| v != 0)
-            .map(GlobalAddr::from_raw)
+        let dir = dmkit_fabric::find_root(fabric.as_ref(), home, &root_name(name))?
             .ok_or_else(|| RaceError::NoSuchTable(name.into()))?;
         let mut qp = SyncQp::new(fabric.as_ref(), home, 64)?;
         let h =
@@ -299,13 +283,9 @@ impl RaceTable {
     pub fn destroy(&self) -> Result<(), RaceError> {
         let home = self.dir.node();
         let rk = self.rkey(home)?;
-        match self
-            .fabric
-            .set_root(home, &root_name(&self.name), 0, Some(Some(self.dir.raw())))
-        {
-            Ok(_) => {}
-            Err(FabricError::Rpc { .. }) => return Err(RaceError::NoSuchTable(self.name.clone())),
-            Err(e) => return Err(e.into()),
+        let name = root_name(&self.name);
+        if !dmkit_fabric::release_root(self.fabric.as_ref(), home, &name, self.dir.raw())? {
+            return Err(RaceError::NoSuchTable(self.name.clone()));
         }
         let mut qp = SyncQp::new(self.fabric.as_ref(), home, 64)?;
         let g = qp.read_u64(self.dir.add(DIR_GLOBAL_DEPTH), rk)?;
