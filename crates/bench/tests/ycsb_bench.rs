@@ -86,9 +86,11 @@ fn every_workload_runs_on_every_index() {
             if w == Workload::Load {
                 assert_eq!(r.ops, 3000, "{tag}");
             }
-            // D reads "latest" keys that another client may not have
-            // inserted yet; every other workload reads loaded keys only.
-            if w != Workload::D {
+            // D and E draw keys below the highest key a client inserted,
+            // which includes keys other clients have reserved but may not
+            // have inserted yet (a scan from one past every key finds
+            // nothing); every other workload reads loaded keys only.
+            if w != Workload::D && w != Workload::E {
                 assert_eq!(r.misses, 0, "{tag}");
             }
             assert!(r.p50_us > 0.0 && r.p99_us >= r.p50_us, "{tag}");
