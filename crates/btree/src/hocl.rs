@@ -97,6 +97,16 @@ impl LocalLocks {
         keep
     }
 
+    /// Gives the local entry up without passing on a remote lock (the
+    /// holder failed before it knew it held one): the next local waiter
+    /// takes the remote lock itself.
+    pub fn abandon(&self, g: LocalGrant) {
+        let e = &self.entries[g.index];
+        e.handovers.store(0, Ordering::Relaxed);
+        e.handed.store(false, Ordering::Release);
+        self.release(g);
+    }
+
     /// Passes the local entry on (after the remote release, if any, is
     /// posted).
     pub fn release(&self, g: LocalGrant) {

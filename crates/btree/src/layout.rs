@@ -334,9 +334,7 @@ impl<'a> Node<'a> {
     }
     /// A leaf slot's value.
     pub fn slot_value(&self, i: usize) -> &'a [u8] {
-        let len = ((self.slot_meta(i) >> SLOT_VLEN_SHIFT) & 0xFFFF) as usize;
-        let at = 8 + self.g.f;
-        &self.slot(i)[at..at + len.min(self.g.v)]
+        slot_value(self.g, self.slot(i))
     }
     /// An internal slot's child.
     pub fn slot_child(&self, i: usize) -> GlobalAddr {
@@ -409,6 +407,19 @@ impl<'a> Node<'a> {
             .map(|i| (self.slot_key(i).to_vec(), self.slot_value(i).to_vec()))
             .collect()
     }
+}
+
+fn slot_value<'s>(g: &Geometry, slot: &'s [u8]) -> &'s [u8] {
+    let len = ((word(slot, 0) >> SLOT_VLEN_SHIFT) & 0xFFFF) as usize;
+    let at = 8 + g.f;
+    &slot[at..at + len.min(g.v)]
+}
+
+/// A leaf slot read on its own (speculative lookup): its tree key and
+/// value, if its checksum holds and it is valid.
+pub fn leaf_slot_entry<'s>(g: &Geometry, slot: &'s [u8]) -> Option<(&'s [u8], &'s [u8])> {
+    (slot.len() >= g.leaf_slot && slot_ok(&slot[..g.leaf_slot]) && word(slot, 0) & SLOT_VALID != 0)
+        .then(|| (&slot[8..8 + g.max_key + 1], slot_value(g, slot)))
 }
 
 fn head_checksum(g: &Geometry, b: &[u8], version: u32) -> u32 {

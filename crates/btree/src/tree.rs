@@ -333,28 +333,17 @@ impl Btree {
     /// make it unique among the tree's live clients.
     pub fn client_on(self: &Arc<Self>, machine: usize, id: u64) -> BtreeClient {
         let locks = self.cfg.hocl.then(|| {
-            self.local
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .entry(machine)
-                .or_insert_with(|| {
-                    Arc::new(LocalLocks::new(self.nodes.len(), self.cfg.max_handover))
-                })
-                .clone()
-        });
-        let spec = self
-            .spec
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(machine)
-            .or_insert_with(|| {
-                Arc::new(SpecCache::new(if self.cfg.speculative {
-                    self.cfg.spec_entries
-                } else {
-                    0
-                }))
+            per_machine(&self.local, machine, || {
+                LocalLocks::new(self.nodes.len(), self.cfg.max_handover)
             })
-            .clone();
+        });
+        let spec = per_machine(&self.spec, machine, || {
+            SpecCache::new(if self.cfg.speculative {
+                self.cfg.spec_entries
+            } else {
+                0
+            })
+        });
         BtreeClient {
             t: self.clone(),
             locks,
@@ -400,6 +389,20 @@ impl Btree {
     pub(crate) fn nodes(&self) -> &[NodeId] {
         &self.nodes
     }
+}
+
+/// Machine `machine`'s entry of a per-machine table, made on first use.
+fn per_machine<T>(
+    tables: &Mutex<HashMap<usize, Arc<T>>>,
+    machine: usize,
+    make: impl FnOnce() -> T,
+) -> Arc<T> {
+    tables
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(machine)
+        .or_insert_with(|| Arc::new(make()))
+        .clone()
 }
 
 fn root_head(version: u32, level: u8, leftmost: GlobalAddr) -> HeadFields {
@@ -765,13 +768,10 @@ impl BtreeClient {
         let g = &self.t.g;
         ctx.read(at, self.t.rkey(at.node())?, self.l_slot(), g.leaf_slot);
         ctx.sync().await?;
-        // A one-slot "node" view: the slot sits where slot 0 would.
-        let mut b = vec![0u8; g.node_bytes];
-        ctx.get_local(self.l_slot(), &mut b[g.head..g.head + g.leaf_slot]);
-        let n = Node::new(g, &b);
-        if n.check_slot(0) && n.slot_valid(0) && n.slot_key(0) == tk {
+        let slot = ctx.local_vec(self.l_slot(), g.leaf_slot);
+        if let Some((_, v)) = leaf_slot_entry(g, &slot).filter(|(k, _)| *k == tk) {
             self.count(|c| c.spec_hits += 1);
-            return Ok(Some(n.slot_value(0).to_vec()));
+            return Ok(Some(v.to_vec()));
         }
         self.count(|c| c.spec_misses += 1);
         self.spec.remove(tk);
@@ -822,18 +822,15 @@ impl BtreeClient {
         .await;
         match r {
             Ok(img) => Ok((held, img)),
+            // We hold the remote lock (the CAS succeeded): release it.
+            Err(e @ BtreeError::Corrupt { .. }) => {
+                self.unlock(ctx, held).await?;
+                Err(e)
+            }
+            // We may not hold it: never hand it to a local waiter.
             Err(e) => {
-                if let Some(g) = held.grant {
-                    if matches!(e, BtreeError::Corrupt { .. }) {
-                        // We do hold the remote lock: release it.
-                        self.unlock(ctx, held).await?;
-                        return Err(e);
-                    }
-                    let l = self.locks.as_ref().expect("grant from a table");
-                    l.hand_over(g);
-                    l.release(g);
-                } else if matches!(e, BtreeError::Corrupt { .. }) {
-                    self.unlock(ctx, held).await?;
+                if let (Some(l), Some(g)) = (&self.locks, held.grant) {
+                    l.abandon(g);
                 }
                 Err(e)
             }
