@@ -59,14 +59,37 @@ pub struct SimStats {
     pub effects: u64,
 }
 
-/// A spinlock in simulated time: FIFO grants, and a hold time that grows
-/// with the number of threads sharing it (`lock_ns` + `handoff_ns` per
-/// other user: the lock's cache line moves between the spinning cores).
+/// A spinlock in simulated time (SMART §2.2, §3.1: every doorbell of the
+/// mlx5 driver is guarded by one). Holding it for one post costs `lock_ns`,
+/// plus `bounce_ns` when the previous holder was another thread (the lock's
+/// cache line moves to this core), plus `handoff_ns` for each holder this
+/// thread waited behind, up to `max_spinners` (every release invalidates
+/// the line in each spinning core). Threads that merely *share* the lock but are busy
+/// elsewhere cost nothing: with one queue pair to each of 8 memory nodes,
+/// 94 threads all share every doorbell, but only those posting right now
+/// contend.
+///
+/// The lock is a calendar of holds, not a FIFO "free at" instant: a virtual
+/// thread runs a whole executor step at once, so it may book several posts
+/// ahead of the engine's clock; another thread arriving earlier than those
+/// bookings takes the lock in the gaps between them (the spinlock's winner
+/// is whoever asks first in *virtual* time, not in stepping order).
 #[derive(Debug, Default)]
 struct SimLock {
-    free: f64,
-    /// Distinct threads using it (`None` = the external caller).
+    /// Holds booked, sorted and disjoint.
+    holds: VecDeque<Hold>,
+    /// Holder of the last hold forgotten (the line's owner before `holds`).
+    last: Option<Option<ThreadId>>,
+    /// Distinct threads using it (`None` = the external caller): a bound on
+    /// how many can spin at once.
     users: Vec<Option<ThreadId>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Hold {
+    grant: f64,
+    release: f64,
+    owner: Option<ThreadId>,
 }
 
 impl SimLock {
@@ -76,13 +99,52 @@ impl SimLock {
         }
     }
 
-    /// Acquires at `t` for one post; returns (release instant, spin time).
-    fn acquire(&mut self, t: f64, p: &Profile) -> (f64, f64) {
-        let grant = fmax(t, self.free);
-        let others = self.users.len().saturating_sub(1) as f64;
-        let hold = p.doorbell.lock_ns + p.doorbell.handoff_ns * others;
-        self.free = grant + hold;
-        (grant + hold, grant - t)
+    /// `owner` acquires at `t` for one post; returns (release instant, spin
+    /// time). No later call asks before `now`, so holds released by then
+    /// are forgotten.
+    fn acquire(&mut self, owner: Option<ThreadId>, t: f64, now: f64, p: &Profile) -> (f64, f64) {
+        while self.holds.front().is_some_and(|h| h.release <= now) {
+            self.last = self.holds.pop_front().map(|h| h.owner);
+        }
+        let bound = self
+            .users
+            .len()
+            .saturating_sub(1)
+            .min(p.doorbell.max_spinners as usize);
+        // First booked hold still running at `t`, then walk the gaps.
+        let mut i = self.holds.partition_point(|h| h.release <= t);
+        let mut grant = t;
+        let mut behind = 0usize;
+        let hold = loop {
+            let prev = match i {
+                0 => self.last,
+                _ => Some(self.holds[i - 1].owner),
+            };
+            let bounce = match prev {
+                Some(o) if o != owner => p.doorbell.bounce_ns,
+                _ => 0.0,
+            };
+            let hold =
+                p.doorbell.lock_ns + bounce + p.doorbell.handoff_ns * behind.min(bound) as f64;
+            match self.holds.get(i) {
+                Some(h) if h.grant < grant + hold => {
+                    grant = fmax(grant, h.release);
+                    behind += 1;
+                    i += 1;
+                }
+                _ => break hold,
+            }
+        };
+        let release = grant + hold;
+        self.holds.insert(
+            i,
+            Hold {
+                grant,
+                release,
+                owner,
+            },
+        );
+        (release, grant - t)
     }
 }
 
@@ -587,14 +649,16 @@ impl Core {
         let mut t =
             self.caller_time() as f64 + f * (self.p.cpu.post_ns + k as f64 * self.p.cpu.post_wr_ns);
         let mut spin = 0.0;
+        let now = self.now as f64;
+        let thread = self.handles[hi].thread;
         let machine = self.qps[qi].machine;
         if let Some(lock) = self.qps[qi].lock.as_mut() {
-            let (rel, s) = lock.acquire(t, &self.p);
+            let (rel, s) = lock.acquire(thread, t, now, &self.p);
             t = rel;
             spin += s;
         }
         let db = self.qps[qi].db;
-        let (rel, s) = self.machines[machine].dbs[db].acquire(t, &self.p);
+        let (rel, s) = self.machines[machine].dbs[db].acquire(thread, t, now, &self.p);
         t = rel;
         spin += s;
         self.stats.lock_spin_ns += spin;
@@ -1081,4 +1145,79 @@ fn piece(wr: &WorkRequest, a: usize, b: usize) -> WorkRequest {
         _ => unreachable!("only READ and WRITE are torn"),
     }
     w
+}
+
+#[cfg(test)]
+mod lock_tests {
+    use super::*;
+
+    fn profile() -> Profile {
+        Profile::builtin("cx6-200g").unwrap()
+    }
+
+    fn shared_by(n: u32) -> SimLock {
+        let mut l = SimLock::default();
+        for t in 0..n {
+            l.join(Some(t));
+        }
+        l
+    }
+
+    #[test]
+    fn sharers_that_do_not_post_together_cost_nothing() {
+        let p = profile();
+        let d = &p.doorbell;
+        // 94 sharers, but one thread posts alone, well spaced: the line
+        // stays in its core.
+        let mut l = shared_by(94);
+        for i in 0..5 {
+            let t = 10_000.0 * i as f64;
+            let (rel, spin) = l.acquire(Some(3), t, t, &p);
+            assert_eq!((rel - t, spin), (d.lock_ns, 0.0));
+        }
+        // Another thread next: the line moves once, nobody waits.
+        let (rel, spin) = l.acquire(Some(4), 60_000.0, 60_000.0, &p);
+        assert_eq!((rel - 60_000.0, spin), (d.lock_ns + d.bounce_ns, 0.0));
+    }
+
+    #[test]
+    fn a_queue_slows_every_handover_up_to_max_spinners() {
+        let p = profile();
+        let d = &p.doorbell;
+        let mut l = shared_by(94);
+        // 20 threads ask at the same instant.
+        let mut prev = 0.0;
+        for th in 0..20u32 {
+            let (rel, spin) = l.acquire(Some(th), 0.0, 0.0, &p);
+            let queued = th.min(d.max_spinners) as f64;
+            let bounce = if th == 0 { 0.0 } else { d.bounce_ns };
+            assert_eq!(spin, prev, "thread {th} waits for the one before");
+            assert_eq!(rel - prev, d.lock_ns + bounce + d.handoff_ns * queued);
+            prev = rel;
+        }
+    }
+
+    #[test]
+    fn an_earlier_asker_stepped_later_takes_the_gap() {
+        let p = profile();
+        let d = &p.doorbell;
+        let mut l = shared_by(2);
+        // Thread 0 ran ahead and booked two posts 2 µs apart.
+        l.acquire(Some(0), 0.0, 0.0, &p);
+        l.acquire(Some(0), 2_000.0, 0.0, &p);
+        // Thread 1 asks at 500 ns: the gap between them is free.
+        let (rel, spin) = l.acquire(Some(1), 500.0, 0.0, &p);
+        assert_eq!(spin, 0.0);
+        assert_eq!(rel, 500.0 + d.lock_ns + d.bounce_ns);
+        // Thread 1 again at 1,900 ns: its own line, and room before thread
+        // 0's hold at 2,000 ns.
+        let (rel, spin) = l.acquire(Some(1), 1_900.0, 0.0, &p);
+        assert_eq!((spin, rel), (0.0, 1_900.0 + d.lock_ns));
+        // At 1,990 ns the hold would overlap thread 0's: it waits behind it
+        // (one spinner) and the line moves.
+        let (rel, spin) = l.acquire(Some(1), 1_990.0, 0.0, &p);
+        let t0_release = 2_000.0 + d.lock_ns;
+        assert_eq!(spin, t0_release - 1_990.0);
+        assert_eq!(rel, t0_release + d.lock_ns + d.bounce_ns + d.handoff_ns);
+    }
 }

@@ -28,9 +28,13 @@
 //!    driver is guarded by one). Queue pairs get doorbells as the driver
 //!    does — the first 4 a low-latency one each, later ones round-robin over
 //!    the 12 medium-latency ones (Fig. 2b) — unless the thread owns one
-//!    (thread-aware allocation, §4.1). A lock's hold time grows by
-//!    `handoff_ns` per other thread sharing it; the time a thread waits is
-//!    spent spinning, on its CPU.
+//!    (thread-aware allocation, §4.1). A hold costs `lock_ns`, plus
+//!    `bounce_ns` when the previous holder was another thread (the line
+//!    moves), plus `handoff_ns` per thread queued ahead (up to
+//!    `max_spinners`): sharing costs only while the sharers actually post.
+//!    Holds are booked on a calendar, so a thread that asks earlier in
+//!    virtual time wins even if it is stepped later. The time a thread
+//!    waits is spent spinning, on its CPU.
 //! 3. **Requester NIC**: WQE fetch (`fetch_ns`), then the send-queue
 //!    processing units, bounded by the message rate (`iops`) and by PCIe
 //!    bytes (`wr_bytes` + payload + WQE-cache misses). Outstanding requests

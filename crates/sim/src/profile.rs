@@ -72,12 +72,28 @@ pub struct DoorbellModel {
     /// it (the lock's cache line stays local): acquire, MMIO write, release
     /// (ns).
     pub lock_ns: f64,
-    /// Extra hold time per *other* thread sharing the doorbell: the lock's
-    /// cache line moves between the cores that spin on it (ns). *Calibrated* on
-    /// SMART Fig. 3a: per-thread QPs peak near 32 threads (≈39 Mops) and
-    /// fall to ≈19 Mops at 96, where 74 % of the time is spent in
-    /// `pthread_spin_lock` (§3.1).
+    /// Extra hold time when the previous holder was another thread: the
+    /// lock's cache line (and the doorbell's BlueFlame buffer) moves to this
+    /// core (ns). *Calibrated* on SMART Fig. 3a: 2–3 threads interleaving
+    /// on each medium-latency doorbell at 32 threads give ≈39 Mops with
+    /// per-thread queue pairs, against ≈57 with a doorbell each.
+    pub bounce_ns: f64,
+    /// Extra hold time per thread the acquiring one waited behind: every
+    /// release invalidates the line in each spinning core, so a lock with a
+    /// queue is handed over slower (ns). *Calibrated* on SMART Fig. 3a:
+    /// per-thread queue pairs fall to ≈19 Mops at 96 threads, where 74 % of
+    /// the time is spent in `pthread_spin_lock` (§3.1). Threads that share
+    /// the doorbell but are not posting cost nothing.
     pub handoff_ns: f64,
+    /// Spinners past which a handover gets no slower: the coherence fabric
+    /// serves the line's requests one at a time, so extra spinners queue
+    /// instead of adding traffic. *Calibrated* on SMART Fig. 12: Sherman+
+    /// (94 threads, a queue pair to each of 8 memory nodes, so every thread
+    /// on every doorbell) reaches 53.9 Mops on YCSB-C; with no bound the
+    /// handover cost grows with all 93 other threads and the run collapses
+    /// below 10 Mops. Fig. 3a never queues more than 7 (96 threads over 12
+    /// medium-latency doorbells), so it does not see this bound.
+    pub max_spinners: u32,
 }
 
 /// The RNIC's requester side and its PCIe link to the host.
@@ -256,6 +272,7 @@ impl Profile {
             ("cpu.task_ns", self.cpu.task_ns),
             ("cpu.rpc_ns", self.cpu.rpc_ns),
             ("doorbell.lock_ns", self.doorbell.lock_ns),
+            ("doorbell.bounce_ns", self.doorbell.bounce_ns),
             ("doorbell.handoff_ns", self.doorbell.handoff_ns),
             ("nic.fetch_ns", self.nic.fetch_ns),
             ("nic.wr_bytes", self.nic.wr_bytes),
