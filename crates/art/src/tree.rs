@@ -834,7 +834,7 @@ impl ArtClient {
     /// The value of `key`, if present.
     pub async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, ArtError> {
         self.check_key(ctx, key)?;
-        let _op = ctx.op("search").await;
+        let _op = ctx.read_op("search").await;
         if !self.t.cfg.read_delegation {
             return self.search_in(ctx, key, None).await;
         }
@@ -1732,7 +1732,7 @@ impl ArtClient {
         count: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ArtError> {
         self.check_key(ctx, from)?;
-        let _op = ctx.op("scan").await;
+        let _op = ctx.read_op("scan").await;
         let lo = self.tree_key(from);
         self.scan_tk(ctx, &lo, None, count).await
     }
@@ -1747,7 +1747,7 @@ impl ArtClient {
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ArtError> {
         self.check_key(ctx, lo)?;
         self.check_key(ctx, hi)?;
-        let _op = ctx.op("scan").await;
+        let _op = ctx.read_op("scan").await;
         let (lo, hi) = (self.tree_key(lo), self.tree_key(hi));
         self.scan_tk(ctx, &lo, Some(&hi), usize::MAX).await
     }

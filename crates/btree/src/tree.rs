@@ -704,7 +704,7 @@ impl BtreeClient {
     /// Searches `key`.
     pub async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, BtreeError> {
         let tk = self.check_key(ctx, key)?;
-        let _op = ctx.op("search").await;
+        let _op = ctx.read_op("search").await;
         if let Some(v) = self.speculative(ctx, &tk).await? {
             return Ok(Some(v));
         }
@@ -1322,7 +1322,7 @@ impl BtreeClient {
         count: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, BtreeError> {
         let tk = self.check_key(ctx, from)?;
-        let _op = ctx.op("scan").await;
+        let _op = ctx.read_op("scan").await;
         self.walk(ctx, &tk, |_| true, count).await
     }
 
@@ -1338,7 +1338,7 @@ impl BtreeClient {
         if tlo > thi {
             return Ok(Vec::new());
         }
-        let _op = ctx.op("range").await;
+        let _op = ctx.read_op("range").await;
         self.walk(ctx, &tlo, |k| k <= thi.as_slice(), usize::MAX)
             .await
     }

@@ -812,7 +812,7 @@ impl RaceClient {
     /// Looks `key` up: one round trip on a cache hit, two otherwise.
     pub async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, RaceError> {
         self.check_key(ctx, key)?;
-        let _op = ctx.op("search").await;
+        let _op = ctx.read_op("search").await;
         let h = self.hash(key);
         if let Some((slot_addr, w)) = self.cache_get(&h) {
             let slot = Slot(w);

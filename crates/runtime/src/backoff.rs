@@ -9,14 +9,23 @@
 //!   when `c_max` sits at its bound (1 when growing control, the worker's task
 //!   count when relaxing), exactly as the paper orders them.
 //!
-//! γ is "the percentage of retries for all operations" (§4.3): failed CAS
-//! issued through `backoff_cas` over the operations (`Ctx::op` scopes)
-//! started in the window. A data structure that does not open operation
-//! scopes falls back to failed CAS over CAS issued. A window without either
-//! leaves everything unchanged. (Counting CAS alone as the denominator — an
-//! earlier choice here — makes γ high whenever the few updates of a
-//! read-mostly workload contend, and then `c_max` throttles its reads too:
-//! the simulator showed YCSB-B at less than half SMART's throughput.)
+//! γ is "the percentage of retries for all operations" (§4.3). As in
+//! SMART's code (`sds::Backoff::update_credit`), it is retries over retries
+//! plus operations, counting only *guarded* operations — [`Ctx::op`]
+//! scopes, which data structures open for inserts, updates and deletes;
+//! lookups open [`Ctx::read_op`] scopes, which are neither throttled by
+//! `c_max` nor counted. So in a read-mostly workload (YCSB-B) γ measures
+//! how contended the updates are, and throttling them leaves the reads
+//! alone. A data structure that opens no guarded scopes falls back to
+//! failed CAS over CAS issued. A window without either leaves everything
+//! unchanged. (Two earlier choices here were wrong the other way: CAS
+//! alone as the denominator throttled the reads together with the updates;
+//! all operations as the denominator kept γ under γ_H in YCSB-B however
+//! contended its updates were, so tasks piled onto the hottest key and
+//! throughput decayed over a run.)
+//!
+//! [`Ctx::op`]: crate::Ctx::op
+//! [`Ctx::read_op`]: crate::Ctx::read_op
 //!
 //! Choices where the paper is silent, written down:
 //! - `c_max` shrinks and grows by one task per window ("we shrink or expand
@@ -148,7 +157,7 @@ impl ConflictAvoider {
         }
         self.next_eval = now + self.cfg.interval;
         let per = if self.ops > 0 {
-            self.ops
+            self.ops + self.failures
         } else {
             self.attempts
         };
@@ -265,27 +274,30 @@ mod tests {
     }
 
     #[test]
-    fn gamma_counts_retries_over_all_operations() {
+    fn gamma_counts_retries_over_retries_plus_guarded_operations() {
         let cfg = BackoffConfig::default();
         let iv = cfg.interval;
         let mut a = ConflictAvoider::new(cfg, 8, 0);
-        // A read-mostly window: 20 operations, 3 CAS of which 2 failed.
-        for _ in 0..20 {
+        // 18 guarded operations, 3 CAS of which 2 failed: 2 / (2 + 18).
+        for _ in 0..18 {
             a.note_op();
         }
         a.record(false);
         a.record(false);
         a.record(true);
-        assert_eq!(a.tick(iv), None, "γ = 2/20 = 0.1 sits between the marks");
+        assert_eq!(a.tick(iv), None, "γ = 0.1 sits between the marks");
         assert_eq!(a.last_gamma(), Some(0.1));
         assert_eq!(a.c_max(), 8);
-        // The same CAS outcomes with few operations is contention.
-        for _ in 0..3 {
+        // Few updates, each retried several times, is contention: 6 / (6 + 2).
+        for _ in 0..2 {
             a.note_op();
         }
-        a.record(false);
-        a.record(false);
+        for _ in 0..6 {
+            a.record(false);
+        }
+        a.record(true);
         a.record(true);
         assert_eq!(a.tick(2 * iv), Some(Adjust::CMax(7)));
+        assert_eq!(a.last_gamma(), Some(0.75));
     }
 }

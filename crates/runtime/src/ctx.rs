@@ -476,7 +476,26 @@ impl Ctx {
     /// is on) and attributes latency, verbs, bytes, round trips and retries
     /// to `name` until the returned guard drops.
     pub fn op(&self, name: &'static str) -> OpEnter<'_> {
-        OpEnter { ctx: self, name }
+        OpEnter {
+            ctx: self,
+            name,
+            guarded: true,
+        }
+    }
+
+    /// Enters an operation scope for an operation that never retries a
+    /// failed CAS (a lookup or scan): statistics are attributed to `name`
+    /// as with [`Ctx::op`], but the operation takes no `c_max` slot and is
+    /// not counted in the retry rate γ. SMART guards only the operations
+    /// that can conflict (its `BackoffGuard` wraps insert, update and
+    /// delete, not search), so throttling a contended update never holds
+    /// back the reads of a read-mostly workload.
+    pub fn read_op(&self, name: &'static str) -> OpEnter<'_> {
+        OpEnter {
+            ctx: self,
+            name,
+            guarded: false,
+        }
     }
 }
 
@@ -541,10 +560,12 @@ impl Future for Sleep<'_> {
     }
 }
 
-/// Future of [`Ctx::op`].
+/// Future of [`Ctx::op`] and [`Ctx::read_op`].
 pub struct OpEnter<'a> {
     ctx: &'a Ctx,
     name: &'static str,
+    /// Takes a `c_max` slot and counts in γ.
+    guarded: bool,
 }
 
 impl<'a> Future for OpEnter<'a> {
@@ -556,7 +577,9 @@ impl<'a> Future for OpEnter<'a> {
         let st = &mut *st;
         let limit = st.avoider.as_ref().map_or(u32::MAX, |a| a.c_max());
         let t = &mut st.tasks[ctx.task];
-        let admitted = if t.op_granted {
+        let admitted = if !self.guarded {
+            true
+        } else if t.op_granted {
             t.op_granted = false;
             true
         } else if st.op_in_use < limit && !t.op_waiting {
@@ -572,14 +595,17 @@ impl<'a> Future for OpEnter<'a> {
         if !admitted {
             return Poll::Pending;
         }
-        if let Some(a) = &mut st.avoider {
-            a.note_op();
+        if self.guarded {
+            if let Some(a) = &mut st.avoider {
+                a.note_op();
+            }
         }
         let t = &mut st.tasks[ctx.task];
         t.attempt = 0;
         Poll::Ready(OpGuard {
             ctx,
             name: self.name,
+            guarded: self.guarded,
             start: if ctx.core.op_stats {
                 ctx.core.clock.now()
             } else {
@@ -594,6 +620,7 @@ impl<'a> Future for OpEnter<'a> {
 pub struct OpGuard<'a> {
     ctx: &'a Ctx,
     name: &'static str,
+    guarded: bool,
     start: Nanos,
     before: Counters,
 }
@@ -601,7 +628,9 @@ pub struct OpGuard<'a> {
 impl Drop for OpGuard<'_> {
     fn drop(&mut self) {
         if !self.ctx.core.op_stats {
-            self.ctx.core.st.borrow_mut().release_op();
+            if self.guarded {
+                self.ctx.core.st.borrow_mut().release_op();
+            }
             return;
         }
         let now = self.ctx.core.clock.now();
@@ -611,6 +640,8 @@ impl Drop for OpGuard<'_> {
         st.stats
             .op_mut(self.name)
             .record(now.saturating_sub(self.start), &delta);
-        st.release_op();
+        if self.guarded {
+            st.release_op();
+        }
     }
 }

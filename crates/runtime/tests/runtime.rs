@@ -305,7 +305,9 @@ fn op_scopes_limit_concurrency_to_c_max() {
                 let _op = ctx.op("contended").await;
                 inside.set(inside.get() + 1);
                 peak.set(peak.get().max(inside.get()));
-                // Every CAS expects a stale value: γ = 1, so c_max must shrink.
+                // Every CAS expects a stale value: two retries per
+                // operation, γ = 2 / (2 + 1) > γ_H, so c_max must shrink.
+                ctx.backoff_cas(a, k, 1, 2).await.unwrap();
                 ctx.backoff_cas(a, k, 1, 2).await.unwrap();
                 inside.set(inside.get() - 1);
             }
@@ -338,7 +340,7 @@ fn op_scopes_limit_concurrency_to_c_max() {
     assert_eq!(
         *limits.iter().min().unwrap(),
         1,
-        "c_max shrank to 1 under γ = 1"
+        "c_max shrank to 1 under γ = 2/3"
     );
     let s = w.stats();
     assert!(
@@ -486,4 +488,54 @@ fn batch_pool_stays_bounded() {
         w.pooled_batches()
     );
     assert_eq!(w.stats().counters.doorbells, 20_000);
+}
+
+#[test]
+fn read_op_scopes_are_not_throttled_or_counted() {
+    let f = fabric();
+    let (a, k) = chunk(&f, 4096);
+    let clock = VirtualClock::new();
+    let cfg = RuntimeConfig {
+        throttle: false,
+        backoff: dmkit_runtime::backoff::BackoffConfig {
+            interval: 1_000,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut w = Worker::new(f.as_ref(), Arc::new(clock.clone()), cfg, 0, 8).unwrap();
+    let readers = Rc::new(Cell::new(0u32));
+    for _ in 0..8 {
+        let readers = readers.clone();
+        w.spawn(move |ctx| async move {
+            for _ in 0..40 {
+                {
+                    // A contended update: γ = 2/3, so c_max shrinks to 1.
+                    let _op = ctx.op("update").await;
+                    ctx.backoff_cas(a, k, 1, 2).await.unwrap();
+                    ctx.backoff_cas(a, k, 1, 2).await.unwrap();
+                }
+                let _op = ctx.read_op("search").await;
+                readers.set(readers.get() + 1);
+                ctx.read_sync(a, k, 0, 8).await.unwrap();
+                readers.set(readers.get() - 1);
+            }
+        });
+    }
+    let mut readers_past_limit = 0;
+    while w.live_tasks() > 0 {
+        w.step();
+        clock.advance(500);
+        if w.stats().task_limit[0] == 1 && readers.get() > 1 {
+            readers_past_limit = readers_past_limit.max(readers.get());
+        }
+    }
+    assert!(
+        readers_past_limit > 1,
+        "lookups must not wait for the single update slot"
+    );
+    let s = w.stats();
+    assert_eq!(s.task_limit[0], 1, "the updates alone drove c_max to 1");
+    assert_eq!(s.ops["search"].count, 320);
+    assert_eq!(s.ops["update"].count, 320);
 }
