@@ -240,8 +240,10 @@ enum BenchCmd {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum KeyTypeArg {
-    /// 8-byte integers.
+    /// 8-byte integers, scattered (FNV of the key number).
     Int,
+    /// 8-byte integers in key-number order (hot zipfian keys are neighbours).
+    Seq,
     /// 32-byte e-mail-like strings.
     String,
 }
@@ -280,8 +282,9 @@ struct YcsbArgs {
     /// Key distribution (default: the workload's: latest for d, scrambled zipfian otherwise).
     #[arg(long, value_enum)]
     distribution: Option<DistArg>,
-    /// Scrambled zipfian: draw ranks over this many items [default: YCSB's
-    /// 10^10]; e.g. 100000000 gives a small table a 100 M-key table's hot keys.
+    /// Zipfian ranks are drawn over this many items (scrambled default:
+    /// YCSB's 10^10; unscrambled default: --keys); e.g. 100000000 gives a
+    /// small table a 100 M-key table's hot-key shares.
     #[arg(long)]
     zipf_items: Option<u64>,
     #[arg(long, value_enum, default_value = "int")]
@@ -867,6 +870,7 @@ fn bench_ycsb(a: YcsbArgs) -> Res {
         zipf_items: a.zipf_items,
         key_type: match a.key_type {
             KeyTypeArg::Int => KeyType::Int,
+            KeyTypeArg::Seq => KeyType::Seq,
             KeyTypeArg::String => KeyType::String,
         },
         value_size: a.value_size,
