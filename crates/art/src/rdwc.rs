@@ -1,7 +1,8 @@
-//! Read delegation and write combining (SMART OSDI'23 §4.2), per client.
+//! Read delegation and write combining (SMART OSDI'23 §4.2), per compute
+//! machine.
 //!
-//! Concurrent operations on one key from the tasks of one client (one
-//! worker) share a *window*: the first task to arrive (the leader) records
+//! Concurrent operations on one key from the clients of one compute
+//! machine (every task of every worker there) share a *window*: the first task to arrive (the leader) records
 //! the key and runs the operation remotely; tasks that arrive while the
 //! window is open join it instead of issuing their own verbs. Reads and
 //! writes share the table and one window per key, as the paper requires
@@ -9,9 +10,12 @@
 //! own, like the paper's hash-conflict case — so a read that follows a
 //! write can never be answered by an older read).
 //!
-//! The table is keyed by the key itself (at most one window per task, so
-//! it stays tiny); the paper's hash-indexed lock array with a "unique key"
-//! per lock is the same idea sized for a whole machine.
+//! The table is keyed by a hash of the key and holds the key itself (a
+//! collision is the paper's "hash conflict": run alone); at most one window
+//! per running task, so it stays small. It is the paper's hash-indexed lock
+//! array with a "unique key" per lock, behind one mutex: a window is opened
+//! or joined under it, and a window's own mutex guards its value and
+//! outcome (the table's lock is never taken while holding a window's).
 //!
 //! ## When a window closes (linearizability)
 //! - **Write combining**: joiners deposit their value in the window (the
@@ -29,14 +33,13 @@
 //!   leader posts its leaf READ without yielding, so the window only opens
 //!   long enough to matter when the leader has to traverse remotely.
 //!
-//! dmkit's windows are per worker (the tasks of one thread); the paper's
-//! span every client of a compute node — across threads that would need
-//! cross-thread wake-ups the runtime does not have.
+//! Joiners wait by polling their window (a short sleep of their own
+//! worker's clock between looks), so a joiner and its leader may run on
+//! different threads: no cross-thread wake-ups are needed.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::rc::Rc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// What a window is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,14 +69,27 @@ pub(crate) struct Window {
     pub outcome: Option<Outcome>,
 }
 
-pub(crate) type Shared = Rc<RefCell<Window>>;
+/// A window, shared by its leader, its joiners and the table.
+#[derive(Debug, Clone)]
+pub(crate) struct Shared(Arc<Mutex<Window>>);
 
-/// One client's windows, by a 64-bit hash of the key (each window holds
+impl Shared {
+    /// The window's state (a poisoned lock is taken over: a window holds
+    /// plain data and every writer leaves it consistent).
+    pub fn lock(&self) -> MutexGuard<'_, Window> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One machine's windows, by a 64-bit hash of the key (each window holds
 /// its key: a hash collision is a "hash conflict", run alone). Windows are
 /// recycled, so the common case — nobody else on the key — allocates
 /// nothing.
 #[derive(Default)]
-pub(crate) struct Table {
+pub(crate) struct Table(Mutex<Inner>);
+
+#[derive(Default)]
+struct Inner {
     map: HashMap<u64, (Vec<u8>, Shared), BuildHasherDefault<IdHasher>>,
     pool: Vec<(Vec<u8>, Shared)>,
 }
@@ -111,11 +127,16 @@ pub(crate) enum Role {
 }
 
 impl Table {
+    fn inner(&self) -> MutexGuard<'_, Inner> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Opens a window for `key` or joins the open one of the same kind.
-    pub fn enter(&mut self, key: &[u8], kind: Kind, value: &[u8]) -> Role {
+    pub fn enter(&self, key: &[u8], kind: Kind, value: &[u8]) -> Role {
         let h = key_hash(key);
-        if let Some((k, w)) = self.map.get(&h) {
-            let mut b = w.borrow_mut();
+        let mut t = self.inner();
+        if let Some((k, w)) = t.map.get(&h) {
+            let mut b = w.lock();
             if k == key && b.kind == kind && b.open {
                 b.joined += 1;
                 if kind == Kind::Write {
@@ -127,20 +148,20 @@ impl Table {
             }
             return Role::Alone;
         }
-        let (mut k, w) = self.pool.pop().unwrap_or_else(|| {
+        let (mut k, w) = t.pool.pop().unwrap_or_else(|| {
             (
                 Vec::new(),
-                Rc::new(RefCell::new(Window {
+                Shared(Arc::new(Mutex::new(Window {
                     kind,
                     open: true,
                     value: Vec::new(),
                     joined: 0,
                     outcome: None,
-                })),
+                }))),
             )
         });
         {
-            let mut b = w.borrow_mut();
+            let mut b = w.lock();
             b.kind = kind;
             b.open = true;
             b.value.clear();
@@ -150,24 +171,25 @@ impl Table {
         }
         k.clear();
         k.extend_from_slice(key);
-        self.map.insert(h, (k, w.clone()));
+        t.map.insert(h, (k, w.clone()));
         Role::Lead(w)
     }
 
     /// The leader is done: publish `outcome` and drop the window (kept for
     /// reuse once no joiner holds it).
-    pub fn leave(&mut self, key: &[u8], w: &Shared, outcome: Outcome) {
+    pub fn leave(&self, key: &[u8], w: &Shared, outcome: Outcome) {
         {
-            let mut b = w.borrow_mut();
+            let mut b = w.lock();
             b.open = false;
             b.outcome = Some(outcome);
         }
         let h = key_hash(key);
-        if self.map.get(&h).is_some_and(|(_, m)| Rc::ptr_eq(m, w)) {
-            let (k, m) = self.map.remove(&h).expect("present");
+        let mut t = self.inner();
+        if t.map.get(&h).is_some_and(|(_, m)| Arc::ptr_eq(&m.0, &w.0)) {
+            let (k, m) = t.map.remove(&h).expect("present");
             // The caller's handle and this one: nobody else waits on it.
-            if Rc::strong_count(&m) == 2 && self.pool.len() < 64 {
-                self.pool.push((k, m));
+            if Arc::strong_count(&m.0) == 2 && t.pool.len() < 64 {
+                t.pool.push((k, m));
             }
         }
     }
@@ -178,7 +200,7 @@ impl Table {
 pub(crate) fn close_take(w: Option<&Shared>, own: &[u8]) -> Vec<u8> {
     match w {
         Some(w) => {
-            let mut b = w.borrow_mut();
+            let mut b = w.lock();
             b.open = false;
             b.value.clone()
         }
@@ -189,7 +211,7 @@ pub(crate) fn close_take(w: Option<&Shared>, own: &[u8]) -> Vec<u8> {
 /// Closes `w` (if given) without taking anything.
 pub(crate) fn close(w: Option<&Shared>) {
     if let Some(w) = w {
-        w.borrow_mut().open = false;
+        w.lock().open = false;
     }
 }
 
@@ -199,7 +221,7 @@ mod tests {
 
     #[test]
     fn windows_admit_their_own_kind_while_open() {
-        let mut t = Table::default();
+        let t = Table::default();
         let Role::Lead(w) = t.enter(b"k", Kind::Write, b"1") else {
             panic!("first task leads")
         };
@@ -216,7 +238,7 @@ mod tests {
             "closed"
         );
         t.leave(b"k", &w, Outcome::Written);
-        assert_eq!(w.borrow().outcome, Some(Outcome::Written));
+        assert_eq!(w.lock().outcome, Some(Outcome::Written));
         assert!(matches!(t.enter(b"k", Kind::Write, b"4"), Role::Lead(_)));
     }
 }

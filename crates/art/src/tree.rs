@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use dmkit_fabric::{Fabric, FabricError, GlobalAddr, NodeId, Rkey, SyncQp};
 use dmkit_runtime::alloc::{BlockAlloc, MAX_UNITS};
+use dmkit_runtime::machine::PerMachine;
 use dmkit_runtime::{Ctx, Nanos};
 
 use crate::cache::{Cache, NodeView};
@@ -190,6 +191,9 @@ pub struct ArtTree {
     chunks: Arc<Mutex<Vec<GlobalAddr>>>,
     /// Whether one WRITE's words land in address order (rear lock).
     in_order: bool,
+    /// Read-delegation and write-combining windows, one table per compute
+    /// machine.
+    rdwc: PerMachine<rdwc::Table>,
 }
 
 impl ArtTree {
@@ -248,6 +252,7 @@ impl ArtTree {
             rkeys,
             chunks: Arc::default(),
             in_order,
+            rdwc: PerMachine::default(),
         }))
     }
 
@@ -291,6 +296,7 @@ impl ArtTree {
             rkeys,
             chunks: Arc::default(),
             in_order,
+            rdwc: PerMachine::default(),
         }))
     }
 
@@ -326,15 +332,22 @@ impl ArtTree {
         self.root
     }
 
-    /// A client for one worker (its tasks share the client's cache and
-    /// allocator). `id` names lock holders; make it unique among the tree's
-    /// live clients.
+    /// A client for one worker of compute machine 0 (see
+    /// [`ArtTree::client_on`]).
     pub fn client(self: &Arc<Self>, id: u64) -> ArtClient {
+        self.client_on(0, id)
+    }
+
+    /// A client for one worker on compute machine `machine` (its tasks
+    /// share the client's cache and allocator; every client of the machine
+    /// shares the read-delegation and write-combining windows). `id` names
+    /// lock holders; make it unique among the tree's live clients.
+    pub fn client_on(self: &Arc<Self>, machine: usize, id: u64) -> ArtClient {
         ArtClient {
             t: self.clone(),
+            rdwc: self.rdwc.get(machine, rdwc::Table::default),
             st: Rc::new(RefCell::new(ClientState {
                 cache: Cache::new(self.cfg.cache_bytes, self.root),
-                rdwc: rdwc::Table::default(),
                 buf: Vec::new(),
                 alloc: BlockAlloc::new(self.cfg.chunk_bytes, Nanos::MAX / 4, self.chunks.clone()),
                 owner: id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
@@ -359,7 +372,6 @@ impl ArtTree {
 
 struct ClientState {
     cache: Cache,
-    rdwc: rdwc::Table,
     /// Scratch for decoding leaves.
     buf: Vec<u8>,
     alloc: BlockAlloc,
@@ -372,6 +384,7 @@ struct ClientState {
 #[derive(Clone)]
 pub struct ArtClient {
     t: Arc<ArtTree>,
+    rdwc: Arc<rdwc::Table>,
     st: Rc<RefCell<ClientState>>,
 }
 
@@ -838,7 +851,7 @@ impl ArtClient {
         if !self.t.cfg.read_delegation {
             return self.search_in(ctx, key, None).await;
         }
-        let role = self.st.borrow_mut().rdwc.enter(key, rdwc::Kind::Read, &[]);
+        let role = self.rdwc.enter(key, rdwc::Kind::Read, &[]);
         match role {
             Role::Lead(w) => {
                 let r = self.search_in(ctx, key, Some(&w)).await;
@@ -846,7 +859,7 @@ impl ArtClient {
                     Ok(Some(v)) => Outcome::Found(v.clone()),
                     _ => Outcome::Redo,
                 };
-                self.st.borrow_mut().rdwc.leave(key, &w, outcome);
+                self.rdwc.leave(key, &w, outcome);
                 r
             }
             Role::Join(w) => {
@@ -863,7 +876,7 @@ impl ArtClient {
     /// Waits for the leader of window `w` to publish its outcome.
     async fn wait(&self, ctx: &Ctx, w: &rdwc::Shared) -> Outcome {
         loop {
-            if let Some(o) = w.borrow().outcome.clone() {
+            if let Some(o) = w.lock().outcome.clone() {
                 return o;
             }
             ctx.sleep(WAIT_NS).await;
@@ -947,11 +960,7 @@ impl ArtClient {
         if !self.t.cfg.write_combining {
             return self.write(ctx, key, value, WriteMode::Update, None).await;
         }
-        let role = self
-            .st
-            .borrow_mut()
-            .rdwc
-            .enter(key, rdwc::Kind::Write, value);
+        let role = self.rdwc.enter(key, rdwc::Kind::Write, value);
         match role {
             Role::Lead(w) => {
                 let r = self
@@ -961,7 +970,7 @@ impl ArtClient {
                     Ok(true) => Outcome::Written,
                     _ => Outcome::Redo,
                 };
-                self.st.borrow_mut().rdwc.leave(key, &w, outcome);
+                self.rdwc.leave(key, &w, outcome);
                 r
             }
             Role::Join(w) => {

@@ -319,7 +319,8 @@ fn art(seed: u64) -> Result<Passed, String> {
     };
     let sc = stress_shape(&mut r, seed);
     let tree = ArtTree::create(f.clone(), "check", cfg.clone()).map_err(|e| e.to_string())?;
-    let run = stress_on_sim(&mut sim, &|id| tree.client(id), &sc);
+    // Two windows tables (machines), each shared by several workers.
+    let run = stress_on_sim(&mut sim, &|id| tree.client_on((id % 2) as usize, id), &sc);
     let rep = dmkit_art::check_tree(&tree).map_err(|e| format!("structure: {e}"))?;
     let (ops, now) = run.map_err(|e| format!("{e}\n(config {cfg:?})"))?;
     let s = sim.stats();

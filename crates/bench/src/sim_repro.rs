@@ -775,13 +775,9 @@ fn fig12(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<S
                 machines,
                 coros: 8,
                 theta: 0.99,
-                // SMART's B+tree runs (`datastructure.btree.json`) draw plain
-                // zipfian ranks over 100 M keys and do not rehash them, so
-                // the hottest keys share the first leaves: that leaf-lock
-                // contention is what holds YCSB-A near 5 Mops for both trees.
-                distribution: Some(crate::ycsb::Distribution::Zipfian),
+                distribution: None,
                 zipf_items: Some(100_000_000),
-                key_type: KeyType::Seq,
+                key_type: KeyType::Int,
                 value_size: 8,
                 duration: std::time::Duration::from_millis(if opts.quick { 1 } else { 10 }),
                 warmup: std::time::Duration::from_millis(if opts.quick { 1 } else { 20 }),

@@ -119,14 +119,6 @@ impl Chooser {
     pub fn scrambled_over(items: u64, theta: f64) -> Self {
         Chooser::Scrambled(zipfian_cached(items, theta))
     }
-
-    /// An unscrambled zipfian with the shares of `items` ranks: rank `r`
-    /// is key `r mod inserted`, so the hottest keys are the first keys,
-    /// next to each other in an ordered index (SMART's B+tree runs set
-    /// `rehash_key: false`), with the shares a 100 M-key load would give.
-    pub fn zipfian_over(items: u64, theta: f64) -> Self {
-        Chooser::Zipfian(zipfian_cached(items, theta))
-    }
 }
 
 /// The zipfian over [`SCRAMBLED_ITEMS`].
@@ -315,10 +307,6 @@ pub enum KeyType {
     /// 8-byte integers (the key number, scattered by FNV so neighbours in
     /// number are not neighbours in key order).
     Int,
-    /// 8-byte integers in key-number order: key `k` is `k` big-endian, so
-    /// the hottest zipfian keys are neighbours in an ordered index (SMART's
-    /// B+tree experiments, `rehash_key: false`).
-    Seq,
     /// 32-byte synthetic e-mail-like strings with the host reversed
     /// (`com.example.mail.host:user.name42…`), deterministic from the seed.
     String,
@@ -333,7 +321,6 @@ const HOSTS: [&str; 8] = [
 pub fn key_bytes(t: KeyType, k: u64, seed: u64) -> Vec<u8> {
     match t {
         KeyType::Int => fnv64(k ^ seed).to_be_bytes().to_vec(),
-        KeyType::Seq => k.to_be_bytes().to_vec(),
         KeyType::String => {
             let h = fnv64(k ^ seed.rotate_left(17));
             let mut s = format!(

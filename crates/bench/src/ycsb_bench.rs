@@ -246,7 +246,7 @@ fn validate(cfg: &YcsbConfig) -> Result<(), BenchError> {
             cfg.index.name()
         ));
     }
-    if cfg.index == IndexKind::LocalArt && cfg.key_type == KeyType::String {
+    if cfg.index == IndexKind::LocalArt && cfg.key_type != KeyType::Int {
         return bad("local-art (congee) keys are 64-bit integers: use --key-type int".into());
     }
     if !(cfg.theta > 0.0 && cfg.theta < 1.0) {
@@ -261,7 +261,7 @@ fn validate(cfg: &YcsbConfig) -> Result<(), BenchError> {
 /// Bytes of remote memory a race run needs (for sizing an embedded node).
 pub fn race_memory_estimate(cfg: &YcsbConfig) -> u64 {
     let key = match cfg.key_type {
-        KeyType::Int | KeyType::Seq => 8,
+        KeyType::Int => 8,
         KeyType::String => 32,
     };
     let block = (16 + key + cfg.value_size).next_multiple_of(64) as u64;
@@ -296,7 +296,7 @@ pub fn art_memory_estimate(cfg: &YcsbConfig) -> u64 {
     let leaf = dmkit_art::layout::leaf_bytes(ac.max_key, ac.max_value).next_multiple_of(64) as u64;
     let node = dmkit_art::layout::NODE_BYTES.next_multiple_of(64) as u64;
     let nodes = match cfg.key_type {
-        KeyType::Int | KeyType::Seq => cfg.keys.div_ceil(6),
+        KeyType::Int => cfg.keys.div_ceil(6),
         KeyType::String => cfg.keys + cfg.keys / 2,
     };
     2 * cfg.keys * leaf
@@ -308,7 +308,7 @@ pub fn art_memory_estimate(cfg: &YcsbConfig) -> u64 {
 fn art_config(cfg: &YcsbConfig) -> ArtConfig {
     ArtConfig {
         max_key: match cfg.key_type {
-            KeyType::Int | KeyType::Seq => 8,
+            KeyType::Int => 8,
             KeyType::String => 32,
         },
         max_value: cfg.value_size.max(8),
@@ -339,7 +339,7 @@ pub fn btree_memory_estimate(cfg: &YcsbConfig) -> u64 {
 fn btree_config(cfg: &YcsbConfig) -> BtreeConfig {
     BtreeConfig {
         max_key: match cfg.key_type {
-            KeyType::Int | KeyType::Seq => 8,
+            KeyType::Int => 8,
             KeyType::String => 32,
         },
         max_value: cfg.value_size.max(8),
@@ -540,6 +540,9 @@ impl RemoteIndex for Arc<ArtTree> {
     fn client(&self, id: u64) -> ArtClient {
         ArtTree::client(self, id)
     }
+    fn client_on(&self, machine: usize, id: u64) -> ArtClient {
+        ArtTree::client_on(self, machine, id)
+    }
     fn destroy(&self) -> Result<(), String> {
         ArtTree::destroy(self).map_err(|e| format!("art: {e}"))
     }
@@ -707,7 +710,6 @@ fn chooser(cfg: &YcsbConfig) -> Chooser {
         .unwrap_or(default_distribution(cfg.workload));
     match (d, cfg.zipf_items) {
         (Distribution::Scrambled, Some(items)) => Chooser::scrambled_over(items, cfg.theta),
-        (Distribution::Zipfian, Some(items)) => Chooser::zipfian_over(items, cfg.theta),
         _ => Chooser::new(d, cfg.keys, cfg.theta),
     }
 }

@@ -2,7 +2,6 @@
 //! protocols are described in the crate docs.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
@@ -10,6 +9,7 @@ use dmkit_fabric::{Fabric, FabricError, GlobalAddr, NodeId, Rkey, SyncQp};
 use dmkit_runtime::alloc::BlockAlloc;
 use dmkit_runtime::hash::fmix64;
 use dmkit_runtime::keys::{tree_key, untree_key};
+use dmkit_runtime::machine::PerMachine;
 use dmkit_runtime::{Ctx, Nanos};
 
 use crate::cache::{Cache, Snapshot, SpecCache};
@@ -137,9 +137,9 @@ pub struct Btree {
     on_chip: bool,
     chunks: Arc<Mutex<Vec<GlobalAddr>>>,
     /// Local lock tables per compute machine (HOCL).
-    local: Mutex<HashMap<usize, Arc<LocalLocks>>>,
+    local: PerMachine<LocalLocks>,
     /// Speculative-lookup tables per compute machine.
-    spec: Mutex<HashMap<usize, Arc<SpecCache>>>,
+    spec: PerMachine<SpecCache>,
 }
 
 impl Btree {
@@ -230,8 +230,8 @@ impl Btree {
             locks,
             on_chip,
             chunks: Arc::new(Mutex::new(taken[1..].to_vec())),
-            local: Mutex::default(),
-            spec: Mutex::default(),
+            local: PerMachine::default(),
+            spec: PerMachine::default(),
         }))
     }
 
@@ -281,8 +281,8 @@ impl Btree {
             locks,
             on_chip: false,
             chunks: Arc::default(),
-            local: Mutex::default(),
-            spec: Mutex::default(),
+            local: PerMachine::default(),
+            spec: PerMachine::default(),
         }))
     }
 
@@ -333,11 +333,11 @@ impl Btree {
     /// make it unique among the tree's live clients.
     pub fn client_on(self: &Arc<Self>, machine: usize, id: u64) -> BtreeClient {
         let locks = self.cfg.hocl.then(|| {
-            per_machine(&self.local, machine, || {
+            self.local.get(machine, || {
                 LocalLocks::new(self.nodes.len(), self.cfg.max_handover)
             })
         });
-        let spec = per_machine(&self.spec, machine, || {
+        let spec = self.spec.get(machine, || {
             SpecCache::new(if self.cfg.speculative {
                 self.cfg.spec_entries
             } else {
@@ -389,20 +389,6 @@ impl Btree {
     pub(crate) fn nodes(&self) -> &[NodeId] {
         &self.nodes
     }
-}
-
-/// Machine `machine`'s entry of a per-machine table, made on first use.
-fn per_machine<T>(
-    tables: &Mutex<HashMap<usize, Arc<T>>>,
-    machine: usize,
-    make: impl FnOnce() -> T,
-) -> Arc<T> {
-    tables
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .entry(machine)
-        .or_insert_with(|| Arc::new(make()))
-        .clone()
 }
 
 fn root_head(version: u32, level: u8, leftmost: GlobalAddr) -> HeadFields {

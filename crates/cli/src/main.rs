@@ -240,10 +240,8 @@ enum BenchCmd {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum KeyTypeArg {
-    /// 8-byte integers, scattered (FNV of the key number).
+    /// 8-byte integers.
     Int,
-    /// 8-byte integers in key-number order (hot zipfian keys are neighbours).
-    Seq,
     /// 32-byte e-mail-like strings.
     String,
 }
@@ -282,9 +280,8 @@ struct YcsbArgs {
     /// Key distribution (default: the workload's: latest for d, scrambled zipfian otherwise).
     #[arg(long, value_enum)]
     distribution: Option<DistArg>,
-    /// Zipfian ranks are drawn over this many items (scrambled default:
-    /// YCSB's 10^10; unscrambled default: --keys); e.g. 100000000 gives a
-    /// small table a 100 M-key table's hot-key shares.
+    /// Scrambled zipfian: draw ranks over this many items [default: YCSB's
+    /// 10^10]; e.g. 100000000 gives a small table a 100 M-key table's hot keys.
     #[arg(long)]
     zipf_items: Option<u64>,
     #[arg(long, value_enum, default_value = "int")]
@@ -870,7 +867,6 @@ fn bench_ycsb(a: YcsbArgs) -> Res {
         zipf_items: a.zipf_items,
         key_type: match a.key_type {
             KeyTypeArg::Int => KeyType::Int,
-            KeyTypeArg::Seq => KeyType::Seq,
             KeyTypeArg::String => KeyType::String,
         },
         value_size: a.value_size,

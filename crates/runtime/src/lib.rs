@@ -32,6 +32,7 @@ pub mod ctx;
 pub mod hash;
 pub mod keys;
 pub mod lock;
+pub mod machine;
 pub mod rng;
 pub mod stats;
 pub mod throttle;
