@@ -282,8 +282,9 @@ fn backoff_sleeps_in_virtual_time() {
     assert_eq!(s.counters.backoff_ns, wake);
 }
 
-#[test]
-fn op_scopes_limit_concurrency_to_c_max() {
+/// A worker of 8 tasks with conflict avoidance evaluated every µs of a
+/// virtual clock, and a word for its CAS to fail on.
+fn contended_worker() -> (GlobalAddr, Rkey, VirtualClock, Worker) {
     let f = fabric();
     let (a, k) = chunk(&f, 4096);
     let clock = VirtualClock::new();
@@ -295,7 +296,13 @@ fn op_scopes_limit_concurrency_to_c_max() {
         },
         ..Default::default()
     };
-    let mut w = Worker::new(f.as_ref(), Arc::new(clock.clone()), cfg, 0, 8).unwrap();
+    let w = Worker::new(f.as_ref(), Arc::new(clock.clone()), cfg, 0, 8).unwrap();
+    (a, k, clock, w)
+}
+
+#[test]
+fn op_scopes_limit_concurrency_to_c_max() {
+    let (a, k, clock, mut w) = contended_worker();
     let inside = Rc::new(Cell::new(0u32));
     let peak = Rc::new(Cell::new(0u32));
     for _ in 0..8 {
@@ -492,18 +499,7 @@ fn batch_pool_stays_bounded() {
 
 #[test]
 fn read_op_scopes_are_not_throttled_or_counted() {
-    let f = fabric();
-    let (a, k) = chunk(&f, 4096);
-    let clock = VirtualClock::new();
-    let cfg = RuntimeConfig {
-        throttle: false,
-        backoff: dmkit_runtime::backoff::BackoffConfig {
-            interval: 1_000,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let mut w = Worker::new(f.as_ref(), Arc::new(clock.clone()), cfg, 0, 8).unwrap();
+    let (a, k, clock, mut w) = contended_worker();
     let readers = Rc::new(Cell::new(0u32));
     for _ in 0..8 {
         let readers = readers.clone();
