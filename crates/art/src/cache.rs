@@ -1,10 +1,12 @@
 //! The compute-side cache of internal nodes (SMART §4.3).
 //!
-//! Each entry is the snapshot of one internal node as a traversal last read
-//! it: its address, header, reverse pointer and visible slots. Entries are
+//! One cache per compute machine, shared by all its workers (the paper's
+//! "one shared cache" per compute node; `ArtTree::client_on` hands it
+//! out behind a mutex that is never held across an await). Each entry is
+//! the snapshot of one internal node as a traversal last read it: its address, header, reverse pointer and visible slots. Entries are
 //! found by node address, and a lookup walks them from the root along the
 //! key — the snapshots' own slots index the cache, as the paper's local ART
-//! indexes its entries by key prefix. Entries are `Rc`s: evicting or
+//! indexes its entries by key prefix. Entries are `Arc`s: evicting or
 //! replacing one never frees a snapshot a task is still reading.
 //!
 //! Validation happens when a traversal leaves the cache (the reverse
@@ -20,7 +22,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::rc::Rc;
+use std::sync::Arc;
 
 use dmkit_fabric::GlobalAddr;
 
@@ -164,11 +166,11 @@ impl Hasher for AddrHasher {
 }
 
 struct Entry {
-    view: Rc<NodeView>,
+    view: Arc<NodeView>,
     used: u64,
 }
 
-/// One client's cache.
+/// One compute machine's cache.
 pub struct Cache {
     budget: usize,
     bytes: usize,
@@ -189,19 +191,19 @@ impl Cache {
         }
     }
 
-    pub fn get(&self, addr: GlobalAddr) -> Option<Rc<NodeView>> {
+    pub fn get(&self, addr: GlobalAddr) -> Option<Arc<NodeView>> {
         self.map.get(&addr).map(|e| e.view.clone())
     }
 
     /// [`Cache::get`], marking the entry as used now (for eviction).
-    pub fn get_touch(&mut self, addr: GlobalAddr) -> Option<Rc<NodeView>> {
+    pub fn get_touch(&mut self, addr: GlobalAddr) -> Option<Arc<NodeView>> {
         self.tick += 1;
         let e = self.map.get_mut(&addr)?;
         e.used = self.tick;
         Some(e.view.clone())
     }
 
-    pub fn put(&mut self, view: Rc<NodeView>) {
+    pub fn put(&mut self, view: Arc<NodeView>) {
         if self.budget == 0 {
             return;
         }
@@ -262,8 +264,8 @@ impl Cache {
 mod tests {
     use super::*;
 
-    fn view(i: u64, slots: usize) -> Rc<NodeView> {
-        Rc::new(NodeView::new(
+    fn view(i: u64, slots: usize) -> Arc<NodeView> {
+        Arc::new(NodeView::new(
             GlobalAddr::new(0, 64 * i),
             Header::new(0, NodeType::N4, &[]),
             GlobalAddr::NULL,

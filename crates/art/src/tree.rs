@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use dmkit_fabric::{Fabric, FabricError, GlobalAddr, NodeId, Rkey, SyncQp};
 use dmkit_runtime::alloc::{BlockAlloc, MAX_UNITS};
@@ -31,7 +31,8 @@ pub struct ArtConfig {
     /// lock"); off: a separate WRITE after the write-back completed (one
     /// more round trip). In-place mode only.
     pub rear_lock: bool,
-    /// Bytes of internal-node snapshots each client caches (0: no cache).
+    /// Bytes of internal-node snapshots each compute machine caches, shared
+    /// by its clients (0: no cache).
     pub cache_bytes: usize,
     /// Lock-free internal nodes (SMART §4.1). Off: the baseline of Figure
     /// 15 — every change of an internal node (insert into it, split, type
@@ -194,6 +195,8 @@ pub struct ArtTree {
     /// Read-delegation and write-combining windows, one table per compute
     /// machine.
     rdwc: PerMachine<rdwc::Table>,
+    /// Caches of internal nodes, one per compute machine.
+    caches: PerMachine<Mutex<Cache>>,
 }
 
 impl ArtTree {
@@ -253,6 +256,7 @@ impl ArtTree {
             chunks: Arc::default(),
             in_order,
             rdwc: PerMachine::default(),
+            caches: PerMachine::default(),
         }))
     }
 
@@ -297,6 +301,7 @@ impl ArtTree {
             chunks: Arc::default(),
             in_order,
             rdwc: PerMachine::default(),
+            caches: PerMachine::default(),
         }))
     }
 
@@ -346,8 +351,10 @@ impl ArtTree {
         ArtClient {
             t: self.clone(),
             rdwc: self.rdwc.get(machine, rdwc::Table::default),
+            cache: self.caches.get(machine, || {
+                Mutex::new(Cache::new(self.cfg.cache_bytes, self.root))
+            }),
             st: Rc::new(RefCell::new(ClientState {
-                cache: Cache::new(self.cfg.cache_bytes, self.root),
                 buf: Vec::new(),
                 alloc: BlockAlloc::new(self.cfg.chunk_bytes, Nanos::MAX / 4, self.chunks.clone()),
                 owner: id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
@@ -371,7 +378,6 @@ impl ArtTree {
 }
 
 struct ClientState {
-    cache: Cache,
     /// Scratch for decoding leaves.
     buf: Vec<u8>,
     alloc: BlockAlloc,
@@ -385,6 +391,9 @@ struct ClientState {
 pub struct ArtClient {
     t: Arc<ArtTree>,
     rdwc: Arc<rdwc::Table>,
+    /// The machine's cache of internal nodes (never locked across an
+    /// await).
+    cache: Arc<Mutex<Cache>>,
     st: Rc<RefCell<ClientState>>,
 }
 
@@ -408,7 +417,7 @@ enum Kind {
 }
 
 struct Pos {
-    v: Rc<NodeView>,
+    v: Arc<NodeView>,
     /// Read from remote memory by this operation (not a cached snapshot).
     fresh: bool,
     /// Key position at which the traversal arrived at `v`.
@@ -494,10 +503,16 @@ impl ArtClient {
         self.st.borrow().counters
     }
 
-    /// Snapshots the cache holds, and their bytes.
+    /// Snapshots the machine's cache holds, and their bytes.
     pub fn cache_usage(&self) -> (usize, usize) {
-        let st = self.st.borrow();
-        (st.cache.len(), st.cache.bytes())
+        let c = self.cache();
+        (c.len(), c.bytes())
+    }
+
+    /// The machine's cache (a poisoned lock is taken over: every cache
+    /// operation leaves the map and its byte count consistent).
+    fn cache(&self) -> MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn leaf_cap(&self) -> usize {
@@ -591,7 +606,7 @@ impl ArtClient {
         ty: NodeType,
         e: usize,
         expect_rev: Option<GlobalAddr>,
-    ) -> Result<Option<Rc<NodeView>>, ArtError> {
+    ) -> Result<Option<Arc<NodeView>>, ArtError> {
         let rk = self.t.rkey(addr.node())?;
         let ty = ty.max(NodeType::N4);
         ctx.read(addr, rk, L_NODE, ty.read_bytes());
@@ -619,7 +634,7 @@ impl ArtClient {
             || e - d > header.prefix_len()
             || expect_rev.is_some_and(|r| r != rev)
         {
-            self.st.borrow_mut().cache.remove(addr);
+            self.cache().remove(addr);
             return Ok(None);
         }
         let n = hty.slots();
@@ -627,8 +642,8 @@ impl ArtClient {
         for (i, s) in slots.iter_mut().enumerate() {
             *s = ctx.local_u64(L_NODE + 16 + 8 * i);
         }
-        let v = Rc::new(NodeView::new(addr, header, rev, slots));
-        self.st.borrow_mut().cache.put(v.clone());
+        let v = Arc::new(NodeView::new(addr, header, rev, slots));
+        self.cache().put(v.clone());
         Ok(Some(v))
     }
 
@@ -702,9 +717,9 @@ impl ArtClient {
 
     /// Walks the cached snapshots from the root along `tk`: the deepest
     /// cached node, the key position it was reached at and its link.
-    fn cache_walk(&self, tk: &[u8]) -> Option<(Rc<NodeView>, usize, Option<Link>)> {
-        let mut st = self.st.borrow_mut();
-        let mut v = st.cache.get(self.t.root)?;
+    fn cache_walk(&self, tk: &[u8]) -> Option<(Arc<NodeView>, usize, Option<Link>)> {
+        let mut cache = self.cache();
+        let mut v = cache.get(self.t.root)?;
         let (mut e, mut link) = (0, None);
         loop {
             let Ok(pos) = v.match_prefix(e, tk) else {
@@ -716,7 +731,7 @@ impl ArtClient {
             if s.is_leaf() {
                 return Some((v, e, link));
             }
-            match st.cache.get_touch(s.ptr()) {
+            match cache.get_touch(s.ptr()) {
                 Some(c) if c.header.depth() <= pos + 1 && c.rev == v.addr => {
                     link = Some(Link {
                         parent: v.addr,
@@ -822,7 +837,7 @@ impl ArtClient {
                         }
                         None => {
                             if !fresh {
-                                self.st.borrow_mut().cache.remove(v.addr);
+                                self.cache().remove(v.addr);
                             }
                             return Ok(None);
                         }
@@ -1297,9 +1312,9 @@ impl ArtClient {
                 }
                 s = Slot(old);
             }
-            self.st.borrow_mut().cache.remove(l.parent);
+            self.cache().remove(l.parent);
         }
-        self.st.borrow_mut().cache.remove(v.addr);
+        self.cache().remove(v.addr);
         if switched {
             self.count(|c| c.type_switches += 1);
         }
@@ -1325,7 +1340,7 @@ impl ArtClient {
         let t = ctx.cas(v.slot_addr(idx), self.t.rkey(v.addr.node())?, old.0, slot.0);
         ctx.sync().await?;
         if ctx.value(t) == old.0 {
-            self.st.borrow_mut().cache.remove(v.addr);
+            self.cache().remove(v.addr);
             return Ok(Next::Done);
         }
         self.free_unpublished(leaf, len);
@@ -1447,14 +1462,16 @@ impl ArtClient {
         ctx.set_local_u64(L_WORD, last.raw());
         ctx.write(old.ptr(), self.t.rkey(old.ptr().node())?, L_WORD, 8);
         ctx.sync().await?;
-        let mut st = self.st.borrow_mut();
-        st.cache.remove(v.addr);
-        // The new nodes as published: a warm start for this client's cache
-        // (validated like any snapshot when used).
-        for nv in views {
-            st.cache.put(Rc::new(nv));
+        {
+            let mut cache = self.cache();
+            cache.remove(v.addr);
+            // The new nodes as published: a warm start for the cache
+            // (validated like any snapshot when used).
+            for nv in views {
+                cache.put(Arc::new(nv));
+            }
         }
-        st.counters.leaf_splits += 1;
+        self.st.borrow_mut().counters.leaf_splits += 1;
         Ok(Next::Done)
     }
 
@@ -1508,7 +1525,7 @@ impl ArtClient {
         ctx.sync().await?;
         if ctx.value(t) != link.slot.0 {
             self.free_unpublished(m, NODE_BYTES);
-            self.st.borrow_mut().cache.remove(link.parent);
+            self.cache().remove(link.parent);
             return Ok(Next::Conflict(Start::Top { use_cache: false }));
         }
         let rk = self.t.rkey(v.addr.node())?;
@@ -1533,11 +1550,11 @@ impl ArtClient {
         ctx.write(v.addr, rk, L_WORD, 8);
         ctx.sync().await?;
         {
-            let mut st = self.st.borrow_mut();
-            st.cache.remove(v.addr);
-            st.cache.remove(link.parent);
-            st.counters.header_splits += 1;
+            let mut cache = self.cache();
+            cache.remove(v.addr);
+            cache.remove(link.parent);
         }
+        self.st.borrow_mut().counters.header_splits += 1;
         Ok(Next::Continue(Start::Node {
             addr: m,
             ty: NodeType::N4,
@@ -1681,7 +1698,7 @@ impl ArtClient {
                     ctx.write_sync(leaf, self.t.rkey(leaf.node())?, L_WORD, 8)
                         .await?;
                 }
-                self.st.borrow_mut().cache.remove(owner);
+                self.cache().remove(owner);
                 return Ok(Locked::Done);
             }
             self.pause(ctx, attempt).await?;

@@ -1,11 +1,12 @@
-//! The client caches: snapshots of internal nodes under a byte budget
-//! (Sherman's index cache, validated by fence keys when a traversal
-//! leaves them), and SMART-BT's speculative-lookup table, key → remote
-//! slot address.
+//! The compute-side caches, one of each per compute machine and shared by
+//! its clients: snapshots of internal nodes under a byte budget (Sherman's
+//! index cache, one per compute server; validated by fence keys when a
+//! traversal leaves them), and SMART-BT's speculative-lookup table, key →
+//! remote slot address.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use dmkit_fabric::GlobalAddr;
 use dmkit_runtime::hash::hash64;
@@ -70,7 +71,7 @@ impl Snapshot {
 pub struct Cache {
     budget: usize,
     bytes: usize,
-    by_addr: HashMap<u64, Rc<Snapshot>>,
+    by_addr: HashMap<u64, Arc<Snapshot>>,
     level1: BTreeMap<Fence, u64>,
     /// Insertion order, for FIFO eviction (entries of removed snapshots
     /// are skipped when they come up).
@@ -104,12 +105,12 @@ impl Cache {
         self.bytes
     }
 
-    pub fn get(&self, addr: GlobalAddr) -> Option<Rc<Snapshot>> {
+    pub fn get(&self, addr: GlobalAddr) -> Option<Arc<Snapshot>> {
         self.by_addr.get(&addr.raw()).cloned()
     }
 
     /// The level-1 snapshot covering `tk`.
-    pub fn parent_of_leaf(&self, tk: &[u8]) -> Option<Rc<Snapshot>> {
+    pub fn parent_of_leaf(&self, tk: &[u8]) -> Option<Arc<Snapshot>> {
         let (_, a) = self.level1.range(..=Fence::Key(tk.to_vec())).next_back()?;
         let s = self.by_addr.get(a)?;
         s.covers(tk).then(|| s.clone())
@@ -137,7 +138,7 @@ impl Cache {
             self.level1.insert(s.lo.clone(), s.addr.raw());
         }
         self.bytes += b;
-        self.by_addr.insert(s.addr.raw(), Rc::new(s));
+        self.by_addr.insert(s.addr.raw(), Arc::new(s));
     }
 
     pub fn remove(&mut self, addr: GlobalAddr) {

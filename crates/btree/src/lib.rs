@@ -44,7 +44,8 @@
 //! leaves cost space, not correctness; the tree never shrinks.
 //!
 //! ## Caches
-//! [`cache`]: snapshots of internal nodes under a byte budget, the level-1
+//! [`cache`] (one per compute machine): snapshots of internal nodes under a
+//! byte budget, the level-1
 //! ones indexed by lower fence so a warm lookup reaches its leaf with no
 //! remote read of internal nodes; validated by the leaf's fences. And
 //! SMART-BT's **speculative lookup**: key → address of the slot that last

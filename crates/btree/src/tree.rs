@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use dmkit_fabric::{Fabric, FabricError, GlobalAddr, NodeId, Rkey, SyncQp};
 use dmkit_runtime::alloc::BlockAlloc;
@@ -30,7 +30,8 @@ pub struct BtreeConfig {
     /// Leaf entries per node (Sherman's span); sets the node size to the
     /// smallest that holds them.
     pub span: Option<usize>,
-    /// Bytes of internal-node snapshots each client caches (0: none).
+    /// Bytes of internal-node snapshots each compute machine caches, shared
+    /// by its clients (0: none).
     pub cache_bytes: usize,
     /// SMART-BT's speculative lookup: searches first read only the slot a
     /// small cache remembers for the key.
@@ -138,6 +139,8 @@ pub struct Btree {
     chunks: Arc<Mutex<Vec<GlobalAddr>>>,
     /// Local lock tables per compute machine (HOCL).
     local: PerMachine<LocalLocks>,
+    /// Caches of internal nodes, one per compute machine.
+    caches: PerMachine<Mutex<Cache>>,
     /// Speculative-lookup tables per compute machine.
     spec: PerMachine<SpecCache>,
 }
@@ -231,6 +234,7 @@ impl Btree {
             on_chip,
             chunks: Arc::new(Mutex::new(taken[1..].to_vec())),
             local: PerMachine::default(),
+            caches: PerMachine::default(),
             spec: PerMachine::default(),
         }))
     }
@@ -282,6 +286,7 @@ impl Btree {
             on_chip: false,
             chunks: Arc::default(),
             local: PerMachine::default(),
+            caches: PerMachine::default(),
             spec: PerMachine::default(),
         }))
     }
@@ -337,6 +342,9 @@ impl Btree {
                 LocalLocks::new(self.nodes.len(), self.cfg.max_handover)
             })
         });
+        let cache = self
+            .caches
+            .get(machine, || Mutex::new(Cache::new(self.cfg.cache_bytes)));
         let spec = self.spec.get(machine, || {
             SpecCache::new(if self.cfg.speculative {
                 self.cfg.spec_entries
@@ -347,9 +355,9 @@ impl Btree {
         BtreeClient {
             t: self.clone(),
             locks,
+            cache,
             spec,
             st: Rc::new(RefCell::new(ClientState {
-                cache: Cache::new(self.cfg.cache_bytes),
                 alloc: BlockAlloc::new(self.cfg.chunk_bytes, Nanos::MAX / 4, self.chunks.clone()),
                 owner: id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
                 root: self.root,
@@ -404,7 +412,6 @@ fn root_head(version: u32, level: u8, leftmost: GlobalAddr) -> HeadFields {
 }
 
 struct ClientState {
-    cache: Cache,
     alloc: BlockAlloc,
     owner: u64,
     /// The root as this client last knew it (a stale root is only slower:
@@ -423,6 +430,9 @@ struct ClientState {
 pub struct BtreeClient {
     t: Arc<Btree>,
     locks: Option<Arc<LocalLocks>>,
+    /// The machine's cache of internal nodes (never locked across an
+    /// await).
+    cache: Arc<Mutex<Cache>>,
     spec: Arc<SpecCache>,
     st: Rc<RefCell<ClientState>>,
 }
@@ -470,8 +480,14 @@ impl BtreeClient {
     /// Snapshots the cache holds and their bytes; entries of the
     /// machine's speculative table.
     pub fn cache_usage(&self) -> (usize, usize, usize) {
-        let st = self.st.borrow();
-        (st.cache.len(), st.cache.bytes(), self.spec.len())
+        let c = self.cache();
+        (c.len(), c.bytes(), self.spec.len())
+    }
+
+    /// The machine's cache (a poisoned lock is taken over: every cache
+    /// operation leaves it consistent).
+    fn cache(&self) -> MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn nb(&self) -> usize {
@@ -567,16 +583,16 @@ impl BtreeClient {
         ctx: &Ctx,
         addr: GlobalAddr,
         use_cache: bool,
-    ) -> Result<(Rc<Snapshot>, bool), BtreeError> {
+    ) -> Result<(Arc<Snapshot>, bool), BtreeError> {
         if use_cache {
-            if let Some(s) = self.st.borrow().cache.get(addr) {
+            if let Some(s) = self.cache().get(addr) {
                 return Ok((s, true));
             }
         }
         let img = self.read_node(ctx, addr).await?;
         let s = Snapshot::of(addr, &Node::new(&self.t.g, &img.b));
-        self.st.borrow_mut().cache.put(s.clone());
-        Ok((Rc::new(s), false))
+        self.cache().put(s.clone());
+        Ok((Arc::new(s), false))
     }
 
     /// Finds the node at `level` whose range should hold `tk`, by descent
@@ -604,7 +620,7 @@ impl BtreeClient {
             let (s, cached) = self.snapshot(ctx, addr, use_cache).await?;
             if !s.lo.le(tk) {
                 // Only a stale cached path leads left of a key's node.
-                self.st.borrow_mut().cache.remove(addr);
+                self.cache().remove(addr);
                 self.count(|c| c.restarts += 1);
                 use_cache = false;
                 from = None;
@@ -613,15 +629,15 @@ impl BtreeClient {
             }
             if !s.hi.gt(tk) {
                 {
-                    let mut st = self.st.borrow_mut();
+                    let mut cache = self.cache();
                     if cached {
-                        st.cache.remove(addr);
+                        cache.remove(addr);
                     }
                     if let Some(p) = from.take() {
-                        st.cache.remove(p);
+                        cache.remove(p);
                     }
-                    st.counters.sibling_hops += 1;
                 }
+                self.st.borrow_mut().counters.sibling_hops += 1;
                 if s.sibling.is_null() {
                     return Err(BtreeError::Corrupt {
                         addr,
@@ -665,7 +681,7 @@ impl BtreeClient {
         path: &mut [GlobalAddr; MAX_LEVELS],
     ) -> Result<GlobalAddr, BtreeError> {
         if use_cache {
-            let hit = self.st.borrow().cache.parent_of_leaf(tk);
+            let hit = self.cache().parent_of_leaf(tk);
             if let Some(s) = hit {
                 self.count(|c| c.cache_hits += 1);
                 path[1] = s.addr;
@@ -683,7 +699,7 @@ impl BtreeClient {
     /// level-1 snapshot that led there.
     fn stale_parent(&self, path: &[GlobalAddr; MAX_LEVELS]) {
         if !path[1].is_null() {
-            self.st.borrow_mut().cache.remove(path[1]);
+            self.cache().remove(path[1]);
         }
     }
 
@@ -1190,10 +1206,7 @@ impl BtreeClient {
                 ctx.put_local(self.l_img(), &out);
                 ctx.write(target, held.rk, self.l_img(), self.nb());
                 self.unlock(ctx, held).await?;
-                self.st
-                    .borrow_mut()
-                    .cache
-                    .put(Snapshot::of(target, &Node::new(&g, &out)));
+                self.cache().put(Snapshot::of(target, &Node::new(&g, &out)));
                 return Ok(());
             }
             // Split: the middle key goes up, its child becomes the new
@@ -1237,11 +1250,11 @@ impl BtreeClient {
             ctx.write(target, held.rk, self.l_img(), self.nb());
             self.unlock(ctx, held).await?;
             {
-                let mut st = self.st.borrow_mut();
-                st.cache.put(Snapshot::of(target, &Node::new(&g, &out)));
-                st.cache.put(right_snap);
-                st.counters.inner_splits += 1;
+                let mut cache = self.cache();
+                cache.put(Snapshot::of(target, &Node::new(&g, &out)));
+                cache.put(right_snap);
             }
+            self.st.borrow_mut().counters.inner_splits += 1;
             level += 1;
             sep = up_key;
             child = right;
@@ -1290,7 +1303,7 @@ impl BtreeClient {
         if prev == old.raw() {
             st.root = at;
             st.counters.root_grows += 1;
-            st.cache.put(Snapshot::of(at, &Node::new(&g, &out)));
+            self.cache().put(Snapshot::of(at, &Node::new(&g, &out)));
             Ok(true)
         } else {
             st.alloc.free_now(at, (self.nb() / 64) as u64);

@@ -300,7 +300,7 @@ struct YcsbArgs {
     /// Client cache entries per thread (race; 0 disables).
     #[arg(long, default_value_t = 1 << 16)]
     cache: usize,
-    /// Radix tree: bytes of internal nodes each thread caches (0 disables).
+    /// Radix tree: bytes of internal nodes each compute machine caches, shared by its threads (0 disables).
     #[arg(long, default_value = "64MiB", value_parser = parse_size)]
     art_cache: u64,
     /// Radix tree: in-place leaf updates under the leaf lock (off:
@@ -317,7 +317,7 @@ struct YcsbArgs {
     /// under a remote node lock — Figure 15's baseline).
     #[arg(long, value_enum, default_value = "on")]
     lock_free_internal: OnOff,
-    /// B+tree: bytes of internal nodes each thread caches (0 disables).
+    /// B+tree: bytes of internal nodes each compute machine caches, shared by its threads (0 disables).
     #[arg(long, default_value = "64MiB", value_parser = parse_size)]
     btree_cache: u64,
     /// B+tree: SMART-BT's speculative lookup (read one cached slot first).
