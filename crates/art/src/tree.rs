@@ -344,9 +344,10 @@ impl ArtTree {
     }
 
     /// A client for one worker on compute machine `machine` (its tasks
-    /// share the client's cache and allocator; every client of the machine
-    /// shares the read-delegation and write-combining windows). `id` names
-    /// lock holders; make it unique among the tree's live clients.
+    /// share the client's allocator; every client of the machine shares the
+    /// cache of internal nodes and the read-delegation and write-combining
+    /// windows). `id` names lock holders; make it unique among the tree's
+    /// live clients.
     pub fn client_on(self: &Arc<Self>, machine: usize, id: u64) -> ArtClient {
         ArtClient {
             t: self.clone(),

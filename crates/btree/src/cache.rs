@@ -116,7 +116,8 @@ impl Cache {
         s.covers(tk).then(|| s.clone())
     }
 
-    pub fn put(&mut self, s: Snapshot) {
+    /// Caches `s` if it is an internal node and the cache is on.
+    pub fn put(&mut self, s: Arc<Snapshot>) {
         if !self.enabled() || s.level == 0 {
             return;
         }
@@ -138,7 +139,7 @@ impl Cache {
             self.level1.insert(s.lo.clone(), s.addr.raw());
         }
         self.bytes += b;
-        self.by_addr.insert(s.addr.raw(), Arc::new(s));
+        self.by_addr.insert(s.addr.raw(), s);
     }
 
     pub fn remove(&mut self, addr: GlobalAddr) {

@@ -590,9 +590,9 @@ impl BtreeClient {
             }
         }
         let img = self.read_node(ctx, addr).await?;
-        let s = Snapshot::of(addr, &Node::new(&self.t.g, &img.b));
+        let s = Arc::new(Snapshot::of(addr, &Node::new(&self.t.g, &img.b)));
         self.cache().put(s.clone());
-        Ok((Arc::new(s), false))
+        Ok((s, false))
     }
 
     /// Finds the node at `level` whose range should hold `tk`, by descent
@@ -1206,7 +1206,8 @@ impl BtreeClient {
                 ctx.put_local(self.l_img(), &out);
                 ctx.write(target, held.rk, self.l_img(), self.nb());
                 self.unlock(ctx, held).await?;
-                self.cache().put(Snapshot::of(target, &Node::new(&g, &out)));
+                self.cache()
+                    .put(Arc::new(Snapshot::of(target, &Node::new(&g, &out))));
                 return Ok(());
             }
             // Split: the middle key goes up, its child becomes the new
@@ -1251,8 +1252,8 @@ impl BtreeClient {
             self.unlock(ctx, held).await?;
             {
                 let mut cache = self.cache();
-                cache.put(Snapshot::of(target, &Node::new(&g, &out)));
-                cache.put(right_snap);
+                cache.put(Arc::new(Snapshot::of(target, &Node::new(&g, &out))));
+                cache.put(Arc::new(right_snap));
             }
             self.st.borrow_mut().counters.inner_splits += 1;
             level += 1;
@@ -1303,7 +1304,8 @@ impl BtreeClient {
         if prev == old.raw() {
             st.root = at;
             st.counters.root_grows += 1;
-            self.cache().put(Snapshot::of(at, &Node::new(&g, &out)));
+            self.cache()
+                .put(Arc::new(Snapshot::of(at, &Node::new(&g, &out))));
             Ok(true)
         } else {
             st.alloc.free_now(at, (self.nb() / 64) as u64);

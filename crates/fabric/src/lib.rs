@@ -67,7 +67,8 @@ pub fn heap_rkeys(fabric: &dyn Fabric, nodes: &[NodeId]) -> Result<Vec<Option<Rk
 pub fn home_node(fabric: &dyn Fabric) -> Option<(NodeId, Vec<NodeId>)> {
     let mut nodes = fabric.nodes();
     nodes.sort_unstable();
-    nodes.first().map(|&h| (h, nodes.clone()))
+    let home = *nodes.first()?;
+    Some((home, nodes))
 }
 
 /// Registers `value` (non-zero: a structure's descriptor) under named root

@@ -627,19 +627,16 @@ pub struct OpGuard<'a> {
 
 impl Drop for OpGuard<'_> {
     fn drop(&mut self) {
-        if !self.ctx.core.op_stats {
-            if self.guarded {
-                self.ctx.core.st.borrow_mut().release_op();
-            }
-            return;
-        }
-        let now = self.ctx.core.clock.now();
-        let mut st = self.ctx.core.st.borrow_mut();
+        let core = &self.ctx.core;
+        let now = core.op_stats.then(|| core.clock.now());
+        let mut st = core.st.borrow_mut();
         let st = &mut *st;
-        let delta = st.tasks[self.ctx.task].counters.since(&self.before);
-        st.stats
-            .op_mut(self.name)
-            .record(now.saturating_sub(self.start), &delta);
+        if let Some(now) = now {
+            let delta = st.tasks[self.ctx.task].counters.since(&self.before);
+            st.stats
+                .op_mut(self.name)
+                .record(now.saturating_sub(self.start), &delta);
+        }
         if self.guarded {
             st.release_op();
         }

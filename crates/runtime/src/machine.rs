@@ -3,7 +3,8 @@
 //! Some techniques coordinate every thread of a compute node, not only the
 //! tasks of one worker: Sherman's hierarchical lock table (HOCL), SMART-BT's
 //! speculative-lookup cache, the radix tree's read-delegation and
-//! write-combining windows (OSDI'23 §4.2). A data structure keeps one table
+//! write-combining windows (OSDI'23 §4.2), and both trees' caches of
+//! internal nodes. A data structure keeps one table
 //! per machine in a [`PerMachine`] and hands it to each client made for
 //! that machine. On shm every client of a process is machine 0; the
 //! simulator numbers its compute machines.

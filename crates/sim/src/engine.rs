@@ -64,10 +64,10 @@ pub struct SimStats {
 /// plus `bounce_ns` when the previous holder was another thread (the lock's
 /// cache line moves to this core), plus `handoff_ns` for each holder this
 /// thread waited behind, up to `max_spinners` (every release invalidates
-/// the line in each spinning core). Threads that merely *share* the lock but are busy
-/// elsewhere cost nothing: with one queue pair to each of 8 memory nodes,
-/// 94 threads all share every doorbell, but only those posting right now
-/// contend.
+/// the line in each spinning core). Threads that merely *share* the lock
+/// but are busy elsewhere cost nothing: with one queue pair to each of 8
+/// memory nodes, 94 threads all share every doorbell, but only those
+/// posting right now contend.
 ///
 /// The lock is a calendar of holds, not a FIFO "free at" instant: a virtual
 /// thread runs a whole executor step at once, so it may book several posts
