@@ -14,8 +14,9 @@ use dmkit_runtime::{Ctx, Nanos};
 
 use crate::cache::{Cache, Snapshot, SpecCache};
 use crate::error::BtreeError;
-use crate::hocl::{LocalGrant, LocalLocks};
+use crate::hocl::local_locks;
 use crate::layout::*;
+use dmkit_runtime::machine::{TicketGrant, TicketLocks};
 
 /// Configuration of a tree (structure) and of its clients.
 #[derive(Debug, Clone, PartialEq)]
@@ -138,7 +139,7 @@ pub struct Btree {
     on_chip: bool,
     chunks: Arc<Mutex<Vec<GlobalAddr>>>,
     /// Local lock tables per compute machine (HOCL).
-    local: PerMachine<LocalLocks>,
+    local: PerMachine<TicketLocks>,
     /// Caches of internal nodes, one per compute machine.
     caches: PerMachine<Mutex<Cache>>,
     /// Speculative-lookup tables per compute machine.
@@ -339,7 +340,7 @@ impl Btree {
     pub fn client_on(self: &Arc<Self>, machine: usize, id: u64) -> BtreeClient {
         let locks = self.cfg.hocl.then(|| {
             self.local.get(machine, || {
-                LocalLocks::new(self.nodes.len(), self.cfg.max_handover)
+                local_locks(self.nodes.len(), self.cfg.max_handover)
             })
         });
         let cache = self
@@ -429,7 +430,7 @@ struct ClientState {
 #[derive(Clone)]
 pub struct BtreeClient {
     t: Arc<Btree>,
-    locks: Option<Arc<LocalLocks>>,
+    locks: Option<Arc<TicketLocks>>,
     /// The machine's cache of internal nodes (never locked across an
     /// await).
     cache: Arc<Mutex<Cache>>,
@@ -441,7 +442,7 @@ pub struct BtreeClient {
 struct Held {
     lock: GlobalAddr,
     rk: Rkey,
-    grant: Option<LocalGrant>,
+    grant: Option<TicketGrant>,
 }
 
 /// A node image read by this operation.

@@ -535,3 +535,46 @@ fn read_op_scopes_are_not_throttled_or_counted() {
     assert_eq!(s.ops["search"].count, 320);
     assert_eq!(s.ops["update"].count, 320);
 }
+
+/// A machine's ticket locks: holders are exclusive and served in ticket
+/// order, a hand-over reaches the next waiter only while someone waits, the
+/// holder allows it and the budget lasts.
+#[test]
+fn ticket_locks_are_exclusive_fifo_and_bound_hand_overs() {
+    use dmkit_runtime::machine::TicketLocks;
+    let (_a, _k, clock, mut w) = contended_worker();
+    let locks = Arc::new(TicketLocks::new(2, 2));
+    let inside = Rc::new(Cell::new(0u32));
+    let order = Rc::new(std::cell::RefCell::new(Vec::new()));
+    let handed = Rc::new(std::cell::RefCell::new(Vec::new()));
+    for task in 0..6usize {
+        let (locks, inside, order, handed) =
+            (locks.clone(), inside.clone(), order.clone(), handed.clone());
+        w.spawn(move |ctx| async move {
+            // Stagger the arrivals so ticket order is task order.
+            ctx.sleep(10 * task as u64).await;
+            let g = locks.acquire(&ctx, 1).await;
+            inside.set(inside.get() + 1);
+            assert_eq!(inside.get(), 1, "two holders of one entry");
+            order.borrow_mut().push(task);
+            handed.borrow_mut().push(g.handed);
+            ctx.sleep(1_000).await;
+            inside.set(inside.get() - 1);
+            // Task 3 refuses to hand over (its buffer is "full").
+            locks.hand_over_if(g, task != 3);
+            locks.release(g);
+        });
+    }
+    while w.live_tasks() > 0 {
+        w.step();
+        clock.advance(100);
+    }
+    assert_eq!(*order.borrow(), vec![0, 1, 2, 3, 4, 5]);
+    // 0 takes the remote lock, hands to 1 and 2 (budget 2), 2 must release,
+    // 3 takes it afresh and refuses, 4 takes it afresh and hands to 5.
+    assert_eq!(
+        *handed.borrow(),
+        vec![false, true, true, false, false, true]
+    );
+    assert!(!locks.contended(1));
+}
