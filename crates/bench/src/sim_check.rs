@@ -201,20 +201,38 @@ fn race(seed: u64) -> Result<Passed, String> {
     let mut r = Rng::new(seed);
     let mut sim = sim_for(seed, &mut r)?;
     let f = sim.dyn_fabric();
+    let groups = 1 + r.below(4);
+    let cache_entries = if r.below(2) == 0 { 0 } else { 256 };
+    let sc = stress_shape(&mut r, seed);
+    // Half the seeds put some of the contended keys in a hot area (blocks
+    // of 1, 2 or 4 entries, write-back after 1..8 modifications), with the
+    // workers split over two compute machines.
+    let hot_keys: Vec<Vec<u8>> = if r.below(2) == 0 {
+        Vec::new()
+    } else {
+        (0..sc.hot_keys)
+            .filter(|_| r.below(3) != 0)
+            .map(|k| format!("hot-{k}").into_bytes())
+            .collect()
+    };
     let cfg = RaceConfig {
         max_key: 32,
         max_value: 32,
-        groups: 1 + r.below(4),
+        groups,
         initial_depth: 0,
         max_depth: 10,
-        cache_entries: if r.below(2) == 0 { 0 } else { 256 },
+        cache_entries,
         grace: 2_000_000,
         chunk_bytes: 256 << 10,
         seed,
+        hot_block_log2: r.below(3) as u32,
+        hot_theta: 1 + r.below(8) as u32,
+        hot_hold: 2_000 + r.below(50_000),
+        hot_keys,
     };
-    let sc = stress_shape(&mut r, seed);
+    let hot = cfg.hot_keys.len();
     let table = RaceTable::create(f.clone(), "check", cfg).map_err(|e| e.to_string())?;
-    let (ops, now) = stress_on_sim(&mut sim, &|id| table.client(id), &sc)?;
+    let (ops, now) = stress_on_sim(&mut sim, &|id| table.client_on((id % 2) as usize, id), &sc)?;
     let s = sim.stats();
     Ok(Passed {
         ops,
@@ -222,7 +240,7 @@ fn race(seed: u64) -> Result<Passed, String> {
         torn: s.torn,
         delayed: s.delayed,
         shape: format!(
-            "{} threads × {} tasks × {} ops, {} hot keys, {} % fills, {} groups",
+            "{} threads × {} tasks × {} ops, {} contended keys ({hot} in the hot area), {} % fills, {} groups",
             sc.workers,
             sc.tasks,
             sc.ops_per_task,

@@ -421,6 +421,7 @@ fn ht_run(
         art: Default::default(),
         btree: Default::default(),
         cache_entries: 0,
+        hot: Default::default(),
     };
     sim_ycsb(opts, opts.profile.clone(), &cfg, SPLIT, acc)
 }
@@ -591,6 +592,7 @@ fn tree_run(
         art,
         btree,
         cache_entries: 0,
+        hot: Default::default(),
     };
     sim_ycsb(opts, profile, &cfg, SPLIT, acc)
 }
@@ -789,6 +791,7 @@ fn fig12(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<S
                     ..Default::default()
                 },
                 cache_entries: 0,
+                hot: Default::default(),
             };
             let mem = MemoryShape {
                 nodes: machines,

@@ -163,6 +163,33 @@ impl Chooser {
         }
     }
 
+    /// The key numbers of the `count` likeliest keys among `keys` (distinct,
+    /// likeliest first): the memory-semantics study's warm-up "selecting
+    /// frequent access keys into the hot memory area" (§IV-B). Uniform has
+    /// no likelier keys; it gives the first `count`.
+    pub fn hottest(&self, keys: u64, count: usize) -> Vec<u64> {
+        let n = keys.max(1);
+        let count = count.min(n as usize);
+        let of_rank = |r: u64| match self {
+            Chooser::Uniform | Chooser::Zipfian(_) => r % n,
+            Chooser::Scrambled(_) => fnv64(r) % n,
+            Chooser::Latest(_) => n - 1 - r % n,
+        };
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::with_capacity(count);
+        let mut r = 0u64;
+        // Scrambled ranks can collide on a key; 4× the ranks always suffice
+        // in practice, and the loop stops there regardless.
+        while out.len() < count && r < 4 * n.max(count as u64) {
+            let k = of_rank(r);
+            if seen.insert(k) {
+                out.push(k);
+            }
+            r += 1;
+        }
+        out
+    }
+
     /// A key number in `[0, inserted)` (`inserted` = keys that exist now).
     pub fn next(&self, rng: &mut Rng, inserted: u64) -> u64 {
         let n = inserted.max(1);
@@ -398,6 +425,9 @@ mod tests {
         let mut rng = Rng::new(7);
         let n = 5_000;
         // Scrambled zipfian: skewed, but the hottest keys are not 0, 1, 2.
+        // `hottest` names the keys it draws most.
+        let top = Chooser::new(Distribution::Scrambled, n, 0.99).hottest(n, 3);
+        assert_eq!(top.len(), 3);
         let sc = Chooser::new(Distribution::Scrambled, n, 0.99);
         let mut hist = vec![0u32; n as usize];
         for _ in 0..100_000 {
@@ -410,6 +440,15 @@ mod tests {
             "rank 0 lands where FNV sends it"
         );
         assert!(hist[hottest] > 20 * (100_000 / n as u32));
+        assert_eq!(top[0], hottest as u64);
+        // The three keys `hottest` names are drawn more than any other.
+        let mut by_count: Vec<usize> = (0..n as usize).collect();
+        by_count.sort_by_key(|&i| std::cmp::Reverse(hist[i]));
+        let mut top3: Vec<u64> = by_count[..3].iter().map(|&i| i as u64).collect();
+        let mut want = top.clone();
+        top3.sort();
+        want.sort();
+        assert_eq!(top3, want);
         // Latest: the newest keys dominate.
         let la = Chooser::new(Distribution::Latest, n, 0.99);
         let recent = (0..10_000)

@@ -117,6 +117,32 @@ impl Default for ArtSwitches {
     }
 }
 
+/// The hash table's hot area (memory-semantics §IV-B; `dmkit_race::hot`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HotSwitches {
+    /// The likeliest keys of the run's distribution put in the hot area
+    /// (0: no hot area).
+    pub keys: usize,
+    /// Entries per block: 2^block_log2.
+    pub block_log2: u32,
+    /// θ: buffered modifications that force a block's write-back.
+    pub theta: u32,
+    /// Longest a machine keeps a block (ns).
+    pub hold_ns: u64,
+}
+
+impl Default for HotSwitches {
+    fn default() -> Self {
+        let r = RaceConfig::default();
+        Self {
+            keys: 0,
+            block_log2: r.hot_block_log2,
+            theta: r.hot_theta,
+            hold_ns: r.hot_hold,
+        }
+    }
+}
+
 /// The B+tree's switches (Sherman, SMART-BT; Figure 12's series).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BtreeSwitches {
@@ -177,6 +203,8 @@ pub struct YcsbConfig {
     pub runtime: RuntimeConfig,
     /// Client cache entries per thread (race).
     pub cache_entries: usize,
+    /// The hash table's hot area (race).
+    pub hot: HotSwitches,
     /// The radix tree's switches (art).
     pub art: ArtSwitches,
     /// The B+tree's switches (btree).
@@ -229,6 +257,8 @@ pub struct YcsbResult {
     pub cache_hit_rate: Option<f64>,
     /// Subtable splits during load and run (race).
     pub splits: Option<u64>,
+    /// Keys in the hash table's hot area (race; 0: none).
+    pub hot_keys: usize,
 }
 
 /// Progress callback: `(phase, done, total)`; `total` is keys for the load
@@ -248,6 +278,12 @@ fn validate(cfg: &YcsbConfig) -> Result<(), BenchError> {
     }
     if cfg.index == IndexKind::LocalArt && cfg.key_type != KeyType::Int {
         return bad("local-art (congee) keys are 64-bit integers: use --key-type int".into());
+    }
+    if cfg.hot.keys > 0 && cfg.index != IndexKind::Race {
+        return bad(format!(
+            "--hot-keys is the hash table's hot area: use it with --index race, not {}",
+            cfg.index.name()
+        ));
     }
     if !(cfg.theta > 0.0 && cfg.theta < 1.0) {
         return bad(format!("--zipf {} must be in (0, 1)", cfg.theta));
@@ -380,6 +416,14 @@ fn race_config(cfg: &YcsbConfig) -> RaceConfig {
         max_depth: 18,
         cache_entries: cfg.cache_entries,
         seed: cfg.seed,
+        hot_keys: chooser(cfg)
+            .hottest(cfg.keys, cfg.hot.keys)
+            .into_iter()
+            .map(|k| key_bytes(cfg.key_type, k, cfg.seed))
+            .collect(),
+        hot_block_log2: cfg.hot.block_log2,
+        hot_theta: cfg.hot.theta,
+        hot_hold: cfg.hot.hold_ns,
         ..Default::default()
     }
 }
@@ -566,6 +610,9 @@ impl RemoteIndex for Arc<RaceTable> {
     fn client(&self, id: u64) -> RaceClient {
         RaceTable::client(self, id)
     }
+    fn client_on(&self, machine: usize, id: u64) -> RaceClient {
+        RaceTable::client_on(self, machine, id)
+    }
     fn destroy(&self) -> Result<(), String> {
         RaceTable::destroy(self).map_err(|e| format!("race: {e}"))
     }
@@ -700,6 +747,11 @@ fn summarize(backend: String, cfg: &YcsbConfig, outs: &[ThreadOut]) -> YcsbResul
         conflict_avoid: remote && cfg.runtime.conflict_avoid,
         cache_hit_rate: (remote && lookups > 0).then(|| hits as f64 / lookups as f64),
         splits: remote.then_some(splits),
+        hot_keys: if cfg.index == IndexKind::Race {
+            cfg.hot.keys
+        } else {
+            0
+        },
     }
 }
 

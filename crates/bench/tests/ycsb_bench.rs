@@ -30,6 +30,7 @@ fn cfg(index: IndexKind, workload: Workload, key_type: KeyType) -> YcsbConfig {
         seed: 3,
         runtime: RuntimeConfig::default(),
         cache_entries: 512,
+        hot: Default::default(),
         art: Default::default(),
         btree: Default::default(),
     }
@@ -116,6 +117,36 @@ fn every_workload_runs_on_every_index() {
     }
 }
 
+/// The hash table with its hot area holding the likeliest keys: every
+/// workload finds what it loaded, through both areas.
+#[test]
+fn race_runs_with_a_hot_area() {
+    let f = fabric();
+    for (w, kt) in [
+        (Workload::Load, KeyType::Int),
+        (Workload::A, KeyType::String),
+        (Workload::C, KeyType::Int),
+        (Workload::F, KeyType::Int),
+    ] {
+        let c = YcsbConfig {
+            hot: ycsb_bench::HotSwitches {
+                keys: 64,
+                block_log2: 2,
+                ..Default::default()
+            },
+            ..cfg(IndexKind::Race, w, kt)
+        };
+        let r = ycsb_bench::run(Platform::Fabric(f.clone()), &c, &|_, _, _| {}).unwrap();
+        let tag = format!("{w:?}");
+        assert!(r.ops > 0, "{tag}");
+        assert_eq!(r.misses, 0, "{tag}");
+        assert_eq!(r.hot_keys, 64, "{tag}");
+        if w == Workload::Load {
+            assert_eq!(r.ops, 3000, "{tag}");
+        }
+    }
+}
+
 #[test]
 fn scans_and_bad_settings_are_refused() {
     let f = fabric();
@@ -128,6 +159,14 @@ fn scans_and_bad_settings_are_refused() {
         YcsbConfig {
             keys: 0,
             ..cfg(IndexKind::LocalHash, Workload::C, KeyType::Int)
+        },
+        // The hot area is the hash table's.
+        YcsbConfig {
+            hot: ycsb_bench::HotSwitches {
+                keys: 10,
+                ..Default::default()
+            },
+            ..cfg(IndexKind::Art, Workload::C, KeyType::Int)
         },
     ] {
         assert!(matches!(

@@ -300,6 +300,19 @@ struct YcsbArgs {
     /// Client cache entries per thread (race; 0 disables).
     #[arg(long, default_value_t = 1 << 16)]
     cache: usize,
+    /// Hash table: put the run's N likeliest keys in a hot area served in
+    /// blocks with IO consolidation (memory-semantics §IV-B; 0: off).
+    #[arg(long, default_value_t = 0)]
+    hot_keys: usize,
+    /// Hash table: hot entries per block, as a power of two.
+    #[arg(long, default_value_t = 3)]
+    hot_block_log2: u32,
+    /// Hash table: buffered modifications that force a hot block's write-back (θ).
+    #[arg(long, default_value_t = 16)]
+    hot_theta: u32,
+    /// Hash table: longest a compute machine keeps a hot block, however busy.
+    #[arg(long, default_value = "50us", value_parser = humantime::parse_duration)]
+    hot_hold: Duration,
     /// Radix tree: bytes of internal nodes each compute machine caches, shared by its threads (0 disables).
     #[arg(long, default_value = "64MiB", value_parser = parse_size)]
     art_cache: u64,
@@ -878,6 +891,12 @@ fn bench_ycsb(a: YcsbArgs) -> Res {
         seed: a.seed,
         runtime: a.switches.runtime_config(a.seed)?,
         cache_entries: a.cache,
+        hot: ycsb_bench::HotSwitches {
+            keys: a.hot_keys,
+            block_log2: a.hot_block_log2,
+            theta: a.hot_theta,
+            hold_ns: a.hot_hold.as_nanos() as u64,
+        },
         art: ycsb_bench::ArtSwitches {
             cache_bytes: a.art_cache as usize,
             in_place: a.in_place_leaf == OnOff::On,

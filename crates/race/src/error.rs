@@ -31,6 +31,8 @@ pub enum RaceError {
     Config(String),
     #[error("task-local memory of {have} bytes is too small; the table needs {need} (RuntimeConfig::task_local_bytes)")]
     LocalMemory { have: usize, need: usize },
+    #[error("hot block write-back failed: {0} (its buffered modifications may be lost)")]
+    HotLeaseLost(String),
     #[error(transparent)]
     Fabric(#[from] FabricError),
 }

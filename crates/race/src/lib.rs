@@ -77,6 +77,15 @@
 //! bounded skew — the same assumption as the lock leases of `dmkit-runtime`).
 //! The checksum catches torn and foreign blocks on top of that.
 
+//! ## Hot area (memory-semantics study §IV-B)
+//! Optionally, keys named at creation ([`RaceConfig::hot_keys`], e.g. the
+//! likeliest keys of a skewed workload) live outside the RACE table in
+//! blocks of `2^t` entries: a compute machine takes a block's remote lock,
+//! serves its tasks' operations from a local copy, hands the block from
+//! task to task while they queue for it, and writes it back with one WRITE
+//! per `θ` modifications (IO consolidation). Searches of a free block read
+//! the lock word and the entry in one round trip. See [`hot`].
+//!
 //! ## Limits
 //! A client that dies while holding an insert lock or a split lock blocks
 //! inserts into that bucket or subtable (there is no lease on them yet).
@@ -85,6 +94,7 @@
 //! returns [`RaceError::TableFull`] for that insert and stays usable.
 
 pub mod error;
+pub mod hot;
 pub mod layout;
 pub mod table;
 

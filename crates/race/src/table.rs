@@ -10,8 +10,13 @@ use dmkit_fabric::{Fabric, FabricError, GlobalAddr, NodeId, Rkey, SyncQp};
 use dmkit_runtime::{Ctx, Nanos};
 
 use crate::error::RaceError;
+use crate::hot::{
+    owner_of, HotArea, HotLocal, HotOp, HotParams, HotResult, HotTrace, MAX_HOT_BLOCK_LOG2,
+    MAX_HOT_KEYS,
+};
 use crate::layout::*;
 use dmkit_runtime::alloc::BlockAlloc;
+use dmkit_runtime::machine::PerMachine;
 
 /// Configuration of a table (structure) and of its clients (caching, memory).
 #[derive(Debug, Clone, PartialEq)]
@@ -36,6 +41,15 @@ pub struct RaceConfig {
     pub chunk_bytes: u64,
     /// Hash seed (stored in the table).
     pub seed: u64,
+    /// Keys of the hot area (memory-semantics §IV-B; [`crate::hot`]),
+    /// fixed at creation and stored in the table; empty: no hot area.
+    pub hot_keys: Vec<Vec<u8>>,
+    /// Hot entries per block: 2^hot_block_log2 (stored in the table).
+    pub hot_block_log2: u32,
+    /// θ: buffered modifications of a hot block that force its write-back.
+    pub hot_theta: u32,
+    /// Longest a machine keeps a hot block however busy it is (ns).
+    pub hot_hold: Nanos,
 }
 
 impl Default for RaceConfig {
@@ -50,6 +64,10 @@ impl Default for RaceConfig {
             grace: 100_000_000,
             chunk_bytes: 4 << 20,
             seed: 0x005E_ED0F_2ACE,
+            hot_keys: Vec::new(),
+            hot_block_log2: 3,
+            hot_theta: 16,
+            hot_hold: 50_000,
         }
     }
 }
@@ -75,9 +93,66 @@ impl RaceConfig {
                 self.initial_depth, self.max_depth
             ));
         }
+        self.validate_hot()
+    }
+
+    fn validate_hot(&self) -> Result<(), RaceError> {
+        let bad = |s: String| Err(RaceError::Config(s));
+        if self.hot_block_log2 > MAX_HOT_BLOCK_LOG2 {
+            return bad(format!(
+                "hot_block_log2 {} exceeds {MAX_HOT_BLOCK_LOG2}",
+                self.hot_block_log2
+            ));
+        }
+        let bytes = HotArea::entries_bytes(self.hot_block_log2, self.max_value);
+        if bytes > SCRATCH {
+            return bad(format!(
+                "a hot block of 2^{} entries of max_value {} takes {bytes} B; at most {SCRATCH} B (lower hot_block_log2)",
+                self.hot_block_log2, self.max_value
+            ));
+        }
+        if self.hot_theta == 0 {
+            return bad("hot_theta must be at least 1".into());
+        }
+        if self.hot_hold.saturating_mul(2) >= HOT_LEASE {
+            return bad(format!(
+                "hot_hold {} ns must be under half the hot lock's lease ({HOT_LEASE} ns)",
+                self.hot_hold
+            ));
+        }
+        if self.hot_keys.len() > MAX_HOT_KEYS {
+            return bad(format!(
+                "{} hot keys; at most {MAX_HOT_KEYS}",
+                self.hot_keys.len()
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for k in &self.hot_keys {
+            if k.is_empty() || k.len() > self.max_key {
+                return bad(format!(
+                    "hot key of {} bytes: keys must be 1..={} bytes",
+                    k.len(),
+                    self.max_key
+                ));
+            }
+            if !seen.insert(k) {
+                return bad(format!("hot key {k:02x?} given twice"));
+            }
+        }
         Ok(())
     }
+
+    pub(crate) fn hot_params(&self) -> HotParams {
+        HotParams {
+            theta: self.hot_theta,
+            hold: self.hot_hold,
+            lease: HOT_LEASE,
+        }
+    }
 }
+
+/// Lease of a hot block's remote lock: how long a crashed holder blocks it.
+const HOT_LEASE: Nanos = 100_000_000;
 
 /// Operation counters of the table's own making (beyond the runtime's).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -90,6 +165,16 @@ pub struct TableCounters {
     /// Lookups redone because reading slots and their blocks took longer
     /// than half the grace period.
     pub stalled_reads: u64,
+    /// Hot-area operations (all kinds).
+    pub hot_ops: u64,
+    /// Hot searches answered by the one-round-trip lock-free read.
+    pub hot_fast_reads: u64,
+    /// Hot blocks taken by remote lock.
+    pub hot_acquires: u64,
+    /// Hot blocks handed over by a local holder (no remote lock or READ).
+    pub hot_handovers: u64,
+    /// Hot block write-backs.
+    pub hot_flushes: u64,
 }
 
 /// A table: what every client of it shares. `Send + Sync`; make one
@@ -104,10 +189,17 @@ pub struct RaceTable {
     rkeys: Vec<Option<Rkey>>,
     /// Block chunks taken by this process's clients.
     chunks: Arc<std::sync::Mutex<Vec<GlobalAddr>>>,
+    /// The hot area, if the table has one, and each machine's side of it.
+    hot: Option<Arc<HotArea>>,
+    hot_local: PerMachine<HotLocal>,
 }
 
 fn root_name(name: &str) -> String {
     format!("race/{name}")
+}
+
+fn hot_root_name(name: &str) -> String {
+    format!("race/{name}/hot")
 }
 
 /// The bytes `[from, from+len)` of a fresh subtable's image.
@@ -209,18 +301,44 @@ impl RaceTable {
                 limits: cfg.max_key as u64 | (cfg.max_value as u64) << 32,
             };
             hq.write(dir, rk, &header.to_bytes())?;
+            let hot = if cfg.hot_keys.is_empty() {
+                None
+            } else {
+                let (area, taken) = HotArea::create(fabric.as_ref(), home, &nodes, &rkeys, &cfg)?;
+                chunks.extend(taken);
+                Some(area)
+            };
             // A destroyed table leaves its root at 0: reuse the name.
             if !dmkit_fabric::claim_root(fabric.as_ref(), home, &root_name(name), dir.raw())? {
                 return Err(RaceError::AlreadyExists(name.into()));
             }
-            Ok(())
-        })();
-        if let Err(e) = result {
-            for c in chunks {
-                let _ = fabric.free_chunk(c);
+            if let Some(h) = &hot {
+                if !dmkit_fabric::claim_root(
+                    fabric.as_ref(),
+                    home,
+                    &hot_root_name(name),
+                    h.dir.raw(),
+                )? {
+                    let _ = dmkit_fabric::release_root(
+                        fabric.as_ref(),
+                        home,
+                        &root_name(name),
+                        dir.raw(),
+                    );
+                    return Err(RaceError::AlreadyExists(name.into()));
+                }
             }
-            return Err(e);
-        }
+            Ok(hot)
+        })();
+        let hot = match result {
+            Ok(hot) => hot,
+            Err(e) => {
+                for c in chunks {
+                    let _ = fabric.free_chunk(c);
+                }
+                return Err(e);
+            }
+        };
         Ok(Arc::new(Self {
             fabric,
             name: name.into(),
@@ -230,6 +348,8 @@ impl RaceTable {
             nodes,
             rkeys,
             chunks: Arc::default(),
+            hot: hot.map(Arc::new),
+            hot_local: PerMachine::default(),
         }))
     }
 
@@ -261,9 +381,27 @@ impl RaceTable {
             groups: h.groups,
             max_depth: h.max_depth as u32,
             seed: h.seed,
+            hot_keys: Vec::new(),
             ..cfg
         };
         cfg.validate()?;
+        let hot = match dmkit_fabric::find_root(fabric.as_ref(), home, &hot_root_name(name))? {
+            None => None,
+            Some(hdir) => Some(Arc::new(HotArea::open(
+                fabric.as_ref(),
+                hdir,
+                &rkeys,
+                &nodes,
+                cfg.max_key,
+                cfg.max_value,
+                cfg.hot_params(),
+            )?)),
+        };
+        let cfg = RaceConfig {
+            hot_keys: hot.as_ref().map(|h| h.keys()).unwrap_or_default(),
+            hot_block_log2: hot.as_ref().map_or(cfg.hot_block_log2, |h| h.block_log2()),
+            ..cfg
+        };
         Ok(Arc::new(Self {
             fabric,
             name: name.into(),
@@ -273,6 +411,8 @@ impl RaceTable {
             nodes,
             rkeys,
             chunks: Arc::default(),
+            hot,
+            hot_local: PerMachine::default(),
         }))
     }
 
@@ -297,6 +437,17 @@ impl RaceTable {
             self.fabric.free_chunk(GlobalAddr::from_raw(s))?;
         }
         self.fabric.free_chunk(self.dir)?;
+        if let Some(h) = &self.hot {
+            dmkit_fabric::release_root(
+                self.fabric.as_ref(),
+                home,
+                &hot_root_name(&self.name),
+                h.dir.raw(),
+            )?;
+            for c in h.chunks() {
+                self.fabric.free_chunk(c)?;
+            }
+        }
         let chunks = std::mem::take(&mut *self.chunks.lock().unwrap_or_else(|p| p.into_inner()));
         for c in chunks {
             self.fabric.free_chunk(c)?;
@@ -314,12 +465,31 @@ impl RaceTable {
         &self.cfg
     }
 
-    /// A client for one worker (its tasks share the client's caches and
-    /// block allocator). `id` distinguishes lock holders; make it unique
-    /// among the table's live clients (e.g. process id × workers + worker).
+    /// The hot area, if the table has one.
+    pub fn hot(&self) -> Option<&HotArea> {
+        self.hot.as_deref()
+    }
+
+    /// A client for one worker of compute machine 0 (see
+    /// [`RaceTable::client_on`]).
     pub fn client(self: &Arc<Self>, id: u64) -> RaceClient {
+        self.client_on(0, id)
+    }
+
+    /// A client for one worker on compute machine `machine` (its tasks
+    /// share the client's caches and block allocator; the clients of one
+    /// machine share its side of the hot area). `id` distinguishes lock
+    /// holders; make it unique among the table's live clients (e.g.
+    /// process id × workers + worker).
+    pub fn client_on(self: &Arc<Self>, machine: usize, id: u64) -> RaceClient {
         RaceClient {
             t: self.clone(),
+            hot: self.hot.as_ref().map(|h| {
+                (
+                    self.hot_local.get(machine, || h.local(u32::MAX)),
+                    owner_of(machine),
+                )
+            }),
             st: Rc::new(RefCell::new(ClientState {
                 dir: vec![0; 1 << self.cfg.max_depth],
                 global_depth: 0,
@@ -472,6 +642,8 @@ enum Locate {
 #[derive(Clone)]
 pub struct RaceClient {
     t: Arc<RaceTable>,
+    /// This machine's side of the hot area and its lock owner id.
+    hot: Option<(Arc<HotLocal>, u16)>,
     st: Rc<RefCell<ClientState>>,
 }
 
@@ -518,6 +690,47 @@ impl RaceClient {
             });
         }
         Ok(())
+    }
+
+    /// The hot rank of `key`, when the table has a hot area holding it.
+    fn hot_rank(&self, key: &[u8]) -> Option<u32> {
+        self.t.hot.as_ref()?.rank(key)
+    }
+
+    /// Runs `op` on hot rank `rank` and counts what it took.
+    async fn hot_op(&self, ctx: &Ctx, rank: u32, op: HotOp<'_>) -> Result<HotResult, RaceError> {
+        let (Some(area), Some((local, owner))) = (&self.t.hot, &self.hot) else {
+            unreachable!("a hot rank exists only with a hot area");
+        };
+        let mut tr = HotTrace::default();
+        let r = area
+            .run(
+                ctx,
+                local,
+                *owner,
+                |n| self.t.rkey(n),
+                self.l_scratch(),
+                rank,
+                op,
+                &mut tr,
+            )
+            .await;
+        let mut st = self.st.borrow_mut();
+        let c = &mut st.counters;
+        c.hot_ops += 1;
+        c.hot_fast_reads += tr.fast as u64;
+        c.hot_acquires += tr.acquired as u64;
+        c.hot_handovers += tr.handed_in as u64;
+        c.hot_flushes += tr.flushed as u64;
+        c.torn_reads += tr.retries as u64;
+        r
+    }
+
+    async fn hot_done(&self, ctx: &Ctx, rank: u32, op: HotOp<'_>) -> Result<bool, RaceError> {
+        match self.hot_op(ctx, rank, op).await? {
+            HotResult::Done(b) => Ok(b),
+            HotResult::Value(_) => unreachable!("a modification returns whether it applied"),
+        }
     }
 
     fn check_value(&self, value: &[u8]) -> Result<(), RaceError> {
@@ -813,6 +1026,12 @@ impl RaceClient {
     pub async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, RaceError> {
         self.check_key(ctx, key)?;
         let _op = ctx.read_op("search").await;
+        if let Some(rank) = self.hot_rank(key) {
+            return match self.hot_op(ctx, rank, HotOp::Search).await? {
+                HotResult::Value(v) => Ok(v),
+                HotResult::Done(_) => unreachable!("a search returns a value"),
+            };
+        }
         let h = self.hash(key);
         if let Some((slot_addr, w)) = self.cache_get(&h) {
             let slot = Slot(w);
@@ -882,6 +1101,9 @@ impl RaceClient {
         self.check_key(ctx, key)?;
         self.check_value(value)?;
         let _op = ctx.op("insert").await;
+        if let Some(rank) = self.hot_rank(key) {
+            return self.hot_done(ctx, rank, HotOp::Insert(value)).await;
+        }
         let h = self.hash(key);
         let sub = self.subtable(ctx, &h).await?;
         let (block, units) = self.new_block(ctx, key, value, sub.node())?;
@@ -1013,6 +1235,9 @@ impl RaceClient {
         self.check_key(ctx, key)?;
         self.check_value(value)?;
         let _op = ctx.op("update").await;
+        if let Some(rank) = self.hot_rank(key) {
+            return self.hot_done(ctx, rank, HotOp::Update(value)).await;
+        }
         let h = self.hash(key);
         let prefer = match self.cache_get(&h) {
             Some((a, _)) => a.node(),
@@ -1035,6 +1260,9 @@ impl RaceClient {
     pub async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, RaceError> {
         self.check_key(ctx, key)?;
         let _op = ctx.op("delete").await;
+        if let Some(rank) = self.hot_rank(key) {
+            return self.hot_done(ctx, rank, HotOp::Delete).await;
+        }
         let h = self.hash(key);
         self.replace(ctx, key, &h, None).await
     }
@@ -1515,6 +1743,20 @@ impl RaceClient {
                         out.push((k.to_vec(), v.to_vec()));
                     }
                 }
+            }
+        }
+        if let (Some(area), Some((local, owner))) = (&self.t.hot, &self.hot) {
+            for (k, v) in area
+                .entries(ctx, local, *owner, |n| self.t.rkey(n), sc)
+                .await?
+            {
+                if !seen.insert(k.clone()) {
+                    return Err(RaceError::Corrupt {
+                        addr: area.dir,
+                        what: "hot key also present in the table",
+                    });
+                }
+                out.push((k, v));
             }
         }
         Ok(out)

@@ -46,8 +46,29 @@ fn key(i: u64) -> Vec<u8> {
 
 #[test]
 fn sequential_ops_match_a_model_across_many_splits() {
+    sequential_against_model(small());
+}
+
+/// The same with every fifth key in a hot area of 4-entry blocks written
+/// back after 3 modifications (memory-semantics §IV-B).
+#[test]
+fn sequential_ops_match_a_model_with_a_hot_area() {
+    let cfg = RaceConfig {
+        hot_keys: (0..1500).step_by(5).map(key).collect(),
+        hot_block_log2: 2,
+        hot_theta: 3,
+        ..small()
+    };
+    let c = sequential_against_model(cfg);
+    assert!(c.hot_ops > 1000 && c.hot_flushes > 0, "{c:?}");
+}
+
+/// Random inserts, updates, deletes and searches over 1,500 keys, checked
+/// op by op against a map, then a full scan and a second (cold) client.
+fn sequential_against_model(cfg: RaceConfig) -> dmkit_race::TableCounters {
     let f = fabric(1, 64 << 20);
-    let table = RaceTable::create(f.clone(), "seq", small()).unwrap();
+    let hot = cfg.hot_keys.len();
+    let table = RaceTable::create(f.clone(), "seq", cfg).unwrap();
     let client = table.client(1);
     let (model, _) = on_worker(f.as_ref(), &client, |ctx, c| async move {
         let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
@@ -102,6 +123,7 @@ fn sequential_ops_match_a_model_across_many_splits() {
     // A second client (cold caches, stale directory) sees the same table.
     let other = RaceTable::open(f.clone(), "seq", RaceConfig::default()).unwrap();
     assert_eq!(other.config().groups, 4);
+    assert_eq!(other.config().hot_keys.len(), hot);
     let c2 = other.client(2);
     let (n, _) = on_worker(f.as_ref(), &c2, move |ctx, c| async move {
         for (k, v) in &model {
@@ -110,6 +132,7 @@ fn sequential_ops_match_a_model_across_many_splits() {
         model.len()
     });
     assert!(n > 0);
+    ctr
 }
 
 #[test]
@@ -536,4 +559,172 @@ fn soak_linearizability_over_seeds() {
         .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         final_state_matches(f.as_ref(), &table, sc.hot_keys, h);
     }
+}
+
+/// Contended keys, some in the hot area, on two compute machines of three
+/// workers: histories linearizable, the final state the history's.
+#[test]
+fn hot_area_on_two_machines_is_linearizable() {
+    let f = fabric(2, 64 << 20);
+    let cfg = RaceConfig {
+        hot_keys: (0..4).map(|k| format!("hot-{k}").into_bytes()).collect(),
+        hot_block_log2: 1,
+        hot_theta: 4,
+        ..small()
+    };
+    let table = RaceTable::create(f.clone(), "hotlin", cfg).unwrap();
+    let sc = StressConfig {
+        workers: 3,
+        tasks: 4,
+        ops_per_task: 1500,
+        hot_keys: 6,
+        fill_percent: 20,
+        seed: 7,
+        client_base: 0,
+    };
+    let h = stress::run(
+        f.as_ref(),
+        &|id| table.client_on((id % 2) as usize, id),
+        &RuntimeConfig::default(),
+        &sc,
+    )
+    .unwrap();
+    assert_eq!(h.len(), 3 * 4 * 1500);
+    final_state_matches(f.as_ref(), &table, sc.hot_keys, h);
+}
+
+/// Processes (each its own machine, clients opened from the table's stored
+/// hot directory) share hot blocks through their remote locks.
+#[test]
+fn hot_area_across_processes_is_linearizable() {
+    let node = stress::serve_node(64 << 20);
+    let f = node.fabric.clone();
+    let cfg = RaceConfig {
+        hot_keys: (0..3).map(|k| format!("hot-{k}").into_bytes()).collect(),
+        hot_theta: 4,
+        ..small()
+    };
+    let table = RaceTable::create(f.clone(), "hotprocs", cfg).unwrap();
+    let sc = StressConfig {
+        workers: 2,
+        tasks: 3,
+        ops_per_task: 800,
+        hot_keys: 5,
+        fill_percent: 20,
+        seed: 3,
+        client_base: 0,
+    };
+    let h = stress::run_processes(TESTKIT, &node.socket, "hotprocs", 3, &sc);
+    assert_eq!(h.len(), 3 * 2 * 3 * 800);
+    final_state_matches(f.as_ref(), &table, 5, h);
+}
+
+/// One machine's tasks hammering one hot key pass its block from task to
+/// task and write it back once per θ modifications (IO consolidation); an
+/// uncontended search of a hot key is one round trip.
+#[test]
+fn hot_blocks_consolidate_writes_and_searches_take_one_round_trip() {
+    use dmkit_runtime::{MonotonicClock, Worker};
+    let f = fabric(1, 32 << 20);
+    let cfg = RaceConfig {
+        hot_keys: vec![b"hot".to_vec(), b"warm".to_vec()],
+        hot_theta: 16,
+        // Long enough that θ, not time, ends a busy hold.
+        hot_hold: 40_000_000,
+        ..small()
+    };
+    let table = RaceTable::create(f.clone(), "consol", cfg).unwrap();
+    let client = table.client(1);
+    let mut w = Worker::new(
+        f.as_ref(),
+        Arc::new(MonotonicClock),
+        RuntimeConfig::default(),
+        0,
+        8,
+    )
+    .unwrap();
+    for t in 0..8u32 {
+        let c = client.clone();
+        w.spawn(move |ctx| async move {
+            if t == 0 {
+                assert!(c.insert(&ctx, b"hot", b"0").await.unwrap());
+            }
+            for i in 0..200u32 {
+                // Until task 0's insert lands, updates find nothing.
+                let _ = c
+                    .update(&ctx, b"hot", format!("{t}.{i}").as_bytes())
+                    .await
+                    .unwrap();
+            }
+        });
+    }
+    w.run();
+    let ctr = client.counters();
+    assert!(ctr.hot_ops >= 1600, "{ctr:?}");
+    assert!(
+        ctr.hot_flushes * 4 <= ctr.hot_ops,
+        "writes were not consolidated: {ctr:?}"
+    );
+    assert!(ctr.hot_handovers * 2 >= ctr.hot_ops, "{ctr:?}");
+    let (v, s) = on_worker(f.as_ref(), &client, |ctx, c| async move {
+        let v = c.search(&ctx, b"hot").await.unwrap();
+        assert_eq!(c.search(&ctx, b"warm").await.unwrap(), None);
+        v
+    });
+    // The last write of some task (every task ends with its update 199).
+    let v = String::from_utf8(v.unwrap()).unwrap();
+    assert!(v.ends_with(".199"), "final value {v}");
+    assert_eq!(s.ops["search"].counters.round_trips, 2);
+    assert_eq!(client.counters().hot_fast_reads, 2);
+}
+
+#[test]
+fn hot_area_bad_input_is_refused() {
+    let f = fabric(1, 16 << 20);
+    let free0 = f.node_stats(0).unwrap().heap_free_bytes;
+    let with = |hot: RaceConfig| RaceTable::create(f.clone(), "badhot", hot);
+    let hot = |keys: &[&[u8]]| RaceConfig {
+        hot_keys: keys.iter().map(|k| k.to_vec()).collect(),
+        ..small()
+    };
+    for bad in [
+        hot(&[b"a", b"a"]),
+        hot(&[b""]),
+        hot(&[&[b'x'; 33]]),
+        RaceConfig {
+            hot_theta: 0,
+            ..hot(&[b"a"])
+        },
+        RaceConfig {
+            hot_block_log2: 11,
+            ..hot(&[b"a"])
+        },
+        RaceConfig {
+            hot_hold: 60_000_000,
+            ..hot(&[b"a"])
+        },
+    ] {
+        assert!(matches!(with(bad), Err(RaceError::Config(_))));
+    }
+    let table = with(hot(&[b"h"])).unwrap();
+    on_worker(f.as_ref(), &table.client(1), |ctx, c| async move {
+        assert!(c.insert(&ctx, b"h", b"v").await.unwrap());
+        assert!(matches!(
+            c.update(&ctx, b"h", &[0u8; 65]).await,
+            Err(RaceError::ValueTooLarge { len: 65, max: 64 })
+        ));
+        assert!(!c.insert(&ctx, b"h", b"w").await.unwrap());
+        assert!(c.delete(&ctx, b"h").await.unwrap());
+        assert!(!c.delete(&ctx, b"h").await.unwrap());
+        assert!(!c.update(&ctx, b"h", b"x").await.unwrap());
+        assert!(c.insert(&ctx, b"h", b"y").await.unwrap());
+        assert_eq!(
+            c.entries(&ctx).await.unwrap(),
+            vec![(b"h".to_vec(), b"y".to_vec())]
+        );
+    });
+    // Refused configurations took nothing; destroy returns the hot area's
+    // chunks too.
+    table.destroy().unwrap();
+    assert_eq!(f.node_stats(0).unwrap().heap_free_bytes, free0);
 }

@@ -1,0 +1,736 @@
+//! The hot area: skewed keys served in blocks, with IO consolidation
+//! (RDMA memory-semantics study, §IV-B "IO consolidation" and "Atomic
+//! operation"; its remote spinlock with exponential backoff, §III-E).
+//!
+//! Real key-value workloads are skewed, so the study splits the table into
+//! a *hot* and a *cold* area. Hot keys, chosen at creation (the study warms
+//! its table up "by selecting frequent access keys into the hot memory
+//! area"), are sorted by key and laid out in *blocks* of `2^t` entries;
+//! a front end takes a block's remote spinlock, keeps the block in a local
+//! buffer, serves its operations there, and writes the whole block back
+//! when `θ` modifications have accumulated or its lease has run out. Cold
+//! keys stay in the RACE table. dmkit's hot area follows that design with
+//! one choice of its own, explained under "When a block goes back".
+//!
+//! ## Remote layout
+//! ```text
+//!  hot directory (home node; named root "race/<name>/hot")
+//!  0        8       16          24           32             40      48      64
+//!  +--------+-------+-----------+------------+--------------+-------+-------+
+//!  | magic  | keys  | block_log2| key_stride | entry_stride | nodes | (0,0) |  HotDirHeader
+//!  +--------+-------+-----------+------------+--------------+-------+-------+
+//!  | area[0] | area[1] | ... | area[nodes-1] |     base of each node's blocks, 8 B each
+//!  | key record 0 | key record 1 | ...       |     key_stride B each, sorted by key
+//!
+//!  key record:  | len (8) | key bytes, zero padded to 8 |
+//!
+//!  block b (on node b % nodes, at area[b % nodes] + (b / nodes) * block_stride)
+//!  0        8          16
+//!  +--------+----------+------------+------------+-----+------------------+
+//!  | lock   | flushes  | entry 0    | entry 1    | ... | entry 2^t - 1    |
+//!  +--------+----------+------------+------------+-----+------------------+
+//!  lock: a RemoteLock word (owner 16 | lease deadline µs 48), 0 = free
+//!  flushes: write-backs of the block so far
+//!
+//!  entry (entry_stride B):
+//!  0                 8          16
+//!  +---+------+------+----------+----------------------------------+
+//!  | V |  0   | len  | checksum | value bytes, zero padded to 8    |
+//!  +---+------+------+----------+----------------------------------+
+//!  V (bit 63): the key is present; len: value bytes (low 32 bits).
+//!  An absent entry is all zero; a present one's checksum covers meta and value.
+//! ```
+//! Hot key `i` (its rank in the sorted list) lives in block `i >> t`,
+//! entry `i & (2^t - 1)`.
+//!
+//! ## Operations
+//! - **search, fast path**: READ the block's lock word and the key's entry
+//!   in one batch (queue-pair order reads the lock first). If the lock was
+//!   free, the remote block was the whole truth at that instant (writes
+//!   reach it only at a write-back, under the lock) and the entry read after
+//!   it reflects some instant inside the search; the checksum rejects an
+//!   entry torn by a write-back that started in between. One round trip, no
+//!   atomics. If the lock is held, the search takes the slow path.
+//! - **slow path** (every insert, update, delete; searches of a held
+//!   block): queue on the machine's local ticket lock for the block; unless
+//!   the previous local holder handed the block over, take the remote lock
+//!   (`backoff_cas`, so conflict avoidance applies; a dead holder's lease
+//!   can be broken) and READ the block's entries; apply the operation to the
+//!   local copy.
+//!
+//! ## When a block goes back
+//! The holder hands the block (lock and buffered copy) to the next local
+//! waiter while all of these hold: someone waits, fewer than `θ`
+//! modifications are buffered, the block was taken less than `hold` ago,
+//! and the lease has more than half left. Otherwise it WRITEs the entries
+//! back (when any changed) and releases the lock in the same batch. So a
+//! block is never kept by an idle machine: the study lets a front end keep
+//! a block until its lease expires, but nothing in a passive client would
+//! then write it back, and breaking such a lease would lose acknowledged
+//! writes. Under load — many tasks of a machine on few hot blocks, the case
+//! the area is for — blocks pass from task to task and their writes are
+//! consolidated into one WRITE per `θ` modifications.
+//!
+//! ## What it costs
+//! Writes acknowledged from a held block live only in that machine's
+//! buffer until the write-back: a compute machine that dies holding a block
+//! loses up to `θ` acknowledged modifications of it (the study's burst
+//! buffer has the same window). The area is off unless hot keys are given.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use dmkit_fabric::{Fabric, GlobalAddr, NodeId, Rkey, SyncQp};
+use dmkit_runtime::hash::hash64;
+use dmkit_runtime::lock::{LockConfig, LockGuard, RemoteLock};
+use dmkit_runtime::machine::TicketLocks;
+use dmkit_runtime::{Ctx, Nanos};
+
+use crate::error::RaceError;
+use crate::layout::word;
+
+/// Magic of the hot directory.
+pub const HOT_MAGIC: u64 = u64::from_le_bytes(*b"RACEHOT1");
+/// Most hot keys a table can have.
+pub const MAX_HOT_KEYS: usize = 1 << 24;
+/// Largest `block_log2`.
+pub const MAX_HOT_BLOCK_LOG2: u32 = 10;
+
+/// Header of the hot directory.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HotDirHeader {
+    pub magic: u64,
+    /// Hot keys.
+    pub keys: u64,
+    /// Entries per block: 2^block_log2.
+    pub block_log2: u64,
+    /// Bytes per key record.
+    pub key_stride: u64,
+    /// Bytes per entry.
+    pub entry_stride: u64,
+    /// Memory nodes the blocks are spread over.
+    pub nodes: u64,
+    pub _reserved: [u64; 2],
+}
+const _: () = assert!(std::mem::size_of::<HotDirHeader>() == 64);
+
+/// Head of a block.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HotBlockHead {
+    /// RemoteLock word.
+    pub lock: u64,
+    /// Write-backs so far.
+    pub flushes: u64,
+}
+const _: () = assert!(std::mem::size_of::<HotBlockHead>() == 16);
+/// Entries start after the block head.
+pub const HOT_ENTRIES_AT: u64 = 16;
+/// Offset of the flush counter.
+pub const HOT_FLUSHES: u64 = std::mem::offset_of!(HotBlockHead, flushes) as u64;
+
+/// Head of an entry.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HotEntryHead {
+    /// Bit 63: present; low 32 bits: value length.
+    pub meta: u64,
+    /// [`entry_checksum`] of meta and value (0 for an absent entry).
+    pub checksum: u64,
+}
+const _: () = assert!(std::mem::size_of::<HotEntryHead>() == 16);
+const PRESENT: u64 = 1 << 63;
+
+/// Checksum of a present entry.
+pub fn entry_checksum(meta: u64, value: &[u8]) -> u64 {
+    hash64(value, meta ^ 0x4807_5EED) | 1
+}
+
+/// Decodes an entry image: `Ok(None)` absent, `Ok(Some(value))` present,
+/// `Err(())` torn (checksum or length mismatch).
+#[allow(clippy::result_unit_err)]
+pub fn decode_entry(e: &[u8]) -> Result<Option<&[u8]>, ()> {
+    let (meta, sum) = (word(e, 0), word(e, 8));
+    if meta == 0 {
+        return if sum == 0 { Ok(None) } else { Err(()) };
+    }
+    let len = (meta & 0xFFFF_FFFF) as usize;
+    if meta & !PRESENT & !0xFFFF_FFFF != 0 || meta & PRESENT == 0 || 16 + len > e.len() {
+        return Err(());
+    }
+    let v = &e[16..16 + len];
+    if entry_checksum(meta, v) != sum {
+        return Err(());
+    }
+    Ok(Some(v))
+}
+
+/// Writes entry image `e` (entry_stride bytes) for `value` (None: absent).
+pub fn encode_entry(e: &mut [u8], value: Option<&[u8]>) {
+    e.fill(0);
+    if let Some(v) = value {
+        let meta = PRESENT | v.len() as u64;
+        e[0..8].copy_from_slice(&meta.to_le_bytes());
+        e[8..16].copy_from_slice(&entry_checksum(meta, v).to_le_bytes());
+        e[16..16 + v.len()].copy_from_slice(v);
+    }
+}
+
+/// How the hot area behaves (client side).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HotParams {
+    /// θ: buffered modifications that force a write-back.
+    pub theta: u32,
+    /// Longest a machine keeps a block, however busy (ns).
+    pub hold: Nanos,
+    /// The remote lock's lease (crash recovery; must exceed `2 × hold`).
+    pub lease: Nanos,
+}
+
+/// Where a table's hot area is and what it holds. Shared by all clients.
+pub struct HotArea {
+    pub(crate) dir: GlobalAddr,
+    block_log2: u32,
+    entry_stride: usize,
+    nodes: Vec<NodeId>,
+    areas: Vec<GlobalAddr>,
+    index: HashMap<Vec<u8>, u32>,
+    keys: usize,
+    params: HotParams,
+}
+
+fn key_stride(max_key: usize) -> usize {
+    8 + max_key.next_multiple_of(8)
+}
+
+fn entry_stride(max_value: usize) -> usize {
+    16 + max_value.next_multiple_of(8)
+}
+
+impl HotArea {
+    /// Bytes a block's entries take with these limits.
+    pub fn entries_bytes(block_log2: u32, max_value: usize) -> usize {
+        entry_stride(max_value) << block_log2
+    }
+
+    /// Creates the area for `keys` (validated by the caller) and returns it
+    /// with the chunks it took (the directory first).
+    pub(crate) fn create(
+        fabric: &dyn Fabric,
+        home: NodeId,
+        nodes: &[NodeId],
+        rkeys: &[Option<Rkey>],
+        cfg: &crate::RaceConfig,
+    ) -> Result<(Self, Vec<GlobalAddr>), RaceError> {
+        let (max_key, max_value, block_log2) = (cfg.max_key, cfg.max_value, cfg.hot_block_log2);
+        let params = cfg.hot_params();
+        let mut sorted = cfg.hot_keys.clone();
+        sorted.sort();
+        let ks = key_stride(max_key);
+        let es = entry_stride(max_value);
+        let blocks = sorted.len().div_ceil(1 << block_log2);
+        let block_stride = 16 + (es << block_log2) as u64;
+        let oom = |what| move |source| RaceError::OutOfMemory { what, source };
+        let dir_len = 64 + 8 * nodes.len() as u64 + (ks * sorted.len()) as u64;
+        let mut chunks = Vec::new();
+        let result = (|| {
+            let (dir, _, _) = fabric
+                .alloc_chunk(home, dir_len, true)
+                .map_err(oom("allocating the hot directory"))?;
+            chunks.push(dir);
+            let mut areas = Vec::new();
+            for (i, &n) in nodes.iter().enumerate() {
+                let on_node = (blocks + nodes.len() - 1 - i) / nodes.len();
+                let len = (on_node as u64 * block_stride).max(64);
+                let (a, _, _) = fabric
+                    .alloc_chunk(n, len, true)
+                    .map_err(oom("allocating hot blocks"))?;
+                chunks.push(a);
+                areas.push(a);
+            }
+            let mut img = Vec::with_capacity(dir_len as usize);
+            let h = HotDirHeader {
+                magic: HOT_MAGIC,
+                keys: sorted.len() as u64,
+                block_log2: block_log2 as u64,
+                key_stride: ks as u64,
+                entry_stride: es as u64,
+                nodes: nodes.len() as u64,
+                _reserved: [0; 2],
+            };
+            for w in [
+                h.magic,
+                h.keys,
+                h.block_log2,
+                h.key_stride,
+                h.entry_stride,
+                h.nodes,
+                0,
+                0,
+            ] {
+                img.extend_from_slice(&w.to_le_bytes());
+            }
+            for a in &areas {
+                img.extend_from_slice(&a.raw().to_le_bytes());
+            }
+            for k in &sorted {
+                let at = img.len();
+                img.extend_from_slice(&(k.len() as u64).to_le_bytes());
+                img.extend_from_slice(k);
+                img.resize(at + ks, 0);
+            }
+            let max_msg = fabric.caps().max_message.clamp(4096, 1 << 20);
+            let mut qp = SyncQp::new(fabric, home, max_msg)?;
+            let rk = rkeys[home as usize].expect("rkey of a listed node");
+            for (i, piece) in img.chunks(max_msg).enumerate() {
+                qp.write(dir.add((i * max_msg) as u64), rk, piece)?;
+            }
+            Ok((dir, areas))
+        })();
+        match result {
+            Ok((dir, areas)) => Ok((
+                Self::assemble(dir, block_log2, es, nodes, areas, sorted, params),
+                chunks,
+            )),
+            Err(e) => {
+                for c in chunks {
+                    let _ = fabric.free_chunk(c);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn assemble(
+        dir: GlobalAddr,
+        block_log2: u32,
+        entry_stride: usize,
+        nodes: &[NodeId],
+        areas: Vec<GlobalAddr>,
+        sorted: Vec<Vec<u8>>,
+        params: HotParams,
+    ) -> Self {
+        let keys = sorted.len();
+        Self {
+            dir,
+            block_log2,
+            entry_stride,
+            nodes: nodes.to_vec(),
+            areas,
+            index: sorted
+                .into_iter()
+                .enumerate()
+                .map(|(i, k)| (k, i as u32))
+                .collect(),
+            keys,
+            params,
+        }
+    }
+
+    /// Reads the area of an existing table from its directory at `dir`.
+    pub(crate) fn open(
+        fabric: &dyn Fabric,
+        dir: GlobalAddr,
+        rkeys: &[Option<Rkey>],
+        nodes: &[NodeId],
+        max_key: usize,
+        max_value: usize,
+        params: HotParams,
+    ) -> Result<Self, RaceError> {
+        let corrupt = |what| RaceError::Corrupt { addr: dir, what };
+        let max_msg = fabric.caps().max_message.clamp(4096, 1 << 20);
+        let rk = rkeys
+            .get(dir.node() as usize)
+            .copied()
+            .flatten()
+            .ok_or_else(|| corrupt("hot directory (node unknown)"))?;
+        let mut qp = SyncQp::new(fabric, dir.node(), max_msg)?;
+        let head = qp.read(dir, rk, 64)?;
+        let (magic, keys, log2, ks, es, n) = (
+            word(&head, 0),
+            word(&head, 8) as usize,
+            word(&head, 16) as u32,
+            word(&head, 24) as usize,
+            word(&head, 32) as usize,
+            word(&head, 40) as usize,
+        );
+        if magic != HOT_MAGIC
+            || keys > MAX_HOT_KEYS
+            || log2 > MAX_HOT_BLOCK_LOG2
+            || ks != key_stride(max_key)
+            || es != entry_stride(max_value)
+            || n != nodes.len()
+        {
+            return Err(corrupt("hot directory header"));
+        }
+        let len = 8 * n + ks * keys;
+        let mut body = Vec::with_capacity(len);
+        while body.len() < len {
+            let k = (len - body.len()).min(max_msg);
+            body.extend(qp.read(dir.add(64 + body.len() as u64), rk, k)?);
+        }
+        let areas = (0..n)
+            .map(|i| GlobalAddr::from_raw(word(&body, 8 * i)))
+            .collect();
+        let mut sorted = Vec::with_capacity(keys);
+        for i in 0..keys {
+            let r = &body[8 * n + i * ks..8 * n + (i + 1) * ks];
+            let l = word(r, 0) as usize;
+            if l == 0 || l > max_key {
+                return Err(corrupt("hot key record"));
+            }
+            sorted.push(r[8..8 + l].to_vec());
+        }
+        Ok(Self::assemble(dir, log2, es, nodes, areas, sorted, params))
+    }
+
+    /// Entries per block, as a power of two.
+    pub fn block_log2(&self) -> u32 {
+        self.block_log2
+    }
+
+    /// The chunks the area occupies (directory first).
+    pub(crate) fn chunks(&self) -> Vec<GlobalAddr> {
+        std::iter::once(self.dir)
+            .chain(self.areas.iter().copied())
+            .collect()
+    }
+
+    /// Hot keys.
+    pub fn len(&self) -> usize {
+        self.keys
+    }
+
+    /// Whether the area has no keys.
+    pub fn is_empty(&self) -> bool {
+        self.keys == 0
+    }
+
+    /// Blocks in the area.
+    pub fn blocks(&self) -> usize {
+        self.keys.div_ceil(1 << self.block_log2)
+    }
+
+    /// The hot rank of `key`, if it is hot.
+    pub fn rank(&self, key: &[u8]) -> Option<u32> {
+        self.index.get(key).copied()
+    }
+
+    /// The hot keys, by rank.
+    pub fn keys(&self) -> Vec<Vec<u8>> {
+        let mut v: Vec<(u32, Vec<u8>)> = self.index.iter().map(|(k, &i)| (i, k.clone())).collect();
+        v.sort();
+        v.into_iter().map(|(_, k)| k).collect()
+    }
+
+    fn block_addr(&self, b: usize) -> GlobalAddr {
+        let n = self.nodes.len();
+        let stride = 16 + (self.entry_stride << self.block_log2) as u64;
+        self.areas[b % n].add((b / n) as u64 * stride)
+    }
+
+    /// Bytes of one block's entries.
+    pub(crate) fn entries_len(&self) -> usize {
+        self.entry_stride << self.block_log2
+    }
+
+    /// A machine's local state for this area.
+    pub(crate) fn local(&self, max_handover: u32) -> HotLocal {
+        HotLocal {
+            tickets: TicketLocks::new(self.blocks(), max_handover),
+            blocks: (0..self.blocks()).map(|_| Mutex::default()).collect(),
+        }
+    }
+}
+
+/// A machine's copy of the blocks it holds.
+#[derive(Default)]
+pub(crate) struct Held {
+    guard: Option<LockGuard>,
+    entries: Vec<u8>,
+    mods: u32,
+    since: Nanos,
+}
+
+/// One compute machine's side of the hot area: a local ticket lock and a
+/// buffer per block.
+pub struct HotLocal {
+    tickets: TicketLocks,
+    blocks: Vec<Mutex<Held>>,
+}
+
+/// What a hot operation does to its entry.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum HotOp<'a> {
+    Search,
+    Insert(&'a [u8]),
+    Update(&'a [u8]),
+    Delete,
+}
+
+/// What happened in a hot operation, for the table's counters.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct HotTrace {
+    pub fast: bool,
+    pub acquired: bool,
+    pub handed_in: bool,
+    pub flushed: bool,
+    pub retries: u32,
+}
+
+/// Fast-path attempts of a search before it queues for the block.
+const FAST_TRIES: u32 = 4;
+
+/// Owner id of a machine's remote block locks (nonzero, differs between
+/// processes and machines).
+pub(crate) fn owner_of(machine: usize) -> u16 {
+    let x = dmkit_runtime::hash::fmix64(((std::process::id() as u64) << 20) ^ machine as u64);
+    (x as u16).max(1)
+}
+
+impl HotArea {
+    fn lock(&self, b: usize, rk: Rkey) -> RemoteLock {
+        RemoteLock::new(
+            self.block_addr(b),
+            rk,
+            LockConfig {
+                lease: self.params.lease,
+                ..LockConfig::default()
+            },
+        )
+    }
+
+    /// Runs `op` on hot rank `rank`. `scratch` is task-local memory of at
+    /// least `entries_len()` bytes; `rk` is the rkey of every node's heap.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn run(
+        &self,
+        ctx: &Ctx,
+        local: &HotLocal,
+        owner: u16,
+        rkey: impl Fn(NodeId) -> Result<Rkey, RaceError>,
+        scratch: usize,
+        rank: u32,
+        op: HotOp<'_>,
+        trace: &mut HotTrace,
+    ) -> Result<HotResult, RaceError> {
+        let b = (rank >> self.block_log2) as usize;
+        let e = (rank as usize) & ((1 << self.block_log2) - 1);
+        let addr = self.block_addr(b);
+        let rk = rkey(addr.node())?;
+        if let HotOp::Search = op {
+            for _ in 0..FAST_TRIES {
+                ctx.read(addr, rk, scratch, 8);
+                ctx.read(
+                    addr.add(HOT_ENTRIES_AT + (e * self.entry_stride) as u64),
+                    rk,
+                    scratch + 8,
+                    self.entry_stride,
+                );
+                ctx.sync().await?;
+                if ctx.local_u64(scratch) != 0 {
+                    break;
+                }
+                let img = ctx.local_vec(scratch + 8, self.entry_stride);
+                match decode_entry(&img) {
+                    Ok(v) => {
+                        trace.fast = true;
+                        return Ok(HotResult::Value(v.map(<[u8]>::to_vec)));
+                    }
+                    Err(()) => {
+                        trace.retries += 1;
+                        ctx.note_retry();
+                    }
+                }
+            }
+        }
+        let g = local.tickets.acquire(ctx, b).await;
+        let cell = &local.blocks[b];
+        if g.handed {
+            trace.handed_in = true;
+        } else {
+            // Take the remote lock, then read the block under it.
+            let guard = match self.lock(b, rk).lock(ctx, owner).await {
+                Ok(guard) => guard,
+                Err(e) => {
+                    local.tickets.abandon(g);
+                    return Err(lock_error(e));
+                }
+            };
+            trace.acquired = true;
+            let n = self.entries_len();
+            let read = ctx
+                .read_sync(addr.add(HOT_ENTRIES_AT), rk, scratch, n)
+                .await;
+            if let Err(e) = read {
+                // The lock is ours; give it back if the fabric lets us.
+                let _ = guard.unlock(ctx).await;
+                local.tickets.abandon(g);
+                return Err(e.into());
+            }
+            let mut h = cell.lock().unwrap_or_else(|p| p.into_inner());
+            h.entries.resize(n, 0);
+            ctx.get_local(scratch, &mut h.entries);
+            h.guard = Some(guard);
+            h.mods = 0;
+            h.since = ctx.now();
+        }
+        // Apply the operation to the buffered block (None: the entry is
+        // damaged — nobody writes a block we hold).
+        let applied = {
+            let mut h = cell.lock().unwrap_or_else(|p| p.into_inner());
+            let es = self.entry_stride;
+            let img = &mut h.entries[e * es..(e + 1) * es];
+            match decode_entry(img).map(|v| v.map(<[u8]>::to_vec)) {
+                Err(()) => None,
+                Ok(now) => {
+                    let (result, new): (HotResult, Option<Option<&[u8]>>) = match (op, &now) {
+                        (HotOp::Search, v) => (HotResult::Value(v.clone()), None),
+                        (HotOp::Insert(_), Some(_)) => (HotResult::Done(false), None),
+                        (HotOp::Insert(v), None) => (HotResult::Done(true), Some(Some(v))),
+                        (HotOp::Update(v), Some(_)) => (HotResult::Done(true), Some(Some(v))),
+                        (HotOp::Update(_), None) | (HotOp::Delete, None) => {
+                            (HotResult::Done(false), None)
+                        }
+                        (HotOp::Delete, Some(_)) => (HotResult::Done(true), Some(None)),
+                    };
+                    if let Some(v) = new {
+                        encode_entry(img, v);
+                        h.mods += 1;
+                    }
+                    let fresh = ctx.now().saturating_sub(h.since) < self.params.hold
+                        && h.guard
+                            .as_ref()
+                            .is_some_and(|lock| lock.check(ctx, self.params.lease / 2));
+                    let allow = h.mods < self.params.theta && fresh;
+                    Some((result, local.tickets.hand_over_if(g, allow), h.mods > 0))
+                }
+            }
+        };
+        let Some((result, keep, flush)) = applied else {
+            self.give_back(ctx, local, g, b, rk, scratch, false).await?;
+            return Err(RaceError::Corrupt {
+                addr,
+                what: "hot entry (checksum mismatch under its lock)",
+            });
+        };
+        if keep {
+            local.tickets.release(g);
+        } else {
+            self.give_back(ctx, local, g, b, rk, scratch, flush).await?;
+            trace.flushed = flush;
+        }
+        Ok(result)
+    }
+
+    /// Writes block `b` back (when `flush`) and releases its remote lock in
+    /// one batch, then passes the local entry on.
+    #[allow(clippy::too_many_arguments)]
+    async fn give_back(
+        &self,
+        ctx: &Ctx,
+        local: &HotLocal,
+        g: dmkit_runtime::machine::TicketGrant,
+        b: usize,
+        rk: Rkey,
+        scratch: usize,
+        flush: bool,
+    ) -> Result<(), RaceError> {
+        let addr = self.block_addr(b);
+        let guard = {
+            let mut h = local.blocks[b].lock().unwrap_or_else(|p| p.into_inner());
+            if flush {
+                ctx.put_local(scratch, &h.entries);
+                h.mods = 0;
+            }
+            h.guard.take()
+        };
+        if flush {
+            ctx.write(addr.add(HOT_ENTRIES_AT), rk, scratch, self.entries_len());
+            ctx.faa(addr.add(HOT_FLUSHES), rk, 1);
+        }
+        let r = match guard {
+            Some(guard) => guard.unlock(ctx).await.map_err(lock_error),
+            None => Err(RaceError::Corrupt {
+                addr,
+                what: "hot block held locally without its remote lock",
+            }),
+        };
+        local.tickets.abandon(g);
+        r
+    }
+
+    /// Every present hot key and its value, each block read under its lock
+    /// (consistent with concurrent operations).
+    pub(crate) async fn entries(
+        &self,
+        ctx: &Ctx,
+        local: &HotLocal,
+        owner: u16,
+        rkey: impl Fn(NodeId) -> Result<Rkey, RaceError> + Copy,
+        scratch: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, RaceError> {
+        let keys = self.keys();
+        let mut out = Vec::new();
+        let mut trace = HotTrace::default();
+        for (i, k) in keys.into_iter().enumerate() {
+            let r = self
+                .run(
+                    ctx,
+                    local,
+                    owner,
+                    rkey,
+                    scratch,
+                    i as u32,
+                    HotOp::Search,
+                    &mut trace,
+                )
+                .await?;
+            if let HotResult::Value(Some(v)) = r {
+                out.push((k, v));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// What a hot operation returned.
+#[derive(Debug)]
+pub(crate) enum HotResult {
+    Value(Option<Vec<u8>>),
+    Done(bool),
+}
+
+fn lock_error(e: dmkit_runtime::lock::LockError) -> RaceError {
+    match e {
+        dmkit_runtime::lock::LockError::Fabric(f) => RaceError::Fabric(f),
+        lost @ dmkit_runtime::lock::LockError::Lost { .. } => {
+            RaceError::HotLeaseLost(lost.to_string())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_tears_are_caught() {
+        let mut e = vec![0u8; entry_stride(24)];
+        assert_eq!(decode_entry(&e), Ok(None));
+        encode_entry(&mut e, Some(b"hello, hot world"));
+        assert_eq!(decode_entry(&e), Ok(Some(&b"hello, hot world"[..])));
+        let mut torn = e.clone();
+        torn[20] ^= 1;
+        assert_eq!(decode_entry(&torn), Err(()));
+        // New meta with an old (absent) checksum.
+        let mut half = vec![0u8; e.len()];
+        half[..8].copy_from_slice(&e[..8]);
+        assert_eq!(decode_entry(&half), Err(()));
+        encode_entry(&mut e, None);
+        assert!(e.iter().all(|&b| b == 0));
+        assert_eq!(key_stride(1), 16);
+        assert_eq!(entry_stride(64), 80);
+    }
+}
