@@ -47,17 +47,18 @@
 //!   header splits is not done); the tree never shrinks.
 //!
 //! ## Cache (§4.3)
-//! [`cache`]: snapshots of internal nodes per client, under a byte budget,
-//! validated by the reverse check when a traversal leaves them.
+//! [`cache`]: snapshots of internal nodes, one cache per compute machine
+//! under a byte budget, validated by the reverse check when a traversal
+//! leaves them.
 //!
 //! ## Round trips (common path, warm cache)
 //! search 1 (the leaf); update 2 (lock + read, write-back + unlock);
 //! insert 2–3 (the node where it goes, then leaf + CAS); delete 2.
 //!
 //! ## Read delegation and write combining (§4.2)
-//! [`rdwc`]: tasks of one client that search or update one key at the same
-//! time share one remote operation, within windows that keep every
-//! operation linearizable.
+//! [`rdwc`]: tasks of one compute machine (all its workers' clients) that
+//! search or update one key at the same time share one remote operation,
+//! within windows that keep every operation linearizable.
 //!
 //! ## Figure 15's switches
 //! `lock_free_internal` (off: every internal-node change under a remote
@@ -66,8 +67,7 @@
 //! reproduce smart-art-fig15` switches them on one by one.
 //!
 //! ## Not (yet) here
-//! Windows spanning the threads of a machine (they are per worker), and
-//! reclamation of dead leaves (a deleted or replaced leaf is never reused;
+//! Reclamation of dead leaves (a deleted or replaced leaf is never reused;
 //! its memory returns when the tree is destroyed). A client that dies
 //! holding a leaf lock (or, in the baseline, a node lock) blocks it.
 
