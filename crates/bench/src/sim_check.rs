@@ -379,6 +379,7 @@ fn btree(seed: u64) -> Result<Passed, String> {
         hocl: r.below(3) != 0,
         max_handover: r.below(5) as u32,
         on_chip_locks: r.below(2) == 0,
+        combine: r.below(2) == 0,
         chunk_bytes: 256 << 10,
         ..BtreeConfig::default()
     };

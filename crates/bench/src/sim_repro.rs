@@ -795,8 +795,13 @@ fn fig12(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<S
                 seed: opts.seed,
                 runtime,
                 art: Default::default(),
+                // As the artifact's B+tree (madsys-dev/smart btree.cpp):
+                // lock, read, write and unlock each a synchronous round
+                // trip; up to 8 local hand-overs (kMaxHandOverDepth).
                 btree: BtreeSwitches {
                     speculative: spec,
+                    combine: false,
+                    max_handover: 8,
                     ..Default::default()
                 },
                 cache_entries: 0,

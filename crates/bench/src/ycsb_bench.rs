@@ -154,6 +154,12 @@ pub struct BtreeSwitches {
     pub hocl: bool,
     /// Lock tables in on-NIC device memory where the fabric has it.
     pub on_chip_locks: bool,
+    /// Sherman's command combination (lock CAS + READ, WRITE + unlock in
+    /// one batch each); off: four round trips per write, as SMART's
+    /// artifact B+tree.
+    pub combine: bool,
+    /// HOCL: consecutive local hand-overs before a remote release.
+    pub max_handover: u32,
     /// Node size in bytes (ignored with `span`).
     pub node_bytes: usize,
     /// Leaf entries per node (sets the node size).
@@ -167,6 +173,8 @@ impl Default for BtreeSwitches {
             speculative: true,
             hocl: true,
             on_chip_locks: true,
+            combine: true,
+            max_handover: BtreeConfig::default().max_handover,
             node_bytes: 1024,
             span: None,
         }
@@ -385,6 +393,8 @@ fn btree_config(cfg: &YcsbConfig) -> BtreeConfig {
         speculative: cfg.btree.speculative,
         hocl: cfg.btree.hocl,
         on_chip_locks: cfg.btree.on_chip_locks,
+        combine: cfg.btree.combine,
+        max_handover: cfg.btree.max_handover,
         ..BtreeConfig::default()
     }
 }

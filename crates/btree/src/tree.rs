@@ -46,6 +46,13 @@ pub struct BtreeConfig {
     pub hocl: bool,
     /// Consecutive local hand-overs before a remote release (HOCL).
     pub max_handover: u32,
+    /// Sherman's command combination: the lock CAS and the node READ go in
+    /// one batch, and so do the entry WRITE and the unlock (one round trip
+    /// each). Off: each is its own round trip, as in the B+tree of SMART's
+    /// artifact (`btree/btree.cpp` of madsys-dev/smart: `HOCL_lock`, then
+    /// `read_page`, `write_leaf_entry` and `HOCL_unlock`, each synchronous),
+    /// the code behind ASPLOS'24 Figure 12.
+    pub combine: bool,
     /// Keep the lock tables in on-NIC device memory when the fabric has it.
     pub on_chip_locks: bool,
     /// Bytes a client asks the memory node for at a time for its nodes.
@@ -64,6 +71,7 @@ impl Default for BtreeConfig {
             spec_entries: 1 << 20,
             hocl: true,
             max_handover: 4,
+            combine: true,
             on_chip_locks: true,
             chunk_bytes: 4 << 20,
         }
@@ -800,14 +808,30 @@ impl BtreeClient {
         let r = async {
             for _ in 0..MAX_ATTEMPTS {
                 let t = remote.then(|| ctx.cas(lock, rk, 0, owner));
-                ctx.read(addr, rk, 0, self.nb());
-                ctx.sync().await?;
-                if let Some(t) = t {
-                    let got = ctx.value(t) == 0;
-                    ctx.cas_outcome(got).await;
-                    if !got {
-                        self.count(|c| c.lock_retries += 1);
-                        continue;
+                match t {
+                    Some(t) if !self.t.cfg.combine => {
+                        // The CAS alone; the READ once the lock is ours.
+                        ctx.sync().await?;
+                        let got = ctx.value(t) == 0;
+                        ctx.cas_outcome(got).await;
+                        if !got {
+                            self.count(|c| c.lock_retries += 1);
+                            continue;
+                        }
+                        ctx.read(addr, rk, 0, self.nb());
+                        ctx.sync().await?;
+                    }
+                    _ => {
+                        ctx.read(addr, rk, 0, self.nb());
+                        ctx.sync().await?;
+                        if let Some(t) = t {
+                            let got = ctx.value(t) == 0;
+                            ctx.cas_outcome(got).await;
+                            if !got {
+                                self.count(|c| c.lock_retries += 1);
+                                continue;
+                            }
+                        }
                     }
                 }
                 let b = ctx.local_vec(0, self.nb());
@@ -848,6 +872,16 @@ impl BtreeClient {
             _ => false,
         };
         if !keep {
+            if !self.t.cfg.combine {
+                // The node's write-back completes first, on its own.
+                let r = ctx.sync().await;
+                if let Err(e) = r {
+                    if let (Some(l), Some(g)) = (&self.locks, held.grant) {
+                        l.release(g);
+                    }
+                    return Err(e.into());
+                }
+            }
             ctx.set_local_u64(self.l_word(), 0);
             ctx.write(held.lock, held.rk, self.l_word(), 8);
         }

@@ -451,3 +451,50 @@ fn concurrent_processes_are_linearizable() {
     assert_eq!(rep.entries, scan.len());
     assert!(rep.height >= 3, "{rep:?}");
 }
+
+/// An uncontended update takes two round trips with Sherman's command
+/// combination (lock CAS + READ, entry WRITE + unlock) and four without it
+/// (the artifact's B+tree: CAS, READ, WRITE, unlock, each on its own).
+#[test]
+fn updates_take_two_round_trips_combined_and_four_apart() {
+    let f = fabric(1, 64 << 20);
+    let tree = Btree::create(f.clone(), "combine", BtreeConfig::default()).unwrap();
+    let keys: Vec<[u8; 8]> = (0..500u64).map(|i| (i * 7919).to_be_bytes()).collect();
+    let ks = keys.clone();
+    on_worker(f.as_ref(), &tree.client(1), move |ctx, c| async move {
+        for k in &ks {
+            assert!(c.insert(&ctx, k, b"v0").await.unwrap());
+        }
+    });
+    for (combine, want) in [(true, 2.0), (false, 4.0)] {
+        let t = Btree::open(
+            f.clone(),
+            "combine",
+            BtreeConfig {
+                combine,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let client = t.client(2);
+        let ks = keys.clone();
+        // Warm the cache of internal nodes, then measure.
+        on_worker(f.as_ref(), &client, move |ctx, c| async move {
+            for k in &ks {
+                c.search(&ctx, k).await.unwrap();
+            }
+        });
+        let ks = keys.clone();
+        let (_, stats) = on_worker(f.as_ref(), &client, move |ctx, c| async move {
+            for k in &ks {
+                assert!(c.update(&ctx, k, b"v1").await.unwrap());
+            }
+        });
+        let s = &stats.ops["update"];
+        let rt = s.counters.round_trips as f64 / s.count as f64;
+        assert!(
+            (rt - want).abs() < 1e-9,
+            "combine {combine}: {rt} round trips per update"
+        );
+    }
+}

@@ -342,6 +342,14 @@ struct YcsbArgs {
     /// B+tree: lock tables in on-NIC device memory where the fabric has it.
     #[arg(long, value_enum, default_value = "on")]
     on_chip_locks: OnOff,
+    /// B+tree: Sherman's command combination — lock CAS with the node READ,
+    /// entry WRITE with the unlock, one round trip each (off: SMART's
+    /// artifact B+tree, four round trips per write).
+    #[arg(long, value_enum, default_value = "on")]
+    combine: OnOff,
+    /// B+tree: HOCL hand-overs to local waiters before a remote release.
+    #[arg(long, default_value_t = 4)]
+    max_handover: u32,
     /// B+tree: node size.
     #[arg(long, default_value = "1KiB", value_parser = parse_size)]
     btree_node: u64,
@@ -909,6 +917,8 @@ fn bench_ycsb(a: YcsbArgs) -> Res {
             speculative: a.speculative == OnOff::On,
             hocl: a.hocl == OnOff::On,
             on_chip_locks: a.on_chip_locks == OnOff::On,
+            combine: a.combine == OnOff::On,
+            max_handover: a.max_handover,
             node_bytes: a.btree_node as usize,
             span: a.btree_span,
         },
