@@ -413,27 +413,19 @@ fn tasks_of_a_worker_combine_writes_and_delegate_reads() {
                 .unwrap();
         }
     });
-    let mut w = Worker::new(
-        f.as_ref(),
-        Arc::new(MonotonicClock),
-        RuntimeConfig::default(),
-        0,
-        8,
-    )
-    .unwrap();
     let found: Rc<RefCell<Vec<Option<Vec<u8>>>>> = Rc::default();
-    for t in 0..8u64 {
-        let (c, found) = (client.clone(), found.clone());
-        w.spawn(move |ctx| async move {
+    let fd = found.clone();
+    stress::on_worker_tasks(f.as_ref(), &client, 8, move |t, ctx, c| {
+        let found = fd.clone();
+        async move {
             for i in 0..200u64 {
                 let v = format!("{t}.{i}");
                 assert!(c.update(&ctx, b"k7", v.as_bytes()).await.unwrap());
                 let got = c.search(&ctx, b"k7").await.unwrap();
                 found.borrow_mut().push(got);
             }
-        });
-    }
-    w.run();
+        }
+    });
     assert!(found.borrow().iter().all(|v| v.is_some()));
     let k = client.counters();
     assert!(k.combined_writes > 0, "{k:?}");
@@ -452,25 +444,13 @@ fn tasks_of_a_worker_combine_writes_and_delegate_reads() {
     )
     .unwrap()
     .client(2);
-    let mut w = Worker::new(
-        f.as_ref(),
-        Arc::new(MonotonicClock),
-        RuntimeConfig::default(),
-        0,
-        8,
-    )
-    .unwrap();
-    for t in 0..8u64 {
-        let c = off.clone();
-        w.spawn(move |ctx| async move {
-            for i in 0..50u64 {
-                let v = format!("{t}.{i}");
-                assert!(c.update(&ctx, b"k7", v.as_bytes()).await.unwrap());
-                c.search(&ctx, b"k7").await.unwrap();
-            }
-        });
-    }
-    w.run();
+    stress::on_worker_tasks(f.as_ref(), &off, 8, |t, ctx, c| async move {
+        for i in 0..50u64 {
+            let v = format!("{t}.{i}");
+            assert!(c.update(&ctx, b"k7", v.as_bytes()).await.unwrap());
+            c.search(&ctx, b"k7").await.unwrap();
+        }
+    });
     let k = off.counters();
     assert_eq!((k.combined_writes, k.delegated_reads), (0, 0));
 }

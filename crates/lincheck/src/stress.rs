@@ -449,6 +449,37 @@ where
     (v, stats)
 }
 
+/// Runs `tasks` tasks on one fresh worker on `f` (task `t` gets `t`, its
+/// context and a clone of `client`) until all finish; returns the worker's
+/// statistics. Contention among one worker's tasks (hand-overs, combining)
+/// is what such tests look at.
+pub fn on_worker_tasks<C, F, Fut>(
+    f: &dyn Fabric,
+    client: &C,
+    tasks: usize,
+    body: F,
+) -> dmkit_runtime::WorkerStats
+where
+    C: Clone + 'static,
+    F: Fn(usize, Ctx, C) -> Fut + Clone + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    let mut w = Worker::new(
+        f,
+        std::sync::Arc::new(MonotonicClock),
+        RuntimeConfig::default(),
+        0,
+        tasks,
+    )
+    .expect("a worker on a working fabric");
+    for t in 0..tasks {
+        let (c, body) = (client.clone(), body.clone());
+        w.spawn(move |ctx| body(t, ctx, c));
+    }
+    w.run();
+    w.stats()
+}
+
 /// A memory node served on a Unix socket by this process, and a fabric
 /// connected to it: the setup of the multi-process tests.
 pub struct ServedNode {

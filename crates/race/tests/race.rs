@@ -629,7 +629,6 @@ fn hot_area_across_processes_is_linearizable() {
 /// uncontended search of a hot key is one round trip.
 #[test]
 fn hot_blocks_consolidate_writes_and_searches_take_one_round_trip() {
-    use dmkit_runtime::{MonotonicClock, Worker};
     let f = fabric(1, 32 << 20);
     let cfg = RaceConfig {
         hot_keys: vec![b"hot".to_vec(), b"warm".to_vec()],
@@ -640,30 +639,18 @@ fn hot_blocks_consolidate_writes_and_searches_take_one_round_trip() {
     };
     let table = RaceTable::create(f.clone(), "consol", cfg).unwrap();
     let client = table.client(1);
-    let mut w = Worker::new(
-        f.as_ref(),
-        Arc::new(MonotonicClock),
-        RuntimeConfig::default(),
-        0,
-        8,
-    )
-    .unwrap();
-    for t in 0..8u32 {
-        let c = client.clone();
-        w.spawn(move |ctx| async move {
-            if t == 0 {
-                assert!(c.insert(&ctx, b"hot", b"0").await.unwrap());
-            }
-            for i in 0..200u32 {
-                // Until task 0's insert lands, updates find nothing.
-                let _ = c
-                    .update(&ctx, b"hot", format!("{t}.{i}").as_bytes())
-                    .await
-                    .unwrap();
-            }
-        });
-    }
-    w.run();
+    stress::on_worker_tasks(f.as_ref(), &client, 8, |t, ctx, c| async move {
+        if t == 0 {
+            assert!(c.insert(&ctx, b"hot", b"0").await.unwrap());
+        }
+        for i in 0..200u32 {
+            // Until task 0's insert lands, updates find nothing.
+            let _ = c
+                .update(&ctx, b"hot", format!("{t}.{i}").as_bytes())
+                .await
+                .unwrap();
+        }
+    });
     let ctr = client.counters();
     assert!(ctr.hot_ops >= 1600, "{ctr:?}");
     assert!(
