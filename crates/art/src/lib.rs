@@ -62,7 +62,9 @@
 //!
 //! ## Figure 15's switches
 //! `lock_free_internal` (off: every internal-node change under a remote
-//! node lock, the naive baseline), `in_place`, `rear_lock`,
+//! node lock, the naive baseline; as the paper applies Sherman's HOCL to
+//! its baselines, a machine's clients queue on a local table first and
+//! hand the remote lock over up to 8 times), `in_place`, `rear_lock`,
 //! `read_delegation`, `write_combining` and the cache budget; `dmkit sim
 //! reproduce smart-art-fig15` switches them on one by one.
 //!

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use dmkit_fabric::{Fabric, FabricError, GlobalAddr, NodeId, Rkey, SyncQp};
 use dmkit_runtime::alloc::{BlockAlloc, MAX_UNITS};
-use dmkit_runtime::machine::PerMachine;
+use dmkit_runtime::machine::{PerMachine, TicketLocks};
 use dmkit_runtime::{Ctx, Nanos};
 
 use crate::cache::{Cache, NodeView};
@@ -141,6 +141,9 @@ const DESC_MAGIC: u64 = u64::from_le_bytes(*b"DMKITART");
 /// Words of the node-lock table (hashed by node address).
 pub const LOCK_WORDS: u64 = 1 << 14;
 
+/// Consecutive local hand-overs of a node lock (Sherman's HOCL bound).
+const NODE_LOCK_HANDOVER: u32 = 8;
+
 impl TreeDesc {
     fn to_bytes(self) -> [u8; 64] {
         let mut b = [0u8; 64];
@@ -197,6 +200,9 @@ pub struct ArtTree {
     rdwc: PerMachine<rdwc::Table>,
     /// Caches of internal nodes, one per compute machine.
     caches: PerMachine<Mutex<Cache>>,
+    /// Local halves of the node locks (HOCL), one table per compute
+    /// machine, used when internal nodes are not lock-free.
+    node_locks: PerMachine<TicketLocks>,
 }
 
 impl ArtTree {
@@ -257,6 +263,7 @@ impl ArtTree {
             in_order,
             rdwc: PerMachine::default(),
             caches: PerMachine::default(),
+            node_locks: PerMachine::default(),
         }))
     }
 
@@ -302,6 +309,7 @@ impl ArtTree {
             in_order,
             rdwc: PerMachine::default(),
             caches: PerMachine::default(),
+            node_locks: PerMachine::default(),
         }))
     }
 
@@ -352,6 +360,11 @@ impl ArtTree {
         ArtClient {
             t: self.clone(),
             rdwc: self.rdwc.get(machine, rdwc::Table::default),
+            node_locks: (!self.cfg.lock_free_internal).then(|| {
+                self.node_locks.get(machine, || {
+                    TicketLocks::new(LOCK_WORDS as usize, NODE_LOCK_HANDOVER)
+                })
+            }),
             cache: self.caches.get(machine, || {
                 Mutex::new(Cache::new(self.cfg.cache_bytes, self.root))
             }),
@@ -392,6 +405,9 @@ struct ClientState {
 pub struct ArtClient {
     t: Arc<ArtTree>,
     rdwc: Arc<rdwc::Table>,
+    /// The machine's local node-lock table (baseline without lock-free
+    /// internal nodes only).
+    node_locks: Option<Arc<TicketLocks>>,
     /// The machine's cache of internal nodes (never locked across an
     /// await).
     cache: Arc<Mutex<Cache>>,
@@ -1123,20 +1139,52 @@ impl ArtClient {
         let lock = self.t.locks.add(8 * i);
         let rk = self.t.rkey(lock.node())?;
         let owner = self.st.borrow().owner;
-        let mut tries = 0u32;
-        while ctx.backoff_cas(lock, rk, 0, owner).await? != 0 {
-            tries += 1;
-            if tries > MAX_ATTEMPTS {
-                return Err(ArtError::TooManyRetries(tries));
-            }
-            if !ctx.conflict_avoidance() {
-                ctx.sleep(backoff(tries.min(6))).await;
+        // HOCL, as the paper applies it to its baselines (§5.1): queue on
+        // the machine's local lock first; a local predecessor may hand the
+        // remote lock over.
+        let grant = match &self.node_locks {
+            Some(l) => Some(l.acquire(ctx, i as usize).await),
+            None => None,
+        };
+        if !grant.is_some_and(|g| g.handed) {
+            let mut tries = 0u32;
+            let got = loop {
+                match ctx.backoff_cas(lock, rk, 0, owner).await {
+                    Ok(0) => break Ok(()),
+                    Ok(_) => {}
+                    Err(e) => break Err(ArtError::from(e)),
+                }
+                tries += 1;
+                if tries > MAX_ATTEMPTS {
+                    break Err(ArtError::TooManyRetries(tries));
+                }
+                if !ctx.conflict_avoidance() {
+                    ctx.sleep(backoff(tries.min(6))).await;
+                }
+            };
+            if let Err(e) = got {
+                if let (Some(l), Some(g)) = (&self.node_locks, grant) {
+                    l.abandon(g);
+                }
+                return Err(e);
             }
         }
         let r = f.await;
-        ctx.set_local_u64(L_WORD, 0);
-        ctx.write(lock, rk, L_WORD, 8);
-        ctx.sync().await?;
+        let keep = match (&self.node_locks, grant) {
+            (Some(l), Some(g)) => l.hand_over(g),
+            _ => false,
+        };
+        let released = if keep {
+            Ok(())
+        } else {
+            ctx.set_local_u64(L_WORD, 0);
+            ctx.write(lock, rk, L_WORD, 8);
+            ctx.sync().await
+        };
+        if let (Some(l), Some(g)) = (&self.node_locks, grant) {
+            l.release(g);
+        }
+        released?;
         r
     }
 
