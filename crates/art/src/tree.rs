@@ -203,6 +203,10 @@ pub struct ArtTree {
     /// Local halves of the node locks (HOCL), one table per compute
     /// machine, used when internal nodes are not lock-free.
     node_locks: PerMachine<TicketLocks>,
+    /// Local queues for leaf locks, one table per compute machine, used
+    /// when write combining (whose local locks order a machine's writers)
+    /// is off.
+    leaf_locks: PerMachine<TicketLocks>,
 }
 
 impl ArtTree {
@@ -264,6 +268,7 @@ impl ArtTree {
             rdwc: PerMachine::default(),
             caches: PerMachine::default(),
             node_locks: PerMachine::default(),
+            leaf_locks: PerMachine::default(),
         }))
     }
 
@@ -310,6 +315,7 @@ impl ArtTree {
             rdwc: PerMachine::default(),
             caches: PerMachine::default(),
             node_locks: PerMachine::default(),
+            leaf_locks: PerMachine::default(),
         }))
     }
 
@@ -365,6 +371,12 @@ impl ArtTree {
                     TicketLocks::new(LOCK_WORDS as usize, NODE_LOCK_HANDOVER)
                 })
             }),
+            // No hand-over: the rear lock is released by the leaf's
+            // write-back itself, so only the queue part of HOCL applies.
+            leaf_locks: (!self.cfg.write_combining).then(|| {
+                self.leaf_locks
+                    .get(machine, || TicketLocks::new(LOCK_WORDS as usize, 0))
+            }),
             cache: self.caches.get(machine, || {
                 Mutex::new(Cache::new(self.cfg.cache_bytes, self.root))
             }),
@@ -408,6 +420,8 @@ pub struct ArtClient {
     /// The machine's local node-lock table (baseline without lock-free
     /// internal nodes only).
     node_locks: Option<Arc<TicketLocks>>,
+    /// The machine's local leaf-lock queues (without write combining).
+    leaf_locks: Option<Arc<TicketLocks>>,
     /// The machine's cache of internal nodes (never locked across an
     /// await).
     cache: Arc<Mutex<Cache>>,
@@ -1622,7 +1636,29 @@ impl ArtClient {
     /// with one WRITE when the fabric places a WRITE's words in order and
     /// the rear lock is on, else a second WRITE in the same batch (or, with
     /// the rear lock off, after the first completed).
+    ///
+    /// Without write combining, a machine's writers first queue on a local
+    /// entry for the leaf (HOCL's local half, which the paper gives every
+    /// baseline), so one of them at a time tries the remote lock.
     async fn locked_leaf(
+        &self,
+        ctx: &Ctx,
+        slot: Slot,
+        key: &[u8],
+        value: Option<(&[u8], Option<&rdwc::Shared>)>,
+    ) -> Result<Locked, ArtError> {
+        let Some(q) = &self.leaf_locks else {
+            return self.locked_leaf_remote(ctx, slot, key, value).await;
+        };
+        let i =
+            dmkit_runtime::hash::hash64(&slot.ptr().raw().to_le_bytes(), 0x1EAF) & (LOCK_WORDS - 1);
+        let g = q.acquire(ctx, i as usize).await;
+        let r = self.locked_leaf_remote(ctx, slot, key, value).await;
+        q.abandon(g);
+        r
+    }
+
+    async fn locked_leaf_remote(
         &self,
         ctx: &Ctx,
         slot: Slot,
