@@ -61,6 +61,14 @@
 //!   together (`--rdwc`), so both of their rows measure both. 16 compute
 //!   nodes × 24 threads as in the paper (quick: 16 × 2), 4 tasks each.
 //!
+//! Specification: the RDMA memory-semantics study:
+//! - `memsem-fig13` — §IV-B, Fig. 13: the hash table's hot area with IO
+//!   consolidation, 100 % updates of 64-byte values: throughput as the
+//!   share of keys in the hot area falls from 1/4 to 1/32, and as the
+//!   write-back batch θ grows, beside the table without a hot area (one
+//!   compute node × 96 threads × 8 tasks, 2 memory nodes). The study gives
+//!   no absolute points for it (`published` is null).
+//!
 //! Throttled runs use Algorithm 1's candidate list, `C_max` ∈ {4, 6, 8,
 //! 10, 12} (line 17), unless told otherwise. The runtime's default list adds
 //! "unlimited"; with it, Table 1's dynamic run falls to ≈72 Mops: per-thread
@@ -133,7 +141,7 @@ impl Default for ReproOptions {
 }
 
 /// Figures this build reproduces.
-pub const FIGURES: [&str; 8] = [
+pub const FIGURES: [&str; 9] = [
     "smart-fig3a",
     "smart-fig4a",
     "smart-table1",
@@ -142,6 +150,7 @@ pub const FIGURES: [&str; 8] = [
     "smart-fig14",
     "smart-art-fig11",
     "smart-art-fig15",
+    "memsem-fig13",
 ];
 
 /// Progress callback: `(runs done, runs total)`.
@@ -190,6 +199,7 @@ pub fn reproduce(
         "smart-fig14" => (fig14(opts, &mut acc, progress)?, 1.0),
         "smart-art-fig11" => (art_fig11(opts, &mut acc, progress)?, 1.0),
         "smart-art-fig15" => (art_fig15(opts, &mut acc, progress)?, 1.0),
+        "memsem-fig13" => (memsem_fig13(opts, &mut acc, progress)?, 1.0),
         _ => {
             return Err(BenchError::Config(format!(
                 "no figure {name:?}; this build reproduces: {}",
@@ -369,6 +379,80 @@ fn table1(
     Ok("interval between thread-count changes (ms, unscaled)".into())
 }
 
+/// The memory-semantics study §IV-B, Fig. 13: the hash table's hot area
+/// under 100 % updates of 64-byte values (zipfian 0.99), (a) as the share
+/// of keys in the hot area falls from 1/4 to 1/32 (θ = 16), and (b) as the
+/// write-back batch θ grows (1/16 of the keys hot); each beside the table
+/// without a hot area. One compute node of 96 threads × 8 tasks, 2 memory
+/// nodes, SMART's techniques on. The study gives no absolute points for
+/// this figure (only that (a) loses about 6 Mops from 1/4 to 1/32):
+/// `published` is null.
+fn memsem_fig13(
+    opts: &ReproOptions,
+    acc: &mut Acc,
+    progress: Progress<'_>,
+) -> Result<String, BenchError> {
+    use crate::ycsb::Workload;
+    use crate::ycsb_bench::HotSwitches;
+    let threads = if opts.quick { 8 } else { 96 };
+    let keys = if opts.quick { 20_000 } else { 1_000_000 };
+    let shares: &[u64] = &[4, 8, 16, 32];
+    let thetas: &[u32] = if opts.quick {
+        &[1, 64]
+    } else {
+        &[1, 4, 16, 64]
+    };
+    let total = 1 + shares.len() + thetas.len();
+    let mut done = 0;
+    let mut run = |hot: HotSwitches, acc: &mut Acc| {
+        let r = ht_run(
+            opts,
+            &HtPoint {
+                workload: Workload::U,
+                warmup_ms: 30,
+                machines: 1,
+                threads,
+                smart: true,
+                conflict_avoid: None,
+                value_size: 64,
+                hot,
+            },
+            acc,
+        );
+        done += 1;
+        progress(done, total);
+        r
+    };
+    let base = run(HotSwitches::default(), acc)?;
+    acc.push("no hot area", 0.0, base.mops, "Mops", None);
+    for &d in shares {
+        let hot = HotSwitches {
+            keys: (keys / d) as usize,
+            theta: 16,
+            ..Default::default()
+        };
+        let r = run(hot, acc)?;
+        acc.push("(a) hot share 1/x", d as f64, r.mops, "Mops", None);
+    }
+    for &theta in thetas {
+        let hot = HotSwitches {
+            keys: (keys / 16) as usize,
+            theta,
+            ..Default::default()
+        };
+        let r = run(hot, acc)?;
+        acc.push("(b) write-back after θ", theta as f64, r.mops, "Mops", None);
+        acc.push(
+            "(b) bytes written",
+            theta as f64,
+            r.bytes_written_per_op,
+            "B/op",
+            None,
+        );
+    }
+    Ok("x: 1/share of keys hot (a), θ (b); 0 = no hot area".into())
+}
+
 /// A YCSB run of RACE on the simulator.
 struct HtPoint {
     workload: crate::ycsb::Workload,
@@ -380,6 +464,9 @@ struct HtPoint {
     smart: bool,
     /// Conflict avoidance alone (overrides `smart` for it).
     conflict_avoid: Option<bool>,
+    value_size: usize,
+    /// The hash table's hot area (off by default).
+    hot: crate::ycsb_bench::HotSwitches,
 }
 
 fn ht_run(
@@ -410,7 +497,7 @@ fn ht_run(
         // 0.99 stream. Fewer keys are loaded here, with the same shares.
         zipf_items: Some(100_000_000),
         key_type: KeyType::Int,
-        value_size: 8,
+        value_size: p.value_size,
         duration: std::time::Duration::from_millis(if opts.quick { 2 } else { 20 }),
         warmup: std::time::Duration::from_millis(if opts.quick {
             p.warmup_ms / 10
@@ -422,7 +509,7 @@ fn ht_run(
         art: Default::default(),
         btree: Default::default(),
         cache_entries: 0,
-        hot: Default::default(),
+        hot: p.hot,
     };
     sim_ycsb(opts, opts.profile.clone(), &cfg, SPLIT, acc)
 }
@@ -512,6 +599,8 @@ fn fig7(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<St
                         threads: 96,
                         smart: on,
                         conflict_avoid: None,
+                        value_size: 8,
+                        hot: Default::default(),
                     },
                     acc,
                 )?;
@@ -862,6 +951,8 @@ fn fig14(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<S
                     threads: t,
                     smart: true,
                     conflict_avoid: Some(ca),
+                    value_size: 8,
+                    hot: Default::default(),
                 },
                 acc,
             )?;

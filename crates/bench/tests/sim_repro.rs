@@ -64,6 +64,34 @@ fn table1_is_calibrated() {
     check(&f);
 }
 
+/// The hot area's figure: every share and θ runs, and writing a block back
+/// after every modification (θ = 1) writes more per update than batching
+/// 64 of them — the IO consolidation the figure is about.
+#[test]
+fn memsem_fig13_sweeps_hot_share_and_write_back_batch() {
+    let f = reproduce("memsem-fig13", &quick(), &|_, _| {}).unwrap();
+    let pts = |s: &str| -> Vec<(f64, f64)> {
+        f.rows
+            .iter()
+            .filter(|r| r.series == s)
+            .map(|r| (r.x, r.value))
+            .collect()
+    };
+    assert_eq!(pts("no hot area").len(), 1);
+    let a = pts("(a) hot share 1/x");
+    assert_eq!(
+        a.iter().map(|p| p.0).collect::<Vec<_>>(),
+        vec![4.0, 8.0, 16.0, 32.0]
+    );
+    assert!(a.iter().all(|p| p.1 > 0.0));
+    let bytes = pts("(b) bytes written");
+    assert_eq!(bytes.len(), 2);
+    assert!(
+        bytes[0].1 > bytes[1].1,
+        "θ = 1 must write more per op than θ = 64: {bytes:?}"
+    );
+}
+
 #[test]
 fn unknown_figures_and_bad_scales_are_refused() {
     let e = reproduce("smart-fig99", &quick(), &|_, _| {}).unwrap_err();
