@@ -118,7 +118,9 @@ struct SpeedArgs {
 
 #[derive(Args)]
 struct ReproduceArgs {
-    /// Figure: smart-fig3a, smart-fig4a, smart-table1.
+    /// Figure: smart-fig3a, smart-fig4a, smart-table1, smart-fig7,
+    /// smart-fig12, smart-fig14, smart-art-fig11, smart-art-fig15,
+    /// memsem-fig13.
     name: String,
     /// Device profile: cx6-200g, cx5-100g, cx3-56g, or a TOML file.
     #[arg(long, default_value = "cx6-200g")]
