@@ -193,10 +193,8 @@ pub struct HotArea {
     pub(crate) dir: GlobalAddr,
     block_log2: u32,
     entry_stride: usize,
-    nodes: Vec<NodeId>,
     areas: Vec<GlobalAddr>,
     index: HashMap<Vec<u8>, u32>,
-    keys: usize,
     params: HotParams,
 }
 
@@ -206,6 +204,11 @@ fn key_stride(max_key: usize) -> usize {
 
 fn entry_stride(max_value: usize) -> usize {
     16 + max_value.next_multiple_of(8)
+}
+
+/// Bytes from one block to the next on a node: head and entries.
+fn block_stride(entry_stride: usize, block_log2: u32) -> u64 {
+    HOT_ENTRIES_AT + (entry_stride << block_log2) as u64
 }
 
 impl HotArea {
@@ -230,7 +233,7 @@ impl HotArea {
         let ks = key_stride(max_key);
         let es = entry_stride(max_value);
         let blocks = sorted.len().div_ceil(1 << block_log2);
-        let block_stride = 16 + (es << block_log2) as u64;
+        let block_stride = block_stride(es, block_log2);
         let oom = |what| move |source| RaceError::OutOfMemory { what, source };
         let dir_len = 64 + 8 * nodes.len() as u64 + (ks * sorted.len()) as u64;
         let mut chunks = Vec::new();
@@ -290,7 +293,7 @@ impl HotArea {
         })();
         match result {
             Ok((dir, areas)) => Ok((
-                Self::assemble(dir, block_log2, es, nodes, areas, sorted, params),
+                Self::assemble(dir, block_log2, es, areas, sorted, params),
                 chunks,
             )),
             Err(e) => {
@@ -306,24 +309,20 @@ impl HotArea {
         dir: GlobalAddr,
         block_log2: u32,
         entry_stride: usize,
-        nodes: &[NodeId],
         areas: Vec<GlobalAddr>,
         sorted: Vec<Vec<u8>>,
         params: HotParams,
     ) -> Self {
-        let keys = sorted.len();
         Self {
             dir,
             block_log2,
             entry_stride,
-            nodes: nodes.to_vec(),
             areas,
             index: sorted
                 .into_iter()
                 .enumerate()
                 .map(|(i, k)| (k, i as u32))
                 .collect(),
-            keys,
             params,
         }
     }
@@ -382,7 +381,7 @@ impl HotArea {
             }
             sorted.push(r[8..8 + l].to_vec());
         }
-        Ok(Self::assemble(dir, log2, es, nodes, areas, sorted, params))
+        Ok(Self::assemble(dir, log2, es, areas, sorted, params))
     }
 
     /// Entries per block, as a power of two.
@@ -399,17 +398,17 @@ impl HotArea {
 
     /// Hot keys.
     pub fn len(&self) -> usize {
-        self.keys
+        self.index.len()
     }
 
     /// Whether the area has no keys.
     pub fn is_empty(&self) -> bool {
-        self.keys == 0
+        self.index.is_empty()
     }
 
     /// Blocks in the area.
     pub fn blocks(&self) -> usize {
-        self.keys.div_ceil(1 << self.block_log2)
+        self.len().div_ceil(1 << self.block_log2)
     }
 
     /// The hot rank of `key`, if it is hot.
@@ -425,9 +424,8 @@ impl HotArea {
     }
 
     fn block_addr(&self, b: usize) -> GlobalAddr {
-        let n = self.nodes.len();
-        let stride = 16 + (self.entry_stride << self.block_log2) as u64;
-        self.areas[b % n].add((b / n) as u64 * stride)
+        let n = self.areas.len();
+        self.areas[b % n].add((b / n) as u64 * block_stride(self.entry_stride, self.block_log2))
     }
 
     /// Bytes of one block's entries.
@@ -467,6 +465,15 @@ pub(crate) enum HotOp<'a> {
     Insert(&'a [u8]),
     Update(&'a [u8]),
     Delete,
+}
+
+/// What a hot operation found and did: the entry's value before it, and
+/// whether a modification applied (insert of an absent key, update or
+/// delete of a present one).
+#[derive(Debug)]
+pub(crate) struct HotOutcome {
+    pub before: Option<Vec<u8>>,
+    pub applied: bool,
 }
 
 /// What happened in a hot operation, for the table's counters.
@@ -514,7 +521,7 @@ impl HotArea {
         rank: u32,
         op: HotOp<'_>,
         trace: &mut HotTrace,
-    ) -> Result<HotResult, RaceError> {
+    ) -> Result<HotOutcome, RaceError> {
         let b = (rank >> self.block_log2) as usize;
         let e = (rank as usize) & ((1 << self.block_log2) - 1);
         let addr = self.block_addr(b);
@@ -536,7 +543,10 @@ impl HotArea {
                 match decode_entry(&img) {
                     Ok(v) => {
                         trace.fast = true;
-                        return Ok(HotResult::Value(v.map(<[u8]>::to_vec)));
+                        return Ok(HotOutcome {
+                            before: v.map(<[u8]>::to_vec),
+                            applied: false,
+                        });
                     }
                     Err(()) => {
                         trace.retries += 1;
@@ -584,21 +594,19 @@ impl HotArea {
             let img = &mut h.entries[e * es..(e + 1) * es];
             match decode_entry(img).map(|v| v.map(<[u8]>::to_vec)) {
                 Err(()) => None,
-                Ok(now) => {
-                    let (result, new): (HotResult, Option<Option<&[u8]>>) = match (op, &now) {
-                        (HotOp::Search, v) => (HotResult::Value(v.clone()), None),
-                        (HotOp::Insert(_), Some(_)) => (HotResult::Done(false), None),
-                        (HotOp::Insert(v), None) => (HotResult::Done(true), Some(Some(v))),
-                        (HotOp::Update(v), Some(_)) => (HotResult::Done(true), Some(Some(v))),
-                        (HotOp::Update(_), None) | (HotOp::Delete, None) => {
-                            (HotResult::Done(false), None)
-                        }
-                        (HotOp::Delete, Some(_)) => (HotResult::Done(true), Some(None)),
+                Ok(before) => {
+                    // The entry's new state, if the operation changes it.
+                    let new: Option<Option<&[u8]>> = match (op, &before) {
+                        (HotOp::Insert(v), None) | (HotOp::Update(v), Some(_)) => Some(Some(v)),
+                        (HotOp::Delete, Some(_)) => Some(None),
+                        _ => None,
                     };
+                    let applied = new.is_some();
                     if let Some(v) = new {
                         encode_entry(img, v);
                         h.mods += 1;
                     }
+                    let result = HotOutcome { before, applied };
                     let fresh = ctx.now().saturating_sub(h.since) < self.params.hold
                         && h.guard
                             .as_ref()
@@ -687,19 +695,12 @@ impl HotArea {
                     &mut trace,
                 )
                 .await?;
-            if let HotResult::Value(Some(v)) = r {
+            if let Some(v) = r.before {
                 out.push((k, v));
             }
         }
         Ok(out)
     }
-}
-
-/// What a hot operation returned.
-#[derive(Debug)]
-pub(crate) enum HotResult {
-    Value(Option<Vec<u8>>),
-    Done(bool),
 }
 
 fn lock_error(e: dmkit_runtime::lock::LockError) -> RaceError {

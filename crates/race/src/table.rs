@@ -11,7 +11,7 @@ use dmkit_runtime::{Ctx, Nanos};
 
 use crate::error::RaceError;
 use crate::hot::{
-    owner_of, HotArea, HotLocal, HotOp, HotParams, HotResult, HotTrace, MAX_HOT_BLOCK_LOG2,
+    owner_of, HotArea, HotLocal, HotOp, HotOutcome, HotParams, HotTrace, MAX_HOT_BLOCK_LOG2,
     MAX_HOT_KEYS,
 };
 use crate::layout::*;
@@ -484,11 +484,10 @@ impl RaceTable {
     pub fn client_on(self: &Arc<Self>, machine: usize, id: u64) -> RaceClient {
         RaceClient {
             t: self.clone(),
-            hot: self.hot.as_ref().map(|h| {
-                (
-                    self.hot_local.get(machine, || h.local(u32::MAX)),
-                    owner_of(machine),
-                )
+            hot: self.hot.as_ref().map(|area| HotClient {
+                area: area.clone(),
+                local: self.hot_local.get(machine, || area.local(u32::MAX)),
+                owner: owner_of(machine),
             }),
             st: Rc::new(RefCell::new(ClientState {
                 dir: vec![0; 1 << self.cfg.max_depth],
@@ -642,9 +641,18 @@ enum Locate {
 #[derive(Clone)]
 pub struct RaceClient {
     t: Arc<RaceTable>,
-    /// This machine's side of the hot area and its lock owner id.
-    hot: Option<(Arc<HotLocal>, u16)>,
+    /// The table's hot area, if it has one, with this machine's side.
+    hot: Option<HotClient>,
     st: Rc<RefCell<ClientState>>,
+}
+
+/// A client's handle on the hot area: the area, its machine's local
+/// blocks, and the machine's lock owner id.
+#[derive(Clone)]
+struct HotClient {
+    area: Arc<HotArea>,
+    local: Arc<HotLocal>,
+    owner: u16,
 }
 
 fn backoff(attempt: u32) -> Nanos {
@@ -692,22 +700,28 @@ impl RaceClient {
         Ok(())
     }
 
-    /// The hot rank of `key`, when the table has a hot area holding it.
-    fn hot_rank(&self, key: &[u8]) -> Option<u32> {
-        self.t.hot.as_ref()?.rank(key)
+    /// The hot area and `key`'s rank in it, when the table has a hot area
+    /// holding the key.
+    fn hot_rank(&self, key: &[u8]) -> Option<(&HotClient, u32)> {
+        let h = self.hot.as_ref()?;
+        Some((h, h.area.rank(key)?))
     }
 
     /// Runs `op` on hot rank `rank` and counts what it took.
-    async fn hot_op(&self, ctx: &Ctx, rank: u32, op: HotOp<'_>) -> Result<HotResult, RaceError> {
-        let (Some(area), Some((local, owner))) = (&self.t.hot, &self.hot) else {
-            unreachable!("a hot rank exists only with a hot area");
-        };
+    async fn hot_op(
+        &self,
+        ctx: &Ctx,
+        h: &HotClient,
+        rank: u32,
+        op: HotOp<'_>,
+    ) -> Result<HotOutcome, RaceError> {
         let mut tr = HotTrace::default();
-        let r = area
+        let r = h
+            .area
             .run(
                 ctx,
-                local,
-                *owner,
+                &h.local,
+                h.owner,
                 |n| self.t.rkey(n),
                 self.l_scratch(),
                 rank,
@@ -724,13 +738,6 @@ impl RaceClient {
         c.hot_flushes += tr.flushed as u64;
         c.torn_reads += tr.retries as u64;
         r
-    }
-
-    async fn hot_done(&self, ctx: &Ctx, rank: u32, op: HotOp<'_>) -> Result<bool, RaceError> {
-        match self.hot_op(ctx, rank, op).await? {
-            HotResult::Done(b) => Ok(b),
-            HotResult::Value(_) => unreachable!("a modification returns whether it applied"),
-        }
     }
 
     fn check_value(&self, value: &[u8]) -> Result<(), RaceError> {
@@ -1026,11 +1033,8 @@ impl RaceClient {
     pub async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, RaceError> {
         self.check_key(ctx, key)?;
         let _op = ctx.read_op("search").await;
-        if let Some(rank) = self.hot_rank(key) {
-            return match self.hot_op(ctx, rank, HotOp::Search).await? {
-                HotResult::Value(v) => Ok(v),
-                HotResult::Done(_) => unreachable!("a search returns a value"),
-            };
+        if let Some((h, rank)) = self.hot_rank(key) {
+            return Ok(self.hot_op(ctx, h, rank, HotOp::Search).await?.before);
         }
         let h = self.hash(key);
         if let Some((slot_addr, w)) = self.cache_get(&h) {
@@ -1101,8 +1105,11 @@ impl RaceClient {
         self.check_key(ctx, key)?;
         self.check_value(value)?;
         let _op = ctx.op("insert").await;
-        if let Some(rank) = self.hot_rank(key) {
-            return self.hot_done(ctx, rank, HotOp::Insert(value)).await;
+        if let Some((h, rank)) = self.hot_rank(key) {
+            return Ok(self
+                .hot_op(ctx, h, rank, HotOp::Insert(value))
+                .await?
+                .applied);
         }
         let h = self.hash(key);
         let sub = self.subtable(ctx, &h).await?;
@@ -1235,8 +1242,11 @@ impl RaceClient {
         self.check_key(ctx, key)?;
         self.check_value(value)?;
         let _op = ctx.op("update").await;
-        if let Some(rank) = self.hot_rank(key) {
-            return self.hot_done(ctx, rank, HotOp::Update(value)).await;
+        if let Some((h, rank)) = self.hot_rank(key) {
+            return Ok(self
+                .hot_op(ctx, h, rank, HotOp::Update(value))
+                .await?
+                .applied);
         }
         let h = self.hash(key);
         let prefer = match self.cache_get(&h) {
@@ -1260,8 +1270,8 @@ impl RaceClient {
     pub async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, RaceError> {
         self.check_key(ctx, key)?;
         let _op = ctx.op("delete").await;
-        if let Some(rank) = self.hot_rank(key) {
-            return self.hot_done(ctx, rank, HotOp::Delete).await;
+        if let Some((h, rank)) = self.hot_rank(key) {
+            return Ok(self.hot_op(ctx, h, rank, HotOp::Delete).await?.applied);
         }
         let h = self.hash(key);
         self.replace(ctx, key, &h, None).await
@@ -1745,14 +1755,15 @@ impl RaceClient {
                 }
             }
         }
-        if let (Some(area), Some((local, owner))) = (&self.t.hot, &self.hot) {
-            for (k, v) in area
-                .entries(ctx, local, *owner, |n| self.t.rkey(n), sc)
+        if let Some(h) = &self.hot {
+            for (k, v) in h
+                .area
+                .entries(ctx, &h.local, h.owner, |n| self.t.rkey(n), sc)
                 .await?
             {
                 if !seen.insert(k.clone()) {
                     return Err(RaceError::Corrupt {
-                        addr: area.dir,
+                        addr: h.area.dir,
                         what: "hot key also present in the table",
                     });
                 }
