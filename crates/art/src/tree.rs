@@ -1156,11 +1156,12 @@ impl ArtClient {
         // HOCL, as the paper applies it to its baselines (§5.1): queue on
         // the machine's local lock first; a local predecessor may hand the
         // remote lock over.
-        let grant = match &self.node_locks {
-            Some(l) => Some(l.acquire(ctx, i as usize).await),
-            None => None,
-        };
-        if !grant.is_some_and(|g| g.handed) {
+        let local = self
+            .node_locks
+            .as_ref()
+            .expect("clients of a tree with node locks have a local table");
+        let g = local.acquire(ctx, i as usize).await;
+        if !g.handed {
             let mut tries = 0u32;
             let got = loop {
                 match ctx.backoff_cas(lock, rk, 0, owner).await {
@@ -1177,27 +1178,19 @@ impl ArtClient {
                 }
             };
             if let Err(e) = got {
-                if let (Some(l), Some(g)) = (&self.node_locks, grant) {
-                    l.abandon(g);
-                }
+                local.abandon(g);
                 return Err(e);
             }
         }
         let r = f.await;
-        let keep = match (&self.node_locks, grant) {
-            (Some(l), Some(g)) => l.hand_over(g),
-            _ => false,
-        };
-        let released = if keep {
+        let released = if local.hand_over(g) {
             Ok(())
         } else {
             ctx.set_local_u64(L_WORD, 0);
             ctx.write(lock, rk, L_WORD, 8);
             ctx.sync().await
         };
-        if let (Some(l), Some(g)) = (&self.node_locks, grant) {
-            l.release(g);
-        }
+        local.release(g);
         released?;
         r
     }

@@ -808,31 +808,24 @@ impl BtreeClient {
         let r = async {
             for _ in 0..MAX_ATTEMPTS {
                 let t = remote.then(|| ctx.cas(lock, rk, 0, owner));
-                match t {
-                    Some(t) if !self.t.cfg.combine => {
-                        // The CAS alone; the READ once the lock is ours.
-                        ctx.sync().await?;
-                        let got = ctx.value(t) == 0;
-                        ctx.cas_outcome(got).await;
-                        if !got {
-                            self.count(|c| c.lock_retries += 1);
-                            continue;
-                        }
-                        ctx.read(addr, rk, 0, self.nb());
-                        ctx.sync().await?;
+                // Combined (or no CAS): the READ rides with the CAS. Apart:
+                // the CAS alone, the READ once the lock is ours.
+                let read_now = self.t.cfg.combine || t.is_none();
+                if read_now {
+                    ctx.read(addr, rk, 0, self.nb());
+                }
+                ctx.sync().await?;
+                if let Some(t) = t {
+                    let got = ctx.value(t) == 0;
+                    ctx.cas_outcome(got).await;
+                    if !got {
+                        self.count(|c| c.lock_retries += 1);
+                        continue;
                     }
-                    _ => {
-                        ctx.read(addr, rk, 0, self.nb());
-                        ctx.sync().await?;
-                        if let Some(t) = t {
-                            let got = ctx.value(t) == 0;
-                            ctx.cas_outcome(got).await;
-                            if !got {
-                                self.count(|c| c.lock_retries += 1);
-                                continue;
-                            }
-                        }
-                    }
+                }
+                if !read_now {
+                    ctx.read(addr, rk, 0, self.nb());
+                    ctx.sync().await?;
                 }
                 let b = ctx.local_vec(0, self.nb());
                 return match Node::new(&self.t.g, &b).check(true) {

@@ -84,16 +84,6 @@ impl TicketLocks {
         }
     }
 
-    /// Entries in the table.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// Whether the table has no entries.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
     /// Waits for local entry `index`.
     pub async fn acquire(&self, ctx: &Ctx, index: usize) -> TicketGrant {
         let e = &self.entries[index];
