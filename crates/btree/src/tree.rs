@@ -864,21 +864,18 @@ impl BtreeClient {
             (Some(l), Some(g)) => l.hand_over(g),
             _ => false,
         };
-        if !keep {
-            if !self.t.cfg.combine {
-                // The node's write-back completes first, on its own.
-                let r = ctx.sync().await;
-                if let Err(e) = r {
-                    if let (Some(l), Some(g)) = (&self.locks, held.grant) {
-                        l.release(g);
-                    }
-                    return Err(e.into());
+        let r = async {
+            if !keep {
+                if !self.t.cfg.combine {
+                    // The node's write-back completes first, on its own.
+                    ctx.sync().await?;
                 }
+                ctx.set_local_u64(self.l_word(), 0);
+                ctx.write(held.lock, held.rk, self.l_word(), 8);
             }
-            ctx.set_local_u64(self.l_word(), 0);
-            ctx.write(held.lock, held.rk, self.l_word(), 8);
+            ctx.sync().await
         }
-        let r = ctx.sync().await;
+        .await;
         if let (Some(l), Some(g)) = (&self.locks, held.grant) {
             l.release(g);
         }
