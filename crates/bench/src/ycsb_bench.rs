@@ -426,11 +426,6 @@ fn race_config(cfg: &YcsbConfig) -> RaceConfig {
         max_depth: 18,
         cache_entries: cfg.cache_entries,
         seed: cfg.seed,
-        hot_keys: chooser(cfg)
-            .hottest(cfg.keys, cfg.hot.keys)
-            .into_iter()
-            .map(|k| key_bytes(cfg.key_type, k, cfg.seed))
-            .collect(),
         hot_block_log2: cfg.hot.block_log2,
         hot_theta: cfg.hot.theta,
         hot_hold: cfg.hot.hold_ns,
@@ -638,7 +633,18 @@ fn unique_name() -> String {
 }
 
 fn create_race(fabric: Arc<dyn Fabric>, cfg: &YcsbConfig) -> Result<Arc<RaceTable>, BenchError> {
-    RaceTable::create(fabric, &unique_name(), race_config(cfg))
+    // The hot area's keys are picked here, not in `race_config`, which the
+    // memory estimate calls too (the estimate's two blocks per key already
+    // cover a hot entry and its key record).
+    let rc = RaceConfig {
+        hot_keys: chooser(cfg)
+            .hottest(cfg.keys, cfg.hot.keys)
+            .into_iter()
+            .map(|k| key_bytes(cfg.key_type, k, cfg.seed))
+            .collect(),
+        ..race_config(cfg)
+    };
+    RaceTable::create(fabric, &unique_name(), rc)
         .map_err(|e| BenchError::Config(format!("race: {e}")))
 }
 
