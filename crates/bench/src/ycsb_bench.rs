@@ -386,6 +386,9 @@ fn btree_config(cfg: &YcsbConfig) -> BtreeConfig {
             KeyType::Int => 8,
             KeyType::String => 32,
         },
+        // Integer keys are all 8 bytes: no length byte in the tree keys
+        // (Sherman stores 8-byte keys as they are).
+        fixed_keys: cfg.key_type == KeyType::Int,
         max_value: cfg.value_size.max(8),
         node_bytes: cfg.btree.node_bytes,
         span: cfg.btree.span,

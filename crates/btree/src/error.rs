@@ -4,8 +4,8 @@ use dmkit_fabric::{FabricError, GlobalAddr};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BtreeError {
-    #[error("key of {len} bytes: keys must be 1..={max} bytes")]
-    KeyLength { len: usize, max: usize },
+    #[error("key of {len} bytes: keys of this tree must be {min}..={max} bytes")]
+    KeyLength { len: usize, min: usize, max: usize },
     #[error("value of {len} bytes exceeds the tree's maximum of {max}")]
     ValueTooLarge { len: usize, max: usize },
     #[error("invalid tree configuration: {0}")]

@@ -15,7 +15,9 @@
 //!         flags (8: bit 0 lo = -inf, bit 1 hi = +inf) | zero (32)
 //!  sibling, leftmost: raw GlobalAddr (0 = none); leftmost: internal nodes'
 //!         child left of their first key
-//!  fences: tree keys (F = max_key + 1 rounded up to 8 bytes)
+//!  fences: tree keys (F = their length rounded up to 8 bytes: max_key + 1
+//!         with the length byte, or max_key when every key is exactly
+//!         max_key bytes — `BtreeConfig::fixed_keys`, e.g. 8-byte integers)
 //! ```
 //!
 //! followed by fixed-size slots, `span` of them:
@@ -74,6 +76,8 @@ const _: () = assert!(std::mem::size_of::<NodeHead>() == 32);
 ///  | magic  | root   | max_key | max_value | node_bytes | nlocks | lock table per
 ///  +--------+--------+---------+-----------+------------+--------+ memory node (8
 ///  root: raw GlobalAddr of the root node (CAS when the tree grows)   each, nlocks)
+///  max_key: the limit (bits 0..32) | FIXED_KEYS (bit 32: every key is exactly
+///           max_key bytes, tree keys carry no length byte)
 /// ```
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +92,8 @@ pub struct DescHead {
 const _: () = assert!(std::mem::size_of::<DescHead>() == 48);
 
 pub const DESC_MAGIC: u64 = u64::from_le_bytes(*b"DMKITBT+");
+/// Flag in the descriptor's `max_key` word: fixed-length keys.
+pub const FIXED_KEYS: u64 = 1 << 32;
 /// Offset of the root word in the descriptor.
 pub const DESC_ROOT: u64 = 8;
 /// Offset of the lock-table addresses in the descriptor.
@@ -136,12 +142,23 @@ impl Fence {
     }
 }
 
+/// Bytes of a tree key: the key padded to `max_key` plus a length byte, or
+/// just the key when every key is exactly `max_key` bytes.
+pub fn tree_key_bytes(max_key: usize, fixed_keys: bool) -> usize {
+    max_key + usize::from(!fixed_keys)
+}
+
 /// The sizes that follow from a tree's key and value limits and node size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
     pub max_key: usize,
     pub max_value: usize,
-    /// Bytes of a tree key field (max_key + 1, padded to 8).
+    /// Every key is exactly `max_key` bytes: tree keys are the keys.
+    pub fixed_keys: bool,
+    /// Bytes of a tree key: `max_key + 1` (the length byte last), or
+    /// `max_key` with fixed keys.
+    pub tk: usize,
+    /// Bytes of a tree key field (`tk` padded to 8).
     pub f: usize,
     /// Bytes of a leaf's value field (max_value padded to 8).
     pub v: usize,
@@ -155,7 +172,12 @@ pub struct Geometry {
 
 impl Geometry {
     /// The geometry of `node_bytes`-long nodes, or why there is none.
-    pub fn new(max_key: usize, max_value: usize, node_bytes: usize) -> Result<Self, String> {
+    pub fn new(
+        max_key: usize,
+        max_value: usize,
+        fixed_keys: bool,
+        node_bytes: usize,
+    ) -> Result<Self, String> {
         if max_key == 0 || max_key > MAX_KEY_LIMIT {
             return Err(format!("max_key {max_key} must be in 1..={MAX_KEY_LIMIT}"));
         }
@@ -167,7 +189,8 @@ impl Geometry {
         if !node_bytes.is_multiple_of(64) {
             return Err(format!("node size {node_bytes} is not a multiple of 64"));
         }
-        let f = (max_key + 1).next_multiple_of(8);
+        let tk = tree_key_bytes(max_key, fixed_keys);
+        let f = tk.next_multiple_of(8);
         let v = max_value.next_multiple_of(8);
         let head = 32 + 2 * f;
         let leaf_slot = 8 + f + v;
@@ -176,6 +199,8 @@ impl Geometry {
         let g = Geometry {
             max_key,
             max_value,
+            fixed_keys,
+            tk,
             f,
             v,
             node_bytes,
@@ -196,8 +221,13 @@ impl Geometry {
     }
 
     /// The smallest node size (multiple of 64) holding `span` leaf entries.
-    pub fn node_bytes_for_span(max_key: usize, max_value: usize, span: usize) -> usize {
-        let f = (max_key + 1).next_multiple_of(8);
+    pub fn node_bytes_for_span(
+        max_key: usize,
+        max_value: usize,
+        fixed_keys: bool,
+        span: usize,
+    ) -> usize {
+        let f = tree_key_bytes(max_key, fixed_keys).next_multiple_of(8);
         let v = max_value.next_multiple_of(8);
         (32 + 2 * f + span * (8 + f + v)).next_multiple_of(64)
     }
@@ -290,7 +320,7 @@ impl<'a> Node<'a> {
         if self.flags() & FLAG_LO_INF != 0 {
             Fence::NegInf
         } else {
-            Fence::Key(self.b[32..32 + self.g.max_key + 1].to_vec())
+            Fence::Key(self.b[32..32 + self.g.tk].to_vec())
         }
     }
     pub fn hi(&self) -> Fence {
@@ -298,7 +328,7 @@ impl<'a> Node<'a> {
             Fence::PosInf
         } else {
             let at = 32 + self.g.f;
-            Fence::Key(self.b[at..at + self.g.max_key + 1].to_vec())
+            Fence::Key(self.b[at..at + self.g.tk].to_vec())
         }
     }
     /// Whether `tk` lies below the upper fence (without allocating).
@@ -307,14 +337,14 @@ impl<'a> Node<'a> {
             return true;
         }
         let at = 32 + self.g.f;
-        tk < &self.b[at..at + self.g.max_key + 1]
+        tk < &self.b[at..at + self.g.tk]
     }
     /// Whether `tk` lies at or above the lower fence.
     pub fn above_lo(&self, tk: &[u8]) -> bool {
         if self.flags() & FLAG_LO_INF != 0 {
             return true;
         }
-        tk >= &self.b[32..32 + self.g.max_key + 1]
+        tk >= &self.b[32..32 + self.g.tk]
     }
 
     fn slot(&self, i: usize) -> &'a [u8] {
@@ -330,7 +360,7 @@ impl<'a> Node<'a> {
     }
     /// The tree key in slot `i`.
     pub fn slot_key(&self, i: usize) -> &'a [u8] {
-        &self.slot(i)[8..8 + self.g.max_key + 1]
+        &self.slot(i)[8..8 + self.g.tk]
     }
     /// A leaf slot's value.
     pub fn slot_value(&self, i: usize) -> &'a [u8] {
@@ -419,7 +449,7 @@ fn slot_value<'s>(g: &Geometry, slot: &'s [u8]) -> &'s [u8] {
 /// value, if its checksum holds and it is valid.
 pub fn leaf_slot_entry<'s>(g: &Geometry, slot: &'s [u8]) -> Option<(&'s [u8], &'s [u8])> {
     (slot.len() >= g.leaf_slot && slot_ok(&slot[..g.leaf_slot]) && word(slot, 0) & SLOT_VALID != 0)
-        .then(|| (&slot[8..8 + g.max_key + 1], slot_value(g, slot)))
+        .then(|| (&slot[8..8 + g.tk], slot_value(g, slot)))
 }
 
 fn head_checksum(g: &Geometry, b: &[u8], version: u32) -> u32 {
@@ -536,7 +566,7 @@ mod tests {
 
     #[test]
     fn nodes_round_trip_and_tears_are_seen() {
-        let g = Geometry::new(8, 8, 1024).unwrap();
+        let g = Geometry::new(8, 8, false, 1024).unwrap();
         assert_eq!((g.f, g.head, g.leaf_slot, g.leaf_span), (16, 64, 32, 30));
         let h = HeadFields {
             version: 7,
@@ -579,7 +609,7 @@ mod tests {
 
     #[test]
     fn internal_nodes_route_by_their_sorted_keys() {
-        let g = Geometry::new(8, 8, 1024).unwrap();
+        let g = Geometry::new(8, 8, false, 1024).unwrap();
         let h = HeadFields {
             version: 1,
             level: 1,
@@ -608,11 +638,53 @@ mod tests {
 
     #[test]
     fn geometry_refuses_nodes_too_small() {
-        assert!(Geometry::new(8, 8, 100).is_err());
-        assert!(Geometry::new(8, 512, 1024).is_err());
-        assert!(Geometry::new(0, 8, 1024).is_err());
-        let n = Geometry::node_bytes_for_span(8, 88, 32);
-        let g = Geometry::new(8, 88, n).unwrap();
+        assert!(Geometry::new(8, 8, false, 100).is_err());
+        assert!(Geometry::new(8, 512, false, 1024).is_err());
+        assert!(Geometry::new(0, 8, false, 1024).is_err());
+        let n = Geometry::node_bytes_for_span(8, 88, false, 32);
+        let g = Geometry::new(8, 88, false, n).unwrap();
         assert_eq!(g.leaf_span, 32);
+    }
+
+    /// Fixed 8-byte keys drop the length byte: an 8-byte key field instead
+    /// of 16, so a span-32 leaf of 8-byte values shrinks from 1,088 B to
+    /// 832 B (Sherman's own is 623 B: 18-byte entries).
+    #[test]
+    fn fixed_keys_need_no_length_byte() {
+        let var = Geometry::new(8, 8, false, Geometry::node_bytes_for_span(8, 8, false, 32));
+        let fixed = Geometry::new(8, 8, true, Geometry::node_bytes_for_span(8, 8, true, 32));
+        let (var, fixed) = (var.unwrap(), fixed.unwrap());
+        assert_eq!(
+            (var.tk, var.f, var.leaf_slot, var.node_bytes),
+            (9, 16, 32, 1088)
+        );
+        assert_eq!(
+            (fixed.tk, fixed.f, fixed.leaf_slot, fixed.node_bytes),
+            (8, 8, 24, 832)
+        );
+        assert!(fixed.leaf_span >= 32 && var.leaf_span >= 32);
+        // Nodes work the same with 8-byte tree keys.
+        let h = HeadFields {
+            version: 3,
+            level: 0,
+            count: 0,
+            sibling: GlobalAddr::NULL,
+            leftmost: GlobalAddr::NULL,
+            lo: Fence::Key(5u64.to_be_bytes().to_vec()),
+            hi: Fence::Key(9u64.to_be_bytes().to_vec()),
+        };
+        let (a, b) = (6u64.to_be_bytes(), 8u64.to_be_bytes());
+        let mut img = Vec::new();
+        build_node(
+            &fixed,
+            &h,
+            [(&a[..], &b"six"[..]), (&b[..], &b"eight"[..])].into_iter(),
+            &mut img,
+        );
+        let n = Node::new(&fixed, &img);
+        assert_eq!(n.check(true), Ok(()));
+        assert_eq!((n.lo(), n.hi()), (h.lo.clone(), h.hi.clone()));
+        assert_eq!(n.find(&b).map(|i| n.slot_value(i)), Some(&b"eight"[..]));
+        assert!(n.above_lo(&a) && n.below_hi(&b) && !n.below_hi(&9u64.to_be_bytes()));
     }
 }

@@ -23,6 +23,11 @@ use dmkit_runtime::machine::{TicketGrant, TicketLocks};
 pub struct BtreeConfig {
     /// Longest key in bytes (stored in the tree; 1..=254).
     pub max_key: usize,
+    /// Every key is exactly `max_key` bytes (e.g. 8-byte integers; stored
+    /// in the tree): tree keys need no length byte, so slots and fences are
+    /// up to 8 bytes smaller and a leaf nearer Sherman's size. Keys of any
+    /// other length are refused.
+    pub fixed_keys: bool,
     /// Longest value in bytes (stored in the tree).
     pub max_value: usize,
     /// Bytes of a node (stored in the tree; a multiple of 64). Ignored when
@@ -63,6 +68,7 @@ impl Default for BtreeConfig {
     fn default() -> Self {
         Self {
             max_key: 32,
+            fixed_keys: false,
             max_value: 64,
             node_bytes: 1024,
             span: None,
@@ -82,10 +88,13 @@ impl BtreeConfig {
     /// The node geometry this configuration gives.
     pub fn geometry(&self) -> Result<Geometry, BtreeError> {
         let nb = match self.span {
-            Some(s) => Geometry::node_bytes_for_span(self.max_key, self.max_value, s),
+            Some(s) => {
+                Geometry::node_bytes_for_span(self.max_key, self.max_value, self.fixed_keys, s)
+            }
             None => self.node_bytes,
         };
-        let g = Geometry::new(self.max_key, self.max_value, nb).map_err(BtreeError::Config)?;
+        let g = Geometry::new(self.max_key, self.max_value, self.fixed_keys, nb)
+            .map_err(BtreeError::Config)?;
         if nb > dmkit_runtime::alloc::MAX_UNITS as usize * 64 {
             return Err(BtreeError::Config(format!(
                 "nodes of {nb} B exceed the allocator's largest block ({} B)",
@@ -201,7 +210,7 @@ impl Btree {
             for w in [
                 DESC_MAGIC,
                 root.raw(),
-                cfg.max_key as u64,
+                cfg.max_key as u64 | if cfg.fixed_keys { FIXED_KEYS } else { 0 },
                 cfg.max_value as u64,
                 g.node_bytes as u64,
                 nodes.len() as u64,
@@ -272,7 +281,8 @@ impl Btree {
             });
         }
         let cfg = BtreeConfig {
-            max_key: w(2) as usize,
+            max_key: (w(2) & !FIXED_KEYS) as usize,
+            fixed_keys: w(2) & FIXED_KEYS != 0,
             max_value: w(3) as usize,
             node_bytes: w(4) as usize,
             span: None,
@@ -521,10 +531,12 @@ impl BtreeClient {
     }
 
     fn check_key(&self, ctx: &Ctx, key: &[u8]) -> Result<Vec<u8>, BtreeError> {
-        if key.is_empty() || key.len() > self.t.g.max_key {
+        let g = &self.t.g;
+        if key.is_empty() || key.len() > g.max_key || (g.fixed_keys && key.len() != g.max_key) {
             return Err(BtreeError::KeyLength {
                 len: key.len(),
-                max: self.t.g.max_key,
+                min: if g.fixed_keys { g.max_key } else { 1 },
+                max: g.max_key,
             });
         }
         let need = self.local_bytes_needed();
@@ -534,8 +546,11 @@ impl BtreeClient {
                 need,
             });
         }
-        let mut tk = Vec::with_capacity(self.t.g.max_key + 1);
-        tree_key(key, self.t.g.max_key, &mut tk);
+        if g.fixed_keys {
+            return Ok(key.to_vec());
+        }
+        let mut tk = Vec::with_capacity(g.tk);
+        tree_key(key, g.max_key, &mut tk);
         Ok(tk)
     }
 
@@ -1378,7 +1393,7 @@ impl BtreeClient {
                 need,
             });
         }
-        let min = vec![0u8; self.t.g.max_key + 1];
+        let min = vec![0u8; self.t.g.tk];
         self.walk(ctx, &min, |_| true, usize::MAX).await
     }
 
@@ -1412,7 +1427,12 @@ impl BtreeClient {
                 if !keep(&k) || out.len() >= count {
                     return Ok(out);
                 }
-                out.push((untree_key(&k).to_vec(), v));
+                let key = if self.t.g.fixed_keys {
+                    k
+                } else {
+                    untree_key(&k).to_vec()
+                };
+                out.push((key, v));
             }
             let done = match n.hi() {
                 Fence::PosInf => true,

@@ -61,9 +61,25 @@ fn key_of(r: &mut Rng) -> Vec<u8> {
     }
 }
 
+/// `small`, for keys of exactly 8 bytes (integers): no length byte in tree
+/// keys. 256-byte nodes: 4 leaf entries, 8 internal ones.
+fn small_fixed(cache: bool, spec: bool) -> BtreeConfig {
+    BtreeConfig {
+        max_key: 8,
+        fixed_keys: true,
+        node_bytes: 256,
+        ..small(cache, spec)
+    }
+}
+
 fn model_run(cache: bool, spec: bool, seed: u64) {
+    model_run_with(small(cache, spec), seed, key_of);
+}
+
+fn model_run_with(cfg: BtreeConfig, seed: u64, key_of: fn(&mut Rng) -> Vec<u8>) {
+    let spec = cfg.speculative;
     let f = fabric(2, 256 << 20);
-    let tree = Btree::create(f.clone(), "model", small(cache, spec)).unwrap();
+    let tree = Btree::create(f.clone(), "model", cfg).unwrap();
     let client = tree.client(1);
     let (res, _) = on_worker(f.as_ref(), &client, move |ctx, c| async move {
         let mut r = Rng::new(seed);
@@ -118,6 +134,52 @@ fn model_run(cache: bool, spec: bool, seed: u64) {
     if spec {
         assert!(c.spec_hits > 100, "{c:?}");
     }
+}
+
+#[test]
+fn fixed_length_keys_match_a_model() {
+    model_run_with(small_fixed(true, true), 4, |r| {
+        (r.below(3000) * 0x0101_0101).to_be_bytes().to_vec()
+    });
+    model_run_with(small_fixed(false, false), 5, |r| {
+        (r.below(3000) * 0x0101_0101).to_be_bytes().to_vec()
+    });
+}
+
+#[test]
+fn fixed_length_keys_refuse_other_lengths_and_survive_reopening() {
+    let f = fabric(1, 64 << 20);
+    let tree = Btree::create(f.clone(), "fixed", small_fixed(true, true)).unwrap();
+    assert_eq!(tree.geometry().f, 8);
+    let client = tree.client(1);
+    on_worker(f.as_ref(), &client, |ctx, c| async move {
+        assert!(c.insert(&ctx, &7u64.to_be_bytes(), b"seven").await.unwrap());
+        for bad in [&b"short"[..], &[1u8; 9][..], &[][..]] {
+            assert!(matches!(
+                c.insert(&ctx, bad, b"v").await,
+                Err(BtreeError::KeyLength { min: 8, max: 8, .. })
+            ));
+        }
+    });
+    // Another client learns the key format from the tree itself.
+    let again = Btree::open(f.clone(), "fixed", BtreeConfig::default()).unwrap();
+    assert!(again.geometry().fixed_keys && again.geometry().f == 8);
+    let client = again.client(2);
+    on_worker(f.as_ref(), &client, |ctx, c| async move {
+        assert_eq!(
+            c.search(&ctx, &7u64.to_be_bytes()).await.unwrap(),
+            Some(b"seven".to_vec())
+        );
+        assert!(matches!(
+            c.search(&ctx, b"seven").await,
+            Err(BtreeError::KeyLength {
+                len: 5,
+                min: 8,
+                max: 8
+            })
+        ));
+    });
+    assert_eq!(check_tree(&again).unwrap().entries, 1);
 }
 
 #[test]
@@ -189,7 +251,11 @@ fn bad_input_is_refused_and_changes_nothing() {
         let long = vec![b'x'; 25];
         assert!(matches!(
             c.insert(&ctx, &long, b"v").await,
-            Err(BtreeError::KeyLength { len: 25, max: 24 })
+            Err(BtreeError::KeyLength {
+                len: 25,
+                min: 1,
+                max: 24
+            })
         ));
         assert!(matches!(
             c.search(&ctx, b"").await,
