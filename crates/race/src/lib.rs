@@ -19,8 +19,10 @@
 //!
 //! ## Operations (round trips on the common path)
 //! - **search**: READ both combined buckets (one doorbell), then the blocks
-//!   whose fingerprint matches: 2. With the client cache (key → slot and its
-//!   last value) a hit READs the slot and the block together: 1.
+//!   whose fingerprint matches: 2 round trips, 3 READs. With the client
+//!   cache (key → slot and its last value) a hit READs the slot and the
+//!   block together: 1. A key not found is looked for again with the
+//!   subtable header (below) before the search answers "absent".
 //! - **insert** (if absent): WRITE the block, CAS the key's *insert lock*
 //!   (one word per combined bucket, taken on the key's first choice), READ
 //!   the subtable's split word and both combined buckets — one batch; the
@@ -55,13 +57,19 @@
 //!    `d` equals the global depth: upper half copied, then depth raised);
 //! 7. clear the frozen originals, then release the split lock.
 //!
-//! Every bucket READ is followed, in the same batch, by a READ of the
-//! subtable header; a reader accepts what it read only if the header's depth
-//! equals the depth in the buckets it read. Queue-pair order puts that header
-//! READ after the bucket READs, so a reader that saw pre-split buckets also
-//! saw that the flip (step 5, which precedes the clearing of step 7) had not
-//! happened yet: it never mistakes a cleared or reused slot for its key's
-//! absence. (An earlier version kept frozen slots for a grace period
+//! Every bucket READ that may conclude a key's absence (every one of an
+//! insert, update or delete; a search's second) is followed, in the same
+//! batch, by a READ of the subtable header; a reader accepts what it read
+//! only if the header's depth equals the depth in the buckets it read.
+//! Queue-pair order puts that header READ after the bucket READs, so a
+//! reader that saw pre-split buckets also saw that the flip (step 5, which
+//! precedes the clearing of step 7) had not happened yet: it never mistakes
+//! a cleared or reused slot for its key's absence. A search's first READ of
+//! the buckets goes without the header: a key it finds in a slot that is not
+//! frozen, with its block's key and checksum, was there when the slot was
+//! read (a split freezes a slot before it moves the key). `sim check
+//! --scenario race` fails at seed 4 if absence is concluded without the
+//! header, and passes 3,000 seeds with this rule. (An earlier version kept frozen slots for a grace period
 //! instead; inserts could then find their buckets full of frozen slots and
 //! split again and again — a stress loop caught a subtable reaching
 //! `max_depth` that way.)

@@ -867,12 +867,14 @@ impl RaceClient {
         r
     }
 
-    /// Queues READs of the two combined buckets of `h` in `sub`, then of the
-    /// subtable header. Queue-pair order makes the header READ happen after
-    /// the bucket READs: if its depth still equals the buckets' depth, no
-    /// split had finished flipping this subtable's headers when the slots were
-    /// read, so no frozen slot had been cleared (or reused) yet.
-    fn queue_combs(&self, ctx: &Ctx, sub: GlobalAddr, rk: Rkey, h: &KeyHash) {
+    /// Queues READs of the two combined buckets of `h` in `sub`, then (with
+    /// `header`) of the subtable header. Queue-pair order makes the header
+    /// READ happen after the bucket READs: if its depth still equals the
+    /// buckets' depth, no split had finished flipping this subtable's
+    /// headers when the slots were read, so no frozen slot had been cleared
+    /// (or reused) yet. Only a conclusion of *absence* needs that; a key
+    /// found in a slot that is not frozen was there (see [`Self::locate`]).
+    fn queue_combs(&self, ctx: &Ctx, sub: GlobalAddr, rk: Rkey, h: &KeyHash, header: bool) {
         let (c1, c2) = h.combs(self.t.geo);
         ctx.read(
             sub.add(self.t.geo.comb_at(c1)),
@@ -886,17 +888,21 @@ impl RaceClient {
             L_COMB2,
             COMB_BYTES as usize,
         );
-        ctx.read(sub, rk, L_HDR, 64);
+        if header {
+            ctx.read(sub, rk, L_HDR, 64);
+        }
     }
 
-    /// Parses the combined buckets read by [`Self::queue_combs`].
-    fn scan(&self, ctx: &Ctx, sub: GlobalAddr, h: &KeyHash) -> Scan {
+    /// Parses the combined buckets read by [`Self::queue_combs`]. Without
+    /// the subtable `header`, the bucket headers go unchecked
+    /// (`headers_ok`, `splitting` say nothing).
+    fn scan(&self, ctx: &Ctx, sub: GlobalAddr, h: &KeyHash, header: bool) -> Scan {
         let (c1, c2) = h.combs(self.t.geo);
         let fp = h.fp();
         let depth = ctx.local_u64(L_HDR + SUB_DEPTH as usize);
         let mut s = Scan {
-            headers_ok: ctx.local_u64(L_HDR) == SUBTABLE_MAGIC,
-            splitting: ctx.local_u64(L_HDR + SUB_SPLIT_LOCK as usize) != 0,
+            headers_ok: !header || ctx.local_u64(L_HDR) == SUBTABLE_MAGIC,
+            splitting: header && ctx.local_u64(L_HDR + SUB_SPLIT_LOCK as usize) != 0,
             cands: Few::new(),
             empties: [Few::new(), Few::new()],
             occupied: [0, 0],
@@ -910,8 +916,8 @@ impl RaceClient {
             let order = if c % 2 == 0 { [0, 1] } else { [1, 0] };
             for k in order {
                 let b = k * BUCKET_BYTES as usize;
-                let header = word(&buf, b);
-                if !header_covers(header, h.h1) || header >> 56 != depth {
+                let bucket_header = word(&buf, b);
+                if header && (!header_covers(bucket_header, h.h1) || bucket_header >> 56 != depth) {
                     s.headers_ok = false;
                 }
                 for j in 0..SLOTS_PER_BUCKET {
@@ -979,18 +985,32 @@ impl RaceClient {
     }
 
     /// The full lookup: combined buckets, then candidate blocks. Loops over
-    /// stale directories, torn blocks and frozen (moving) slots. With
-    /// `write_first`, the caller's queued requests go out with the first
-    /// bucket READs.
-    async fn locate(&self, ctx: &Ctx, key: &[u8], h: &KeyHash) -> Result<Locate, RaceError> {
+    /// stale directories, torn blocks and frozen (moving) slots.
+    ///
+    /// `optimistic` (searches): the first try reads the two combined buckets
+    /// without the subtable header — three READs for a hit, as RACE and
+    /// SMART-HT make, instead of four. A key found there, in a slot that is
+    /// not frozen, with its block's key and checksum, is the key's value at
+    /// the instant that slot was read: a split freezes a slot before it
+    /// moves the key, and frozen slots are only cleared after that. Only
+    /// *absence* needs the header (a cleared slot must not pass for it), so
+    /// a miss or a torn block is retried with it.
+    async fn locate(
+        &self,
+        ctx: &Ctx,
+        key: &[u8],
+        h: &KeyHash,
+        optimistic: bool,
+    ) -> Result<Locate, RaceError> {
         let mut attempt = 0;
+        let mut header = !optimistic;
         loop {
             let sub = self.subtable(ctx, h).await?;
             let rk = self.t.rkey(sub.node())?;
             let t0 = ctx.now();
-            self.queue_combs(ctx, sub, rk, h);
+            self.queue_combs(ctx, sub, rk, h, header);
             ctx.sync().await?;
-            let scan = self.scan(ctx, sub, h);
+            let scan = self.scan(ctx, sub, h, header);
             if !scan.headers_ok {
                 self.st.borrow_mut().counters.stale_reads += 1;
                 ctx.note_retry();
@@ -1007,6 +1027,11 @@ impl RaceClient {
                 continue;
             }
             match found {
+                Fetch::Absent | Fetch::Torn if !header => {
+                    // Not found without the header: look again with it.
+                    header = true;
+                    continue;
+                }
                 Fetch::Absent => return Ok(Locate::Absent),
                 Fetch::Torn => {
                     self.st.borrow_mut().counters.torn_reads += 1;
@@ -1061,7 +1086,7 @@ impl RaceClient {
             self.cache_drop(&h);
         }
         self.st.borrow_mut().counters.cache_misses += 1;
-        match self.locate(ctx, key, &h).await? {
+        match self.locate(ctx, key, &h, true).await? {
             Locate::Found(slot_addr, slot, value, _) => {
                 self.cache_put(&h, slot_addr, slot.0);
                 Ok(Some(value))
@@ -1158,7 +1183,7 @@ impl RaceClient {
             }
             let t0 = ctx.now();
             let lt = ctx.cas(lock, rk, 0, owner);
-            self.queue_combs(ctx, sub, rk, h);
+            self.queue_combs(ctx, sub, rk, h, true);
             ctx.sync().await?;
             if ctx.value(lt) != 0 {
                 ctx.note_retry();
@@ -1166,7 +1191,7 @@ impl RaceClient {
                 attempt += 1;
                 continue;
             }
-            let scan = self.scan(ctx, sub, h);
+            let scan = self.scan(ctx, sub, h, true);
             let splitting = scan.splitting;
             let unlock = |ctx: &Ctx| {
                 ctx.set_local_u64(L_ZERO, 0);
@@ -1321,7 +1346,7 @@ impl RaceClient {
                 Some(c) => c,
                 None => {
                     self.st.borrow_mut().counters.cache_misses += 1;
-                    match self.locate(ctx, key, h).await? {
+                    match self.locate(ctx, key, h, false).await? {
                         Locate::Absent => return Ok(false),
                         Locate::Found(a, s, _, t0) => (a, s.0, t0),
                     }

@@ -405,7 +405,12 @@ fn searches_take_one_round_trip_on_a_cache_hit_and_two_on_a_miss() {
         });
         s.ops["search"].per_op(|c| c.round_trips)
     };
-    assert!(absent <= 2.0, "{absent}");
+    // Absence is only concluded from buckets read with their subtable
+    // header (a split may clear slots): the header-less first READ of the
+    // buckets, then the buckets with the header — two round trips, two
+    // more when a fingerprint matches another key's (8-bit fingerprints:
+    // a few per cent of searches).
+    assert!((2.0..2.2).contains(&absent), "{absent}");
 }
 
 fn assert_linearizable(h: &[StressRecord]) {
