@@ -22,14 +22,6 @@ const LEN_TICKET: usize = 1 << (usize::BITS - 2);
 /// Ticket field of requests that have no result slot.
 const NO_SLOT: usize = MAX_TICKETS - 1;
 
-/// What `Ctx::queue` is asked to build.
-#[derive(Clone, Copy)]
-enum Queued {
-    Read { off: usize, len: usize },
-    Write { off: usize, len: usize },
-    Atomic(Op),
-}
-
 /// A queued request's handle; after `sync`, [`Ctx::value`] gives its result
 /// (old value for atomics, bytes moved for READ/WRITE).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,102 +98,111 @@ impl Ctx {
         self.core.local.store_u64(self.local_base() + off, v)
     }
 
-    /// The common start of queueing a request: the queue pair to `node` and
-    /// its lkey, and a ticket in the task's current sync round. An unknown
-    /// node becomes the task's error (reported by the next `sync`).
-    fn start_request(
-        &self,
-        st: &mut State,
-        node: NodeId,
-        slot: bool,
-    ) -> Option<(usize, Lkey, usize)> {
-        let Some(qi) = st.qp_index(node) else {
-            let t = &mut st.tasks[self.task];
-            if t.error.is_none() {
-                t.error = Some(FabricError::NoSuchNode(node));
+    /// The queue pair to `node` and its lkey. An unknown node becomes the
+    /// task's error (reported by the next `sync`).
+    #[inline]
+    fn qp_of(&self, st: &mut State, node: NodeId) -> Option<(usize, Lkey)> {
+        match st.qp_index(node) {
+            Some(qi) => Some((qi, st.qps[qi].lkey)),
+            None => {
+                self.unknown_node(st, node);
+                None
             }
-            return None;
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn unknown_node(&self, st: &mut State, node: NodeId) {
+        let t = &mut st.tasks[self.task];
+        if t.error.is_none() {
+            t.error = Some(FabricError::NoSuchNode(node));
+        }
+    }
+
+    /// Queues a READ or WRITE. The work request is built once, from
+    /// scalars, directly in its batch slot: patching a request in memory and
+    /// copying it cost a store-forwarding stall per request (perf). READ and
+    /// WRITE need no result slot (a request that completes moved exactly its
+    /// length, which the ticket carries), so they never touch `results`.
+    #[inline(always)]
+    fn queue_rw(
+        &self,
+        remote: GlobalAddr,
+        rkey: Rkey,
+        off: usize,
+        len: usize,
+        write: bool,
+    ) -> Ticket {
+        self.check_local(off, len);
+        let mut guard = self.core.st.borrow_mut();
+        let st = &mut *guard;
+        let Some((qi, lkey)) = self.qp_of(st, remote.node()) else {
+            return Ticket(usize::MAX);
         };
         let t = &mut st.tasks[self.task];
         if t.fresh {
             t.results.clear();
             t.fresh = false;
         }
-        // Only atomics need a result slot: a READ/WRITE that completes moved
-        // exactly its length (its ticket carries that instead).
-        let ticket = if slot {
-            let ticket = t.results.len();
-            assert!(
-                ticket < NO_SLOT,
-                "more than {NO_SLOT} atomics in one sync round"
-            );
-            t.results.push(0);
-            ticket
+        let c = &mut t.counters;
+        if write {
+            c.writes += 1;
+            c.bytes_written += len as u64;
         } else {
-            NO_SLOT
-        };
-        Some((qi, st.qps[qi].lkey, ticket))
+            c.reads += 1;
+            c.bytes_read += len as u64;
+        }
+        let local = LocalRef::new(lkey, (self.local_base() + off) as u64, len as u32);
+        st.pending_batch(self.task, qi).push(WorkRequest {
+            wr_id: wr_id(self.task, NO_SLOT, 0),
+            remote,
+            rkey,
+            signaled: false,
+            op: if write {
+                Op::Write {
+                    local,
+                    inline: false,
+                }
+            } else {
+                Op::Read { local }
+            },
+        });
+        Ticket(LEN_TICKET | len)
     }
 
-    /// Queues one request. The work request is built once, from scalars,
-    /// directly in its batch slot: patching a request in memory and copying it
-    /// cost a store-forwarding stall per request (perf).
-    #[inline]
-    fn queue(&self, remote: GlobalAddr, rkey: Rkey, q: Queued) -> Ticket {
+    /// Queues an atomic. It is signaled (its old value is needed) and gets
+    /// a result slot in the task's current sync round.
+    fn queue_atomic(&self, remote: GlobalAddr, rkey: Rkey, op: Op) -> Ticket {
         let mut guard = self.core.st.borrow_mut();
         let st = &mut *guard;
-        let atomic = matches!(q, Queued::Atomic(_));
-        let Some((qi, lkey, ticket)) = self.start_request(st, remote.node(), atomic) else {
+        let Some((qi, _)) = self.qp_of(st, remote.node()) else {
             return Ticket(usize::MAX);
         };
         let t = &mut st.tasks[self.task];
-        let base = self.local_base() as u64;
-        let local = |off: usize, len: usize| {
-            self.check_local(off, len);
-            LocalRef::new(lkey, base + off as u64, len as u32)
-        };
-        let op = match q {
-            Queued::Read { off, len } => Op::Read {
-                local: local(off, len),
-            },
-            Queued::Write { off, len } => Op::Write {
-                local: local(off, len),
-                inline: false,
-            },
-            Queued::Atomic(op) => op,
-        };
-        {
-            let c = &mut t.counters;
-            match q {
-                Queued::Read { len, .. } => {
-                    c.reads += 1;
-                    c.bytes_read += len as u64;
-                }
-                Queued::Write { len, .. } => {
-                    c.writes += 1;
-                    c.bytes_written += len as u64;
-                }
-                Queued::Atomic(Op::Faa { .. }) => c.faa += 1,
-                Queued::Atomic(_) => c.cas += 1,
-            }
+        if t.fresh {
+            t.results.clear();
+            t.fresh = false;
         }
-        // Atomics are signaled (their old values are needed); the post marks
-        // its last request signaled, which covers the rest (queue-pair order).
-        // The request is built as push's argument, after the batch lookup, so
-        // it is written straight into its slot (no stack copy: perf showed the
-        // store-forwarding stall of one).
-        let wr_id = wr_id(self.task, ticket, 0);
+        let ticket = t.results.len();
+        assert!(
+            ticket < NO_SLOT,
+            "more than {NO_SLOT} atomics in one sync round"
+        );
+        t.results.push(0);
+        if matches!(op, Op::Faa { .. }) {
+            t.counters.faa += 1;
+        } else {
+            t.counters.cas += 1;
+        }
         st.pending_batch(self.task, qi).push(WorkRequest {
-            wr_id,
+            wr_id: wr_id(self.task, ticket, 0),
             remote,
             rkey,
-            signaled: atomic,
+            signaled: true,
             op,
         });
-        match q {
-            Queued::Read { len, .. } | Queued::Write { len, .. } => Ticket(LEN_TICKET | len),
-            Queued::Atomic(_) => Ticket(ticket),
-        }
+        Ticket(ticket)
     }
 
     /// Queues a vector READ/WRITE over `pieces` of task-local memory.
@@ -214,9 +215,14 @@ impl Ctx {
     ) -> Ticket {
         let mut guard = self.core.st.borrow_mut();
         let st = &mut *guard;
-        let Some((qi, lkey, ticket)) = self.start_request(st, remote.node(), false) else {
+        let Some((qi, lkey)) = self.qp_of(st, remote.node()) else {
             return Ticket(usize::MAX);
         };
+        let t = &mut st.tasks[self.task];
+        if t.fresh {
+            t.results.clear();
+            t.fresh = false;
+        }
         let base = self.local_base() as u64;
         let sges: Vec<LocalRef> = pieces
             .iter()
@@ -240,7 +246,7 @@ impl Ctx {
         } else {
             b.read_v(remote, rkey, &sges)
         };
-        wr.wr_id = wr_id(self.task, ticket, 0);
+        wr.wr_id = wr_id(self.task, NO_SLOT, 0);
         wr.signaled = false;
         Ticket(LEN_TICKET | total as usize)
     }
@@ -277,18 +283,20 @@ impl Ctx {
     }
 
     /// Queues a READ of `len` bytes at `remote` into local `[off, off+len)`.
+    #[inline(always)]
     pub fn read(&self, remote: GlobalAddr, rkey: Rkey, off: usize, len: usize) -> Ticket {
-        self.queue(remote, rkey, Queued::Read { off, len })
+        self.queue_rw(remote, rkey, off, len, false)
     }
 
     /// Queues a WRITE of local `[off, off+len)` to `remote`.
+    #[inline(always)]
     pub fn write(&self, remote: GlobalAddr, rkey: Rkey, off: usize, len: usize) -> Ticket {
-        self.queue(remote, rkey, Queued::Write { off, len })
+        self.queue_rw(remote, rkey, off, len, true)
     }
 
     /// Queues a CAS.
     pub fn cas(&self, remote: GlobalAddr, rkey: Rkey, expected: u64, desired: u64) -> Ticket {
-        self.queue(remote, rkey, Queued::Atomic(Op::Cas { expected, desired }))
+        self.queue_atomic(remote, rkey, Op::Cas { expected, desired })
     }
 
     /// Queues a masked CAS (see `dmkit_fabric::Op::MaskedCas`).
@@ -301,21 +309,21 @@ impl Ctx {
         swap: u64,
         swap_mask: u64,
     ) -> Ticket {
-        self.queue(
+        self.queue_atomic(
             remote,
             rkey,
-            Queued::Atomic(Op::MaskedCas {
+            Op::MaskedCas {
                 compare,
                 compare_mask,
                 swap,
                 swap_mask,
-            }),
+            },
         )
     }
 
     /// Queues a FAA.
     pub fn faa(&self, remote: GlobalAddr, rkey: Rkey, add: u64) -> Ticket {
-        self.queue(remote, rkey, Queued::Atomic(Op::Faa { add }))
+        self.queue_atomic(remote, rkey, Op::Faa { add })
     }
 
     /// Posts everything this task queued: one batch (one doorbell) per
@@ -509,12 +517,16 @@ pub struct Sync<'a> {
 impl Future for Sync<'_> {
     type Output = Result<(), FabricError>;
 
+    // Inlined into the awaiting task: returned by pointer, the 74-byte
+    // `Poll<Result<(), FabricError>>` was copied after every sync, and the
+    // copy stalled on store forwarding (perf: ~3 % of a READ loop).
+    #[inline(always)]
     fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
         let ctx = self.ctx;
         let mut st = ctx.core.st.borrow_mut();
         if !self.started {
             self.started = true;
-            if !st.tasks[ctx.task].pending.is_empty() {
+            if st.tasks[ctx.task].has_pending() {
                 st.post_task(ctx.task);
             }
         }
