@@ -32,11 +32,22 @@ pub struct Ticket(usize);
 pub struct Ctx {
     core: Rc<Core>,
     task: usize,
+    /// Bytes of local memory per task (`core.task_bytes`, kept here: read
+    /// on every queued request).
+    task_bytes: usize,
+    /// Where the task's slice starts in the worker's local memory.
+    local_base: usize,
 }
 
 impl Ctx {
     pub(crate) fn new(core: Rc<Core>, task: usize) -> Self {
-        Self { core, task }
+        let task_bytes = core.task_bytes;
+        Self {
+            core,
+            task,
+            task_bytes,
+            local_base: task * task_bytes,
+        }
     }
 
     /// This task's index on its worker.
@@ -51,19 +62,27 @@ impl Ctx {
 
     /// Bytes of local memory this task owns.
     pub fn local_len(&self) -> usize {
-        self.core.task_bytes
+        self.task_bytes
     }
 
+    #[inline(always)]
     fn local_base(&self) -> usize {
-        self.task * self.core.task_bytes
+        self.local_base
     }
 
+    #[inline(always)]
     fn check_local(&self, off: usize, len: usize) {
-        assert!(
-            off.checked_add(len)
-                .is_some_and(|e| e <= self.core.task_bytes),
+        if off.checked_add(len).is_none_or(|e| e > self.task_bytes) {
+            self.local_out_of_range(off, len);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn local_out_of_range(&self, off: usize, len: usize) -> ! {
+        panic!(
             "task-local range [{off}, +{len}) exceeds the task's {} B",
-            self.core.task_bytes
+            self.task_bytes
         );
     }
 
@@ -102,8 +121,8 @@ impl Ctx {
     /// task's error (reported by the next `sync`).
     #[inline]
     fn qp_of(&self, st: &mut State, node: NodeId) -> Option<(usize, Lkey)> {
-        match st.qp_index(node) {
-            Some(qi) => Some((qi, st.qps[qi].lkey)),
+        match st.route(node) {
+            Some(r) => Some(r),
             None => {
                 self.unknown_node(st, node);
                 None
@@ -140,11 +159,10 @@ impl Ctx {
         let Some((qi, lkey)) = self.qp_of(st, remote.node()) else {
             return Ticket(usize::MAX);
         };
+        // No result slot, so the round's results stay as they are (an
+        // atomic queued later clears them). One lookup of the task for the
+        // counters and the batch.
         let t = &mut st.tasks[self.task];
-        if t.fresh {
-            t.results.clear();
-            t.fresh = false;
-        }
         let c = &mut t.counters;
         if write {
             c.writes += 1;
@@ -154,7 +172,7 @@ impl Ctx {
             c.bytes_read += len as u64;
         }
         let local = LocalRef::new(lkey, (self.local_base() + off) as u64, len as u32);
-        st.pending_batch(self.task, qi).push(WorkRequest {
+        t.pending[qi].push(WorkRequest {
             wr_id: wr_id(self.task, NO_SLOT, 0),
             remote,
             rkey,
@@ -218,11 +236,6 @@ impl Ctx {
         let Some((qi, lkey)) = self.qp_of(st, remote.node()) else {
             return Ticket(usize::MAX);
         };
-        let t = &mut st.tasks[self.task];
-        if t.fresh {
-            t.results.clear();
-            t.fresh = false;
-        }
         let base = self.local_base() as u64;
         let sges: Vec<LocalRef> = pieces
             .iter()
@@ -526,7 +539,7 @@ impl Future for Sync<'_> {
         let mut st = ctx.core.st.borrow_mut();
         if !self.started {
             self.started = true;
-            if st.tasks[ctx.task].has_pending() {
+            if st.has_pending(ctx.task) {
                 st.post_task(ctx.task);
             }
         }

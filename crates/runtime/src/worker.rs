@@ -73,9 +73,10 @@ struct Deferred {
 /// What the worker knows about one task.
 #[derive(Default)]
 pub(crate) struct TaskState {
-    /// Requests queued and not yet posted, per queue pair (a queue pair's
-    /// batch stays here, empty, after it is posted, for reuse).
-    pub pending: Vec<(usize, Batch)>,
+    /// Requests queued and not yet posted, indexed by queue pair (one batch
+    /// per queue pair of the worker; a batch stays here, empty, after it is
+    /// posted, for reuse).
+    pub pending: Vec<Batch>,
     /// Batches posted (or deferred) whose last completion has not arrived.
     pub inflight: u32,
     /// Old values / byte counts by ticket for the current sync round.
@@ -95,15 +96,15 @@ pub(crate) struct TaskState {
     alive: bool,
 }
 
-impl TaskState {
-    /// Whether the task queued requests it has not posted yet.
-    pub fn has_pending(&self) -> bool {
-        self.pending.iter().any(|(_, b)| !b.is_empty())
-    }
-}
+/// `State::routes` entry of a node the worker has no queue pair to.
+const NO_ROUTE: u64 = u64::MAX;
 
 pub(crate) struct State {
     pub qps: Vec<WorkerQp>,
+    /// By memory node id, the queue pair's index (high 32 bits) and its
+    /// lkey (low 32 bits), or `NO_ROUTE`: looked up per queued request, so
+    /// one direct load rather than a search and a second lookup.
+    routes: Vec<u64>,
     pub credits: Credits,
     tuner: Option<Tuner>,
     pub avoider: Option<ConflictAvoider>,
@@ -121,31 +122,24 @@ pub(crate) struct State {
 }
 
 impl State {
-    pub fn qp_index(&self, node: NodeId) -> Option<usize> {
-        self.qps.iter().position(|q| q.node == node)
+    /// The queue pair to `node` (its index) and its lkey.
+    #[inline(always)]
+    pub fn route(&self, node: NodeId) -> Option<(usize, Lkey)> {
+        match self.routes.get(node as usize) {
+            Some(&r) if r != NO_ROUTE => Some(((r >> 32) as usize, r as u32)),
+            _ => None,
+        }
     }
 
     /// The task's batch of queued, unposted requests for queue pair `qi`.
     #[inline(always)]
     pub fn pending_batch(&mut self, task: usize, qi: usize) -> &mut Batch {
-        let State {
-            tasks, batch_pool, ..
-        } = self;
-        let pending = &mut tasks[task].pending;
-        let at = match pending.iter().position(|(q, _)| *q == qi) {
-            Some(i) => i,
-            None => Self::add_pending(pending, batch_pool, qi),
-        };
-        &mut pending[at].1
+        &mut self.tasks[task].pending[qi]
     }
 
-    /// A task's first request to queue pair `qi`: its pending list gains a
-    /// batch for it (kept from then on).
-    #[cold]
-    #[inline(never)]
-    fn add_pending(pending: &mut Vec<(usize, Batch)>, pool: &mut Vec<Batch>, qi: usize) -> usize {
-        pending.push((qi, pool.pop().unwrap_or_default()));
-        pending.len() - 1
+    /// Whether task `task` queued requests it has not posted yet.
+    pub fn has_pending(&self, task: usize) -> bool {
+        self.tasks[task].pending.iter().any(|b| !b.is_empty())
     }
 
     pub fn make_ready(&mut self, task: usize) {
@@ -180,11 +174,8 @@ impl State {
     /// the deferral path cost ~30 ns per post).
     pub fn post_task(&mut self, task: usize) {
         let c_max = self.credits.c_max() as usize;
-        for i in 0..self.tasks[task].pending.len() {
-            let (qi, n) = {
-                let (qi, b) = &self.tasks[task].pending[i];
-                (*qi, b.len())
-            };
+        for qi in 0..self.qps.len() {
+            let n = self.tasks[task].pending[qi].len();
             if n == 0 {
                 continue;
             }
@@ -192,7 +183,7 @@ impl State {
             if n <= max && self.deferred.is_empty() && self.credits.try_take(n as u32) {
                 let State { tasks, qps, .. } = self;
                 let t = &mut tasks[task];
-                let batch = &mut t.pending[i].1;
+                let batch = &mut t.pending[qi];
                 Self::mark_last(batch, n as u32);
                 t.inflight += 1;
                 t.counters.doorbells += 1;
@@ -203,18 +194,18 @@ impl State {
                 }
                 continue;
             }
-            self.post_slow(task, i, qi, max);
+            self.post_slow(task, qi, max);
         }
     }
 
-    /// The rest of [`State::post_task`] for the batch in pending entry `i`
-    /// (too big for one post, or held back by the credits or by batches
+    /// The rest of [`State::post_task`] for the task's batch to queue pair
+    /// `qi` (too big for one post, or held back by the credits or by batches
     /// already deferred): it leaves the pending list, is split at `max`
     /// requests, and each part is posted or deferred in order.
     #[inline(never)]
-    fn post_slow(&mut self, task: usize, i: usize, qi: usize, max: usize) {
+    fn post_slow(&mut self, task: usize, qi: usize, max: usize) {
         let fresh = self.batch_pool.pop().unwrap_or_default();
-        let mut rest = Some(std::mem::replace(&mut self.tasks[task].pending[i].1, fresh));
+        let mut rest = Some(std::mem::replace(&mut self.tasks[task].pending[qi], fresh));
         while let Some(mut b) = rest.take() {
             let part = if b.len() > max {
                 // Split at the limit; vector requests bring their
@@ -537,8 +528,22 @@ impl Worker {
         let avoider = cfg
             .conflict_avoid
             .then(|| ConflictAvoider::new(cfg.backoff.clone(), capacity as u32, now));
+        let mut routes = Vec::new();
+        for (i, q) in qps.iter().enumerate() {
+            let n = q.node as usize;
+            if routes.len() <= n {
+                routes.resize(n + 1, NO_ROUTE);
+            }
+            assert!(
+                routes[n] == NO_ROUTE,
+                "two queue pairs to memory node {} given to one worker",
+                q.node
+            );
+            routes[n] = ((i as u64) << 32) | q.lkey as u64;
+        }
         let st = State {
             qps,
+            routes,
             credits: Credits::new(c_max),
             tuner,
             avoider,
@@ -595,14 +600,18 @@ impl Worker {
             let mut st = self.core.st.borrow_mut();
             let free = (0..self.futures.len()).find(|&i| {
                 let t = &st.tasks[i];
-                self.futures[i].is_none() && t.inflight == 0 && !t.has_pending() && !t.op_waiting
+                self.futures[i].is_none() && t.inflight == 0 && !st.has_pending(i) && !t.op_waiting
             });
             let id = match free {
                 Some(i) => {
                     let counters = st.tasks[i].counters;
+                    // The old slot's batches are empty: keep them (and
+                    // their allocations).
+                    let pending = std::mem::take(&mut st.tasks[i].pending);
                     st.tasks[i] = TaskState {
                         alive: true,
                         counters,
+                        pending,
                         ..Default::default()
                     };
                     i
@@ -615,8 +624,10 @@ impl Worker {
                         self.id,
                         self.capacity
                     );
+                    let pending = (0..st.qps.len()).map(|_| Batch::default()).collect();
                     st.tasks.push(TaskState {
                         alive: true,
+                        pending,
                         ..Default::default()
                     });
                     self.futures.push(None);
