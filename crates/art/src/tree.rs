@@ -106,6 +106,8 @@ pub struct TreeCounters {
     pub type_switches: u64,
     /// Restarts after a stale cache entry or a concurrent change.
     pub restarts: u64,
+    /// Failed attempts at a leaf's lock (each retried on the same leaf).
+    pub lock_retries: u64,
     pub torn_reads: u64,
     /// Searches answered by another task's search (read delegation).
     pub delegated_reads: u64,
@@ -1663,13 +1665,28 @@ impl ArtClient {
         let len = self.t.leaf_cap();
         let lock_at = addr.add(len as u64 - 8);
         let owner = self.st.borrow().owner;
-        let t = ctx.cas(lock_at, rk, 0, owner);
-        ctx.read(addr, rk, L_LEAF, len);
-        ctx.sync().await?;
-        let got = ctx.value(t) == 0;
-        ctx.cas_outcome(got).await;
-        if !got {
-            return Ok(Locked::Retry);
+        // A writer that finds the lock taken spins on the same lock (the
+        // radix-tree paper's "busy waiting", §3 Challenge 1; its artifact
+        // re-CASes the leaf's lock after yielding): the leaf is updated in
+        // place, so its address stays good, and what it holds is checked
+        // below once the lock is ours. Each attempt reads the leaf in the
+        // same batch, so the lock is held for one round trip. Conflict
+        // avoidance, when on, backs off inside `cas_outcome`.
+        let mut attempts = 0u32;
+        loop {
+            let t = ctx.cas(lock_at, rk, 0, owner);
+            ctx.read(addr, rk, L_LEAF, len);
+            ctx.sync().await?;
+            let got = ctx.value(t) == 0;
+            ctx.cas_outcome(got).await;
+            if got {
+                break;
+            }
+            attempts += 1;
+            if attempts > MAX_ATTEMPTS {
+                return Err(ArtError::TooManyRetries(attempts));
+            }
+            self.count(|c| c.lock_retries += 1);
         }
         let Some(l) = self.decode(ctx, L_LEAF, len) else {
             ctx.set_local_u64(L_WORD, 0);

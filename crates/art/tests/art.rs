@@ -454,3 +454,51 @@ fn tasks_of_a_worker_combine_writes_and_delegate_reads() {
     let k = off.counters();
     assert_eq!((k.combined_writes, k.delegated_reads), (0, 0));
 }
+
+#[test]
+fn a_writer_that_finds_the_leaf_locked_spins_on_that_leaf() {
+    // Tasks of two compute machines on one worker update one key: on shm
+    // a task's lock CAS takes effect when posted, so while one machine's
+    // task holds the leaf's rear lock (its write-back not yet posted), the
+    // other's CAS fails. The loser retries the lock of the same leaf (the
+    // paper's busy waiting) instead of restarting from the root.
+    let f = fabric(1, 64 << 20);
+    let tree = ArtTree::create(f.clone(), "spin", cfg(true, true)).unwrap();
+    let (a, b) = (tree.client_on(0, 1), tree.client_on(1, 2));
+    on_worker(f.as_ref(), &a, |ctx, c| async move {
+        for i in 0..50u64 {
+            c.insert(&ctx, format!("k{i}").as_bytes(), b"0")
+                .await
+                .unwrap();
+        }
+    });
+    let last: Rc<RefCell<Vec<String>>> = Rc::default();
+    let l = last.clone();
+    stress::on_worker_tasks(f.as_ref(), &(a.clone(), b.clone()), 4, move |t, ctx, cs| {
+        let last = l.clone();
+        async move {
+            let c = if t % 2 == 0 { &cs.0 } else { &cs.1 };
+            let mut v = String::new();
+            for i in 0..100u64 {
+                v = format!("{t}.{i}");
+                assert!(c.update(&ctx, b"k7", v.as_bytes()).await.unwrap());
+            }
+            last.borrow_mut().push(v);
+        }
+    });
+    let (ka, kb) = (a.counters(), b.counters());
+    assert!(ka.lock_retries + kb.lock_retries > 0, "{ka:?} {kb:?}");
+    assert_eq!(ka.restarts + kb.restarts, 0, "{ka:?} {kb:?}");
+    // The key holds one task's last value, and nothing else changed.
+    let got = on_worker(f.as_ref(), &a, |ctx, c| async move {
+        c.search(&ctx, b"k7").await.unwrap().unwrap()
+    })
+    .0;
+    let got = String::from_utf8(got).unwrap();
+    assert!(
+        last.borrow().contains(&got),
+        "{got} not in {:?}",
+        last.borrow()
+    );
+    assert_eq!(check_tree(&tree).unwrap().leaves, 50);
+}
