@@ -780,7 +780,15 @@ impl Core {
                     let a = ready
                         .max(tm.atomic_free)
                         .max(self.addr_free.get(&addr).copied().unwrap_or(0.0));
-                    tm.atomic_free = a + 1e3 / self.p.responder.atomic_mops;
+                    // The unit's next slot: after this atomic's execution
+                    // (one FIFO unit) or after its arrival (only its
+                    // address waits).
+                    let slot = if self.p.responder.atomic_head_of_line {
+                        a
+                    } else {
+                        ready.max(tm.atomic_free)
+                    };
+                    tm.atomic_free = slot + 1e3 / self.p.responder.atomic_mops;
                     self.addr_free.insert(addr, a + hold);
                     a + hold
                 }

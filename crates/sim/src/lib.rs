@@ -49,11 +49,19 @@
 //!    the DMA to host memory (`dma_read_ns`/`dma_write_ns`), and for atomics
 //!    the atomic unit: an aggregate rate (`atomic_mops`) and per-address
 //!    serialisation (`atomic_ns`, or `atomic_nic_ns` in device memory)
-//!    (SwordBox §3.2: same-address CAS ceilings, Fig. 4). The request takes
-//!    effect here — after the previous request of its queue pair.
+//!    (SwordBox §3.2: same-address CAS ceilings, Fig. 4); an atomic waiting
+//!    for its address holds up other addresses' atomics only with
+//!    `atomic_head_of_line`. The request takes effect here — after the
+//!    previous request of its queue pair.
 //! 6. **Response**: back over the links; data and CQE are written to host
 //!    memory (`deliver_ns`); completions of one queue pair are delivered in
 //!    order.
+//!
+//! Known simplification: each link is a FIFO in the order requests are
+//! processed (posting order), so a response whose request executes late
+//! (an atomic queued on a hot address) holds back the responses of
+//! requests processed after it at that node, even ones that executed
+//! earlier. Responses leave in execution order on a real link.
 //!
 //! ## Faults
 //! [`Faults`]: torn READ/WRITE at 8-byte granularity (ascending when the

@@ -167,6 +167,17 @@ pub struct ResponderModel {
     /// Aggregate atomic-unit ceiling over all addresses (Mops). SwordBox
     /// Fig. 3: ≈55 Mops of CAS on independent addresses (ConnectX-5).
     pub atomic_mops: f64,
+    /// Whether an atomic that waits for its address holds the atomic unit
+    /// meanwhile (head-of-line blocking across addresses). `true`: one FIFO
+    /// unit, an atomic takes the unit's next slot when it executes, so a
+    /// queue on one hot address delays every later atomic at the node.
+    /// `false` (the built-in profiles, and the default): the unit's
+    /// aggregate rate is paced in arrival order and only atomics on the same
+    /// address wait for each other. Neither SwordBox's nor SMART's
+    /// measurements isolate the two; the published figures fit `false`
+    /// better (configs/sim/cx6-200g.toml says by how much).
+    #[serde(default)]
+    pub atomic_head_of_line: bool,
     /// Entries of the translation (MTT) cache, one per page (the SMART
     /// testbed uses 2 MB pages: a 1 GB region is 512 entries).
     pub mtt_entries: u64,
