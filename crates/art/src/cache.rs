@@ -2,7 +2,8 @@
 //!
 //! One cache per compute machine, shared by all its workers (the paper's
 //! "one shared cache" per compute node; `ArtTree::client_on` hands it
-//! out behind a mutex that is never held across an await). Each entry is
+//! out, and it locks itself: traversals share a read lock, never held
+//! across an await). Each entry is
 //! the snapshot of one internal node as a traversal last read it: its address, header, reverse pointer and visible slots. Entries are
 //! found by node address, and a lookup walks them from the root along the
 //! key — the snapshots' own slots index the cache, as the paper's local ART
@@ -22,7 +23,8 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use dmkit_fabric::GlobalAddr;
 
@@ -167,16 +169,59 @@ impl Hasher for AddrHasher {
 
 struct Entry {
     view: Arc<NodeView>,
-    used: u64,
+    /// The recency clock when the entry was last put or used.
+    used: AtomicU64,
 }
 
-/// One compute machine's cache.
+impl Entry {
+    /// Marks the entry as used at `now`, writing only when that changes
+    /// its age: a warm traversal of the hot upper levels then reads the
+    /// shared entries without dirtying their cache lines.
+    fn touch(&self, now: u64) {
+        if self.used.load(Ordering::Relaxed) != now {
+            self.used.store(now, Ordering::Relaxed);
+        }
+    }
+}
+
+struct Inner {
+    bytes: usize,
+    map: HashMap<GlobalAddr, Entry, BuildHasherDefault<AddrHasher>>,
+}
+
+/// One compute machine's cache, shared by its workers.
+///
+/// Lookups (the hot path: every operation walks the cached levels) take a
+/// read lock and clone one `Arc` at the end of the walk; only snapshots
+/// read from remote memory (`put`) and invalidations (`remove`) take the
+/// write lock. Recency is a clock advanced by every `put`, so a lookup's
+/// mark is a plain store that is skipped when the entry is already
+/// current — eviction is least-recently-used at the granularity of puts.
 pub struct Cache {
     budget: usize,
-    bytes: usize,
-    tick: u64,
     root: GlobalAddr,
-    map: HashMap<GlobalAddr, Entry, BuildHasherDefault<AddrHasher>>,
+    clock: AtomicU64,
+    inner: RwLock<Inner>,
+}
+
+/// A read-locked view of the cache for one traversal.
+pub struct Reader<'a> {
+    now: u64,
+    inner: RwLockReadGuard<'a, Inner>,
+}
+
+impl Reader<'_> {
+    /// The snapshot at `addr`, without marking it used.
+    pub fn get(&self, addr: GlobalAddr) -> Option<&Arc<NodeView>> {
+        self.inner.map.get(&addr).map(|e| &e.view)
+    }
+
+    /// [`Reader::get`], marking the entry as used now (for eviction).
+    pub fn get_touch(&self, addr: GlobalAddr) -> Option<&Arc<NodeView>> {
+        let e = self.inner.map.get(&addr)?;
+        e.touch(self.now);
+        Some(&e.view)
+    }
 }
 
 impl Cache {
@@ -184,79 +229,112 @@ impl Cache {
     pub fn new(budget: usize, root: GlobalAddr) -> Self {
         Self {
             budget,
-            bytes: 0,
-            tick: 0,
             root,
-            map: HashMap::default(),
+            clock: AtomicU64::new(0),
+            inner: RwLock::new(Inner {
+                bytes: 0,
+                map: HashMap::default(),
+            }),
+        }
+    }
+
+    // A poisoned lock is taken over: every operation leaves the map and
+    // its byte count consistent before anything that could panic.
+    fn write(&self) -> RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Read access for a traversal; keep it across no await.
+    pub fn reader(&self) -> Reader<'_> {
+        Reader {
+            now: self.clock.load(Ordering::Relaxed),
+            inner: self.inner.read().unwrap_or_else(|p| p.into_inner()),
         }
     }
 
     pub fn get(&self, addr: GlobalAddr) -> Option<Arc<NodeView>> {
-        self.map.get(&addr).map(|e| e.view.clone())
+        self.reader().get(addr).cloned()
     }
 
     /// [`Cache::get`], marking the entry as used now (for eviction).
-    pub fn get_touch(&mut self, addr: GlobalAddr) -> Option<Arc<NodeView>> {
-        self.tick += 1;
-        let e = self.map.get_mut(&addr)?;
-        e.used = self.tick;
-        Some(e.view.clone())
+    pub fn get_touch(&self, addr: GlobalAddr) -> Option<Arc<NodeView>> {
+        self.reader().get_touch(addr).cloned()
     }
 
-    pub fn put(&mut self, view: Arc<NodeView>) {
+    pub fn put(&self, view: Arc<NodeView>) {
+        self.put_all([view]);
+    }
+
+    /// Puts several snapshots under one lock.
+    pub fn put_all(&self, views: impl IntoIterator<Item = Arc<NodeView>>) {
         if self.budget == 0 {
             return;
         }
-        self.tick += 1;
-        let add = view.bytes();
-        if let Some(old) = self.map.insert(
-            view.addr,
-            Entry {
-                view,
-                used: self.tick,
-            },
-        ) {
-            self.bytes -= old.view.bytes();
-        }
-        self.bytes += add;
-        if self.bytes > self.budget {
-            self.evict();
-        }
-    }
-
-    pub fn remove(&mut self, addr: GlobalAddr) {
-        if let Some(old) = self.map.remove(&addr) {
-            self.bytes -= old.view.bytes();
+        let mut inner = self.write();
+        for view in views {
+            let now = self.clock.fetch_add(1, Ordering::Relaxed) + 1;
+            let add = view.bytes();
+            if let Some(old) = inner.map.insert(
+                view.addr,
+                Entry {
+                    view,
+                    used: AtomicU64::new(now),
+                },
+            ) {
+                inner.bytes -= old.view.bytes();
+            }
+            inner.bytes += add;
+            if inner.bytes > self.budget {
+                self.evict(&mut inner);
+            }
         }
     }
 
-    fn evict(&mut self) {
-        let mut ages: Vec<(u64, GlobalAddr)> = self
+    pub fn remove(&self, addr: GlobalAddr) {
+        self.remove_all([addr]);
+    }
+
+    /// Removes several snapshots under one lock.
+    pub fn remove_all(&self, addrs: impl IntoIterator<Item = GlobalAddr>) {
+        let mut inner = self.write();
+        for addr in addrs {
+            Self::remove_in(&mut inner, addr);
+        }
+    }
+
+    fn remove_in(inner: &mut Inner, addr: GlobalAddr) {
+        if let Some(old) = inner.map.remove(&addr) {
+            inner.bytes -= old.view.bytes();
+        }
+    }
+
+    fn evict(&self, inner: &mut Inner) {
+        let mut ages: Vec<(u64, GlobalAddr)> = inner
             .map
             .iter()
             .filter(|(a, _)| **a != self.root)
-            .map(|(a, e)| (e.used, *a))
+            .map(|(a, e)| (e.used.load(Ordering::Relaxed), *a))
             .collect();
         ages.sort_unstable();
         let target = self.budget - self.budget / 8;
         for (_, a) in ages {
-            if self.bytes <= target {
+            if inner.bytes <= target {
                 break;
             }
-            self.remove(a);
+            Self::remove_in(inner, a);
         }
     }
 
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.reader().inner.map.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len() == 0
     }
 
     pub fn bytes(&self) -> usize {
-        self.bytes
+        self.reader().inner.bytes
     }
 }
 
@@ -276,7 +354,7 @@ mod tests {
     #[test]
     fn the_budget_holds_and_the_least_recent_go_first() {
         let root = GlobalAddr::new(0, 64);
-        let mut c = Cache::new(10 * 96, root);
+        let c = Cache::new(10 * 96, root);
         c.put(view(1, 4)); // the root
         for i in 2..=20 {
             c.put(view(i, 4));
@@ -299,7 +377,7 @@ mod tests {
             4,
             "a removed snapshot lives on while held"
         );
-        let mut off = Cache::new(0, root);
+        let off = Cache::new(0, root);
         off.put(view(1, 4));
         assert!(off.is_empty());
     }

@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use dmkit_fabric::{Fabric, FabricError, GlobalAddr, NodeId, Rkey, SyncQp};
 use dmkit_runtime::alloc::{BlockAlloc, MAX_UNITS};
@@ -201,7 +201,7 @@ pub struct ArtTree {
     /// machine.
     rdwc: PerMachine<rdwc::Table>,
     /// Caches of internal nodes, one per compute machine.
-    caches: PerMachine<Mutex<Cache>>,
+    caches: PerMachine<Cache>,
     /// Local halves of the node locks (HOCL), one table per compute
     /// machine, used when internal nodes are not lock-free.
     node_locks: PerMachine<TicketLocks>,
@@ -379,9 +379,9 @@ impl ArtTree {
                 self.leaf_locks
                     .get(machine, || TicketLocks::new(LOCK_WORDS as usize, 0))
             }),
-            cache: self.caches.get(machine, || {
-                Mutex::new(Cache::new(self.cfg.cache_bytes, self.root))
-            }),
+            cache: self
+                .caches
+                .get(machine, || Cache::new(self.cfg.cache_bytes, self.root)),
             st: Rc::new(RefCell::new(ClientState {
                 buf: Vec::new(),
                 alloc: BlockAlloc::new(self.cfg.chunk_bytes, Nanos::MAX / 4, self.chunks.clone()),
@@ -426,7 +426,7 @@ pub struct ArtClient {
     leaf_locks: Option<Arc<TicketLocks>>,
     /// The machine's cache of internal nodes (never locked across an
     /// await).
-    cache: Arc<Mutex<Cache>>,
+    cache: Arc<Cache>,
     st: Rc<RefCell<ClientState>>,
 }
 
@@ -542,10 +542,9 @@ impl ArtClient {
         (c.len(), c.bytes())
     }
 
-    /// The machine's cache (a poisoned lock is taken over: every cache
-    /// operation leaves the map and its byte count consistent).
-    fn cache(&self) -> MutexGuard<'_, Cache> {
-        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    /// The machine's cache.
+    fn cache(&self) -> &Cache {
+        &self.cache
     }
 
     fn leaf_cap(&self) -> usize {
@@ -751,18 +750,18 @@ impl ArtClient {
     /// Walks the cached snapshots from the root along `tk`: the deepest
     /// cached node, the key position it was reached at and its link.
     fn cache_walk(&self, tk: &[u8]) -> Option<(Arc<NodeView>, usize, Option<Link>)> {
-        let mut cache = self.cache();
+        let cache = self.cache().reader();
         let mut v = cache.get(self.t.root)?;
         let (mut e, mut link) = (0, None);
         loop {
             let Ok(pos) = v.match_prefix(e, tk) else {
-                return Some((v, e, link));
+                return Some((v.clone(), e, link));
             };
             let Some((idx, s)) = v.find(tk[pos]) else {
-                return Some((v, e, link));
+                return Some((v.clone(), e, link));
             };
             if s.is_leaf() {
-                return Some((v, e, link));
+                return Some((v.clone(), e, link));
             }
             match cache.get_touch(s.ptr()) {
                 Some(c) if c.header.depth() <= pos + 1 && c.rev == v.addr => {
@@ -774,7 +773,7 @@ impl ArtClient {
                     v = c;
                     e = pos + 1;
                 }
-                _ => return Some((v, e, link)),
+                _ => return Some((v.clone(), e, link)),
             }
         }
     }
@@ -1520,15 +1519,10 @@ impl ArtClient {
         ctx.set_local_u64(L_WORD, last.raw());
         ctx.write(old.ptr(), self.t.rkey(old.ptr().node())?, L_WORD, 8);
         ctx.sync().await?;
-        {
-            let mut cache = self.cache();
-            cache.remove(v.addr);
-            // The new nodes as published: a warm start for the cache
-            // (validated like any snapshot when used).
-            for nv in views {
-                cache.put(Arc::new(nv));
-            }
-        }
+        self.cache().remove(v.addr);
+        // The new nodes as published: a warm start for the cache
+        // (validated like any snapshot when used).
+        self.cache().put_all(views.into_iter().map(Arc::new));
         self.st.borrow_mut().counters.leaf_splits += 1;
         Ok(Next::Done)
     }
@@ -1607,11 +1601,7 @@ impl ArtClient {
         ctx.set_local_u64(L_WORD, m.raw());
         ctx.write(v.addr, rk, L_WORD, 8);
         ctx.sync().await?;
-        {
-            let mut cache = self.cache();
-            cache.remove(v.addr);
-            cache.remove(link.parent);
-        }
+        self.cache().remove_all([v.addr, link.parent]);
         self.st.borrow_mut().counters.header_splits += 1;
         Ok(Next::Continue(Start::Node {
             addr: m,
