@@ -177,12 +177,13 @@ impl Table {
     }
 
     /// The leader is done: publish `outcome` and drop the window (kept for
-    /// reuse once no joiner holds it).
-    pub fn leave(&self, key: &[u8], w: &Shared, outcome: Outcome) {
+    /// reuse once no joiner holds it). `outcome` is only built when someone
+    /// joined (a closed window admits no one, so nobody else will look).
+    pub fn leave(&self, key: &[u8], w: &Shared, outcome: impl FnOnce() -> Outcome) {
         {
             let mut b = w.lock();
             b.open = false;
-            b.outcome = Some(outcome);
+            b.outcome = (b.joined > 0).then(outcome);
         }
         let mut t = self.slot(key);
         if t.window.as_ref().is_some_and(|m| Arc::ptr_eq(&m.0, &w.0)) {
@@ -237,7 +238,7 @@ mod tests {
             matches!(t.enter(b"k", Kind::Write, b"3"), Role::Alone),
             "closed"
         );
-        t.leave(b"k", &w, Outcome::Written);
+        t.leave(b"k", &w, || Outcome::Written);
         assert_eq!(w.lock().outcome, Some(Outcome::Written));
         assert!(matches!(t.enter(b"k", Kind::Write, b"4"), Role::Lead(_)));
     }
@@ -256,7 +257,7 @@ mod tests {
         };
         assert!(matches!(t.enter(&b, Kind::Read, b""), Role::Alone));
         assert!(matches!(t.enter(&a, Kind::Read, b""), Role::Join(_)));
-        t.leave(&a, &w, Outcome::Redo);
+        t.leave(&a, &w, || Outcome::Redo);
         // The window is still held by the joiner: not recycled, and the
         // slot is free for the other key.
         assert!(matches!(t.enter(&b, Kind::Read, b""), Role::Lead(_)));

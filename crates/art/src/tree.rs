@@ -902,11 +902,10 @@ impl ArtClient {
         match role {
             Role::Lead(w) => {
                 let r = self.search_in(ctx, key, Some(&w)).await;
-                let outcome = match &r {
+                self.rdwc.leave(key, &w, || match &r {
                     Ok(Some(v)) => Outcome::Found(v.clone()),
                     _ => Outcome::Redo,
-                };
-                self.rdwc.leave(key, &w, outcome);
+                });
                 r
             }
             Role::Join(w) => {
@@ -1013,11 +1012,10 @@ impl ArtClient {
                 let r = self
                     .write(ctx, key, value, WriteMode::Update, Some(&w))
                     .await;
-                let outcome = match r {
+                self.rdwc.leave(key, &w, || match r {
                     Ok(true) => Outcome::Written,
                     _ => Outcome::Redo,
-                };
-                self.rdwc.leave(key, &w, outcome);
+                });
                 r
             }
             Role::Join(w) => {
