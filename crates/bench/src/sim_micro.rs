@@ -134,6 +134,8 @@ pub struct SimMicroResult {
     pub pcie_bytes_per_wr: f64,
     /// Final `C_max` of each worker (throttling).
     pub c_max: Vec<u32>,
+    /// Worker steps the simulator took (one virtual thread scheduled once).
+    pub steps: u64,
     pub stats: SimStats,
 }
 
@@ -297,6 +299,7 @@ pub fn run(cfg: &SimMicroConfig) -> Result<SimMicroResult, BenchError> {
             0.0
         },
         c_max,
+        steps: sim.steps(),
         stats,
     })
 }

@@ -11,7 +11,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_fabric::{Capabilities, Fabric, FabricError};
@@ -19,7 +19,7 @@ use dmkit_memnode::NodeConfig;
 use dmkit_runtime::{Clock, Nanos, Worker, WorkerStats};
 
 use crate::engine::{Core, SimStats, ThreadId, Time};
-use crate::fabric::{lock, SimFabric};
+use crate::fabric::{Shared, SimFabric};
 use crate::faults::Faults;
 use crate::profile::Profile;
 
@@ -90,7 +90,7 @@ pub struct RunOutcome {
 
 /// A simulation: its fabric, clock and virtual threads.
 pub struct Sim {
-    core: Arc<Mutex<Core>>,
+    core: Arc<Shared>,
     fabric: Arc<SimFabric>,
     clock: Arc<SimClock>,
     /// By thread id; `None` once cleared.
@@ -172,7 +172,7 @@ impl Sim {
             };
             core.place_node(i as u16, m, shift);
         }
-        let core = Arc::new(Mutex::new(core));
+        let core = Arc::new(Shared::new(core));
         Ok(Self {
             fabric: Arc::new(SimFabric {
                 core: core.clone(),
@@ -206,7 +206,7 @@ impl Sim {
 
     /// Current virtual time.
     pub fn now(&self) -> Time {
-        lock(&self.core).now
+        self.core.with(|c| c.now)
     }
 
     /// Adds a virtual thread on compute machine `machine` whose worker
@@ -217,8 +217,7 @@ impl Sim {
         machine: usize,
         make: impl FnOnce(&dyn Fabric, Arc<dyn Clock>) -> Result<Worker, E>,
     ) -> Result<ThreadId, E> {
-        let (th, now) = {
-            let mut c = lock(&self.core);
+        let (th, now) = self.core.with(|c| {
             assert!(
                 machine < c.machine_count(),
                 "machine {machine} does not exist"
@@ -227,15 +226,14 @@ impl Sim {
             c.current = Some(th);
             c.cursor = c.now;
             (th, c.now)
-        };
+        });
         self.clock.0.store(now, Ordering::Release);
         let made = make(self.fabric.as_ref(), self.clock.clone());
-        {
-            let mut c = lock(&self.core);
+        let now = self.core.with(|c| {
             c.current = None;
-            let now = c.now;
-            self.clock.0.store(now, Ordering::Release);
-        }
+            c.now
+        });
+        self.clock.0.store(now, Ordering::Release);
         let worker = made?;
         debug_assert_eq!(self.threads.len(), th as usize);
         self.threads.push(Some(VThread {
@@ -272,7 +270,7 @@ impl Sim {
     /// Declares how many threads of `machine` are busy (the SMT slowdown
     /// applies beyond its physical cores). By default: every thread added.
     pub fn set_active_threads(&mut self, machine: usize, n: u32) {
-        lock(&self.core).set_active(machine, n);
+        self.core.with(|c| c.set_active(machine, n));
     }
 
     /// Makes a thread whose worker finished or blocked runnable again (after
@@ -294,6 +292,8 @@ impl Sim {
 
     /// Runs until virtual time `end` (threads due later stay scheduled).
     pub fn run_until(&mut self, end: Time) -> RunOutcome {
+        let core = self.core.clone();
+        let _active = core.activate();
         while let Some(&Reverse((t, th))) = self.wake.peek() {
             if t > end {
                 break;
@@ -305,17 +305,15 @@ impl Sim {
             if vt.done {
                 continue;
             }
-            {
-                let mut c = lock(&self.core);
+            self.core.with(|c| {
                 c.apply_until(t);
                 c.current = Some(th);
                 c.cursor = t;
-            }
+            });
             self.clock.0.store(t, Ordering::Release);
             let polled = vt.worker.step();
             self.steps += 1;
-            let (cursor, next_completion) = {
-                let mut c = lock(&self.core);
+            let (cursor, next_completion) = self.core.with(|c| {
                 let task_ns = c.p.cpu.task_ns * polled as f64;
                 c.charge(task_ns);
                 // Every step costs at least a nanosecond: a spinning task
@@ -327,7 +325,7 @@ impl Sim {
                 let now = c.now;
                 self.clock.0.store(now, Ordering::Release);
                 (c.cursor, c.next_completion(th))
-            };
+            });
             if vt.worker.live_tasks() == 0 {
                 vt.done = true;
                 self.finished += 1;
@@ -347,7 +345,7 @@ impl Sim {
             }
         }
         if end != Time::MAX {
-            lock(&self.core).apply_until(end);
+            self.core.with(|c| c.apply_until(end));
             let now = self.now();
             self.clock.0.store(now, Ordering::Release);
         }
@@ -365,12 +363,12 @@ impl Sim {
 
     /// Engine counters.
     pub fn stats(&self) -> SimStats {
-        lock(&self.core).stats
+        self.core.with(|c| c.stats)
     }
 
     /// Requests posted and not yet reaped by their queue pair's owner.
     pub fn in_flight(&self) -> usize {
-        lock(&self.core).in_flight()
+        self.core.with(|c| c.in_flight())
     }
 
     /// Every worker's statistics, merged.
