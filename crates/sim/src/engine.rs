@@ -140,6 +140,23 @@ impl SimLock {
             .len()
             .saturating_sub(1)
             .min(p.doorbell.max_spinners as usize);
+        let bounce_for = |prev: Option<Option<ThreadId>>| match prev {
+            Some(o) if o != owner => p.doorbell.bounce_ns,
+            _ => 0.0,
+        };
+        // Past every booked hold (a thread posting on its own doorbell,
+        // or an idle lock): granted at once, after the last holder.
+        if self.holds.back().is_none_or(|h| h.release <= t) {
+            let prev = self.holds.back().map_or(self.last, |h| Some(h.owner));
+            let hold = p.doorbell.lock_ns + bounce_for(prev) + p.doorbell.handoff_ns * 0.0;
+            let release = t + hold;
+            self.holds.push_back(Hold {
+                grant: t,
+                release,
+                owner,
+            });
+            return (release, 0.0);
+        }
         // First booked hold still running at `t`, then walk the gaps.
         let mut i = self.holds.partition_point(|h| h.release <= t);
         let mut grant = t;
@@ -149,12 +166,9 @@ impl SimLock {
                 0 => self.last,
                 _ => Some(self.holds[i - 1].owner),
             };
-            let bounce = match prev {
-                Some(o) if o != owner => p.doorbell.bounce_ns,
-                _ => 0.0,
-            };
-            let hold =
-                p.doorbell.lock_ns + bounce + p.doorbell.handoff_ns * behind.min(bound) as f64;
+            let hold = p.doorbell.lock_ns
+                + bounce_for(prev)
+                + p.doorbell.handoff_ns * behind.min(bound) as f64;
             match self.holds.get(i) {
                 Some(h) if h.grant < grant + hold => {
                     grant = fmax(grant, h.release);
@@ -679,10 +693,10 @@ impl Core {
         // CPU: the post itself, then the queue pair's lock (shared QPs) and
         // the doorbell's spinlock, spinning while another thread holds them.
         let f = self.cpu_factor();
-        let mut t =
-            self.caller_time() as f64 + f * (self.p.cpu.post_ns + k as f64 * self.p.cpu.post_wr_ns);
+        let mut t = from_time(self.caller_time())
+            + f * (self.p.cpu.post_ns + k as f64 * self.p.cpu.post_wr_ns);
         let mut spin = 0.0;
-        let now = self.now as f64;
+        let now = from_time(self.now);
         let thread = self.handles[hi].thread;
         let machine = self.qps[qi].machine;
         if let Some(lock) = self.qps[qi].lock.as_mut() {
@@ -696,12 +710,12 @@ impl Core {
         spin += s;
         self.stats.lock_spin_ns += spin;
         if self.current.is_some() {
-            self.cursor = t as Time + 1;
+            self.cursor = to_time(t) + 1;
             self.clock.store(self.cursor, Ordering::Release);
         }
         // Disconnect fault: this post and everything in flight fail.
         if self.faults.disconnect > 0.0 && self.rng.chance(self.faults.disconnect) {
-            self.qps[qi].lost_at = Some(t as Time);
+            self.qps[qi].lost_at = Some(to_time(t));
             self.stats.disconnects += 1;
         }
         let arrival = t + self.p.nic.fetch_ns;
@@ -729,7 +743,7 @@ impl Core {
             // by PCIe bytes (WQE fetch, CQE, data, WQE-cache misses).
             let m = &mut self.machines[machine];
             m.outstanding += 1;
-            let o = m.outstanding as f64;
+            let o = m.outstanding as i64 as f64;
             let miss = if o > self.p.nic.wqe_cache {
                 (1.0 - self.p.nic.wqe_cache / o).min(self.p.nic.max_miss)
             } else {
@@ -744,12 +758,12 @@ impl Core {
             let q_start = fmax(arrival, q.nic_free);
             let m = &mut self.machines[machine];
             while let Some(&Reverse((end, other))) = m.backlog_ends.peek() {
-                if end as f64 > q_start {
+                if from_time(end) > q_start {
                     break;
                 }
                 m.backlog_ends.pop();
                 let o = &mut self.qps[other as usize];
-                if o.in_backlog && o.nic_free <= end as f64 + 1.0 {
+                if o.in_backlog && o.nic_free <= from_time(end) + 1.0 {
                     o.in_backlog = false;
                     m.backlogged -= 1;
                 }
@@ -871,7 +885,7 @@ impl Core {
                     wr,
                     batch: batch_id,
                     index: index as u32,
-                    cq_at: cq as Time,
+                    cq_at: to_time(cq),
                     cut: cut.map(Box::new),
                     applied: 0,
                     result: Ok(0),
@@ -886,12 +900,12 @@ impl Core {
                 } else {
                     exec
                 };
-                self.push_effect(at as Time, h);
+                self.push_effect(to_time(at), h);
             }
         }
         let q = &self.qps[qi];
         if q.in_backlog {
-            let end = q.nic_free as Time;
+            let end = to_time(q.nic_free);
             self.machines[machine]
                 .backlog_ends
                 .push(Reverse((end, qi as u32)));
@@ -1168,15 +1182,31 @@ fn fmax(a: f64, b: f64) -> f64 {
 /// without `f64::round`, which is a libm call on baseline x86-64 (2.5 % of
 /// the simulator's time). Exact: for `0 ≤ x < 2^52`, `x - trunc(x)` is
 /// representable, so the comparison with one half decides as `round` does
-/// (ties away from zero).
+/// (ties away from zero); below zero both give 0. The conversions go
+/// through `i64`, one instruction each way (`u64`'s are several).
 #[inline(always)]
 fn round_ns(x: f64) -> Time {
-    let t = x as Time;
+    let t = (x as i64).max(0);
     if x - t as f64 >= 0.5 {
-        t + 1
+        t as Time + 1
     } else {
-        t
+        t as Time
     }
+}
+
+/// `t as f64` through `i64` (exact and the same below 2^53; one
+/// instruction instead of `u64`'s several).
+#[inline(always)]
+fn from_time(t: Time) -> f64 {
+    t as i64 as f64
+}
+
+/// `x as Time` (truncation; 0 below zero) through `i64`: the same for
+/// every instant below 2^63 ns, one instruction instead of `u64`'s
+/// compare-and-adjust sequence.
+#[inline(always)]
+fn to_time(x: f64) -> Time {
+    (x as i64).max(0) as Time
 }
 
 /// Packets of a message of `payload` bytes (at least one).
