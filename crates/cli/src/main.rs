@@ -103,6 +103,10 @@ struct SpeedArgs {
     /// READs each task posts before it waits.
     #[arg(long, default_value_t = 1)]
     depth: usize,
+    /// One doorbell per task round of `--depth` READs (doorbell batching)
+    /// instead of one per READ (SMART's bench tool).
+    #[arg(long)]
+    doorbell_batch: bool,
     /// Virtual time to simulate.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     duration: Duration,
@@ -1096,17 +1100,23 @@ fn sim_speed(a: SpeedArgs) -> Res {
     c.machines = a.machines;
     c.memory_nodes = a.memory_nodes;
     c.tasks = a.tasks;
+    c.doorbell_per_request = !a.doorbell_batch;
     c.seed = a.seed;
     c.warmup_ns = 0;
     c.measure_ns = a.duration.as_nanos() as u64;
     let r = sim_micro::run(&c).map_err(|e| e.to_string())?;
     println!(
-        "{} machines x {} threads x {} tasks (depth {}), {} memory nodes, {} virtual: \
+        "{} machines x {} threads x {} tasks (depth {}{}), {} memory nodes, {} virtual: \
          {:.1} Mops simulated; {} verbs in {:.1} s wall = {:.2} M simulated verbs per wall second",
         a.machines,
         a.threads,
         a.tasks,
         a.depth,
+        if a.doorbell_batch {
+            ", one doorbell per round"
+        } else {
+            ""
+        },
         a.memory_nodes,
         humantime::format_duration(a.duration),
         r.mops,
