@@ -21,10 +21,13 @@
 //! when it is exceeded, the least recently used eighth is evicted (the root
 //! stays).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
+
+use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteGuard};
 
 use dmkit_fabric::GlobalAddr;
 
@@ -42,8 +45,11 @@ pub struct NodeView {
 
 /// A snapshot's slots: up to 16 inline (in the snapshot's own allocation,
 /// one memory access fewer per cached level — most nodes are NODE_4/16),
-/// wider ones on the heap with a byte → slot index (a linear search of 48
-/// or 256 slots would dominate a cached traversal).
+/// up to 48 on the heap with a byte → slot index (a linear search of 48
+/// slots would dominate a cached traversal), more in a byte-indexed table
+/// (a lookup is one memory access, not two: the index and the slot it
+/// names sit on different cache lines, and the wide nodes of a large tree
+/// are the ones not in the CPU's cache).
 #[derive(Debug, Clone)]
 enum Slots {
     Inline {
@@ -55,7 +61,17 @@ enum Slots {
         /// Byte → slot index + 1 (0: none; 255: look further).
         index: Box<[u8; 256]>,
     },
+    /// `table[b]`: the slot holding partial key `b`, its partial-key byte
+    /// replaced by the slot's index (0: none — a used slot's pointer is
+    /// never null); `len` visible slots.
+    Direct {
+        len: u16,
+        table: Box<[u64; 256]>,
+    },
 }
+
+/// The slot word's bits below its partial key.
+const BELOW_PKEY: u64 = (1 << 56) - 1;
 
 impl NodeView {
     pub fn new(addr: GlobalAddr, header: Header, rev: GlobalAddr, slots: Vec<u64>) -> Self {
@@ -65,6 +81,19 @@ impl NodeView {
             Slots::Inline {
                 len: slots.len() as u8,
                 words,
+            }
+        } else if slots.len() > 48 {
+            let mut table = Box::new([0u64; 256]);
+            // First slot wins (a well-formed node has one per byte).
+            for (i, &w) in slots.iter().enumerate().rev() {
+                let s = Slot(w);
+                if !s.is_empty() {
+                    table[s.pkey() as usize] = (i as u64) << 56 | (w & BELOW_PKEY);
+                }
+            }
+            Slots::Direct {
+                len: slots.len() as u16,
+                table,
             }
         } else {
             let mut index = Box::new([0u8; 256]);
@@ -88,11 +117,21 @@ impl NodeView {
         }
     }
 
-    /// The visible slots.
-    pub fn slots(&self) -> &[u64] {
+    /// The visible slots, in slot order (rebuilt for a byte-indexed
+    /// snapshot: call it once per use).
+    pub fn slots(&self) -> Cow<'_, [u64]> {
         match &self.slots {
-            Slots::Inline { len, words } => &words[..*len as usize],
-            Slots::Wide { words, .. } => words,
+            Slots::Inline { len, words } => Cow::Borrowed(&words[..*len as usize]),
+            Slots::Wide { words, .. } => Cow::Borrowed(words),
+            Slots::Direct { len, table } => {
+                let mut words = vec![0u64; *len as usize];
+                for (b, &t) in table.iter().enumerate() {
+                    if t != 0 {
+                        words[(t >> 56) as usize] = (b as u64) << 56 | (t & BELOW_PKEY);
+                    }
+                }
+                Cow::Owned(words)
+            }
         }
     }
 
@@ -118,6 +157,13 @@ impl NodeView {
 
     /// The visible slot holding partial key `b`.
     pub fn find(&self, b: u8) -> Option<(usize, Slot)> {
+        if let Slots::Direct { table, .. } = &self.slots {
+            let t = table[b as usize];
+            return (t != 0).then_some((
+                (t >> 56) as usize,
+                Slot((b as u64) << 56 | (t & BELOW_PKEY)),
+            ));
+        }
         if let Slots::Wide { words, index } = &self.slots {
             let i = index[b as usize] as usize;
             // Index 255 saturates: fall back to the scan for slot 254+.
@@ -144,6 +190,7 @@ impl NodeView {
         match &self.slots {
             Slots::Inline { .. } => 64 + 8 * 16,
             Slots::Wide { words, .. } => 64 + 8 * words.len() + 256,
+            Slots::Direct { .. } => 64 + 8 * 256,
         }
     }
 }
@@ -192,7 +239,11 @@ struct Inner {
 /// One compute machine's cache, shared by its workers.
 ///
 /// Lookups (the hot path: every operation walks the cached levels) take a
-/// read lock and clone one `Arc` at the end of the walk; only snapshots
+/// read lock and clone one `Arc` at the end of the walk. The lock is
+/// sharded per thread (`crossbeam_utils::sync::ShardedLock`): a reader
+/// locks only its own shard, so the machine's threads do not pass one
+/// lock word's cache line between their cores twice per operation, as
+/// they did with one `RwLock`; a writer takes every shard; only snapshots
 /// read from remote memory (`put`) and invalidations (`remove`) take the
 /// write lock. Recency is a clock advanced by every `put`, so a lookup's
 /// mark is a plain store that is skipped when the entry is already
@@ -201,13 +252,13 @@ pub struct Cache {
     budget: usize,
     root: GlobalAddr,
     clock: AtomicU64,
-    inner: RwLock<Inner>,
+    inner: ShardedLock<Inner>,
 }
 
 /// A read-locked view of the cache for one traversal.
 pub struct Reader<'a> {
     now: u64,
-    inner: RwLockReadGuard<'a, Inner>,
+    inner: ShardedLockReadGuard<'a, Inner>,
 }
 
 impl Reader<'_> {
@@ -231,7 +282,7 @@ impl Cache {
             budget,
             root,
             clock: AtomicU64::new(0),
-            inner: RwLock::new(Inner {
+            inner: ShardedLock::new(Inner {
                 bytes: 0,
                 map: HashMap::default(),
             }),
@@ -240,7 +291,7 @@ impl Cache {
 
     // A poisoned lock is taken over: every operation leaves the map and
     // its byte count consistent before anything that could panic.
-    fn write(&self) -> RwLockWriteGuard<'_, Inner> {
+    fn write(&self) -> ShardedLockWriteGuard<'_, Inner> {
         self.inner.write().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -402,11 +453,25 @@ mod tests {
             GlobalAddr::new(0, 64),
             Header::new(0, NodeType::N256, &[]),
             GlobalAddr::NULL,
-            wide,
+            wide.clone(),
         );
         assert_eq!(w.find(9).map(|(i, _)| i), Some(200));
-        assert_eq!(w.find(3).map(|(i, _)| i), Some(255));
+        assert_eq!(w.find(3), Some((255, Slot(wide[255]))));
         assert!(w.find(4).is_none());
+        assert_eq!(&*w.slots(), &wide[..], "slot order survives the byte table");
+        // A NODE_48-sized snapshot keeps its slots and a byte index.
+        let mut mid = vec![0u64; 48];
+        mid[47] = Slot::leaf(3, 1, GlobalAddr::new(0, 192)).unwrap().0;
+        mid[5] = Slot::leaf(9, 1, GlobalAddr::new(0, 128)).unwrap().0;
+        let m = NodeView::new(
+            GlobalAddr::new(0, 64),
+            Header::new(0, NodeType::N48, &[]),
+            GlobalAddr::NULL,
+            mid.clone(),
+        );
+        assert_eq!(m.find(3), Some((47, Slot(mid[47]))));
+        assert_eq!(m.find(9), Some((5, Slot(mid[5]))));
+        assert_eq!(&*m.slots(), &mid[..]);
         assert_eq!(v.match_prefix(2, &[0, 0, 7, 8, 9, 1]), Ok(5));
         assert_eq!(v.match_prefix(2, &[0, 0, 7, 0, 9, 1]), Err(1));
         // Arriving at 4 (a header split in progress): 7 and 8 are skipped.

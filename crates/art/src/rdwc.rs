@@ -40,6 +40,7 @@
 //! worker's clock between looks), so a joiner and its leader may run on
 //! different threads: no cross-thread wake-ups are needed.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// What a window is for.
@@ -95,7 +96,12 @@ pub(crate) struct Table(Box<[Slot]>);
 /// One lock of the table, on its own cache line.
 #[derive(Default)]
 #[repr(align(64))]
-struct Slot(Mutex<SlotState>);
+struct Slot {
+    state: Mutex<SlotState>,
+    /// Whether a window sits in the slot (a hint read without the lock:
+    /// see [`Table::quiet`]).
+    busy: AtomicBool,
+}
 
 #[derive(Default)]
 struct SlotState {
@@ -129,16 +135,32 @@ pub(crate) enum Role {
 impl Table {
     /// The slot of `key` (a poisoned lock is taken over: every writer
     /// leaves a slot consistent).
-    fn slot(&self, key: &[u8]) -> MutexGuard<'_, SlotState> {
+    fn slot(&self, key: &[u8]) -> (MutexGuard<'_, SlotState>, &AtomicBool) {
+        let s = self.slot_of(key);
+        (s.state.lock().unwrap_or_else(|p| p.into_inner()), &s.busy)
+    }
+
+    fn slot_of(&self, key: &[u8]) -> &Slot {
         let h = key_hash(key);
         // The high bits: the hash's low bits also pick RACE's buckets.
-        let i = (h >> 32) as usize % SLOTS;
-        self.0[i].0.lock().unwrap_or_else(|p| p.into_inner())
+        &self.0[(h >> 32) as usize % SLOTS]
+    }
+
+    /// Whether `key`'s slot holds no window, read without its lock. A
+    /// search that needs no remote traversal (its cached path reaches the
+    /// leaf slot) has nothing to share — it posts its leaf READ before any
+    /// joiner could arrive — so when its slot is quiet it runs alone and
+    /// leaves the table untouched: the machine's threads then share no
+    /// line per search. A stale answer is harmless: running alone is
+    /// always allowed (the hash-conflict case), and a busy slot only sends
+    /// the search through [`Table::enter`].
+    pub fn quiet(&self, key: &[u8]) -> bool {
+        !self.slot_of(key).busy.load(Ordering::Relaxed)
     }
 
     /// Opens a window for `key` or joins the open one of the same kind.
     pub fn enter(&self, key: &[u8], kind: Kind, value: &[u8]) -> Role {
-        let mut t = self.slot(key);
+        let (mut t, busy) = self.slot(key);
         if let Some(w) = &t.window {
             let mut b = w.lock();
             if t.key == key && b.kind == kind && b.open {
@@ -173,6 +195,7 @@ impl Table {
         t.key.clear();
         t.key.extend_from_slice(key);
         t.window = Some(w.clone());
+        busy.store(true, Ordering::Relaxed);
         Role::Lead(w)
     }
 
@@ -185,9 +208,10 @@ impl Table {
             b.open = false;
             b.outcome = (b.joined > 0).then(outcome);
         }
-        let mut t = self.slot(key);
+        let (mut t, busy) = self.slot(key);
         if t.window.as_ref().is_some_and(|m| Arc::ptr_eq(&m.0, &w.0)) {
             let m = t.window.take().expect("present");
+            busy.store(false, Ordering::Relaxed);
             // The caller's handle and this one: nobody else waits on it.
             if Arc::strong_count(&m.0) == 2 {
                 t.spare = Some(m);
@@ -238,7 +262,9 @@ mod tests {
             matches!(t.enter(b"k", Kind::Write, b"3"), Role::Alone),
             "closed"
         );
+        assert!(!t.quiet(b"k"), "a window sits in the slot");
         t.leave(b"k", &w, || Outcome::Written);
+        assert!(t.quiet(b"k"), "left");
         assert_eq!(w.lock().outcome, Some(Outcome::Written));
         assert!(matches!(t.enter(b"k", Kind::Write, b"4"), Role::Lead(_)));
     }

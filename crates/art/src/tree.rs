@@ -750,18 +750,40 @@ impl ArtClient {
     /// Walks the cached snapshots from the root along `tk`: the deepest
     /// cached node, the key position it was reached at and its link.
     fn cache_walk(&self, tk: &[u8]) -> Option<(Arc<NodeView>, usize, Option<Link>)> {
+        self.walk_cached(tk, |v, e, link| (v.clone(), e, link))
+    }
+
+    /// The leaf slot of `tk` if the cached snapshots lead to one (nothing
+    /// is read remotely; the slot still has to be checked against the leaf).
+    fn cached_leaf_slot(&self, tk: &[u8]) -> Option<Slot> {
+        self.walk_cached(tk, |v, e, _| {
+            let pos = v.match_prefix(e, tk).ok().filter(|&p| p < tk.len())?;
+            let (_, s) = v.find(tk[pos])?;
+            s.is_leaf().then_some(s)
+        })
+        .flatten()
+    }
+
+    /// Walks the cached snapshots from the root along `tk` and hands the
+    /// deepest one reached (with the key position it was arrived at and
+    /// the slot that led there) to `f`, under the cache's read lock.
+    fn walk_cached<R>(
+        &self,
+        tk: &[u8],
+        f: impl FnOnce(&Arc<NodeView>, usize, Option<Link>) -> R,
+    ) -> Option<R> {
         let cache = self.cache().reader();
         let mut v = cache.get(self.t.root)?;
         let (mut e, mut link) = (0, None);
         loop {
             let Ok(pos) = v.match_prefix(e, tk) else {
-                return Some((v.clone(), e, link));
+                return Some(f(v, e, link));
             };
             let Some((idx, s)) = v.find(tk[pos]) else {
-                return Some((v.clone(), e, link));
+                return Some(f(v, e, link));
             };
             if s.is_leaf() {
-                return Some((v.clone(), e, link));
+                return Some(f(v, e, link));
             }
             match cache.get_touch(s.ptr()) {
                 Some(c) if c.header.depth() <= pos + 1 && c.rev == v.addr => {
@@ -773,7 +795,7 @@ impl ArtClient {
                     v = c;
                     e = pos + 1;
                 }
-                _ => return Some((v.clone(), e, link)),
+                _ => return Some(f(v, e, link)),
             }
         }
     }
@@ -897,6 +919,17 @@ impl ArtClient {
         let _op = ctx.read_op("search").await;
         if !self.t.cfg.read_delegation {
             return self.search_in(ctx, key, None).await;
+        }
+        // A warm search has nothing to delegate (see `rdwc::Table::quiet`):
+        // its leaf READ alone, as `search_in` would post it. Anything but
+        // the live key there takes the full path below.
+        if self.rdwc.quiet(key) {
+            if let Some(slot) = self.cached_leaf_slot(&self.tree_key(key)) {
+                if let LeafIs::Live(l) = self.read_leaf(ctx, slot, key).await? {
+                    self.note_cache(true);
+                    return Ok(Some(l.value));
+                }
+            }
         }
         let role = self.rdwc.enter(key, rdwc::Kind::Read, &[]);
         match role {
@@ -1291,11 +1324,8 @@ impl ArtClient {
         let v = &p.v;
         let (leaf, slot, len) = self.new_leaf_slot(ctx, v.addr, b, key, value)?;
         let rk = self.t.rkey(v.addr.node())?;
-        let mut i = v
-            .slots()
-            .iter()
-            .position(|&s| s == 0)
-            .unwrap_or(v.slots().len());
+        let slots = v.slots();
+        let mut i = slots.iter().position(|&s| s == 0).unwrap_or(slots.len());
         let mut written = false;
         while i < MAX_SLOTS {
             if !written {
@@ -1306,7 +1336,7 @@ impl ArtClient {
             ctx.sync().await?;
             let old = Slot(ctx.value(t));
             if old.is_empty() {
-                if i >= v.slots().len() {
+                if i >= slots.len() {
                     self.grow(ctx, v, i, p.link).await?;
                 }
                 return Ok(Next::Done);
@@ -1314,13 +1344,13 @@ impl ArtClient {
             if old.pkey() == b {
                 // Another insert put this byte here first: follow it.
                 self.free_unpublished(leaf, len);
-                if i >= v.slots().len() {
+                if i >= slots.len() {
                     self.grow(ctx, v, i, p.link).await?;
                 }
                 return Ok(Next::Conflict(Self::again(p)));
             }
             i += 1;
-            while i < v.slots().len() && v.slots()[i] != 0 {
+            while i < slots.len() && slots[i] != 0 {
                 i += 1;
             }
         }
