@@ -75,12 +75,12 @@ pub fn check_tree(tree: &ArtTree) -> Result<TreeReport, String> {
             let l = decode_leaf(&lb, cfg.max_key)
                 .ok_or_else(|| at(format!("leaf {} fails its checksum", s.ptr())))?;
             let mut tk = Vec::new();
-            tree_key(l.key, cfg.max_key, &mut tk);
+            tree_key(l.item.key, cfg.max_key, &mut tk);
             if !tk.starts_with(&p) {
                 return Err(at(format!(
                     "leaf {} key {:02x?} off its path {p:02x?}",
                     s.ptr(),
-                    l.key
+                    l.item.key
                 )));
             }
             if l.rev != addr {
@@ -93,14 +93,15 @@ pub fn check_tree(tree: &ArtTree) -> Result<TreeReport, String> {
                     l.lock
                 )));
             }
-            if l.valid() && !l.replaced() {
+            if l.item.valid() && !l.item.replaced() {
                 if last_key.as_ref().is_some_and(|k| k >= &tk) {
-                    return Err(at(format!("key {:02x?} out of order", l.key)));
+                    return Err(at(format!("key {:02x?} out of order", l.item.key)));
                 }
                 last_key = Some(tk);
                 rep.leaves += 1;
                 rep.height = rep.height.max(height);
-                rep.entries.push((l.key.to_vec(), l.value.to_vec()));
+                rep.entries
+                    .push((l.item.key.to_vec(), l.item.value.to_vec()));
             } else {
                 rep.dead_leaves += 1;
             }

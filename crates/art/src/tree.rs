@@ -138,7 +138,10 @@ pub struct TreeDesc {
 }
 const _: () = assert!(std::mem::size_of::<TreeDesc>() == 64);
 
-const DESC_MAGIC: u64 = u64::from_le_bytes(*b"DMKITART");
+/// The descriptor's magic names the leaf layout: "DMKITART" trees had
+/// 24-byte leaf heads (a separate checksum word) and are refused.
+const DESC_MAGIC: u64 = u64::from_le_bytes(*b"DMKITAR2");
+const OLD_DESC_MAGIC: u64 = u64::from_le_bytes(*b"DMKITART");
 
 /// Words of the node-lock table (hashed by node address).
 pub const LOCK_WORDS: u64 = 1 << 14;
@@ -289,6 +292,12 @@ impl ArtTree {
         let mut qp = SyncQp::new(fabric.as_ref(), home, 64)?;
         let d =
             TreeDesc::from_bytes(&qp.read(desc, rkeys[home as usize].expect("home rkey"), 64)?);
+        if d.magic == OLD_DESC_MAGIC {
+            return Err(ArtError::Config(format!(
+                "tree {name:?} was made by an older dmkit (24-byte leaf heads); \
+                 destroy and rebuild it"
+            )));
+        }
         if d.magic != DESC_MAGIC {
             return Err(ArtError::Corrupt {
                 addr: desc,
@@ -684,12 +693,14 @@ impl ArtClient {
     async fn read_leaf(&self, ctx: &Ctx, slot: Slot, key: &[u8]) -> Result<LeafIs, ArtError> {
         let addr = slot.ptr();
         let rk = self.t.rkey(addr.node())?;
-        let len = self.leaf_len(slot)?;
+        // The item only: meta word, key and value (not the reverse pointer
+        // before it nor the lock word after it; see `layout`).
+        let len = self.leaf_len(slot)? - 16;
         let mut torn = 0u32;
         loop {
-            ctx.read(addr, rk, L_LEAF, len);
+            ctx.read(addr.add(LEAF_META), rk, L_LEAF, len);
             ctx.sync().await?;
-            if let Some(is) = self.with_leaf(ctx, L_LEAF, len, |l| l.map(|l| classify(&l, key))) {
+            if let Some(is) = self.with_item(ctx, L_LEAF, len, |l| l.map(|l| classify(&l, key))) {
                 return Ok(is);
             }
             torn += 1;
@@ -720,8 +731,10 @@ impl ArtClient {
         Ok(n)
     }
 
+    /// Decodes the item of a whole leaf read to task-local `off` (`len`
+    /// bytes, reverse pointer to lock word).
     fn decode(&self, ctx: &Ctx, off: usize, len: usize) -> Option<LeafCopy> {
-        self.with_leaf(ctx, off, len, |l| {
+        self.with_item(ctx, off + 8, len - 16, |l| {
             l.map(|l| LeafCopy {
                 meta: l.meta,
                 key: l.key.to_vec(),
@@ -730,19 +743,19 @@ impl ArtClient {
         })
     }
 
-    /// Decodes the leaf at task-local `off` through the client's reusable
-    /// buffer (no allocation on the search path).
-    fn with_leaf<R>(
+    /// Decodes the leaf item (meta word on) at task-local `off` through the
+    /// client's reusable buffer (no allocation on the search path).
+    fn with_item<R>(
         &self,
         ctx: &Ctx,
         off: usize,
         len: usize,
-        f: impl FnOnce(Option<Leaf<'_>>) -> R,
+        f: impl FnOnce(Option<crate::layout::Item<'_>>) -> R,
     ) -> R {
         let mut buf = std::mem::take(&mut self.st.borrow_mut().buf);
         buf.resize(len, 0);
         ctx.get_local(off, &mut buf);
-        let r = f(decode_leaf(&buf, self.t.cfg.kcap()));
+        let r = f(decode_item(&buf, self.t.cfg.kcap()));
         self.st.borrow_mut().buf = buf;
         r
     }
@@ -2134,7 +2147,7 @@ enum Next {
     Conflict(Start),
 }
 
-fn classify(l: &Leaf<'_>, key: &[u8]) -> LeafIs {
+fn classify(l: &crate::layout::Item<'_>, key: &[u8]) -> LeafIs {
     if l.key != key {
         return LeafIs::Other {
             key: l.key.to_vec(),
