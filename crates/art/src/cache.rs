@@ -22,14 +22,13 @@
 //! stays).
 
 use std::borrow::Cow;
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteGuard};
 
 use dmkit_fabric::GlobalAddr;
+use dmkit_runtime::hash::IntMap;
 
 use crate::layout::{Header, NodeType, Slot, NODE_SLOTS};
 
@@ -195,25 +194,6 @@ impl NodeView {
     }
 }
 
-/// Hashes a node address (one `u64`) with one multiplication: the map is
-/// probed at every cached level of every operation, where SipHash showed.
-#[derive(Default)]
-struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (v ^ v >> 29).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
 struct Entry {
     view: Arc<NodeView>,
     /// The recency clock when the entry was last put or used.
@@ -233,7 +213,8 @@ impl Entry {
 
 struct Inner {
     bytes: usize,
-    map: HashMap<GlobalAddr, Entry, BuildHasherDefault<AddrHasher>>,
+    /// Probed at every cached level of every operation: an integer hasher.
+    map: IntMap<GlobalAddr, Entry>,
 }
 
 /// One compute machine's cache, shared by its workers.
@@ -284,7 +265,7 @@ impl Cache {
             clock: AtomicU64::new(0),
             inner: ShardedLock::new(Inner {
                 bytes: 0,
-                map: HashMap::default(),
+                map: IntMap::default(),
             }),
         }
     }

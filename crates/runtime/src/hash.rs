@@ -2,6 +2,35 @@
 //! checksums of remote blocks). Not cryptographic: checksums catch torn and
 //! recycled reads, not malice.
 
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A hasher for maps keyed by one integer (remote addresses, node ids)
+/// that are probed on hot paths, where SipHash showed in profiles: one
+/// multiplication per word. Not for keys an adversary picks.
+#[derive(Default)]
+pub struct IntHasher(u64);
+
+impl Hasher for IntHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u16(&mut self, v: u16) {
+        self.write_u64(v as u64);
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ v >> 29).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// A `HashMap` hashed by [`IntHasher`].
+pub type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
+
 /// murmur3's 64-bit finaliser.
 pub fn fmix64(mut k: u64) -> u64 {
     k ^= k >> 33;

@@ -12,7 +12,6 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -20,6 +19,8 @@ use dmkit_fabric::{
     Batch, Completion, Executor, LocalRef, NodeId, Op, PostError, QpPolicy, RequestError,
     VerbError, VerbKind, WorkRequest,
 };
+
+use dmkit_runtime::hash::IntMap;
 
 use crate::faults::Faults;
 use crate::profile::Profile;
@@ -30,34 +31,6 @@ pub type ThreadId = u32;
 
 /// Simulated nanoseconds.
 pub type Time = u64;
-
-/// A multiplicative hasher for the engine's integer-keyed maps (addresses,
-/// node ids), which are looked up per simulated atomic: SipHash cost a few
-/// percent of the simulator's time. The maps are never iterated, so the
-/// hasher cannot change a result.
-#[derive(Default)]
-struct IntHasher(u64);
-
-impl Hasher for IntHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
-        }
-    }
-    fn write_u16(&mut self, v: u16) {
-        self.write_u64(v as u64);
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0 ^ v)
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .rotate_left(29);
-    }
-}
-
-type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
 
 /// Counters of a simulation run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
@@ -375,6 +348,8 @@ pub(crate) struct Core {
     effects: BinaryHeap<Reverse<Effect>>,
     seq: u64,
     /// Same-address atomic serialisation: address → free instant.
+    /// (Looked up per simulated atomic: an integer hasher; never iterated,
+    /// so the hasher cannot change a result.)
     addr_free: IntMap<u64, f64>,
     /// Device-memory range per node (atomics there are faster).
     device_mem: IntMap<NodeId, (u64, u64)>,
