@@ -1240,6 +1240,25 @@ impl ArtClient {
         r
     }
 
+    /// The memory node for a new node or leaf hanging at partial key `b`
+    /// below `parent`. The root's children are spread over the memory
+    /// nodes by their partial key; everything else lives with its parent.
+    /// So each subtree below the root sits on one memory node (an insert
+    /// publishes a leaf or a split chain on the node of the slot it CASes,
+    /// without a cross-node wait), and the subtrees, and with them the
+    /// READs of a large tree, divide evenly between the nodes — where
+    /// everything used to inherit the root's node and a second memory
+    /// node served nothing (the radix-tree paper runs on two; §5.2 counts
+    /// both nodes' IOPS).
+    fn home_of(&self, parent: GlobalAddr, b: u8) -> NodeId {
+        let nodes = &self.t.nodes;
+        if parent == self.t.root && nodes.len() > 1 {
+            nodes[b as usize % nodes.len()]
+        } else {
+            parent.node()
+        }
+    }
+
     /// Allocates a block of `bytes` near `prefer`.
     fn alloc(
         &self,
@@ -1277,7 +1296,7 @@ impl ArtClient {
         key: &[u8],
         value: &[u8],
     ) -> Result<(GlobalAddr, u64, usize), ArtError> {
-        self.new_leaf_slot(ctx, parent, 0, key, value)
+        self.new_leaf_slot(ctx, parent, parent.node(), 0, key, value)
             .map(|(a, s, len)| (a, s.units(), len))
     }
 
@@ -1287,6 +1306,7 @@ impl ArtClient {
         &self,
         ctx: &Ctx,
         parent: GlobalAddr,
+        prefer: NodeId,
         b: u8,
         key: &[u8],
         value: &[u8],
@@ -1298,7 +1318,7 @@ impl ArtClient {
         };
         let mut img = Vec::new();
         encode_leaf(parent, key, value, kcap, vcap, &mut img);
-        let addr = self.alloc(ctx, img.len(), parent.node(), "allocating a leaf")?;
+        let addr = self.alloc(ctx, img.len(), prefer, "allocating a leaf")?;
         ctx.put_local(self.l_new(), &img);
         let slot = Slot::leaf(b, img.len().div_ceil(64) as u64, addr).ok_or(ArtError::Corrupt {
             addr,
@@ -1335,7 +1355,8 @@ impl ArtClient {
         value: &[u8],
     ) -> Result<Next, ArtError> {
         let v = &p.v;
-        let (leaf, slot, len) = self.new_leaf_slot(ctx, v.addr, b, key, value)?;
+        let home = self.home_of(v.addr, b);
+        let (leaf, slot, len) = self.new_leaf_slot(ctx, v.addr, home, b, key, value)?;
         let rk = self.t.rkey(v.addr.node())?;
         let slots = v.slots();
         let mut i = slots.iter().position(|&s| s == 0).unwrap_or(slots.len());
@@ -1433,7 +1454,8 @@ impl ArtClient {
         value: &[u8],
     ) -> Result<Next, ArtError> {
         let v = &p.v;
-        let (leaf, slot, len) = self.new_leaf_slot(ctx, v.addr, b, key, value)?;
+        let home = self.home_of(v.addr, b);
+        let (leaf, slot, len) = self.new_leaf_slot(ctx, v.addr, home, b, key, value)?;
         self.put_leaf(ctx, leaf, len, v.addr).await?;
         let t = ctx.cas(v.slot_addr(idx), self.t.rkey(v.addr.node())?, old.0, slot.0);
         ctx.sync().await?;
@@ -1485,13 +1507,9 @@ impl ArtClient {
             });
         }
         let mut addrs = Vec::with_capacity(plan.len());
+        let home = self.home_of(v.addr, tk[pos]);
         for _ in &plan {
-            match self.alloc(
-                ctx,
-                NODE_BYTES,
-                v.addr.node(),
-                "allocating an internal node",
-            ) {
+            match self.alloc(ctx, NODE_BYTES, home, "allocating an internal node") {
                 Ok(a) => addrs.push(a),
                 Err(e) => {
                     for &a in &addrs {
@@ -1592,7 +1610,7 @@ impl ArtClient {
         let m = self.alloc(
             ctx,
             NODE_BYTES,
-            link.slot_addr.node(),
+            self.home_of(link.parent, link.slot.pkey()),
             "allocating an internal node",
         )?;
         let prefix: Vec<u8> = (0..j).map(|i| v.header.prefix(i)).collect();
@@ -1703,14 +1721,26 @@ impl ArtClient {
         // below once the lock is ours. Each attempt reads the leaf in the
         // same batch, so the lock is held for one round trip. Conflict
         // avoidance, when on, backs off inside `cas_outcome`.
+        //
+        // Only the first attempt carries the READ: a failed attempt's READ
+        // is wasted, and under contention (the hot leaves of a zipfian
+        // update stream, one writer per compute machine after write
+        // combining) those READs were a fifth of a memory node's verbs.
+        // A contended acquisition pays one more round trip for its READ.
         let mut attempts = 0u32;
         loop {
             let t = ctx.cas(lock_at, rk, 0, owner);
-            ctx.read(addr, rk, L_LEAF, len);
+            if attempts == 0 {
+                ctx.read(addr, rk, L_LEAF, len);
+            }
             ctx.sync().await?;
             let got = ctx.value(t) == 0;
             ctx.cas_outcome(got).await;
             if got {
+                if attempts > 0 {
+                    ctx.read(addr, rk, L_LEAF, len);
+                    ctx.sync().await?;
+                }
                 break;
             }
             attempts += 1;
