@@ -508,6 +508,18 @@ const NEW_NODE: usize = 16 + 8 * 4;
 const WAIT_NS: Nanos = 500;
 /// Attempts before an operation reports a livelock.
 const MAX_ATTEMPTS: u32 = 10_000;
+/// A lock spin gives up only after [`MAX_ATTEMPTS`] attempts *and* this
+/// much of its worker's time (ns): a spin lock is not fair, and behind
+/// sixteen machines' hand-over queues on slow memory nodes a waiter can
+/// lose 10,000 round trips in a row (50 ms on the radix-tree paper's
+/// testbed model) with every holder alive.
+const GIVE_UP_NS: Nanos = 1_000_000_000;
+
+/// Whether a spin that started at `t0` has tried long enough to call the
+/// lock's holder dead or the system livelocked.
+fn give_up(ctx: &Ctx, attempts: u32, t0: Nanos) -> bool {
+    attempts > MAX_ATTEMPTS && ctx.now().saturating_sub(t0) > GIVE_UP_NS
+}
 /// Attempts that may use the cache (later ones traverse from the root).
 const CACHED_ATTEMPTS: u32 = 3;
 
@@ -1208,6 +1220,7 @@ impl ArtClient {
         let g = local.acquire(ctx, i as usize).await;
         if !g.handed {
             let mut tries = 0u32;
+            let t0 = ctx.now();
             let got = loop {
                 match ctx.backoff_cas(lock, rk, 0, owner).await {
                     Ok(0) => break Ok(()),
@@ -1215,7 +1228,7 @@ impl ArtClient {
                     Err(e) => break Err(ArtError::from(e)),
                 }
                 tries += 1;
-                if tries > MAX_ATTEMPTS {
+                if give_up(ctx, tries, t0) {
                     break Err(ArtError::TooManyRetries(tries));
                 }
                 if !ctx.conflict_avoidance() {
@@ -1728,6 +1741,7 @@ impl ArtClient {
         // combining) those READs were a fifth of a memory node's verbs.
         // A contended acquisition pays one more round trip for its READ.
         let mut attempts = 0u32;
+        let t0 = ctx.now();
         loop {
             let t = ctx.cas(lock_at, rk, 0, owner);
             if attempts == 0 {
@@ -1744,7 +1758,7 @@ impl ArtClient {
                 break;
             }
             attempts += 1;
-            if attempts > MAX_ATTEMPTS {
+            if give_up(ctx, attempts, t0) {
                 return Err(ArtError::TooManyRetries(attempts));
             }
             self.count(|c| c.lock_retries += 1);
