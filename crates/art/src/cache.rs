@@ -72,6 +72,11 @@ enum Slots {
 /// The slot word's bits below its partial key.
 const BELOW_PKEY: u64 = (1 << 56) - 1;
 
+/// A byte table's entry for partial key `b` as (slot index, slot word).
+fn unpack(b: usize, t: u64) -> (usize, u64) {
+    ((t >> 56) as usize, (b as u64) << 56 | (t & BELOW_PKEY))
+}
+
 impl NodeView {
     pub fn new(addr: GlobalAddr, header: Header, rev: GlobalAddr, slots: Vec<u64>) -> Self {
         let slots = if slots.len() <= 16 {
@@ -126,7 +131,8 @@ impl NodeView {
                 let mut words = vec![0u64; *len as usize];
                 for (b, &t) in table.iter().enumerate() {
                     if t != 0 {
-                        words[(t >> 56) as usize] = (b as u64) << 56 | (t & BELOW_PKEY);
+                        let (i, w) = unpack(b, t);
+                        words[i] = w;
                     }
                 }
                 Cow::Owned(words)
@@ -158,10 +164,10 @@ impl NodeView {
     pub fn find(&self, b: u8) -> Option<(usize, Slot)> {
         if let Slots::Direct { table, .. } = &self.slots {
             let t = table[b as usize];
-            return (t != 0).then_some((
-                (t >> 56) as usize,
-                Slot((b as u64) << 56 | (t & BELOW_PKEY)),
-            ));
+            return (t != 0).then(|| {
+                let (i, w) = unpack(b as usize, t);
+                (i, Slot(w))
+            });
         }
         if let Slots::Wide { words, index } = &self.slots {
             let i = index[b as usize] as usize;

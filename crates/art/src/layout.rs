@@ -271,6 +271,13 @@ pub fn item_bytes(k: usize, v: usize) -> usize {
     8 + k.next_multiple_of(8) + v.next_multiple_of(8)
 }
 
+/// The item's bytes in a leaf region of `leaf_len` bytes (a whole leaf,
+/// padding included): all but the reverse pointer before [`LEAF_META`]
+/// and the lock word at the end.
+pub fn item_len(leaf_len: usize) -> usize {
+    leaf_len - LEAF_META as usize - 8
+}
+
 const CHECKSUM_SEED: u64 = 0x5A27_1EAF_C0DE_0001;
 
 /// The checksum bits of the meta word for these lengths, key and value.
@@ -354,7 +361,7 @@ pub fn decode_leaf(b: &[u8], kcap: usize) -> Option<Leaf<'_>> {
     if b.len() < LEAF_HEAD + 8 {
         return None;
     }
-    let item = decode_item(&b[8..b.len() - 8], kcap)?;
+    let item = decode_item(&b[LEAF_META as usize..][..item_len(b.len())], kcap)?;
     Some(Leaf {
         rev: GlobalAddr::from_raw(word(b, 0)),
         item,
@@ -410,7 +417,7 @@ mod tests {
         // A search's read: from the meta word, without the lock.
         let it = decode_item(&img[8..8 + item_bytes(8, 16)], 8).unwrap();
         assert_eq!(it, l.item);
-        assert_eq!(item_bytes(8, 16) + 16, img.len());
+        assert_eq!(item_bytes(8, 16), item_len(img.len()));
         // Any flipped byte of the item is caught, and so are the lengths.
         for at in [LEAF_HEAD, LEAF_HEAD + 8, LEAF_HEAD + 12, 8, 9] {
             let mut t = img.clone();

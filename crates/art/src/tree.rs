@@ -707,7 +707,7 @@ impl ArtClient {
         let rk = self.t.rkey(addr.node())?;
         // The item only: meta word, key and value (not the reverse pointer
         // before it nor the lock word after it; see `layout`).
-        let len = self.leaf_len(slot)? - 16;
+        let len = item_len(self.leaf_len(slot)?);
         let mut torn = 0u32;
         loop {
             ctx.read(addr.add(LEAF_META), rk, L_LEAF, len);
@@ -746,7 +746,7 @@ impl ArtClient {
     /// Decodes the item of a whole leaf read to task-local `off` (`len`
     /// bytes, reverse pointer to lock word).
     fn decode(&self, ctx: &Ctx, off: usize, len: usize) -> Option<LeafCopy> {
-        self.with_item(ctx, off + 8, len - 16, |l| {
+        self.with_item(ctx, off + LEAF_META as usize, item_len(len), |l| {
             l.map(|l| LeafCopy {
                 meta: l.meta,
                 key: l.key.to_vec(),
@@ -1731,9 +1731,10 @@ impl ArtClient {
         // radix-tree paper's "busy waiting", §3 Challenge 1; its artifact
         // re-CASes the leaf's lock after yielding): the leaf is updated in
         // place, so its address stays good, and what it holds is checked
-        // below once the lock is ours. Each attempt reads the leaf in the
-        // same batch, so the lock is held for one round trip. Conflict
-        // avoidance, when on, backs off inside `cas_outcome`.
+        // below once the lock is ours. The first attempt reads the leaf in
+        // the same batch, so an uncontended lock is held for one round
+        // trip. Conflict avoidance, when on, backs off inside
+        // `cas_outcome`.
         //
         // Only the first attempt carries the READ: a failed attempt's READ
         // is wasted, and under contention (the hot leaves of a zipfian

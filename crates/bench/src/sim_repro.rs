@@ -53,8 +53,9 @@
 //!   (16 … 896 in the paper; here 16 × 1, 16 × 8 and 16 × 24 threads, × 4
 //!   tasks), on the ConnectX-6 profile with its link at 100 Gb and its
 //!   memory nodes' execution rate at the paper's stated bound of about 45
-//!   M verbs/s each (the paper's testbed), beside Sherman as the paper ran it (the `btree`
-//!   index with span 32, HOCL and on-chip locks, no speculative lookup).
+//!   M verbs/s each (the paper's testbed), beside Sherman as the paper
+//!   ran it (the `btree` index with span 32, HOCL and on-chip locks, no
+//!   speculative lookup).
 //!   Rows: each system's throughput per client count, their ratio per
 //!   client count, and the ratio of their peaks (the paper compares
 //!   throughput–latency curves, i.e. each system at its best client

@@ -118,7 +118,9 @@ impl SimLock {
             _ => 0.0,
         };
         // Past every booked hold (a thread posting on its own doorbell,
-        // or an idle lock): granted at once, after the last holder.
+        // or an idle lock): granted at once, after the last holder — the
+        // walk below with nobody ahead (its sum spelt the same, `× 0`
+        // included, so the hold is the same to the bit).
         if self.holds.back().is_none_or(|h| h.release <= t) {
             let prev = self.holds.back().map_or(self.last, |h| Some(h.owner));
             let hold = p.doorbell.lock_ns + bounce_for(prev) + p.doorbell.handoff_ns * 0.0;

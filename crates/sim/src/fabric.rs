@@ -68,13 +68,7 @@ impl Shared {
 
     #[cold]
     fn with_locked<R>(&self, f: impl FnOnce(&mut Core) -> R) -> R {
-        let mut g = self.lock();
-        loop {
-            if let Some(core) = g.as_mut() {
-                return f(core);
-            }
-            g = self.back.wait(g).unwrap_or_else(|p| p.into_inner());
-        }
+        f(self.home().as_mut().expect("home() waits for the engine"))
     }
 
     /// A panic inside the engine leaves nothing that matters more than the
@@ -83,21 +77,23 @@ impl Shared {
         self.slot.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The lock, once the engine is in it (a run on another thread has
+    /// returned it).
+    fn home(&self) -> MutexGuard<'_, Option<Box<Core>>> {
+        let mut g = self.lock();
+        while g.is_none() {
+            g = self.back.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        g
+    }
+
     /// Moves the engine into this thread's slot until the guard drops (also
     /// when a panic unwinds through the run).
     ///
     /// # Panics
     /// If this thread is already running a simulation (runs do not nest).
     pub(crate) fn activate(&self) -> Active<'_> {
-        let core = {
-            let mut g = self.lock();
-            loop {
-                if let Some(c) = g.take() {
-                    break c;
-                }
-                g = self.back.wait(g).unwrap_or_else(|p| p.into_inner());
-            }
-        };
+        let core = self.home().take().expect("home() waits for the engine");
         ACTIVE.with(|a| {
             let mut a = a.borrow_mut();
             assert!(
