@@ -42,7 +42,9 @@
 //! - `smart-fig14` — §6.3, Fig. 14: SMART-HT with 100 % updates on one
 //!   compute node, with and without conflict avoidance: throughput,
 //!   retries per update and attempts per update (1 + retries: the measure
-//!   behind the paper's "11.5" and "1.1", see `fig14`) vs threads.
+//!   behind the paper's "11.5" and "1.1", see `fig14`) vs threads, and the
+//!   retry histogram as SMART's artifact records it (per thread, retries
+//!   between consecutive completions), its own run's shares beside it.
 //!
 //! Specification: SMART radix tree OSDI'23:
 //! - `smart-art-fig11` — §5.2, Fig. 11: the radix tree on YCSB LOAD, A, B,
@@ -1065,12 +1067,53 @@ fn fig14(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<S
                 "attempts/op",
                 published,
             );
+            // The retry histogram as the artifact fills it (see
+            // `YcsbResult::retry_histogram_thread`), beside its own run.
+            let artifact = FIG14_ARTIFACT_HIST
+                .iter()
+                .find(|(c, n, _)| *c == ca && *n == t)
+                .map(|(_, _, h)| h);
+            for (k, &share) in r.retry_histogram_thread.iter().enumerate() {
+                let bucket = if k + 1 == r.retry_histogram_thread.len() {
+                    format!("{k}+")
+                } else {
+                    k.to_string()
+                };
+                acc.push(
+                    &format!("{series} retried {bucket}"),
+                    t as f64,
+                    share,
+                    "share of completions",
+                    // (A share the artifact rounds to 0.000 has no ratio.)
+                    artifact
+                        .and_then(|h| h.get(k).copied())
+                        .filter(|&p| p > 0.0),
+                );
+            }
             done += 1;
             progress(done, total);
         }
     }
     Ok("threads (8 tasks each; 100 % updates)".into())
 }
+
+/// SMART's artifact's retry histograms for Fig. 14 (`ae/raw-reference/
+/// fig14bc.csv`: conflict avoidance off, and on with coroutine throttling):
+/// per thread count, the share of completions after 0, 1, …, 7 and 8 or
+/// more retries of their thread (`RecordOps` in `include/smart/thread.h`).
+#[rustfmt::skip]
+const FIG14_ARTIFACT_HIST: [(bool, usize, [f64; 9]); 10] = [
+    (false, 16, [0.652, 0.224, 0.079, 0.023, 0.009, 0.005, 0.003, 0.002, 0.004]),
+    (false, 32, [0.749, 0.170, 0.027, 0.015, 0.007, 0.004, 0.003, 0.004, 0.022]),
+    (false, 48, [0.412, 0.188, 0.150, 0.126, 0.042, 0.020, 0.010, 0.010, 0.043]),
+    (false, 64, [0.377, 0.185, 0.133, 0.135, 0.050, 0.022, 0.013, 0.026, 0.059]),
+    (false, 96, [0.354, 0.228, 0.087, 0.081, 0.034, 0.022, 0.027, 0.083, 0.084]),
+    (true, 16, [0.692, 0.211, 0.069, 0.021, 0.003, 0.001, 0.001, 0.000, 0.001]),
+    (true, 32, [0.779, 0.182, 0.013, 0.010, 0.003, 0.002, 0.002, 0.001, 0.007]),
+    (true, 48, [0.899, 0.057, 0.010, 0.007, 0.004, 0.003, 0.003, 0.002, 0.014]),
+    (true, 64, [0.924, 0.035, 0.009, 0.006, 0.004, 0.003, 0.003, 0.002, 0.013]),
+    (true, 96, [0.908, 0.048, 0.009, 0.007, 0.004, 0.003, 0.003, 0.002, 0.015]),
+];
 
 /// The figure as a chart: one line per series in Mops, plus the paper's
 /// points as "… (paper)" series.

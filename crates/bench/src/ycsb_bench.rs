@@ -252,6 +252,16 @@ pub struct YcsbResult {
     pub bytes_read_per_op: f64,
     pub bytes_written_per_op: f64,
     pub retries_per_op: f64,
+    /// Share of measured operations that retried 0, 1, …, 7 and 8 or more
+    /// times; empty for the in-process peers.
+    pub retry_histogram: Vec<f64>,
+    /// The same buckets as SMART's artifact fills them with `CONFIG_STAT`
+    /// (`RecordOps` in its `include/smart/thread.h`): per thread, the
+    /// retries any of its tasks recorded between two consecutive
+    /// completions, so one task's long spin is spread over the completions
+    /// of its thread's other tasks. The mean is the same; the shape is what
+    /// the artifact's `fig14bc.csv` can be compared with.
+    pub retry_histogram_thread: Vec<f64>,
     /// Operations that found nothing to read/update (should be 0 after a
     /// complete load).
     pub misses: u64,
@@ -445,8 +455,24 @@ struct ThreadOut {
     load_seconds: f64,
     counters: Counters,
     hist: Option<Histogram<u64>>,
+    retry_hist: RetryHist,
+    thread_hist: RetryHist,
     cache: (u64, u64),
     splits: u64,
+}
+
+/// Operations by retry count: 0..=7, and 8 or more in the last bucket.
+type RetryHist = [u64; RETRY_BUCKETS];
+const RETRY_BUCKETS: usize = 9;
+
+/// Each bucket's share of the total; empty when nothing was measured (the
+/// in-process peers).
+fn shares(h: &RetryHist) -> Vec<f64> {
+    let n: u64 = h.iter().sum();
+    h.iter()
+        .filter(|_| n > 0)
+        .map(|&c| c as f64 / n as f64)
+        .collect()
 }
 
 fn histogram() -> Histogram<u64> {
@@ -706,6 +732,8 @@ pub fn run(
 fn summarize(backend: String, cfg: &YcsbConfig, outs: &[ThreadOut]) -> YcsbResult {
     let mut hist = histogram();
     let mut counters = Counters::default();
+    let mut retry_hist = RetryHist::default();
+    let mut thread_hist = RetryHist::default();
     let (mut ops, mut misses, mut seconds, mut load_seconds) = (0, 0, 0f64, 0f64);
     let (mut hits, mut lookups, mut splits) = (0, 0, 0);
     for o in outs {
@@ -716,6 +744,12 @@ fn summarize(backend: String, cfg: &YcsbConfig, outs: &[ThreadOut]) -> YcsbResul
         counters.merge(&o.counters);
         if let Some(h) = &o.hist {
             hist.add(h).expect("same bounds");
+        }
+        for (a, b) in retry_hist.iter_mut().zip(o.retry_hist) {
+            *a += b;
+        }
+        for (a, b) in thread_hist.iter_mut().zip(o.thread_hist) {
+            *a += b;
         }
         hits += o.cache.0;
         lookups += o.cache.0 + o.cache.1;
@@ -754,6 +788,8 @@ fn summarize(backend: String, cfg: &YcsbConfig, outs: &[ThreadOut]) -> YcsbResul
         bytes_read_per_op: per(counters.bytes_read),
         bytes_written_per_op: per(counters.bytes_written),
         retries_per_op: per(counters.retries),
+        retry_histogram: shares(&retry_hist),
+        retry_histogram_thread: shares(&thread_hist),
         misses,
         load_seconds,
         load_mops: if load_seconds > 0.0 {
@@ -797,6 +833,11 @@ struct Tally {
     done: Rc<Cell<u64>>,
     misses: Rc<Cell<u64>>,
     hist: Rc<RefCell<Option<Histogram<u64>>>>,
+    retry_hist: Rc<RefCell<RetryHist>>,
+    /// The same by SMART's artifact's definition: retries the thread
+    /// recorded since its previous completion.
+    thread_hist: Rc<RefCell<RetryHist>>,
+    thread_mark: Rc<Cell<u64>>,
     /// When the last operation ended (the worker's clock).
     last: Rc<Cell<u64>>,
     /// Operations ending before this are not counted.
@@ -827,6 +868,18 @@ impl Tally {
             let _ = h.record(end.saturating_sub(start).max(1));
         }
         self.done.set(self.done.get() + 1);
+    }
+
+    /// [`Tally::record`] of an operation that retried `retries` times, when
+    /// the thread's tasks together have retried `thread_total` times.
+    fn record_retried(&self, start: u64, end: u64, retries: u64, thread_total: u64) {
+        let since = thread_total - self.thread_mark.replace(thread_total);
+        self.record(start, end);
+        if end >= self.from {
+            let bucket = |n: u64| (n as usize).min(RETRY_BUCKETS - 1);
+            self.retry_hist.borrow_mut()[bucket(retries)] += 1;
+            self.thread_hist.borrow_mut()[bucket(since)] += 1;
+        }
     }
 
     fn fail(&self, why: String) {
@@ -904,13 +957,14 @@ fn spawn_run<C: IndexClient>(
             while t < deadline {
                 let op = gen.next_op();
                 version += 1;
+                let retried = ctx.retries();
                 match index_op(&client, &ctx, op, kt, seed, vs, version).await {
                     Ok(true) => {}
                     Ok(false) => tally.misses.set(tally.misses.get() + 1),
                     Err(e) => return tally.fail(format!("{op:?}: {e}")),
                 }
                 let end = ctx.now();
-                tally.record(t, end);
+                tally.record_retried(t, end, ctx.retries() - retried, ctx.worker_retries());
                 t = end;
             }
         });
@@ -962,6 +1016,8 @@ fn phase_out<C: IndexClient>(
         misses: tally.misses.get(),
         counters: w.stats().counters.since(before.0),
         hist: tally.hist.borrow().clone(),
+        retry_hist: *tally.retry_hist.borrow(),
+        thread_hist: *tally.thread_hist.borrow(),
         cache: (h - before.1 .0, m - before.1 .1),
         splits: s,
         ..Default::default()

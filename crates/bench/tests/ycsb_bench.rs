@@ -247,3 +247,57 @@ fn a_simulated_run_is_deterministic() {
     let f: Arc<dyn Fabric> = fabric();
     assert!(ycsb_bench::run(Platform::Fabric(f), &several, &|_, _, _| {}).is_err());
 }
+
+#[test]
+fn retry_histograms_count_every_measured_operation() {
+    // A handful of keys updated by 16 tasks with conflict avoidance off:
+    // CASes fail, so some operations retry.
+    let c = YcsbConfig {
+        keys: 4,
+        threads: 4,
+        coros: 4,
+        distribution: Some(dmkit_bench::ycsb::Distribution::Uniform),
+        duration: Duration::from_millis(2),
+        warmup: Duration::from_millis(1),
+        cache_entries: 0,
+        runtime: RuntimeConfig {
+            conflict_avoid: false,
+            ..RuntimeConfig::default()
+        },
+        ..cfg(IndexKind::Race, Workload::U, KeyType::Int)
+    };
+    let r = ycsb_bench::run(sim_platform(2), &c, &|_, _, _| {}).unwrap();
+    for (name, h) in [
+        ("per operation", &r.retry_histogram),
+        ("per thread", &r.retry_histogram_thread),
+    ] {
+        assert_eq!(h.len(), 9, "{name}: {r:?}");
+        let total: f64 = h.iter().sum();
+        assert!((total - 1.0).abs() < 1e-9, "{name}: shares sum to {total}");
+        assert!(h[0] < 1.0, "{name}: no operation retried: {h:?}");
+    }
+    // Retries counted per operation never exceed the run's retry counter
+    // (which also counts those of operations still running at the end);
+    // the last bucket counts 8.
+    let lower: f64 = r
+        .retry_histogram
+        .iter()
+        .enumerate()
+        .map(|(k, s)| k as f64 * s)
+        .sum();
+    assert!(
+        lower > 0.0 && lower <= r.retries_per_op + 1e-9,
+        "{lower} vs {r:?}"
+    );
+    // The in-process peer never retries and has no histogram.
+    let local = ycsb_bench::run(
+        Platform::Fabric(fabric()),
+        &YcsbConfig {
+            duration: Duration::from_millis(50),
+            ..cfg(IndexKind::LocalHash, Workload::U, KeyType::Int)
+        },
+        &|_, _, _| {},
+    )
+    .unwrap();
+    assert!(local.retry_histogram.is_empty() && local.retry_histogram_thread.is_empty());
+}

@@ -483,6 +483,19 @@ impl Ctx {
         st.tasks[self.task].counters.retries += 1;
     }
 
+    /// Retries this task has recorded so far (failed CASes of `backoff_cas`
+    /// and [`Ctx::note_retry`]); the difference across an operation is its
+    /// retry count.
+    pub fn retries(&self) -> u64 {
+        self.core.st.borrow().tasks[self.task].counters.retries
+    }
+
+    /// Retries all tasks of this worker have recorded so far.
+    pub fn worker_retries(&self) -> u64 {
+        let st = self.core.st.borrow();
+        st.tasks.iter().map(|t| t.counters.retries).sum()
+    }
+
     /// Sleeps `d` nanoseconds of the worker's clock (other tasks run).
     pub fn sleep(&self, d: Nanos) -> Sleep<'_> {
         Sleep {
