@@ -160,7 +160,9 @@ pub struct ResponderModel {
     pub dma_write_ns: f64,
     /// Same-address atomics in host memory are serialised, each holding the
     /// address this long (ns). SwordBox §3.2 Fig. 4: ≈3 Mops for serialised
-    /// CAS in host memory (≈330 ns each).
+    /// CAS in host memory (≈330 ns each; the ConnectX-5 profile). The
+    /// ConnectX-6 profile's 450 ns is calibrated to SMART's artifact (RACE
+    /// YCSB A at one compute node, Fig. 7; configs/sim/cx6-200g.toml).
     pub atomic_ns: f64,
     /// The same in on-NIC device memory (ns). SwordBox Fig. 4: ≈9 Mops.
     pub atomic_nic_ns: f64,
