@@ -618,8 +618,8 @@ fn fig7(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<St
                 // virtual seconds to settle: RACE A at 6 compute nodes
                 // measured 0.26 / 0.14 / 0.070 / 0.049 Mops after 0.1 / 0.3
                 // / 1 / 2.5 s (artifact: 0.054), B 3.2 → 0.80 after 0.1 → 1 s
-                // (0.714) (with `atomic_ns` at 330 then). SMART-HT (conflict avoidance) and reads settle
-                // within 100 ms.
+                // (0.714), with `atomic_ns` at 330 then. SMART-HT (conflict
+                // avoidance) and reads settle within 100 ms.
                 let warmup_ms = match (on, name) {
                     (false, "a") => 2_500,
                     (false, "b") => 2_000,

@@ -413,16 +413,8 @@ fn local_ptr_first(
     l: LocalRef,
 ) -> Result<*mut u8, VerbError> {
     match first {
-        Some(f) if l.lkey == 0 => match l.offset.checked_add(l.len as u64) {
-            // SAFETY: offset + len ≤ f.len, so the pointer stays inside
-            // `locals[0].mem`.
-            Some(end) if end <= f.len => Ok(unsafe { f.base.add(l.offset as usize) }),
-            _ => Err(VerbError::LocalOutOfBounds {
-                lkey: l.lkey,
-                offset: l.offset,
-                len: l.len,
-            }),
-        },
+        // SAFETY: `f` is a copy of `locals[0]`'s base and length.
+        Some(f) if l.lkey == 0 => unsafe { in_region(f.base, f.len, l) },
         _ => local_ptr(locals, l),
     }
 }
@@ -433,9 +425,20 @@ fn local_ptr(locals: &[LocalSlot], l: LocalRef) -> Result<*mut u8, VerbError> {
     let slot = locals
         .get(l.lkey as usize)
         .ok_or(VerbError::BadLkey(l.lkey))?;
+    // SAFETY: a slot's base and length describe its `mem`, which it keeps alive.
+    unsafe { in_region(slot.base, slot.len, l) }
+}
+
+/// `l`'s range inside the registered region of `len` bytes at `base`.
+///
+/// # Safety
+/// `base..base + len` must be one live allocation.
+#[inline(always)]
+unsafe fn in_region(base: *mut u8, len: u64, l: LocalRef) -> Result<*mut u8, VerbError> {
     match l.offset.checked_add(l.len as u64) {
-        // SAFETY: offset + len ≤ slot.len, so the pointer stays inside `mem`.
-        Some(end) if end <= slot.len => Ok(unsafe { slot.base.add(l.offset as usize) }),
+        // SAFETY: offset + len ≤ len, so the pointer stays inside the
+        // allocation (the caller's promise).
+        Some(end) if end <= len => Ok(unsafe { base.add(l.offset as usize) }),
         _ => Err(VerbError::LocalOutOfBounds {
             lkey: l.lkey,
             offset: l.offset,
