@@ -262,6 +262,14 @@ pub struct YcsbResult {
     /// of its thread's other tasks. The mean is the same; the shape is what
     /// the artifact's `fig14bc.csv` can be compared with.
     pub retry_histogram_thread: Vec<f64>,
+    /// Share of the tasks that completed no operation in the measured
+    /// window (remote indexes; 0 for the in-process peers). Under a
+    /// collapsed hot slot these are the clients stranded on it.
+    pub idle_task_share: f64,
+    /// Jain's fairness index of the threads' completed operations in the
+    /// measured window, (Σx)² / (n·Σx²): 1 when every thread completed
+    /// as many, 1/n when one thread completed them all.
+    pub thread_fairness: f64,
     /// Operations that found nothing to read/update (should be 0 after a
     /// complete load).
     pub misses: u64,
@@ -457,6 +465,8 @@ struct ThreadOut {
     hist: Option<Histogram<u64>>,
     retry_hist: RetryHist,
     thread_hist: RetryHist,
+    /// Operations each task completed in the measured window.
+    task_ops: Vec<u64>,
     cache: (u64, u64),
     splits: u64,
 }
@@ -734,6 +744,7 @@ fn summarize(backend: String, cfg: &YcsbConfig, outs: &[ThreadOut]) -> YcsbResul
     let mut counters = Counters::default();
     let mut retry_hist = RetryHist::default();
     let mut thread_hist = RetryHist::default();
+    let (mut tasks, mut idle_tasks, mut sum_sq) = (0usize, 0usize, 0f64);
     let (mut ops, mut misses, mut seconds, mut load_seconds) = (0, 0, 0f64, 0f64);
     let (mut hits, mut lookups, mut splits) = (0, 0, 0);
     for o in outs {
@@ -751,6 +762,9 @@ fn summarize(backend: String, cfg: &YcsbConfig, outs: &[ThreadOut]) -> YcsbResul
         for (a, b) in thread_hist.iter_mut().zip(o.thread_hist) {
             *a += b;
         }
+        tasks += o.task_ops.len();
+        idle_tasks += o.task_ops.iter().filter(|&&n| n == 0).count();
+        sum_sq += (o.ops as f64).powi(2);
         hits += o.cache.0;
         lookups += o.cache.0 + o.cache.1;
         splits += o.splits;
@@ -790,6 +804,16 @@ fn summarize(backend: String, cfg: &YcsbConfig, outs: &[ThreadOut]) -> YcsbResul
         retries_per_op: per(counters.retries),
         retry_histogram: shares(&retry_hist),
         retry_histogram_thread: shares(&thread_hist),
+        idle_task_share: if tasks == 0 {
+            0.0
+        } else {
+            idle_tasks as f64 / tasks as f64
+        },
+        thread_fairness: if sum_sq > 0.0 {
+            (ops as f64).powi(2) / (outs.len() as f64 * sum_sq)
+        } else {
+            1.0
+        },
         misses,
         load_seconds,
         load_mops: if load_seconds > 0.0 {
@@ -838,6 +862,8 @@ struct Tally {
     /// recorded since its previous completion.
     thread_hist: Rc<RefCell<RetryHist>>,
     thread_mark: Rc<Cell<u64>>,
+    /// Measured operations per task of the thread.
+    task_ops: Rc<RefCell<Vec<u64>>>,
     /// When the last operation ended (the worker's clock).
     last: Rc<Cell<u64>>,
     /// Operations ending before this are not counted.
@@ -938,6 +964,7 @@ fn spawn_run<C: IndexClient>(
     tally: &Tally,
 ) {
     let clients = (cfg.total_threads() * cfg.coros) as u64;
+    tally.task_ops.borrow_mut().resize(cfg.coros, 0);
     for ci in 0..cfg.coros {
         let (client, tally) = (client.clone(), tally.clone());
         let id = (ti * cfg.coros + ci) as u64;
@@ -965,6 +992,9 @@ fn spawn_run<C: IndexClient>(
                 }
                 let end = ctx.now();
                 tally.record_retried(t, end, ctx.retries() - retried, ctx.worker_retries());
+                if end >= tally.from {
+                    tally.task_ops.borrow_mut()[ci] += 1;
+                }
                 t = end;
             }
         });
@@ -1018,6 +1048,7 @@ fn phase_out<C: IndexClient>(
         hist: tally.hist.borrow().clone(),
         retry_hist: *tally.retry_hist.borrow(),
         thread_hist: *tally.thread_hist.borrow(),
+        task_ops: tally.task_ops.borrow().clone(),
         cache: (h - before.1 .0, m - before.1 .1),
         splits: s,
         ..Default::default()

@@ -301,3 +301,53 @@ fn retry_histograms_count_every_measured_operation() {
     .unwrap();
     assert!(local.retry_histogram.is_empty() && local.retry_histogram_thread.is_empty());
 }
+
+#[test]
+fn fairness_figures_see_a_stranded_client() {
+    // Uncontended reads: every task completes operations, every thread
+    // about as many as the others.
+    let calm = YcsbConfig {
+        keys: 1000,
+        threads: 4,
+        coros: 2,
+        distribution: Some(dmkit_bench::ycsb::Distribution::Uniform),
+        duration: Duration::from_millis(2),
+        warmup: Duration::from_millis(1),
+        cache_entries: 0,
+        ..cfg(IndexKind::Race, Workload::C, KeyType::Int)
+    };
+    let r = ycsb_bench::run(sim_platform(2), &calm, &|_, _, _| {}).unwrap();
+    assert_eq!(r.idle_task_share, 0.0, "{r:?}");
+    assert!(r.thread_fairness > 0.99, "{r:?}");
+    // Two single-task threads CASing one slot, conflict avoidance off: the
+    // noise-free model lets the same thread win every round (its next CAS
+    // always lands first), so one task is stranded and one thread did all
+    // the work. Both figures must say so.
+    let one_key = YcsbConfig {
+        workload: Workload::U,
+        keys: 1,
+        threads: 2,
+        coros: 1,
+        runtime: RuntimeConfig {
+            conflict_avoid: false,
+            ..RuntimeConfig::default()
+        },
+        ..calm.clone()
+    };
+    let r = ycsb_bench::run(sim_platform(2), &one_key, &|_, _, _| {}).unwrap();
+    assert!(r.ops > 0, "{r:?}");
+    assert_eq!(r.idle_task_share, 0.5, "{r:?}");
+    assert!((r.thread_fairness - 0.5).abs() < 1e-12, "{r:?}");
+    // The in-process peer has no tasks to strand.
+    let local = ycsb_bench::run(
+        Platform::Fabric(fabric()),
+        &YcsbConfig {
+            duration: Duration::from_millis(50),
+            ..cfg(IndexKind::LocalHash, Workload::C, KeyType::Int)
+        },
+        &|_, _, _| {},
+    )
+    .unwrap();
+    assert_eq!(local.idle_task_share, 0.0);
+    assert!(local.thread_fairness > 0.0 && local.thread_fairness <= 1.0 + 1e-12);
+}
