@@ -290,15 +290,7 @@ fn retry_histograms_count_every_measured_operation() {
         "{lower} vs {r:?}"
     );
     // The in-process peer never retries and has no histogram.
-    let local = ycsb_bench::run(
-        Platform::Fabric(fabric()),
-        &YcsbConfig {
-            duration: Duration::from_millis(50),
-            ..cfg(IndexKind::LocalHash, Workload::U, KeyType::Int)
-        },
-        &|_, _, _| {},
-    )
-    .unwrap();
+    let local = local_peer(Workload::U);
     assert!(local.retry_histogram.is_empty() && local.retry_histogram_thread.is_empty());
 }
 
@@ -339,15 +331,20 @@ fn fairness_figures_see_a_stranded_client() {
     assert_eq!(r.idle_task_share, 0.5, "{r:?}");
     assert!((r.thread_fairness - 0.5).abs() < 1e-12, "{r:?}");
     // The in-process peer has no tasks to strand.
-    let local = ycsb_bench::run(
+    let local = local_peer(Workload::C);
+    assert_eq!(local.idle_task_share, 0.0);
+    assert!(local.thread_fairness > 0.0 && local.thread_fairness <= 1.0 + 1e-12);
+}
+
+/// A 50 ms run of the in-process peer (`local-hash`) on `w`.
+fn local_peer(w: Workload) -> dmkit_bench::ycsb_bench::YcsbResult {
+    ycsb_bench::run(
         Platform::Fabric(fabric()),
         &YcsbConfig {
             duration: Duration::from_millis(50),
-            ..cfg(IndexKind::LocalHash, Workload::C, KeyType::Int)
+            ..cfg(IndexKind::LocalHash, w, KeyType::Int)
         },
         &|_, _, _| {},
     )
-    .unwrap();
-    assert_eq!(local.idle_task_share, 0.0);
-    assert!(local.thread_fairness > 0.0 && local.thread_fairness <= 1.0 + 1e-12);
+    .unwrap()
 }
