@@ -18,7 +18,7 @@ pub struct Point {
 }
 
 impl Point {
-    /// From a `bench ycsb` JSON result: series "index workload [backend]",
+    /// From a `bench ycsb` JSON result: series "index workload \[backend\]",
     /// x = threads, y = Mops.
     pub fn from_json(v: &serde_json::Value) -> Result<Point, String> {
         let s = |k: &str| {

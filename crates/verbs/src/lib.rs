@@ -15,8 +15,8 @@
 //! §5.1; SMART-ART (OSDI'23) §4.1.3 (inline, unsignaled, doorbell-batched
 //! requests); CoRM (SIGMOD'21) §3.5 (re-registration that keeps keys, ODP).
 //!
-//! - [`device`]: device/port/GID selection, no hard-coded indices.
-//! - [`ctl`]: the memory node's TCP control channel (no memcached).
+//! - `device`: device/port/GID selection, no hard-coded indices.
+//! - `ctl`: the memory node's TCP control channel (no memcached).
 //! - `server`: the memory node side — registrations over the node's memory,
 //!   queue-pair setup, page remapping with re-registration.
 //! - `fabric`, `vqp`: the compute side.
