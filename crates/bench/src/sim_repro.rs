@@ -1026,8 +1026,10 @@ fn fig14(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<S
         for &t in threads {
             // Without conflict avoidance the hottest slot's collapse fills
             // up over virtual time, as in fig7's RACE runs: at 96 threads
-            // 15.5 / 17.3 / 19.0 attempts per update after 0.05 / 0.15 /
-            // 1 s, and 19.0 again after 1.5 s. SMART's artifact averages
+            // 15.5 / 17.3 / 20.5 / 19.0 attempts per update after 0.05 /
+            // 0.15 / 0.4 / 1 s, and 19.0 again after 1.5 s (the first two
+            // in the figure's setup, the rest from `bench ycsb` with the
+            // same switches and 4 KiB pages). SMART's artifact averages
             // 10 s from a calm start, i.e. the steady state. With conflict
             // avoidance it settles within 50 ms (1.31 attempts after 0.05
             // and after 1 s).
