@@ -896,15 +896,17 @@ impl Tally {
         self.done.set(self.done.get() + 1);
     }
 
-    /// [`Tally::record`] of an operation that retried `retries` times, when
-    /// the thread's tasks together have retried `thread_total` times.
-    fn record_retried(&self, start: u64, end: u64, retries: u64, thread_total: u64) {
+    /// [`Tally::record`] of task `task`'s operation that retried `retries`
+    /// times, when the thread's tasks together have retried `thread_total`
+    /// times.
+    fn record_retried(&self, task: usize, start: u64, end: u64, retries: u64, thread_total: u64) {
         let since = thread_total - self.thread_mark.replace(thread_total);
         self.record(start, end);
         if end >= self.from {
             let bucket = |n: u64| (n as usize).min(RETRY_BUCKETS - 1);
             self.retry_hist.borrow_mut()[bucket(retries)] += 1;
             self.thread_hist.borrow_mut()[bucket(since)] += 1;
+            self.task_ops.borrow_mut()[task] += 1;
         }
     }
 
@@ -991,10 +993,7 @@ fn spawn_run<C: IndexClient>(
                     Err(e) => return tally.fail(format!("{op:?}: {e}")),
                 }
                 let end = ctx.now();
-                tally.record_retried(t, end, ctx.retries() - retried, ctx.worker_retries());
-                if end >= tally.from {
-                    tally.task_ops.borrow_mut()[ci] += 1;
-                }
+                tally.record_retried(ci, t, end, ctx.retries() - retried, ctx.worker_retries());
                 t = end;
             }
         });
