@@ -11,7 +11,7 @@
 //! write can never be answered by an older read).
 //!
 //! The table is the paper's hash-indexed array of local locks with a
-//! "unique key" per lock: `SLOTS` (4096) slots, each behind its own mutex, each
+//! "unique key" per lock: `SLOTS` slots, each behind its own mutex, each
 //! holding at most one open window and the key it is for. A key whose slot
 //! holds another key's window is the paper's "hash conflict": the task
 //! runs alone. Tasks on different keys therefore share no lock (one table

@@ -9,8 +9,9 @@
 //!
 //! When the connection ends, cleanly or because the client died (the kernel
 //! closes its socket), the session ends and its non-persistent chunks are
-//! reclaimed. Malformed frames get [`RpcError::BadFrame`](crate::RpcError::BadFrame); oversized frames,
-//! a failed handshake or I/O errors close the connection. Nothing a client
+//! reclaimed. Malformed frames get
+//! [`RpcError::BadFrame`](crate::RpcError::BadFrame); oversized frames, a
+//! failed handshake or I/O errors close the connection. Nothing a client
 //! sends can stop the node except an authenticated `Shutdown`.
 
 use std::fs;
