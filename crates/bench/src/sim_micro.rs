@@ -223,7 +223,9 @@ pub fn run(cfg: &SimMicroConfig) -> Result<SimMicroResult, BenchError> {
             let mut rng =
                 Rng::new(seed ^ ((id * cfg.tasks + ci) as u64 + 1).wrapping_mul(0x9E37_79B9));
             w.spawn(move |ctx| async move {
-                let mut turn = id + ci;
+                // The memory node of the next round, kept in range by a
+                // wrap rather than a division per READ.
+                let mut turn = (id + ci) % regions.len();
                 loop {
                     let now = ctx.now();
                     if now >= end {
@@ -238,7 +240,10 @@ pub fn run(cfg: &SimMicroConfig) -> Result<SimMicroResult, BenchError> {
                         }
                     }
                     turn += 1;
-                    let (base, _, rkey) = regions[turn % regions.len()];
+                    if turn == regions.len() {
+                        turn = 0;
+                    }
+                    let (base, _, rkey) = regions[turn];
                     for i in 0..depth {
                         let off = base.offset() + 8 * rng.below(words);
                         ctx.read(GlobalAddr::new(base.node(), off), rkey, i * size, size);
