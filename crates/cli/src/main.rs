@@ -29,6 +29,15 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use units::{format_size, parse_size};
 
+/// mimalloc instead of the system allocator: the simulator keeps the state
+/// of thousands of tasks and connections in small allocations and walks
+/// them in an order no cache predicts; mimalloc's size-segregated pages
+/// pack them more densely. `dmkit sim speed` (6 machines × 96 threads × 8
+/// tasks): 5.76 → 6.41 M simulated verbs per wall second, median of five
+/// alternating runs; the single-machine run is unchanged.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "dmkit",
