@@ -282,6 +282,7 @@ struct Qp {
 }
 
 /// One request in flight on a handle.
+#[repr(align(64))]
 struct Entry {
     wr: WorkRequest,
     batch: u64,
@@ -295,8 +296,15 @@ struct Entry {
     cut: Option<Box<Cut>>,
     /// Pieces applied so far (all pieces applied = executed).
     applied: u8,
-    result: Result<u64, VerbError>,
+    /// The result word of a success (old value, or bytes moved).
+    value: u64,
+    /// The failure, if any (boxed: rare, and the entry stays two lines).
+    error: Option<Box<VerbError>>,
 }
+
+// An entry is two cache lines, aligned (a post writes it, an effect and
+// a poll read it: with hundreds of threads each is a miss per line).
+const _: () = assert!(std::mem::size_of::<Entry>() == 128);
 
 impl Entry {
     fn pieces(&self) -> u8 {
@@ -973,7 +981,8 @@ impl Core {
                 seq,
                 cut: cut.map(Box::new),
                 applied: 0,
-                result: Ok(0),
+                value: 0,
+                error: None,
             });
             if wr.signaled {
                 hd.deliverable += 1;
@@ -1087,14 +1096,11 @@ impl Core {
                     }
                 }
             }
-            // Entries start as `Ok(0)`: a success writes its word in place
-            // (moving the whole 32-byte result through the stack stalled
-            // on store forwarding: a fifth of `apply_until` in a profile).
-            match (outcome, &mut e.result) {
-                (Ok(v), Ok(r)) => *r = v,
-                (o, r) => *r = o,
+            match outcome {
+                Ok(v) => e.value = v,
+                Err(err) => e.error = Some(Box::new(err)),
             }
-        } else if e.result.is_ok() {
+        } else if e.error.is_none() {
             let c = **e
                 .cut
                 .as_ref()
@@ -1106,7 +1112,7 @@ impl Core {
                 .exec
                 .execute(&piece(&e.wr, c.cuts[i], c.cuts[i + 1]), &[])
             {
-                e.result = Err(err);
+                e.error = Some(Box::new(err));
                 if !e.wr.signaled {
                     hd.deliverable += 1;
                 }
@@ -1167,18 +1173,19 @@ impl Core {
                 if !hd.sges.is_empty() && hd.entries.front().is_none_or(|f| f.batch != e.batch) {
                     hd.sges.remove(&e.batch);
                 }
-                if e.wr.signaled || e.result.is_err() {
+                if e.wr.signaled || e.error.is_some() {
                     hd.deliverable -= 1;
                     self.stats.completed += 1;
-                    let result = e.result.map_err(|error| {
-                        Box::new(RequestError {
+                    let result = match e.error {
+                        None => Ok(e.value),
+                        Some(error) => Err(Box::new(RequestError {
                             index: e.index as usize,
                             wr_id: e.wr.wr_id,
                             kind: e.wr.kind(),
                             remote: e.wr.remote,
-                            error,
-                        })
-                    });
+                            error: *error,
+                        })),
+                    };
                     out.push(Completion {
                         wr_id: e.wr.wr_id,
                         result,
@@ -1211,7 +1218,7 @@ impl Core {
         let hd = &self.handles[hi];
         hd.entries
             .iter()
-            .find(|e| e.wr.signaled || e.result.is_err())
+            .find(|e| e.wr.signaled || e.error.is_some())
             .or(hd.entries.front())
             .map(|e| e.cq_at)
     }
@@ -1244,7 +1251,7 @@ impl Core {
             if let Some(e) = hd
                 .entries
                 .iter()
-                .find(|e| e.wr.signaled || e.result.is_err())
+                .find(|e| e.wr.signaled || e.error.is_some())
             {
                 best = Some(best.map_or(e.cq_at, |b| b.min(e.cq_at)));
             }
