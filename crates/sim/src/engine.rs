@@ -409,6 +409,8 @@ pub(crate) struct Core {
     qps: Vec<Qp>,
     pub handles: Vec<Handle>,
     effects: BinaryHeap<Reverse<Effect>>,
+    /// The last request shape seen per kind (`VerbKind as usize`).
+    shapes: [Shape; 5],
     seq: u64,
     /// Same-address atomic serialisation: address → free instant.
     /// (Looked up per simulated atomic: an integer hasher; never iterated,
@@ -497,13 +499,53 @@ fn tear(faults: &Faults, rng: &mut SimRng, in_order_write: bool, wr: &WorkReques
     Some(cut)
 }
 
-fn kind_bytes(wr: &WorkRequest) -> (f64, f64, f64) {
+fn kind_bytes(kind: VerbKind, len: usize) -> (f64, f64, f64) {
     // (request payload on the wire, response payload, PCIe payload at requester)
-    let len = wr.len() as f64;
-    match wr.kind() {
+    let len = len as f64;
+    match kind {
         VerbKind::Read => (0.0, len, len),
         VerbKind::Write => (len, 0.0, len),
         _ => (16.0, 8.0, 8.0),
+    }
+}
+
+/// The terms of a request's timing that depend only on its kind and
+/// length (and the fixed profile): computed by the same expressions as
+/// before, once per kind and length instead of once per request (four
+/// divisions each).
+#[derive(Debug, Clone, Copy, Default)]
+struct Shape {
+    /// Length + 1 these terms are for (0: none yet).
+    key: u64,
+    /// WQE bytes + payload over PCIe at the requester (before misses).
+    pcie_base: f64,
+    /// Serialisation of the request and of the response on a link (ns).
+    ser: f64,
+    rser: f64,
+    /// The responder's service time.
+    rsvc: f64,
+    /// Bytes on the wire, both directions.
+    wire: u64,
+}
+
+impl Shape {
+    fn of(p: &Profile, slots: &Slots, kind: VerbKind, len: usize) -> Self {
+        let link_bpns = p.link.gbps / 8.0;
+        let (req_payload, resp_payload, pcie_payload) = kind_bytes(kind, len);
+        let pkts = packets(req_payload, p.link.mtu);
+        let req_bytes = pkts * p.link.header_bytes + req_payload;
+        let rpk = packets(resp_payload, p.link.mtu);
+        let resp_bytes = rpk * p.link.header_bytes + resp_payload;
+        Shape {
+            key: len as u64 + 1,
+            pcie_base: p.nic.wr_bytes + pcie_payload,
+            ser: req_bytes / link_bpns,
+            rser: resp_bytes / link_bpns,
+            // The responder's DMA moves the payload once (host memory to
+            // NIC for a READ or atomic, NIC to host memory for a WRITE).
+            rsvc: fmax(slots.responder, pcie_payload / p.responder.pcie_gbs),
+            wire: (req_bytes + resp_bytes) as u64,
+        }
     }
 }
 
@@ -527,6 +569,7 @@ impl Core {
             qps: Vec::new(),
             handles: Vec::new(),
             effects: BinaryHeap::new(),
+            shapes: [Shape::default(); 5],
             seq: 0,
             addr_free: IntMap::default(),
             device_mem: IntMap::default(),
@@ -767,6 +810,7 @@ impl Core {
             qps,
             handles,
             effects,
+            shapes,
             seq: next_seq,
             addr_free,
             device_mem,
@@ -818,7 +862,6 @@ impl Core {
             hd.sges.insert(batch_id, batch.sges().to_vec());
         }
         let loopback = target == machine;
-        let link_bpns = p.link.gbps / 8.0;
         let half_wire = if loopback { 0.0 } else { p.link.wire_ns / 2.0 };
         let node = hd.node;
         let shift = hd.shift;
@@ -836,7 +879,13 @@ impl Core {
         let on_nic_range = device_mem.get(&node).copied();
         for (index, wr) in batch.requests().iter().enumerate() {
             let wr = *wr;
-            let (req_payload, resp_payload, pcie_payload) = kind_bytes(&wr);
+            let kind = wr.kind();
+            let len = wr.len();
+            let sh = &mut shapes[kind as usize];
+            if sh.key != len as u64 + 1 {
+                *sh = Shape::of(p, slots, kind, len);
+            }
+            let sh = *sh;
             // Requester: WQE processing, bounded by the message rate and
             // by PCIe bytes (WQE fetch, CQE, data, WQE-cache misses).
             m.outstanding += 1;
@@ -846,7 +895,7 @@ impl Core {
             } else {
                 0.0
             };
-            let pcie = p.nic.wr_bytes + pcie_payload + miss * p.nic.miss_bytes;
+            let pcie = sh.pcie_base + miss * p.nic.miss_bytes;
             let svc = fmax(slots.nic, pcie / p.nic.pcie_gbs);
             // Round-robin arbitration between send queues: while `n` queue
             // pairs are backlogged, each is served at most every `n` slots,
@@ -866,9 +915,7 @@ impl Core {
             stats.pcie_bytes += pcie;
             stats.wqe_misses += miss;
             // Request packets: uplink, switch, downlink.
-            let pkts = packets(req_payload, p.link.mtu);
-            let req_bytes = pkts * p.link.header_bytes + req_payload;
-            let ser = req_bytes / link_bpns;
+            let ser = sh.ser;
             let u = fmax(depart, m.up_free);
             m.up_free = u + ser;
             let d = fmax(u + ser + half_wire, tm.down_free);
@@ -876,10 +923,7 @@ impl Core {
             let arrive = d + ser + half_wire;
             // Responder: execution unit, translation cache, memory access.
             let r = fmax(arrive, tm.resp_free);
-            // The responder's DMA moves the payload once (host memory to
-            // NIC for a READ or atomic, NIC to host memory for a WRITE).
-            let rsvc = fmax(slots.responder, pcie_payload / p.responder.pcie_gbs);
-            tm.resp_free = r + rsvc;
+            tm.resp_free = r + sh.rsvc;
             let page = wr.remote.offset() >> shift;
             // (A mask for the profiles' power-of-two caches: a division
             // here sat in every request's critical path.)
@@ -896,7 +940,7 @@ impl Core {
             } else {
                 0.0
             };
-            let mut exec = match wr.kind() {
+            let mut exec = match kind {
                 VerbKind::Read => r + mtt_miss + p.responder.dma_read_ns,
                 VerbKind::Write => r + mtt_miss + p.responder.dma_write_ns,
                 _ => {
@@ -943,9 +987,7 @@ impl Core {
             q.last_exec = exec + spread;
             // Response: uplink of the target, downlink of the requester,
             // then data and CQE written into host memory.
-            let rpk = packets(resp_payload, p.link.mtu);
-            let resp_bytes = rpk * p.link.header_bytes + resp_payload;
-            let rser = resp_bytes / link_bpns;
+            let rser = sh.rser;
             let u2 = fmax(exec + spread, tm.up_resp_free);
             tm.up_resp_free = u2 + rser;
             let d2 = fmax(u2 + rser + half_wire, m.down_resp_free);
@@ -953,7 +995,7 @@ impl Core {
             let mut cq = d2 + rser + half_wire + p.nic.deliver_ns;
             cq = fmax(cq, q.last_cq);
             q.last_cq = cq;
-            stats.wire_bytes += (req_bytes + resp_bytes) as u64;
+            stats.wire_bytes += sh.wire;
             stats.posted += 1;
             let n = cut.as_ref().map_or(1, |c| c.n);
             if let Some(c) = &mut cut {
