@@ -878,7 +878,6 @@ impl Core {
         };
         let on_nic_range = device_mem.get(&node).copied();
         for (index, wr) in batch.requests().iter().enumerate() {
-            let wr = *wr;
             let kind = wr.kind();
             let len = wr.len();
             let sh = &mut shapes[kind as usize];
@@ -979,7 +978,7 @@ impl Core {
             }
             // One queue pair's requests take effect in posting order.
             exec = fmax(exec, q.last_exec + 1.0);
-            let mut cut = tear(faults, rng, *in_order_write, &wr);
+            let mut cut = tear(faults, rng, *in_order_write, wr);
             let spread = match &cut {
                 Some(_) => faults.torn_spread_ns.max(1) as f64,
                 None => 0.0,
@@ -1015,7 +1014,7 @@ impl Core {
                 effects.push(Reverse(Effect::new(first, seq, h)));
             }
             hd.entries.push_back(Entry {
-                wr,
+                wr: *wr,
                 batch: batch_id,
                 index: index as u32,
                 cq_at: to_time(cq),
