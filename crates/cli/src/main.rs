@@ -591,7 +591,29 @@ struct ConnectArgs {
     token_file: Option<PathBuf>,
 }
 
+/// A closed standard output (`dmkit … | head`) ends the program quietly
+/// with the status of a process killed by SIGPIPE (128 + 13), as other Unix
+/// tools do, instead of `println!`'s panic and backtrace. (Rust ignores
+/// SIGPIPE, so the write fails with EPIPE and `println!` panics with this
+/// message; restoring the signal's default would need `unsafe`.)
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let p = info.payload();
+        let msg = p
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| p.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    quiet_on_closed_stdout();
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Memnode(a) => memnode(a),

@@ -515,3 +515,20 @@ fn ycsb_on_the_radix_tree_with_its_switches() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("int"));
 }
+
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    // The reading end is gone before dmkit starts, so its first line of
+    // output fails with EPIPE.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(DMKIT)
+        .args(["sim", "check", "--scenario", "counters", "--seeds", "1"])
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
