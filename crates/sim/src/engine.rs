@@ -310,6 +310,33 @@ impl Entry {
     fn pieces(&self) -> u8 {
         self.cut.as_ref().map_or(1, |c| c.n as u8)
     }
+
+    /// Its next piece to land, as the effect of handle `h`.
+    fn next_effect(&self, h: u32) -> Effect {
+        piece_effect(
+            self.at,
+            self.cut.as_deref(),
+            self.seq,
+            self.applied as usize,
+            h,
+        )
+    }
+
+    /// Whether its owner sees a completion for it (signaled, or failed).
+    fn delivers(&self) -> bool {
+        self.wr.signaled || self.error.is_some()
+    }
+}
+
+/// Piece `piece` of a request of handle `h` that takes effect at `at`
+/// (torn: at its cut's instants) with sequence numbers from `seq`.
+#[inline(always)]
+fn piece_effect(at: Time, cut: Option<&Cut>, seq: u64, piece: usize, h: u32) -> Effect {
+    let at = match cut {
+        Some(c) => c.at[piece],
+        None => at,
+    };
+    Effect::new(at, seq + piece as u64, h)
 }
 
 /// One thread's handle on a queue pair (its own completion queue: a shared
@@ -775,12 +802,7 @@ impl Core {
     fn next_effect(&self, hi: usize) -> Option<Effect> {
         let hd = &self.handles[hi];
         let e = hd.entries.get((hd.next_apply - hd.head) as usize)?;
-        let piece = e.applied as usize;
-        let at = match &e.cut {
-            Some(c) => c.at[piece],
-            None => e.at,
-        };
-        Some(Effect::new(at, e.seq + piece as u64, hi as u32))
+        Some(e.next_effect(hi as u32))
     }
 
     /// Posts `batch` on handle `h`: computes every request's timing, queues
@@ -1006,12 +1028,10 @@ impl Core {
             let seq = *next_seq + 1;
             *next_seq += n as u64;
             let at = to_time(exec);
-            // Nothing of this handle waits to land: it joins the heap with
-            // this request's first piece (see `next_effect`).
-            let idle = hd.next_apply == hd.head + hd.entries.len() as u64;
-            if idle {
-                let first = cut.as_ref().map_or(at, |c| c.at[0]);
-                effects.push(Reverse(Effect::new(first, seq, h)));
+            // Nothing of this handle waits to land: its first piece joins
+            // the heap.
+            if hd.next_apply == hd.head + hd.entries.len() as u64 {
+                effects.push(Reverse(piece_effect(at, cut.as_ref(), seq, 0, h)));
             }
             hd.entries.push_back(Entry {
                 wr: *wr,
@@ -1214,7 +1234,7 @@ impl Core {
                 if !hd.sges.is_empty() && hd.entries.front().is_none_or(|f| f.batch != e.batch) {
                     hd.sges.remove(&e.batch);
                 }
-                if e.wr.signaled || e.error.is_some() {
+                if e.delivers() {
                     hd.deliverable -= 1;
                     self.stats.completed += 1;
                     let result = match e.error {
@@ -1259,7 +1279,7 @@ impl Core {
         let hd = &self.handles[hi];
         hd.entries
             .iter()
-            .find(|e| e.wr.signaled || e.error.is_some())
+            .find(|e| e.delivers())
             .or(hd.entries.front())
             .map(|e| e.cq_at)
     }
@@ -1289,11 +1309,7 @@ impl Core {
             if hd.deliverable == 0 {
                 continue;
             }
-            if let Some(e) = hd
-                .entries
-                .iter()
-                .find(|e| e.wr.signaled || e.error.is_some())
-            {
+            if let Some(e) = hd.entries.iter().find(|e| e.delivers()) {
                 best = Some(best.map_or(e.cq_at, |b| b.min(e.cq_at)));
             }
         }
