@@ -1,5 +1,6 @@
 //! `dmkit sim check`: concurrency scenarios on the simulator under fault
-//! injection, one seed at a time. Every choice of a run (its shape, the
+//! injection, one simulation per seed ([`run_seeds`] runs several seeds at
+//! once, each on its own OS thread). Every choice of a run (its shape, the
 //! faults, the interleaving) follows from the seed, so a failing seed
 //! replays exactly: `dmkit sim check --scenario S --seed N`.
 //!
@@ -65,6 +66,78 @@ pub fn run(name: &str, seed: u64) -> Result<Passed, String> {
             SCENARIOS.join(", ")
         )),
     }
+}
+
+/// What [`run_seeds`] found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seeds {
+    /// Operations checked and torn requests injected, over the seeds that
+    /// passed.
+    pub ops: u64,
+    pub torn: u64,
+    /// The smallest failing seed and what failed.
+    pub failure: Option<(u64, String)>,
+}
+
+/// Runs scenario `name` for seeds `first..end`, `jobs` at a time, each
+/// seed on an OS thread of its own (each is its own simulation; the
+/// simulator keeps a running engine in a thread-local slot, so they share
+/// nothing). The failure reported is the smallest failing seed, whatever
+/// `jobs` is: seeds are taken in increasing order and every seed taken
+/// runs to its end, so each seed below a failure ran.
+pub fn run_seeds(name: &str, first: u64, end: u64, jobs: usize) -> Seeds {
+    over_seeds(&|seed| run(name, seed), first, end, jobs)
+}
+
+fn over_seeds(
+    run: &(dyn Fn(u64) -> Result<Passed, String> + Sync),
+    first: u64,
+    end: u64,
+    jobs: usize,
+) -> Seeds {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Mutex;
+    let next = AtomicU64::new(first);
+    let out = Mutex::new(Seeds {
+        ops: 0,
+        torn: 0,
+        failure: None,
+    });
+    let lock = || out.lock().unwrap_or_else(|p| p.into_inner());
+    let workers = end.saturating_sub(first).min(jobs.max(1) as u64) as usize;
+    std::thread::scope(|s| {
+        for w in 0..workers {
+            let (next, lock) = (&next, &lock);
+            std::thread::Builder::new()
+                .name(format!("check-{w}"))
+                // The scenarios' async state machines were sized for the
+                // main thread's stack.
+                .stack_size(64 << 20)
+                .spawn_scoped(s, move || loop {
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    // Nothing above a known failure needs to run.
+                    let beyond = lock().failure.as_ref().is_some_and(|(f, _)| seed > *f);
+                    if seed >= end || beyond {
+                        break;
+                    }
+                    let r = run(seed);
+                    let mut o = lock();
+                    match r {
+                        Ok(p) => {
+                            o.ops += p.ops;
+                            o.torn += p.torn;
+                        }
+                        Err(why) => {
+                            if o.failure.as_ref().is_none_or(|(f, _)| seed < *f) {
+                                o.failure = Some((seed, why));
+                            }
+                        }
+                    }
+                })
+                .expect("spawning a check thread");
+        }
+    });
+    out.into_inner().unwrap_or_else(|p| p.into_inner())
 }
 
 fn sim_for(seed: u64, r: &mut Rng) -> Result<Sim, String> {
@@ -411,4 +484,51 @@ fn btree(seed: u64) -> Result<Passed, String> {
             rep.height
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in scenario: seed `s` checks `s` operations and fails when
+    /// `fails(s)`; low seeds are slow so that, with several jobs, higher
+    /// seeds finish (and fail) first.
+    fn fake(fails: fn(u64) -> bool) -> impl Fn(u64) -> Result<Passed, String> + Sync {
+        move |seed| {
+            if seed < 8 {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            if fails(seed) {
+                return Err(format!("seed {seed} broke"));
+            }
+            Ok(Passed {
+                ops: seed,
+                virtual_ns: 0,
+                torn: 1,
+                delayed: 0,
+                shape: String::new(),
+            })
+        }
+    }
+
+    #[test]
+    fn the_smallest_failing_seed_is_reported_whatever_the_jobs() {
+        let run = fake(|s| s == 7 || s == 9 || s == 40);
+        for jobs in [1, 2, 3, 8] {
+            let out = over_seeds(&run, 1, 100, jobs);
+            assert_eq!(out.failure, Some((7, "seed 7 broke".into())), "{jobs} jobs");
+        }
+    }
+
+    #[test]
+    fn passing_seeds_add_up_the_same_whatever_the_jobs() {
+        let run = fake(|_| false);
+        for jobs in [1, 2, 5] {
+            let out = over_seeds(&run, 3, 50, jobs);
+            assert_eq!(out.failure, None);
+            assert_eq!(out.ops, (3..50).sum::<u64>(), "{jobs} jobs");
+            assert_eq!(out.torn, 47, "{jobs} jobs");
+        }
+        assert_eq!(over_seeds(&run, 5, 5, 2).ops, 0, "no seeds, nothing run");
+    }
 }

@@ -112,7 +112,7 @@ impl SimMicroConfig {
 }
 
 /// What a run measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct SimMicroResult {
     pub machines: usize,
     pub memory_nodes: usize,

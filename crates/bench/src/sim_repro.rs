@@ -128,9 +128,17 @@ pub struct Figure {
     pub time_scale: f64,
     /// Candidate `C_max` values of the throttled series.
     pub tuner_candidates: Vec<u32>,
+    /// Runs executed at once (each on its own OS thread, one core each).
+    pub jobs: usize,
     pub wall_seconds: f64,
-    /// Simulated work requests per wall-clock second over the whole figure.
+    /// Simulated work requests per wall-clock second over the whole figure
+    /// (all jobs together).
     pub sim_verbs_per_wall_second: f64,
+    /// The runs' own wall times summed: the core-seconds the figure took.
+    pub core_seconds: f64,
+    /// Simulated work requests per second of one core (the simulator's own
+    /// speed, whatever `jobs` was).
+    pub sim_verbs_per_core_second: f64,
     pub x_label: String,
     pub rows: Vec<Row>,
 }
@@ -146,10 +154,18 @@ pub struct ReproOptions {
     pub time_scale: f64,
     /// Candidate `C_max` values of throttled runs.
     pub candidates: Vec<u32>,
+    /// Runs to execute at once, each on its own OS thread (at least 1). The
+    /// rows do not depend on it: every run is its own simulation.
+    pub jobs: usize,
 }
 
 /// SMART Algorithm 1, line 17.
 pub const PAPER_CANDIDATES: [u32; 5] = [4, 6, 8, 10, 12];
+
+/// One job per core this process may use.
+pub fn default_jobs() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
 
 impl Default for ReproOptions {
     fn default() -> Self {
@@ -159,6 +175,7 @@ impl Default for ReproOptions {
             quick: false,
             time_scale: 0.125,
             candidates: PAPER_CANDIDATES.to_vec(),
+            jobs: default_jobs(),
         }
     }
 }
@@ -179,9 +196,44 @@ pub const FIGURES: [&str; 9] = [
 /// Progress callback: `(runs done, runs total)`.
 pub type Progress<'a> = &'a dyn Fn(usize, usize);
 
+/// A simulation run a figure asks for.
+enum Job {
+    Micro(Box<SimMicroConfig>),
+    Ycsb(Box<(dmkit_sim::SimConfig, crate::ycsb_bench::YcsbConfig)>),
+}
+
+/// What a [`Job`] measured.
+enum Outcome {
+    Micro(Box<sim_micro::SimMicroResult>),
+    Ycsb(Box<crate::ycsb_bench::YcsbResult>),
+}
+
+impl Job {
+    fn run(self) -> Result<Outcome, BenchError> {
+        match self {
+            Job::Micro(c) => sim_micro::run(&c).map(|r| Outcome::Micro(Box::new(r))),
+            Job::Ycsb(b) => {
+                let (sim, cfg) = *b;
+                let platform = crate::ycsb_bench::Platform::Sim(Box::new(sim));
+                crate::ycsb_bench::run(platform, &cfg, &|_, _, _| {})
+                    .map(|r| Outcome::Ycsb(Box::new(r)))
+            }
+        }
+    }
+}
+
+/// The two passes over a figure (see [`reproduce`]).
+enum Pass {
+    /// Collecting the runs: each answers a default result, rows are dropped.
+    Plan(Vec<Job>),
+    /// Pushing the rows: each run answers its result, in the planned order.
+    Replay(std::vec::IntoIter<Outcome>),
+}
+
 struct Acc {
     rows: Vec<Row>,
     verbs: u64,
+    pass: Pass,
 }
 
 impl Acc {
@@ -194,9 +246,27 @@ impl Acc {
             published,
         });
     }
+
+    /// The next result of the replay (the figure asks for the same runs in
+    /// the same order in both passes).
+    fn next_outcome(&mut self) -> Outcome {
+        match &mut self.pass {
+            Pass::Replay(done) => done.next().expect("the replay asks for the planned runs"),
+            Pass::Plan(_) => unreachable!("only a replay has outcomes"),
+        }
+    }
 }
 
 /// Reproduces figure `name`.
+///
+/// A figure is written as plain loops that run a point and push its rows.
+/// It is called twice: first to collect its runs (each run returns a
+/// default result and the rows are dropped), then — once the runs have
+/// executed, `opts.jobs` at a time, each its own simulation on its own OS
+/// thread — to push its rows with the results, in the same order. So a
+/// figure may use a result only for the values of its rows, never to
+/// choose its next runs (none does; `rows_do_not_depend_on_jobs` in the
+/// tests compares 1 and 2 jobs). Progress counts runs done.
 pub fn reproduce(
     name: &str,
     opts: &ReproOptions,
@@ -208,28 +278,26 @@ pub fn reproduce(
             opts.time_scale
         )));
     }
+    if opts.jobs == 0 {
+        return Err(BenchError::Config("--jobs must be at least 1".into()));
+    }
     let wall = std::time::Instant::now();
     let mut acc = Acc {
         rows: Vec::new(),
         verbs: 0,
+        pass: Pass::Plan(Vec::new()),
     };
-    let (x_label, time_scale) = match name {
-        "smart-fig3a" => (fig3a(opts, &mut acc, progress)?, 1.0),
-        "smart-fig4a" => (fig4a(opts, &mut acc, progress)?, 1.0),
-        "smart-table1" => (table1(opts, &mut acc, progress)?, opts.time_scale),
-        "smart-fig7" => (fig7(opts, &mut acc, progress)?, 1.0),
-        "smart-fig12" => (fig12(opts, &mut acc, progress)?, 1.0),
-        "smart-fig14" => (fig14(opts, &mut acc, progress)?, 1.0),
-        "smart-art-fig11" => (art_fig11(opts, &mut acc, progress)?, 1.0),
-        "smart-art-fig15" => (art_fig15(opts, &mut acc, progress)?, 1.0),
-        "memsem-fig13" => (memsem_fig13(opts, &mut acc, progress)?, 1.0),
-        _ => {
-            return Err(BenchError::Config(format!(
-                "no figure {name:?}; this build reproduces: {}",
-                FIGURES.join(", ")
-            )))
-        }
+    figure(name, opts, &mut acc)?;
+    let Pass::Plan(jobs) = std::mem::replace(&mut acc.pass, Pass::Plan(Vec::new())) else {
+        unreachable!("the first pass plans")
     };
+    let (outcomes, core_seconds) = execute(jobs, opts.jobs, progress)?;
+    let mut acc = Acc {
+        rows: Vec::new(),
+        verbs: 0,
+        pass: Pass::Replay(outcomes.into_iter()),
+    };
+    let (x_label, time_scale) = figure(name, opts, &mut acc)?;
     let wall_seconds = wall.elapsed().as_secs_f64();
     Ok(Figure {
         figure: name.into(),
@@ -244,20 +312,117 @@ pub fn reproduce(
         seed: opts.seed,
         time_scale,
         tuner_candidates: opts.candidates.clone(),
+        jobs: opts.jobs,
         wall_seconds,
         sim_verbs_per_wall_second: acc.verbs as f64 / wall_seconds,
+        core_seconds,
+        sim_verbs_per_core_second: acc.verbs as f64 / core_seconds.max(1e-9),
         x_label,
         rows: acc.rows,
     })
 }
 
-fn run(cfg: &SimMicroConfig, acc: &mut Acc) -> Result<sim_micro::SimMicroResult, BenchError> {
-    let r = sim_micro::run(cfg)?;
-    acc.verbs += r.verbs;
-    Ok(r)
+/// One pass over figure `name`: its x label and time scale.
+fn figure(name: &str, opts: &ReproOptions, acc: &mut Acc) -> Result<(String, f64), BenchError> {
+    Ok(match name {
+        "smart-fig3a" => (fig3a(opts, acc)?, 1.0),
+        "smart-fig4a" => (fig4a(opts, acc)?, 1.0),
+        "smart-table1" => (table1(opts, acc)?, opts.time_scale),
+        "smart-fig7" => (fig7(opts, acc)?, 1.0),
+        "smart-fig12" => (fig12(opts, acc)?, 1.0),
+        "smart-fig14" => (fig14(opts, acc)?, 1.0),
+        "smart-art-fig11" => (art_fig11(opts, acc)?, 1.0),
+        "smart-art-fig15" => (art_fig15(opts, acc)?, 1.0),
+        "memsem-fig13" => (memsem_fig13(opts, acc)?, 1.0),
+        _ => {
+            return Err(BenchError::Config(format!(
+                "no figure {name:?}; this build reproduces: {}",
+                FIGURES.join(", ")
+            )))
+        }
+    })
 }
 
-fn fig3a(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<String, BenchError> {
+/// Runs `jobs`, `threads` at a time, each on an OS thread of its own (the
+/// simulator keeps a running engine in a thread-local slot, so runs on
+/// different threads share nothing). Returns the outcomes in job order and
+/// the runs' wall times summed; the first failed job (in job order) is the
+/// error, and no job starts after one failed.
+fn execute(
+    jobs: Vec<Job>,
+    threads: usize,
+    progress: Progress<'_>,
+) -> Result<(Vec<Outcome>, f64), BenchError> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Mutex};
+    let total = jobs.len();
+    let queue = Mutex::new(jobs.into_iter().enumerate());
+    let failed = AtomicBool::new(false);
+    let mut results: Vec<Option<Result<Outcome, BenchError>>> = (0..total).map(|_| None).collect();
+    let mut core_seconds = 0.0;
+    std::thread::scope(|s| {
+        let (tx, rx) = mpsc::channel();
+        for w in 0..threads.min(total) {
+            let (tx, queue, failed) = (tx.clone(), &queue, &failed);
+            std::thread::Builder::new()
+                .name(format!("repro-{w}"))
+                // The deep async state machines of a run were sized for the
+                // main thread's stack.
+                .stack_size(64 << 20)
+                .spawn_scoped(s, move || loop {
+                    if failed.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let next = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
+                    let Some((i, job)) = next else { break };
+                    let t0 = std::time::Instant::now();
+                    let r = job.run();
+                    if r.is_err() {
+                        failed.store(true, Ordering::Relaxed);
+                    }
+                    if tx.send((i, r, t0.elapsed().as_secs_f64())).is_err() {
+                        break;
+                    }
+                })
+                .expect("spawning a run thread");
+        }
+        drop(tx);
+        // Ends when every worker has finished (or panicked: the scope then
+        // re-raises its panic).
+        for (done, (i, r, secs)) in rx.into_iter().enumerate() {
+            results[i] = Some(r);
+            core_seconds += secs;
+            progress(done + 1, total);
+        }
+    });
+    let mut outcomes = Vec::with_capacity(total);
+    for r in results {
+        match r {
+            Some(Ok(o)) => outcomes.push(o),
+            Some(Err(e)) => return Err(e),
+            // Jobs start in order, so a job that never started comes after
+            // the failed one that stopped the others, returned above.
+            None => unreachable!("a job that did not start follows a failed one"),
+        }
+    }
+    Ok((outcomes, core_seconds))
+}
+
+fn run(cfg: &SimMicroConfig, acc: &mut Acc) -> Result<sim_micro::SimMicroResult, BenchError> {
+    if let Pass::Plan(jobs) = &mut acc.pass {
+        jobs.push(Job::Micro(Box::new(cfg.clone())));
+        return Ok(Default::default());
+    }
+    match acc.next_outcome() {
+        Outcome::Micro(r) => {
+            acc.verbs += r.verbs;
+            Ok(*r)
+        }
+        Outcome::Ycsb(_) => unreachable!("the replay asks for the planned runs"),
+    }
+}
+
+fn fig3a(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
     let threads: &[usize] = if opts.quick {
         &[8, 32, 96]
     } else {
@@ -269,8 +434,6 @@ fn fig3a(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<S
         QpPolicy::PerThreadQp,
         QpPolicy::PerThreadDoorbell,
     ];
-    let total = threads.len() * policies.len();
-    let mut done = 0;
     for policy in policies {
         for &t in threads {
             let mut c = SimMicroConfig::smart(opts.profile.clone(), t, 8, policy);
@@ -287,21 +450,17 @@ fn fig3a(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<S
                 _ => None,
             };
             acc.push(&policy.to_string(), t as f64, r.mops, "Mops", published);
-            done += 1;
-            progress(done, total);
         }
     }
     Ok("threads".into())
 }
 
-fn fig4a(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<String, BenchError> {
+fn fig4a(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
     let depths: &[usize] = if opts.quick {
         &[1, 8, 32]
     } else {
         &[1, 2, 4, 8, 16, 32]
     };
-    let total = depths.len() * 2;
-    let mut done = 0;
     for throttle in [false, true] {
         for &d in depths {
             let mut c =
@@ -342,18 +501,12 @@ fn fig4a(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<S
                 "B/wr",
                 bytes_published,
             );
-            done += 1;
-            progress(done, total);
         }
     }
     Ok("depth (outstanding READs per thread)".into())
 }
 
-fn table1(
-    opts: &ReproOptions,
-    acc: &mut Acc,
-    progress: Progress<'_>,
-) -> Result<String, BenchError> {
+fn table1(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
     const PUBLISHED: [(u64, f64, f64); 7] = [
         (32, 79.3, 97.8),
         (64, 79.2, 95.1),
@@ -368,8 +521,6 @@ fn table1(
     } else {
         &PUBLISHED
     };
-    let total = rows.len() * 2;
-    let mut done = 0;
     for throttle in [false, true] {
         for &(interval_ms, without, with) in rows {
             let interval_ns = (interval_ms as f64 * 1e6 * opts.time_scale) as u64;
@@ -398,8 +549,6 @@ fn table1(
                 "Mops",
                 Some(if throttle { with } else { without }),
             );
-            done += 1;
-            progress(done, total);
         }
     }
     Ok("interval between thread-count changes (ms, unscaled)".into())
@@ -413,11 +562,7 @@ fn table1(
 /// nodes, SMART's techniques on. The study gives no absolute points for
 /// this figure (only that (a) loses about 6 Mops from 1/4 to 1/32):
 /// `published` is null.
-fn memsem_fig13(
-    opts: &ReproOptions,
-    acc: &mut Acc,
-    progress: Progress<'_>,
-) -> Result<String, BenchError> {
+fn memsem_fig13(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
     use crate::ycsb::Workload;
     use crate::ycsb_bench::HotSwitches;
     let threads = if opts.quick { 8 } else { 96 };
@@ -428,10 +573,8 @@ fn memsem_fig13(
     } else {
         &[1, 4, 16, 64]
     };
-    let total = 1 + shares.len() + thetas.len();
-    let mut done = 0;
-    let mut run = |hot: HotSwitches, acc: &mut Acc| {
-        let r = ht_run(
+    let run = |hot: HotSwitches, acc: &mut Acc| {
+        ht_run(
             opts,
             &HtPoint {
                 workload: Workload::U,
@@ -444,10 +587,7 @@ fn memsem_fig13(
                 hot,
             },
             acc,
-        );
-        done += 1;
-        progress(done, total);
-        r
+        )
     };
     let base = run(HotSwitches::default(), acc)?;
     acc.push("no hot area", 0.0, base.mops, "Mops", None);
@@ -564,8 +704,7 @@ fn sim_ycsb(
     mem: MemoryShape,
     acc: &mut Acc,
 ) -> Result<crate::ycsb_bench::YcsbResult, BenchError> {
-    use crate::ycsb_bench::{self, Platform};
-    let needed = ycsb_bench::memory_estimate(cfg);
+    let needed = crate::ycsb_bench::memory_estimate(cfg);
     let sim = dmkit_sim::SimConfig {
         profile,
         compute_machines: cfg.machines,
@@ -576,12 +715,20 @@ fn sim_ycsb(
         seed: opts.seed,
         ..Default::default()
     };
-    let r = ycsb_bench::run(Platform::Sim(Box::new(sim)), cfg, &|_, _, _| {})?;
-    acc.verbs += (r.verbs_per_op * r.ops as f64) as u64;
-    Ok(r)
+    if let Pass::Plan(jobs) = &mut acc.pass {
+        jobs.push(Job::Ycsb(Box::new((sim, cfg.clone()))));
+        return Ok(Default::default());
+    }
+    match acc.next_outcome() {
+        Outcome::Ycsb(r) => {
+            acc.verbs += r.sim_verbs;
+            Ok(*r)
+        }
+        Outcome::Micro(_) => unreachable!("the replay asks for the planned runs"),
+    }
 }
 
-fn fig7(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<String, BenchError> {
+fn fig7(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
     use crate::ycsb::Workload;
     let machines: &[usize] = if opts.quick { &[6] } else { &[1, 3, 6] };
     // Published points per compute-node count 1..=6, from SMART's artifact
@@ -609,8 +756,6 @@ fn fig7(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<St
             [23.506, 44.946, 64.639, 72.612, 73.751, 75.051],
         ),
     ];
-    let total = machines.len() * workloads.len() * 2;
-    let mut done = 0;
     for (w, name, race, smart) in workloads {
         for on in [false, true] {
             for &m in machines {
@@ -652,8 +797,6 @@ fn fig7(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<St
                     "retries/op",
                     None,
                 );
-                done += 1;
-                progress(done, total);
             }
         }
     }
@@ -759,11 +902,7 @@ fn tree_run(
     sim_ycsb(opts, profile, &cfg, SPLIT, acc)
 }
 
-fn art_fig15(
-    opts: &ReproOptions,
-    acc: &mut Acc,
-    progress: Progress<'_>,
-) -> Result<String, BenchError> {
+fn art_fig15(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
     use crate::ycsb::Workload;
     use crate::ycsb_bench::ArtSwitches;
     let t = if opts.quick { 2 } else { 24 };
@@ -813,16 +952,11 @@ fn art_fig15(
             "x",
             Some(published),
         );
-        progress(i + 1, steps.len());
     }
     Ok("technique added (16 compute nodes)".into())
 }
 
-fn art_fig11(
-    opts: &ReproOptions,
-    acc: &mut Acc,
-    progress: Progress<'_>,
-) -> Result<String, BenchError> {
+fn art_fig11(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
     use crate::ycsb::Workload;
     let machines = 16;
     let threads: &[usize] = if opts.quick { &[1] } else { &[1, 8, 24] };
@@ -841,9 +975,7 @@ fn art_fig11(
         span: Some(32),
         ..Default::default()
     };
-    let total = threads.len() * workloads.len() * 2;
     let top = *threads.last().expect("thread counts");
-    let mut done = 0;
     for (w, name) in workloads {
         let mut peak = [0.0f64; 2];
         for &t in threads {
@@ -881,8 +1013,6 @@ fn art_fig11(
                     "B/op",
                     None,
                 );
-                done += 1;
-                progress(done, total);
             }
             acc.push(
                 &format!("art over sherman {name}"),
@@ -914,7 +1044,7 @@ fn art_fig11(
 /// each a memory node and a compute node of 94 threads × 8 tasks, 1 KiB
 /// nodes, 8-byte keys and values. Full runs add Sherman+ with speculative
 /// lookup alone.
-fn fig12(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<String, BenchError> {
+fn fig12(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
     use crate::ycsb::{KeyType, Workload};
     use crate::ycsb_bench::{BtreeSwitches, IndexKind, YcsbConfig};
     let (machines, threads) = if opts.quick { (2, 4) } else { (8, 94) };
@@ -937,8 +1067,6 @@ fn fig12(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<S
         series.push(("Sherman+ w/ SL", false, true));
     }
     series.push(("SMART-BT", true, true));
-    let total = workloads.len() * series.len();
-    let mut done = 0;
     for (w, name, sherman, smart_bt, warmup_ms) in workloads {
         for &(label, smart, spec) in &series {
             let mut runtime = dmkit_runtime::RuntimeConfig {
@@ -1004,8 +1132,6 @@ fn fig12(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<S
                 "rt/op",
                 None,
             );
-            done += 1;
-            progress(done, total);
         }
     }
     Ok(format!(
@@ -1013,15 +1139,13 @@ fn fig12(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<S
     ))
 }
 
-fn fig14(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<String, BenchError> {
+fn fig14(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
     use crate::ycsb::Workload;
     let threads: &[usize] = if opts.quick {
         &[16, 96]
     } else {
         &[8, 16, 32, 48, 64, 96]
     };
-    let total = threads.len() * 2;
-    let mut done = 0;
     for ca in [false, true] {
         for &t in threads {
             // Without conflict avoidance the hottest slot's collapse fills
@@ -1120,8 +1244,6 @@ fn fig14(opts: &ReproOptions, acc: &mut Acc, progress: Progress<'_>) -> Result<S
                         .filter(|&p| p > 0.0),
                 );
             }
-            done += 1;
-            progress(done, total);
         }
     }
     Ok("threads (8 tasks each; 100 % updates)".into())

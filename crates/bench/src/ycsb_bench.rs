@@ -228,7 +228,7 @@ impl YcsbConfig {
 
 /// What a run measured. Per-operation figures are over the measured phase
 /// (the load itself for `workload load`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct YcsbResult {
     pub backend: String,
     pub index: String,
@@ -285,6 +285,9 @@ pub struct YcsbResult {
     pub splits: Option<u64>,
     /// Keys in the hash table's hot area (race; 0: none).
     pub hot_keys: usize,
+    /// Work requests the simulator executed in the whole run — load,
+    /// warm-up and measured window (0 off the simulator).
+    pub sim_verbs: u64,
 }
 
 /// Progress callback: `(phase, done, total)`; `total` is keys for the load
@@ -699,6 +702,7 @@ pub fn run(
             "several compute machines exist only on the simulator".into(),
         ));
     }
+    let mut sim_verbs = 0;
     let (backend, outs) = match (cfg.index, platform) {
         (IndexKind::LocalHash, _) => (
             "local".to_string(),
@@ -715,7 +719,9 @@ pub fn run(
         (IndexKind::Art, Platform::Sim(sc)) => {
             let sim = Sim::new(*sc)?;
             let t = create_art(sim.dyn_fabric(), cfg)?;
-            ("sim".into(), on_sim(sim, &t, cfg, progress)?)
+            let (outs, posted) = on_sim(sim, &t, cfg, progress)?;
+            sim_verbs = posted;
+            ("sim".into(), outs)
         }
         (IndexKind::Btree, Platform::Fabric(f)) => {
             let t = create_btree(f.clone(), cfg)?;
@@ -724,7 +730,9 @@ pub fn run(
         (IndexKind::Btree, Platform::Sim(sc)) => {
             let sim = Sim::new(*sc)?;
             let t = create_btree(sim.dyn_fabric(), cfg)?;
-            ("sim".into(), on_sim(sim, &t, cfg, progress)?)
+            let (outs, posted) = on_sim(sim, &t, cfg, progress)?;
+            sim_verbs = posted;
+            ("sim".into(), outs)
         }
         (IndexKind::Race, Platform::Fabric(f)) => {
             let t = create_race(f.clone(), cfg)?;
@@ -733,10 +741,14 @@ pub fn run(
         (IndexKind::Race, Platform::Sim(sc)) => {
             let sim = Sim::new(*sc)?;
             let t = create_race(sim.dyn_fabric(), cfg)?;
-            ("sim".into(), on_sim(sim, &t, cfg, progress)?)
+            let (outs, posted) = on_sim(sim, &t, cfg, progress)?;
+            sim_verbs = posted;
+            ("sim".into(), outs)
         }
     };
-    Ok(summarize(backend, cfg, &outs))
+    let mut r = summarize(backend, cfg, &outs);
+    r.sim_verbs = sim_verbs;
+    Ok(r)
 }
 
 fn summarize(backend: String, cfg: &YcsbConfig, outs: &[ThreadOut]) -> YcsbResult {
@@ -831,6 +843,8 @@ fn summarize(backend: String, cfg: &YcsbConfig, outs: &[ThreadOut]) -> YcsbResul
         } else {
             0
         },
+        // Set by `run` for simulator runs.
+        sim_verbs: 0,
     }
 }
 
@@ -1166,7 +1180,7 @@ fn on_sim<I: RemoteIndex>(
     index: &I,
     cfg: &YcsbConfig,
     progress: Progress<'_>,
-) -> Result<Vec<ThreadOut>, BenchError> {
+) -> Result<(Vec<ThreadOut>, u64), BenchError> {
     let rcfg = RuntimeConfig {
         op_stats: false,
         ..cfg.runtime.clone()
@@ -1217,7 +1231,7 @@ fn on_sim<I: RemoteIndex>(
         outs.push(o);
     }
     if cfg.workload == Workload::Load {
-        return Ok(outs);
+        return Ok((outs, sim.stats().posted));
     }
     let chooser = chooser(cfg);
     let start = sim.now();
@@ -1267,7 +1281,7 @@ fn on_sim<I: RemoteIndex>(
         o.load_seconds = load_seconds;
         outs.push(o);
     }
-    Ok(outs)
+    Ok((outs, sim.stats().posted))
 }
 
 /// An in-process index for the local peers.

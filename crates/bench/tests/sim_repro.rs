@@ -44,6 +44,36 @@ fn fig4a_is_calibrated_and_deterministic() {
     );
 }
 
+/// A figure's runs execute `jobs` at a time on threads of their own; the
+/// rows are the same whatever `jobs` is (each run is its own simulation,
+/// and the rows are pushed in the figure's order).
+#[test]
+fn rows_do_not_depend_on_jobs() {
+    let with = |jobs| {
+        let mut seen = std::sync::Mutex::new(Vec::new());
+        let f = reproduce(
+            "smart-fig14",
+            &ReproOptions { jobs, ..quick() },
+            &|done, total| seen.lock().unwrap().push((done, total)),
+        )
+        .unwrap();
+        let seen = std::mem::take(seen.get_mut().unwrap());
+        let runs = seen.len();
+        assert!(runs > 1, "one progress call per run");
+        assert_eq!(seen.last(), Some(&(runs, runs)), "progress ends at total");
+        assert_eq!(f.jobs, jobs);
+        assert!(f.core_seconds > 0.0 && f.sim_verbs_per_core_second > 0.0);
+        serde_json::to_value(&f.rows).unwrap()
+    };
+    assert_eq!(with(1), with(3), "1 job and 3 jobs give the same rows");
+    let err = reproduce(
+        "smart-fig14",
+        &ReproOptions { jobs: 0, ..quick() },
+        &|_, _| {},
+    );
+    assert!(err.unwrap_err().to_string().contains("--jobs"));
+}
+
 #[test]
 fn fig3a_is_calibrated_and_shared_qps_stay_below_2_mops() {
     let f = reproduce("smart-fig3a", &quick(), &|_, _| {}).unwrap();

@@ -93,6 +93,11 @@ struct CheckArgs {
     /// Run exactly this seed (a replay), with a report of what it did.
     #[arg(long, conflicts_with_all = ["seeds", "first"])]
     seed: Option<u64>,
+    /// Seeds to run at once, one core each [default: the cores this
+    /// process may use]. The first failing seed reported does not depend
+    /// on it.
+    #[arg(long)]
+    jobs: Option<usize>,
 }
 
 #[derive(Args)]
@@ -157,6 +162,10 @@ struct ReproduceArgs {
     /// Write a PNG chart (reproduced lines and the paper's points).
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Runs to execute at once, one core each [default: the cores this
+    /// process may use]. The rows do not depend on it.
+    #[arg(long)]
+    jobs: Option<usize>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -1054,6 +1063,7 @@ fn sim_reproduce(a: ReproduceArgs) -> Res {
         candidates: a
             .tuner_candidates
             .unwrap_or_else(|| sim_repro::PAPER_CANDIDATES.to_vec()),
+        jobs: a.jobs.unwrap_or_else(sim_repro::default_jobs),
     };
     let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
         let b = ProgressBar::new(1);
@@ -1074,13 +1084,16 @@ fn sim_reproduce(a: ReproduceArgs) -> Res {
         b.finish_and_clear();
     }
     println!(
-        "{} on {} (seed {}, time scale {}): {:.1} s wall, {:.2} M simulated verbs per wall second",
+        "{} on {} (seed {}, time scale {}): {:.1} s wall with {} job{}, {:.1} core-seconds, {:.2} M simulated verbs per core-second",
         f.figure,
         f.profile,
         f.seed,
         f.time_scale,
         f.wall_seconds,
-        f.sim_verbs_per_wall_second / 1e6
+        f.jobs,
+        if f.jobs == 1 { "" } else { "s" },
+        f.core_seconds,
+        f.sim_verbs_per_core_second / 1e6
     );
     println!(
         "{:<24} {:>8} {:>10} {:<6} {:>10} {:>7}",
@@ -1172,44 +1185,46 @@ fn sim_check(a: CheckArgs) -> Res {
             sim_check::SCENARIOS.join(", ")
         ));
     }
-    let (first, n) = match a.seed {
-        Some(s) => (s, 1),
-        None => (a.first, a.seeds),
+    let replay = |why: &str, seed: u64| {
+        println!("scenario {} failed at seed {seed}:\n{why}", a.scenario);
+        println!(
+            "replay: dmkit sim check --scenario {} --seed {seed}",
+            a.scenario
+        );
+        Err(format!("seed {seed} failed"))
     };
-    let t0 = std::time::Instant::now();
-    let (mut ops, mut torn) = (0u64, 0u64);
-    for seed in first..first.saturating_add(n) {
-        match sim_check::run(&a.scenario, seed) {
+    if let Some(seed) = a.seed {
+        return match sim_check::run(&a.scenario, seed) {
             Ok(p) => {
-                ops += p.ops;
-                torn += p.torn;
-                if a.seed.is_some() {
-                    println!(
-                        "seed {seed}: passed — {}; {} operations checked in {:.3} ms virtual; {} torn, {} delayed requests",
-                        p.shape,
-                        p.ops,
-                        p.virtual_ns as f64 / 1e6,
-                        p.torn,
-                        p.delayed
-                    );
-                }
-            }
-            Err(why) => {
-                println!("scenario {} failed at seed {seed}:\n{why}", a.scenario);
                 println!(
-                    "replay: dmkit sim check --scenario {} --seed {seed}",
-                    a.scenario
+                    "seed {seed}: passed — {}; {} operations checked in {:.3} ms virtual; {} torn, {} delayed requests",
+                    p.shape,
+                    p.ops,
+                    p.virtual_ns as f64 / 1e6,
+                    p.torn,
+                    p.delayed
                 );
-                return Err(format!("seed {seed} failed"));
+                Ok(())
             }
-        }
+            Err(why) => replay(&why, seed),
+        };
+    }
+    let jobs = a.jobs.unwrap_or_else(dmkit_bench::sim_repro::default_jobs);
+    if jobs == 0 || a.seeds == 0 {
+        return Err("--jobs and --seeds must be at least 1".into());
+    }
+    let (first, end) = (a.first, a.first.saturating_add(a.seeds));
+    let t0 = std::time::Instant::now();
+    let out = sim_check::run_seeds(&a.scenario, first, end, jobs);
+    if let Some((seed, why)) = out.failure {
+        return replay(&why, seed);
     }
     println!(
         "scenario {}: seeds {first}..{} passed ({} operations checked, {} torn requests injected) in {:.1} s",
         a.scenario,
-        first + n - 1,
-        ops,
-        torn,
+        end - 1,
+        out.ops,
+        out.torn,
         t0.elapsed().as_secs_f64()
     );
     Ok(())
