@@ -247,12 +247,24 @@ impl Acc {
         });
     }
 
-    /// The next result of the replay (the figure asks for the same runs in
-    /// the same order in both passes).
-    fn next_outcome(&mut self) -> Outcome {
+    /// A run the figure asks for: planned in the first pass (`None`: the
+    /// caller answers a default result), its outcome in the second (the
+    /// figure asks for the same runs in the same order), its requests
+    /// counted.
+    fn ask(&mut self, job: impl FnOnce() -> Job) -> Option<Outcome> {
         match &mut self.pass {
-            Pass::Replay(done) => done.next().expect("the replay asks for the planned runs"),
-            Pass::Plan(_) => unreachable!("only a replay has outcomes"),
+            Pass::Plan(jobs) => {
+                jobs.push(job());
+                None
+            }
+            Pass::Replay(done) => {
+                let o = done.next().expect("the replay asks for the planned runs");
+                self.verbs += match &o {
+                    Outcome::Micro(r) => r.verbs,
+                    Outcome::Ycsb(r) => r.sim_verbs,
+                };
+                Some(o)
+            }
         }
     }
 }
@@ -409,16 +421,10 @@ fn execute(
 }
 
 fn run(cfg: &SimMicroConfig, acc: &mut Acc) -> Result<sim_micro::SimMicroResult, BenchError> {
-    if let Pass::Plan(jobs) = &mut acc.pass {
-        jobs.push(Job::Micro(Box::new(cfg.clone())));
-        return Ok(Default::default());
-    }
-    match acc.next_outcome() {
-        Outcome::Micro(r) => {
-            acc.verbs += r.verbs;
-            Ok(*r)
-        }
-        Outcome::Ycsb(_) => unreachable!("the replay asks for the planned runs"),
+    match acc.ask(|| Job::Micro(Box::new(cfg.clone()))) {
+        None => Ok(Default::default()),
+        Some(Outcome::Micro(r)) => Ok(*r),
+        Some(Outcome::Ycsb(_)) => unreachable!("the replay asks for the planned runs"),
     }
 }
 
@@ -715,16 +721,10 @@ fn sim_ycsb(
         seed: opts.seed,
         ..Default::default()
     };
-    if let Pass::Plan(jobs) = &mut acc.pass {
-        jobs.push(Job::Ycsb(Box::new((sim, cfg.clone()))));
-        return Ok(Default::default());
-    }
-    match acc.next_outcome() {
-        Outcome::Ycsb(r) => {
-            acc.verbs += r.sim_verbs;
-            Ok(*r)
-        }
-        Outcome::Micro(_) => unreachable!("the replay asks for the planned runs"),
+    match acc.ask(|| Job::Ycsb(Box::new((sim, cfg.clone())))) {
+        None => Ok(Default::default()),
+        Some(Outcome::Ycsb(r)) => Ok(*r),
+        Some(Outcome::Micro(_)) => unreachable!("the replay asks for the planned runs"),
     }
 }
 
