@@ -225,6 +225,15 @@ fn the_harness_runs_on_the_simulator_in_virtual_time() {
             assert_eq!(r.misses, 0, "{tag}");
         }
         assert!(r.round_trips_per_op >= 1.0, "{tag}: {r:?}");
+        // Every simulated request counts, the load's and the warm-up's too:
+        // at least those of the measured operations, and more unless the
+        // run is the load itself.
+        let measured = (r.verbs_per_op * r.ops as f64).round() as u64;
+        if w == Workload::Load {
+            assert!(r.sim_verbs >= measured, "{tag}: {r:?}");
+        } else {
+            assert!(r.sim_verbs > measured, "{tag}: {r:?}");
+        }
     }
 }
 
