@@ -17,3 +17,17 @@ pub mod sim_micro;
 pub mod sim_repro;
 pub mod ycsb;
 pub mod ycsb_bench;
+
+/// One job per core this process may use: how many simulations `sim
+/// reproduce` and `sim check` run at once unless told.
+pub fn default_jobs() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// An OS thread for one simulation at a time (`sim reproduce`'s runs, `sim
+/// check`'s seeds). Its stack is 64 MiB: the runs' deep async state
+/// machines used to run on the main thread (8 MiB), and the reservation is
+/// virtual until touched.
+pub(crate) fn sim_thread(name: String) -> std::thread::Builder {
+    std::thread::Builder::new().name(name).stack_size(64 << 20)
+}

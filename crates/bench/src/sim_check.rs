@@ -108,11 +108,7 @@ fn over_seeds(
     std::thread::scope(|s| {
         for w in 0..workers {
             let (next, lock) = (&next, &lock);
-            std::thread::Builder::new()
-                .name(format!("check-{w}"))
-                // The scenarios' async state machines were sized for the
-                // main thread's stack.
-                .stack_size(64 << 20)
+            crate::sim_thread(format!("check-{w}"))
                 .spawn_scoped(s, move || loop {
                     let seed = next.fetch_add(1, Ordering::Relaxed);
                     // Nothing above a known failure needs to run.

@@ -162,11 +162,6 @@ pub struct ReproOptions {
 /// SMART Algorithm 1, line 17.
 pub const PAPER_CANDIDATES: [u32; 5] = [4, 6, 8, 10, 12];
 
-/// One job per core this process may use.
-pub fn default_jobs() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
 impl Default for ReproOptions {
     fn default() -> Self {
         Self {
@@ -175,7 +170,7 @@ impl Default for ReproOptions {
             quick: false,
             time_scale: 0.125,
             candidates: PAPER_CANDIDATES.to_vec(),
-            jobs: default_jobs(),
+            jobs: crate::default_jobs(),
         }
     }
 }
@@ -300,7 +295,11 @@ pub fn reproduce(
         pass: Pass::Plan(Vec::new()),
     };
     figure(name, opts, &mut acc)?;
-    let Pass::Plan(jobs) = std::mem::replace(&mut acc.pass, Pass::Plan(Vec::new())) else {
+    let Acc {
+        pass: Pass::Plan(jobs),
+        ..
+    } = acc
+    else {
         unreachable!("the first pass plans")
     };
     let (outcomes, core_seconds) = execute(jobs, opts.jobs, progress)?;
@@ -376,11 +375,7 @@ fn execute(
         let (tx, rx) = mpsc::channel();
         for w in 0..threads.min(total) {
             let (tx, queue, failed) = (tx.clone(), &queue, &failed);
-            std::thread::Builder::new()
-                .name(format!("repro-{w}"))
-                // The deep async state machines of a run were sized for the
-                // main thread's stack.
-                .stack_size(64 << 20)
+            crate::sim_thread(format!("repro-{w}"))
                 .spawn_scoped(s, move || loop {
                     if failed.load(Ordering::Relaxed) {
                         break;

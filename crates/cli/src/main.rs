@@ -1063,7 +1063,7 @@ fn sim_reproduce(a: ReproduceArgs) -> Res {
         candidates: a
             .tuner_candidates
             .unwrap_or_else(|| sim_repro::PAPER_CANDIDATES.to_vec()),
-        jobs: a.jobs.unwrap_or_else(sim_repro::default_jobs),
+        jobs: a.jobs.unwrap_or_else(dmkit_bench::default_jobs),
     };
     let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
         let b = ProgressBar::new(1);
@@ -1209,7 +1209,7 @@ fn sim_check(a: CheckArgs) -> Res {
             Err(why) => replay(&why, seed),
         };
     }
-    let jobs = a.jobs.unwrap_or_else(dmkit_bench::sim_repro::default_jobs);
+    let jobs = a.jobs.unwrap_or_else(dmkit_bench::default_jobs);
     if jobs == 0 || a.seeds == 0 {
         return Err("--jobs and --seeds must be at least 1".into());
     }
