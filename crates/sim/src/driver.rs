@@ -75,6 +75,12 @@ struct VThread {
     worker: Worker,
     machine: usize,
     done: bool,
+    /// Its live entry in `Sim::wake` (`Time::MAX`: none; other entries
+    /// of the thread there are stale).
+    scheduled: Time,
+    /// Where its CPU time stands after its last step: it cannot run
+    /// earlier than that.
+    cursor: Time,
 }
 
 /// What [`Sim::run_until`] ended with.
@@ -240,6 +246,8 @@ impl Sim {
             worker,
             machine,
             done: false,
+            scheduled: now,
+            cursor: now,
         }));
         self.wake.push(Reverse((now, th)));
         Ok(th)
@@ -278,8 +286,9 @@ impl Sim {
     pub fn wake(&mut self, th: ThreadId) {
         let now = self.now();
         let t = self.thread(th);
-        if t.done {
-            t.done = false;
+        let was_done = std::mem::replace(&mut t.done, false);
+        t.scheduled = now;
+        if was_done {
             self.finished -= 1;
         }
         self.wake.push(Reverse((now, th)));
@@ -294,17 +303,34 @@ impl Sim {
     pub fn run_until(&mut self, end: Time) -> RunOutcome {
         let core = self.core.clone();
         let _active = core.activate();
-        while let Some(&Reverse((t, th))) = self.wake.peek() {
+        // Arbitrated atomics: an arbitration decides when requests complete,
+        // so it runs before any step that comes after it.
+        let mut arbitration = self.core.with(|c| c.next_arbitration());
+        loop {
+            let next = self.wake.peek().map(|w| w.0 .0);
+            if let Some(a) = arbitration {
+                if a <= end && next.is_none_or(|t| a <= t) {
+                    let woken = self.core.with(|c| {
+                        c.apply_until(a);
+                        arbitration = c.next_arbitration();
+                        std::mem::take(&mut c.woken)
+                    });
+                    self.wake_all(woken);
+                    continue;
+                }
+            }
+            let Some(t) = next else { break };
             if t > end {
                 break;
             }
-            self.wake.pop();
+            let th = self.wake.pop().expect("peeked").0 .1;
             let Some(vt) = self.threads[th as usize].as_mut() else {
                 continue;
             };
-            if vt.done {
+            if vt.done || vt.scheduled != t {
                 continue;
             }
+            vt.scheduled = Time::MAX;
             self.core.with(|c| {
                 c.apply_until(t);
                 c.current = Some(th);
@@ -313,7 +339,7 @@ impl Sim {
             self.clock.0.store(t, Ordering::Release);
             let polled = vt.worker.step();
             self.steps += 1;
-            let (cursor, next_completion) = self.core.with(|c| {
+            let (cursor, next_completion, woken) = self.core.with(|c| {
                 let task_ns = c.p.cpu.task_ns * polled as f64;
                 c.charge(task_ns);
                 // Every step costs at least a nanosecond: a spinning task
@@ -324,8 +350,15 @@ impl Sim {
                 c.current = None;
                 let now = c.now;
                 self.clock.0.store(now, Ordering::Release);
-                (c.cursor, c.next_completion(th))
+                arbitration = c.next_arbitration();
+                let woken = if c.woken.is_empty() {
+                    Vec::new()
+                } else {
+                    std::mem::take(&mut c.woken)
+                };
+                (c.cursor, c.next_completion(th), woken)
             });
+            vt.cursor = cursor;
             if vt.worker.live_tasks() == 0 {
                 vt.done = true;
                 self.finished += 1;
@@ -340,12 +373,29 @@ impl Sim {
                 }
             };
             match next {
-                Some(n) => self.wake.push(Reverse((n.max(cursor), th))),
-                None => self.blocked += 1,
+                Some(n) => {
+                    let n = n.max(cursor);
+                    vt.scheduled = n;
+                    self.wake.push(Reverse((n, th)));
+                }
+                // Waiting for an arbitration is not blocked: it announces
+                // the completion (`wake_all`).
+                None => {
+                    if !self.core.with(|c| c.awaits_arbitration(th)) {
+                        self.blocked += 1;
+                    }
+                }
+            }
+            if !woken.is_empty() {
+                self.wake_all(woken);
             }
         }
         if end != Time::MAX {
-            self.core.with(|c| c.apply_until(end));
+            let woken = self.core.with(|c| {
+                c.apply_until(end);
+                std::mem::take(&mut c.woken)
+            });
+            self.wake_all(woken);
             let now = self.now();
             self.clock.0.store(now, Ordering::Release);
         }
@@ -353,6 +403,24 @@ impl Sim {
             now: self.now(),
             finished: self.finished,
             blocked: self.blocked,
+        }
+    }
+
+    /// Schedules the threads whose requests an arbitration resolved, at
+    /// their completion unless they are due earlier.
+    fn wake_all(&mut self, woken: Vec<(Time, ThreadId)>) {
+        for (at, th) in woken {
+            let Some(vt) = self.threads[th as usize].as_mut() else {
+                continue;
+            };
+            // (A thread's clock never goes back: its last step may have
+            // run past the completion.)
+            let at = at.max(vt.cursor);
+            if vt.done || at >= vt.scheduled {
+                continue;
+            }
+            vt.scheduled = at;
+            self.wake.push(Reverse((at, th)));
         }
     }
 

@@ -23,7 +23,7 @@ use dmkit_fabric::{
 use dmkit_runtime::hash::IntMap;
 
 use crate::faults::Faults;
-use crate::profile::Profile;
+use crate::profile::{AtomicOrder, Profile};
 use crate::rng::SimRng;
 
 /// A virtual thread's index.
@@ -279,7 +279,52 @@ struct Qp {
     failed_batch: u64,
     /// Instant the connection was lost.
     lost_at: Option<Time>,
+    /// With an arbitrated [`AtomicOrder`]: the requests whose execution
+    /// waits for an atomic of this queue pair (the atomic first), in
+    /// posting order. Empty under `post`.
+    pending: VecDeque<Pending>,
 }
+
+/// A request whose execution instant is not known when it is posted: an
+/// atomic under an arbitrated [`AtomicOrder`], or a request its queue pair
+/// posted behind one (a queue pair executes in order). Its timing up to
+/// the responder was computed at the post; the rest is computed when it
+/// executes ([`Core::resolve`]).
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    h: u32,
+    /// Its entry's index on handle `h` (counted from the handle's first).
+    idx: u64,
+    /// An atomic: when it reaches its address (once it heads its queue
+    /// pair: also after the queue pair's previous execution). Otherwise:
+    /// its execution instant before queue-pair order.
+    ready: f64,
+    /// An atomic's address and how long it holds it.
+    atomic: Option<(u64, f64)>,
+    /// The atomic waits at its address (registered in `Core::waits`).
+    waiting: bool,
+    /// Torn pieces land over this long (0 if not torn).
+    spread: f64,
+    /// Serialisation of its response on a link.
+    rser: f64,
+}
+
+/// One address's atomics under an arbitrated [`AtomicOrder`].
+#[derive(Debug, Default)]
+struct AddrWait {
+    /// The address is busy until then.
+    free: f64,
+    /// Queue pairs whose first unexecuted request is an atomic waiting here.
+    qps: Vec<u32>,
+    /// The instant of its live arbitration event (stale events differ).
+    event: Option<Time>,
+    /// The queue pair served last (round robin).
+    last: u32,
+}
+
+/// `Entry::at` and `Entry::cq_at` of a request whose execution waits for
+/// an arbitration (see [`Pending`]).
+const UNRESOLVED: Time = Time::MAX;
 
 /// One request in flight on a handle.
 #[repr(align(64))]
@@ -402,6 +447,44 @@ struct Cut {
     at: [Time; 4],
 }
 
+impl Cut {
+    /// Spreads its pieces' instants evenly over `[exec, exec + spread]`.
+    #[inline(always)]
+    fn land(&mut self, exec: f64, spread: f64) {
+        let n = self.n;
+        for slot in 0..n {
+            self.at[slot] = to_time(exec + spread * slot as f64 / (n - 1) as f64);
+        }
+    }
+}
+
+/// The response of a request of queue pair `q` that executes at `exec`
+/// (its pieces landing over `spread`): the uplink of the target (`tm`),
+/// the downlink of the requester (`m`), then data and CQE written into
+/// host memory, delivered in the queue pair's order. Returns when its
+/// completion is delivered.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn respond(
+    p: &Profile,
+    q: &mut Qp,
+    m: &mut Tx,
+    tm: &mut Rx,
+    exec: f64,
+    spread: f64,
+    rser: f64,
+    half_wire: f64,
+) -> f64 {
+    q.last_exec = exec + spread;
+    let u2 = fmax(exec + spread, tm.up_resp_free);
+    tm.up_resp_free = u2 + rser;
+    let d2 = fmax(u2 + rser + half_wire, m.down_resp_free);
+    m.down_resp_free = d2 + rser;
+    let cq = fmax(d2 + rser + half_wire + p.nic.deliver_ns, q.last_cq);
+    q.last_cq = cq;
+    cq
+}
+
 /// Per-request service times of the profile's rate limits (ns), divided
 /// once (the same quotients the per-request code computed each time).
 struct Slots {
@@ -445,6 +528,14 @@ pub(crate) struct Core {
     addr_free: IntMap<u64, f64>,
     /// Device-memory range per node (atomics there are faster).
     device_mem: IntMap<NodeId, (u64, u64)>,
+    /// Arbitrated atomic order (`p.responder.atomic_order` is not `post`).
+    arbitrated: bool,
+    /// Addresses with atomics waiting, and when each next picks one.
+    waits: IntMap<u64, AddrWait>,
+    arbitrations: BinaryHeap<Reverse<(Time, u64)>>,
+    /// Threads to wake: a request of theirs executed at an arbitration
+    /// and completes at the instant given (drained by the driver).
+    pub woken: Vec<(Time, ThreadId)>,
     /// Threads: machine of each.
     pub threads: Vec<usize>,
     /// Handles of each thread.
@@ -576,6 +667,60 @@ impl Shape {
     }
 }
 
+/// A request [`defer`] queues: the post's results for it.
+struct Deferred<'a> {
+    h: u32,
+    wr: &'a WorkRequest,
+    batch: u64,
+    index: u32,
+    ready: f64,
+    atomic: Option<(u64, f64)>,
+    cut: Option<Cut>,
+    spread: f64,
+    shape: &'a Shape,
+}
+
+/// Queues request `d` of queue pair `q` (handle `hd`) to execute once
+/// the atomic at the head of the queue pair has: its entry waits
+/// unresolved, [`Core::resolve`] computes the rest. Kept out of the post
+/// loop, which the default order never takes here.
+#[cold]
+#[inline(never)]
+fn defer(stats: &mut SimStats, next_seq: &mut u64, q: &mut Qp, hd: &mut Handle, d: Deferred<'_>) {
+    stats.wire_bytes += d.shape.wire;
+    stats.posted += 1;
+    let n = d.cut.as_ref().map_or(1, |c| c.n);
+    if d.cut.is_some() {
+        stats.torn += 1;
+    }
+    let seq = *next_seq + 1;
+    *next_seq += n as u64;
+    q.pending.push_back(Pending {
+        h: d.h,
+        idx: hd.head + hd.entries.len() as u64,
+        ready: d.ready,
+        atomic: d.atomic,
+        waiting: false,
+        spread: d.spread,
+        rser: d.shape.rser,
+    });
+    hd.entries.push_back(Entry {
+        wr: *d.wr,
+        batch: d.batch,
+        index: d.index,
+        cq_at: UNRESOLVED,
+        at: UNRESOLVED,
+        seq,
+        cut: d.cut.map(Box::new),
+        applied: 0,
+        value: 0,
+        error: None,
+    });
+    if d.wr.signaled {
+        hd.deliverable += 1;
+    }
+}
+
 impl Core {
     pub fn new(
         p: Profile,
@@ -585,6 +730,7 @@ impl Core {
         seed: u64,
         clock: Arc<AtomicU64>,
     ) -> Self {
+        let arbitrated = p.responder.atomic_order != AtomicOrder::Post;
         Self {
             machines: (0..machines).map(|_| Machine::new(&p)).collect(),
             slots: Slots::of(&p),
@@ -600,6 +746,10 @@ impl Core {
             seq: 0,
             addr_free: IntMap::default(),
             device_mem: IntMap::default(),
+            arbitrated,
+            waits: IntMap::default(),
+            arbitrations: BinaryHeap::new(),
+            woken: Vec::new(),
             threads: Vec::new(),
             thread_handles: Vec::new(),
             current: None,
@@ -696,6 +846,7 @@ impl Core {
             next_batch: 1,
             failed_batch: 0,
             lost_at: None,
+            pending: VecDeque::new(),
         };
         let default_db = |m: &mut Machine, p: &Profile| {
             let low = p.doorbell.low_latency;
@@ -802,6 +953,10 @@ impl Core {
     fn next_effect(&self, hi: usize) -> Option<Effect> {
         let hd = &self.handles[hi];
         let e = hd.entries.get((hd.next_apply - hd.head) as usize)?;
+        // An entry waiting for an arbitration joins the heap when resolved.
+        if e.at == UNRESOLVED {
+            return None;
+        }
         Some(e.next_effect(hi as u32))
     }
 
@@ -836,6 +991,7 @@ impl Core {
             seq: next_seq,
             addr_free,
             device_mem,
+            arbitrated,
             current,
             cursor,
             clock,
@@ -961,9 +1117,27 @@ impl Core {
             } else {
                 0.0
             };
+            let mut held = None;
             let mut exec = match kind {
                 VerbKind::Read => r + mtt_miss + p.responder.dma_read_ns,
                 VerbKind::Write => r + mtt_miss + p.responder.dma_write_ns,
+                _ if *arbitrated => {
+                    // Which waiting atomic goes next is decided when the
+                    // address frees (`Core::arbitrate`); the unit's
+                    // aggregate rate still paces arrivals.
+                    let ready = r + mtt_miss + p.responder.dma_read_ns;
+                    let on_nic =
+                        on_nic_range.is_some_and(|(a, b)| (a..b).contains(&wr.remote.offset()));
+                    let hold = if on_nic {
+                        p.responder.atomic_nic_ns
+                    } else {
+                        p.responder.atomic_ns
+                    };
+                    let slot = ready.max(tm.atomic_free);
+                    tm.atomic_free = slot + slots.atomic;
+                    held = Some((wr.remote.raw(), hold));
+                    slot
+                }
                 _ => {
                     let ready = r + mtt_miss + p.responder.dma_read_ns;
                     let addr = wr.remote.raw();
@@ -998,32 +1172,40 @@ impl Core {
                 exec += rng.below(faults.delay_ns + 1) as f64;
                 stats.delayed += 1;
             }
-            // One queue pair's requests take effect in posting order.
-            exec = fmax(exec, q.last_exec + 1.0);
             let mut cut = tear(faults, rng, *in_order_write, wr);
             let spread = match &cut {
                 Some(_) => faults.torn_spread_ns.max(1) as f64,
                 None => 0.0,
             };
-            q.last_exec = exec + spread;
-            // Response: uplink of the target, downlink of the requester,
-            // then data and CQE written into host memory.
-            let rser = sh.rser;
-            let u2 = fmax(exec + spread, tm.up_resp_free);
-            tm.up_resp_free = u2 + rser;
-            let d2 = fmax(u2 + rser + half_wire, m.down_resp_free);
-            m.down_resp_free = d2 + rser;
-            let mut cq = d2 + rser + half_wire + p.nic.deliver_ns;
-            cq = fmax(cq, q.last_cq);
-            q.last_cq = cq;
+            if *arbitrated && (held.is_some() || !q.pending.is_empty()) {
+                defer(
+                    stats,
+                    next_seq,
+                    q,
+                    hd,
+                    Deferred {
+                        h,
+                        wr,
+                        batch: batch_id,
+                        index: index as u32,
+                        ready: exec,
+                        atomic: held,
+                        cut,
+                        spread,
+                        shape: &sh,
+                    },
+                );
+                continue;
+            }
+            // One queue pair's requests take effect in posting order.
+            exec = fmax(exec, q.last_exec + 1.0);
+            let cq = respond(p, q, m, tm, exec, spread, sh.rser, half_wire);
             stats.wire_bytes += sh.wire;
             stats.posted += 1;
             let n = cut.as_ref().map_or(1, |c| c.n);
             if let Some(c) = &mut cut {
                 stats.torn += 1;
-                for slot in 0..n {
-                    c.at[slot] = to_time(exec + spread * slot as f64 / (n - 1) as f64);
-                }
+                c.land(exec, spread);
             }
             let seq = *next_seq + 1;
             *next_seq += n as u64;
@@ -1055,12 +1237,207 @@ impl Core {
                 .push(Reverse((to_time(q.nic_free), qi as u32)));
         }
         batch.clear();
+        if self.arbitrated && q.pending.front().is_some_and(|f| !f.waiting) {
+            self.advance(qi);
+        }
         Ok(())
+    }
+
+    /// Executes what can execute at the head of queue pair `qi`'s pending
+    /// requests: requests behind no atomic run at once; an atomic at the
+    /// head starts waiting at its address.
+    fn advance(&mut self, qi: usize) {
+        while let Some(&front) = self.qps[qi].pending.front() {
+            let q = &mut self.qps[qi];
+            match front.atomic {
+                None => {
+                    q.pending.pop_front();
+                    let exec = fmax(front.ready, q.last_exec + 1.0);
+                    self.resolve(qi, front, exec);
+                }
+                Some((addr, _)) => {
+                    if front.waiting {
+                        return;
+                    }
+                    // It cannot reach its address before the queue pair's
+                    // previous request has executed.
+                    let ready = fmax(front.ready, q.last_exec + 1.0);
+                    let f = q.pending.front_mut().expect("front exists");
+                    f.ready = ready;
+                    f.waiting = true;
+                    let w = self.waits.entry(addr).or_default();
+                    w.qps.push(qi as u32);
+                    let at = to_time(fmax(ready, w.free));
+                    if w.event.is_none_or(|e| at < e) {
+                        w.event = Some(at);
+                        self.arbitrations.push(Reverse((at, addr)));
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The arbitration of address `addr` due at `at`: if it is still live,
+    /// the chosen atomic executes, and whatever its queue pair posted
+    /// behind it follows.
+    fn arbitrate(&mut self, at: Time, addr: u64) {
+        let Some(w) = self.waits.get_mut(&addr) else {
+            return;
+        };
+        if w.event != Some(at) {
+            return;
+        }
+        w.event = None;
+        let ready = |qi: u32| self.qps[qi as usize].pending[0].ready;
+        let Some(first) = w.qps.iter().map(|&q| ready(q)).reduce(fmin) else {
+            return;
+        };
+        // The decision instant, and who has arrived by then.
+        let decide = fmax(w.free, first);
+        let order = self.p.responder.atomic_order;
+        let pick = {
+            let arrived = w
+                .qps
+                .iter()
+                .enumerate()
+                .filter(|&(_, &q)| ready(q) <= decide);
+            match order {
+                AtomicOrder::Post | AtomicOrder::Arrival => arrived
+                    .min_by(|a, b| ready(*a.1).total_cmp(&ready(*b.1)).then(a.0.cmp(&b.0)))
+                    .map(|(i, _)| i),
+                AtomicOrder::Newest => arrived
+                    .max_by(|a, b| ready(*a.1).total_cmp(&ready(*b.1)).then(b.0.cmp(&a.0)))
+                    .map(|(i, _)| i),
+                AtomicOrder::RoundRobin => {
+                    let n = self.qps.len() as u32;
+                    let last = w.last;
+                    arrived
+                        .min_by_key(|&(_, &q)| (q + n - last - 1) % n)
+                        .map(|(i, _)| i)
+                }
+                AtomicOrder::Random => {
+                    let n = arrived.count() as u64;
+                    let k = self.rng.below(n) as usize;
+                    w.qps
+                        .iter()
+                        .enumerate()
+                        .filter(|&(_, &q)| ready(q) <= decide)
+                        .nth(k)
+                        .map(|(i, _)| i)
+                }
+            }
+        }
+        .expect("the earliest arrival has arrived by the decision instant");
+        let qi = w.qps.swap_remove(pick);
+        let front = self.qps[qi as usize]
+            .pending
+            .pop_front()
+            .expect("a waiting queue pair has its atomic at the head");
+        let (_, hold) = front.atomic.expect("waiting requests are atomics");
+        let start = fmax(decide, front.ready);
+        let w = self.waits.get_mut(&addr).expect("looked up above");
+        w.free = start + hold;
+        w.last = qi;
+        if !w.qps.is_empty() {
+            let qps = &self.qps;
+            let next = w
+                .qps
+                .iter()
+                .map(|&q| qps[q as usize].pending[0].ready)
+                .reduce(fmin)
+                .expect("not empty");
+            let t = to_time(fmax(next, w.free));
+            w.event = Some(t);
+            self.arbitrations.push(Reverse((t, addr)));
+        }
+        self.resolve(qi as usize, front, start + hold);
+        self.advance(qi as usize);
+    }
+
+    /// Request `pd` of queue pair `qi` executes at `exec`: its response,
+    /// its completion, and its memory effect are scheduled.
+    fn resolve(&mut self, qi: usize, pd: Pending, exec: f64) {
+        let p = &self.p;
+        let q = &mut self.qps[qi];
+        let (machine, target) = (q.machine, q.target);
+        let loopback = machine == target;
+        let half_wire = if loopback { 0.0 } else { p.link.wire_ns / 2.0 };
+        let spread = pd.spread;
+        let (m, tm) = if loopback {
+            let mm = &mut self.machines[machine];
+            (&mut mm.tx, &mut mm.rx)
+        } else {
+            let [a, b] = self
+                .machines
+                .get_disjoint_mut([machine, target])
+                .expect("a queue pair's machines exist");
+            (&mut a.tx, &mut b.rx)
+        };
+        let cq = respond(p, q, m, tm, exec, spread, pd.rser, half_wire);
+        let hi = pd.h as usize;
+        let hd = &mut self.handles[hi];
+        let pos = (pd.idx - hd.head) as usize;
+        let e = &mut hd.entries[pos];
+        e.at = to_time(exec);
+        e.cq_at = to_time(cq);
+        if let Some(c) = &mut e.cut {
+            c.land(exec, spread);
+        }
+        if e.wr.signaled {
+            if let Some(t) = hd.thread {
+                self.woken.push((e.cq_at, t));
+            }
+        }
+        if hd.next_apply == pd.idx {
+            let ev = e.next_effect(pd.h);
+            self.effects.push(Reverse(ev));
+        }
+    }
+
+    /// Whether a completion of thread `t` waits for an arbitration.
+    pub fn awaits_arbitration(&self, t: ThreadId) -> bool {
+        self.arbitrated
+            && self.thread_handles[t as usize].iter().any(|&h| {
+                self.handles[h as usize]
+                    .entries
+                    .iter()
+                    .any(|e| e.delivers() && e.cq_at == UNRESOLVED)
+            })
+    }
+
+    /// When the next arbitration is due, if any.
+    pub fn next_arbitration(&self) -> Option<Time> {
+        self.arbitrations.peek().map(|r| r.0 .0)
     }
 
     /// Applies every memory effect due at or before `t` and moves the
     /// engine's time there (never backwards).
     pub fn apply_until(&mut self, t: Time) {
+        // Arbitrations first when one is due before the next effect (an
+        // arbitration only schedules effects after its own instant).
+        while let Some(&Reverse((at, addr))) = self.arbitrations.peek() {
+            if at > t {
+                break;
+            }
+            if self.effects.peek().is_some_and(|e| e.0.at() < at) {
+                self.apply_effects_until(at - 1);
+                continue;
+            }
+            self.arbitrations.pop();
+            self.arbitrate(at, addr);
+        }
+        self.apply_effects_until(t);
+        if t > self.now {
+            self.now = t;
+        }
+        if self.current.is_none() {
+            self.clock.store(self.now, Ordering::Release);
+        }
+    }
+
+    /// Applies every memory effect due at or before `t`.
+    fn apply_effects_until(&mut self, t: Time) {
         while let Some(&Reverse(ev)) = self.effects.peek() {
             if ev.at() > t {
                 break;
@@ -1073,12 +1450,6 @@ impl Core {
                     self.effects.pop();
                 }
             }
-        }
-        if t > self.now {
-            self.now = t;
-        }
-        if self.current.is_none() {
-            self.clock.store(self.now, Ordering::Release);
         }
     }
 
@@ -1277,11 +1648,22 @@ impl Core {
     /// signaled or failed request, else its first outstanding one.
     fn next_completion_at(&self, hi: usize) -> Option<Time> {
         let hd = &self.handles[hi];
-        hd.entries
+        let at = hd
+            .entries
             .iter()
             .find(|e| e.delivers())
             .or(hd.entries.front())
-            .map(|e| e.cq_at)
+            .map(|e| e.cq_at)?;
+        if at != UNRESOLVED {
+            return Some(at);
+        }
+        // Not known before an arbitration: the next thing that happens.
+        let effect = self.effects.peek().map(|e| e.0.at());
+        let arbitration = self.next_arbitration();
+        match (effect, arbitration) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Blocks the caller until handle `h` has a completion: the thread's
@@ -1309,7 +1691,13 @@ impl Core {
             if hd.deliverable == 0 {
                 continue;
             }
-            if let Some(e) = hd.entries.iter().find(|e| e.delivers()) {
+            // (A completion that waits for an arbitration is announced
+            // in `woken` when its instant is known.)
+            if let Some(e) = hd
+                .entries
+                .iter()
+                .find(|e| e.delivers() && e.cq_at != UNRESOLVED)
+            {
                 best = Some(best.map_or(e.cq_at, |b| b.min(e.cq_at)));
             }
         }
@@ -1322,6 +1710,16 @@ impl Core {
 #[inline(always)]
 fn fmax(a: f64, b: f64) -> f64 {
     if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+/// The smaller of two model times (never NaN).
+#[inline(always)]
+fn fmin(a: f64, b: f64) -> f64 {
+    if a < b {
         a
     } else {
         b

@@ -51,8 +51,20 @@
 //!    serialisation (`atomic_ns`, or `atomic_nic_ns` in device memory)
 //!    (SwordBox §3.2: same-address CAS ceilings, Fig. 4); an atomic waiting
 //!    for its address holds up other addresses' atomics only with
-//!    `atomic_head_of_line`. The request takes effect here — after the
-//!    previous request of its queue pair.
+//!    `atomic_head_of_line`. Which of the atomics waiting for one address
+//!    goes next is `atomic_order`: `post` books the address when the
+//!    atomic is posted (posting order, and every request's timing is final
+//!    at its post); the arbitrated orders decide when the address frees,
+//!    among the queue pairs whose first unexecuted request is an atomic
+//!    waiting there (`arrival`, `random`, `newest`, `round-robin`). Under
+//!    an arbitrated order an atomic's execution, and that of everything its
+//!    queue pair posted behind it, is computed at the arbitration; the
+//!    driver runs every arbitration before any step that comes after it
+//!    and wakes the threads whose completions it placed. The built-in
+//!    profiles keep `post`; `configs/sim/cx6-200g.toml` compares the
+//!    orders on SMART's figures 7 and 14.
+//!    The request takes effect here — after the previous request of its
+//!    queue pair.
 //! 6. **Response**: back over the links; data and CQE are written to host
 //!    memory (`deliver_ns`); completions of one queue pair are delivered in
 //!    order.

@@ -180,6 +180,10 @@ pub struct ResponderModel {
     /// better (configs/sim/cx6-200g.toml says by how much).
     #[serde(default)]
     pub atomic_head_of_line: bool,
+    /// Which of the atomics waiting for one busy address executes next
+    /// (see [`AtomicOrder`]). Default `post`.
+    #[serde(default)]
+    pub atomic_order: AtomicOrder,
     /// Entries of the translation (MTT) cache, one per page (the SMART
     /// testbed uses 2 MB pages: a 1 GB region is 512 entries).
     pub mtt_entries: u64,
@@ -187,6 +191,55 @@ pub struct ResponderModel {
     /// Memory-semantics §II-B2 and §III-B: random access misses the RNIC's
     /// translation cache.
     pub mtt_miss_ns: f64,
+}
+
+/// How the responder orders atomics that wait for the same address.
+///
+/// Same-address atomics are serialised (SwordBox §3.2), but in which order
+/// the waiting ones are served is not documented for any ConnectX device,
+/// and nothing in the three papers measures it. `post`, the default, is the
+/// engine's original model: each atomic books the address when it is
+/// posted, so waiting atomics are served in posting order and a request's
+/// timing is final when it is posted. The others decide when the address
+/// frees, among the atomics that have reached the address by then and
+/// that head their queue pair (a queue pair executes in order, so only its
+/// first unexecuted request can be waiting); whatever the queue pair posted
+/// behind such an atomic waits with it. `arrival` serves the earliest
+/// arrival (first come, first served at the responder), `random` a
+/// uniformly random one (the simulation's seeded generator), `newest` the
+/// latest arrival, `round-robin` the next queue pair in a fixed cyclic
+/// order after the last one served.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AtomicOrder {
+    #[default]
+    Post,
+    Arrival,
+    Random,
+    Newest,
+    RoundRobin,
+}
+
+impl AtomicOrder {
+    /// Every order, as named in profiles.
+    pub const ALL: [AtomicOrder; 5] = [
+        AtomicOrder::Post,
+        AtomicOrder::Arrival,
+        AtomicOrder::Random,
+        AtomicOrder::Newest,
+        AtomicOrder::RoundRobin,
+    ];
+
+    /// Its name in profiles (`round-robin`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            AtomicOrder::Post => "post",
+            AtomicOrder::Arrival => "arrival",
+            AtomicOrder::Random => "random",
+            AtomicOrder::Newest => "newest",
+            AtomicOrder::RoundRobin => "round-robin",
+        }
+    }
 }
 
 /// What the device accepts (the fabric capabilities it declares).
@@ -336,6 +389,19 @@ mod tests {
         assert!(Profile::from_toml(&text).unwrap_err().contains("nic.iops"));
         text = format!("{CX6}\nbogus = 1\n");
         assert!(Profile::from_toml(&text).is_err());
+        // The atomic order: named values only; absent means `post`.
+        let order = |v: &str| {
+            Profile::from_toml(&CX6.replace("atomic_order = \"post\"", v))
+                .map(|p| p.responder.atomic_order)
+        };
+        assert_eq!(
+            order("atomic_order = \"round-robin\""),
+            Ok(AtomicOrder::RoundRobin)
+        );
+        assert_eq!(order(""), Ok(AtomicOrder::Post));
+        assert!(order("atomic_order = \"fifo\"")
+            .unwrap_err()
+            .contains("unknown variant"));
         assert!(Profile::load("/nonexistent/profile.toml")
             .unwrap_err()
             .contains("built-in profiles"));
