@@ -29,6 +29,21 @@ fn race_is_linearizable_under_faults() {
     seeds("race", 40);
 }
 
+/// Seed 193 runs `race` with the random atomic order. A thread whose step
+/// ran past a completion that an arbitration placed was once woken at the
+/// completion, before that step's end: its tasks then saw time run
+/// backwards and the history had an operation returning before its call.
+#[test]
+fn race_seed_193_keeps_time_moving_forward() {
+    assert_eq!(
+        dmkit_bench::sim_check::atomic_order_of(193),
+        dmkit_sim::profile::AtomicOrder::Random
+    );
+    if let Err(e) = run("race", 193) {
+        panic!("race failed at seed 193:\n{e}");
+    }
+}
+
 #[test]
 fn art_is_linearizable_under_faults() {
     seeds("art", 150);
