@@ -143,6 +143,11 @@ struct ReproduceArgs {
     /// Device profile: cx6-200g, cx5-100g, cx3-56g, or a TOML file.
     #[arg(long, default_value = "cx6-200g")]
     profile: String,
+    /// Override the profile's order among atomics waiting for one address:
+    /// post, arrival, random, newest, round-robin (see the profile's
+    /// `atomic_order`).
+    #[arg(long, value_parser = parse_atomic_order)]
+    atomic_order: Option<dmkit_sim::profile::AtomicOrder>,
     /// Seed of the simulation (same seed, same result, bit for bit).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -498,6 +503,10 @@ struct FabricArgs {
     /// Simulator: device profile (cx6-200g, cx5-100g, cx3-56g, or a TOML file).
     #[arg(long, default_value = "cx6-200g")]
     profile: String,
+    /// Simulator: override the profile's order among atomics waiting for
+    /// one address (post, arrival, random, newest, round-robin).
+    #[arg(long, value_parser = parse_atomic_order)]
+    atomic_order: Option<dmkit_sim::profile::AtomicOrder>,
     /// Simulator: compute machines (--threads run on each).
     #[arg(long, default_value_t = 1)]
     machines: usize,
@@ -519,7 +528,7 @@ impl FabricArgs {
             return Err("--connect and --rtt are shm options; the simulator has its own memory nodes and timing".into());
         }
         Ok(dmkit_sim::SimConfig {
-            profile: dmkit_sim::Profile::load(&self.profile)?,
+            profile: load_profile(&self.profile, self.atomic_order)?,
             compute_machines: self.machines,
             memory_nodes: self.memory_nodes,
             colocated: self.colocated,
@@ -1053,10 +1062,37 @@ fn plot(a: PlotArgs) -> Res {
         .map_err(|e| format!("writing {}: {e}", a.output.display()))
 }
 
+/// A device profile by name or path, its atomic order overridden if asked.
+fn load_profile(
+    name: &str,
+    order: Option<dmkit_sim::profile::AtomicOrder>,
+) -> Result<dmkit_sim::Profile, String> {
+    let mut p = dmkit_sim::Profile::load(name)?;
+    if let Some(o) = order {
+        if o != p.responder.atomic_order {
+            // Reports name the profile: say it was changed.
+            p.name = format!("{}, atomic order {}", p.name, o.name());
+        }
+        p.responder.atomic_order = o;
+    }
+    Ok(p)
+}
+
+fn parse_atomic_order(s: &str) -> Result<dmkit_sim::profile::AtomicOrder, String> {
+    use dmkit_sim::profile::AtomicOrder;
+    AtomicOrder::ALL
+        .into_iter()
+        .find(|o| o.name() == s)
+        .ok_or_else(|| {
+            let names: Vec<_> = AtomicOrder::ALL.iter().map(|o| o.name()).collect();
+            format!("{s:?}: expected one of {}", names.join(", "))
+        })
+}
+
 fn sim_reproduce(a: ReproduceArgs) -> Res {
     use dmkit_bench::sim_repro;
     let opts = sim_repro::ReproOptions {
-        profile: dmkit_sim::Profile::load(&a.profile)?,
+        profile: load_profile(&a.profile, a.atomic_order)?,
         seed: a.seed,
         quick: a.quick,
         time_scale: a.time_scale,

@@ -331,6 +331,10 @@ fn bad_flags_are_clear_errors() {
             "built-in profiles",
         ),
         (
+            &["sim", "reproduce", "smart-fig14", "--atomic-order", "fifo"],
+            "expected one of post, arrival",
+        ),
+        (
             &["sim", "check", "--scenario", "nope"],
             "scenarios: counters",
         ),
