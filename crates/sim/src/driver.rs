@@ -339,7 +339,7 @@ impl Sim {
             self.clock.0.store(t, Ordering::Release);
             let polled = vt.worker.step();
             self.steps += 1;
-            let (cursor, next_completion, woken) = self.core.with(|c| {
+            let (cursor, next_completion, woke) = self.core.with(|c| {
                 let task_ns = c.p.cpu.task_ns * polled as f64;
                 c.charge(task_ns);
                 // Every step costs at least a nanosecond: a spinning task
@@ -351,12 +351,7 @@ impl Sim {
                 let now = c.now;
                 self.clock.0.store(now, Ordering::Release);
                 arbitration = c.next_arbitration();
-                let woken = if c.woken.is_empty() {
-                    Vec::new()
-                } else {
-                    std::mem::take(&mut c.woken)
-                };
-                (c.cursor, c.next_completion(th), woken)
+                (c.cursor, c.next_completion(th), !c.woken.is_empty())
             });
             vt.cursor = cursor;
             if vt.worker.live_tasks() == 0 {
@@ -386,7 +381,8 @@ impl Sim {
                     }
                 }
             }
-            if !woken.is_empty() {
+            if woke {
+                let woken = self.core.with(|c| std::mem::take(&mut c.woken));
                 self.wake_all(woken);
             }
         }

@@ -279,10 +279,6 @@ struct Qp {
     failed_batch: u64,
     /// Instant the connection was lost.
     lost_at: Option<Time>,
-    /// With an arbitrated [`AtomicOrder`]: the requests whose execution
-    /// waits for an atomic of this queue pair (the atomic first), in
-    /// posting order. Empty under `post`.
-    pending: VecDeque<Pending>,
 }
 
 /// A request whose execution instant is not known when it is posted: an
@@ -530,6 +526,11 @@ pub(crate) struct Core {
     device_mem: IntMap<NodeId, (u64, u64)>,
     /// Arbitrated atomic order (`p.responder.atomic_order` is not `post`).
     arbitrated: bool,
+    /// Under an arbitrated order, by queue pair: the requests whose
+    /// execution waits for an atomic of the queue pair (the atomic first),
+    /// in posting order. (Kept out of [`Qp`], which the default order
+    /// reads on every post.)
+    pending: Vec<VecDeque<Pending>>,
     /// Addresses with atomics waiting, and when each next picks one.
     waits: IntMap<u64, AddrWait>,
     arbitrations: BinaryHeap<Reverse<(Time, u64)>>,
@@ -686,7 +687,13 @@ struct Deferred<'a> {
 /// loop, which the default order never takes here.
 #[cold]
 #[inline(never)]
-fn defer(stats: &mut SimStats, next_seq: &mut u64, q: &mut Qp, hd: &mut Handle, d: Deferred<'_>) {
+fn defer(
+    stats: &mut SimStats,
+    next_seq: &mut u64,
+    pending: &mut VecDeque<Pending>,
+    hd: &mut Handle,
+    d: Deferred<'_>,
+) {
     stats.wire_bytes += d.shape.wire;
     stats.posted += 1;
     let n = d.cut.as_ref().map_or(1, |c| c.n);
@@ -695,7 +702,7 @@ fn defer(stats: &mut SimStats, next_seq: &mut u64, q: &mut Qp, hd: &mut Handle, 
     }
     let seq = *next_seq + 1;
     *next_seq += n as u64;
-    q.pending.push_back(Pending {
+    pending.push_back(Pending {
         h: d.h,
         idx: hd.head + hd.entries.len() as u64,
         ready: d.ready,
@@ -747,6 +754,7 @@ impl Core {
             addr_free: IntMap::default(),
             device_mem: IntMap::default(),
             arbitrated,
+            pending: Vec::new(),
             waits: IntMap::default(),
             arbitrations: BinaryHeap::new(),
             woken: Vec::new(),
@@ -846,7 +854,6 @@ impl Core {
             next_batch: 1,
             failed_batch: 0,
             lost_at: None,
-            pending: VecDeque::new(),
         };
         let default_db = |m: &mut Machine, p: &Profile| {
             let low = p.doorbell.low_latency;
@@ -992,6 +999,7 @@ impl Core {
             addr_free,
             device_mem,
             arbitrated,
+            pending,
             current,
             cursor,
             clock,
@@ -1177,11 +1185,14 @@ impl Core {
                 Some(_) => faults.torn_spread_ns.max(1) as f64,
                 None => 0.0,
             };
-            if *arbitrated && (held.is_some() || !q.pending.is_empty()) {
+            if *arbitrated && (held.is_some() || pending.get(qi).is_some_and(|p| !p.is_empty())) {
+                if pending.len() <= qi {
+                    pending.resize_with(qi + 1, VecDeque::new);
+                }
                 defer(
                     stats,
                     next_seq,
-                    q,
+                    &mut pending[qi],
                     hd,
                     Deferred {
                         h,
@@ -1237,7 +1248,13 @@ impl Core {
                 .push(Reverse((to_time(q.nic_free), qi as u32)));
         }
         batch.clear();
-        if self.arbitrated && q.pending.front().is_some_and(|f| !f.waiting) {
+        if self.arbitrated
+            && self
+                .pending
+                .get(qi)
+                .and_then(VecDeque::front)
+                .is_some_and(|f| !f.waiting)
+        {
             self.advance(qi);
         }
         Ok(())
@@ -1247,11 +1264,11 @@ impl Core {
     /// requests: requests behind no atomic run at once; an atomic at the
     /// head starts waiting at its address.
     fn advance(&mut self, qi: usize) {
-        while let Some(&front) = self.qps[qi].pending.front() {
+        while let Some(&front) = self.pending[qi].front() {
             let q = &mut self.qps[qi];
             match front.atomic {
                 None => {
-                    q.pending.pop_front();
+                    self.pending[qi].pop_front();
                     let exec = fmax(front.ready, q.last_exec + 1.0);
                     self.resolve(qi, front, exec);
                 }
@@ -1262,7 +1279,7 @@ impl Core {
                     // It cannot reach its address before the queue pair's
                     // previous request has executed.
                     let ready = fmax(front.ready, q.last_exec + 1.0);
-                    let f = q.pending.front_mut().expect("front exists");
+                    let f = self.pending[qi].front_mut().expect("front exists");
                     f.ready = ready;
                     f.waiting = true;
                     let w = self.waits.entry(addr).or_default();
@@ -1289,7 +1306,7 @@ impl Core {
             return;
         }
         w.event = None;
-        let ready = |qi: u32| self.qps[qi as usize].pending[0].ready;
+        let ready = |qi: u32| self.pending[qi as usize][0].ready;
         let Some(first) = w.qps.iter().map(|&q| ready(q)).reduce(fmin) else {
             return;
         };
@@ -1330,8 +1347,7 @@ impl Core {
         }
         .expect("the earliest arrival has arrived by the decision instant");
         let qi = w.qps.swap_remove(pick);
-        let front = self.qps[qi as usize]
-            .pending
+        let front = self.pending[qi as usize]
             .pop_front()
             .expect("a waiting queue pair has its atomic at the head");
         let (_, hold) = front.atomic.expect("waiting requests are atomics");
@@ -1340,11 +1356,11 @@ impl Core {
         w.free = start + hold;
         w.last = qi;
         if !w.qps.is_empty() {
-            let qps = &self.qps;
+            let pending = &self.pending;
             let next = w
                 .qps
                 .iter()
-                .map(|&q| qps[q as usize].pending[0].ready)
+                .map(|&q| pending[q as usize][0].ready)
                 .reduce(fmin)
                 .expect("not empty");
             let t = to_time(fmax(next, w.free));
@@ -1437,6 +1453,7 @@ impl Core {
     }
 
     /// Applies every memory effect due at or before `t`.
+    #[inline]
     fn apply_effects_until(&mut self, t: Time) {
         while let Some(&Reverse(ev)) = self.effects.peek() {
             if ev.at() > t {
