@@ -26,7 +26,8 @@
 //! among atomics waiting for one address follows the seed too (see
 //! [`atomic_order_of`]), so the arbitrated orders, under which requests'
 //! timings are settled at execution rather than at the post, are checked
-//! with the same workloads.
+//! with the same workloads; so does whether accesses stall behind the
+//! atomics on their words ([`atomic_stalls_of`]).
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -143,6 +144,14 @@ fn over_seeds(
     out.into_inner().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Whether seed `seed`'s run stalls READs and WRITEs behind the atomics
+/// booked on their words (`responder.atomic_stalls_access`): for seeds 0
+/// mod 4, the `post` seeds of [`atomic_order_of`]; seeds 2 mod 4 run
+/// `post` without it (the arbitrated orders do not model it).
+pub fn atomic_stalls_of(seed: u64) -> bool {
+    seed.is_multiple_of(4) && atomic_order_of(seed) == AtomicOrder::Post
+}
+
 /// The atomic order of seed `seed`'s run: `random` for seeds 1 mod 4,
 /// `arrival` for 3 mod 4, the profile's own (`post`) otherwise. (From the
 /// seed's residue rather than its generator, so a scenario's draws, and
@@ -158,6 +167,7 @@ pub fn atomic_order_of(seed: u64) -> AtomicOrder {
 fn sim_for(seed: u64, r: &mut Rng) -> Result<Sim, String> {
     let mut profile = Profile::cx6();
     profile.responder.atomic_order = atomic_order_of(seed);
+    profile.responder.atomic_stalls_access = atomic_stalls_of(seed);
     Sim::new(SimConfig {
         profile,
         memory_nodes: 2,

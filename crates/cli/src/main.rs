@@ -148,6 +148,11 @@ struct ReproduceArgs {
     /// `atomic_order`).
     #[arg(long, value_parser = parse_atomic_order)]
     atomic_order: Option<dmkit_sim::profile::AtomicOrder>,
+    /// Override the profile's `atomic_stalls_access`: READs and WRITEs of
+    /// a word wait for the atomics queued on it (SwordBox §3.2; post
+    /// order only: another --atomic-order turns it off unless given).
+    #[arg(long, value_enum)]
+    atomic_stalls_access: Option<OnOff>,
     /// Seed of the simulation (same seed, same result, bit for bit).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -507,6 +512,11 @@ struct FabricArgs {
     /// one address (post, arrival, random, newest, round-robin).
     #[arg(long, value_parser = parse_atomic_order)]
     atomic_order: Option<dmkit_sim::profile::AtomicOrder>,
+    /// Simulator: override the profile's `atomic_stalls_access` (READs and
+    /// WRITEs of a word wait for the atomics queued on it; post order only:
+    /// another --atomic-order turns it off unless given).
+    #[arg(long, value_enum)]
+    atomic_stalls_access: Option<OnOff>,
     /// Simulator: compute machines (--threads run on each).
     #[arg(long, default_value_t = 1)]
     machines: usize,
@@ -528,7 +538,7 @@ impl FabricArgs {
             return Err("--connect and --rtt are shm options; the simulator has its own memory nodes and timing".into());
         }
         Ok(dmkit_sim::SimConfig {
-            profile: load_profile(&self.profile, self.atomic_order)?,
+            profile: load_profile(&self.profile, self.atomic_order, self.atomic_stalls_access)?,
             compute_machines: self.machines,
             memory_nodes: self.memory_nodes,
             colocated: self.colocated,
@@ -1062,19 +1072,36 @@ fn plot(a: PlotArgs) -> Res {
         .map_err(|e| format!("writing {}: {e}", a.output.display()))
 }
 
-/// A device profile by name or path, its atomic order overridden if asked.
+/// A device profile by name or path, its atomic order and access stall
+/// overridden if asked.
 fn load_profile(
     name: &str,
     order: Option<dmkit_sim::profile::AtomicOrder>,
+    stalls: Option<OnOff>,
 ) -> Result<dmkit_sim::Profile, String> {
     let mut p = dmkit_sim::Profile::load(name)?;
+    // Reports name the profile: say what was changed.
     if let Some(o) = order {
         if o != p.responder.atomic_order {
-            // Reports name the profile: say it was changed.
             p.name = format!("{}, atomic order {}", p.name, o.name());
         }
         p.responder.atomic_order = o;
     }
+    // The access stall is modelled under `post` only: another order turns
+    // it off unless it was asked for.
+    let stalls = match stalls {
+        Some(s) => Some(s == OnOff::On),
+        None if p.responder.atomic_order != dmkit_sim::profile::AtomicOrder::Post => Some(false),
+        None => None,
+    };
+    if let Some(on) = stalls {
+        if on != p.responder.atomic_stalls_access {
+            let what = if on { "on" } else { "off" };
+            p.name = format!("{}, atomic access stall {what}", p.name);
+        }
+        p.responder.atomic_stalls_access = on;
+    }
+    p.validate()?;
     Ok(p)
 }
 
@@ -1092,7 +1119,7 @@ fn parse_atomic_order(s: &str) -> Result<dmkit_sim::profile::AtomicOrder, String
 fn sim_reproduce(a: ReproduceArgs) -> Res {
     use dmkit_bench::sim_repro;
     let opts = sim_repro::ReproOptions {
-        profile: load_profile(&a.profile, a.atomic_order)?,
+        profile: load_profile(&a.profile, a.atomic_order, a.atomic_stalls_access)?,
         seed: a.seed,
         quick: a.quick,
         time_scale: a.time_scale,

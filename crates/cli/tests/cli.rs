@@ -335,6 +335,18 @@ fn bad_flags_are_clear_errors() {
             "expected one of post, arrival",
         ),
         (
+            &[
+                "sim",
+                "reproduce",
+                "smart-fig14",
+                "--atomic-order",
+                "random",
+                "--atomic-stalls-access",
+                "on",
+            ],
+            "atomic_stalls_access is modelled under atomic_order = \"post\" only",
+        ),
+        (
             &["sim", "check", "--scenario", "nope"],
             "scenarios: counters",
         ),

@@ -114,6 +114,10 @@ impl Sim {
             target: "sim".into(),
             reason: e,
         })?;
+        cfg.profile.validate().map_err(|e| FabricError::Connect {
+            target: "sim".into(),
+            reason: format!("profile {}: {e}", cfg.profile.name),
+        })?;
         if cfg.compute_machines == 0 || cfg.memory_nodes == 0 {
             return Err(FabricError::Connect {
                 target: "sim".into(),

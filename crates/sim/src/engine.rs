@@ -522,6 +522,11 @@ pub(crate) struct Core {
     /// (Looked up per simulated atomic: an integer hasher; never iterated,
     /// so the hasher cannot change a result.)
     addr_free: IntMap<u64, f64>,
+    /// With `responder.atomic_stalls_access`: 64-byte line → the latest
+    /// completion of an atomic booked on a word in it (a READ or WRITE
+    /// checks the words of the lines it touches only when its line is
+    /// busy).
+    line_free: IntMap<u64, f64>,
     /// Device-memory range per node (atomics there are faster).
     device_mem: IntMap<NodeId, (u64, u64)>,
     /// Arbitrated atomic order (`p.responder.atomic_order` is not `post`).
@@ -681,6 +686,44 @@ struct Deferred<'a> {
     shape: &'a Shape,
 }
 
+/// `from`, or when the atomics booked so far on the 8-byte words of
+/// `[raw, raw + len)` have completed if that is later: a READ or WRITE
+/// with a data dependency on an atomic's address stalls until the atomic
+/// completes (SwordBox §3.2). `line_free` screens 64-byte lines so that
+/// only the words of a line still busy after `from` are looked up. (Out
+/// of line: the READ path that never meets an atomic stays small.)
+#[inline(never)]
+fn atomic_fence(
+    addr_free: &IntMap<u64, f64>,
+    line_free: &IntMap<u64, f64>,
+    raw: u64,
+    len: usize,
+    from: f64,
+) -> f64 {
+    let end = raw + len as u64;
+    let mut fence = from;
+    for line in (raw >> 6)..=((end - 1) >> 6) {
+        let Some(&busy) = line_free.get(&line) else {
+            continue;
+        };
+        if busy <= fence {
+            continue;
+        }
+        // Words of this line that the access overlaps (atomics are
+        // 8-byte aligned).
+        let lo = (line << 6).max(raw & !7);
+        let hi = ((line + 1) << 6).min(end);
+        let mut w = lo;
+        while w < hi {
+            if let Some(&t) = addr_free.get(&w) {
+                fence = fmax(fence, t);
+            }
+            w += 8;
+        }
+    }
+    fence
+}
+
 /// Queues request `d` of queue pair `q` (handle `hd`) to execute once
 /// the atomic at the head of the queue pair has: its entry waits
 /// unresolved, [`Core::resolve`] computes the rest. Kept out of the post
@@ -752,6 +795,7 @@ impl Core {
             shapes: [Shape::default(); 5],
             seq: 0,
             addr_free: IntMap::default(),
+            line_free: IntMap::default(),
             device_mem: IntMap::default(),
             arbitrated,
             pending: Vec::new(),
@@ -997,6 +1041,7 @@ impl Core {
             shapes,
             seq: next_seq,
             addr_free,
+            line_free,
             device_mem,
             arbitrated,
             pending,
@@ -1127,24 +1172,17 @@ impl Core {
             };
             let mut held = None;
             let mut exec = match kind {
-                VerbKind::Read => r + mtt_miss + p.responder.dma_read_ns,
-                VerbKind::Write => r + mtt_miss + p.responder.dma_write_ns,
-                _ if *arbitrated => {
-                    // Which waiting atomic goes next is decided when the
-                    // address frees (`Core::arbitrate`); the unit's
-                    // aggregate rate still paces arrivals.
-                    let ready = r + mtt_miss + p.responder.dma_read_ns;
-                    let on_nic =
-                        on_nic_range.is_some_and(|(a, b)| (a..b).contains(&wr.remote.offset()));
-                    let hold = if on_nic {
-                        p.responder.atomic_nic_ns
+                VerbKind::Read | VerbKind::Write => {
+                    let dma = if kind == VerbKind::Read {
+                        p.responder.dma_read_ns
                     } else {
-                        p.responder.atomic_ns
+                        p.responder.dma_write_ns
                     };
-                    let slot = ready.max(tm.atomic_free);
-                    tm.atomic_free = slot + slots.atomic;
-                    held = Some((wr.remote.raw(), hold));
-                    slot
+                    let mut at = r + mtt_miss;
+                    if p.responder.atomic_stalls_access && len > 0 && !line_free.is_empty() {
+                        at = atomic_fence(addr_free, line_free, wr.remote.raw(), len, at);
+                    }
+                    at + dma
                 }
                 _ => {
                     let ready = r + mtt_miss + p.responder.dma_read_ns;
@@ -1156,20 +1194,34 @@ impl Core {
                     } else {
                         p.responder.atomic_ns
                     };
-                    let a = ready
-                        .max(tm.atomic_free)
-                        .max(addr_free.get(&addr).copied().unwrap_or(0.0));
-                    // The unit's next slot: after this atomic's execution
-                    // (one FIFO unit) or after its arrival (only its
-                    // address waits).
-                    let slot = if p.responder.atomic_head_of_line {
-                        a
+                    if *arbitrated {
+                        // Which waiting atomic goes next is decided when the
+                        // address frees (`Core::arbitrate`); the unit's
+                        // aggregate rate still paces arrivals.
+                        let slot = ready.max(tm.atomic_free);
+                        tm.atomic_free = slot + slots.atomic;
+                        held = Some((addr, hold));
+                        slot
                     } else {
-                        ready.max(tm.atomic_free)
-                    };
-                    tm.atomic_free = slot + slots.atomic;
-                    addr_free.insert(addr, a + hold);
-                    a + hold
+                        let a = ready
+                            .max(tm.atomic_free)
+                            .max(addr_free.get(&addr).copied().unwrap_or(0.0));
+                        // The unit's next slot: after this atomic's execution
+                        // (one FIFO unit) or after its arrival (only its
+                        // address waits).
+                        let slot = if p.responder.atomic_head_of_line {
+                            a
+                        } else {
+                            ready.max(tm.atomic_free)
+                        };
+                        tm.atomic_free = slot + slots.atomic;
+                        addr_free.insert(addr, a + hold);
+                        if p.responder.atomic_stalls_access {
+                            let line = line_free.entry(addr >> 6).or_insert(0.0);
+                            *line = fmax(*line, a + hold);
+                        }
+                        a + hold
+                    }
                 }
             };
             // Faults that move the execution instant.

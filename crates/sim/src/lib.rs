@@ -62,7 +62,11 @@
 //!    driver runs every arbitration before any step that comes after it
 //!    and wakes the threads whose completions it placed. The built-in
 //!    profiles keep `post`; `configs/sim/cx6-200g.toml` compares the
-//!    orders on SMART's figures 7 and 14.
+//!    orders on SMART's figures 7 and 14. With `atomic_stalls_access`
+//!    (post order only), a READ or WRITE of a word with atomics booked on
+//!    it executes after they complete (SwordBox §3.2: accesses with a data
+//!    dependency on an atomic's address stall until it completes), so a
+//!    hot word's readers queue with its CASes.
 //!    The request takes effect here — after the previous request of its
 //!    queue pair.
 //! 6. **Response**: back over the links; data and CQE are written to host

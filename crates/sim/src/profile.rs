@@ -180,6 +180,17 @@ pub struct ResponderModel {
     /// better (configs/sim/cx6-200g.toml says by how much).
     #[serde(default)]
     pub atomic_head_of_line: bool,
+    /// Whether a READ or WRITE that touches a word with atomics booked on
+    /// it waits until they have completed. SwordBox §3.2: atomics "require
+    /// mutual exclusion across all RDMA queue pairs—concurrent read and
+    /// write operations with a data dependency on the atomic address must
+    /// stall until the atomic completes". The access waits for the atomics
+    /// posted before it (so it sees their results) and does not hold the
+    /// address itself. Only with `atomic_order = "post"` (an arbitrated
+    /// order decides an atomic's execution after later accesses are
+    /// posted). Default `false` (the engine's original model).
+    #[serde(default)]
+    pub atomic_stalls_access: bool,
     /// Which of the atomics waiting for one busy address executes next
     /// (see [`AtomicOrder`]). Default `post`.
     #[serde(default)]
@@ -313,7 +324,9 @@ impl Profile {
         self
     }
 
-    fn validate(&self) -> Result<(), String> {
+    /// Checks every number and combination (`from_toml` does; a profile
+    /// changed in code is checked again when a simulation starts).
+    pub fn validate(&self) -> Result<(), String> {
         let pos = [
             ("cpu.smt_slowdown", self.cpu.smt_slowdown),
             ("nic.iops", self.nic.iops),
@@ -369,6 +382,13 @@ impl Profile {
         }
         if self.limits.max_batch == 0 || self.limits.max_message == 0 {
             return Err("limits.max_batch and limits.max_message must be at least 1".into());
+        }
+        if self.responder.atomic_stalls_access && self.responder.atomic_order != AtomicOrder::Post {
+            return Err(format!(
+                "responder.atomic_stalls_access is modelled under atomic_order = \"post\" only, \
+                 not {:?}",
+                self.responder.atomic_order.name()
+            ));
         }
         Ok(())
     }
