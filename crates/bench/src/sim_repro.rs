@@ -45,9 +45,10 @@
 //!   behind the paper's "11.5" and "1.1", see `fig14`) vs threads, and the
 //!   retry histogram as SMART's artifact records it (per thread, retries
 //!   between consecutive completions), its own run's shares beside it.
-//!   20 ms measured in the steady state, as the artifact's 10 s runs are:
+//!   Measured in the steady state, as the artifact's 10 s runs are: 200 ms
 //!   after 1 s without conflict avoidance (the hottest slot's collapse
-//!   fills up as RACE's does in fig7), 100 ms with it.
+//!   fills up as RACE's does in fig7, and swings slowly), 20 ms after 100
+//!   ms with it.
 //!
 //! Specification: SMART radix tree OSDI'23:
 //! - `smart-art-fig11` — §5.2, Fig. 11: the radix tree on YCSB LOAD, A, B,
@@ -580,6 +581,7 @@ fn memsem_fig13(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError
             &HtPoint {
                 workload: Workload::U,
                 warmup_ms: 30,
+                measure_ms: 20,
                 machines: 1,
                 threads,
                 smart: true,
@@ -625,6 +627,8 @@ struct HtPoint {
     workload: crate::ycsb::Workload,
     /// Unmeasured run before the measured window (ms; quick runs use a tenth).
     warmup_ms: u64,
+    /// The measured window (ms; quick runs measure 2).
+    measure_ms: u64,
     machines: usize,
     threads: usize,
     /// SMART's three techniques on or off.
@@ -665,7 +669,7 @@ fn ht_run(
         zipf_items: Some(100_000_000),
         key_type: KeyType::Int,
         value_size: p.value_size,
-        duration: std::time::Duration::from_millis(if opts.quick { 2 } else { 20 }),
+        duration: std::time::Duration::from_millis(if opts.quick { 2 } else { p.measure_ms }),
         warmup: std::time::Duration::from_millis(if opts.quick {
             (p.warmup_ms / 10).min(10)
         } else {
@@ -761,7 +765,8 @@ fn fig7(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
                 // virtual seconds to settle: RACE A at 6 compute nodes
                 // measured 0.26 / 0.14 / 0.070 / 0.049 Mops after 0.1 / 0.3
                 // / 1 / 2.5 s (artifact: 0.054), B 3.2 → 0.80 after 0.1 → 1 s
-                // (0.714), with `atomic_ns` at 330 then. SMART-HT (conflict
+                // (0.714), with `atomic_ns` at 330 then and before
+                // `atomic_stalls_access`. SMART-HT (conflict
                 // avoidance) and reads settle within 100 ms.
                 let warmup_ms = match (on, name) {
                     (false, "a") => 2_500,
@@ -773,6 +778,7 @@ fn fig7(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
                     &HtPoint {
                         workload: w,
                         warmup_ms,
+                        measure_ms: 20,
                         machines: m,
                         threads: 96,
                         smart: on,
@@ -1151,13 +1157,19 @@ fn fig14(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
             // same switches and 4 KiB pages). SMART's artifact averages
             // 10 s from a calm start, i.e. the steady state. With conflict
             // avoidance it settles within 50 ms (1.31 attempts after 0.05
-            // and after 1 s).
+            // and after 1 s). (Those before `atomic_stalls_access`; with
+            // it, 16.7 / 15.0 / 16.6 attempts in 20 ms windows after 0.4 /
+            // 1 / 2 s, `bench ycsb`, 2 MiB pages.) Without conflict
+            // avoidance a 20 ms window is too short for the hot slots'
+            // slow swings, so it measures 200 ms.
             let warmup_ms = if ca { 100 } else { 1_000 };
+            let measure_ms = if ca { 20 } else { 200 };
             let r = ht_run(
                 opts,
                 &HtPoint {
                     workload: Workload::U,
                     warmup_ms,
+                    measure_ms,
                     machines: 1,
                     threads: t,
                     smart: true,

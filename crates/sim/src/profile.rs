@@ -410,8 +410,19 @@ mod tests {
         text = format!("{CX6}\nbogus = 1\n");
         assert!(Profile::from_toml(&text).is_err());
         // The atomic order: named values only; absent means `post`.
+        // (The built-in profiles stall accesses behind atomics, which only
+        // `post` models: an arbitrated order needs the stall off.)
+        for p in BUILTIN {
+            assert!(Profile::builtin(p).unwrap().responder.atomic_stalls_access);
+        }
+        let stall_off = CX6.replace("atomic_stalls_access = true", "");
+        assert!(Profile::from_toml(
+            &CX6.replace("atomic_order = \"post\"", "atomic_order = \"random\"")
+        )
+        .unwrap_err()
+        .contains("atomic_stalls_access"));
         let order = |v: &str| {
-            Profile::from_toml(&CX6.replace("atomic_order = \"post\"", v))
+            Profile::from_toml(&stall_off.replace("atomic_order = \"post\"", v))
                 .map(|p| p.responder.atomic_order)
         };
         assert_eq!(

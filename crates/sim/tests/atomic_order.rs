@@ -14,6 +14,8 @@ use dmkit_sim::{Faults, Profile, Sim, SimConfig};
 fn config(order: AtomicOrder, seed: u64, faults: Faults) -> SimConfig {
     let mut profile = Profile::cx6();
     profile.responder.atomic_order = order;
+    // The access stall is modelled under `post` only.
+    profile.responder.atomic_stalls_access = order == AtomicOrder::Post;
     SimConfig {
         profile,
         memory_bytes: 64 << 20,
