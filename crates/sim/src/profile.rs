@@ -188,7 +188,9 @@ pub struct ResponderModel {
     /// posted before it (so it sees their results) and does not hold the
     /// address itself. Only with `atomic_order = "post"` (an arbitrated
     /// order decides an atomic's execution after later accesses are
-    /// posted). Default `false` (the engine's original model).
+    /// posted). Absent means `false` (the engine's original model); the
+    /// built-in profiles set `true` (configs/sim/cx6-200g.toml compares
+    /// the two on SMART's and the radix tree's figures).
     #[serde(default)]
     pub atomic_stalls_access: bool,
     /// Which of the atomics waiting for one busy address executes next
