@@ -724,6 +724,14 @@ fn atomic_fence(
     fence
 }
 
+/// When the first of queue pairs `qps`' waiting atomics reaches its
+/// address (`None` if none waits).
+fn earliest(pending: &[VecDeque<Pending>], qps: &[u32]) -> Option<f64> {
+    qps.iter()
+        .map(|&q| pending[q as usize][0].ready)
+        .reduce(fmin)
+}
+
 /// Queues request `d` of queue pair `q` (handle `hd`) to execute once
 /// the atomic at the head of the queue pair has: its entry waits
 /// unresolved, [`Core::resolve`] computes the rest. Kept out of the post
@@ -1359,7 +1367,7 @@ impl Core {
         }
         w.event = None;
         let ready = |qi: u32| self.pending[qi as usize][0].ready;
-        let Some(first) = w.qps.iter().map(|&q| ready(q)).reduce(fmin) else {
+        let Some(first) = earliest(&self.pending, &w.qps) else {
             return;
         };
         // The decision instant, and who has arrived by then.
@@ -1386,14 +1394,9 @@ impl Core {
                         .map(|(i, _)| i)
                 }
                 AtomicOrder::Random => {
-                    let n = arrived.count() as u64;
+                    let n = arrived.clone().count() as u64;
                     let k = self.rng.below(n) as usize;
-                    w.qps
-                        .iter()
-                        .enumerate()
-                        .filter(|&(_, &q)| ready(q) <= decide)
-                        .nth(k)
-                        .map(|(i, _)| i)
+                    arrived.clone().nth(k).map(|(i, _)| i)
                 }
             }
         }
@@ -1407,14 +1410,7 @@ impl Core {
         let w = self.waits.get_mut(&addr).expect("looked up above");
         w.free = start + hold;
         w.last = qi;
-        if !w.qps.is_empty() {
-            let pending = &self.pending;
-            let next = w
-                .qps
-                .iter()
-                .map(|&q| pending[q as usize][0].ready)
-                .reduce(fmin)
-                .expect("not empty");
+        if let Some(next) = earliest(&self.pending, &w.qps) {
             let t = to_time(fmax(next, w.free));
             w.event = Some(t);
             self.arbitrations.push(Reverse((t, addr)));

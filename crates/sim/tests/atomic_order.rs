@@ -7,9 +7,12 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use dmkit_fabric::Fabric;
-use dmkit_runtime::{RuntimeConfig, Worker};
+use dmkit_runtime::Worker;
 use dmkit_sim::profile::AtomicOrder;
 use dmkit_sim::{Faults, Profile, Sim, SimConfig};
+
+mod common;
+use common::{rcfg, small};
 
 fn config(order: AtomicOrder, seed: u64, faults: Faults) -> SimConfig {
     let mut profile = Profile::cx6();
@@ -18,19 +21,9 @@ fn config(order: AtomicOrder, seed: u64, faults: Faults) -> SimConfig {
     profile.responder.atomic_stalls_access = order == AtomicOrder::Post;
     SimConfig {
         profile,
-        memory_bytes: 64 << 20,
-        memory_nodes: 2,
         seed,
         faults,
-        ..SimConfig::default()
-    }
-}
-
-fn rcfg() -> RuntimeConfig {
-    RuntimeConfig {
-        op_stats: false,
-        task_local_bytes: 4096,
-        ..RuntimeConfig::default()
+        ..small()
     }
 }
 

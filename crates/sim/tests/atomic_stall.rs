@@ -11,15 +11,17 @@ use dmkit_runtime::{RuntimeConfig, Worker};
 use dmkit_sim::profile::AtomicOrder;
 use dmkit_sim::{Profile, Sim, SimConfig};
 
+mod common;
+use common::{rcfg, small};
+
 fn config(stalls: bool) -> SimConfig {
     let mut profile = Profile::cx6();
     profile.responder.atomic_stalls_access = stalls;
     SimConfig {
         profile,
-        memory_bytes: 64 << 20,
         memory_nodes: 1,
         seed: 1,
-        ..SimConfig::default()
+        ..small()
     }
 }
 
@@ -54,16 +56,14 @@ fn run(stalls: bool, access: Access) -> Seen {
     let mut sim = Sim::new(config(stalls)).unwrap();
     let f = sim.dyn_fabric();
     let (a, _, k) = f.alloc_chunk(0, 1 << 16, true).unwrap();
-    let rcfg = RuntimeConfig {
-        op_stats: false,
-        task_local_bytes: 4096,
+    let wcfg = RuntimeConfig {
         throttle: false,
-        ..RuntimeConfig::default()
+        ..rcfg()
     };
     let seen: Rc<RefCell<Option<Seen>>> = Rc::default();
     let t0 = sim
         .add_worker(0, |f: &dyn Fabric, clock| {
-            Worker::new(f, clock, rcfg.clone(), 0, 1)
+            Worker::new(f, clock, wcfg.clone(), 0, 1)
         })
         .unwrap();
     sim.worker_mut(t0).spawn(move |ctx| async move {
@@ -74,7 +74,7 @@ fn run(stalls: bool, access: Access) -> Seen {
     });
     let t1 = sim
         .add_worker(0, |f: &dyn Fabric, clock| {
-            Worker::new(f, clock, rcfg.clone(), 1, 1)
+            Worker::new(f, clock, wcfg.clone(), 1, 1)
         })
         .unwrap();
     let out = seen.clone();

@@ -8,21 +8,8 @@ use dmkit_fabric::{conformance, Fabric, FabricError, GlobalAddr, QpPolicy, Rkey,
 use dmkit_runtime::{Ctx, RuntimeConfig, Worker};
 use dmkit_sim::{Faults, Sim, SimConfig};
 
-fn small() -> SimConfig {
-    SimConfig {
-        memory_bytes: 64 << 20,
-        memory_nodes: 2,
-        ..SimConfig::default()
-    }
-}
-
-fn rcfg() -> RuntimeConfig {
-    RuntimeConfig {
-        op_stats: false,
-        task_local_bytes: 4096,
-        ..RuntimeConfig::default()
-    }
-}
+mod common;
+use common::{rcfg, small};
 
 /// splitmix64 for test workloads.
 fn mix(x: &mut u64) -> u64 {
