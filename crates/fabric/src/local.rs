@@ -38,12 +38,18 @@ impl Drop for Inner {
     }
 }
 
+/// Page alignment for a page or more; a cache line for less. Hundreds of
+/// simulated workers each own a few hundred bytes of task memory: page
+/// aligned, every one of them started at page offset 0, so their lines all
+/// fell into the same few cache sets and evicted each other (`dmkit sim
+/// speed`, 6 machines: 7.28 → 7.43 M verbs per second, median of 3).
 fn layout(len: usize) -> Layout {
-    Layout::from_size_align(len.max(1), 4096).expect("local memory layout")
+    let align = if len < 4096 { 64 } else { 4096 };
+    Layout::from_size_align(len.max(1), align).expect("local memory layout")
 }
 
-/// A zeroed, page-aligned block of local memory usable by verbs. Cloning
-/// shares the same memory.
+/// A zeroed block of local memory usable by verbs, page aligned (cache-line
+/// aligned when smaller than a page). Cloning shares the same memory.
 #[derive(Clone)]
 pub struct LocalMem(Arc<Inner>);
 
@@ -54,7 +60,8 @@ impl std::fmt::Debug for LocalMem {
 }
 
 impl LocalMem {
-    /// Allocates `len` zeroed bytes, page aligned.
+    /// Allocates `len` zeroed bytes, page aligned (a cache line when `len`
+    /// is under a page).
     ///
     /// # Panics
     /// If the allocation fails (out of memory), like `Vec`.
@@ -146,7 +153,7 @@ impl LocalMem {
     pub fn load_u64(&self, offset: usize) -> u64 {
         assert_eq!(offset % 8, 0, "unaligned local u64 at {offset}");
         let p = self.checked(offset, 8);
-        // SAFETY: in range, 8-byte aligned (page-aligned base + aligned offset).
+        // SAFETY: in range, 8-byte aligned (line-aligned base + aligned offset).
         unsafe { (*(p as *const AtomicU64)).load(Ordering::Acquire) }
     }
 
@@ -158,7 +165,7 @@ impl LocalMem {
     pub fn store_u64(&self, offset: usize, v: u64) {
         assert_eq!(offset % 8, 0, "unaligned local u64 at {offset}");
         let p = self.checked(offset, 8);
-        // SAFETY: in range, 8-byte aligned (page-aligned base + aligned offset).
+        // SAFETY: in range, 8-byte aligned (line-aligned base + aligned offset).
         unsafe { (*(p as *const AtomicU64)).store(v, Ordering::Release) }
     }
 }
