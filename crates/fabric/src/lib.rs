@@ -31,6 +31,7 @@ pub mod caps;
 pub mod conformance;
 pub mod error;
 pub mod exec;
+pub mod hint;
 pub mod local;
 pub mod shared;
 pub mod shm;

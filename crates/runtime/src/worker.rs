@@ -652,6 +652,31 @@ impl Worker {
     }
 
     /// One scheduling round; returns how many tasks were polled.
+    /// Hints the CPU to load the worker's shared state (a scheduler that
+    /// knows which worker it steps next calls this, then
+    /// [`Worker::prefetch_tasks`] a little later, while it steps another).
+    pub fn prefetch_core(&self) {
+        use dmkit_fabric::hint::{prefetch, prefetch_all};
+        prefetch_all(&*self.core);
+        prefetch(&self.futures[..]);
+        prefetch(&self.wakers[..]);
+    }
+
+    /// Hints the CPU to load the tasks' state and futures (once the
+    /// worker's shared state is cached: see [`Worker::prefetch_core`]).
+    pub fn prefetch_tasks(&self) {
+        use dmkit_fabric::hint::{prefetch, prefetch_all};
+        let Ok(st) = self.core.st.try_borrow() else {
+            return;
+        };
+        prefetch_all(&st.tasks[..]);
+        prefetch(&st.routes[..]);
+        prefetch(&st.qps[..]);
+        for f in self.futures.iter().flatten() {
+            prefetch(&**f);
+        }
+    }
+
     pub fn step(&mut self) -> usize {
         self.steps = self.steps.wrapping_add(1);
         {

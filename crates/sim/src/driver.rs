@@ -335,6 +335,22 @@ impl Sim {
                 continue;
             }
             vt.scheduled = Time::MAX;
+            // Cache hints for the threads likely to step next (their state
+            // is scattered over megabytes; no effect on results). The
+            // heap's top: its worker's shared state now, its tasks after
+            // this step. The top's children, one of which steps after it:
+            // their own lines.
+            let ahead = self.wake.peek().map(|w| w.0 .1);
+            for (i, w) in self.wake.as_slice().iter().take(3).enumerate() {
+                if let Some(Some(v)) = self.threads.get(w.0 .1 as usize) {
+                    if i == 0 {
+                        v.worker.prefetch_core();
+                    } else {
+                        dmkit_fabric::hint::prefetch(v);
+                    }
+                }
+            }
+            let vt = self.threads[th as usize].as_mut().expect("checked above");
             self.core.with(|c| {
                 c.apply_until(t);
                 c.current = Some(th);
@@ -358,6 +374,13 @@ impl Sim {
                 (c.cursor, c.next_completion(th), !c.woken.is_empty())
             });
             vt.cursor = cursor;
+            if let Some(a) = ahead {
+                if let Some(Some(v)) = self.threads.get(a as usize) {
+                    v.worker.prefetch_tasks();
+                }
+                self.core.with(|c| c.prefetch_thread(a));
+            }
+            let vt = self.threads[th as usize].as_mut().expect("checked above");
             if vt.worker.live_tasks() == 0 {
                 vt.done = true;
                 self.finished += 1;

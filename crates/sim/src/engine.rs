@@ -20,6 +20,7 @@ use dmkit_fabric::{
     VerbError, VerbKind, WorkRequest,
 };
 
+use dmkit_fabric::hint::prefetch;
 use dmkit_runtime::hash::IntMap;
 
 use crate::faults::Faults;
@@ -1526,6 +1527,12 @@ impl Core {
         self.stats.effects += 1;
         let hd = &mut self.handles[hi];
         let idx = (hd.next_apply - hd.head) as usize;
+        // The handle's next request is the next thing read after this one
+        // lands (its instant joins the heap): start loading it now, while
+        // this one executes (both are cold: posted long ago).
+        if let Some(next) = hd.entries.get(idx + 1) {
+            prefetch(next);
+        }
         let e = &mut hd.entries[idx];
         let slot = e.applied as usize;
         let q = &mut self.qps[qi];
@@ -1746,6 +1753,18 @@ impl Core {
     /// Requests posted and not yet polled (or discarded), all handles.
     pub fn in_flight(&self) -> usize {
         self.handles.iter().map(|h| h.entries.len()).sum()
+    }
+
+    /// Hints the CPU to load thread `t`'s connections and their oldest
+    /// requests (the driver calls it for the thread it will step next).
+    pub fn prefetch_thread(&self, t: ThreadId) {
+        for &h in &self.thread_handles[t as usize] {
+            let hd = &self.handles[h as usize];
+            prefetch(hd);
+            if let Some(e) = hd.entries.front() {
+                prefetch(e);
+            }
+        }
     }
 
     /// When thread `t` next has a completion to reap.
