@@ -129,18 +129,17 @@ impl SimLock {
     /// are forgotten.
     fn acquire(&mut self, owner: Option<ThreadId>, t: f64, now: f64, p: &Profile) -> (f64, f64) {
         self.forget(now);
-        let bounce_for = |prev: Option<Option<ThreadId>>| match prev {
-            Some(o) if o != owner => p.doorbell.bounce_ns,
-            _ => 0.0,
-        };
         // Past every booked hold (a thread posting on its own doorbell,
         // or an idle lock): granted at once, after the last holder — the
-        // walk below with nobody ahead (its sum spelt the same, `× 0`
+        // walk of [`book`] with nobody ahead (its sum spelt the same, `× 0`
         // included, so the hold is the same to the bit).
         let back = self.holds.last();
         if back.is_none_or(|h| h.release <= t) {
-            let prev = back.map_or(self.last, |h| Some(h.owner));
-            let hold = p.doorbell.lock_ns + bounce_for(prev) + p.doorbell.handoff_ns * 0.0;
+            let bounce = match back.map_or(self.last, |h| Some(h.owner)) {
+                Some(o) if o != owner => p.doorbell.bounce_ns,
+                _ => 0.0,
+            };
+            let hold = p.doorbell.lock_ns + bounce + p.doorbell.handoff_ns * 0.0;
             let release = t + hold;
             self.holds.push(Hold {
                 grant: t,
@@ -149,33 +148,14 @@ impl SimLock {
             });
             return (release, 0.0);
         }
-        let bound = self
-            .users
-            .len()
-            .saturating_sub(1)
-            .min(p.doorbell.max_spinners as usize);
-        // First booked hold still running at `t`, then walk the gaps.
-        let live = &self.holds[self.first..];
-        let mut i = live.partition_point(|h| h.release <= t);
-        let mut grant = t;
-        let mut behind = 0usize;
-        let hold = loop {
-            let prev = match i {
-                0 => self.last,
-                _ => Some(live[i - 1].owner),
-            };
-            let hold = p.doorbell.lock_ns
-                + bounce_for(prev)
-                + p.doorbell.handoff_ns * behind.min(bound) as f64;
-            match live.get(i) {
-                Some(h) if h.grant < grant + hold => {
-                    grant = fmax(grant, h.release);
-                    behind += 1;
-                    i += 1;
-                }
-                _ => break hold,
-            }
-        };
+        let (i, grant, hold) = book(
+            &self.holds[self.first..],
+            self.last,
+            self.users.len(),
+            owner,
+            t,
+            p,
+        );
         let release = grant + hold;
         self.holds.insert(
             self.first + i,
@@ -186,6 +166,45 @@ impl SimLock {
             },
         );
         (release, grant - t)
+    }
+}
+
+/// Where `owner`, asking at `t`, is granted a lock whose booked holds are
+/// `live` (sorted, disjoint; `last` held it before them, `users` threads
+/// share it): the first hold still running at `t`, then the gaps between
+/// the next ones. Returns (index of the new hold in `live`, grant, hold).
+fn book(
+    live: &[Hold],
+    last: Option<Option<ThreadId>>,
+    users: usize,
+    owner: Option<ThreadId>,
+    t: f64,
+    p: &Profile,
+) -> (usize, f64, f64) {
+    let bound = users
+        .saturating_sub(1)
+        .min(p.doorbell.max_spinners as usize);
+    let mut i = live.partition_point(|h| h.release <= t);
+    let mut grant = t;
+    let mut behind = 0usize;
+    loop {
+        let prev = match i {
+            0 => last,
+            _ => Some(live[i - 1].owner),
+        };
+        let bounce = match prev {
+            Some(o) if o != owner => p.doorbell.bounce_ns,
+            _ => 0.0,
+        };
+        let hold = p.doorbell.lock_ns + bounce + p.doorbell.handoff_ns * behind.min(bound) as f64;
+        match live.get(i) {
+            Some(h) if h.grant < grant + hold => {
+                grant = fmax(grant, h.release);
+                behind += 1;
+                i += 1;
+            }
+            _ => return (i, grant, hold),
+        }
     }
 }
 
@@ -1967,7 +1986,8 @@ mod lock_tests {
     }
 
     /// The calendar as a ring of live holds (the representation before the
-    /// vector with a start index), for comparison.
+    /// vector with a start index), for comparison: the same walk, other
+    /// bookkeeping.
     struct RingLock {
         holds: VecDeque<Hold>,
         last: Option<Option<ThreadId>>,
@@ -1985,33 +2005,16 @@ mod lock_tests {
             while self.holds.front().is_some_and(|h| h.release <= now) {
                 self.last = self.holds.pop_front().map(|h| h.owner);
             }
-            let bound = self
-                .users
-                .saturating_sub(1)
-                .min(p.doorbell.max_spinners as usize);
-            let bounce_for = |prev: Option<Option<ThreadId>>| match prev {
-                Some(o) if o != owner => p.doorbell.bounce_ns,
-                _ => 0.0,
-            };
-            let mut i = self.holds.partition_point(|h| h.release <= t);
-            let (mut grant, mut behind) = (t, 0usize);
-            let hold = loop {
-                let prev = match i {
-                    0 => self.last,
-                    _ => Some(self.holds[i - 1].owner),
-                };
-                let hold = p.doorbell.lock_ns
-                    + bounce_for(prev)
-                    + p.doorbell.handoff_ns * behind.min(bound) as f64;
-                match self.holds.get(i) {
-                    Some(h) if h.grant < grant + hold => {
-                        grant = fmax(grant, h.release);
-                        behind += 1;
-                        i += 1;
-                    }
-                    _ => break hold,
-                }
-            };
+            // Always the walk (the calendar takes a shortcut past its last
+            // hold, which must agree with it to the bit).
+            let (i, grant, hold) = book(
+                self.holds.make_contiguous(),
+                self.last,
+                self.users,
+                owner,
+                t,
+                p,
+            );
             let release = grant + hold;
             self.holds.insert(
                 i,
