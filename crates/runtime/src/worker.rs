@@ -651,7 +651,6 @@ impl Worker {
         self.live
     }
 
-    /// One scheduling round; returns how many tasks were polled.
     /// Hints the CPU to load the worker's shared state (a scheduler that
     /// knows which worker it steps next calls this, then
     /// [`Worker::prefetch_tasks`] a little later, while it steps another).
@@ -677,6 +676,7 @@ impl Worker {
         }
     }
 
+    /// One scheduling round; returns how many tasks were polled.
     pub fn step(&mut self) -> usize {
         self.steps = self.steps.wrapping_add(1);
         {

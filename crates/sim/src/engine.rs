@@ -1801,8 +1801,9 @@ impl Core {
         self.handles.iter().map(|h| h.entries.len()).sum()
     }
 
-    /// Hints the CPU to load thread `t`'s connections and their oldest
-    /// requests (the driver calls it for the thread it will step next).
+    /// Hints the CPU to load the first two lines of each of thread `t`'s
+    /// connections and of their oldest requests (the driver calls it for
+    /// the thread it will step next).
     pub fn prefetch_thread(&self, t: ThreadId) {
         for &h in &self.thread_handles[t as usize] {
             let hd = &self.handles[h as usize];
@@ -2057,7 +2058,8 @@ mod lock_tests {
                 let b = ring.acquire(owner, t, now, &p);
                 assert_eq!(a.0.to_bits(), b.0.to_bits(), "release, round {round}");
                 assert_eq!(a.1.to_bits(), b.1.to_bits(), "spin, round {round}");
-                // (Emptied: one hold left, the new one.)
+                // Compacted, not emptied: an emptied vector holds only
+                // the new hold.
                 compacted |= first_before >= 64 && lock.first == 0 && lock.holds.len() > 1;
             }
             assert_eq!(lock.holds.len() - lock.first, ring.holds.len());
