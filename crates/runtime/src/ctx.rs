@@ -15,7 +15,7 @@ use dmkit_fabric::{FabricError, GlobalAddr, Lkey, LocalRef, NodeId, Op, Rkey, Wo
 
 use crate::clock::Nanos;
 use crate::stats::Counters;
-use crate::worker::{wr_id, Core, State, MAX_TICKETS};
+use crate::worker::{queued_bit, wr_id, Core, State, MAX_TICKETS};
 
 /// Ticket bit: the ticket of a READ/WRITE, carrying its length.
 const LEN_TICKET: usize = 1 << (usize::BITS - 2);
@@ -163,6 +163,7 @@ impl Ctx {
         // atomic queued later clears them). One lookup of the task for the
         // counters and the batch.
         let t = &mut st.tasks[self.task];
+        t.queued_to |= queued_bit(qi);
         let c = &mut t.counters;
         if write {
             c.writes += 1;

@@ -578,3 +578,63 @@ fn ticket_locks_are_exclusive_fifo_and_bound_hand_overs() {
     );
     assert!(!locks.contended(1));
 }
+
+/// A task's queued requests to many memory nodes all go out with its
+/// sync, past the 63rd queue pair too (queue pairs from 63 up share one
+/// bit of the task's "queued to" mask): atomics, READs and vector WRITEs.
+#[test]
+fn one_sync_posts_to_seventy_memory_nodes() {
+    let nodes: Vec<NodeConfig> = (0..70u16)
+        .map(|n| NodeConfig {
+            node_id: n,
+            size: 1 << 20,
+            ..Default::default()
+        })
+        .collect();
+    let f = Arc::new(ShmFabric::embedded(ShmConfig::default(), &nodes).unwrap());
+    let chunks: Vec<(GlobalAddr, Rkey)> = (0..70u16)
+        .map(|n| {
+            let (a, _, k) = f.alloc_chunk(n, 4096, true).unwrap();
+            (a, k)
+        })
+        .collect();
+    let mut w = Worker::new(f.as_ref(), real(), RuntimeConfig::default(), 0, 1).unwrap();
+    let done = Rc::new(Cell::new(false));
+    let d = done.clone();
+    let c = chunks.clone();
+    w.spawn(move |ctx| async move {
+        let targets = [69usize, 0, 64, 63, 62, 1, 66];
+        let tickets: Vec<_> = targets
+            .iter()
+            .map(|&n| ctx.faa(c[n].0, c[n].1, n as u64 + 1))
+            .collect();
+        ctx.put_local(0, &7u64.to_le_bytes());
+        ctx.put_local(8, &9u64.to_le_bytes());
+        let wv = ctx.write_v(c[67].0, c[67].1, &[(0, 8), (8, 8)]);
+        ctx.sync().await.unwrap();
+        assert!(tickets.iter().all(|&t| ctx.value(t) == 0));
+        assert_eq!(ctx.value(wv), 16);
+        // Second round: READs of what the first wrote.
+        ctx.read(c[69].0, c[69].1, 16, 8);
+        ctx.read(c[67].0.add(8), c[67].1, 24, 8);
+        ctx.read(c[63].0, c[63].1, 32, 8);
+        ctx.sync().await.unwrap();
+        assert_eq!(ctx.local_u64(16), 70);
+        assert_eq!(ctx.local_u64(24), 9);
+        assert_eq!(ctx.local_u64(32), 64);
+        d.set(true);
+    });
+    w.run();
+    assert!(done.get(), "the task finished");
+    for (n, &(a, k)) in chunks.iter().enumerate() {
+        let mut q = SyncQp::new(f.as_ref(), n as u16, 64).unwrap();
+        let want = match n {
+            69 | 0 | 64 | 63 | 62 | 1 | 66 => n as u64 + 1,
+            67 => 7,
+            _ => 0,
+        };
+        let got = u64::from_le_bytes(q.read(a, k, 8).unwrap().try_into().unwrap());
+        assert_eq!(got, want, "node {n}");
+    }
+    assert_eq!(w.stats().counters.round_trips, 2);
+}
