@@ -17,6 +17,7 @@ pub fn run_all(fabric: &dyn Fabric, node: NodeId) {
     bad_requests(fabric, node);
     flush_after_error(fabric, node);
     signaling(fabric, node);
+    poll_drain(fabric, node);
     ordering_within_qp(fabric, node);
     ordering_seen_by_others(fabric, node);
     control_rpcs(fabric, node);
@@ -425,6 +426,35 @@ pub fn signaling(fabric: &dyn Fabric, node: NodeId) {
     }
     assert_eq!(qp.stats().faa, 10);
     assert_eq!(qp.stats().doorbells, 1, "one batch, one doorbell");
+    fabric.free_chunk(base).expect("free");
+}
+
+/// `poll_drain` moves every completion a loop of `poll`s would, in order,
+/// past its `max` per poll, and reports how many.
+pub fn poll_drain(fabric: &dyn Fabric, node: NodeId) {
+    let (base, _, k) = chunk(fabric, node, 4096);
+    let mut q = sync(fabric, node);
+    let qp = q.qp();
+    let mut b = Batch::new();
+    for i in 0..10u64 {
+        b.faa(base, k, 1).set_id(i);
+    }
+    qp.post(&mut b).expect("post");
+    let mut out = Vec::new();
+    let mut calls = 0;
+    while out.len() < 10 {
+        let before = out.len();
+        let n = qp.poll_drain(&mut out, 3);
+        assert_eq!(n, out.len() - before, "the count is what was moved");
+        calls += 1;
+        assert!(calls < 10_000_000, "10 completions never arrived");
+    }
+    let ids: Vec<u64> = out.iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, (0..10).collect::<Vec<_>>(), "in posting order");
+    let olds: Vec<u64> = out.iter().map(|c| *c.result.as_ref().unwrap()).collect();
+    assert_eq!(olds, (0..10).collect::<Vec<_>>());
+    assert_eq!(qp.pending(), 0);
+    assert_eq!(qp.poll_drain(&mut out, 3), 0, "nothing left");
     fabric.free_chunk(base).expect("free");
 }
 

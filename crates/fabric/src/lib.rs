@@ -222,6 +222,20 @@ pub trait QueuePair: Send {
     /// Moves up to `max` ready completions into `out`; returns how many.
     fn poll(&mut self, out: &mut Vec<Completion>, max: usize) -> usize;
 
+    /// Polls, `max` at a time, until a poll finds nothing; returns how
+    /// many completions were moved into `out`. The same calls as that loop
+    /// (a backend whose every call has a fixed cost, like the simulator's
+    /// engine access, makes them in one).
+    fn poll_drain(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
+        let mut total = 0;
+        loop {
+            match self.poll(out, max) {
+                0 => return total,
+                n => total += n,
+            }
+        }
+    }
+
     /// Completions posted but not yet polled.
     fn pending(&self) -> usize;
 

@@ -244,6 +244,20 @@ impl QueuePair for SimQp {
         self.core.with(|c| c.poll(h, out, max))
     }
 
+    /// The loop of polls in one access to the engine.
+    fn poll_drain(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
+        let h = self.h;
+        self.core.with(|c| {
+            let mut total = 0;
+            loop {
+                match c.poll(h, out, max) {
+                    0 => return total,
+                    n => total += n,
+                }
+            }
+        })
+    }
+
     fn pending(&self) -> usize {
         let h = self.h;
         self.core.with(|c| c.pending(h))
