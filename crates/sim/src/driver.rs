@@ -233,14 +233,14 @@ impl Sim {
                 "machine {machine} does not exist"
             );
             let th = c.add_thread(machine);
-            c.current = Some(th);
+            c.set_current(Some(th));
             c.cursor = c.now;
             (th, c.now)
         });
         self.clock.0.store(now, Ordering::Release);
         let made = make(self.fabric.as_ref(), self.clock.clone());
         let now = self.core.with(|c| {
-            c.current = None;
+            c.set_current(None);
             c.now
         });
         self.clock.0.store(now, Ordering::Release);
@@ -353,7 +353,7 @@ impl Sim {
             let vt = self.threads[th as usize].as_mut().expect("checked above");
             self.core.with(|c| {
                 c.apply_until(t);
-                c.current = Some(th);
+                c.set_current(Some(th));
                 c.cursor = t;
             });
             self.clock.0.store(t, Ordering::Release);
@@ -367,7 +367,7 @@ impl Sim {
                 if c.cursor <= t {
                     c.cursor = t + 1;
                 }
-                c.current = None;
+                c.set_current(None);
                 let now = c.now;
                 self.clock.0.store(now, Ordering::Release);
                 arbitration = c.next_arbitration();

@@ -588,8 +588,13 @@ pub(crate) struct Core {
     pub threads: Vec<usize>,
     /// Handles of each thread.
     thread_handles: Vec<Vec<u32>>,
-    /// The thread being stepped, and its CPU time position.
-    pub current: Option<ThreadId>,
+    /// The thread being stepped ([`Core::set_current`]), and its CPU time
+    /// position.
+    current: Option<ThreadId>,
+    /// The CPU cost multiplier of `current` (1 for the external caller),
+    /// kept with it: looking it up through the thread's machine on every
+    /// charge and post cost two dependent loads each time.
+    factor: f64,
     pub cursor: Time,
     /// The latest instant the engine has reached.
     pub now: Time,
@@ -855,6 +860,7 @@ impl Core {
             threads: Vec::new(),
             thread_handles: Vec::new(),
             current: None,
+            factor: 1.0,
             cursor: 0,
             now: 0,
             clock,
@@ -893,14 +899,23 @@ impl Core {
     pub fn set_active(&mut self, machine: usize, active: u32) {
         let p = &self.p;
         self.machines[machine].set_active(active, p);
+        self.set_current(self.current);
+    }
+
+    /// Makes thread `t` the caller (`None`: the external caller, outside
+    /// any step).
+    pub fn set_current(&mut self, t: Option<ThreadId>) {
+        self.current = t;
+        self.factor = match t {
+            Some(t) => self.machines[self.threads[t as usize]].cpu_factor,
+            None => 1.0,
+        };
     }
 
     /// The CPU cost multiplier of the caller (1 for the external caller).
+    #[inline(always)]
     fn cpu_factor(&self) -> f64 {
-        match self.current {
-            Some(t) => self.machines[self.threads[t as usize]].cpu_factor,
-            None => 1.0,
-        }
+        self.factor
     }
 
     /// Where the caller is in time.
