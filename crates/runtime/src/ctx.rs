@@ -569,10 +569,12 @@ impl Future for Sync<'_> {
         if self.waited {
             t.counters.round_trips += 1;
         }
-        Poll::Ready(match t.error.take() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        })
+        // Looked at before it is taken: `take` copies the whole error
+        // out and back, also when there is none.
+        if t.error.is_none() {
+            return Poll::Ready(Ok(()));
+        }
+        Poll::Ready(t.error.take().map_or(Ok(()), Err))
     }
 }
 
