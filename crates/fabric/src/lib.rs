@@ -200,6 +200,23 @@ impl QpStats {
     }
 }
 
+/// The loop behind [`QueuePair::poll_drain`]: calls `poll(out, max)` until
+/// it moves nothing; returns how many it moved in all. (A backend that
+/// overrides `poll_drain` runs it around its own poll.)
+pub fn drain(
+    mut poll: impl FnMut(&mut Vec<Completion>, usize) -> usize,
+    out: &mut Vec<Completion>,
+    max: usize,
+) -> usize {
+    let mut total = 0;
+    loop {
+        match poll(out, max) {
+            0 => return total,
+            n => total += n,
+        }
+    }
+}
+
 /// A connection from one thread to one memory node (an RC queue pair with
 /// its own send queue, completion queue and doorbell). Not shared between
 /// threads: that is what makes posting order the execution order.
@@ -227,13 +244,7 @@ pub trait QueuePair: Send {
     /// (a backend whose every call has a fixed cost, like the simulator's
     /// engine access, makes them in one).
     fn poll_drain(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
-        let mut total = 0;
-        loop {
-            match self.poll(out, max) {
-                0 => return total,
-                n => total += n,
-            }
-        }
+        drain(|out, max| self.poll(out, max), out, max)
     }
 
     /// Completions posted but not yet polled.

@@ -247,15 +247,8 @@ impl QueuePair for SimQp {
     /// The loop of polls in one access to the engine.
     fn poll_drain(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
         let h = self.h;
-        self.core.with(|c| {
-            let mut total = 0;
-            loop {
-                match c.poll(h, out, max) {
-                    0 => return total,
-                    n => total += n,
-                }
-            }
-        })
+        self.core
+            .with(|c| dmkit_fabric::drain(|out, max| c.poll(h, out, max), out, max))
     }
 
     fn pending(&self) -> usize {
