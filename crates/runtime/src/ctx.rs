@@ -15,7 +15,7 @@ use dmkit_fabric::{FabricError, GlobalAddr, Lkey, LocalRef, NodeId, Op, Rkey, Wo
 
 use crate::clock::Nanos;
 use crate::stats::Counters;
-use crate::worker::{queued_bit, wr_id, Core, State, MAX_TICKETS};
+use crate::worker::{wr_id, Core, State, MAX_TICKETS};
 
 /// Ticket bit: the ticket of a READ/WRITE, carrying its length.
 const LEN_TICKET: usize = 1 << (usize::BITS - 2);
@@ -163,7 +163,6 @@ impl Ctx {
         // atomic queued later clears them). One lookup of the task for the
         // counters and the batch.
         let t = &mut st.tasks[self.task];
-        t.queued_to |= queued_bit(qi);
         let c = &mut t.counters;
         if write {
             c.writes += 1;
@@ -173,7 +172,7 @@ impl Ctx {
             c.bytes_read += len as u64;
         }
         let local = LocalRef::new(lkey, (self.local_base() + off) as u64, len as u32);
-        t.pending[qi].push(WorkRequest {
+        t.queue_to(qi).push(WorkRequest {
             wr_id: wr_id(self.task, NO_SLOT, 0),
             remote,
             rkey,

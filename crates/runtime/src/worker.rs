@@ -78,10 +78,11 @@ pub(crate) struct TaskState {
     /// posted, for reuse).
     pub pending: Vec<Batch>,
     /// Which of `pending` may hold requests: bit `qi` for queue pair `qi`
-    /// below 63, bit 63 for any from 63 up (see [`queued_bit`]). Set by
-    /// every push, cleared by [`State::post_task`], which posts exactly
-    /// these (callgrind: scanning every queue pair's batch per post and per
-    /// sync cost 10 instructions a READ with two memory nodes).
+    /// below 63, bit 63 for any from 63 up. Set by every push
+    /// ([`TaskState::queue_to`]), cleared by [`State::post_task`], which
+    /// posts exactly these (callgrind: scanning every queue pair's batch
+    /// per post and per sync cost 10 instructions a READ with two memory
+    /// nodes).
     pub queued_to: u64,
     /// Batches posted (or deferred) whose last completion has not arrived.
     pub inflight: u32,
@@ -105,10 +106,15 @@ pub(crate) struct TaskState {
 /// `State::routes` entry of a node the worker has no queue pair to.
 const NO_ROUTE: u64 = u64::MAX;
 
-/// [`TaskState::queued_to`]'s bit for queue pair `qi`.
-#[inline(always)]
-pub(crate) fn queued_bit(qi: usize) -> u64 {
-    1 << qi.min(63)
+impl TaskState {
+    /// The batch of queued requests for queue pair `qi`, to push to: the
+    /// one way requests are queued, so [`TaskState::queued_to`] marks every
+    /// batch that holds any.
+    #[inline(always)]
+    pub fn queue_to(&mut self, qi: usize) -> &mut Batch {
+        self.queued_to |= 1 << qi.min(63);
+        &mut self.pending[qi]
+    }
 }
 
 pub(crate) struct State {
@@ -147,9 +153,7 @@ impl State {
     /// to push to (it is marked as holding requests).
     #[inline(always)]
     pub fn pending_batch(&mut self, task: usize, qi: usize) -> &mut Batch {
-        let t = &mut self.tasks[task];
-        t.queued_to |= queued_bit(qi);
-        &mut t.pending[qi]
+        self.tasks[task].queue_to(qi)
     }
 
     /// Whether task `task` queued requests it has not posted yet.
