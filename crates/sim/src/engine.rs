@@ -135,11 +135,8 @@ impl SimLock {
         // included, so the hold is the same to the bit).
         let back = self.holds.last();
         if back.is_none_or(|h| h.release <= t) {
-            let bounce = match back.map_or(self.last, |h| Some(h.owner)) {
-                Some(o) if o != owner => p.doorbell.bounce_ns,
-                _ => 0.0,
-            };
-            let hold = p.doorbell.lock_ns + bounce + p.doorbell.handoff_ns * 0.0;
+            let prev = back.map_or(self.last, |h| Some(h.owner));
+            let hold = p.doorbell.lock_ns + bounce(prev, owner, p) + p.doorbell.handoff_ns * 0.0;
             let release = t + hold;
             self.holds.push(Hold {
                 grant: t,
@@ -169,6 +166,16 @@ impl SimLock {
     }
 }
 
+/// The cache-line bounce `owner` pays for a lock last held by `prev`
+/// (`None`: never held): none when it held the lock itself.
+#[inline(always)]
+fn bounce(prev: Option<Option<ThreadId>>, owner: Option<ThreadId>, p: &Profile) -> f64 {
+    match prev {
+        Some(o) if o != owner => p.doorbell.bounce_ns,
+        _ => 0.0,
+    }
+}
+
 /// Where `owner`, asking at `t`, is granted a lock whose booked holds are
 /// `live` (sorted, disjoint; `last` held it before them, `users` threads
 /// share it): the first hold still running at `t`, then the gaps between
@@ -192,11 +199,9 @@ fn book(
             0 => last,
             _ => Some(live[i - 1].owner),
         };
-        let bounce = match prev {
-            Some(o) if o != owner => p.doorbell.bounce_ns,
-            _ => 0.0,
-        };
-        let hold = p.doorbell.lock_ns + bounce + p.doorbell.handoff_ns * behind.min(bound) as f64;
+        let hold = p.doorbell.lock_ns
+            + bounce(prev, owner, p)
+            + p.doorbell.handoff_ns * behind.min(bound) as f64;
         match live.get(i) {
             Some(h) if h.grant < grant + hold => {
                 grant = fmax(grant, h.release);
