@@ -523,10 +523,6 @@ fn give_up(ctx: &Ctx, attempts: u32, t0: Nanos) -> bool {
 /// Attempts that may use the cache (later ones traverse from the root).
 const CACHED_ATTEMPTS: u32 = 3;
 
-fn backoff(attempt: u32) -> Nanos {
-    500 << attempt.min(8)
-}
-
 /// What a leaf read found relative to the key.
 enum LeafIs {
     /// Holds the key, valid.
@@ -633,8 +629,7 @@ impl ArtClient {
             return Err(ArtError::TooManyRetries(conflicts));
         }
         self.count(|c| c.restarts += 1);
-        ctx.note_retry();
-        ctx.sleep(backoff(conflicts)).await;
+        ctx.backoff().await;
         Ok(())
     }
 
@@ -723,8 +718,7 @@ impl ArtClient {
                     what: "leaf (checksum never matches)",
                 });
             }
-            ctx.note_retry();
-            ctx.sleep(backoff(torn.min(4))).await;
+            ctx.backoff().await;
         }
     }
 
@@ -1230,9 +1224,6 @@ impl ArtClient {
                 tries += 1;
                 if give_up(ctx, tries, t0) {
                     break Err(ArtError::TooManyRetries(tries));
-                }
-                if !ctx.conflict_avoidance() {
-                    ctx.sleep(backoff(tries.min(6))).await;
                 }
             };
             if let Err(e) = got {

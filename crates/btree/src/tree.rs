@@ -581,9 +581,10 @@ impl BtreeClient {
                 return Ok(Img { addr, b });
             }
             self.count(|c| c.torn_reads += 1);
-            ctx.note_retry();
             if attempt > 2 {
-                ctx.sleep(200 << attempt.min(8)).await;
+                ctx.backoff().await;
+            } else {
+                ctx.note_retry();
             }
         }
         Err(BtreeError::TooManyRetries(MAX_ATTEMPTS))

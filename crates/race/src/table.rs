@@ -655,10 +655,6 @@ struct HotClient {
     owner: u16,
 }
 
-fn backoff(attempt: u32) -> Nanos {
-    1_000 << attempt.min(7)
-}
-
 impl RaceClient {
     /// The table.
     pub fn table(&self) -> &Arc<RaceTable> {
@@ -1013,10 +1009,11 @@ impl RaceClient {
             let scan = self.scan(ctx, sub, h, header);
             if !scan.headers_ok {
                 self.st.borrow_mut().counters.stale_reads += 1;
-                ctx.note_retry();
                 self.refresh(ctx, h).await?;
                 if attempt > 0 {
-                    ctx.sleep(backoff(attempt)).await;
+                    ctx.backoff().await;
+                } else {
+                    ctx.note_retry();
                 }
                 attempt += 1;
                 continue;
@@ -1040,8 +1037,7 @@ impl RaceClient {
                 Fetch::Found { slot, .. } if slot.moved() => {
                     // A split is moving the key: wait for the directory.
                     self.st.borrow_mut().counters.stale_reads += 1;
-                    ctx.note_retry();
-                    ctx.sleep(backoff(attempt)).await;
+                    ctx.backoff().await;
                     self.refresh(ctx, h).await?;
                 }
                 Fetch::Found {
@@ -1162,7 +1158,6 @@ impl RaceClient {
         })?;
         let owner = self.st.borrow().owner;
         let mut written = false;
-        let mut attempt = 0u32;
         loop {
             let sub = self.subtable(ctx, h).await?;
             let rk = self.t.rkey(sub.node())?;
@@ -1186,9 +1181,7 @@ impl RaceClient {
             self.queue_combs(ctx, sub, rk, h, true);
             ctx.sync().await?;
             if ctx.value(lt) != 0 {
-                ctx.note_retry();
-                ctx.sleep(backoff(attempt)).await;
-                attempt += 1;
+                ctx.backoff().await;
                 continue;
             }
             let scan = self.scan(ctx, sub, h, true);
@@ -1200,20 +1193,17 @@ impl RaceClient {
             if splitting || !scan.headers_ok {
                 unlock(ctx);
                 ctx.sync().await?;
-                ctx.note_retry();
                 if !scan.headers_ok {
                     self.st.borrow_mut().counters.stale_reads += 1;
                     self.refresh(ctx, h).await?;
                 }
-                ctx.sleep(backoff(attempt)).await;
-                attempt += 1;
+                ctx.backoff().await;
                 continue;
             }
             let found = match self.fetch(ctx, key, scan.cands.as_slice()).await {
                 Ok(_) if self.stalled(ctx, t0) => {
                     unlock(ctx);
                     ctx.sync().await?;
-                    attempt += 1;
                     continue;
                 }
                 Ok(f) => f,
@@ -1236,7 +1226,6 @@ impl RaceClient {
                     unlock(ctx);
                     ctx.sync().await?;
                     ctx.note_retry();
-                    attempt += 1;
                     continue;
                 }
             }
@@ -1244,7 +1233,6 @@ impl RaceClient {
                 unlock(ctx);
                 ctx.sync().await?;
                 self.split(ctx, sub).await?;
-                attempt += 1;
                 continue;
             };
             // The slot CAS and the unlock travel in one batch to one node,
@@ -1258,7 +1246,6 @@ impl RaceClient {
             }
             // Another key took the slot (it shares the bucket, not our lock).
             ctx.note_retry();
-            attempt += 1;
         }
     }
 
@@ -1395,7 +1382,7 @@ impl RaceClient {
         let lock = sub.add(SUB_SPLIT_LOCK);
         if ctx.cas_sync(lock, rk, 0, owner).await? != 0 {
             // Someone else splits it; let them finish.
-            ctx.sleep(backoff(4)).await;
+            ctx.backoff().await;
             return Ok(());
         }
         let r = self.split_locked(ctx, sub, rk).await;
@@ -1473,7 +1460,6 @@ impl RaceClient {
         let combs = geo.combs() as usize;
         let mut clear = vec![false; combs];
         let per = SCRATCH / 8;
-        let mut sweep = 0;
         while clear.iter().any(|c| !c) {
             for start in (0..combs).step_by(per) {
                 let n = per.min(combs - start);
@@ -1489,8 +1475,7 @@ impl RaceClient {
                 }
             }
             if clear.iter().any(|c| !c) {
-                ctx.sleep(backoff(sweep)).await;
-                sweep += 1;
+                ctx.backoff().await;
             }
         }
         // 3. Freeze the slots whose keys move, group by group.
@@ -1607,10 +1592,8 @@ impl RaceClient {
         let dir = self.t.dir;
         let rk = self.t.rkey(dir.node())?;
         let owner = self.st.borrow().owner;
-        let mut attempt = 0;
         while ctx.cas_sync(dir.add(DIR_LOCK), rk, 0, owner).await? != 0 {
-            ctx.sleep(backoff(attempt)).await;
-            attempt += 1;
+            ctx.backoff().await;
         }
         let r = self
             .publish_locked(ctx, depth, suffix, old_entry, new_entry)

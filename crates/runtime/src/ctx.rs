@@ -471,6 +471,41 @@ impl Ctx {
         }
     }
 
+    /// A lost race of a data-structure operation that the operation will
+    /// retry — a lock found held, a stale or torn read, a CAS retried by
+    /// hand: SMART's single backoff (§4.3, §5.1) for every retry loop, so
+    /// the `conflict_avoid` switch governs them all. Counts a retry in the
+    /// task's statistics and, inside a guarded operation ([`Ctx::op`]), in
+    /// the worker's retry rate γ; then, with conflict avoidance on, sleeps
+    /// equation (1)'s delay `min(t0·2^i, t_max) + rand(t0)` for the
+    /// operation's `i`-th retry (the count [`Ctx::backoff_cas`] keeps too).
+    /// With conflict avoidance off it returns at once: the operation
+    /// retries immediately, as SMART's baselines do.
+    pub async fn backoff(&self) {
+        let delay = {
+            let mut st = self.core.st.borrow_mut();
+            let st = &mut *st;
+            let t = &mut st.tasks[self.task];
+            t.counters.retries += 1;
+            let attempt = t.attempt;
+            t.attempt = t.attempt.saturating_add(1);
+            let guarded = t.guarded;
+            let r = st.next_random();
+            st.avoider.as_mut().map(|a| {
+                if guarded {
+                    a.record(false);
+                }
+                a.delay(attempt, r)
+            })
+        };
+        if let Some(d) = delay {
+            self.core.st.borrow_mut().tasks[self.task]
+                .counters
+                .backoff_ns += d;
+            self.sleep(d).await;
+        }
+    }
+
     /// Whether conflict avoidance (backoff in `backoff_cas`) is on.
     pub fn conflict_avoidance(&self) -> bool {
         self.core.st.borrow().avoider.is_some()
@@ -642,6 +677,9 @@ impl<'a> Future for OpEnter<'a> {
         }
         let t = &mut st.tasks[ctx.task];
         t.attempt = 0;
+        if self.guarded {
+            t.guarded = true;
+        }
         Poll::Ready(OpGuard {
             ctx,
             name: self.name,
@@ -678,6 +716,7 @@ impl Drop for OpGuard<'_> {
                 .record(now.saturating_sub(self.start), &delta);
         }
         if self.guarded {
+            st.tasks[self.ctx.task].guarded = false;
             st.release_op();
         }
     }

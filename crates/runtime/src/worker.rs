@@ -94,6 +94,11 @@ pub(crate) struct TaskState {
     pub waiting_sync: bool,
     /// Backoff attempt counter of the current operation.
     pub attempt: u32,
+    /// The task is inside a guarded operation scope ([`Ctx::op`]): its
+    /// retries count in the retry rate γ.
+    ///
+    /// [`Ctx::op`]: crate::Ctx::op
+    pub guarded: bool,
     pub counters: Counters,
     /// An operation slot was granted while the task waited for one.
     pub op_granted: bool,

@@ -282,6 +282,90 @@ fn backoff_sleeps_in_virtual_time() {
     assert_eq!(s.counters.backoff_ns, wake);
 }
 
+/// `Ctx::backoff`, the one backoff of every data structure's retry loop:
+/// with conflict avoidance on it sleeps equation (1)'s delay, growing with
+/// the operation's retries; off, it returns at once. Either way it counts
+/// a retry, and only a guarded operation's retries feed γ.
+#[test]
+fn retry_backoff_follows_the_conflict_avoidance_switch() {
+    for avoid in [true, false] {
+        let f = fabric();
+        let clock = VirtualClock::new();
+        let cfg = RuntimeConfig {
+            throttle: false,
+            conflict_avoid: avoid,
+            backoff: dmkit_runtime::backoff::BackoffConfig {
+                // t_max at its ceiling from the start would need γ; a large
+                // interval keeps it at t0, so delays are in [t0, 2·t0).
+                interval: 1 << 40,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let t0 = cfg.backoff.t0;
+        let mut w = Worker::new(f.as_ref(), Arc::new(clock.clone()), cfg, 0, 1).unwrap();
+        let done = Rc::new(Cell::new(None));
+        let d = done.clone();
+        w.spawn(move |ctx| async move {
+            let _op = ctx.read_op("search").await;
+            let start = ctx.now();
+            for _ in 0..3 {
+                ctx.backoff().await;
+            }
+            d.set(Some(ctx.now() - start));
+        });
+        let mut sleeps = 0;
+        while w.live_tasks() > 0 {
+            w.step();
+            if let Some(t) = w.next_timer() {
+                sleeps += 1;
+                clock.advance_to(t);
+            }
+        }
+        let s = w.stats();
+        assert_eq!(s.counters.retries, 3, "every backoff counts a retry");
+        let slept = done.get().expect("the task finished");
+        if avoid {
+            assert_eq!(sleeps, 3);
+            assert!(
+                (3 * t0..6 * t0).contains(&slept),
+                "three delays in [t0, 2t0): {slept}"
+            );
+            assert_eq!(s.counters.backoff_ns, slept);
+        } else {
+            assert_eq!((sleeps, slept, s.counters.backoff_ns), (0, 0, 0));
+        }
+    }
+    // γ: retries of a guarded operation count, a lookup's do not.
+    let (_, _, clock, mut w) = contended_worker();
+    for guarded in [false, true] {
+        w.spawn(move |ctx| async move {
+            for _ in 0..20 {
+                let _op = if guarded {
+                    ctx.op("update").await
+                } else {
+                    ctx.read_op("search").await
+                };
+                ctx.backoff().await;
+                ctx.backoff().await;
+            }
+        });
+        while w.live_tasks() > 0 {
+            w.step();
+            clock.advance(500);
+        }
+        let limit = w.stats().task_limit[0];
+        if guarded {
+            assert!(
+                limit < 8,
+                "γ = 2/3 over guarded updates shrinks c_max: {limit}"
+            );
+        } else {
+            assert_eq!(limit, 8, "a lookup's retries leave c_max alone");
+        }
+    }
+}
+
 /// A worker of 8 tasks with conflict avoidance evaluated every µs of a
 /// virtual clock, and a word for its CAS to fail on.
 fn contended_worker() -> (GlobalAddr, Rkey, VirtualClock, Worker) {
