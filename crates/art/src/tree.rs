@@ -14,6 +14,8 @@ use crate::cache::{Cache, NodeView};
 use crate::error::ArtError;
 use crate::layout::*;
 use crate::rdwc::{self, Outcome, Role};
+use dmkit_fabric::RemoteRef;
+use dmkit_runtime::Local;
 
 /// Configuration of a tree (structure) and of its clients.
 #[derive(Debug, Clone, PartialEq)]
@@ -657,9 +659,9 @@ impl ArtClient {
     ) -> Result<Option<Arc<NodeView>>, ArtError> {
         let rk = self.t.rkey(addr.node())?;
         let ty = ty.max(NodeType::N4);
-        ctx.read(addr, rk, L_NODE, ty.read_bytes());
+        ctx.read(RemoteRef::new(addr, rk), Local::at(L_NODE, ty.read_bytes()));
         ctx.sync().await?;
-        let header = Header(ctx.local_u64(L_NODE + NODE_HEADER as usize));
+        let header = Header(ctx.local_u64(Local::at(L_NODE + NODE_HEADER as usize, 8)));
         let Some(hty) = header.ty() else {
             return Err(ArtError::Corrupt {
                 addr,
@@ -668,14 +670,12 @@ impl ArtClient {
         };
         if hty > ty {
             ctx.read(
-                addr.add(ty.read_bytes() as u64),
-                rk,
-                L_NODE + ty.read_bytes(),
-                hty.read_bytes() - ty.read_bytes(),
+                RemoteRef::new(addr.add(ty.read_bytes() as u64), rk),
+                Local::at(L_NODE + ty.read_bytes(), hty.read_bytes() - ty.read_bytes()),
             );
             ctx.sync().await?;
         }
-        let rev = GlobalAddr::from_raw(ctx.local_u64(L_NODE));
+        let rev = GlobalAddr::from_raw(ctx.local_u64(Local::at(L_NODE, 8)));
         let d = header.depth();
         if hty == NodeType::Deleted
             || d > e
@@ -688,7 +688,7 @@ impl ArtClient {
         let n = hty.slots();
         let mut slots = vec![0u64; n];
         for (i, s) in slots.iter_mut().enumerate() {
-            *s = ctx.local_u64(L_NODE + 16 + 8 * i);
+            *s = ctx.local_u64(Local::at(L_NODE + 16 + 8 * i, 8));
         }
         let v = Arc::new(NodeView::new(addr, header, rev, slots));
         self.cache().put(v.clone());
@@ -705,7 +705,10 @@ impl ArtClient {
         let len = item_len(self.leaf_len(slot)?);
         let mut torn = 0u32;
         loop {
-            ctx.read(addr.add(LEAF_META), rk, L_LEAF, len);
+            ctx.read(
+                RemoteRef::new(addr.add(LEAF_META), rk),
+                Local::at(L_LEAF, len),
+            );
             ctx.sync().await?;
             if let Some(is) = self.with_item(ctx, L_LEAF, len, |l| l.map(|l| classify(&l, key))) {
                 return Ok(is);
@@ -760,7 +763,7 @@ impl ArtClient {
     ) -> R {
         let mut buf = std::mem::take(&mut self.st.borrow_mut().buf);
         buf.resize(len, 0);
-        ctx.get_local(off, &mut buf);
+        ctx.get_local(Local::at(off, buf.len()), &mut buf);
         let r = f(decode_item(&buf, self.t.cfg.kcap()));
         self.st.borrow_mut().buf = buf;
         r
@@ -1216,7 +1219,7 @@ impl ArtClient {
             let mut tries = 0u32;
             let t0 = ctx.now();
             let got = loop {
-                match ctx.backoff_cas(lock, rk, 0, owner).await {
+                match ctx.backoff_cas(RemoteRef::new(lock, rk), 0, owner).await {
                     Ok(0) => break Ok(()),
                     Ok(_) => {}
                     Err(e) => break Err(ArtError::from(e)),
@@ -1235,8 +1238,8 @@ impl ArtClient {
         let released = if local.hand_over(g) {
             Ok(())
         } else {
-            ctx.set_local_u64(L_WORD, 0);
-            ctx.write(lock, rk, L_WORD, 8);
+            ctx.set_local_u64(Local::at(L_WORD, 8), 0);
+            ctx.write(RemoteRef::new(lock, rk), Local::at(L_WORD, 8));
             ctx.sync().await
         };
         local.release(g);
@@ -1323,7 +1326,7 @@ impl ArtClient {
         let mut img = Vec::new();
         encode_leaf(parent, key, value, kcap, vcap, &mut img);
         let addr = self.alloc(ctx, img.len(), prefer, "allocating a leaf")?;
-        ctx.put_local(self.l_new(), &img);
+        ctx.put_local(Local::at(self.l_new(), img.len()), &img);
         let slot = Slot::leaf(b, img.len().div_ceil(64) as u64, addr).ok_or(ArtError::Corrupt {
             addr,
             what: "leaf address beyond 48 bits",
@@ -1341,7 +1344,10 @@ impl ArtClient {
         len: usize,
         cas_at: GlobalAddr,
     ) -> Result<(), ArtError> {
-        ctx.write(leaf, self.t.rkey(leaf.node())?, self.l_new(), len);
+        ctx.write(
+            RemoteRef::new(leaf, self.t.rkey(leaf.node())?),
+            Local::at(self.l_new(), len),
+        );
         if leaf.node() != cas_at.node() {
             ctx.sync().await?;
         }
@@ -1370,7 +1376,7 @@ impl ArtClient {
                 self.put_leaf(ctx, leaf, len, v.addr).await?;
                 written = true;
             }
-            let t = ctx.cas(v.slot_addr(i), rk, 0, slot.0);
+            let t = ctx.cas(RemoteRef::new(v.slot_addr(i), rk), 0, slot.0);
             ctx.sync().await?;
             let old = Slot(ctx.value(t));
             if old.is_empty() {
@@ -1415,7 +1421,11 @@ impl ArtClient {
         let mut switched = false;
         while h.ty().is_some_and(|t| t < want) {
             let old = ctx
-                .cas_sync(v.addr.add(NODE_HEADER), rk, h.0, h.with_type(want).0)
+                .cas_sync(
+                    RemoteRef::new(v.addr.add(NODE_HEADER), rk),
+                    h.0,
+                    h.with_type(want).0,
+                )
                 .await?;
             if old == h.0 {
                 switched = true;
@@ -1428,7 +1438,11 @@ impl ArtClient {
             let mut s = l.slot;
             while !s.is_leaf() && s.ptr() == v.addr && s.child_type().is_some_and(|t| t < want) {
                 let old = ctx
-                    .cas_sync(l.slot_addr, prk, s.0, s.with_child_type(want).0)
+                    .cas_sync(
+                        RemoteRef::new(l.slot_addr, prk),
+                        s.0,
+                        s.with_child_type(want).0,
+                    )
                     .await?;
                 if old == s.0 {
                     break;
@@ -1461,7 +1475,11 @@ impl ArtClient {
         let home = self.home_of(v.addr, b);
         let (leaf, slot, len) = self.new_leaf_slot(ctx, v.addr, home, b, key, value)?;
         self.put_leaf(ctx, leaf, len, v.addr).await?;
-        let t = ctx.cas(v.slot_addr(idx), self.t.rkey(v.addr.node())?, old.0, slot.0);
+        let t = ctx.cas(
+            RemoteRef::new(v.slot_addr(idx), self.t.rkey(v.addr.node())?),
+            old.0,
+            slot.0,
+        );
         ctx.sync().await?;
         if ctx.value(t) == old.0 {
             self.cache().remove(v.addr);
@@ -1557,10 +1575,16 @@ impl ArtClient {
             views.push(NodeView::new(addrs[i], header, rev, img[2..].to_vec()));
             let bytes: Vec<u8> = img.iter().flat_map(|w| w.to_le_bytes()).collect();
             let off = self.l_img() + i * NEW_NODE.next_multiple_of(64);
-            ctx.put_local(off, &bytes);
-            ctx.write(addrs[i], self.t.rkey(addrs[i].node())?, off, NEW_NODE);
+            ctx.put_local(Local::at(off, bytes.len()), &bytes);
+            ctx.write(
+                RemoteRef::new(addrs[i], self.t.rkey(addrs[i].node())?),
+                Local::at(off, NEW_NODE),
+            );
         }
-        ctx.write(leaf, self.t.rkey(leaf.node())?, self.l_new(), len);
+        ctx.write(
+            RemoteRef::new(leaf, self.t.rkey(leaf.node())?),
+            Local::at(self.l_new(), len),
+        );
         if addrs
             .iter()
             .chain([&leaf])
@@ -1569,7 +1593,11 @@ impl ArtClient {
             ctx.sync().await?;
         }
         let new = Slot::node(tk[pos], NodeType::N4, addrs[0]).ok_or(ptr_err(addrs[0]))?;
-        let t = ctx.cas(v.slot_addr(idx), self.t.rkey(v.addr.node())?, old.0, new.0);
+        let t = ctx.cas(
+            RemoteRef::new(v.slot_addr(idx), self.t.rkey(v.addr.node())?),
+            old.0,
+            new.0,
+        );
         ctx.sync().await?;
         if ctx.value(t) != old.0 {
             for &a in &addrs {
@@ -1579,8 +1607,11 @@ impl ArtClient {
             return Ok(Next::Conflict(Self::again(p)));
         }
         // The old leaf's reverse pointer now names its new parent.
-        ctx.set_local_u64(L_WORD, last.raw());
-        ctx.write(old.ptr(), self.t.rkey(old.ptr().node())?, L_WORD, 8);
+        ctx.set_local_u64(Local::at(L_WORD, 8), last.raw());
+        ctx.write(
+            RemoteRef::new(old.ptr(), self.t.rkey(old.ptr().node())?),
+            Local::at(L_WORD, 8),
+        );
         ctx.sync().await?;
         self.cache().remove(v.addr);
         // The new nodes as published: a warm start for the cache
@@ -1629,14 +1660,17 @@ impl ArtClient {
             .ok_or(ptr_err(v.addr))?
             .0;
         let bytes: Vec<u8> = img.iter().flat_map(|w| w.to_le_bytes()).collect();
-        ctx.put_local(self.l_img(), &bytes);
-        ctx.write(m, self.t.rkey(m.node())?, self.l_img(), NEW_NODE);
+        ctx.put_local(Local::at(self.l_img(), bytes.len()), &bytes);
+        ctx.write(
+            RemoteRef::new(m, self.t.rkey(m.node())?),
+            Local::at(self.l_img(), NEW_NODE),
+        );
         if m.node() != link.slot_addr.node() {
             ctx.sync().await?;
         }
         let new = Slot::node(link.slot.pkey(), NodeType::N4, m).ok_or(ptr_err(m))?;
         let prk = self.t.rkey(link.slot_addr.node())?;
-        let t = ctx.cas(link.slot_addr, prk, link.slot.0, new.0);
+        let t = ctx.cas(RemoteRef::new(link.slot_addr, prk), link.slot.0, new.0);
         ctx.sync().await?;
         if ctx.value(t) != link.slot.0 {
             self.free_unpublished(m, NODE_BYTES);
@@ -1647,7 +1681,7 @@ impl ArtClient {
         let mut h = v.header;
         loop {
             let old = ctx
-                .cas_sync(v.addr.add(NODE_HEADER), rk, h.0, h.cut(j).0)
+                .cas_sync(RemoteRef::new(v.addr.add(NODE_HEADER), rk), h.0, h.cut(j).0)
                 .await?;
             if old == h.0 {
                 break;
@@ -1661,8 +1695,8 @@ impl ArtClient {
                 });
             }
         }
-        ctx.set_local_u64(L_WORD, m.raw());
-        ctx.write(v.addr, rk, L_WORD, 8);
+        ctx.set_local_u64(Local::at(L_WORD, 8), m.raw());
+        ctx.write(RemoteRef::new(v.addr, rk), Local::at(L_WORD, 8));
         ctx.sync().await?;
         self.cache().remove_all([v.addr, link.parent]);
         self.st.borrow_mut().counters.header_splits += 1;
@@ -1735,16 +1769,16 @@ impl ArtClient {
         let mut attempts = 0u32;
         let t0 = ctx.now();
         loop {
-            let t = ctx.cas(lock_at, rk, 0, owner);
+            let t = ctx.cas(RemoteRef::new(lock_at, rk), 0, owner);
             if attempts == 0 {
-                ctx.read(addr, rk, L_LEAF, len);
+                ctx.read(RemoteRef::new(addr, rk), Local::at(L_LEAF, len));
             }
             ctx.sync().await?;
             let got = ctx.value(t) == 0;
             ctx.cas_outcome(got).await;
             if got {
                 if attempts > 0 {
-                    ctx.read(addr, rk, L_LEAF, len);
+                    ctx.read(RemoteRef::new(addr, rk), Local::at(L_LEAF, len));
                     ctx.sync().await?;
                 }
                 break;
@@ -1756,8 +1790,8 @@ impl ArtClient {
             self.count(|c| c.lock_retries += 1);
         }
         let Some(l) = self.decode(ctx, L_LEAF, len) else {
-            ctx.set_local_u64(L_WORD, 0);
-            ctx.write(lock_at, rk, L_WORD, 8);
+            ctx.set_local_u64(Local::at(L_WORD, 8), 0);
+            ctx.write(RemoteRef::new(lock_at, rk), Local::at(L_WORD, 8));
             ctx.sync().await?;
             return Err(ArtError::Corrupt {
                 addr,
@@ -1765,8 +1799,8 @@ impl ArtClient {
             });
         };
         if !l.valid() || l.key != key {
-            ctx.set_local_u64(L_WORD, 0);
-            ctx.write(lock_at, rk, L_WORD, 8);
+            ctx.set_local_u64(Local::at(L_WORD, 8), 0);
+            ctx.write(RemoteRef::new(lock_at, rk), Local::at(L_WORD, 8));
             ctx.sync().await?;
             return Ok(Locked::Absent);
         }
@@ -1784,25 +1818,31 @@ impl ArtClient {
                     self.t.cfg.max_value,
                     &mut img,
                 );
-                ctx.put_local(new, &img);
+                ctx.put_local(Local::at(new, img.len()), &img);
                 if self.t.cfg.rear_lock && self.t.in_order {
-                    ctx.write(addr.add(LEAF_META), rk, new + 8, len - 8);
+                    ctx.write(
+                        RemoteRef::new(addr.add(LEAF_META), rk),
+                        Local::at(new + 8, len - 8),
+                    );
                 } else {
-                    ctx.write(addr.add(LEAF_META), rk, new + 8, len - 16);
+                    ctx.write(
+                        RemoteRef::new(addr.add(LEAF_META), rk),
+                        Local::at(new + 8, len - 16),
+                    );
                     if !self.t.cfg.rear_lock {
                         ctx.sync().await?;
                     }
-                    ctx.write(lock_at, rk, new + len - 8, 8);
+                    ctx.write(RemoteRef::new(lock_at, rk), Local::at(new + len - 8, 8));
                 }
             }
             None => {
-                ctx.set_local_u64(new, l.meta & !(META_VALID | META_REPLACED));
-                ctx.set_local_u64(new + 8, 0);
-                ctx.write(addr.add(LEAF_META), rk, new, 8);
+                ctx.set_local_u64(Local::at(new, 8), l.meta & !(META_VALID | META_REPLACED));
+                ctx.set_local_u64(Local::at(new + 8, 8), 0);
+                ctx.write(RemoteRef::new(addr.add(LEAF_META), rk), Local::at(new, 8));
                 if !self.t.cfg.rear_lock {
                     ctx.sync().await?;
                 }
-                ctx.write(lock_at, rk, new + 8, 8);
+                ctx.write(RemoteRef::new(lock_at, rk), Local::at(new + 8, 8));
             }
         }
         ctx.sync().await?;
@@ -1833,8 +1873,15 @@ impl ArtClient {
         let (leaf, units, len) = self.new_leaf(ctx, parent, key, &value)?;
         let old_addr = slot.ptr();
         let rk = self.t.rkey(old_addr.node())?;
-        ctx.write(leaf, self.t.rkey(leaf.node())?, self.l_new(), len);
-        let t = ctx.cas(old_addr.add(LEAF_META), rk, l.meta, l.meta | META_REPLACED);
+        ctx.write(
+            RemoteRef::new(leaf, self.t.rkey(leaf.node())?),
+            Local::at(self.l_new(), len),
+        );
+        let t = ctx.cas(
+            RemoteRef::new(old_addr.add(LEAF_META), rk),
+            l.meta,
+            l.meta | META_REPLACED,
+        );
         ctx.sync().await?;
         let got = ctx.value(t) == l.meta;
         ctx.cas_outcome(got).await;
@@ -1852,13 +1899,16 @@ impl ArtClient {
                 what: "leaf address beyond 48 bits",
             })?;
             let old = ctx
-                .cas_sync(at, self.t.rkey(at.node())?, cur.0, new.0)
+                .cas_sync(RemoteRef::new(at, self.t.rkey(at.node())?), cur.0, new.0)
                 .await?;
             if old == cur.0 {
                 if owner != parent {
-                    ctx.set_local_u64(L_WORD, owner.raw());
-                    ctx.write_sync(leaf, self.t.rkey(leaf.node())?, L_WORD, 8)
-                        .await?;
+                    ctx.set_local_u64(Local::at(L_WORD, 8), owner.raw());
+                    ctx.write_sync(
+                        RemoteRef::new(leaf, self.t.rkey(leaf.node())?),
+                        Local::at(L_WORD, 8),
+                    )
+                    .await?;
                 }
                 self.cache().remove(owner);
                 return Ok(Locked::Done);
@@ -1896,8 +1946,7 @@ impl ArtClient {
         };
         let addr = slot.ptr();
         let t = ctx.cas(
-            addr.add(LEAF_META),
-            self.t.rkey(addr.node())?,
+            RemoteRef::new(addr.add(LEAF_META), self.t.rkey(addr.node())?),
             l.meta,
             l.meta & !META_VALID,
         );
@@ -2014,11 +2063,17 @@ impl ArtClient {
                     let off = self.l_scan() + i * self.scan_item();
                     match it {
                         Item::Node { addr, ty, .. } => {
-                            ctx.read(*addr, self.t.rkey(addr.node())?, off, ty.read_bytes());
+                            ctx.read(
+                                RemoteRef::new(*addr, self.t.rkey(addr.node())?),
+                                Local::at(off, ty.read_bytes()),
+                            );
                         }
                         Item::Leaf { slot } => {
                             let a = slot.ptr();
-                            ctx.read(a, self.t.rkey(a.node())?, off, self.leaf_len(*slot)?);
+                            ctx.read(
+                                RemoteRef::new(a, self.t.rkey(a.node())?),
+                                Local::at(off, self.leaf_len(*slot)?),
+                            );
                         }
                         Item::Ready(..) => {}
                     }
@@ -2048,7 +2103,8 @@ impl ArtClient {
                             }
                         }
                         Item::Node { addr, ty, e, path } => {
-                            let header = Header(ctx.local_u64(off + NODE_HEADER as usize));
+                            let header =
+                                Header(ctx.local_u64(Local::at(off + NODE_HEADER as usize, 8)));
                             let Some(hty) = header.ty() else {
                                 return Err(ArtError::Corrupt {
                                     addr,
@@ -2087,7 +2143,7 @@ impl ArtClient {
                                 continue;
                             }
                             let mut kids: Vec<Slot> = (0..hty.slots())
-                                .map(|i| Slot(ctx.local_u64(off + 16 + 8 * i)))
+                                .map(|i| Slot(ctx.local_u64(Local::at(off + 16 + 8 * i, 8))))
                                 .filter(|s| !s.is_empty())
                                 .filter(|s| {
                                     (lo_cmp == std::cmp::Ordering::Greater

@@ -200,17 +200,14 @@ fn bad_input_is_refused_and_changes_nothing() {
         Err(ArtError::NoSuchTree(_))
     ));
     // Too little task-local memory for the tree's buffers.
-    let mut w = Worker::new(
-        f.as_ref(),
-        Arc::new(MonotonicClock),
-        RuntimeConfig {
-            task_local_bytes: 4096,
-            ..RuntimeConfig::default()
-        },
-        0,
-        1,
-    )
-    .unwrap();
+    let mut w = Worker::builder(f.as_ref())
+        .clock(Arc::new(MonotonicClock))
+        .config(RuntimeConfig::default())
+        .id(0)
+        .tasks(1)
+        .local_bytes(4096)
+        .build()
+        .unwrap();
     let c = tree.client(2);
     let got = Rc::new(RefCell::new(None));
     let g = got.clone();

@@ -17,6 +17,8 @@ use dmkit_fabric::{
 use serde::Serialize;
 
 use crate::rng::Rng;
+use dmkit_fabric::RemoteRef;
+use dmkit_runtime::Local;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -459,11 +461,16 @@ fn runtime_worker(
 
     let size = op_size(cfg);
     let stride = size.next_multiple_of(8);
-    let mut rcfg = rt.cfg.clone();
-    rcfg.task_local_bytes = rcfg.task_local_bytes.max(stride * rt.depth);
+    let rcfg = rt.cfg.clone();
     let clock: std::sync::Arc<dyn dmkit_runtime::Clock> =
         std::sync::Arc::new(dmkit_runtime::MonotonicClock);
-    let mut w = dmkit_runtime::Worker::with_qps(vec![qp], clock, rcfg, thread as usize, rt.coros)?;
+    let mut w = dmkit_runtime::Worker::builder_on(vec![qp])
+        .clock(clock)
+        .config(rcfg)
+        .id(thread as usize)
+        .tasks(rt.coros)
+        .local_bytes((64 << 10).max(stride * rt.depth))
+        .build()?;
     let slots = (cfg.region_size - size as u64) / 8 + 1;
     let ops = Rc::new(std::cell::Cell::new(0u64));
     let failure: Rc<RefCell<Option<FabricError>>> = Rc::new(RefCell::new(None));
@@ -480,10 +487,16 @@ fn runtime_worker(
                 for j in 0..depth {
                     let a = base.add(rng.below(slots) * 8);
                     match verb {
-                        VerbKind::Read => ctx.read(a, rkey, j * stride, size),
-                        VerbKind::Write => ctx.write(a, rkey, j * stride, size),
-                        VerbKind::Cas | VerbKind::MaskedCas => ctx.cas(a, rkey, 0, 0),
-                        VerbKind::Faa => ctx.faa(a, rkey, 1),
+                        VerbKind::Read => {
+                            ctx.read(RemoteRef::new(a, rkey), Local::at(j * stride, size))
+                        }
+                        VerbKind::Write => {
+                            ctx.write(RemoteRef::new(a, rkey), Local::at(j * stride, size))
+                        }
+                        VerbKind::Cas | VerbKind::MaskedCas => {
+                            ctx.cas(RemoteRef::new(a, rkey), 0, 0)
+                        }
+                        VerbKind::Faa => ctx.faa(RemoteRef::new(a, rkey), 1),
                     };
                 }
                 ctx.post();

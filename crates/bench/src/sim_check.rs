@@ -43,6 +43,12 @@ use dmkit_sim::profile::AtomicOrder;
 use dmkit_sim::{Faults, Profile, Sim, SimConfig};
 
 use crate::rng::Rng;
+use dmkit_fabric::RemoteRef;
+use dmkit_runtime::Local;
+
+/// Task-local bytes of each worker's tasks (the indexes' declared layouts
+/// replace it).
+const LOCAL_BYTES: usize = 64 << 10;
 
 /// Scenario names.
 pub const SCENARIOS: [&str; 4] = ["counters", "race", "art", "btree"];
@@ -201,8 +207,7 @@ fn counters(seed: u64) -> Result<Passed, String> {
     let sections = Rc::new(Cell::new(0u64));
     let failure: Rc<RefCell<Option<String>>> = Rc::default();
     let lock = RemoteLock::new(
-        lockmem,
-        lk,
+        RemoteRef::new(lockmem, lk),
         LockConfig {
             backoff_min: 500,
             backoff_max: 20_000,
@@ -212,7 +217,13 @@ fn counters(seed: u64) -> Result<Passed, String> {
     for t in 0..threads {
         let th = sim
             .add_worker(0, |f: &dyn Fabric, clock| {
-                Worker::new(f, clock, RuntimeConfig::default(), t, tasks)
+                Worker::builder(f)
+                    .clock(clock)
+                    .config(RuntimeConfig::default())
+                    .id(t)
+                    .tasks(tasks)
+                    .local_bytes(LOCAL_BYTES)
+                    .build()
             })
             .map_err(e)?;
         for k in 0..tasks {
@@ -226,7 +237,10 @@ fn counters(seed: u64) -> Result<Passed, String> {
                 for _ in 0..ops {
                     if rng.below(3) > 0 {
                         let c = rng.below(COUNTERS);
-                        match ctx.faa_sync(counters.add(8 * c), ck, 1).await {
+                        match ctx
+                            .faa_sync(RemoteRef::new(counters.add(8 * c), ck), 1)
+                            .await
+                        {
                             Ok(_) => made.borrow_mut()[c as usize] += 1,
                             Err(e) => return fail(format!("FAA: {e}")),
                         }
@@ -236,21 +250,25 @@ fn counters(seed: u64) -> Result<Passed, String> {
                         Ok(g) => g,
                         Err(e) => return fail(format!("lock: {e}")),
                     };
-                    if let Err(e) = ctx.read_sync(record, lk, 0, 64).await {
+                    if let Err(e) = ctx
+                        .read_sync(RemoteRef::new(record, lk), Local::at(0, 64))
+                        .await
+                    {
                         return fail(format!("READ under the lock: {e}"));
                     }
-                    let words: Vec<u64> = (0..8).map(|w| ctx.local_u64(8 * w)).collect();
+                    let words: Vec<u64> =
+                        (0..8).map(|w| ctx.local_u64(Local::at(8 * w, 8))).collect();
                     if words.iter().any(|&w| w != words[0]) {
                         return fail(format!(
                             "a reader holding the lock saw a torn record {words:?} (owner {owner})"
                         ));
                     }
                     for w in 0..8 {
-                        ctx.set_local_u64(8 * w, words[0] + 1);
+                        ctx.set_local_u64(Local::at(8 * w, 8), words[0] + 1);
                     }
                     // The record WRITE and the release go out in one batch on
                     // one queue pair: queue-pair order puts the release last.
-                    ctx.write(record, lk, 0, 64);
+                    ctx.write(RemoteRef::new(record, lk), Local::at(0, 64));
                     if let Err(e) = g.unlock(&ctx).await {
                         return fail(format!("unlock: {e}"));
                     }
@@ -383,7 +401,13 @@ fn stress_on_sim<C: StressClient>(
     for wi in 0..sc.workers {
         let th = sim
             .add_worker(0, |f: &dyn Fabric, clock| {
-                Worker::new(f, clock, rcfg.clone(), wi, sc.tasks)
+                Worker::builder(f)
+                    .clock(clock)
+                    .config(rcfg.clone())
+                    .id(wi)
+                    .tasks(sc.tasks)
+                    .local_bytes(LOCAL_BYTES)
+                    .build()
             })
             .map_err(|e| e.to_string())?;
         let c = client(stress::client_id(sc, wi));
@@ -401,7 +425,13 @@ fn stress_on_sim<C: StressClient>(
     let finals: Rc<RefCell<Option<Finals<C::Error>>>> = Rc::default();
     let th = sim
         .add_worker(0, |f: &dyn Fabric, clock| {
-            Worker::new(f, clock, rcfg.clone(), 999, 1)
+            Worker::builder(f)
+                .clock(clock)
+                .config(rcfg.clone())
+                .id(999)
+                .tasks(1)
+                .local_bytes(LOCAL_BYTES)
+                .build()
         })
         .map_err(|e| e.to_string())?;
     let (c, fin, hot) = (client(99_999), finals.clone(), sc.hot_keys);

@@ -29,6 +29,8 @@ use serde::Serialize;
 
 use crate::micro::BenchError;
 use crate::rng::Rng;
+use dmkit_fabric::RemoteRef;
+use dmkit_runtime::Local;
 
 /// The active thread count changes every `interval_ns` to a value drawn
 /// uniformly from `[min, max]`.
@@ -192,7 +194,6 @@ pub fn run(cfg: &SimMicroConfig) -> Result<SimMicroResult, BenchError> {
         fixed_c_max: cfg.fixed_c_max,
         conflict_avoid: false,
         op_stats: false,
-        task_local_bytes: (cfg.size * cfg.depth).next_multiple_of(64),
         seed: cfg.seed,
         ..RuntimeConfig::default()
     };
@@ -204,7 +205,13 @@ pub fn run(cfg: &SimMicroConfig) -> Result<SimMicroResult, BenchError> {
             let qps = (0..cfg.memory_nodes as u16)
                 .map(|n| f.connect_as(n, cfg.policy))
                 .collect::<Result<Vec<_>, _>>()?;
-            Ok(Worker::with_qps(qps, clock, rcfg.clone(), id, cfg.tasks)?)
+            Ok(Worker::builder_on(qps)
+                .clock(clock)
+                .config(rcfg.clone())
+                .id(id)
+                .tasks(cfg.tasks)
+                .local_bytes(cfg.size * cfg.depth)
+                .build()?)
         })?;
         ths.push(th);
         let w = sim.worker_mut(th);
@@ -246,7 +253,10 @@ pub fn run(cfg: &SimMicroConfig) -> Result<SimMicroResult, BenchError> {
                     let (base, _, rkey) = regions[turn];
                     for i in 0..depth {
                         let off = base.offset() + 8 * rng.below(words);
-                        ctx.read(GlobalAddr::new(base.node(), off), rkey, i * size, size);
+                        ctx.read(
+                            RemoteRef::new(GlobalAddr::new(base.node(), off), rkey),
+                            Local::at(i * size, size),
+                        );
                         if each {
                             ctx.post();
                         }

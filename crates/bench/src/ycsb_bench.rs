@@ -38,6 +38,10 @@ use crate::ycsb::{
     default_distribution, key_bytes, Chooser, Distribution, Generator, KeyType, Workload, YcsbOp,
 };
 
+/// Task-local bytes of each worker's tasks (the indexes' declared layouts
+/// replace it).
+const LOCAL_BYTES: usize = 64 << 10;
+
 /// Which index the harness drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IndexKind {
@@ -1089,7 +1093,13 @@ fn on_threads<I: RemoteIndex + Sync>(
                         op_stats: false,
                         ..cfg.runtime.clone()
                     };
-                    let made = Worker::new(fabric.as_ref(), clock.clone(), rcfg, ti, cfg.coros);
+                    let made = Worker::builder(fabric.as_ref())
+                        .clock(clock.clone())
+                        .config(rcfg)
+                        .id(ti)
+                        .tasks(cfg.coros)
+                        .local_bytes(LOCAL_BYTES)
+                        .build();
                     // Every thread reaches the barrier, failed or not.
                     let mut w = match made {
                         Ok(w) => w,
@@ -1190,7 +1200,13 @@ fn on_sim<I: RemoteIndex>(
     for ti in 0..cfg.total_threads() {
         let machine = ti / cfg.threads;
         let th = sim.add_worker(machine, |f: &dyn Fabric, clock| {
-            Worker::new(f, clock, rcfg.clone(), ti, cfg.coros)
+            Worker::builder(f)
+                .clock(clock)
+                .config(rcfg.clone())
+                .id(ti)
+                .tasks(cfg.coros)
+                .local_bytes(LOCAL_BYTES)
+                .build()
         })?;
         let client = index.client_on(machine, ti as u64);
         let tally = Tally::new();

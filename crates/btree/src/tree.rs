@@ -16,7 +16,9 @@ use crate::cache::{Cache, Snapshot, SpecCache};
 use crate::error::BtreeError;
 use crate::hocl::local_locks;
 use crate::layout::*;
+use dmkit_fabric::RemoteRef;
 use dmkit_runtime::machine::{TicketGrant, TicketLocks};
+use dmkit_runtime::Local;
 
 /// Configuration of a tree (structure) and of its clients.
 #[derive(Debug, Clone, PartialEq)]
@@ -573,9 +575,9 @@ impl BtreeClient {
     async fn read_node(&self, ctx: &Ctx, addr: GlobalAddr) -> Result<Img, BtreeError> {
         let rk = self.t.rkey(addr.node())?;
         for attempt in 0..MAX_ATTEMPTS {
-            ctx.read(addr, rk, 0, self.nb());
+            ctx.read(RemoteRef::new(addr, rk), Local::at(0, self.nb()));
             ctx.sync().await?;
-            let b = ctx.local_vec(0, self.nb());
+            let b = ctx.local_vec(Local::at(0, self.nb()));
             let n = Node::new(&self.t.g, &b);
             if n.check(true).is_ok() {
                 return Ok(Img { addr, b });
@@ -593,9 +595,12 @@ impl BtreeClient {
     /// Re-reads the root word of the descriptor.
     async fn refresh_root(&self, ctx: &Ctx) -> Result<GlobalAddr, BtreeError> {
         let d = self.t.desc;
-        ctx.read(d.add(DESC_ROOT), self.t.rkey(d.node())?, self.l_word(), 8);
+        ctx.read(
+            RemoteRef::new(d.add(DESC_ROOT), self.t.rkey(d.node())?),
+            Local::at(self.l_word(), 8),
+        );
         ctx.sync().await?;
-        let r = GlobalAddr::from_raw(ctx.local_u64(self.l_word()));
+        let r = GlobalAddr::from_raw(ctx.local_u64(Local::at(self.l_word(), 8)));
         let mut st = self.st.borrow_mut();
         st.root = r;
         st.root_known = true;
@@ -749,9 +754,9 @@ impl BtreeClient {
             hops = 0;
             loop {
                 let rk = self.t.rkey(addr.node())?;
-                ctx.read(addr, rk, 0, self.nb());
+                ctx.read(RemoteRef::new(addr, rk), Local::at(0, self.nb()));
                 ctx.sync().await?;
-                let b = ctx.local_vec(0, self.nb());
+                let b = ctx.local_vec(Local::at(0, self.nb()));
                 let n = Node::new(&self.t.g, &b);
                 let hit = match n.check(false) {
                     Ok(()) => n.find(&tk).filter(|&i| n.check_slot(i)),
@@ -793,9 +798,12 @@ impl BtreeClient {
             return Ok(None);
         };
         let g = &self.t.g;
-        ctx.read(at, self.t.rkey(at.node())?, self.l_slot(), g.leaf_slot);
+        ctx.read(
+            RemoteRef::new(at, self.t.rkey(at.node())?),
+            Local::at(self.l_slot(), g.leaf_slot),
+        );
         ctx.sync().await?;
-        let slot = ctx.local_vec(self.l_slot(), g.leaf_slot);
+        let slot = ctx.local_vec(Local::at(self.l_slot(), g.leaf_slot));
         if let Some((_, v)) = leaf_slot_entry(g, &slot).filter(|(k, _)| *k == tk) {
             self.count(|c| c.spec_hits += 1);
             return Ok(Some(v.to_vec()));
@@ -823,12 +831,12 @@ impl BtreeClient {
         let owner = self.st.borrow().owner;
         let r = async {
             for _ in 0..MAX_ATTEMPTS {
-                let t = remote.then(|| ctx.cas(lock, rk, 0, owner));
+                let t = remote.then(|| ctx.cas(RemoteRef::new(lock, rk), 0, owner));
                 // Combined (or no CAS): the READ rides with the CAS. Apart:
                 // the CAS alone, the READ once the lock is ours.
                 let read_now = self.t.cfg.combine || t.is_none();
                 if read_now {
-                    ctx.read(addr, rk, 0, self.nb());
+                    ctx.read(RemoteRef::new(addr, rk), Local::at(0, self.nb()));
                 }
                 ctx.sync().await?;
                 if let Some(t) = t {
@@ -840,10 +848,10 @@ impl BtreeClient {
                     }
                 }
                 if !read_now {
-                    ctx.read(addr, rk, 0, self.nb());
+                    ctx.read(RemoteRef::new(addr, rk), Local::at(0, self.nb()));
                     ctx.sync().await?;
                 }
-                let b = ctx.local_vec(0, self.nb());
+                let b = ctx.local_vec(Local::at(0, self.nb()));
                 return match Node::new(&self.t.g, &b).check(true) {
                     Ok(()) => Ok(Img { addr, b }),
                     // Nobody writes a locked node: a torn image is damage.
@@ -886,8 +894,11 @@ impl BtreeClient {
                     // The node's write-back completes first, on its own.
                     ctx.sync().await?;
                 }
-                ctx.set_local_u64(self.l_word(), 0);
-                ctx.write(held.lock, held.rk, self.l_word(), 8);
+                ctx.set_local_u64(Local::at(self.l_word(), 8), 0);
+                ctx.write(
+                    RemoteRef::new(held.lock, held.rk),
+                    Local::at(self.l_word(), 8),
+                );
             }
             ctx.sync().await
         }
@@ -996,8 +1007,11 @@ impl BtreeClient {
                     }
                 };
                 let at = slot_addr(&g, addr, true, target);
-                ctx.put_local(self.l_slot(), &slot);
-                ctx.write(at, held.rk, self.l_slot(), slot.len());
+                ctx.put_local(Local::at(self.l_slot(), slot.len()), &slot);
+                ctx.write(
+                    RemoteRef::new(at, held.rk),
+                    Local::at(self.l_slot(), slot.len()),
+                );
                 self.unlock(ctx, held).await?;
                 if mode == WriteMode::Delete {
                     self.spec.remove(tk);
@@ -1066,7 +1080,10 @@ impl BtreeClient {
         at: GlobalAddr,
         next: GlobalAddr,
     ) -> Result<(), BtreeError> {
-        ctx.write(at, self.t.rkey(at.node())?, self.l_img2(), self.nb());
+        ctx.write(
+            RemoteRef::new(at, self.t.rkey(at.node())?),
+            Local::at(self.l_img2(), self.nb()),
+        );
         if at.node() != next.node() {
             ctx.sync().await?;
         }
@@ -1117,7 +1134,7 @@ impl BtreeClient {
             all[mid..].iter().map(|(k, v)| (k.as_slice(), v.as_slice())),
             &mut out,
         );
-        ctx.put_local(self.l_img2(), &out);
+        ctx.put_local(Local::at(self.l_img2(), out.len()), &out);
         let r = self.write_new(ctx, right, img.addr).await;
         if let Err(e) = r {
             self.unlock(ctx, held).await?;
@@ -1157,8 +1174,11 @@ impl BtreeClient {
             }
         }
         debug_assert!(placed);
-        ctx.put_local(self.l_img(), &left);
-        ctx.write(img.addr, held.rk, self.l_img(), self.nb());
+        ctx.put_local(Local::at(self.l_img(), left.len()), &left);
+        ctx.write(
+            RemoteRef::new(img.addr, held.rk),
+            Local::at(self.l_img(), self.nb()),
+        );
         self.unlock(ctx, held).await?;
         self.count(|c| c.leaf_splits += 1);
         // The moved entries' new slots (the speculative table would
@@ -1244,8 +1264,11 @@ impl BtreeClient {
                     hi: n.hi(),
                 };
                 build_inner(&g, &h, &es, &mut out);
-                ctx.put_local(self.l_img(), &out);
-                ctx.write(target, held.rk, self.l_img(), self.nb());
+                ctx.put_local(Local::at(self.l_img(), out.len()), &out);
+                ctx.write(
+                    RemoteRef::new(target, held.rk),
+                    Local::at(self.l_img(), self.nb()),
+                );
                 self.unlock(ctx, held).await?;
                 self.cache()
                     .put(Arc::new(Snapshot::of(target, &Node::new(&g, &out))));
@@ -1272,7 +1295,7 @@ impl BtreeClient {
                 hi: n.hi(),
             };
             build_inner(&g, &rh, &es[mid + 1..], &mut out);
-            ctx.put_local(self.l_img2(), &out);
+            ctx.put_local(Local::at(self.l_img2(), out.len()), &out);
             let right_snap = Snapshot::of(right, &Node::new(&g, &out));
             if let Err(e) = self.write_new(ctx, right, target).await {
                 self.unlock(ctx, held).await?;
@@ -1288,8 +1311,11 @@ impl BtreeClient {
                 hi: Fence::Key(up_key.clone()),
             };
             build_inner(&g, &lh, &es[..mid], &mut out);
-            ctx.put_local(self.l_img(), &out);
-            ctx.write(target, held.rk, self.l_img(), self.nb());
+            ctx.put_local(Local::at(self.l_img(), out.len()), &out);
+            ctx.write(
+                RemoteRef::new(target, held.rk),
+                Local::at(self.l_img(), self.nb()),
+            );
             self.unlock(ctx, held).await?;
             {
                 let mut cache = self.cache();
@@ -1329,14 +1355,16 @@ impl BtreeClient {
             ..root_head(1, level, old)
         };
         build_inner(&g, &h, &[(sep.to_vec(), child)], &mut out);
-        ctx.put_local(self.l_img2(), &out);
-        ctx.write(at, self.t.rkey(at.node())?, self.l_img2(), self.nb());
+        ctx.put_local(Local::at(self.l_img2(), out.len()), &out);
+        ctx.write(
+            RemoteRef::new(at, self.t.rkey(at.node())?),
+            Local::at(self.l_img2(), self.nb()),
+        );
         ctx.sync().await?;
         let d = self.t.desc;
         let prev = ctx
             .cas_sync(
-                d.add(DESC_ROOT),
-                self.t.rkey(d.node())?,
+                RemoteRef::new(d.add(DESC_ROOT), self.t.rkey(d.node())?),
                 old.raw(),
                 at.raw(),
             )

@@ -306,17 +306,14 @@ fn bad_input_is_refused_and_changes_nothing() {
         Btree::open(f.clone(), "nope", BtreeConfig::default()),
         Err(BtreeError::NoSuchTree(_))
     ));
-    let mut w = Worker::new(
-        f.as_ref(),
-        Arc::new(MonotonicClock),
-        RuntimeConfig {
-            task_local_bytes: 512,
-            ..RuntimeConfig::default()
-        },
-        0,
-        1,
-    )
-    .unwrap();
+    let mut w = Worker::builder(f.as_ref())
+        .clock(Arc::new(MonotonicClock))
+        .config(RuntimeConfig::default())
+        .id(0)
+        .tasks(1)
+        .local_bytes(512)
+        .build()
+        .unwrap();
     let c = tree.client(2);
     let got = Rc::new(RefCell::new(None));
     let g = got.clone();

@@ -170,3 +170,51 @@ mod tests {
         assert!(GlobalAddr::new(7, 0).is_null());
     }
 }
+
+/// A remote memory reference: an address and the key of the region it
+/// lies in — everything a one-sided verb needs to name remote memory
+/// (rrddmma's `MrRemote`, a remote memory region's `{addr, rkey}`). Data
+/// structures build one per remote object from their table of region keys,
+/// so no verb is posted with an address and a key that were looked up apart.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct RemoteRef {
+    /// Where.
+    pub addr: GlobalAddr,
+    /// The protection key of the region holding `addr`.
+    pub rkey: Rkey,
+}
+
+impl RemoteRef {
+    /// The reference to `addr` in the region keyed `rkey`.
+    #[inline]
+    pub const fn new(addr: GlobalAddr, rkey: Rkey) -> Self {
+        RemoteRef { addr, rkey }
+    }
+
+    /// The reference `off` bytes further, in the same region.
+    #[inline]
+    pub const fn add(self, off: u64) -> Self {
+        RemoteRef {
+            addr: self.addr.add(off),
+            rkey: self.rkey,
+        }
+    }
+
+    /// The memory node.
+    #[inline]
+    pub const fn node(self) -> NodeId {
+        self.addr.node()
+    }
+}
+
+impl fmt::Debug for RemoteRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}#{:x}", self.addr, self.rkey)
+    }
+}
+
+impl fmt::Display for RemoteRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (rkey {:#x})", self.addr, self.rkey)
+    }
+}

@@ -38,7 +38,7 @@ pub mod shm;
 pub mod sync;
 pub mod wr;
 
-pub use addr::{GlobalAddr, NodeId, Rkey};
+pub use addr::{GlobalAddr, NodeId, RemoteRef, Rkey};
 pub use caps::Capabilities;
 pub use dmkit_memnode::{NodeStats, RegionInfo, Request, Response, RpcError};
 pub use error::{FabricError, PostError, RequestError, VerbError};

@@ -14,6 +14,10 @@ use dmkit_runtime::{Ctx, MonotonicClock, RuntimeConfig, Worker};
 
 use crate::{MapOp, MapRet, Record};
 
+/// Task-local bytes of the stress workers (the old default; the maps'
+/// declared layouts replace it).
+const LOCAL_BYTES: usize = 64 * 1024;
+
 /// A per-worker client of the map under test.
 #[allow(async_fn_in_trait)]
 pub trait StressClient: Clone + 'static {
@@ -149,13 +153,13 @@ pub fn run<C: StressClient>(
             .map(|wi| {
                 let (rcfg, sc) = (rcfg.clone(), sc.clone());
                 s.spawn(move || -> Result<Vec<StressRecord>, C::Error> {
-                    let mut w = Worker::new(
-                        fabric,
-                        std::sync::Arc::new(MonotonicClock),
-                        rcfg,
-                        wi,
-                        sc.tasks,
-                    )?;
+                    let mut w = Worker::builder(fabric)
+                        .clock(std::sync::Arc::new(MonotonicClock))
+                        .config(rcfg)
+                        .id(wi)
+                        .tasks(sc.tasks)
+                        .local_bytes(LOCAL_BYTES)
+                        .build()?;
                     let client = client(client_id(&sc, wi));
                     let out: Rc<RefCell<Vec<StressRecord>>> = Rc::default();
                     let failed: Rc<RefCell<Option<C::Error>>> = Rc::default();
@@ -429,14 +433,14 @@ where
     F: FnOnce(Ctx, C) -> Fut + 'static,
     Fut: std::future::Future<Output = T> + 'static,
 {
-    let mut w = Worker::new(
-        f,
-        std::sync::Arc::new(MonotonicClock),
-        RuntimeConfig::default(),
-        0,
-        1,
-    )
-    .expect("a worker on a working fabric");
+    let mut w = Worker::builder(f)
+        .clock(std::sync::Arc::new(MonotonicClock))
+        .config(RuntimeConfig::default())
+        .id(0)
+        .tasks(1)
+        .local_bytes(LOCAL_BYTES)
+        .build()
+        .expect("a worker on a working fabric");
     let out: Rc<RefCell<Option<T>>> = Rc::default();
     let (o, c) = (out.clone(), client.clone());
     w.spawn(move |ctx| async move {
@@ -464,14 +468,14 @@ where
     F: Fn(usize, Ctx, C) -> Fut + Clone + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
 {
-    let mut w = Worker::new(
-        f,
-        std::sync::Arc::new(MonotonicClock),
-        RuntimeConfig::default(),
-        0,
-        tasks,
-    )
-    .expect("a worker on a working fabric");
+    let mut w = Worker::builder(f)
+        .clock(std::sync::Arc::new(MonotonicClock))
+        .config(RuntimeConfig::default())
+        .id(0)
+        .tasks(tasks)
+        .local_bytes(LOCAL_BYTES)
+        .build()
+        .expect("a worker on a working fabric");
     for t in 0..tasks {
         let (c, body) = (client.clone(), body.clone());
         w.spawn(move |ctx| body(t, ctx, c));

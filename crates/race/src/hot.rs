@@ -88,6 +88,8 @@ use dmkit_runtime::{Ctx, Nanos};
 
 use crate::error::RaceError;
 use crate::layout::word;
+use dmkit_fabric::RemoteRef;
+use dmkit_runtime::Local;
 
 /// Magic of the hot directory.
 pub const HOT_MAGIC: u64 = u64::from_le_bytes(*b"RACEHOT1");
@@ -499,8 +501,7 @@ pub(crate) fn owner_of(machine: usize) -> u16 {
 impl HotArea {
     fn lock(&self, b: usize, rk: Rkey) -> RemoteLock {
         RemoteLock::new(
-            self.block_addr(b),
-            rk,
+            RemoteRef::new(self.block_addr(b), rk),
             LockConfig {
                 lease: self.params.lease,
                 ..LockConfig::default()
@@ -528,18 +529,19 @@ impl HotArea {
         let rk = rkey(addr.node())?;
         if let HotOp::Search = op {
             for _ in 0..FAST_TRIES {
-                ctx.read(addr, rk, scratch, 8);
+                ctx.read(RemoteRef::new(addr, rk), Local::at(scratch, 8));
                 ctx.read(
-                    addr.add(HOT_ENTRIES_AT + (e * self.entry_stride) as u64),
-                    rk,
-                    scratch + 8,
-                    self.entry_stride,
+                    RemoteRef::new(
+                        addr.add(HOT_ENTRIES_AT + (e * self.entry_stride) as u64),
+                        rk,
+                    ),
+                    Local::at(scratch + 8, self.entry_stride),
                 );
                 ctx.sync().await?;
-                if ctx.local_u64(scratch) != 0 {
+                if ctx.local_u64(Local::at(scratch, 8)) != 0 {
                     break;
                 }
-                let img = ctx.local_vec(scratch + 8, self.entry_stride);
+                let img = ctx.local_vec(Local::at(scratch + 8, self.entry_stride));
                 match decode_entry(&img) {
                     Ok(v) => {
                         trace.fast = true;
@@ -571,7 +573,10 @@ impl HotArea {
             trace.acquired = true;
             let n = self.entries_len();
             let read = ctx
-                .read_sync(addr.add(HOT_ENTRIES_AT), rk, scratch, n)
+                .read_sync(
+                    RemoteRef::new(addr.add(HOT_ENTRIES_AT), rk),
+                    Local::at(scratch, n),
+                )
                 .await;
             if let Err(e) = read {
                 // The lock is ours; give it back if the fabric lets us.
@@ -581,7 +586,7 @@ impl HotArea {
             }
             let mut h = cell.lock().unwrap_or_else(|p| p.into_inner());
             h.entries.resize(n, 0);
-            ctx.get_local(scratch, &mut h.entries);
+            ctx.get_local(Local::at(scratch, h.entries.len()), &mut h.entries);
             h.guard = Some(guard);
             h.mods = 0;
             h.since = ctx.now();
@@ -649,14 +654,17 @@ impl HotArea {
         let guard = {
             let mut h = local.blocks[b].lock().unwrap_or_else(|p| p.into_inner());
             if flush {
-                ctx.put_local(scratch, &h.entries);
+                ctx.put_local(Local::at(scratch, h.entries.len()), &h.entries);
                 h.mods = 0;
             }
             h.guard.take()
         };
         if flush {
-            ctx.write(addr.add(HOT_ENTRIES_AT), rk, scratch, self.entries_len());
-            ctx.faa(addr.add(HOT_FLUSHES), rk, 1);
+            ctx.write(
+                RemoteRef::new(addr.add(HOT_ENTRIES_AT), rk),
+                Local::at(scratch, self.entries_len()),
+            );
+            ctx.faa(RemoteRef::new(addr.add(HOT_FLUSHES), rk), 1);
         }
         let r = match guard {
             Some(guard) => guard.unlock(ctx).await.map_err(lock_error),

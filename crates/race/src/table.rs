@@ -15,8 +15,10 @@ use crate::hot::{
     MAX_HOT_KEYS,
 };
 use crate::layout::*;
+use dmkit_fabric::RemoteRef;
 use dmkit_runtime::alloc::BlockAlloc;
 use dmkit_runtime::machine::PerMachine;
+use dmkit_runtime::Local;
 
 /// Configuration of a table (structure) and of its clients (caching, memory).
 #[derive(Debug, Clone, PartialEq)]
@@ -803,10 +805,19 @@ impl RaceClient {
         let mut g = self.st.borrow().global_depth;
         loop {
             let idx = h.h1 & mask(g);
-            ctx.read(self.t.dir.add(DIR_GLOBAL_DEPTH), rk, L_WORD, 8);
-            ctx.read(self.t.dir.add(DIR_ENTRIES + 8 * idx), rk, L_SLOT, 8);
+            ctx.read(
+                RemoteRef::new(self.t.dir.add(DIR_GLOBAL_DEPTH), rk),
+                Local::at(L_WORD, 8),
+            );
+            ctx.read(
+                RemoteRef::new(self.t.dir.add(DIR_ENTRIES + 8 * idx), rk),
+                Local::at(L_SLOT, 8),
+            );
             ctx.sync().await?;
-            let (now_g, e) = (ctx.local_u64(L_WORD) as u32, ctx.local_u64(L_SLOT));
+            let (now_g, e) = (
+                ctx.local_u64(Local::at(L_WORD, 8)) as u32,
+                ctx.local_u64(Local::at(L_SLOT, 8)),
+            );
             if now_g > self.t.cfg.max_depth {
                 return Err(RaceError::Corrupt {
                     addr: self.t.dir,
@@ -857,7 +868,7 @@ impl RaceClient {
     ) -> R {
         let mut buf = std::mem::take(&mut self.st.borrow_mut().buf);
         buf.resize(len, 0);
-        ctx.get_local(off, &mut buf);
+        ctx.get_local(Local::at(off, buf.len()), &mut buf);
         let r = f(decode_block(&buf));
         self.st.borrow_mut().buf = buf;
         r
@@ -873,19 +884,15 @@ impl RaceClient {
     fn queue_combs(&self, ctx: &Ctx, sub: GlobalAddr, rk: Rkey, h: &KeyHash, header: bool) {
         let (c1, c2) = h.combs(self.t.geo);
         ctx.read(
-            sub.add(self.t.geo.comb_at(c1)),
-            rk,
-            L_COMB1,
-            COMB_BYTES as usize,
+            RemoteRef::new(sub.add(self.t.geo.comb_at(c1)), rk),
+            Local::at(L_COMB1, COMB_BYTES as usize),
         );
         ctx.read(
-            sub.add(self.t.geo.comb_at(c2)),
-            rk,
-            L_COMB2,
-            COMB_BYTES as usize,
+            RemoteRef::new(sub.add(self.t.geo.comb_at(c2)), rk),
+            Local::at(L_COMB2, COMB_BYTES as usize),
         );
         if header {
-            ctx.read(sub, rk, L_HDR, 64);
+            ctx.read(RemoteRef::new(sub, rk), Local::at(L_HDR, 64));
         }
     }
 
@@ -895,17 +902,17 @@ impl RaceClient {
     fn scan(&self, ctx: &Ctx, sub: GlobalAddr, h: &KeyHash, header: bool) -> Scan {
         let (c1, c2) = h.combs(self.t.geo);
         let fp = h.fp();
-        let depth = ctx.local_u64(L_HDR + SUB_DEPTH as usize);
+        let depth = ctx.local_u64(Local::at(L_HDR + SUB_DEPTH as usize, 8));
         let mut s = Scan {
-            headers_ok: !header || ctx.local_u64(L_HDR) == SUBTABLE_MAGIC,
-            splitting: header && ctx.local_u64(L_HDR + SUB_SPLIT_LOCK as usize) != 0,
+            headers_ok: !header || ctx.local_u64(Local::at(L_HDR, 8)) == SUBTABLE_MAGIC,
+            splitting: header && ctx.local_u64(Local::at(L_HDR + SUB_SPLIT_LOCK as usize, 8)) != 0,
             cands: Few::new(),
             empties: [Few::new(), Few::new()],
             occupied: [0, 0],
         };
         let mut buf = [0u8; COMB_BYTES as usize];
         for (i, (c, off)) in [(c1, L_COMB1), (c2, L_COMB2)].into_iter().enumerate() {
-            ctx.get_local(off, &mut buf);
+            ctx.get_local(Local::at(off, buf.len()), &mut buf);
             let base = sub.add(self.t.geo.comb_at(c));
             // Main bucket first: combined bucket 2g starts with main bucket
             // 0, 2g+1 ends with main bucket 1.
@@ -953,10 +960,8 @@ impl RaceClient {
                     });
                 }
                 ctx.read(
-                    slot.block(),
-                    self.t.rkey(slot.block().node())?,
-                    base + i * cap,
-                    n,
+                    RemoteRef::new(slot.block(), self.t.rkey(slot.block().node())?),
+                    Local::at(base + i * cap, n),
                 );
             }
             ctx.sync().await?;
@@ -1062,15 +1067,16 @@ impl RaceClient {
             let slot = Slot(w);
             let cand = self.l_cand();
             let t0 = ctx.now();
-            ctx.read(slot_addr, self.t.rkey(slot_addr.node())?, L_SLOT, 8);
             ctx.read(
-                slot.block(),
-                self.t.rkey(slot.block().node())?,
-                cand,
-                slot.block_bytes(),
+                RemoteRef::new(slot_addr, self.t.rkey(slot_addr.node())?),
+                Local::at(L_SLOT, 8),
+            );
+            ctx.read(
+                RemoteRef::new(slot.block(), self.t.rkey(slot.block().node())?),
+                Local::at(cand, slot.block_bytes()),
             );
             ctx.sync().await?;
-            if ctx.local_u64(L_SLOT) == w && !self.stalled(ctx, t0) {
+            if ctx.local_u64(Local::at(L_SLOT, 8)) == w && !self.stalled(ctx, t0) {
                 let hit = self.with_block(ctx, cand, slot.block_bytes(), |b| {
                     b.and_then(|(k, v)| (k == key).then(|| v.to_vec()))
                 });
@@ -1117,7 +1123,7 @@ impl RaceClient {
                     source,
                 })?
         };
-        ctx.put_local(L_NEW, &img);
+        ctx.put_local(Local::at(L_NEW, img.len()), &img);
         Ok((addr, units))
     }
 
@@ -1165,10 +1171,8 @@ impl RaceClient {
             let lock = sub.add(self.t.geo.lock_at(c1));
             if !written {
                 ctx.write(
-                    block,
-                    self.t.rkey(block.node())?,
-                    L_NEW,
-                    units as usize * 64,
+                    RemoteRef::new(block, self.t.rkey(block.node())?),
+                    Local::at(L_NEW, units as usize * 64),
                 );
                 if block.node() != sub.node() {
                     // Different queue pairs: make the block durable first.
@@ -1177,7 +1181,7 @@ impl RaceClient {
                 written = true;
             }
             let t0 = ctx.now();
-            let lt = ctx.cas(lock, rk, 0, owner);
+            let lt = ctx.cas(RemoteRef::new(lock, rk), 0, owner);
             self.queue_combs(ctx, sub, rk, h, true);
             ctx.sync().await?;
             if ctx.value(lt) != 0 {
@@ -1187,8 +1191,8 @@ impl RaceClient {
             let scan = self.scan(ctx, sub, h, true);
             let splitting = scan.splitting;
             let unlock = |ctx: &Ctx| {
-                ctx.set_local_u64(L_ZERO, 0);
-                ctx.write(lock, rk, L_ZERO, 8);
+                ctx.set_local_u64(Local::at(L_ZERO, 8), 0);
+                ctx.write(RemoteRef::new(lock, rk), Local::at(L_ZERO, 8));
             };
             if splitting || !scan.headers_ok {
                 unlock(ctx);
@@ -1237,7 +1241,7 @@ impl RaceClient {
             };
             // The slot CAS and the unlock travel in one batch to one node,
             // so the unlock takes effect after the CAS.
-            let t = ctx.cas(slot_addr, rk, 0, new.0);
+            let t = ctx.cas(RemoteRef::new(slot_addr, rk), 0, new.0);
             unlock(ctx);
             ctx.sync().await?;
             if ctx.value(t) == 0 {
@@ -1307,15 +1311,16 @@ impl RaceClient {
                 Some((a, w)) => {
                     let t0 = ctx.now();
                     let (slot, cand) = (Slot(w), self.l_cand());
-                    ctx.read(a, self.t.rkey(a.node())?, L_SLOT, 8);
                     ctx.read(
-                        slot.block(),
-                        self.t.rkey(slot.block().node())?,
-                        cand,
-                        slot.block_bytes(),
+                        RemoteRef::new(a, self.t.rkey(a.node())?),
+                        Local::at(L_SLOT, 8),
+                    );
+                    ctx.read(
+                        RemoteRef::new(slot.block(), self.t.rkey(slot.block().node())?),
+                        Local::at(cand, slot.block_bytes()),
                     );
                     ctx.sync().await?;
-                    let same = ctx.local_u64(L_SLOT) == w
+                    let same = ctx.local_u64(Local::at(L_SLOT, 8)) == w
                         && self.with_block(ctx, cand, slot.block_bytes(), |b| {
                             b.is_some_and(|(k, _)| k == key)
                         });
@@ -1341,7 +1346,10 @@ impl RaceClient {
             };
             let desired = new.map_or(0, |(_, s)| s.0);
             if let (Some((block, s)), false) = (new, written) {
-                ctx.write(block, self.t.rkey(block.node())?, L_NEW, s.block_bytes());
+                ctx.write(
+                    RemoteRef::new(block, self.t.rkey(block.node())?),
+                    Local::at(L_NEW, s.block_bytes()),
+                );
                 if block.node() != slot_addr.node() {
                     ctx.sync().await?;
                 }
@@ -1354,7 +1362,9 @@ impl RaceClient {
             }
             let rk = self.t.rkey(slot_addr.node())?;
             // The block WRITE (same node) goes out in the CAS's batch, ahead of it.
-            let old = ctx.backoff_cas(slot_addr, rk, expected, desired).await?;
+            let old = ctx
+                .backoff_cas(RemoteRef::new(slot_addr, rk), expected, desired)
+                .await?;
             if old == expected {
                 let s = Slot(old);
                 {
@@ -1380,14 +1390,14 @@ impl RaceClient {
         let rk = self.t.rkey(sub.node())?;
         let owner = self.st.borrow().owner;
         let lock = sub.add(SUB_SPLIT_LOCK);
-        if ctx.cas_sync(lock, rk, 0, owner).await? != 0 {
+        if ctx.cas_sync(RemoteRef::new(lock, rk), 0, owner).await? != 0 {
             // Someone else splits it; let them finish.
             ctx.backoff().await;
             return Ok(());
         }
         let r = self.split_locked(ctx, sub, rk).await;
-        ctx.set_local_u64(L_ZERO, 0);
-        ctx.write(lock, rk, L_ZERO, 8);
+        ctx.set_local_u64(Local::at(L_ZERO, 8), 0);
+        ctx.write(RemoteRef::new(lock, rk), Local::at(L_ZERO, 8));
         let unlocked = ctx.sync().await;
         r?;
         unlocked?;
@@ -1398,8 +1408,9 @@ impl RaceClient {
     async fn split_locked(&self, ctx: &Ctx, sub: GlobalAddr, rk: Rkey) -> Result<(), RaceError> {
         let geo = self.t.geo;
         let sc = self.l_scratch();
-        ctx.read_sync(sub, rk, sc, 64).await?;
-        let hdr = ctx.local_vec(sc, 64);
+        ctx.read_sync(RemoteRef::new(sub, rk), Local::at(sc, 64))
+            .await?;
+        let hdr = ctx.local_vec(Local::at(sc, 64));
         let (depth, suffix) = (
             word(&hdr, SUB_DEPTH as usize) as u32,
             word(&hdr, SUB_DEPTH as usize + 8),
@@ -1451,8 +1462,12 @@ impl RaceClient {
         let mut at = 0;
         while at < geo.bytes() {
             let n = (geo.bytes() - at).min(SCRATCH as u64) as usize;
-            ctx.put_local(sc, &subtable_image(geo, depth + 1, suffix2, at, n));
-            ctx.write_sync(new.add(at), nrk, sc, n).await?;
+            ctx.put_local(
+                Local::at(sc, subtable_image(geo, depth + 1, suffix2, at, n).len()),
+                &subtable_image(geo, depth + 1, suffix2, at, n),
+            );
+            ctx.write_sync(RemoteRef::new(new.add(at), nrk), Local::at(sc, n))
+                .await?;
             at += n as u64;
         }
         // 2. Wait out inserters that took a lock before the split lock was set;
@@ -1466,10 +1481,13 @@ impl RaceClient {
                 if clear[start..start + n].iter().all(|&c| c) {
                     continue;
                 }
-                ctx.read_sync(sub.add(geo.lock_at(start as u64)), rk, sc, n * 8)
-                    .await?;
+                ctx.read_sync(
+                    RemoteRef::new(sub.add(geo.lock_at(start as u64)), rk),
+                    Local::at(sc, n * 8),
+                )
+                .await?;
                 for i in 0..n {
-                    if ctx.local_u64(sc + 8 * i) == 0 {
+                    if ctx.local_u64(Local::at(sc + 8 * i, 8)) == 0 {
                         clear[start + i] = true;
                     }
                 }
@@ -1487,13 +1505,16 @@ impl RaceClient {
         while g0 < geo.groups {
             let ng = per_piece.min(geo.groups - g0);
             let piece_at = geo.groups_at() + g0 * GROUP_BYTES;
-            ctx.read_sync(sub.add(piece_at), rk, sc, (ng * GROUP_BYTES) as usize)
-                .await?;
+            ctx.read_sync(
+                RemoteRef::new(sub.add(piece_at), rk),
+                Local::at(sc, (ng * GROUP_BYTES) as usize),
+            )
+            .await?;
             let mut live: Vec<(u64, Slot)> = Vec::new();
             for b in 0..ng * 3 {
                 for j in 0..SLOTS_PER_BUCKET as u64 {
                     let off = b * BUCKET_BYTES + 8 + 8 * j;
-                    let s = Slot(ctx.local_u64(sc + off as usize));
+                    let s = Slot(ctx.local_u64(Local::at(sc + off as usize, 8)));
                     if !s.is_empty() && !s.moved() {
                         live.push((piece_at + off, s));
                     }
@@ -1504,16 +1525,17 @@ impl RaceClient {
                 for (i, (_, s)) in round.iter().enumerate() {
                     let n = prefix.min(s.block_bytes());
                     ctx.read(
-                        s.block(),
-                        self.t.rkey(s.block().node())?,
-                        sc + half + i * prefix,
-                        n,
+                        RemoteRef::new(s.block(), self.t.rkey(s.block().node())?),
+                        Local::at(sc + half + i * prefix, n),
                     );
                 }
                 ctx.sync().await?;
                 let mut to_freeze = Vec::new();
                 for (i, &(off, s)) in round.iter().enumerate() {
-                    let b = ctx.local_vec(sc + half + i * prefix, prefix.min(s.block_bytes()));
+                    let b = ctx.local_vec(Local::at(
+                        sc + half + i * prefix,
+                        prefix.min(s.block_bytes()),
+                    ));
                     let key = block_key(&b).ok_or(RaceError::Corrupt {
                         addr: s.block(),
                         what: "key-value block",
@@ -1527,7 +1549,9 @@ impl RaceClient {
                 while !to_freeze.is_empty() {
                     let ts: Vec<_> = to_freeze
                         .iter()
-                        .map(|&(off, s)| ctx.cas(sub.add(off), rk, s.0, s.frozen().0))
+                        .map(|&(off, s)| {
+                            ctx.cas(RemoteRef::new(sub.add(off), rk), s.0, s.frozen().0)
+                        })
                         .collect();
                     ctx.sync().await?;
                     let mut again = Vec::new();
@@ -1547,17 +1571,20 @@ impl RaceClient {
         // 4. Copy the frozen keys to the same positions in the new subtable.
         for piece in moved.chunks(SCRATCH / 8) {
             for (i, &(off, w)) in piece.iter().enumerate() {
-                ctx.set_local_u64(sc + 8 * i, w);
-                ctx.write(new.add(off), nrk, sc + 8 * i, 8);
+                ctx.set_local_u64(Local::at(sc + 8 * i, 8), w);
+                ctx.write(RemoteRef::new(new.add(off), nrk), Local::at(sc + 8 * i, 8));
             }
             ctx.sync().await?;
         }
         // 5. Old buckets now cover one more suffix bit.
-        ctx.set_local_u64(L_E1, bucket_header(depth + 1, suffix));
-        ctx.set_local_u64(L_E2, (depth + 1) as u64);
-        ctx.write(sub.add(SUB_DEPTH), rk, L_E2, 8);
+        ctx.set_local_u64(Local::at(L_E1, 8), bucket_header(depth + 1, suffix));
+        ctx.set_local_u64(Local::at(L_E2, 8), (depth + 1) as u64);
+        ctx.write(RemoteRef::new(sub.add(SUB_DEPTH), rk), Local::at(L_E2, 8));
         for b in 0..3 * geo.groups {
-            ctx.write(sub.add(geo.groups_at() + b * BUCKET_BYTES), rk, L_E1, 8);
+            ctx.write(
+                RemoteRef::new(sub.add(geo.groups_at() + b * BUCKET_BYTES), rk),
+                Local::at(L_E1, 8),
+            );
             if b % 128 == 127 {
                 ctx.sync().await?;
             }
@@ -1569,10 +1596,10 @@ impl RaceClient {
             .await?;
         // 7. Clear the frozen originals. Readers that read them before the
         //    flip fail their header check (see `queue_combs`) and retry.
-        ctx.set_local_u64(L_ZERO, 0);
+        ctx.set_local_u64(Local::at(L_ZERO, 8), 0);
         for piece in moved.chunks(128) {
             for &(off, _) in piece {
-                ctx.write(sub.add(off), rk, L_ZERO, 8);
+                ctx.write(RemoteRef::new(sub.add(off), rk), Local::at(L_ZERO, 8));
             }
             ctx.sync().await?;
         }
@@ -1592,14 +1619,18 @@ impl RaceClient {
         let dir = self.t.dir;
         let rk = self.t.rkey(dir.node())?;
         let owner = self.st.borrow().owner;
-        while ctx.cas_sync(dir.add(DIR_LOCK), rk, 0, owner).await? != 0 {
+        while ctx
+            .cas_sync(RemoteRef::new(dir.add(DIR_LOCK), rk), 0, owner)
+            .await?
+            != 0
+        {
             ctx.backoff().await;
         }
         let r = self
             .publish_locked(ctx, depth, suffix, old_entry, new_entry)
             .await;
-        ctx.set_local_u64(L_ZERO, 0);
-        ctx.write(dir.add(DIR_LOCK), rk, L_ZERO, 8);
+        ctx.set_local_u64(Local::at(L_ZERO, 8), 0);
+        ctx.write(RemoteRef::new(dir.add(DIR_LOCK), rk), Local::at(L_ZERO, 8));
         let unlocked = ctx.sync().await;
         r?;
         Ok(unlocked?)
@@ -1616,9 +1647,12 @@ impl RaceClient {
         let dir = self.t.dir;
         let rk = self.t.rkey(dir.node())?;
         let sc = self.l_scratch();
-        ctx.read_sync(dir.add(DIR_GLOBAL_DEPTH), rk, L_WORD, 8)
-            .await?;
-        let mut g = ctx.local_u64(L_WORD) as u32;
+        ctx.read_sync(
+            RemoteRef::new(dir.add(DIR_GLOBAL_DEPTH), rk),
+            Local::at(L_WORD, 8),
+        )
+        .await?;
+        let mut g = ctx.local_u64(Local::at(L_WORD, 8)) as u32;
         if depth > g || g > self.t.cfg.max_depth {
             return Err(RaceError::Corrupt {
                 addr: dir,
@@ -1631,18 +1665,27 @@ impl RaceClient {
             let per = SCRATCH / 8;
             for start in (0..n).step_by(per) {
                 let k = per.min(n - start);
-                ctx.read_sync(dir.add(DIR_ENTRIES + 8 * start as u64), rk, sc, 8 * k)
-                    .await?;
-                ctx.write_sync(dir.add(DIR_ENTRIES + 8 * (n + start) as u64), rk, sc, 8 * k)
-                    .await?;
+                ctx.read_sync(
+                    RemoteRef::new(dir.add(DIR_ENTRIES + 8 * start as u64), rk),
+                    Local::at(sc, 8 * k),
+                )
+                .await?;
+                ctx.write_sync(
+                    RemoteRef::new(dir.add(DIR_ENTRIES + 8 * (n + start) as u64), rk),
+                    Local::at(sc, 8 * k),
+                )
+                .await?;
             }
             g += 1;
-            ctx.set_local_u64(L_WORD, g as u64);
-            ctx.write_sync(dir.add(DIR_GLOBAL_DEPTH), rk, L_WORD, 8)
-                .await?;
+            ctx.set_local_u64(Local::at(L_WORD, 8), g as u64);
+            ctx.write_sync(
+                RemoteRef::new(dir.add(DIR_GLOBAL_DEPTH), rk),
+                Local::at(L_WORD, 8),
+            )
+            .await?;
         }
-        ctx.set_local_u64(L_E1, old_entry);
-        ctx.set_local_u64(L_E2, new_entry);
+        ctx.set_local_u64(Local::at(L_E1, 8), old_entry);
+        ctx.set_local_u64(Local::at(L_E2, 8), new_entry);
         let step = 1u64 << (depth + 1);
         let suffix2 = suffix | 1 << depth;
         let mut queued = 0;
@@ -1650,7 +1693,10 @@ impl RaceClient {
         for (first, src, e) in [(suffix, L_E1, old_entry), (suffix2, L_E2, new_entry)] {
             let mut i = first;
             while i < 1 << g {
-                ctx.write(dir.add(DIR_ENTRIES + 8 * i), rk, src, 8);
+                ctx.write(
+                    RemoteRef::new(dir.add(DIR_ENTRIES + 8 * i), rk),
+                    Local::at(src, 8),
+                );
                 st_updates.push((i as usize, e));
                 queued += 1;
                 if queued % 128 == 0 {
@@ -1681,26 +1727,33 @@ impl RaceClient {
         let rk = self.t.rkey(dir.node())?;
         let sc = self.l_scratch();
         let geo = self.t.geo;
-        ctx.read_sync(dir.add(DIR_GLOBAL_DEPTH), rk, L_WORD, 8)
-            .await?;
-        let g = ctx.local_u64(L_WORD) as u32;
+        ctx.read_sync(
+            RemoteRef::new(dir.add(DIR_GLOBAL_DEPTH), rk),
+            Local::at(L_WORD, 8),
+        )
+        .await?;
+        let g = ctx.local_u64(Local::at(L_WORD, 8)) as u32;
         let n = 1usize << g;
         let mut subs = std::collections::BTreeSet::new();
         let per = SCRATCH / 8;
         for start in (0..n).step_by(per) {
             let k = per.min(n - start);
-            ctx.read_sync(dir.add(DIR_ENTRIES + 8 * start as u64), rk, sc, 8 * k)
-                .await?;
+            ctx.read_sync(
+                RemoteRef::new(dir.add(DIR_ENTRIES + 8 * start as u64), rk),
+                Local::at(sc, 8 * k),
+            )
+            .await?;
             for i in 0..k {
-                subs.insert(unptr48(ctx.local_u64(sc + 8 * i)).raw());
+                subs.insert(unptr48(ctx.local_u64(Local::at(sc + 8 * i, 8))).raw());
             }
         }
         let mut out = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for sub in subs.into_iter().map(GlobalAddr::from_raw) {
             let srk = self.t.rkey(sub.node())?;
-            ctx.read_sync(sub, srk, sc, 64).await?;
-            let hdr = ctx.local_vec(sc, 64);
+            ctx.read_sync(RemoteRef::new(sub, srk), Local::at(sc, 64))
+                .await?;
+            let hdr = ctx.local_vec(Local::at(sc, 64));
             if word(&hdr, 0) != SUBTABLE_MAGIC {
                 return Err(RaceError::Corrupt {
                     addr: sub,
@@ -1714,13 +1767,11 @@ impl RaceClient {
             let expect_header = bucket_header(depth, suffix);
             for gi in 0..geo.groups {
                 ctx.read_sync(
-                    sub.add(geo.groups_at() + gi * GROUP_BYTES),
-                    srk,
-                    sc,
-                    GROUP_BYTES as usize,
+                    RemoteRef::new(sub.add(geo.groups_at() + gi * GROUP_BYTES), srk),
+                    Local::at(sc, GROUP_BYTES as usize),
                 )
                 .await?;
-                let grp = ctx.local_vec(sc, GROUP_BYTES as usize);
+                let grp = ctx.local_vec(Local::at(sc, GROUP_BYTES as usize));
                 for b in 0..3 {
                     if word(&grp, b * 64) != expect_header {
                         return Err(RaceError::Corrupt {
@@ -1734,13 +1785,11 @@ impl RaceClient {
                             continue;
                         }
                         ctx.read_sync(
-                            s.block(),
-                            self.t.rkey(s.block().node())?,
-                            sc + 256,
-                            s.block_bytes(),
+                            RemoteRef::new(s.block(), self.t.rkey(s.block().node())?),
+                            Local::at(sc + 256, s.block_bytes()),
                         )
                         .await?;
-                        let blk = ctx.local_vec(sc + 256, s.block_bytes());
+                        let blk = ctx.local_vec(Local::at(sc + 256, s.block_bytes()));
                         let (k, v) = decode_block(&blk).ok_or(RaceError::Corrupt {
                             addr: s.block(),
                             what: "key-value block (checksum)",

@@ -26,8 +26,6 @@ pub struct RuntimeConfig {
     pub fixed_c_max: Option<u32>,
     /// Backoff parameters (used when `conflict_avoid`).
     pub backoff: BackoffConfig,
-    /// Bytes of registered local memory each task gets.
-    pub task_local_bytes: usize,
     /// Seed of the worker's random numbers (backoff jitter).
     pub seed: u64,
     /// Per-operation statistics of `Ctx::op` scopes (latency histogram and
@@ -46,7 +44,6 @@ impl Default for RuntimeConfig {
             tuner: TunerConfig::default(),
             fixed_c_max: None,
             backoff: BackoffConfig::default(),
-            task_local_bytes: 64 * 1024,
             seed: 1,
             op_stats: true,
         }
@@ -101,7 +98,6 @@ mod tests {
             (c.backoff.t0, c.backoff.max_factor, c.backoff.interval),
             (d.backoff.t0, d.backoff.max_factor, d.backoff.interval)
         );
-        assert_eq!(c.task_local_bytes, d.task_local_bytes);
         assert_eq!(c.op_stats, d.op_stats);
     }
 

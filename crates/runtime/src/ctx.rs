@@ -4,16 +4,19 @@
 //!
 //! Each task owns a slice of the worker's registered local memory
 //! ([`Ctx::local_len`] bytes); READ lands there and WRITE is sourced there,
-//! addressed by offsets relative to the task's slice.
+//! named by the [`Local`] ranges a data structure declared in its
+//! [`crate::LocalLayout`]. Remote memory is named by a
+//! [`RemoteRef`] (address and region key together).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
-use dmkit_fabric::{FabricError, GlobalAddr, Lkey, LocalRef, NodeId, Op, Rkey, WorkRequest};
+use dmkit_fabric::{FabricError, Lkey, LocalRef, NodeId, Op, RemoteRef, WorkRequest};
 
 use crate::clock::Nanos;
+use crate::local::Local;
 use crate::stats::Counters;
 use crate::worker::{wr_id, Core, State, MAX_TICKETS};
 
@@ -86,35 +89,50 @@ impl Ctx {
         );
     }
 
-    /// Copies `data` into the task's local memory at `off`.
-    pub fn put_local(&self, off: usize, data: &[u8]) {
-        self.check_local(off, data.len());
-        self.core.local.write(self.local_base() + off, data);
+    /// Copies `data` into the start of the task-local range `dst`.
+    ///
+    /// # Panics
+    /// If `data` is longer than `dst` or `dst` lies outside the task's
+    /// memory (programmer error).
+    pub fn put_local(&self, dst: Local, data: &[u8]) {
+        let dst = dst.prefix(data.len());
+        self.check_local(dst.offset(), dst.len());
+        self.core
+            .local
+            .write(self.local_base() + dst.offset(), data);
     }
 
-    /// Copies local memory at `off` into `dst`.
-    pub fn get_local(&self, off: usize, dst: &mut [u8]) {
-        self.check_local(off, dst.len());
-        self.core.local.read(self.local_base() + off, dst);
+    /// Copies the start of the task-local range `src` into `out`.
+    ///
+    /// # Panics
+    /// If `out` is longer than `src` or `src` lies outside the task's memory.
+    pub fn get_local(&self, src: Local, out: &mut [u8]) {
+        let src = src.prefix(out.len());
+        self.check_local(src.offset(), src.len());
+        self.core.local.read(self.local_base() + src.offset(), out);
     }
 
-    /// The local bytes at `[off, off+len)`.
-    pub fn local_vec(&self, off: usize, len: usize) -> Vec<u8> {
-        let mut v = vec![0; len];
-        self.get_local(off, &mut v);
+    /// The bytes of the task-local range `src`.
+    pub fn local_vec(&self, src: Local) -> Vec<u8> {
+        let mut v = vec![0; src.len()];
+        self.get_local(src, &mut v);
         v
     }
 
-    /// The native-endian `u64` at local `off` (8-byte aligned).
-    pub fn local_u64(&self, off: usize) -> u64 {
-        self.check_local(off, 8);
-        self.core.local.load_u64(self.local_base() + off)
+    /// The native-endian `u64` at the start of `src` (8-byte aligned).
+    #[inline]
+    pub fn local_u64(&self, src: Local) -> u64 {
+        let w = src.prefix(8);
+        self.check_local(w.offset(), 8);
+        self.core.local.load_u64(self.local_base() + w.offset())
     }
 
-    /// Stores a native-endian `u64` at local `off` (8-byte aligned).
-    pub fn set_local_u64(&self, off: usize, v: u64) {
-        self.check_local(off, 8);
-        self.core.local.store_u64(self.local_base() + off, v)
+    /// Stores a native-endian `u64` at the start of `dst` (8-byte aligned).
+    #[inline]
+    pub fn set_local_u64(&self, dst: Local, v: u64) {
+        let w = dst.prefix(8);
+        self.check_local(w.offset(), 8);
+        self.core.local.store_u64(self.local_base() + w.offset(), v)
     }
 
     /// The queue pair to `node` and its lkey. An unknown node becomes the
@@ -145,18 +163,12 @@ impl Ctx {
     /// WRITE need no result slot (a request that completes moved exactly its
     /// length, which the ticket carries), so they never touch `results`.
     #[inline(always)]
-    fn queue_rw(
-        &self,
-        remote: GlobalAddr,
-        rkey: Rkey,
-        off: usize,
-        len: usize,
-        write: bool,
-    ) -> Ticket {
+    fn queue_rw(&self, remote: RemoteRef, local: Local, write: bool) -> Ticket {
+        let (off, len) = (local.offset(), local.len());
         self.check_local(off, len);
         let mut guard = self.core.st.borrow_mut();
         let st = &mut *guard;
-        let Some((qi, lkey)) = self.qp_of(st, remote.node()) else {
+        let Some((qi, lkey)) = self.qp_of(st, remote.addr.node()) else {
             return Ticket(usize::MAX);
         };
         // No result slot, so the round's results stay as they are (an
@@ -174,8 +186,8 @@ impl Ctx {
         let local = LocalRef::new(lkey, (self.local_base() + off) as u64, len as u32);
         t.queue_to(qi).push(WorkRequest {
             wr_id: wr_id(self.task, NO_SLOT, 0),
-            remote,
-            rkey,
+            remote: remote.addr,
+            rkey: remote.rkey,
             signaled: false,
             op: if write {
                 Op::Write {
@@ -191,10 +203,10 @@ impl Ctx {
 
     /// Queues an atomic. It is signaled (its old value is needed) and gets
     /// a result slot in the task's current sync round.
-    fn queue_atomic(&self, remote: GlobalAddr, rkey: Rkey, op: Op) -> Ticket {
+    fn queue_atomic(&self, remote: RemoteRef, op: Op) -> Ticket {
         let mut guard = self.core.st.borrow_mut();
         let st = &mut *guard;
-        let Some((qi, _)) = self.qp_of(st, remote.node()) else {
+        let Some((qi, _)) = self.qp_of(st, remote.addr.node()) else {
             return Ticket(usize::MAX);
         };
         let t = &mut st.tasks[self.task];
@@ -215,36 +227,30 @@ impl Ctx {
         }
         st.pending_batch(self.task, qi).push(WorkRequest {
             wr_id: wr_id(self.task, ticket, 0),
-            remote,
-            rkey,
+            remote: remote.addr,
+            rkey: remote.rkey,
             signaled: true,
             op,
         });
         Ticket(ticket)
     }
 
-    /// Queues a vector READ/WRITE over `pieces` of task-local memory.
-    fn queue_v(
-        &self,
-        remote: GlobalAddr,
-        rkey: Rkey,
-        pieces: &[(usize, usize)],
-        write: bool,
-    ) -> Ticket {
+    /// Queues a vector READ/WRITE over task-local `pieces`.
+    fn queue_v(&self, remote: RemoteRef, pieces: &[Local], write: bool) -> Ticket {
         let mut guard = self.core.st.borrow_mut();
         let st = &mut *guard;
-        let Some((qi, lkey)) = self.qp_of(st, remote.node()) else {
+        let Some((qi, lkey)) = self.qp_of(st, remote.addr.node()) else {
             return Ticket(usize::MAX);
         };
         let base = self.local_base() as u64;
         let sges: Vec<LocalRef> = pieces
             .iter()
-            .map(|&(off, len)| {
-                self.check_local(off, len);
-                LocalRef::new(lkey, base + off as u64, len as u32)
+            .map(|p| {
+                self.check_local(p.offset(), p.len());
+                LocalRef::new(lkey, base + p.offset() as u64, p.len() as u32)
             })
             .collect();
-        let total: u64 = pieces.iter().map(|p| p.1 as u64).sum();
+        let total: u64 = pieces.iter().map(|p| p.len() as u64).sum();
         let t = &mut st.tasks[self.task];
         if write {
             t.counters.writes += 1;
@@ -255,76 +261,68 @@ impl Ctx {
         }
         let b = st.pending_batch(self.task, qi);
         let wr = if write {
-            b.write_v(remote, rkey, &sges)
+            b.write_v(remote.addr, remote.rkey, &sges)
         } else {
-            b.read_v(remote, rkey, &sges)
+            b.read_v(remote.addr, remote.rkey, &sges)
         };
         wr.wr_id = wr_id(self.task, NO_SLOT, 0);
         wr.signaled = false;
         Ticket(LEN_TICKET | total as usize)
     }
 
-    /// Queues a vector READ: `remote[0..Σlen)` scattered, in order, into the
-    /// task-local `pieces` (offset, length) — one request, one round trip
+    /// Queues a vector READ: `src[0..Σlen)` scattered, in order, into the
+    /// task-local `pieces` — one request, one round trip
     /// (memory-semantics §III-A, "SGL").
-    pub fn read_v(&self, remote: GlobalAddr, rkey: Rkey, pieces: &[(usize, usize)]) -> Ticket {
-        self.queue_v(remote, rkey, pieces, false)
+    pub fn read_v(&self, src: RemoteRef, pieces: &[Local]) -> Ticket {
+        self.queue_v(src, pieces, false)
     }
 
     /// Queues a vector WRITE: the task-local `pieces` gathered, in order,
-    /// into `remote[0..Σlen)`.
-    pub fn write_v(&self, remote: GlobalAddr, rkey: Rkey, pieces: &[(usize, usize)]) -> Ticket {
-        self.queue_v(remote, rkey, pieces, true)
+    /// into `dst[0..Σlen)`.
+    pub fn write_v(&self, dst: RemoteRef, pieces: &[Local]) -> Ticket {
+        self.queue_v(dst, pieces, true)
     }
 
     /// Software-packed WRITE (memory-semantics §III-A, "SP"): copies `pieces`
-    /// back to back into task-local memory at `scratch` and queues one WRITE
-    /// of the packed bytes to `remote`.
-    pub fn write_packed(
-        &self,
-        remote: GlobalAddr,
-        rkey: Rkey,
-        scratch: usize,
-        pieces: &[&[u8]],
-    ) -> Ticket {
-        let mut at = scratch;
+    /// back to back into the task-local `scratch` and queues one WRITE of
+    /// the packed bytes to `dst`.
+    pub fn write_packed(&self, dst: RemoteRef, scratch: Local, pieces: &[&[u8]]) -> Ticket {
+        let mut at = 0;
         for p in pieces {
-            self.put_local(at, p);
+            self.put_local(scratch.slice(at, p.len()), p);
             at += p.len();
         }
-        self.write(remote, rkey, scratch, at - scratch)
+        self.write(dst, scratch.prefix(at))
     }
 
-    /// Queues a READ of `len` bytes at `remote` into local `[off, off+len)`.
+    /// Queues a READ of `dst.len()` bytes at `src` into the task-local `dst`.
     #[inline(always)]
-    pub fn read(&self, remote: GlobalAddr, rkey: Rkey, off: usize, len: usize) -> Ticket {
-        self.queue_rw(remote, rkey, off, len, false)
+    pub fn read(&self, src: RemoteRef, dst: Local) -> Ticket {
+        self.queue_rw(src, dst, false)
     }
 
-    /// Queues a WRITE of local `[off, off+len)` to `remote`.
+    /// Queues a WRITE of the task-local `src` to `dst`.
     #[inline(always)]
-    pub fn write(&self, remote: GlobalAddr, rkey: Rkey, off: usize, len: usize) -> Ticket {
-        self.queue_rw(remote, rkey, off, len, true)
+    pub fn write(&self, dst: RemoteRef, src: Local) -> Ticket {
+        self.queue_rw(dst, src, true)
     }
 
-    /// Queues a CAS.
-    pub fn cas(&self, remote: GlobalAddr, rkey: Rkey, expected: u64, desired: u64) -> Ticket {
-        self.queue_atomic(remote, rkey, Op::Cas { expected, desired })
+    /// Queues a CAS of the 8-byte word at `at`.
+    pub fn cas(&self, at: RemoteRef, expected: u64, desired: u64) -> Ticket {
+        self.queue_atomic(at, Op::Cas { expected, desired })
     }
 
     /// Queues a masked CAS (see `dmkit_fabric::Op::MaskedCas`).
     pub fn masked_cas(
         &self,
-        remote: GlobalAddr,
-        rkey: Rkey,
+        at: RemoteRef,
         compare: u64,
         compare_mask: u64,
         swap: u64,
         swap_mask: u64,
     ) -> Ticket {
         self.queue_atomic(
-            remote,
-            rkey,
+            at,
             Op::MaskedCas {
                 compare,
                 compare_mask,
@@ -334,9 +332,9 @@ impl Ctx {
         )
     }
 
-    /// Queues a FAA.
-    pub fn faa(&self, remote: GlobalAddr, rkey: Rkey, add: u64) -> Ticket {
-        self.queue_atomic(remote, rkey, Op::Faa { add })
+    /// Queues a FAA of the 8-byte word at `at`.
+    pub fn faa(&self, at: RemoteRef, add: u64) -> Ticket {
+        self.queue_atomic(at, Op::Faa { add })
     }
 
     /// Posts everything this task queued: one batch (one doorbell) per
@@ -371,51 +369,33 @@ impl Ctx {
             .expect("ticket of the current sync round")
     }
 
-    /// READ and wait; the data is in local `[off, off+len)`.
-    pub async fn read_sync(
-        &self,
-        remote: GlobalAddr,
-        rkey: Rkey,
-        off: usize,
-        len: usize,
-    ) -> Result<(), FabricError> {
-        self.read(remote, rkey, off, len);
+    /// READ and wait; the data is in `dst`.
+    pub async fn read_sync(&self, src: RemoteRef, dst: Local) -> Result<(), FabricError> {
+        self.read(src, dst);
         self.sync().await
     }
 
     /// WRITE and wait.
-    pub async fn write_sync(
-        &self,
-        remote: GlobalAddr,
-        rkey: Rkey,
-        off: usize,
-        len: usize,
-    ) -> Result<(), FabricError> {
-        self.write(remote, rkey, off, len);
+    pub async fn write_sync(&self, dst: RemoteRef, src: Local) -> Result<(), FabricError> {
+        self.write(dst, src);
         self.sync().await
     }
 
     /// CAS and wait; returns the old value.
     pub async fn cas_sync(
         &self,
-        remote: GlobalAddr,
-        rkey: Rkey,
+        at: RemoteRef,
         expected: u64,
         desired: u64,
     ) -> Result<u64, FabricError> {
-        let t = self.cas(remote, rkey, expected, desired);
+        let t = self.cas(at, expected, desired);
         self.sync().await?;
         Ok(self.value(t))
     }
 
     /// FAA and wait; returns the old value.
-    pub async fn faa_sync(
-        &self,
-        remote: GlobalAddr,
-        rkey: Rkey,
-        add: u64,
-    ) -> Result<u64, FabricError> {
-        let t = self.faa(remote, rkey, add);
+    pub async fn faa_sync(&self, at: RemoteRef, add: u64) -> Result<u64, FabricError> {
+        let t = self.faa(at, add);
         self.sync().await?;
         Ok(self.value(t))
     }
@@ -427,12 +407,11 @@ impl Ctx {
     /// worker's retry rate γ.
     pub async fn backoff_cas(
         &self,
-        remote: GlobalAddr,
-        rkey: Rkey,
+        at: RemoteRef,
         expected: u64,
         desired: u64,
     ) -> Result<u64, FabricError> {
-        let old = self.cas_sync(remote, rkey, expected, desired).await?;
+        let old = self.cas_sync(at, expected, desired).await?;
         self.cas_outcome(old == expected).await;
         Ok(old)
     }

@@ -30,7 +30,7 @@
 //!   memory node is safe when posted in the same queue pair order (sync the
 //!   writes first if they go to other nodes).
 
-use dmkit_fabric::{FabricError, GlobalAddr, Rkey};
+use dmkit_fabric::{FabricError, GlobalAddr, RemoteRef};
 
 use crate::clock::Nanos;
 use crate::ctx::Ctx;
@@ -85,8 +85,9 @@ impl Default for LockConfig {
 /// A spinlock in remote memory.
 #[derive(Debug, Clone, Copy)]
 pub struct RemoteLock {
-    pub addr: GlobalAddr,
-    pub rkey: Rkey,
+    /// The lock word.
+    pub at: RemoteRef,
+    /// Its lease, skew allowance and backoff.
     pub cfg: LockConfig,
 }
 
@@ -104,9 +105,9 @@ pub struct LockGuard {
 }
 
 impl RemoteLock {
-    /// A lock at `addr` (an aligned word, 0 when free).
-    pub fn new(addr: GlobalAddr, rkey: Rkey, cfg: LockConfig) -> Self {
-        Self { addr, rkey, cfg }
+    /// A lock at `at` (an aligned word, 0 when free).
+    pub fn new(at: RemoteRef, cfg: LockConfig) -> Self {
+        Self { at, cfg }
     }
 
     fn word_for(&self, ctx: &Ctx, owner: u16) -> u64 {
@@ -120,7 +121,7 @@ impl RemoteLock {
         let mut attempts = 0u32;
         loop {
             let mine = self.word_for(ctx, owner);
-            let old = ctx.backoff_cas(self.addr, self.rkey, 0, mine).await?;
+            let old = ctx.backoff_cas(self.at, 0, mine).await?;
             if old == 0 {
                 return Ok(self.guard(mine, false, attempts));
             }
@@ -128,7 +129,7 @@ impl RemoteLock {
             if ctx.now() / 1000 > deadline_us + self.cfg.skew / 1000 {
                 // Expired: try to take it over from the dead (or late) holder.
                 let mine = self.word_for(ctx, owner);
-                if ctx.cas_sync(self.addr, self.rkey, old, mine).await? == old {
+                if ctx.cas_sync(self.at, old, mine).await? == old {
                     return Ok(self.guard(mine, true, attempts));
                 }
             }
@@ -170,12 +171,10 @@ impl LockGuard {
     pub async fn renew(&mut self, ctx: &Ctx) -> Result<(), LockError> {
         let (owner, _) = unpack(self.word);
         let next = self.lock.word_for(ctx, owner);
-        let old = ctx
-            .cas_sync(self.lock.addr, self.lock.rkey, self.word, next)
-            .await?;
+        let old = ctx.cas_sync(self.lock.at, self.word, next).await?;
         if old != self.word {
             return Err(LockError::Lost {
-                addr: self.lock.addr,
+                addr: self.lock.at.addr,
                 now: old,
             });
         }
@@ -186,14 +185,12 @@ impl LockGuard {
     /// Releases the lock. Fails with [`LockError::Lost`] if the lease had
     /// expired and someone broke it.
     pub async fn unlock(self, ctx: &Ctx) -> Result<(), LockError> {
-        let old = ctx
-            .cas_sync(self.lock.addr, self.lock.rkey, self.word, 0)
-            .await?;
+        let old = ctx.cas_sync(self.lock.at, self.word, 0).await?;
         if old == self.word {
             Ok(())
         } else {
             Err(LockError::Lost {
-                addr: self.lock.addr,
+                addr: self.lock.at.addr,
                 now: old,
             })
         }
@@ -203,24 +200,24 @@ impl LockGuard {
 /// A sequencer: a remote counter handing out increasing numbers with FAA.
 #[derive(Debug, Clone, Copy)]
 pub struct Sequencer {
-    pub addr: GlobalAddr,
-    pub rkey: Rkey,
+    /// The counter word.
+    pub at: RemoteRef,
 }
 
 impl Sequencer {
-    /// A sequencer on the aligned word at `addr`.
-    pub fn new(addr: GlobalAddr, rkey: Rkey) -> Self {
-        Self { addr, rkey }
+    /// A sequencer on the aligned word at `at`.
+    pub fn new(at: RemoteRef) -> Self {
+        Self { at }
     }
 
     /// The next number.
     pub async fn next(&self, ctx: &Ctx) -> Result<u64, FabricError> {
-        ctx.faa_sync(self.addr, self.rkey, 1).await
+        ctx.faa_sync(self.at, 1).await
     }
 
     /// Reserves `n` consecutive numbers; returns the first.
     pub async fn reserve(&self, ctx: &Ctx, n: u64) -> Result<u64, FabricError> {
-        ctx.faa_sync(self.addr, self.rkey, n).await
+        ctx.faa_sync(self.at, n).await
     }
 }
 

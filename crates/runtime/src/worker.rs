@@ -33,6 +33,7 @@ use crate::backoff::{Adjust, ConflictAvoider};
 use crate::clock::{Clock, Nanos};
 use crate::config::RuntimeConfig;
 use crate::ctx::Ctx;
+use crate::local::LocalLayout;
 use crate::stats::{Counters, WorkerStats};
 use crate::throttle::{Credits, Tuner};
 
@@ -489,59 +490,171 @@ pub struct Worker {
 /// Steps between clock reads when no timer is pending.
 const CLOCK_EVERY: u64 = 8;
 
-impl Worker {
-    /// Creates worker `id` with queue pairs to every node of `fabric` and
-    /// room for `capacity` tasks.
-    pub fn new(
-        fabric: &dyn Fabric,
-        clock: Arc<dyn Clock>,
-        cfg: RuntimeConfig,
-        id: usize,
-        capacity: usize,
-    ) -> Result<Self, FabricError> {
-        if !cfg.thread_aware && fabric.caps().explicit_doorbells {
-            // Without thread-aware allocation a worker still owns its queue
-            // pairs, but they land on doorbells by the driver's default
-            // round-robin rule, shared with other threads' (SMART §4.1's
-            // baseline; the cost is modelled by the backend).
-            let qps = fabric
-                .nodes()
-                .into_iter()
-                .map(|n| fabric.connect_as(n, dmkit_fabric::QpPolicy::PerThreadQp))
-                .collect::<Result<Vec<_>, _>>()?;
-            return Self::with_qps(qps, clock, cfg, id, capacity);
-        }
-        if !cfg.thread_aware {
-            return Err(FabricError::Connect {
-                target: fabric.backend().into(),
-                reason: "thread-aware allocation is off: queue pairs shared between workers must be made by the caller \
-                         (dmkit_fabric::SharedQp::share) and given to Worker::with_qps"
-                    .into(),
-            });
-        }
-        let qps = fabric
-            .nodes()
-            .into_iter()
-            .map(|n| fabric.connect(n))
-            .collect::<Result<Vec<_>, _>>()?;
-        Self::with_qps(qps, clock, cfg, id, capacity)
+/// How a [`Worker`] is made: [`Worker::builder`] (queue pairs to every
+/// memory node of a fabric) or [`Worker::builder_on`] (queue pairs made by
+/// the caller), then the clock, configuration, id, task capacity and the
+/// task-local memory the data structures it will run declared.
+///
+/// ```no_run
+/// # use std::sync::Arc;
+/// # fn demo(fabric: &dyn dmkit_fabric::Fabric, layout: &dmkit_runtime::LocalLayout)
+/// #     -> Result<(), dmkit_fabric::FabricError> {
+/// use dmkit_runtime::{MonotonicClock, RuntimeConfig, Worker};
+/// let worker = Worker::builder(fabric)
+///     .clock(Arc::new(MonotonicClock))
+///     .config(RuntimeConfig::default())
+///     .id(0)
+///     .tasks(8)
+///     .local(layout)
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[must_use = "a builder does nothing until `build`"]
+pub struct WorkerBuilder<'a> {
+    source: QpSource<'a>,
+    clock: Arc<dyn Clock>,
+    cfg: RuntimeConfig,
+    id: usize,
+    tasks: usize,
+    local_bytes: usize,
+}
+
+enum QpSource<'a> {
+    Fabric(&'a dyn Fabric),
+    Given(Vec<Box<dyn QueuePair>>),
+}
+
+impl<'a> WorkerBuilder<'a> {
+    /// The worker's clock (default: [`crate::MonotonicClock`]; the
+    /// simulator gives virtual ones).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
-    /// Creates worker `id` on queue pairs made by the caller (one per memory
-    /// node), e.g. handles of queue pairs shared between workers — the
-    /// baselines of SMART §3.1 and `--thread-aware off`.
-    pub fn with_qps(
+    /// The runtime's switches and parameters (default: all on).
+    pub fn config(mut self, cfg: RuntimeConfig) -> Self {
+        self.cfg = cfg;
+        self
+    }
+
+    /// The worker's id (seeds its random numbers; default 0).
+    pub fn id(mut self, id: usize) -> Self {
+        self.id = id;
+        self
+    }
+
+    /// Room for this many tasks at once (default 1; at most 65,536).
+    pub fn tasks(mut self, tasks: usize) -> Self {
+        self.tasks = tasks;
+        self
+    }
+
+    /// Reserves what a data structure declared for each task. A task uses
+    /// one structure's scratch memory at a time (it is scratch: nothing in
+    /// it outlives an operation), so the layouts of several structures
+    /// share the same bytes: each task gets the largest.
+    pub fn local(mut self, layout: &LocalLayout) -> Self {
+        self.local_bytes = self.local_bytes.max(layout.bytes());
+        self
+    }
+
+    /// Reserves at least `bytes` of local memory per task (tools and tests
+    /// that address it by hand).
+    pub fn local_bytes(mut self, bytes: usize) -> Self {
+        self.local_bytes = self.local_bytes.max(bytes);
+        self
+    }
+
+    /// Connects (unless the queue pairs were given) and makes the worker.
+    ///
+    /// # Panics
+    /// If the task capacity is 0 or above 65,536 (programmer error).
+    pub fn build(self) -> Result<Worker, FabricError> {
+        let qps = match self.source {
+            QpSource::Given(qps) => qps,
+            QpSource::Fabric(fabric) => connect_all(fabric, &self.cfg)?,
+        };
+        Worker::make(
+            qps,
+            self.clock,
+            self.cfg,
+            self.id,
+            self.tasks,
+            self.local_bytes,
+        )
+    }
+}
+
+/// A queue pair to every memory node of `fabric` under `cfg`'s
+/// thread-aware switch.
+fn connect_all(
+    fabric: &dyn Fabric,
+    cfg: &RuntimeConfig,
+) -> Result<Vec<Box<dyn QueuePair>>, FabricError> {
+    if !cfg.thread_aware && fabric.caps().explicit_doorbells {
+        // Without thread-aware allocation a worker still owns its queue
+        // pairs, but they land on doorbells by the driver's default
+        // round-robin rule, shared with other threads' (SMART §4.1's
+        // baseline; the cost is modelled by the backend).
+        return fabric
+            .nodes()
+            .into_iter()
+            .map(|n| fabric.connect_as(n, dmkit_fabric::QpPolicy::PerThreadQp))
+            .collect();
+    }
+    if !cfg.thread_aware {
+        return Err(FabricError::Connect {
+            target: fabric.backend().into(),
+            reason: "thread-aware allocation is off: queue pairs shared between workers must be made by the caller \
+                     (dmkit_fabric::SharedQp::share) and given to Worker::builder_on"
+                .into(),
+        });
+    }
+    fabric
+        .nodes()
+        .into_iter()
+        .map(|n| fabric.connect(n))
+        .collect()
+}
+
+impl Worker {
+    /// A worker with a queue pair to every memory node of `fabric`.
+    pub fn builder(fabric: &dyn Fabric) -> WorkerBuilder<'_> {
+        Self::builder_from(QpSource::Fabric(fabric))
+    }
+
+    /// A worker on queue pairs made by the caller (one per memory node),
+    /// e.g. handles of queue pairs shared between workers — the baselines
+    /// of SMART §3.1 and `--thread-aware off`.
+    pub fn builder_on(qps: Vec<Box<dyn QueuePair>>) -> WorkerBuilder<'static> {
+        Self::builder_from(QpSource::Given(qps))
+    }
+
+    fn builder_from(source: QpSource<'_>) -> WorkerBuilder<'_> {
+        WorkerBuilder {
+            source,
+            clock: Arc::new(crate::clock::MonotonicClock),
+            cfg: RuntimeConfig::default(),
+            id: 0,
+            tasks: 1,
+            local_bytes: 0,
+        }
+    }
+
+    fn make(
         qps: Vec<Box<dyn QueuePair>>,
         clock: Arc<dyn Clock>,
         cfg: RuntimeConfig,
         id: usize,
         capacity: usize,
+        local_bytes: usize,
     ) -> Result<Self, FabricError> {
         assert!(
             capacity > 0 && capacity <= MAX_TASKS,
             "task capacity must be in 1..={MAX_TASKS}"
         );
-        let task_bytes = cfg.task_local_bytes.next_multiple_of(64).max(64);
+        let task_bytes = local_bytes.next_multiple_of(64).max(64);
         let local = LocalMem::new(task_bytes * capacity);
         let qps: Vec<WorkerQp> = qps
             .into_iter()

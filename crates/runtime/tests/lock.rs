@@ -9,13 +9,16 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use dmkit_fabric::shm::{ShmConfig, ShmFabric, Target};
-use dmkit_fabric::{Fabric, SyncQp};
+use dmkit_fabric::{Fabric, RemoteRef, SyncQp};
 use dmkit_memnode::server::{Running, Server};
 use dmkit_memnode::{MemNode, NodeConfig};
 use dmkit_runtime::{
     Clock, LockConfig, LockError, MonotonicClock, RemoteLock, RuntimeConfig, Sequencer,
     VirtualClock, Worker,
 };
+
+/// Task-local bytes of the tests' workers (they address it by hand).
+const LOCAL_BYTES: usize = 64 * 1024;
 
 const TESTKIT: &str = env!("CARGO_BIN_EXE_dmkit-runtime-testkit");
 
@@ -115,11 +118,18 @@ fn dead_holders_lock_is_recovered_after_its_lease() {
     child.kill().unwrap();
     child.wait().unwrap();
 
-    let mut w = Worker::new(&f, Arc::new(MonotonicClock), RuntimeConfig::default(), 0, 1).unwrap();
+    let mut w = Worker::builder(&f)
+        .clock(Arc::new(MonotonicClock))
+        .config(RuntimeConfig::default())
+        .id(0)
+        .tasks(1)
+        .local_bytes(LOCAL_BYTES)
+        .build()
+        .unwrap();
     let got = Rc::new(Cell::new(None));
     let g2 = got.clone();
     w.spawn(move |ctx| async move {
-        let lock = RemoteLock::new(lock_addr, k, LockConfig::default());
+        let lock = RemoteLock::new(RemoteRef::new(lock_addr, k), LockConfig::default());
         let g = lock.lock(&ctx, 2).await.unwrap();
         let at = ctx.now() / 1000;
         let broke = g.broke_lease;
@@ -162,11 +172,18 @@ fn leases_in_virtual_time() {
         conflict_avoid: false,
         ..Default::default()
     };
-    let mut w = Worker::new(&f, Arc::new(clock.clone()), rcfg, 0, 2).unwrap();
+    let mut w = Worker::builder(&f)
+        .clock(Arc::new(clock.clone()))
+        .config(rcfg)
+        .id(0)
+        .tasks(2)
+        .local_bytes(LOCAL_BYTES)
+        .build()
+        .unwrap();
     let log: Rc<RefCell<Vec<String>>> = Rc::default();
     let (l1, l2) = (log.clone(), log.clone());
     w.spawn(move |ctx| async move {
-        let lock = RemoteLock::new(addr, k, cfg);
+        let lock = RemoteLock::new(RemoteRef::new(addr, k), cfg);
         let g = lock.lock(&ctx, 1).await.unwrap();
         l1.borrow_mut().push(format!("A in at {}", ctx.now()));
         ctx.sleep(400_000).await;
@@ -183,7 +200,7 @@ fn leases_in_virtual_time() {
         }
     });
     w.spawn(move |ctx| async move {
-        let lock = RemoteLock::new(addr, k, cfg);
+        let lock = RemoteLock::new(RemoteRef::new(addr, k), cfg);
         ctx.sleep(1).await;
         let g = lock.lock(&ctx, 2).await.unwrap();
         l2.borrow_mut()
@@ -259,13 +276,19 @@ fn sequencer_numbers_are_unique_and_contiguous() {
                 let f = f.clone();
                 s.spawn(move || {
                     let clock: Arc<dyn Clock> = Arc::new(MonotonicClock);
-                    let mut w =
-                        Worker::new(f.as_ref(), clock, RuntimeConfig::default(), wi, 4).unwrap();
+                    let mut w = Worker::builder(f.as_ref())
+                        .clock(clock)
+                        .config(RuntimeConfig::default())
+                        .id(wi)
+                        .tasks(4)
+                        .local_bytes(LOCAL_BYTES)
+                        .build()
+                        .unwrap();
                     let got: Rc<RefCell<Vec<u64>>> = Rc::default();
                     for _ in 0..4 {
                         let got = got.clone();
                         w.spawn(move |ctx| async move {
-                            let seq = Sequencer::new(addr, k);
+                            let seq = Sequencer::new(RemoteRef::new(addr, k));
                             for i in 0..250 {
                                 if i % 10 == 0 {
                                     let first = seq.reserve(&ctx, 3).await.unwrap();

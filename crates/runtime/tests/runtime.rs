@@ -6,9 +6,12 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
-use dmkit_fabric::{Fabric, FabricError, GlobalAddr, Rkey, SyncQp, VerbError};
+use dmkit_fabric::{Fabric, FabricError, GlobalAddr, RemoteRef, Rkey, SyncQp, VerbError};
 use dmkit_memnode::NodeConfig;
-use dmkit_runtime::{Clock, MonotonicClock, RuntimeConfig, VirtualClock, Worker};
+use dmkit_runtime::{Clock, Local, MonotonicClock, RuntimeConfig, VirtualClock, Worker};
+
+/// Task-local bytes of the tests' workers (they address it by hand).
+const LOCAL_BYTES: usize = 64 * 1024;
 
 fn fabric() -> Arc<ShmFabric> {
     Arc::new(
@@ -36,25 +39,39 @@ fn real() -> Arc<dyn Clock> {
 fn verbs_through_tasks_return_the_right_values() {
     let f = fabric();
     let (a, k) = chunk(&f, 4096);
-    let mut w = Worker::new(f.as_ref(), real(), RuntimeConfig::default(), 0, 4).unwrap();
+    let mut w = Worker::builder(f.as_ref())
+        .clock(real())
+        .config(RuntimeConfig::default())
+        .id(0)
+        .tasks(4)
+        .local_bytes(LOCAL_BYTES)
+        .build()
+        .unwrap();
     let done = Rc::new(Cell::new(false));
     let d = done.clone();
     w.spawn(move |ctx| async move {
-        ctx.put_local(0, b"hello, far memory");
-        ctx.write_sync(a.add(8), k, 0, 17).await.unwrap();
-        ctx.read_sync(a.add(8), k, 100, 17).await.unwrap();
-        assert_eq!(ctx.local_vec(100, 17), b"hello, far memory");
-        assert_eq!(ctx.faa_sync(a, k, 5).await.unwrap(), 0);
-        assert_eq!(ctx.cas_sync(a, k, 5, 9).await.unwrap(), 5);
-        assert_eq!(ctx.cas_sync(a, k, 5, 1).await.unwrap(), 9);
+        ctx.put_local(
+            Local::at(0, b"hello, far memory".len()),
+            b"hello, far memory",
+        );
+        ctx.write_sync(RemoteRef::new(a.add(8), k), Local::at(0, 17))
+            .await
+            .unwrap();
+        ctx.read_sync(RemoteRef::new(a.add(8), k), Local::at(100, 17))
+            .await
+            .unwrap();
+        assert_eq!(ctx.local_vec(Local::at(100, 17)), b"hello, far memory");
+        assert_eq!(ctx.faa_sync(RemoteRef::new(a, k), 5).await.unwrap(), 0);
+        assert_eq!(ctx.cas_sync(RemoteRef::new(a, k), 5, 9).await.unwrap(), 5);
+        assert_eq!(ctx.cas_sync(RemoteRef::new(a, k), 5, 1).await.unwrap(), 9);
         // Several requests, one post, one sync: tickets give each result.
-        let t1 = ctx.faa(a, k, 1);
-        let t2 = ctx.faa(a, k, 1);
-        let t3 = ctx.read(a, k, 200, 8);
+        let t1 = ctx.faa(RemoteRef::new(a, k), 1);
+        let t2 = ctx.faa(RemoteRef::new(a, k), 1);
+        let t3 = ctx.read(RemoteRef::new(a, k), Local::at(200, 8));
         ctx.post();
         ctx.sync().await.unwrap();
         assert_eq!((ctx.value(t1), ctx.value(t2), ctx.value(t3)), (9, 10, 8));
-        assert_eq!(ctx.local_u64(200), 11);
+        assert_eq!(ctx.local_u64(Local::at(200, 8)), 11);
         d.set(true);
     });
     w.run();
@@ -90,21 +107,30 @@ fn stress_exact_sums_and_no_lost_wakeups() {
                         fixed_c_max: Some(6),
                         ..Default::default()
                     };
-                    let mut w = Worker::new(f.as_ref(), real(), cfg, wi, tasks).unwrap();
+                    let mut w = Worker::builder(f.as_ref())
+                        .clock(real())
+                        .config(cfg)
+                        .id(wi)
+                        .tasks(tasks)
+                        .local_bytes(LOCAL_BYTES)
+                        .build()
+                        .unwrap();
                     for t in 0..tasks {
                         w.spawn(move |ctx| async move {
                             for i in 0..iters {
                                 let _op = ctx.op("incr").await;
                                 // Two FAA on different words in one post.
-                                ctx.faa(a, k, 1);
-                                ctx.faa(a.add(8 * (1 + (t as u64 % 4))), k, 1);
+                                ctx.faa(RemoteRef::new(a, k), 1);
+                                ctx.faa(RemoteRef::new(a.add(8 * (1 + (t as u64 % 4))), k), 1);
                                 ctx.post();
                                 ctx.sync().await.unwrap();
                                 // A CAS increment with retries.
                                 let mut cur = 0;
                                 loop {
-                                    let old =
-                                        ctx.backoff_cas(a.add(64), k, cur, cur + 1).await.unwrap();
+                                    let old = ctx
+                                        .backoff_cas(RemoteRef::new(a.add(64), k), cur, cur + 1)
+                                        .await
+                                        .unwrap();
                                     if old == cur {
                                         break;
                                     }
@@ -158,13 +184,23 @@ fn credits_stay_within_bounds() {
         fixed_c_max: Some(8),
         ..Default::default()
     };
-    let mut w = Worker::new(f.as_ref(), real(), cfg, 0, 12).unwrap();
+    let mut w = Worker::builder(f.as_ref())
+        .clock(real())
+        .config(cfg)
+        .id(0)
+        .tasks(12)
+        .local_bytes(LOCAL_BYTES)
+        .build()
+        .unwrap();
     for t in 0..12u64 {
         w.spawn(move |ctx| async move {
             for i in 0..200u64 {
                 let n = 1 + (i * 7 + t) % 8;
                 for j in 0..n {
-                    ctx.read(a.add(8 * ((t * 64 + j) % 8000)), k, 8 * j as usize, 8);
+                    ctx.read(
+                        RemoteRef::new(a.add(8 * ((t * 64 + j) % 8000)), k),
+                        Local::at(8 * j as usize, 8),
+                    );
                 }
                 ctx.post();
                 ctx.sync().await.unwrap();
@@ -192,13 +228,20 @@ fn credits_stay_within_bounds() {
 fn errors_reach_the_failing_task_only() {
     let f = fabric();
     let (a, k) = chunk(&f, 4096);
-    let mut w = Worker::new(f.as_ref(), real(), RuntimeConfig::default(), 0, 2).unwrap();
+    let mut w = Worker::builder(f.as_ref())
+        .clock(real())
+        .config(RuntimeConfig::default())
+        .id(0)
+        .tasks(2)
+        .local_bytes(LOCAL_BYTES)
+        .build()
+        .unwrap();
     let ok = Rc::new(Cell::new(0));
     let o = ok.clone();
     w.spawn(move |ctx| async move {
-        ctx.faa(a, k, 1);
-        ctx.read(a, k ^ 0x100, 0, 8);
-        ctx.faa(a, k, 1);
+        ctx.faa(RemoteRef::new(a, k), 1);
+        ctx.read(RemoteRef::new(a, k ^ 0x100), Local::at(0, 8));
+        ctx.faa(RemoteRef::new(a, k), 1);
         match ctx.sync().await {
             Err(FabricError::Request(e)) => {
                 assert_eq!(e.error, VerbError::BadKey { rkey: k ^ 0x100 });
@@ -207,10 +250,14 @@ fn errors_reach_the_failing_task_only() {
             other => panic!("{other:?}"),
         }
         // The task continues normally afterwards.
-        assert_eq!(ctx.faa_sync(a.add(8), k, 1).await.unwrap(), 0);
+        assert_eq!(
+            ctx.faa_sync(RemoteRef::new(a.add(8), k), 1).await.unwrap(),
+            0
+        );
         let bad_node = GlobalAddr::new(42, 8);
         assert!(matches!(
-            ctx.read_sync(bad_node, k, 0, 8).await,
+            ctx.read_sync(RemoteRef::new(bad_node, k), Local::at(0, 8))
+                .await,
             Err(FabricError::NoSuchNode(42))
         ));
         o.set(o.get() + 1);
@@ -218,7 +265,7 @@ fn errors_reach_the_failing_task_only() {
     let o = ok.clone();
     w.spawn(move |ctx| async move {
         for _ in 0..100 {
-            ctx.faa_sync(a.add(16), k, 1).await.unwrap();
+            ctx.faa_sync(RemoteRef::new(a.add(16), k), 1).await.unwrap();
         }
         o.set(o.get() + 1);
     });
@@ -251,12 +298,19 @@ fn backoff_sleeps_in_virtual_time() {
         ..Default::default()
     };
     let t0 = cfg.backoff.t0;
-    let mut w = Worker::new(f.as_ref(), Arc::new(clock.clone()), cfg, 0, 1).unwrap();
+    let mut w = Worker::builder(f.as_ref())
+        .clock(Arc::new(clock.clone()))
+        .config(cfg)
+        .id(0)
+        .tasks(1)
+        .local_bytes(LOCAL_BYTES)
+        .build()
+        .unwrap();
     let done = Rc::new(Cell::new(None));
     let d = done.clone();
     w.spawn(move |ctx| async move {
         let _op = ctx.op("cas").await;
-        let old = ctx.backoff_cas(a, k, 7, 8).await.unwrap();
+        let old = ctx.backoff_cas(RemoteRef::new(a, k), 7, 8).await.unwrap();
         d.set(Some((old, ctx.now())));
     });
     for _ in 0..20 {
@@ -303,7 +357,14 @@ fn retry_backoff_follows_the_conflict_avoidance_switch() {
             ..Default::default()
         };
         let t0 = cfg.backoff.t0;
-        let mut w = Worker::new(f.as_ref(), Arc::new(clock.clone()), cfg, 0, 1).unwrap();
+        let mut w = Worker::builder(f.as_ref())
+            .clock(Arc::new(clock.clone()))
+            .config(cfg)
+            .id(0)
+            .tasks(1)
+            .local_bytes(LOCAL_BYTES)
+            .build()
+            .unwrap();
         let done = Rc::new(Cell::new(None));
         let d = done.clone();
         w.spawn(move |ctx| async move {
@@ -380,7 +441,14 @@ fn contended_worker() -> (GlobalAddr, Rkey, VirtualClock, Worker) {
         },
         ..Default::default()
     };
-    let w = Worker::new(f.as_ref(), Arc::new(clock.clone()), cfg, 0, 8).unwrap();
+    let w = Worker::builder(f.as_ref())
+        .clock(Arc::new(clock.clone()))
+        .config(cfg)
+        .id(0)
+        .tasks(8)
+        .local_bytes(LOCAL_BYTES)
+        .build()
+        .unwrap();
     (a, k, clock, w)
 }
 
@@ -398,8 +466,8 @@ fn op_scopes_limit_concurrency_to_c_max() {
                 peak.set(peak.get().max(inside.get()));
                 // Every CAS expects a stale value: two retries per
                 // operation, γ = 2 / (2 + 1) > γ_H, so c_max must shrink.
-                ctx.backoff_cas(a, k, 1, 2).await.unwrap();
-                ctx.backoff_cas(a, k, 1, 2).await.unwrap();
+                ctx.backoff_cas(RemoteRef::new(a, k), 1, 2).await.unwrap();
+                ctx.backoff_cas(RemoteRef::new(a, k), 1, 2).await.unwrap();
                 inside.set(inside.get() - 1);
             }
         });
@@ -448,8 +516,15 @@ fn thread_aware_off_needs_caller_made_queue_pairs() {
         thread_aware: false,
         ..Default::default()
     };
-    match Worker::new(f.as_ref(), real(), cfg, 0, 1) {
-        Err(FabricError::Connect { reason, .. }) => assert!(reason.contains("Worker::with_qps")),
+    match Worker::builder(f.as_ref())
+        .clock(real())
+        .config(cfg)
+        .id(0)
+        .tasks(1)
+        .local_bytes(LOCAL_BYTES)
+        .build()
+    {
+        Err(FabricError::Connect { reason, .. }) => assert!(reason.contains("Worker::builder_on")),
         other => panic!("{:?}", other.err()),
     }
 }
@@ -461,44 +536,73 @@ fn thread_aware_off_needs_caller_made_queue_pairs() {
 fn vector_io_forms() {
     let f = fabric();
     let (a, k) = chunk(&f, 1 << 16);
-    let mut w = Worker::new(f.as_ref(), real(), RuntimeConfig::default(), 0, 1).unwrap();
+    let mut w = Worker::builder(f.as_ref())
+        .clock(real())
+        .config(RuntimeConfig::default())
+        .id(0)
+        .tasks(1)
+        .local_bytes(LOCAL_BYTES)
+        .build()
+        .unwrap();
     let done = Rc::new(Cell::new(false));
     let d = done.clone();
     w.spawn(move |ctx| async move {
-        ctx.put_local(0, b"alpha");
-        ctx.put_local(100, b"-beta-");
-        ctx.put_local(300, b"gamma");
+        ctx.put_local(Local::at(0, b"alpha".len()), b"alpha");
+        ctx.put_local(Local::at(100, b"-beta-".len()), b"-beta-");
+        ctx.put_local(Local::at(300, b"gamma".len()), b"gamma");
         // SGL gather: three local pieces, one remote range, one round trip.
-        ctx.write_v(a, k, &[(0, 5), (100, 6), (300, 5)]);
+        ctx.write_v(
+            RemoteRef::new(a, k),
+            &[Local::at(0, 5), Local::at(100, 6), Local::at(300, 5)],
+        );
         ctx.sync().await.unwrap();
-        ctx.read_sync(a, k, 1000, 16).await.unwrap();
-        assert_eq!(ctx.local_vec(1000, 16), b"alpha-beta-gamma");
+        ctx.read_sync(RemoteRef::new(a, k), Local::at(1000, 16))
+            .await
+            .unwrap();
+        assert_eq!(ctx.local_vec(Local::at(1000, 16)), b"alpha-beta-gamma");
         // SGL scatter.
-        let t = ctx.read_v(a, k, &[(2000, 6), (3000, 10)]);
+        let t = ctx.read_v(
+            RemoteRef::new(a, k),
+            &[Local::at(2000, 6), Local::at(3000, 10)],
+        );
         ctx.sync().await.unwrap();
         assert_eq!(ctx.value(t), 16);
         assert_eq!(
-            (ctx.local_vec(2000, 6), ctx.local_vec(3000, 10)),
+            (
+                ctx.local_vec(Local::at(2000, 6)),
+                ctx.local_vec(Local::at(3000, 10))
+            ),
             (b"alpha-".to_vec(), b"beta-gamma".to_vec())
         );
         // Software packing.
-        ctx.write_packed(a.add(64), k, 4000, &[b"one", b"+", b"two"]);
+        ctx.write_packed(
+            RemoteRef::new(a.add(64), k),
+            Local::at(4000, 7),
+            &[b"one", b"+", b"two"],
+        );
         ctx.sync().await.unwrap();
-        ctx.read_sync(a.add(64), k, 5000, 7).await.unwrap();
-        assert_eq!(ctx.local_vec(5000, 7), b"one+two");
+        ctx.read_sync(RemoteRef::new(a.add(64), k), Local::at(5000, 7))
+            .await
+            .unwrap();
+        assert_eq!(ctx.local_vec(Local::at(5000, 7)), b"one+two");
         // One post of 300 requests (limit 256) mixing vector writes.
         for i in 0..300u64 {
             if i % 50 == 0 {
-                ctx.write_v(a.add(4096 + 8 * i), k, &[(0, 4), (300, 4)]);
+                ctx.write_v(
+                    RemoteRef::new(a.add(4096 + 8 * i), k),
+                    &[Local::at(0, 4), Local::at(300, 4)],
+                );
             } else {
-                ctx.faa(a.add(4096 + 8 * i), k, i);
+                ctx.faa(RemoteRef::new(a.add(4096 + 8 * i), k), i);
             }
         }
         ctx.post();
         ctx.sync().await.unwrap();
-        ctx.read_sync(a.add(4096), k, 8000, 2400).await.unwrap();
+        ctx.read_sync(RemoteRef::new(a.add(4096), k), Local::at(8000, 2400))
+            .await
+            .unwrap();
         for i in 0..300usize {
-            let got = ctx.local_vec(8000 + 8 * i, 8);
+            let got = ctx.local_vec(Local::at(8000 + 8 * i, 8));
             if i % 50 == 0 {
                 assert_eq!(
                     got, b"alphgamm",
@@ -533,12 +637,19 @@ fn workers_on_a_shared_queue_pair() {
                     thread_aware: false,
                     ..Default::default()
                 };
-                let mut w = Worker::with_qps(vec![Box::new(h)], real(), cfg, wi, 4).unwrap();
+                let mut w = Worker::builder_on(vec![Box::new(h)])
+                    .clock(real())
+                    .config(cfg)
+                    .id(wi)
+                    .tasks(4)
+                    .local_bytes(LOCAL_BYTES)
+                    .build()
+                    .unwrap();
                 for _ in 0..4 {
                     w.spawn(move |ctx| async move {
                         for _ in 0..500 {
-                            ctx.faa(a, k, 1);
-                            ctx.read(a.add(8), k, 0, 8);
+                            ctx.faa(RemoteRef::new(a, k), 1);
+                            ctx.read(RemoteRef::new(a.add(8), k), Local::at(0, 8));
                             ctx.post();
                             ctx.sync().await.unwrap();
                         }
@@ -559,13 +670,20 @@ fn workers_on_a_shared_queue_pair() {
 fn batch_pool_stays_bounded() {
     let f = fabric();
     let (a, k) = chunk(&f, 4096);
-    let mut w = Worker::new(f.as_ref(), real(), RuntimeConfig::default(), 0, 4).unwrap();
+    let mut w = Worker::builder(f.as_ref())
+        .clock(real())
+        .config(RuntimeConfig::default())
+        .id(0)
+        .tasks(4)
+        .local_bytes(LOCAL_BYTES)
+        .build()
+        .unwrap();
     for _ in 0..4 {
         w.spawn(move |ctx| async move {
             for i in 0..5_000u64 {
-                ctx.read(a, k, 0, 8);
-                let t = ctx.faa(a.add(8), k, 1);
-                ctx.write(a.add(16), k, 0, 8);
+                ctx.read(RemoteRef::new(a, k), Local::at(0, 8));
+                let t = ctx.faa(RemoteRef::new(a.add(8), k), 1);
+                ctx.write(RemoteRef::new(a.add(16), k), Local::at(0, 8));
                 ctx.post();
                 ctx.sync().await.unwrap();
                 assert!(ctx.value(t) >= i, "FAA results still reach their tickets");
@@ -592,12 +710,14 @@ fn read_op_scopes_are_not_throttled_or_counted() {
                 {
                     // A contended update: γ = 2/3, so c_max shrinks to 1.
                     let _op = ctx.op("update").await;
-                    ctx.backoff_cas(a, k, 1, 2).await.unwrap();
-                    ctx.backoff_cas(a, k, 1, 2).await.unwrap();
+                    ctx.backoff_cas(RemoteRef::new(a, k), 1, 2).await.unwrap();
+                    ctx.backoff_cas(RemoteRef::new(a, k), 1, 2).await.unwrap();
                 }
                 let _op = ctx.read_op("search").await;
                 readers.set(readers.get() + 1);
-                ctx.read_sync(a, k, 0, 8).await.unwrap();
+                ctx.read_sync(RemoteRef::new(a, k), Local::at(0, 8))
+                    .await
+                    .unwrap();
                 readers.set(readers.get() - 1);
             }
         });
@@ -682,7 +802,14 @@ fn one_sync_posts_to_seventy_memory_nodes() {
             (a, k)
         })
         .collect();
-    let mut w = Worker::new(f.as_ref(), real(), RuntimeConfig::default(), 0, 1).unwrap();
+    let mut w = Worker::builder(f.as_ref())
+        .clock(real())
+        .config(RuntimeConfig::default())
+        .id(0)
+        .tasks(1)
+        .local_bytes(LOCAL_BYTES)
+        .build()
+        .unwrap();
     let done = Rc::new(Cell::new(false));
     let d = done.clone();
     let c = chunks.clone();
@@ -690,22 +817,25 @@ fn one_sync_posts_to_seventy_memory_nodes() {
         let targets = [69usize, 0, 64, 63, 62, 1, 66];
         let tickets: Vec<_> = targets
             .iter()
-            .map(|&n| ctx.faa(c[n].0, c[n].1, n as u64 + 1))
+            .map(|&n| ctx.faa(RemoteRef::new(c[n].0, c[n].1), n as u64 + 1))
             .collect();
-        ctx.put_local(0, &7u64.to_le_bytes());
-        ctx.put_local(8, &9u64.to_le_bytes());
-        let wv = ctx.write_v(c[67].0, c[67].1, &[(0, 8), (8, 8)]);
+        ctx.put_local(Local::at(0, 8), &7u64.to_le_bytes());
+        ctx.put_local(Local::at(8, 8), &9u64.to_le_bytes());
+        let wv = ctx.write_v(
+            RemoteRef::new(c[67].0, c[67].1),
+            &[Local::at(0, 8), Local::at(8, 8)],
+        );
         ctx.sync().await.unwrap();
         assert!(tickets.iter().all(|&t| ctx.value(t) == 0));
         assert_eq!(ctx.value(wv), 16);
         // Second round: READs of what the first wrote.
-        ctx.read(c[69].0, c[69].1, 16, 8);
-        ctx.read(c[67].0.add(8), c[67].1, 24, 8);
-        ctx.read(c[63].0, c[63].1, 32, 8);
+        ctx.read(RemoteRef::new(c[69].0, c[69].1), Local::at(16, 8));
+        ctx.read(RemoteRef::new(c[67].0.add(8), c[67].1), Local::at(24, 8));
+        ctx.read(RemoteRef::new(c[63].0, c[63].1), Local::at(32, 8));
         ctx.sync().await.unwrap();
-        assert_eq!(ctx.local_u64(16), 70);
-        assert_eq!(ctx.local_u64(24), 9);
-        assert_eq!(ctx.local_u64(32), 64);
+        assert_eq!(ctx.local_u64(Local::at(16, 8)), 70);
+        assert_eq!(ctx.local_u64(Local::at(24, 8)), 9);
+        assert_eq!(ctx.local_u64(Local::at(32, 8)), 64);
         d.set(true);
     });
     w.run();

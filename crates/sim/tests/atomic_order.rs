@@ -12,7 +12,9 @@ use dmkit_sim::profile::AtomicOrder;
 use dmkit_sim::{Faults, Profile, Sim, SimConfig};
 
 mod common;
-use common::{rcfg, small};
+use common::{rcfg, small, LOCAL_BYTES};
+use dmkit_fabric::RemoteRef;
+use dmkit_runtime::Local;
 
 fn config(order: AtomicOrder, seed: u64, faults: Faults) -> SimConfig {
     let mut profile = Profile::cx6();
@@ -53,7 +55,13 @@ fn hot_word(order: AtomicOrder, seed: u64, faults: Faults, threads: usize, tasks
     for t in 0..threads {
         let th = sim
             .add_worker(0, |f: &dyn Fabric, clock| {
-                Worker::new(f, clock, rcfg(), t, tasks)
+                Worker::builder(f)
+                    .clock(clock)
+                    .config(rcfg())
+                    .id(t)
+                    .tasks(tasks)
+                    .local_bytes(LOCAL_BYTES)
+                    .build()
             })
             .unwrap();
         for task in 0..tasks {
@@ -63,17 +71,21 @@ fn hot_word(order: AtomicOrder, seed: u64, faults: Faults, threads: usize, tasks
                 let mut round = 0u64;
                 while ctx.now() < window {
                     let before = ctx.now();
-                    let old = ctx.faa_sync(a, k, 1).await.unwrap();
+                    let old = ctx.faa_sync(RemoteRef::new(a, k), 1).await.unwrap();
                     assert!(ctx.now() > before, "a thread's clock never goes back");
                     olds.borrow_mut().push(old);
                     per_thread.borrow_mut()[t] += 1;
                     round += 1;
                     if round.is_multiple_of(4) {
-                        ctx.set_local_u64(0, round);
-                        ctx.write(cold, k, 0, 8);
-                        ctx.read(cold, k, 8, 8);
+                        ctx.set_local_u64(Local::at(0, 8), round);
+                        ctx.write(RemoteRef::new(cold, k), Local::at(0, 8));
+                        ctx.read(RemoteRef::new(cold, k), Local::at(8, 8));
                         ctx.sync().await.unwrap();
-                        assert_eq!(ctx.local_u64(8), round, "a READ after a WRITE sees it");
+                        assert_eq!(
+                            ctx.local_u64(Local::at(8, 8)),
+                            round,
+                            "a READ after a WRITE sees it"
+                        );
                     }
                 }
             });
@@ -186,7 +198,13 @@ fn a_thread_never_runs_before_its_last_step_ended() {
     let tasks = 48;
     let th = sim
         .add_worker(0, |f: &dyn Fabric, clock| {
-            Worker::new(f, clock, rcfg(), 0, tasks)
+            Worker::builder(f)
+                .clock(clock)
+                .config(rcfg())
+                .id(0)
+                .tasks(tasks)
+                .local_bytes(LOCAL_BYTES)
+                .build()
         })
         .unwrap();
     let backwards = Rc::new(RefCell::new(0u64));
@@ -196,7 +214,7 @@ fn a_thread_never_runs_before_its_last_step_ended() {
             let word = a.add(8 * task as u64);
             for _ in 0..50 {
                 let before = ctx.now();
-                ctx.faa_sync(word, k, 1).await.unwrap();
+                ctx.faa_sync(RemoteRef::new(word, k), 1).await.unwrap();
                 if ctx.now() <= before {
                     *backwards.borrow_mut() += 1;
                 }

@@ -12,7 +12,9 @@ use dmkit_sim::profile::AtomicOrder;
 use dmkit_sim::{Profile, Sim, SimConfig};
 
 mod common;
-use common::{rcfg, small};
+use common::{rcfg, small, LOCAL_BYTES};
+use dmkit_fabric::RemoteRef;
+use dmkit_runtime::Local;
 
 fn config(stalls: bool) -> SimConfig {
     let mut profile = Profile::cx6();
@@ -63,18 +65,30 @@ fn run(stalls: bool, access: Access) -> Seen {
     let seen: Rc<RefCell<Option<Seen>>> = Rc::default();
     let t0 = sim
         .add_worker(0, |f: &dyn Fabric, clock| {
-            Worker::new(f, clock, wcfg.clone(), 0, 1)
+            Worker::builder(f)
+                .clock(clock)
+                .config(wcfg.clone())
+                .id(0)
+                .tasks(1)
+                .local_bytes(LOCAL_BYTES)
+                .build()
         })
         .unwrap();
     sim.worker_mut(t0).spawn(move |ctx| async move {
         for _ in 0..QUEUED {
-            ctx.faa(a, k, 1);
+            ctx.faa(RemoteRef::new(a, k), 1);
         }
         ctx.sync().await.unwrap();
     });
     let t1 = sim
         .add_worker(0, |f: &dyn Fabric, clock| {
-            Worker::new(f, clock, wcfg.clone(), 1, 1)
+            Worker::builder(f)
+                .clock(clock)
+                .config(wcfg.clone())
+                .id(1)
+                .tasks(1)
+                .local_bytes(LOCAL_BYTES)
+                .build()
         })
         .unwrap();
     let out = seen.clone();
@@ -84,17 +98,17 @@ fn run(stalls: bool, access: Access) -> Seen {
         ctx.sleep(1_000).await;
         let s = ctx.now();
         match access {
-            Access::ReadHot => ctx.read(a, k, 0, 8),
-            Access::ReadCold => ctx.read(a.add(8), k, 0, 8),
+            Access::ReadHot => ctx.read(RemoteRef::new(a, k), Local::at(0, 8)),
+            Access::ReadCold => ctx.read(RemoteRef::new(a.add(8), k), Local::at(0, 8)),
             Access::WriteHot => {
-                ctx.set_local_u64(0, 1000);
-                ctx.write(a, k, 0, 8)
+                ctx.set_local_u64(Local::at(0, 8), 1000);
+                ctx.write(RemoteRef::new(a, k), Local::at(0, 8))
             }
         };
         ctx.sync().await.unwrap();
         let value = match access {
             Access::WriteHot => 0,
-            _ => ctx.local_u64(0),
+            _ => ctx.local_u64(Local::at(0, 8)),
         };
         *out.borrow_mut() = Some(Seen {
             value,

@@ -11,7 +11,9 @@ use dmkit_runtime::{Ctx, RuntimeConfig, Worker};
 use dmkit_sim::{Faults, Sim, SimConfig};
 
 mod common;
-use common::{rcfg, small};
+use common::{rcfg, small, LOCAL_BYTES};
+use dmkit_fabric::RemoteRef;
+use dmkit_runtime::Local;
 
 /// splitmix64 for test workloads.
 fn mix(x: &mut u64) -> u64 {
@@ -33,7 +35,13 @@ where
         let cfg = cfg.clone();
         let th = sim
             .add_worker(0, |f: &dyn Fabric, clock| {
-                Worker::new(f, clock, cfg, t, tasks)
+                Worker::builder(f)
+                    .clock(clock)
+                    .config(cfg)
+                    .id(t)
+                    .tasks(tasks)
+                    .local_bytes(LOCAL_BYTES)
+                    .build()
             })
             .unwrap();
         for k in 0..tasks {
@@ -105,20 +113,28 @@ fn mixed_run(seed: u64, faults: Faults) -> String {
                 let word = base.add(8 * (mix(&mut r) % 64));
                 match mix(&mut r) % 4 {
                     0 => {
-                        let v = ctx.faa_sync(word, key, 1).await.unwrap();
+                        let v = ctx.faa_sync(RemoteRef::new(word, key), 1).await.unwrap();
                         seen.borrow_mut().push(v);
                     }
                     1 => {
-                        let old = ctx.cas_sync(word, key, i, i + 1).await.unwrap();
+                        let old = ctx
+                            .cas_sync(RemoteRef::new(word, key), i, i + 1)
+                            .await
+                            .unwrap();
                         seen.borrow_mut().push(old);
                     }
                     2 => {
-                        ctx.set_local_u64(0, i * 1000 + t as u64);
-                        ctx.write_sync(word, key, 0, 8).await.unwrap();
+                        ctx.set_local_u64(Local::at(0, 8), i * 1000 + t as u64);
+                        ctx.write_sync(RemoteRef::new(word, key), Local::at(0, 8))
+                            .await
+                            .unwrap();
                     }
                     _ => {
-                        ctx.read_sync(base, key, 0, 512).await.unwrap();
-                        seen.borrow_mut().push(ctx.local_u64(8 * (i as usize % 64)));
+                        ctx.read_sync(RemoteRef::new(base, key), Local::at(0, 512))
+                            .await
+                            .unwrap();
+                        seen.borrow_mut()
+                            .push(ctx.local_u64(Local::at(8 * (i as usize % 64), 8)));
                     }
                 }
             }
@@ -179,17 +195,15 @@ fn every_posted_request_completes_once_and_bytes_add_up() {
                     match mix(&mut r) % 3 {
                         0 => {
                             ctx.read(
-                                a.add(off),
-                                k,
-                                64 * j as usize,
-                                1 + (mix(&mut r) % 64) as usize,
+                                RemoteRef::new(a.add(off), k),
+                                Local::at(64 * j as usize, 1 + (mix(&mut r) % 64) as usize),
                             );
                         }
                         1 => {
-                            ctx.write(a.add(off), k, 64 * j as usize, 8);
+                            ctx.write(RemoteRef::new(a.add(off), k), Local::at(64 * j as usize, 8));
                         }
                         _ => {
-                            ctx.faa(a.add(off), k, 1);
+                            ctx.faa(RemoteRef::new(a.add(off), k), 1);
                         }
                     }
                 }
@@ -241,7 +255,7 @@ fn flood_on(profile: dmkit_sim::Profile, size: usize, threads: usize) -> (f64, f
             while ctx.now() < end {
                 for i in 0..8 {
                     let off = 64 * (mix(&mut r) % ((8 << 20) / 64 - 128));
-                    ctx.read(a.add(off), k, 0, size.min(4096));
+                    ctx.read(RemoteRef::new(a.add(off), k), Local::at(0, size.min(4096)));
                     let _ = i;
                 }
                 ctx.sync().await.unwrap();
@@ -315,14 +329,18 @@ fn torn_reader(faults: Faults, in_order: bool) -> (u64, u64) {
             for i in 1..=300u64 {
                 if (t + task) % 2 == 0 {
                     for w in 0..8 {
-                        ctx.set_local_u64(8 * w, i * 100 + t as u64);
+                        ctx.set_local_u64(Local::at(8 * w, 8), i * 100 + t as u64);
                     }
-                    ctx.write_sync(a, k, 0, 64).await.unwrap();
+                    ctx.write_sync(RemoteRef::new(a, k), Local::at(0, 64))
+                        .await
+                        .unwrap();
                 } else {
-                    ctx.read_sync(a, k, 0, 64).await.unwrap();
+                    ctx.read_sync(RemoteRef::new(a, k), Local::at(0, 64))
+                        .await
+                        .unwrap();
                     reads.set(reads.get() + 1);
-                    let first = ctx.local_u64(0);
-                    if (1..8).any(|w| ctx.local_u64(8 * w) != first) {
+                    let first = ctx.local_u64(Local::at(0, 8));
+                    if (1..8).any(|w| ctx.local_u64(Local::at(8 * w, 8)) != first) {
                         torn.set(torn.get() + 1);
                     }
                 }
@@ -371,14 +389,20 @@ fn shared_and_multiplexed_queue_pairs_route_completions_to_their_posters() {
                 .add_worker(0, |f: &dyn Fabric, clock| {
                     let qp = f.connect_as(0, policy)?;
                     let qp1 = f.connect_as(1, policy)?;
-                    Worker::with_qps(vec![qp, qp1], clock, rcfg(), t, 2)
+                    Worker::builder_on(vec![qp, qp1])
+                        .clock(clock)
+                        .config(rcfg())
+                        .id(t)
+                        .tasks(2)
+                        .local_bytes(LOCAL_BYTES)
+                        .build()
                 })
                 .unwrap();
             for _ in 0..2 {
                 let olds = olds.clone();
                 sim.worker_mut(th).spawn(move |ctx| async move {
                     for _ in 0..50 {
-                        let v = ctx.faa_sync(a, k, 1).await.unwrap();
+                        let v = ctx.faa_sync(RemoteRef::new(a, k), 1).await.unwrap();
                         olds.borrow_mut().push(v);
                     }
                 });
@@ -414,7 +438,7 @@ fn a_lost_connection_fails_its_requests_and_later_posts() {
         let errors = e2.clone();
         async move {
             for _ in 0..200 {
-                if let Err(e) = ctx.faa_sync(a, k, 1).await {
+                if let Err(e) = ctx.faa_sync(RemoteRef::new(a, k), 1).await {
                     errors.borrow_mut().push(match &e {
                         FabricError::Request(r) => format!("{:?}", r.error),
                         other => format!("{other}"),
@@ -455,10 +479,15 @@ fn bad_requests_fail_alone_in_virtual_time() {
         async move {
             let bad: Rkey = k ^ 0x100;
             let target = if t == 0 { (a, bad) } else { (past_end, k) };
-            let e = ctx.read_sync(target.0, target.1, 0, 8).await;
+            let e = ctx
+                .read_sync(RemoteRef::new(target.0, target.1), Local::at(0, 8))
+                .await;
             res.borrow_mut().push(e.is_err());
             // The queue pair stays usable.
-            let ok = ctx.read_sync(a, k, 0, 8).await.is_ok();
+            let ok = ctx
+                .read_sync(RemoteRef::new(a, k), Local::at(0, 8))
+                .await
+                .is_ok();
             res.borrow_mut().push(ok);
         }
     });
@@ -496,7 +525,7 @@ fn hot_and_cold_atomics(head_of_line: bool) -> (f64, f64) {
                 a.add(8 * (8 * t + task) as u64)
             };
             loop {
-                ctx.faa_sync(at, k, 1).await.unwrap();
+                ctx.faa_sync(RemoteRef::new(at, k), 1).await.unwrap();
                 if ctx.now() > window {
                     break;
                 }
@@ -551,7 +580,7 @@ fn another_thread_is_served_between_runs() {
     const TASK_ADDS: u64 = 50;
     spawn_all(&mut sim, 2, 4, rcfg(), move |ctx, _, _| async move {
         for _ in 0..TASK_ADDS {
-            ctx.faa_sync(ctr, rk, 1).await.unwrap();
+            ctx.faa_sync(RemoteRef::new(ctr, rk), 1).await.unwrap();
             ctx.sleep(2_000).await;
         }
     });

@@ -11,11 +11,10 @@
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use dmkit_fabric::shm::{ShmConfig, ShmFabric, Target};
-use dmkit_fabric::GlobalAddr;
-use dmkit_runtime::{LockConfig, MonotonicClock, RemoteLock, RuntimeConfig, Worker};
+use dmkit_fabric::{GlobalAddr, RemoteRef};
+use dmkit_runtime::{LocalLayout, LockConfig, RemoteLock, Worker};
 
 fn num(s: &str) -> u64 {
     s.parse().expect("numeric argument")
@@ -43,14 +42,21 @@ fn main() -> ExitCode {
                     .map(|wi| {
                         let fabric = &fabric;
                         s.spawn(move || {
-                            let mut w = Worker::new(
-                                fabric,
-                                Arc::new(MonotonicClock),
-                                RuntimeConfig::default(),
-                                wi as usize,
-                                tasks,
-                            )
-                            .unwrap();
+                            // What each task reads (count, occupied) and
+                            // what it writes back.
+                            let mut l = LocalLayout::new();
+                            let (read, count, occupied, clear) = (
+                                l.region("count and occupied", 16),
+                                l.region("new count", 8),
+                                l.region("occupied", 8),
+                                l.region("free", 8),
+                            );
+                            let mut w = Worker::builder(fabric)
+                                .id(wi as usize)
+                                .tasks(tasks)
+                                .local(&l)
+                                .build()
+                                .unwrap();
                             let bad = std::rc::Rc::new(std::cell::Cell::new(0u64));
                             for t in 0..tasks {
                                 let bad = bad.clone();
@@ -58,27 +64,29 @@ fn main() -> ExitCode {
                                     % 65_535
                                     + 1) as u16;
                                 w.spawn(move |ctx| async move {
-                                    let lock = RemoteLock::new(lock_addr, rkey, cfg);
+                                    let lock =
+                                        RemoteLock::new(RemoteRef::new(lock_addr, rkey), cfg);
+                                    let data = RemoteRef::new(data, rkey);
                                     for _ in 0..iters {
                                         let g = lock.lock(&ctx, owner).await.unwrap();
                                         assert!(
                                             g.check(&ctx, 10_000_000),
                                             "lease too short for the test"
                                         );
-                                        ctx.read_sync(data, rkey, 0, 16).await.unwrap();
-                                        let (count, occupied) =
-                                            (ctx.local_u64(0), ctx.local_u64(8));
-                                        if occupied != 0 {
+                                        ctx.read_sync(data, read).await.unwrap();
+                                        let (n, busy) =
+                                            (ctx.local_u64(read), ctx.local_u64(read.word(8)));
+                                        if busy != 0 {
                                             bad.set(bad.get() + 1);
                                         }
-                                        ctx.set_local_u64(16, count + 1);
-                                        ctx.set_local_u64(24, 1);
-                                        ctx.write_sync(data.add(8), rkey, 24, 8).await.unwrap();
+                                        ctx.set_local_u64(count, n + 1);
+                                        ctx.set_local_u64(occupied, 1);
+                                        ctx.write_sync(data.add(8), occupied).await.unwrap();
                                         // Yield inside the critical section so others try.
                                         ctx.sleep(2_000).await;
-                                        ctx.set_local_u64(32, 0);
-                                        ctx.write(data, rkey, 16, 8);
-                                        ctx.write(data.add(8), rkey, 32, 8);
+                                        ctx.set_local_u64(clear, 0);
+                                        ctx.write(data, count);
+                                        ctx.write(data.add(8), clear);
                                         ctx.post();
                                         ctx.sync().await.unwrap();
                                         g.unlock(&ctx).await.unwrap();
@@ -103,16 +111,9 @@ fn main() -> ExitCode {
                 lease: lease_ms * 1_000_000,
                 ..Default::default()
             };
-            let mut w = Worker::new(
-                &fabric,
-                Arc::new(MonotonicClock),
-                RuntimeConfig::default(),
-                0,
-                1,
-            )
-            .unwrap();
+            let mut w = Worker::builder(&fabric).build().unwrap();
             w.spawn(move |ctx| async move {
-                let lock = RemoteLock::new(lock_addr, rkey, cfg);
+                let lock = RemoteLock::new(RemoteRef::new(lock_addr, rkey), cfg);
                 let g = lock.lock(&ctx, 0x7777).await.unwrap();
                 println!("held {}", (ctx.now() + g.remaining(&ctx)) / 1000);
                 std::io::stdout().flush().unwrap();

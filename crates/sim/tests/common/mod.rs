@@ -13,10 +13,12 @@ pub fn small() -> SimConfig {
 }
 
 /// Workers without per-op statistics, 4 KiB of task-local memory each.
+/// Task-local bytes of the tests' workers.
+pub const LOCAL_BYTES: usize = 4096;
+
 pub fn rcfg() -> RuntimeConfig {
     RuntimeConfig {
         op_stats: false,
-        task_local_bytes: 4096,
         ..RuntimeConfig::default()
     }
 }
