@@ -1,0 +1,181 @@
+//! `dmkit bench micro`: one verb at random addresses of a region, per
+//! thread, in batches (raw, or through the runtime's tasks).
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use dmkit_bench::micro::{self, MicroConfig, Signal};
+use dmkit_fabric::VerbKind;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::{open_fabric, FabricArgs, SwitchArgs};
+use crate::units::{format_size, parse_size};
+use crate::Res;
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Verb {
+    Read,
+    Write,
+    Cas,
+    Faa,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SignalArg {
+    All,
+    Last,
+}
+
+#[derive(Args)]
+pub(crate) struct MicroArgs {
+    #[command(flatten)]
+    fabric: FabricArgs,
+    /// The verb to issue.
+    #[arg(long, value_enum, default_value = "read")]
+    verb: Verb,
+    /// Bytes per READ/WRITE (atomics: 8).
+    #[arg(long, default_value = "8", value_parser = parse_size)]
+    size: u64,
+    /// Region the random addresses are drawn from.
+    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+    region_size: u64,
+    /// Threads, each with its own queue pair.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Requests per batch (one doorbell).
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    /// How long to measure.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Run through the runtime with this many tasks per thread (SMART's
+    /// coroutines), each posting --depth requests and awaiting sync.
+    #[arg(long)]
+    coros: Option<usize>,
+    /// Thread → queue pair mapping: shared, multiplexed:N, per-thread-qp,
+    /// per-thread-doorbell (default per-thread-qp; shared with --thread-aware off).
+    #[arg(long)]
+    qp_policy: Option<dmkit_fabric::QpPolicy>,
+    /// Requests each task posts per round (with --coros).
+    #[arg(long, default_value_t = 1)]
+    depth: usize,
+    #[command(flatten)]
+    switches: SwitchArgs,
+    /// Signal every request, or only the last of each batch.
+    #[arg(long, value_enum, default_value = "all")]
+    signal: SignalArg,
+    /// Seed of the address generator.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the result as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+pub(crate) fn bench_micro(a: MicroArgs) -> Res {
+    let verb = match a.verb {
+        Verb::Read => VerbKind::Read,
+        Verb::Write => VerbKind::Write,
+        Verb::Cas => VerbKind::Cas,
+        Verb::Faa => VerbKind::Faa,
+    };
+    let rcfg = a.switches.runtime_config(a.seed)?;
+    let cfg = MicroConfig {
+        verb,
+        size: usize::try_from(a.size).map_err(|_| "--size too large")?,
+        region_size: a.region_size,
+        threads: a.threads,
+        batch: a.batch,
+        duration: a.duration,
+        seed: a.seed,
+        signal: match a.signal {
+            SignalArg::All => Signal::All,
+            SignalArg::Last => Signal::Last,
+        },
+        qp_policy: a
+            .qp_policy
+            .unwrap_or(if a.coros.is_some() && !rcfg.thread_aware {
+                dmkit_fabric::QpPolicy::Shared
+            } else {
+                dmkit_fabric::QpPolicy::PerThreadQp
+            }),
+        runtime: a.coros.map(|coros| micro::RuntimeMode {
+            coros,
+            depth: a.depth,
+            cfg: rcfg.clone(),
+        }),
+    };
+    // The embedded node gets the region plus its reserved first page and slack.
+    let fabric = open_fabric(&a.fabric, a.region_size + (8 << 20))?;
+    micro::check(&cfg, &*fabric)?;
+    let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
+        let b = ProgressBar::new(cfg.duration.as_millis() as u64);
+        b.set_style(
+            ProgressStyle::with_template("{spinner} {bar:40} {elapsed}/{duration} {msg}")
+                .expect("valid template"),
+        );
+        b
+    });
+    let r = micro::run(&*fabric, &cfg, |el, ops| {
+        if let Some(b) = &bar {
+            b.set_position(el.as_millis() as u64);
+            b.set_message(format!(
+                "{:.2} Mops",
+                ops as f64 / el.as_secs_f64().max(1e-9) / 1e6
+            ));
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let mode = match (r.coros, r.depth) {
+        (Some(c), Some(d)) => format!("rt:{c}x{d}"),
+        _ => "raw".into(),
+    };
+    let signal = match r.signal {
+        Signal::All => "all",
+        Signal::Last => "last",
+    };
+    println!(
+        "{:<8} {:<8} {:<6} {:>6} {:>8} {:>7} {:>5} {:>6} {:>12} {:>8} {:>9} {:>11}",
+        "backend",
+        "mode",
+        "verb",
+        "size",
+        "region",
+        "threads",
+        "batch",
+        "signal",
+        "ops",
+        "seconds",
+        "Mops",
+        "Mops/thread"
+    );
+    println!(
+        "{:<8} {:<8} {:<6} {:>6} {:>8} {:>7} {:>5} {:>6} {:>12} {:>8.2} {:>9.3} {:>11.3}",
+        r.backend,
+        mode,
+        r.verb,
+        r.size,
+        format_size(r.region_size),
+        r.threads,
+        r.batch,
+        signal,
+        r.ops,
+        r.seconds,
+        r.mops,
+        r.mops_per_thread
+    );
+    if let Some(path) = a.json {
+        let text = serde_json::to_string_pretty(&r).expect("result serialises");
+        std::fs::write(&path, text + "\n")
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,232 @@
+//! `dmkit bench`: the benchmarks (`micro`, `ycsb`), and what they share:
+//! the fabric flags (backend, memory nodes, simulated cluster), SMART's
+//! runtime switches, and opening the fabric those flags describe.
+
+pub(crate) mod micro;
+pub(crate) mod ycsb;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Subcommand, ValueEnum};
+use dmkit_fabric::shm::{ShmConfig, ShmFabric};
+use dmkit_fabric::Fabric;
+use dmkit_memnode::NodeConfig;
+
+use crate::args::{
+    load_profile, parse_atomic_order, parse_listen, targets, Listen, OnOff, RdmaArgs,
+};
+use crate::units::parse_size;
+use micro::MicroArgs;
+use ycsb::YcsbArgs;
+
+#[derive(Subcommand)]
+pub(crate) enum BenchCmd {
+    /// One verb at random addresses of a region, per thread, in batches.
+    Micro(MicroArgs),
+    /// YCSB on an index: load, then run a workload for --duration.
+    Ycsb(YcsbArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Backend {
+    /// Shared memory: an embedded memory node, or node processes via --connect.
+    Shm,
+    /// The deterministic RNIC simulator (virtual time; see `dmkit sim`).
+    Sim,
+    /// Real RDMA devices (rdma-core verbs): node processes via
+    /// --connect tcp:HOST:PORT (build with --features dmkit/verbs).
+    Verbs,
+}
+
+/// SMART's techniques, each a switch (runtime mode). Defaults: all on, or
+/// what `--config` says; a flag given here overrides the file.
+#[derive(Args)]
+struct SwitchArgs {
+    /// Runtime configuration file (TOML; see configs/runtime.toml).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Thread-aware resource allocation: per-worker queue pairs (§4.1) [default: on].
+    #[arg(long, value_enum)]
+    thread_aware: Option<OnOff>,
+    /// Adaptive work-request throttling (§4.2) [default: on].
+    #[arg(long, value_enum)]
+    throttle: Option<OnOff>,
+    /// Conflict avoidance: backoff and task throttling (§4.3) [default: on].
+    #[arg(long, value_enum)]
+    conflict_avoid: Option<OnOff>,
+    /// A fixed C_max instead of the epoch tuner (with --throttle on).
+    #[arg(long)]
+    c_max: Option<u32>,
+}
+
+impl SwitchArgs {
+    fn runtime_config(&self, seed: u64) -> Result<dmkit_runtime::RuntimeConfig, String> {
+        let mut c = match &self.config {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| format!("reading {}: {e}", p.display()))?;
+                dmkit_runtime::RuntimeConfig::from_toml(&text)
+                    .map_err(|e| format!("{}: {e}", p.display()))?
+            }
+            None => dmkit_runtime::RuntimeConfig {
+                seed,
+                ..Default::default()
+            },
+        };
+        let on = |v: Option<OnOff>, current: bool| v.map_or(current, |v| v == OnOff::On);
+        c.thread_aware = on(self.thread_aware, c.thread_aware);
+        c.throttle = on(self.throttle, c.throttle);
+        c.conflict_avoid = on(self.conflict_avoid, c.conflict_avoid);
+        if self.c_max.is_some() {
+            c.fixed_c_max = self.c_max;
+        }
+        Ok(c)
+    }
+}
+
+#[derive(Args)]
+struct FabricArgs {
+    /// Fabric backend.
+    #[arg(long, value_enum, default_value = "shm")]
+    backend: Backend,
+    /// Memory node processes to use (unix:PATH for shm, tcp:HOST:PORT for
+    /// verbs; repeatable); default: one embedded node in this process.
+    #[arg(long, value_parser = parse_listen)]
+    connect: Vec<Listen>,
+    /// Token file for --connect (default PATH.token).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Emulated network round trip added to every completion (e.g. 2us).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    rtt: Option<Duration>,
+    /// Size of the embedded memory node (default: what the run needs).
+    #[arg(long, value_parser = parse_size)]
+    mem_size: Option<u64>,
+    /// Translation page size of the embedded memory node: 4KiB or 2MiB
+    /// (default 4KiB; large pages keep the translation table cache-resident,
+    /// as huge pages keep an RNIC's MTT cache warm).
+    #[arg(long, value_parser = parse_size)]
+    page_size: Option<u64>,
+    /// Simulator: device profile (cx6-200g, cx5-100g, cx3-56g, or a TOML file).
+    #[arg(long, default_value = "cx6-200g")]
+    profile: String,
+    /// Simulator: override the profile's order among atomics waiting for
+    /// one address (post, arrival, random, newest, round-robin).
+    #[arg(long, value_parser = parse_atomic_order)]
+    atomic_order: Option<dmkit_sim::profile::AtomicOrder>,
+    /// Simulator: override the profile's `atomic_stalls_access` (READs and
+    /// WRITEs of a word wait for the atomics queued on it; post order only:
+    /// another --atomic-order turns it off unless given).
+    #[arg(long, value_enum)]
+    atomic_stalls_access: Option<OnOff>,
+    /// Simulator: compute machines (--threads run on each).
+    #[arg(long, default_value_t = 1)]
+    machines: usize,
+    /// Simulator: memory nodes.
+    #[arg(long, default_value_t = 1)]
+    memory_nodes: usize,
+    /// Simulator: memory node i lives on compute machine i (Sherman's
+    /// setup: every server is both).
+    #[arg(long)]
+    colocated: bool,
+    #[command(flatten)]
+    rdma: RdmaArgs,
+}
+
+impl FabricArgs {
+    /// The simulated cluster these flags describe (`--backend sim`).
+    fn sim_config(&self, needed: u64, seed: u64) -> Result<dmkit_sim::SimConfig, String> {
+        if !self.connect.is_empty() || self.rtt.is_some() {
+            return Err("--connect and --rtt are shm options; the simulator has its own memory nodes and timing".into());
+        }
+        Ok(dmkit_sim::SimConfig {
+            profile: load_profile(&self.profile, self.atomic_order, self.atomic_stalls_access)?,
+            compute_machines: self.machines,
+            memory_nodes: self.memory_nodes,
+            colocated: self.colocated,
+            memory_bytes: self
+                .mem_size
+                .unwrap_or(needed.div_ceil(self.memory_nodes.max(1) as u64) + (64 << 20)),
+            page_size: self.page_size.unwrap_or(2 << 20),
+            seed,
+            ..Default::default()
+        })
+    }
+}
+
+fn open_fabric(a: &FabricArgs, needed: u64) -> Result<Arc<dyn Fabric>, String> {
+    if a.machines != 1 || a.memory_nodes != 1 || a.colocated {
+        return Err(
+            "--machines, --memory-nodes and --colocated shape the simulator (--backend sim)".into(),
+        );
+    }
+    let (mut unix, mut tcp) = (Vec::new(), Vec::new());
+    for t in &a.connect {
+        match t {
+            Listen::Unix(p) => unix.push(p.clone()),
+            Listen::Tcp(h) => tcp.push(h.clone()),
+        }
+    }
+    match a.backend {
+        Backend::Sim => Err("bench micro --backend sim: the verbs micro-benchmark on the simulator is `dmkit sim speed` \
+                    (and `dmkit sim reproduce smart-fig3a|smart-fig4a` for SMART's sweeps)"
+            .into()),
+        Backend::Verbs => {
+            if !unix.is_empty() || tcp.is_empty() {
+                return Err("--backend verbs: give the memory nodes as --connect tcp:HOST:PORT \
+                            (start them with `dmkit memnode --listen tcp:HOST:PORT`)"
+                    .into());
+            }
+            if a.rtt.is_some() || a.mem_size.is_some() || a.page_size.is_some() {
+                return Err("--rtt, --mem-size and --page-size are shm options; verbs nodes are separate processes".into());
+            }
+            if a.token_file.is_some() && tcp.len() > 1 {
+                return Err("--token-file names one file; with several --connect use each node's default token file".into());
+            }
+            let targets: Vec<dmkit_verbs::VerbsTarget> = tcp
+                .iter()
+                .map(|addr| dmkit_verbs::VerbsTarget {
+                    addr: addr.clone(),
+                    token_file: a
+                        .token_file
+                        .clone()
+                        .unwrap_or_else(|| dmkit_verbs::default_token_path(addr)),
+                })
+                .collect();
+            let cfg = dmkit_verbs::VerbsConfig {
+                device: a.rdma.sel(),
+                ..Default::default()
+            };
+            dmkit_verbs::open_fabric(cfg, &targets).map_err(|e| e.to_string())
+        }
+        Backend::Shm => {
+            if !tcp.is_empty() {
+                return Err("tcp:HOST:PORT nodes serve RDMA devices: use --backend verbs (shm nodes listen on unix:PATH)".into());
+            }
+            let cfg = ShmConfig {
+                rtt: a.rtt.filter(|d| !d.is_zero()),
+                ..Default::default()
+            };
+            let f = if unix.is_empty() {
+                let size = a.mem_size.unwrap_or(needed);
+                ShmFabric::embedded(
+                    cfg,
+                    &[NodeConfig {
+                        size,
+                        page_size: a.page_size.unwrap_or(NodeConfig::default().page_size),
+                        ..Default::default()
+                    }],
+                )
+            } else {
+                if a.mem_size.is_some() || a.page_size.is_some() {
+                    return Err("--mem-size and --page-size configure the embedded node; with --connect the node process has its own --size and --page-size".into());
+                }
+                ShmFabric::open(cfg, &targets(&unix, &a.token_file)?)
+            }
+            .map_err(|e| e.to_string())?;
+            Ok(Arc::new(f))
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! `dmkit bench ycsb`: YCSB on an index (remote hash table, radix tree,
+//! B+tree, or an in-process peer): load, then run a workload.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use dmkit_bench::plot;
+use dmkit_bench::ycsb::{Distribution, KeyType, Workload};
+use dmkit_bench::ycsb_bench::{self, YcsbConfig, YcsbResult};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::{open_fabric, Backend, FabricArgs, SwitchArgs};
+use crate::args::OnOff;
+use crate::units::parse_size;
+use crate::Res;
+
+#[derive(Clone, Copy, ValueEnum)]
+enum KeyTypeArg {
+    /// 8-byte integers.
+    Int,
+    /// 32-byte e-mail-like strings.
+    String,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DistArg {
+    Uniform,
+    Zipfian,
+    Scrambled,
+    Latest,
+}
+
+#[derive(Args)]
+pub(crate) struct YcsbArgs {
+    #[command(flatten)]
+    fabric: FabricArgs,
+    /// Index: race (remote hash table), art (remote radix tree), btree
+    /// (remote B+tree), or the in-process peers local-hash and local-art.
+    #[arg(long, default_value = "race")]
+    index: ycsb_bench::IndexKind,
+    /// Workload: load, a, b, c, d, e or f.
+    #[arg(long, default_value = "c")]
+    workload: Workload,
+    /// Keys loaded before the run.
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Threads (one worker each).
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Tasks per thread (SMART's coroutines; remote indexes).
+    #[arg(long, default_value_t = 8)]
+    coros: usize,
+    /// Zipfian skew θ.
+    #[arg(long, default_value_t = 0.99)]
+    zipf: f64,
+    /// Key distribution (default: the workload's: latest for d, scrambled zipfian otherwise).
+    #[arg(long, value_enum)]
+    distribution: Option<DistArg>,
+    /// Scrambled zipfian: draw ranks over this many items [default: YCSB's
+    /// 10^10]; e.g. 100000000 gives a small table a 100 M-key table's hot keys.
+    #[arg(long)]
+    zipf_items: Option<u64>,
+    #[arg(long, value_enum, default_value = "int")]
+    key_type: KeyTypeArg,
+    /// Value bytes.
+    #[arg(long, default_value_t = 8)]
+    value_size: usize,
+    /// How long to run, not counting the load [default: 5s on shm, 20ms of
+    /// virtual time on the simulator].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
+    /// Unmeasured run before --duration (lets contention and the runtime's
+    /// adaptation settle).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    warmup: Duration,
+    /// Client cache entries per thread (race; 0 disables).
+    #[arg(long, default_value_t = 1 << 16)]
+    cache: usize,
+    /// Hash table: put the run's N likeliest keys in a hot area served in
+    /// blocks with IO consolidation (memory-semantics §IV-B; 0: off).
+    #[arg(long, default_value_t = 0)]
+    hot_keys: usize,
+    /// Hash table: hot entries per block, as a power of two.
+    #[arg(long, default_value_t = 3)]
+    hot_block_log2: u32,
+    /// Hash table: buffered modifications that force a hot block's write-back (θ).
+    #[arg(long, default_value_t = 16)]
+    hot_theta: u32,
+    /// Hash table: longest a compute machine keeps a hot block, however busy.
+    #[arg(long, default_value = "50us", value_parser = humantime::parse_duration)]
+    hot_hold: Duration,
+    /// Radix tree: bytes of internal nodes each compute machine caches, shared by its threads (0 disables).
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    art_cache: u64,
+    /// Radix tree: in-place leaf updates under the leaf lock (off:
+    /// out-of-place leaves swung by CAS).
+    #[arg(long, value_enum, default_value = "on")]
+    in_place_leaf: OnOff,
+    /// Radix tree: release the leaf lock with the write-back.
+    #[arg(long, value_enum, default_value = "on")]
+    rear_lock: OnOff,
+    /// Radix tree: read delegation and write combining among a thread's tasks.
+    #[arg(long, value_enum, default_value = "on")]
+    rdwc: OnOff,
+    /// Radix tree: lock-free internal nodes (off: every internal-node change
+    /// under a remote node lock — Figure 15's baseline).
+    #[arg(long, value_enum, default_value = "on")]
+    lock_free_internal: OnOff,
+    /// B+tree: bytes of internal nodes each compute machine caches, shared by its threads (0 disables).
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    btree_cache: u64,
+    /// B+tree: SMART-BT's speculative lookup (read one cached slot first).
+    #[arg(long, value_enum, default_value = "on")]
+    speculative: OnOff,
+    /// B+tree: Sherman's hierarchical locks (local lock table, hand-over).
+    #[arg(long, value_enum, default_value = "on")]
+    hocl: OnOff,
+    /// B+tree: lock tables in on-NIC device memory where the fabric has it.
+    #[arg(long, value_enum, default_value = "on")]
+    on_chip_locks: OnOff,
+    /// B+tree: Sherman's command combination — lock CAS with the node READ,
+    /// entry WRITE with the unlock, one round trip each (off: SMART's
+    /// artifact B+tree, four round trips per write).
+    #[arg(long, value_enum, default_value = "on")]
+    combine: OnOff,
+    /// B+tree: HOCL hand-overs to local waiters before a remote release.
+    #[arg(long, default_value_t = 4)]
+    max_handover: u32,
+    /// B+tree: node size.
+    #[arg(long, default_value = "1KiB", value_parser = parse_size)]
+    btree_node: u64,
+    /// B+tree: leaf entries per node (sets the node size; Sherman's span).
+    #[arg(long)]
+    btree_span: Option<usize>,
+    #[command(flatten)]
+    switches: SwitchArgs,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the result as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Also plot this result (throughput vs threads) to this PNG.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
+    let cfg = YcsbConfig {
+        index: a.index,
+        workload: a.workload,
+        keys: a.keys,
+        threads: a.threads,
+        machines: a.fabric.machines,
+        coros: a.coros,
+        theta: a.zipf,
+        distribution: a.distribution.map(|d| match d {
+            DistArg::Uniform => Distribution::Uniform,
+            DistArg::Zipfian => Distribution::Zipfian,
+            DistArg::Scrambled => Distribution::Scrambled,
+            DistArg::Latest => Distribution::Latest,
+        }),
+        zipf_items: a.zipf_items,
+        key_type: match a.key_type {
+            KeyTypeArg::Int => KeyType::Int,
+            KeyTypeArg::String => KeyType::String,
+        },
+        value_size: a.value_size,
+        duration: a.duration.unwrap_or(match a.fabric.backend {
+            Backend::Shm | Backend::Verbs => Duration::from_secs(5),
+            Backend::Sim => Duration::from_millis(20),
+        }),
+        warmup: a.warmup,
+        seed: a.seed,
+        runtime: a.switches.runtime_config(a.seed)?,
+        cache_entries: a.cache,
+        hot: ycsb_bench::HotSwitches {
+            keys: a.hot_keys,
+            block_log2: a.hot_block_log2,
+            theta: a.hot_theta,
+            hold_ns: a.hot_hold.as_nanos() as u64,
+        },
+        art: ycsb_bench::ArtSwitches {
+            cache_bytes: a.art_cache as usize,
+            in_place: a.in_place_leaf == OnOff::On,
+            rear_lock: a.rear_lock == OnOff::On,
+            rdwc: a.rdwc == OnOff::On,
+            lock_free_internal: a.lock_free_internal == OnOff::On,
+        },
+        btree: ycsb_bench::BtreeSwitches {
+            cache_bytes: a.btree_cache as usize,
+            speculative: a.speculative == OnOff::On,
+            hocl: a.hocl == OnOff::On,
+            on_chip_locks: a.on_chip_locks == OnOff::On,
+            combine: a.combine == OnOff::On,
+            max_handover: a.max_handover,
+            node_bytes: a.btree_node as usize,
+            span: a.btree_span,
+        },
+    };
+    let needed = ycsb_bench::memory_estimate(&cfg);
+    let platform = match a.fabric.backend {
+        Backend::Sim => ycsb_bench::Platform::Sim(Box::new(a.fabric.sim_config(needed, a.seed)?)),
+        Backend::Shm | Backend::Verbs => {
+            if !cfg.runtime.thread_aware {
+                return Err(
+                    "bench ycsb: --thread-aware off needs a backend with doorbell registers \
+                            (--backend sim); shm has none to share"
+                        .into(),
+                );
+            }
+            ycsb_bench::Platform::Fabric(open_fabric(&a.fabric, needed)?)
+        }
+    };
+    let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
+        let b = ProgressBar::new(cfg.keys);
+        b.set_style(
+            ProgressStyle::with_template("{spinner} {msg:5} {bar:40} {pos}/{len} {elapsed}")
+                .expect("valid template"),
+        );
+        b
+    });
+    let progress = |phase: &'static str, done: u64, total: u64| {
+        if let Some(b) = &bar {
+            b.set_message(phase);
+            b.set_length(total);
+            b.set_position(done);
+        }
+    };
+    let r = ycsb_bench::run(platform, &cfg, &progress).map_err(|e| e.to_string())?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    print_ycsb(&r);
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&r).expect("result serialises");
+        std::fs::write(path, text + "\n")
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    if let Some(path) = &a.plot {
+        plot::write_png(&plot::throughput_vs_threads(&[r]), path)
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn print_ycsb(r: &YcsbResult) {
+    println!(
+        "{:<6} {:<10} {:<4} {:>7} {:>5} {:>9} {:>8} {:>8} {:>8} {:>6} {:>6} {:>8} {:>8} {:>7} {:>9}",
+        "backend", "index", "wl", "threads", "coros", "keys", "Mops", "p50_us", "p99_us", "rt/op", "verbs", "rd_B/op", "wr_B/op", "retry", "load_Mops"
+    );
+    println!(
+        "{:<6} {:<10} {:<4} {:>7} {:>5} {:>9} {:>8.3} {:>8.2} {:>8.2} {:>6.2} {:>6.2} {:>8.1} {:>8.1} {:>7.3} {:>9.3}",
+        r.backend,
+        r.index,
+        r.workload,
+        r.threads,
+        r.coros,
+        r.keys,
+        r.mops,
+        r.p50_us,
+        r.p99_us,
+        r.round_trips_per_op,
+        r.verbs_per_op,
+        r.bytes_read_per_op,
+        r.bytes_written_per_op,
+        r.retries_per_op,
+        r.load_mops
+    );
+}

@@ -1,0 +1,90 @@
+//! `dmkit memnode`: run a memory node process serving shm clients on a
+//! Unix socket or verbs clients on a TCP control channel.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use dmkit_memnode::server::{default_token_path, Server};
+use dmkit_memnode::{MemNode, NodeConfig};
+
+use crate::args::{parse_listen, Listen, RdmaArgs};
+use crate::units::{format_size, parse_size};
+use crate::Res;
+
+#[derive(Args)]
+pub(crate) struct MemnodeArgs {
+    /// Remote memory size (e.g. 4GiB).
+    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+    size: u64,
+    /// Where to listen: unix:PATH (shm clients) or tcp:HOST:PORT (verbs
+    /// clients over an RDMA device; needs a build with --features dmkit/verbs).
+    #[arg(long, value_parser = parse_listen)]
+    listen: Listen,
+    /// Token file to create (mode 0600); default PATH.token.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Memory node id (the high 16 bits of its global addresses).
+    #[arg(long, default_value_t = 0)]
+    node_id: u16,
+    /// Translation page size: 4KiB or 2MiB.
+    #[arg(long, default_value = "4KiB", value_parser = parse_size)]
+    page_size: u64,
+    /// Spare memory pages for run-time remapping.
+    #[arg(long, default_value_t = 64)]
+    spare_pages: u64,
+    #[command(flatten)]
+    rdma: RdmaArgs,
+}
+
+pub(crate) fn memnode(a: MemnodeArgs) -> Res {
+    let node = MemNode::new(NodeConfig {
+        node_id: a.node_id,
+        size: a.size,
+        page_size: a.page_size,
+        spare_pages: a.spare_pages,
+    })
+    .map_err(|e| e.to_string())?;
+    match &a.listen {
+        Listen::Unix(path) => {
+            let token = a
+                .token_file
+                .clone()
+                .unwrap_or_else(|| default_token_path(path));
+            let server = Server::bind(node, path, &token).map_err(|e| e.to_string())?;
+            log(format_args!(
+                "dmkit memnode: node {} serving {} (pages {}) on unix:{}; token file {}",
+                a.node_id,
+                format_size(a.size),
+                format_size(a.page_size),
+                path.display(),
+                token.display()
+            ));
+            server.serve().map_err(|e| e.to_string())?;
+        }
+        Listen::Tcp(addr) => {
+            let token = a
+                .token_file
+                .clone()
+                .unwrap_or_else(|| dmkit_verbs::default_token_path(addr));
+            dmkit_verbs::serve_node(node, &a.rdma.sel(), addr, &token, |bound, dev| {
+                log(format_args!(
+                    "dmkit memnode: node {} serving {} (pages {}) to verbs clients on tcp:{bound} via {dev}; token file {}",
+                    a.node_id,
+                    format_size(a.size),
+                    format_size(a.page_size),
+                    token.display()
+                ))
+            })
+            .map_err(|e| e.to_string())?;
+        }
+    }
+    log(format_args!("dmkit memnode: shut down"));
+    Ok(())
+}
+
+/// Writes a log line to stderr, ignoring failure: a memory node must keep
+/// serving (and exit cleanly) even when nobody reads its stderr any more.
+fn log(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{args}");
+}

@@ -1,0 +1,305 @@
+//! `dmkit sim`: the deterministic RNIC simulator's commands — `reproduce`
+//! a paper's figure, measure the simulator's own `speed`, and `check` a
+//! concurrency scenario under fault injection over many seeds.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use dmkit_bench::plot;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::args::{load_profile, parse_atomic_order, OnOff};
+use crate::Res;
+
+#[derive(Subcommand)]
+pub(crate) enum SimCmd {
+    /// Rerun a paper's figure in virtual time and compare with its numbers.
+    Reproduce(ReproduceArgs),
+    /// The simulator's own speed: 8-byte READs on many virtual threads,
+    /// simulated verbs per wall-clock second.
+    Speed(SpeedArgs),
+    /// Run a concurrency scenario under fault injection over many seeds;
+    /// print the first failing seed and how to replay it.
+    Check(CheckArgs),
+}
+
+#[derive(Args)]
+pub(crate) struct CheckArgs {
+    /// Scenario: counters, race.
+    #[arg(long)]
+    scenario: String,
+    /// How many seeds to run (from --first).
+    #[arg(long, default_value_t = 100)]
+    seeds: u64,
+    /// First seed.
+    #[arg(long, default_value_t = 1)]
+    first: u64,
+    /// Run exactly this seed (a replay), with a report of what it did.
+    #[arg(long, conflicts_with_all = ["seeds", "first"])]
+    seed: Option<u64>,
+    /// Seeds to run at once, one core each [default: the cores this
+    /// process may use]. The first failing seed reported does not depend
+    /// on it.
+    #[arg(long)]
+    jobs: Option<usize>,
+}
+
+#[derive(Args)]
+pub(crate) struct SpeedArgs {
+    /// Compute machines.
+    #[arg(long, default_value_t = 6)]
+    machines: usize,
+    /// Memory nodes.
+    #[arg(long, default_value_t = 2)]
+    memory_nodes: usize,
+    /// Virtual threads per compute machine.
+    #[arg(long, default_value_t = 96)]
+    threads: usize,
+    /// Tasks per thread.
+    #[arg(long, default_value_t = 8)]
+    tasks: usize,
+    /// READs each task posts before it waits.
+    #[arg(long, default_value_t = 1)]
+    depth: usize,
+    /// One doorbell per task round of `--depth` READs (doorbell batching)
+    /// instead of one per READ (SMART's bench tool).
+    #[arg(long)]
+    doorbell_batch: bool,
+    /// Virtual time to simulate.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Device profile: cx6-200g, cx5-100g, cx3-56g, or a TOML file.
+    #[arg(long, default_value = "cx6-200g")]
+    profile: String,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the result as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub(crate) struct ReproduceArgs {
+    /// Figure: smart-fig3a, smart-fig4a, smart-table1, smart-fig7,
+    /// smart-fig12, smart-fig14, smart-art-fig11, smart-art-fig15,
+    /// memsem-fig13.
+    name: String,
+    /// Device profile: cx6-200g, cx5-100g, cx3-56g, or a TOML file.
+    #[arg(long, default_value = "cx6-200g")]
+    profile: String,
+    /// Override the profile's order among atomics waiting for one address:
+    /// post, arrival, random, newest, round-robin (see the profile's
+    /// `atomic_order`).
+    #[arg(long, value_parser = parse_atomic_order)]
+    atomic_order: Option<dmkit_sim::profile::AtomicOrder>,
+    /// Override the profile's `atomic_stalls_access`: READs and WRITEs of
+    /// a word wait for the atomics queued on it (SwordBox §3.2; post
+    /// order only: another --atomic-order turns it off unless given).
+    #[arg(long, value_enum)]
+    atomic_stalls_access: Option<OnOff>,
+    /// Seed of the simulation (same seed, same result, bit for bit).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Fewer points, shorter windows (a smoke run).
+    #[arg(long)]
+    quick: bool,
+    /// smart-table1: scale intervals and the throttle's epochs by this factor.
+    #[arg(long, default_value_t = 0.125)]
+    time_scale: f64,
+    /// Candidate C_max values of throttled runs (default: SMART Algorithm 1's
+    /// 4,6,8,10,12; "unlimited" may be listed).
+    #[arg(long, value_delimiter = ',', value_parser = parse_c_max)]
+    tuner_candidates: Option<Vec<u32>>,
+    /// Write the rows as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write a PNG chart (reproduced lines and the paper's points).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Runs to execute at once, one core each [default: the cores this
+    /// process may use]. The rows do not depend on it.
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+pub(crate) fn sim_reproduce(a: ReproduceArgs) -> Res {
+    use dmkit_bench::sim_repro;
+    let opts = sim_repro::ReproOptions {
+        profile: load_profile(&a.profile, a.atomic_order, a.atomic_stalls_access)?,
+        seed: a.seed,
+        quick: a.quick,
+        time_scale: a.time_scale,
+        candidates: a
+            .tuner_candidates
+            .unwrap_or_else(|| sim_repro::PAPER_CANDIDATES.to_vec()),
+        jobs: a.jobs.unwrap_or_else(dmkit_bench::default_jobs),
+    };
+    let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
+        let b = ProgressBar::new(1);
+        b.set_style(
+            ProgressStyle::with_template("{spinner} runs {bar:40} {pos}/{len} {elapsed}")
+                .expect("valid template"),
+        );
+        b
+    });
+    let progress = |done: usize, total: usize| {
+        if let Some(b) = &bar {
+            b.set_length(total as u64);
+            b.set_position(done as u64);
+        }
+    };
+    let f = sim_repro::reproduce(&a.name, &opts, &progress).map_err(|e| e.to_string())?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    println!(
+        "{} on {} (seed {}, time scale {}): {:.1} s wall with {} job{}, {:.1} core-seconds, {:.2} M simulated verbs per core-second",
+        f.figure,
+        f.profile,
+        f.seed,
+        f.time_scale,
+        f.wall_seconds,
+        f.jobs,
+        if f.jobs == 1 { "" } else { "s" },
+        f.core_seconds,
+        f.sim_verbs_per_core_second / 1e6
+    );
+    println!(
+        "{:<24} {:>8} {:>10} {:<6} {:>10} {:>7}",
+        "series", "x", "value", "unit", "published", "ratio"
+    );
+    for r in &f.rows {
+        let (p, ratio) = match r.published {
+            Some(p) => (format!("{p:.1}"), format!("{:.2}", r.value / p)),
+            None => ("-".into(), "-".into()),
+        };
+        println!(
+            "{:<24} {:>8} {:>10.2} {:<6} {:>10} {:>7}",
+            r.series, r.x, r.value, r.unit, p, ratio
+        );
+    }
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&f).map_err(|e| e.to_string())?;
+        std::fs::write(path, text + "\n")
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    if let Some(path) = &a.plot {
+        plot::write_png(&sim_repro::chart(&f), path)
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn parse_c_max(s: &str) -> Result<u32, String> {
+    match s {
+        "unlimited" => Ok(dmkit_runtime::throttle::UNLIMITED),
+        n => match n.parse::<u32>() {
+            Ok(v) if v > 0 => Ok(v),
+            _ => Err(format!(
+                "{s:?}: expected a positive integer or \"unlimited\""
+            )),
+        },
+    }
+}
+
+pub(crate) fn sim_speed(a: SpeedArgs) -> Res {
+    use dmkit_bench::sim_micro::{self, SimMicroConfig};
+    let mut c = SimMicroConfig::smart(
+        dmkit_sim::Profile::load(&a.profile)?,
+        a.threads,
+        a.depth,
+        dmkit_fabric::QpPolicy::PerThreadDoorbell,
+    );
+    c.machines = a.machines;
+    c.memory_nodes = a.memory_nodes;
+    c.tasks = a.tasks;
+    c.doorbell_per_request = !a.doorbell_batch;
+    c.seed = a.seed;
+    c.warmup_ns = 0;
+    c.measure_ns = a.duration.as_nanos() as u64;
+    let r = sim_micro::run(&c).map_err(|e| e.to_string())?;
+    println!(
+        "{} machines x {} threads x {} tasks (depth {}{}), {} memory nodes, {} virtual: \
+         {:.1} Mops simulated; {} verbs in {:.1} s wall = {:.2} M simulated verbs per wall second",
+        a.machines,
+        a.threads,
+        a.tasks,
+        a.depth,
+        if a.doorbell_batch {
+            ", one doorbell per round"
+        } else {
+            ""
+        },
+        a.memory_nodes,
+        humantime::format_duration(a.duration),
+        r.mops,
+        r.verbs,
+        r.wall_seconds,
+        r.sim_verbs_per_wall_second / 1e6
+    );
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
+        std::fs::write(path, text + "\n")
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn sim_check(a: CheckArgs) -> Res {
+    use dmkit_bench::sim_check;
+    if !sim_check::SCENARIOS.contains(&a.scenario.as_str()) {
+        return Err(format!(
+            "no scenario {:?}; scenarios: {}",
+            a.scenario,
+            sim_check::SCENARIOS.join(", ")
+        ));
+    }
+    let replay = |why: &str, seed: u64| {
+        println!("scenario {} failed at seed {seed}:\n{why}", a.scenario);
+        println!(
+            "replay: dmkit sim check --scenario {} --seed {seed}",
+            a.scenario
+        );
+        Err(format!("seed {seed} failed"))
+    };
+    if let Some(seed) = a.seed {
+        return match sim_check::run(&a.scenario, seed) {
+            Ok(p) => {
+                println!(
+                    "seed {seed}: passed — {}; {} operations checked in {:.3} ms virtual; {} torn, {} delayed requests",
+                    p.shape,
+                    p.ops,
+                    p.virtual_ns as f64 / 1e6,
+                    p.torn,
+                    p.delayed
+                );
+                Ok(())
+            }
+            Err(why) => replay(&why, seed),
+        };
+    }
+    let jobs = a.jobs.unwrap_or_else(dmkit_bench::default_jobs);
+    if jobs == 0 || a.seeds == 0 {
+        return Err("--jobs and --seeds must be at least 1".into());
+    }
+    let (first, end) = (a.first, a.first.saturating_add(a.seeds));
+    let t0 = std::time::Instant::now();
+    let out = sim_check::run_seeds(&a.scenario, first, end, jobs);
+    if let Some((seed, why)) = out.failure {
+        return replay(&why, seed);
+    }
+    println!(
+        "scenario {}: seeds {first}..{} passed ({} operations checked, {} torn requests injected) in {:.1} s",
+        a.scenario,
+        end - 1,
+        out.ops,
+        out.torn,
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
