@@ -1,5 +1,11 @@
 //! Remote addresses.
 
+// Every remote layout of dmkit is little-endian words, encoded and decoded
+// through `#[repr(C)]` types in the host's byte order: RDMA's hosts (x86-64,
+// AArch64, POWER in LE mode) are little-endian.
+#[cfg(not(target_endian = "little"))]
+compile_error!("dmkit's remote layouts are little-endian; this target is not");
+
 use std::fmt;
 
 /// Identifier of a memory node.

@@ -88,8 +88,13 @@ pub fn claim_root(
     };
     match fabric.set_root(node, name, value, Some(expected)) {
         Ok(_) => Ok(true),
-        // Another client claimed it between the read and the swap.
-        Err(FabricError::Rpc { .. }) => Ok(false),
+        // Another client claimed it between the read and the swap. Only
+        // that is a name clash: a full root table, a bad name or a node
+        // shutting down are errors the caller must see as such.
+        Err(FabricError::Rpc {
+            error: RpcError::RootMismatch { .. },
+            ..
+        }) => Ok(false),
         Err(e) => Err(e),
     }
 }
@@ -116,7 +121,10 @@ pub fn release_root(
 ) -> Result<bool, FabricError> {
     match fabric.set_root(node, name, 0, Some(Some(value))) {
         Ok(_) => Ok(true),
-        Err(FabricError::Rpc { .. }) => Ok(false),
+        Err(FabricError::Rpc {
+            error: RpcError::RootMismatch { .. },
+            ..
+        }) => Ok(false),
         Err(e) => Err(e),
     }
 }

@@ -20,12 +20,14 @@
 //! [`earliest_failing_cut`] finds when the execution first went wrong.
 //!
 //! Used by every data structure's concurrency tests (RACE, the radix tree,
-//! the B+tree), on shm with real threads and processes and on the simulator.
+//! the B+tree), on shm with real threads and processes and on the simulator:
+//! the recorded workload that feeds it is the index layer's conformance
+//! suite (`dmkit_index::conformance::stress`). This crate is the checker
+//! alone and depends on nothing of dmkit.
 
 mod check;
 mod history;
 mod model;
-pub mod stress;
 
 pub use check::{check, check_key, earliest_failing_cut, Violation};
 pub use history::{Event, Record, Recorder};

@@ -80,16 +80,13 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use dmkit_fabric::{Fabric, GlobalAddr, NodeId, Rkey, SyncQp};
+use dmkit_fabric::{GlobalAddr, RemoteRef};
+use dmkit_index::{Creation, Home, IndexError};
 use dmkit_runtime::hash::hash64;
 use dmkit_runtime::lock::{LockConfig, LockGuard, RemoteLock};
 use dmkit_runtime::machine::TicketLocks;
-use dmkit_runtime::{Ctx, Nanos};
-
-use crate::error::RaceError;
-use crate::layout::word;
-use dmkit_fabric::RemoteRef;
-use dmkit_runtime::Local;
+use dmkit_runtime::{Ctx, Local, Nanos};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Magic of the hot directory.
 pub const HOT_MAGIC: u64 = u64::from_le_bytes(*b"RACEHOT1");
@@ -100,7 +97,9 @@ pub const MAX_HOT_BLOCK_LOG2: u32 = 10;
 
 /// Header of the hot directory.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct HotDirHeader {
     pub magic: u64,
     /// Hot keys.
@@ -119,7 +118,9 @@ const _: () = assert!(std::mem::size_of::<HotDirHeader>() == 64);
 
 /// Head of a block.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct HotBlockHead {
     /// RemoteLock word.
     pub lock: u64,
@@ -134,7 +135,9 @@ pub const HOT_FLUSHES: u64 = std::mem::offset_of!(HotBlockHead, flushes) as u64;
 
 /// Head of an entry.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct HotEntryHead {
     /// Bit 63: present; low 32 bits: value length.
     pub meta: u64,
@@ -153,16 +156,20 @@ pub fn entry_checksum(meta: u64, value: &[u8]) -> u64 {
 /// `Err(())` torn (checksum or length mismatch).
 #[allow(clippy::result_unit_err)]
 pub fn decode_entry(e: &[u8]) -> Result<Option<&[u8]>, ()> {
-    let (meta, sum) = (word(e, 0), word(e, 8));
-    if meta == 0 {
-        return if sum == 0 { Ok(None) } else { Err(()) };
+    let (head, body) = HotEntryHead::read_from_prefix(e).map_err(|_| ())?;
+    if head.meta == 0 {
+        return if head.checksum == 0 {
+            Ok(None)
+        } else {
+            Err(())
+        };
     }
-    let len = (meta & 0xFFFF_FFFF) as usize;
-    if meta & !PRESENT & !0xFFFF_FFFF != 0 || meta & PRESENT == 0 || 16 + len > e.len() {
+    let len = (head.meta & 0xFFFF_FFFF) as usize;
+    if head.meta & !PRESENT & !0xFFFF_FFFF != 0 || head.meta & PRESENT == 0 || len > body.len() {
         return Err(());
     }
-    let v = &e[16..16 + len];
-    if entry_checksum(meta, v) != sum {
+    let v = &body[..len];
+    if entry_checksum(head.meta, v) != head.checksum {
         return Err(());
     }
     Ok(Some(v))
@@ -173,9 +180,13 @@ pub fn encode_entry(e: &mut [u8], value: Option<&[u8]>) {
     e.fill(0);
     if let Some(v) = value {
         let meta = PRESENT | v.len() as u64;
-        e[0..8].copy_from_slice(&meta.to_le_bytes());
-        e[8..16].copy_from_slice(&entry_checksum(meta, v).to_le_bytes());
-        e[16..16 + v.len()].copy_from_slice(v);
+        let head = HotEntryHead {
+            meta,
+            checksum: entry_checksum(meta, v),
+        };
+        let (h, body) = e.split_at_mut(std::mem::size_of::<HotEntryHead>());
+        h.copy_from_slice(head.as_bytes());
+        body[..v.len()].copy_from_slice(v);
     }
 }
 
@@ -205,7 +216,7 @@ fn key_stride(max_key: usize) -> usize {
 }
 
 fn entry_stride(max_value: usize) -> usize {
-    16 + max_value.next_multiple_of(8)
+    std::mem::size_of::<HotEntryHead>() + max_value.next_multiple_of(8)
 }
 
 /// Bytes from one block to the next on a node: head and entries.
@@ -219,92 +230,55 @@ impl HotArea {
         entry_stride(max_value) << block_log2
     }
 
-    /// Creates the area for `keys` (validated by the caller) and returns it
-    /// with the chunks it took (the directory first).
-    pub(crate) fn create(
-        fabric: &dyn Fabric,
-        home: NodeId,
-        nodes: &[NodeId],
-        rkeys: &[Option<Rkey>],
-        cfg: &crate::RaceConfig,
-    ) -> Result<(Self, Vec<GlobalAddr>), RaceError> {
+    /// Creates the area for the configuration's hot keys (validated by
+    /// the caller) as part of table creation `c`.
+    pub(crate) fn create(c: &mut Creation, cfg: &crate::RaceConfig) -> Result<Self, IndexError> {
         let (max_key, max_value, block_log2) = (cfg.max_key, cfg.max_value, cfg.hot_block_log2);
-        let params = cfg.hot_params();
         let mut sorted = cfg.hot_keys.clone();
         sorted.sort();
         let ks = key_stride(max_key);
         let es = entry_stride(max_value);
+        let nodes = c.nodes().to_vec();
         let blocks = sorted.len().div_ceil(1 << block_log2);
         let block_stride = block_stride(es, block_log2);
-        let oom = |what| move |source| RaceError::OutOfMemory { what, source };
-        let dir_len = 64 + 8 * nodes.len() as u64 + (ks * sorted.len()) as u64;
-        let mut chunks = Vec::new();
-        let result = (|| {
-            let (dir, _, _) = fabric
-                .alloc_chunk(home, dir_len, true)
-                .map_err(oom("allocating the hot directory"))?;
-            chunks.push(dir);
-            let mut areas = Vec::new();
-            for (i, &n) in nodes.iter().enumerate() {
-                let on_node = (blocks + nodes.len() - 1 - i) / nodes.len();
-                let len = (on_node as u64 * block_stride).max(64);
-                let (a, _, _) = fabric
-                    .alloc_chunk(n, len, true)
-                    .map_err(oom("allocating hot blocks"))?;
-                chunks.push(a);
-                areas.push(a);
-            }
-            let mut img = Vec::with_capacity(dir_len as usize);
-            let h = HotDirHeader {
-                magic: HOT_MAGIC,
-                keys: sorted.len() as u64,
-                block_log2: block_log2 as u64,
-                key_stride: ks as u64,
-                entry_stride: es as u64,
-                nodes: nodes.len() as u64,
-                _reserved: [0; 2],
-            };
-            for w in [
-                h.magic,
-                h.keys,
-                h.block_log2,
-                h.key_stride,
-                h.entry_stride,
-                h.nodes,
-                0,
-                0,
-            ] {
-                img.extend_from_slice(&w.to_le_bytes());
-            }
-            for a in &areas {
-                img.extend_from_slice(&a.raw().to_le_bytes());
-            }
-            for k in &sorted {
-                let at = img.len();
-                img.extend_from_slice(&(k.len() as u64).to_le_bytes());
-                img.extend_from_slice(k);
-                img.resize(at + ks, 0);
-            }
-            let max_msg = fabric.caps().max_message.clamp(4096, 1 << 20);
-            let mut qp = SyncQp::new(fabric, home, max_msg)?;
-            let rk = rkeys[home as usize].expect("rkey of a listed node");
-            for (i, piece) in img.chunks(max_msg).enumerate() {
-                qp.write(dir.add((i * max_msg) as u64), rk, piece)?;
-            }
-            Ok((dir, areas))
-        })();
-        match result {
-            Ok((dir, areas)) => Ok((
-                Self::assemble(dir, block_log2, es, areas, sorted, params),
-                chunks,
-            )),
-            Err(e) => {
-                for c in chunks {
-                    let _ = fabric.free_chunk(c);
-                }
-                Err(e)
-            }
+        let head_len = std::mem::size_of::<HotDirHeader>() as u64;
+        let dir_len = head_len + 8 * nodes.len() as u64 + (ks * sorted.len()) as u64;
+        let dir = c.alloc(c.home(), dir_len, "allocating the hot directory")?;
+        let mut areas = Vec::new();
+        for (i, &n) in nodes.iter().enumerate() {
+            let on_node = (blocks + nodes.len() - 1 - i) / nodes.len();
+            let len = (on_node as u64 * block_stride).max(64);
+            areas.push(c.alloc(n, len, "allocating hot blocks")?);
         }
+        let h = HotDirHeader {
+            magic: HOT_MAGIC,
+            keys: sorted.len() as u64,
+            block_log2: block_log2 as u64,
+            key_stride: ks as u64,
+            entry_stride: es as u64,
+            nodes: nodes.len() as u64,
+            _reserved: [0; 2],
+        };
+        let mut img = Vec::with_capacity(dir_len as usize);
+        img.extend_from_slice(h.as_bytes());
+        for a in &areas {
+            img.extend_from_slice(a.raw().as_bytes());
+        }
+        for k in &sorted {
+            let at = img.len();
+            img.extend_from_slice((k.len() as u64).as_bytes());
+            img.extend_from_slice(k);
+            img.resize(at + ks, 0);
+        }
+        c.write(dir, &img)?;
+        Ok(Self::assemble(
+            dir,
+            block_log2,
+            es,
+            areas,
+            sorted,
+            cfg.hot_params(),
+        ))
     }
 
     fn assemble(
@@ -331,37 +305,32 @@ impl HotArea {
 
     /// Reads the area of an existing table from its directory at `dir`.
     pub(crate) fn open(
-        fabric: &dyn Fabric,
+        home: &Home,
         dir: GlobalAddr,
-        rkeys: &[Option<Rkey>],
-        nodes: &[NodeId],
         max_key: usize,
         max_value: usize,
         params: HotParams,
-    ) -> Result<Self, RaceError> {
-        let corrupt = |what| RaceError::Corrupt { addr: dir, what };
-        let max_msg = fabric.caps().max_message.clamp(4096, 1 << 20);
-        let rk = rkeys
-            .get(dir.node() as usize)
-            .copied()
-            .flatten()
-            .ok_or_else(|| corrupt("hot directory (node unknown)"))?;
-        let mut qp = SyncQp::new(fabric, dir.node(), max_msg)?;
-        let head = qp.read(dir, rk, 64)?;
-        let (magic, keys, log2, ks, es, n) = (
-            word(&head, 0),
-            word(&head, 8) as usize,
-            word(&head, 16) as u32,
-            word(&head, 24) as usize,
-            word(&head, 32) as usize,
-            word(&head, 40) as usize,
+    ) -> Result<Self, IndexError> {
+        let corrupt = |what| IndexError::Corrupt { addr: dir, what };
+        let max_msg = home.fabric().caps().max_message.clamp(4096, 1 << 20);
+        let rk = home.rkey(dir.node())?;
+        let mut qp = home.sync_qp(dir.node(), max_msg)?;
+        let head_len = std::mem::size_of::<HotDirHeader>();
+        let (h, _) = HotDirHeader::read_from_prefix(&qp.read(dir, rk, head_len)?)
+            .map_err(|_| corrupt("hot directory header"))?;
+        let (keys, log2, ks, es, n) = (
+            h.keys as usize,
+            h.block_log2 as u32,
+            h.key_stride as usize,
+            h.entry_stride as usize,
+            h.nodes as usize,
         );
-        if magic != HOT_MAGIC
+        if h.magic != HOT_MAGIC
             || keys > MAX_HOT_KEYS
             || log2 > MAX_HOT_BLOCK_LOG2
             || ks != key_stride(max_key)
             || es != entry_stride(max_value)
-            || n != nodes.len()
+            || n != home.nodes().len()
         {
             return Err(corrupt("hot directory header"));
         }
@@ -369,19 +338,19 @@ impl HotArea {
         let mut body = Vec::with_capacity(len);
         while body.len() < len {
             let k = (len - body.len()).min(max_msg);
-            body.extend(qp.read(dir.add(64 + body.len() as u64), rk, k)?);
+            body.extend(qp.read(dir.add((head_len + body.len()) as u64), rk, k)?);
         }
-        let areas = (0..n)
-            .map(|i| GlobalAddr::from_raw(word(&body, 8 * i)))
-            .collect();
+        let (areas, records) = <[u64]>::ref_from_prefix_with_elems(&body, n)
+            .map_err(|_| corrupt("hot directory areas"))?;
+        let areas = areas.iter().map(|&a| GlobalAddr::from_raw(a)).collect();
         let mut sorted = Vec::with_capacity(keys);
-        for i in 0..keys {
-            let r = &body[8 * n + i * ks..8 * n + (i + 1) * ks];
-            let l = word(r, 0) as usize;
-            if l == 0 || l > max_key {
+        for r in records.chunks_exact(ks) {
+            let (l, key) = u64::read_from_prefix(r).map_err(|_| corrupt("hot key record"))?;
+            let l = l as usize;
+            if l == 0 || l > max_key || l > key.len() {
                 return Err(corrupt("hot key record"));
             }
-            sorted.push(r[8..8 + l].to_vec());
+            sorted.push(key[..l].to_vec());
         }
         Ok(Self::assemble(dir, log2, es, areas, sorted, params))
     }
@@ -499,9 +468,9 @@ pub(crate) fn owner_of(machine: usize) -> u16 {
 }
 
 impl HotArea {
-    fn lock(&self, b: usize, rk: Rkey) -> RemoteLock {
+    fn lock(&self, block: RemoteRef) -> RemoteLock {
         RemoteLock::new(
-            RemoteRef::new(self.block_addr(b), rk),
+            block,
             LockConfig {
                 lease: self.params.lease,
                 ..LockConfig::default()
@@ -510,38 +479,36 @@ impl HotArea {
     }
 
     /// Runs `op` on hot rank `rank`. `scratch` is task-local memory of at
-    /// least `entries_len()` bytes; `rk` is the rkey of every node's heap.
+    /// least `entries_len() + 8` bytes; `home` names the table's nodes and
+    /// their keys.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn run(
         &self,
         ctx: &Ctx,
         local: &HotLocal,
         owner: u16,
-        rkey: impl Fn(NodeId) -> Result<Rkey, RaceError>,
-        scratch: usize,
+        home: &Home,
+        scratch: Local,
         rank: u32,
         op: HotOp<'_>,
         trace: &mut HotTrace,
-    ) -> Result<HotOutcome, RaceError> {
+    ) -> Result<HotOutcome, IndexError> {
         let b = (rank >> self.block_log2) as usize;
         let e = (rank as usize) & ((1 << self.block_log2) - 1);
-        let addr = self.block_addr(b);
-        let rk = rkey(addr.node())?;
+        let block = home.remote(self.block_addr(b))?;
         if let HotOp::Search = op {
+            let (lock_word, entry) = (scratch.word(0), scratch.slice(8, self.entry_stride));
             for _ in 0..FAST_TRIES {
-                ctx.read(RemoteRef::new(addr, rk), Local::at(scratch, 8));
+                ctx.read(block, lock_word);
                 ctx.read(
-                    RemoteRef::new(
-                        addr.add(HOT_ENTRIES_AT + (e * self.entry_stride) as u64),
-                        rk,
-                    ),
-                    Local::at(scratch + 8, self.entry_stride),
+                    block.add(HOT_ENTRIES_AT + (e * self.entry_stride) as u64),
+                    entry,
                 );
                 ctx.sync().await?;
-                if ctx.local_u64(Local::at(scratch, 8)) != 0 {
+                if ctx.local_u64(lock_word) != 0 {
                     break;
                 }
-                let img = ctx.local_vec(Local::at(scratch + 8, self.entry_stride));
+                let img = ctx.local_vec(entry);
                 match decode_entry(&img) {
                     Ok(v) => {
                         trace.fast = true;
@@ -563,7 +530,7 @@ impl HotArea {
             trace.handed_in = true;
         } else {
             // Take the remote lock, then read the block under it.
-            let guard = match self.lock(b, rk).lock(ctx, owner).await {
+            let guard = match self.lock(block).lock(ctx, owner).await {
                 Ok(guard) => guard,
                 Err(e) => {
                     local.tickets.abandon(g);
@@ -573,10 +540,7 @@ impl HotArea {
             trace.acquired = true;
             let n = self.entries_len();
             let read = ctx
-                .read_sync(
-                    RemoteRef::new(addr.add(HOT_ENTRIES_AT), rk),
-                    Local::at(scratch, n),
-                )
+                .read_sync(block.add(HOT_ENTRIES_AT), scratch.prefix(n))
                 .await;
             if let Err(e) = read {
                 // The lock is ours; give it back if the fabric lets us.
@@ -586,7 +550,7 @@ impl HotArea {
             }
             let mut h = cell.lock().unwrap_or_else(|p| p.into_inner());
             h.entries.resize(n, 0);
-            ctx.get_local(Local::at(scratch, h.entries.len()), &mut h.entries);
+            ctx.get_local(scratch, &mut h.entries);
             h.guard = Some(guard);
             h.mods = 0;
             h.since = ctx.now();
@@ -622,16 +586,18 @@ impl HotArea {
             }
         };
         let Some((result, keep, flush)) = applied else {
-            self.give_back(ctx, local, g, b, rk, scratch, false).await?;
-            return Err(RaceError::Corrupt {
-                addr,
+            self.give_back(ctx, local, g, b, block, scratch, false)
+                .await?;
+            return Err(IndexError::Corrupt {
+                addr: block.addr,
                 what: "hot entry (checksum mismatch under its lock)",
             });
         };
         if keep {
             local.tickets.release(g);
         } else {
-            self.give_back(ctx, local, g, b, rk, scratch, flush).await?;
+            self.give_back(ctx, local, g, b, block, scratch, flush)
+                .await?;
             trace.flushed = flush;
         }
         Ok(result)
@@ -646,30 +612,29 @@ impl HotArea {
         local: &HotLocal,
         g: dmkit_runtime::machine::TicketGrant,
         b: usize,
-        rk: Rkey,
-        scratch: usize,
+        block: RemoteRef,
+        scratch: Local,
         flush: bool,
-    ) -> Result<(), RaceError> {
-        let addr = self.block_addr(b);
+    ) -> Result<(), IndexError> {
         let guard = {
             let mut h = local.blocks[b].lock().unwrap_or_else(|p| p.into_inner());
             if flush {
-                ctx.put_local(Local::at(scratch, h.entries.len()), &h.entries);
+                ctx.put_local(scratch, &h.entries);
                 h.mods = 0;
             }
             h.guard.take()
         };
         if flush {
             ctx.write(
-                RemoteRef::new(addr.add(HOT_ENTRIES_AT), rk),
-                Local::at(scratch, self.entries_len()),
+                block.add(HOT_ENTRIES_AT),
+                scratch.prefix(self.entries_len()),
             );
-            ctx.faa(RemoteRef::new(addr.add(HOT_FLUSHES), rk), 1);
+            ctx.faa(block.add(HOT_FLUSHES), 1);
         }
         let r = match guard {
             Some(guard) => guard.unlock(ctx).await.map_err(lock_error),
-            None => Err(RaceError::Corrupt {
-                addr,
+            None => Err(IndexError::Corrupt {
+                addr: block.addr,
                 what: "hot block held locally without its remote lock",
             }),
         };
@@ -684,9 +649,9 @@ impl HotArea {
         ctx: &Ctx,
         local: &HotLocal,
         owner: u16,
-        rkey: impl Fn(NodeId) -> Result<Rkey, RaceError> + Copy,
-        scratch: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, RaceError> {
+        home: &Home,
+        scratch: Local,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, IndexError> {
         let keys = self.keys();
         let mut out = Vec::new();
         let mut trace = HotTrace::default();
@@ -696,7 +661,7 @@ impl HotArea {
                     ctx,
                     local,
                     owner,
-                    rkey,
+                    home,
                     scratch,
                     i as u32,
                     HotOp::Search,
@@ -711,11 +676,11 @@ impl HotArea {
     }
 }
 
-fn lock_error(e: dmkit_runtime::lock::LockError) -> RaceError {
+fn lock_error(e: dmkit_runtime::lock::LockError) -> IndexError {
     match e {
-        dmkit_runtime::lock::LockError::Fabric(f) => RaceError::Fabric(f),
+        dmkit_runtime::lock::LockError::Fabric(f) => IndexError::Fabric(f),
         lost @ dmkit_runtime::lock::LockError::Lost { .. } => {
-            RaceError::HotLeaseLost(lost.to_string())
+            IndexError::LeaseLost(lost.to_string())
         }
     }
 }

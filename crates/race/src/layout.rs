@@ -60,6 +60,8 @@
 //! fails it (or fails the key comparison) and the reader retries.
 
 use dmkit_fabric::GlobalAddr;
+use dmkit_index::Magic;
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Words of a bucket after its header.
 pub const SLOTS_PER_BUCKET: usize = 7;
@@ -75,12 +77,17 @@ pub const MAX_BLOCK: usize = 127 * 64;
 /// used for the fingerprint and bucket index).
 pub const MAX_DEPTH_LIMIT: u32 = 20;
 
-pub const DIR_MAGIC: u64 = u64::from_le_bytes(*b"RACEDIR1");
+/// The directory's magic: kind and layout version (see
+/// [`dmkit_index::Magic`]).
+pub const DIR_MAGIC: Magic = Magic::new(b"dmRACE", 2);
+/// A subtable's magic.
 pub const SUBTABLE_MAGIC: u64 = u64::from_le_bytes(*b"RACESUB1");
 
 /// Header of a table's directory.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct DirHeader {
     pub magic: u64,
     pub global_depth: u64,
@@ -100,40 +107,14 @@ const _: () = assert!(std::mem::size_of::<DirHeader>() == 64);
 /// Byte offsets inside [`DirHeader`].
 pub const DIR_GLOBAL_DEPTH: u64 = std::mem::offset_of!(DirHeader, global_depth) as u64;
 pub const DIR_LOCK: u64 = std::mem::offset_of!(DirHeader, lock) as u64;
-pub const DIR_ENTRIES: u64 = 64;
-
-impl DirHeader {
-    pub fn to_bytes(&self) -> [u8; 64] {
-        words_to_bytes(&[
-            self.magic,
-            self.global_depth,
-            self.lock,
-            self.max_depth,
-            self.groups,
-            self.seed,
-            self.nodes,
-            self.limits,
-        ])
-    }
-
-    pub fn from_bytes(b: &[u8]) -> Self {
-        let w = |i: usize| word(b, i * 8);
-        Self {
-            magic: w(0),
-            global_depth: w(1),
-            lock: w(2),
-            max_depth: w(3),
-            groups: w(4),
-            seed: w(5),
-            nodes: w(6),
-            limits: w(7),
-        }
-    }
-}
+/// Directory entries start right after the header.
+pub const DIR_ENTRIES: u64 = std::mem::size_of::<DirHeader>() as u64;
 
 /// Header of a subtable.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct SubtableHeader {
     pub magic: u64,
     pub depth: u64,
@@ -148,20 +129,31 @@ const _: () = assert!(std::mem::size_of::<SubtableHeader>() == 64);
 pub const SUB_DEPTH: u64 = std::mem::offset_of!(SubtableHeader, depth) as u64;
 pub const SUB_SPLIT_LOCK: u64 = std::mem::offset_of!(SubtableHeader, split_lock) as u64;
 /// Insert locks start right after the header.
-pub const SUB_LOCKS: u64 = 64;
+pub const SUB_LOCKS: u64 = std::mem::size_of::<SubtableHeader>() as u64;
+
+/// The two buckets of a combined bucket, as one READ fetches them.
+pub type CombinedBucket = [Bucket; 2];
+const _: () = assert!(std::mem::size_of::<CombinedBucket>() as u64 == COMB_BYTES);
 
 /// One bucket.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct Bucket {
     pub header: u64,
     pub slots: [u64; SLOTS_PER_BUCKET],
 }
 const _: () = assert!(std::mem::size_of::<Bucket>() as u64 == BUCKET_BYTES);
 
+/// Offset of the first slot in a bucket.
+pub const BUCKET_SLOTS: usize = std::mem::offset_of!(Bucket, slots);
+
 /// Main bucket 0, the shared overflow bucket, main bucket 1.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct BucketGroup {
     pub buckets: [Bucket; 3],
 }
@@ -169,14 +161,36 @@ const _: () = assert!(std::mem::size_of::<BucketGroup>() as u64 == GROUP_BYTES);
 
 /// Header of a key-value block.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct BlockHeader {
     /// key_len:16 | 0:16 | value_len:32
     pub lens: u64,
     pub checksum: u64,
 }
 const _: () = assert!(std::mem::size_of::<BlockHeader>() == 16);
-pub const BLOCK_HEADER: usize = 16;
+/// Bytes of a block header.
+pub const BLOCK_HEADER: usize = std::mem::size_of::<BlockHeader>();
+
+impl BlockHeader {
+    /// key_len:16 | 0:16 | value_len:32.
+    pub fn lens_of(key: usize, value: usize) -> u64 {
+        key as u64 | (value as u64) << 32
+    }
+    /// The key's length (0 in a block that was never written).
+    pub fn key_len(&self) -> usize {
+        (self.lens & 0xFFFF) as usize
+    }
+    /// The value's length.
+    pub fn value_len(&self) -> usize {
+        (self.lens >> 32) as usize
+    }
+    /// Whether the reserved bits are clear.
+    pub fn well_formed(&self) -> bool {
+        self.lens & 0xFFFF_0000 == 0
+    }
+}
 
 /// Geometry of a subtable with `groups` bucket groups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -332,12 +346,15 @@ pub fn block_bytes(key: usize, value: usize) -> usize {
 pub fn encode_block(key: &[u8], value: &[u8], out: &mut Vec<u8>) {
     out.clear();
     out.resize(block_bytes(key.len(), value.len()), 0);
-    let lens = key.len() as u64 | (value.len() as u64) << 32;
-    out[0..8].copy_from_slice(&lens.to_le_bytes());
-    out[16..16 + key.len()].copy_from_slice(key);
-    out[16 + key.len()..16 + key.len() + value.len()].copy_from_slice(value);
-    let sum = block_checksum(lens, key, value);
-    out[8..16].copy_from_slice(&sum.to_le_bytes());
+    let lens = BlockHeader::lens_of(key.len(), value.len());
+    let head = BlockHeader {
+        lens,
+        checksum: block_checksum(lens, key, value),
+    };
+    let (h, body) = out.split_at_mut(BLOCK_HEADER);
+    h.copy_from_slice(head.as_bytes());
+    body[..key.len()].copy_from_slice(key);
+    body[key.len()..key.len() + value.len()].copy_from_slice(value);
 }
 
 fn block_checksum(lens: u64, key: &[u8], value: &[u8]) -> u64 {
@@ -346,38 +363,21 @@ fn block_checksum(lens: u64, key: &[u8], value: &[u8]) -> u64 {
 
 /// Decodes a block read into `b`; `None` when torn, recycled or garbage.
 pub fn decode_block(b: &[u8]) -> Option<(&[u8], &[u8])> {
-    if b.len() < BLOCK_HEADER {
+    let (head, body) = BlockHeader::read_from_prefix(b).ok()?;
+    let (k, v) = (head.key_len(), head.value_len());
+    if !head.well_formed() || k == 0 || k.checked_add(v)? > body.len() {
         return None;
     }
-    let lens = word(b, 0);
-    let (k, v) = ((lens & 0xFFFF) as usize, (lens >> 32) as usize);
-    if lens & 0xFFFF_0000 != 0 || k == 0 || BLOCK_HEADER + k + v > b.len() {
-        return None;
-    }
-    let key = &b[16..16 + k];
-    let value = &b[16 + k..16 + k + v];
-    (block_checksum(lens, key, value) == word(b, 8)).then_some((key, value))
+    let (key, value) = (&body[..k], &body[k..k + v]);
+    (block_checksum(head.lens, key, value) == head.checksum).then_some((key, value))
 }
 
 /// The key of a block prefix (no checksum check: used by splits on blocks
 /// that a live slot references, which are immutable).
 pub fn block_key(b: &[u8]) -> Option<&[u8]> {
-    let lens = word(b, 0);
-    let k = (lens & 0xFFFF) as usize;
-    (k > 0 && BLOCK_HEADER + k <= b.len()).then(|| &b[16..16 + k])
-}
-
-/// The little-endian word at byte `at`.
-pub fn word(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
-
-pub fn words_to_bytes<const N: usize>(w: &[u64]) -> [u8; N] {
-    let mut out = [0u8; N];
-    for (i, v) in w.iter().enumerate() {
-        out[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
-    }
-    out
+    let (head, body) = BlockHeader::read_from_prefix(b).ok()?;
+    let k = head.key_len();
+    (k > 0 && k <= body.len()).then(|| &body[..k])
 }
 
 #[cfg(test)]

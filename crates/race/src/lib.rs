@@ -97,50 +97,25 @@
 //! ## Limits
 //! A client that dies while holding an insert lock or a split lock blocks
 //! inserts into that bucket or subtable (there is no lease on them yet).
-//! Errors are typed ([`RaceError`]); an operation that returns an error has
-//! changed nothing visible: a table at `max_depth` whose buckets are full
-//! returns [`RaceError::TableFull`] for that insert and stays usable.
+//! Errors are the index layer's ([`IndexError`]); an operation that
+//! returns an error has changed nothing visible: a table at `max_depth`
+//! whose buckets are full returns [`IndexError::Full`] for that insert and
+//! stays usable. Retry loops give up after the table's
+//! [`dmkit_index::RetryPolicy`] with [`IndexError::GaveUp`].
+//!
+//! ## The index layer
+//! [`RaceTable`] is a [`dmkit_index::RemoteMap`] and [`RaceClient`] a
+//! [`dmkit_index::MapClient`]: the table is created, opened and destroyed
+//! through the layer's descriptor lifecycle (directory magic `dmRACE`,
+//! layout version 2), its operations' task-local memory is declared once
+//! ([`dmkit_index::RemoteMap::local_layout`]), and its retries back off
+//! through the runtime. [`RaceConfig`] sizes itself for a workload
+//! ([`dmkit_index::IndexConfig`]) and, with the `cli` feature, its switches
+//! are command-line flags.
 
-pub mod error;
 pub mod hot;
 pub mod layout;
 pub mod table;
 
-pub use error::RaceError;
-pub use table::{RaceClient, RaceConfig, RaceTable, TableCounters};
-
-impl dmkit_lincheck::stress::StressClient for RaceClient {
-    type Error = RaceError;
-    async fn search(
-        &self,
-        ctx: &dmkit_runtime::Ctx,
-        key: &[u8],
-    ) -> Result<Option<Vec<u8>>, RaceError> {
-        RaceClient::search(self, ctx, key).await
-    }
-    async fn insert(
-        &self,
-        ctx: &dmkit_runtime::Ctx,
-        key: &[u8],
-        value: &[u8],
-    ) -> Result<bool, RaceError> {
-        RaceClient::insert(self, ctx, key, value).await
-    }
-    async fn update(
-        &self,
-        ctx: &dmkit_runtime::Ctx,
-        key: &[u8],
-        value: &[u8],
-    ) -> Result<bool, RaceError> {
-        RaceClient::update(self, ctx, key, value).await
-    }
-    async fn delete(&self, ctx: &dmkit_runtime::Ctx, key: &[u8]) -> Result<bool, RaceError> {
-        RaceClient::delete(self, ctx, key).await
-    }
-    async fn entries(
-        &self,
-        ctx: &dmkit_runtime::Ctx,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, RaceError> {
-        RaceClient::entries(self, ctx).await
-    }
-}
+pub use dmkit_index::IndexError;
+pub use table::{RaceClient, RaceConfig, RaceTable, TableCounters, KIND};

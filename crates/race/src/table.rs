@@ -2,56 +2,94 @@
 //! the online subtable split. Protocols are described in the crate docs.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use dmkit_fabric::{Fabric, FabricError, GlobalAddr, NodeId, Rkey, SyncQp};
-use dmkit_runtime::{Ctx, Nanos};
+use dmkit_fabric::{Fabric, GlobalAddr, NodeId, RemoteRef};
+use dmkit_index::{
+    ClientStats, Creation, Entries, Home, IndexConfig, IndexError, MapClient, RemoteMap, Retry,
+    RetryPolicy, Shape,
+};
+use dmkit_runtime::alloc::BlockAlloc;
+use dmkit_runtime::machine::PerMachine;
+use dmkit_runtime::{Ctx, Local, LocalLayout, Nanos};
+use zerocopy::{FromBytes, IntoBytes};
 
-use crate::error::RaceError;
 use crate::hot::{
     owner_of, HotArea, HotLocal, HotOp, HotOutcome, HotParams, HotTrace, MAX_HOT_BLOCK_LOG2,
     MAX_HOT_KEYS,
 };
 use crate::layout::*;
-use dmkit_fabric::RemoteRef;
-use dmkit_runtime::alloc::BlockAlloc;
-use dmkit_runtime::machine::PerMachine;
-use dmkit_runtime::Local;
 
-/// Configuration of a table (structure) and of its clients (caching, memory).
+/// The structure's kind: its roots are `race/NAME`.
+pub const KIND: &str = "race";
+
+/// Configuration of a table (structure) and of its clients (caching,
+/// memory, retries). With the `cli` feature it is a set of command-line
+/// flags (`clap::Args`): the switches and client settings are flags, the
+/// structural settings come from the workload ([`IndexConfig::fit`]).
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct RaceConfig {
     /// Longest key in bytes (stored in the table; all clients share it).
+    #[cfg_attr(feature = "cli", arg(skip = RaceConfig::default().max_key))]
     pub max_key: usize,
     /// Longest value in bytes (stored in the table).
+    #[cfg_attr(feature = "cli", arg(skip = RaceConfig::default().max_value))]
     pub max_value: usize,
     /// Bucket groups per subtable (each holds 21 slots).
+    #[cfg_attr(feature = "cli", arg(skip = RaceConfig::default().groups))]
     pub groups: u64,
     /// Subtables at creation: 2^initial_depth.
+    #[cfg_attr(feature = "cli", arg(skip))]
     pub initial_depth: u32,
     /// Most splits a suffix can see: the directory has 2^max_depth entries.
+    #[cfg_attr(feature = "cli", arg(skip = RaceConfig::default().max_depth))]
     pub max_depth: u32,
-    /// Client cache of key → slot, entries per client (rounded up to a power
+    /// Hash table: client cache of key → slot, entries per thread (a power
     /// of two; 0 disables it; SMART-HT's cache).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "cache", id = "race_cache", default_value_t = RaceConfig::default().cache_entries)
+    )]
     pub cache_entries: usize,
     /// How long a retired key-value block stays untouched before it is
     /// reused (ns of the worker's clock).
+    #[cfg_attr(feature = "cli", arg(skip = RaceConfig::default().grace))]
     pub grace: Nanos,
     /// Bytes a client asks the memory node for at a time for its blocks.
+    #[cfg_attr(feature = "cli", arg(skip = RaceConfig::default().chunk_bytes))]
     pub chunk_bytes: u64,
     /// Hash seed (stored in the table).
+    #[cfg_attr(feature = "cli", arg(skip = RaceConfig::default().seed))]
     pub seed: u64,
     /// Keys of the hot area (memory-semantics §IV-B; [`crate::hot`]),
     /// fixed at creation and stored in the table; empty: no hot area.
+    #[cfg_attr(feature = "cli", arg(skip))]
     pub hot_keys: Vec<Vec<u8>>,
-    /// Hot entries per block: 2^hot_block_log2 (stored in the table).
+    /// Hash table: hot entries per block, as a power of two.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "hot-block-log2", default_value_t = RaceConfig::default().hot_block_log2)
+    )]
     pub hot_block_log2: u32,
-    /// θ: buffered modifications of a hot block that force its write-back.
+    /// Hash table: buffered modifications that force a hot block's
+    /// write-back (θ).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "hot-theta", default_value_t = RaceConfig::default().hot_theta)
+    )]
     pub hot_theta: u32,
-    /// Longest a machine keeps a hot block however busy it is (ns).
+    /// Hash table: longest a compute machine keeps a hot block, however
+    /// busy (ns; flag: a duration).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "hot-hold", default_value = "50us", value_parser = dmkit_index::cli::parse_nanos)
+    )]
     pub hot_hold: Nanos,
+    /// How long an operation keeps retrying before it gives up.
+    #[cfg_attr(feature = "cli", arg(skip))]
+    pub retry: RetryPolicy,
 }
 
 impl Default for RaceConfig {
@@ -70,13 +108,61 @@ impl Default for RaceConfig {
             hot_block_log2: 3,
             hot_theta: 16,
             hot_hold: 50_000,
+            retry: RetryPolicy::default(),
         }
     }
 }
 
+/// Bucket groups per subtable when a table is sized for a workload.
+const FIT_GROUPS: u64 = 4096;
+/// Directory depth a table sized for a workload may reach.
+const FIT_MAX_DEPTH: u32 = 18;
+
+impl IndexConfig for RaceConfig {
+    /// Limits for the shape's keys and values (at least 32-byte keys: a
+    /// block is sized by its own key, so the limit only sizes buffers),
+    /// 4,096 groups per subtable, and enough subtables at creation for the
+    /// keys at about 50 % load (inserts beyond that split online).
+    fn fit(&mut self, shape: &Shape) {
+        self.max_key = shape.max_key.max(32);
+        self.max_value = shape.max_value.max(8);
+        self.groups = FIT_GROUPS;
+        let slots = FIT_GROUPS * 21;
+        let mut depth = 0;
+        while (slots << depth) < shape.keys * 2 && depth < 12 {
+            depth += 1;
+        }
+        self.initial_depth = depth;
+        self.max_depth = FIT_MAX_DEPTH;
+    }
+
+    fn key_limits(&self) -> (usize, usize) {
+        (1, self.max_key)
+    }
+
+    fn max_value(&self) -> usize {
+        self.max_value
+    }
+
+    /// Two blocks per key (updates and inserts of new keys, blocks in
+    /// quarantine), the subtables at twice their initial count (splits),
+    /// two block chunks per client and 64 MiB of slack.
+    fn memory_estimate(&self, shape: &Shape) -> u64 {
+        let block = (BLOCK_HEADER + shape.max_key + shape.max_value).next_multiple_of(64) as u64;
+        let sub = Geometry {
+            groups: self.groups,
+        }
+        .bytes();
+        2 * shape.keys * block
+            + (2 << self.initial_depth) * sub
+            + shape.clients as u64 * 2 * self.chunk_bytes
+            + (64 << 20)
+    }
+}
+
 impl RaceConfig {
-    fn validate(&self) -> Result<(), RaceError> {
-        let bad = |s: String| Err(RaceError::Config(s));
+    fn validate(&self) -> Result<(), IndexError> {
+        let bad = |s: String| Err(IndexError::config(KIND, s));
         if self.max_key == 0 || self.max_key > u16::MAX as usize {
             return bad(format!("max_key {} must be in 1..=65535", self.max_key));
         }
@@ -98,8 +184,8 @@ impl RaceConfig {
         self.validate_hot()
     }
 
-    fn validate_hot(&self) -> Result<(), RaceError> {
-        let bad = |s: String| Err(RaceError::Config(s));
+    fn validate_hot(&self) -> Result<(), IndexError> {
+        let bad = |s: String| Err(IndexError::config(KIND, s));
         if self.hot_block_log2 > MAX_HOT_BLOCK_LOG2 {
             return bad(format!(
                 "hot_block_log2 {} exceeds {MAX_HOT_BLOCK_LOG2}",
@@ -159,10 +245,15 @@ const HOT_LEASE: Nanos = 100_000_000;
 /// Operation counters of the table's own making (beyond the runtime's).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TableCounters {
+    /// Subtable splits this client made.
     pub splits: u64,
+    /// Lookups the client cache answered.
     pub cache_hits: u64,
+    /// Lookups that went to the buckets.
     pub cache_misses: u64,
+    /// Bucket reads that saw a stale directory or a key on the move.
     pub stale_reads: u64,
+    /// Blocks read torn (a checksum mismatch) and read again.
     pub torn_reads: u64,
     /// Lookups redone because reading slots and their blocks took longer
     /// than half the grace period.
@@ -179,44 +270,93 @@ pub struct TableCounters {
     pub hot_flushes: u64,
 }
 
+/// The task-local memory of the table's operations, declared once per
+/// table (see [`dmkit_runtime::LocalLayout`]).
+#[derive(Debug, Clone, Copy)]
+struct Scratch {
+    /// The key's two combined buckets, read in one batch.
+    comb: [Local; 2],
+    /// A directory word (global depth; a fetched entry's neighbour).
+    word: Local,
+    /// A slot word (the cached slot, re-read with its block).
+    slot: Local,
+    /// A zero word, the source of unlocking WRITEs.
+    zero: Local,
+    /// Words written by splits and directory updates.
+    e1: Local,
+    e2: Local,
+    /// The subtable header, read after the buckets.
+    hdr: Local,
+    /// The block being inserted or written.
+    new: Local,
+    /// Candidate blocks fetched in one round trip (`CAND_MAX` of them).
+    cand: Local,
+    /// Bulk scratch: splits, directory doubling, scans, hot blocks.
+    bulk: Local,
+}
+
+impl Scratch {
+    fn declare(block_cap: usize) -> (Self, LocalLayout) {
+        let mut l = LocalLayout::new();
+        let s = Scratch {
+            comb: [
+                l.region("combined bucket 1", COMB_BYTES as usize),
+                l.region("combined bucket 2", COMB_BYTES as usize),
+            ],
+            word: l.region("directory word", 8),
+            slot: l.region("slot word", 8),
+            zero: l.region("zero word", 8),
+            e1: l.region("split word 1", 8),
+            e2: l.region("split word 2", 8),
+            hdr: l.region("subtable header", std::mem::size_of::<SubtableHeader>()),
+            new: l.region("new block", block_cap),
+            cand: l.region("candidate blocks", CAND_MAX * block_cap),
+            bulk: l.region("bulk", SCRATCH),
+        };
+        (s, l)
+    }
+}
+
 /// A table: what every client of it shares. `Send + Sync`; make one
-/// [`RaceClient`] per worker with [`RaceTable::client`].
+/// [`RaceClient`] per worker with [`RemoteMap::client`].
 pub struct RaceTable {
-    fabric: Arc<dyn Fabric>,
-    name: String,
+    home: Home,
     cfg: RaceConfig,
     dir: GlobalAddr,
     geo: Geometry,
-    nodes: Vec<NodeId>,
-    rkeys: Vec<Option<Rkey>>,
-    /// Block chunks taken by this process's clients.
-    chunks: Arc<std::sync::Mutex<Vec<GlobalAddr>>>,
+    scratch: Scratch,
+    layout: LocalLayout,
     /// The hot area, if the table has one, and each machine's side of it.
     hot: Option<Arc<HotArea>>,
     hot_local: PerMachine<HotLocal>,
 }
 
-fn root_name(name: &str) -> String {
-    format!("race/{name}")
-}
+/// The root suffix of the hot area's directory (`race/NAME/hot`).
+const HOT_ROOT: &str = "hot";
 
-fn hot_root_name(name: &str) -> String {
-    format!("race/{name}/hot")
-}
-
-/// The bytes `[from, from+len)` of a fresh subtable's image.
+/// The bytes `[from, from+len)` of a fresh subtable's image: its header,
+/// then every bucket's header word (insert locks and slots zero).
 fn subtable_image(geo: Geometry, depth: u32, suffix: u64, from: u64, len: usize) -> Vec<u8> {
     let mut out = vec![0u8; len];
-    let put = |out: &mut [u8], at: u64, v: u64| {
-        if at >= from && at + 8 <= from + len as u64 {
+    let mut put = |at: u64, bytes: &[u8]| {
+        let end = at + bytes.len() as u64;
+        if at >= from && end <= from + len as u64 {
             let i = (at - from) as usize;
-            out[i..i + 8].copy_from_slice(&v.to_le_bytes());
+            out[i..i + bytes.len()].copy_from_slice(bytes);
         }
     };
-    put(&mut out, 0, SUBTABLE_MAGIC);
-    put(&mut out, SUB_DEPTH, depth as u64);
-    put(&mut out, SUB_DEPTH + 8, suffix);
-    put(&mut out, SUB_SPLIT_LOCK + 8, geo.groups);
+    let head = SubtableHeader {
+        magic: SUBTABLE_MAGIC,
+        depth: depth as u64,
+        suffix,
+        split_lock: 0,
+        groups: geo.groups,
+        _reserved: [0; 3],
+    };
+    if from < SUB_LOCKS {
+        // The header lies in one piece (pieces are at least 4 KiB).
+        put(0, head.as_bytes());
+    }
     let header = bucket_header(depth, suffix);
     let first = from.saturating_sub(geo.groups_at()) / BUCKET_BYTES;
     let mut b = first;
@@ -225,7 +365,7 @@ fn subtable_image(geo: Geometry, depth: u32, suffix: u64, from: u64, len: usize)
         if at >= from + len as u64 || b >= 3 * geo.groups {
             break;
         }
-        put(&mut out, at, header);
+        put(at, &header.to_le_bytes());
         b += 1;
     }
     out
@@ -234,145 +374,96 @@ fn subtable_image(geo: Geometry, depth: u32, suffix: u64, from: u64, len: usize)
 impl RaceTable {
     /// Creates table `name` on the fabric's memory nodes (directory on the
     /// lowest node id, subtables spread over all nodes) and registers it as
-    /// a named root, so other processes can [`RaceTable::open`] it.
+    /// a named root, so other processes can [`RemoteMap::open`] it. Nothing
+    /// is left behind if it fails.
     pub fn create(
         fabric: Arc<dyn Fabric>,
         name: &str,
         cfg: RaceConfig,
-    ) -> Result<Arc<Self>, RaceError> {
+    ) -> Result<Arc<Self>, IndexError> {
         cfg.validate()?;
-        let (home, nodes) = dmkit_fabric::home_node(fabric.as_ref())
-            .ok_or_else(|| RaceError::Config("fabric has no memory nodes".into()))?;
-        let rkeys = dmkit_fabric::heap_rkeys(fabric.as_ref(), &nodes)?;
+        let mut c = Creation::begin(fabric, KIND, name, &[HOT_ROOT])?;
         let geo = Geometry { groups: cfg.groups };
         let entries = 1u64 << cfg.max_depth;
-        let oom = |what| move |source| RaceError::OutOfMemory { what, source };
-        let (dir, _, _) = fabric
-            .alloc_chunk(home, DIR_ENTRIES + 8 * entries, true)
-            .map_err(oom("allocating the directory"))?;
-        let mut chunks = vec![dir];
-        let result = (|| {
-            let max_msg = fabric.caps().max_message.clamp(4096, 1 << 20);
-            let mut qps: HashMap<NodeId, SyncQp> = HashMap::new();
-            let mut entry_words = Vec::new();
-            for i in 0..1u64 << cfg.initial_depth {
-                let node = nodes[i as usize % nodes.len()];
-                let (sub, _, _) = fabric
-                    .alloc_chunk(node, geo.bytes(), true)
-                    .map_err(oom("allocating a subtable"))?;
-                chunks.push(sub);
-                let qp = match qps.entry(node) {
-                    std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-                    std::collections::hash_map::Entry::Vacant(v) => {
-                        v.insert(SyncQp::new(fabric.as_ref(), node, max_msg)?)
-                    }
-                };
-                let rk = rkeys[node as usize].expect("rkey of a listed node");
-                let mut at = 0;
-                while at < geo.bytes() {
-                    let n = (geo.bytes() - at).min(max_msg as u64) as usize;
-                    let img = subtable_image(geo, cfg.initial_depth, i, at, n);
-                    qp.write(sub.add(at), rk, &img)?;
-                    at += n as u64;
-                }
-                entry_words.push(dir_entry(cfg.initial_depth, sub).ok_or_else(|| {
-                    RaceError::Config(format!(
-                        "subtable address {sub} does not fit a 48-bit pointer"
-                    ))
-                })?);
-            }
-            let hq = match qps.entry(home) {
-                std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert(SyncQp::new(fabric.as_ref(), home, max_msg)?)
-                }
-            };
-            let rk = rkeys[home as usize].expect("rkey of a listed node");
-            let bytes: Vec<u8> = entry_words.iter().flat_map(|w| w.to_le_bytes()).collect();
-            for (i, piece) in bytes.chunks(max_msg).enumerate() {
-                hq.write(dir.add(DIR_ENTRIES + (i * max_msg) as u64), rk, piece)?;
-            }
-            let header = DirHeader {
-                magic: DIR_MAGIC,
-                global_depth: cfg.initial_depth as u64,
-                lock: 0,
-                max_depth: cfg.max_depth as u64,
-                groups: cfg.groups,
-                seed: cfg.seed,
-                nodes: nodes.len() as u64,
-                limits: cfg.max_key as u64 | (cfg.max_value as u64) << 32,
-            };
-            hq.write(dir, rk, &header.to_bytes())?;
-            let hot = if cfg.hot_keys.is_empty() {
-                None
-            } else {
-                let (area, taken) = HotArea::create(fabric.as_ref(), home, &nodes, &rkeys, &cfg)?;
-                chunks.extend(taken);
-                Some(area)
-            };
-            // A destroyed table leaves its root at 0: reuse the name.
-            if !dmkit_fabric::claim_root(fabric.as_ref(), home, &root_name(name), dir.raw())? {
-                return Err(RaceError::AlreadyExists(name.into()));
-            }
-            if let Some(h) = &hot {
-                if !dmkit_fabric::claim_root(
-                    fabric.as_ref(),
-                    home,
-                    &hot_root_name(name),
-                    h.dir.raw(),
-                )? {
-                    let _ = dmkit_fabric::release_root(
-                        fabric.as_ref(),
-                        home,
-                        &root_name(name),
-                        dir.raw(),
-                    );
-                    return Err(RaceError::AlreadyExists(name.into()));
-                }
-            }
-            Ok(hot)
-        })();
-        let hot = match result {
-            Ok(hot) => hot,
-            Err(e) => {
-                for c in chunks {
-                    let _ = fabric.free_chunk(c);
-                }
-                return Err(e);
-            }
+        let dir = c.alloc(
+            c.home(),
+            DIR_ENTRIES + 8 * entries,
+            "allocating the directory",
+        )?;
+        let nodes = c.nodes().to_vec();
+        let mut entry_words = Vec::new();
+        for i in 0..1u64 << cfg.initial_depth {
+            let node = nodes[i as usize % nodes.len()];
+            let sub = c.alloc(node, geo.bytes(), "allocating a subtable")?;
+            c.write_image(sub, geo.bytes(), |from, len| {
+                subtable_image(geo, cfg.initial_depth, i, from, len)
+            })?;
+            entry_words.push(dir_entry(cfg.initial_depth, sub).ok_or_else(|| {
+                IndexError::config(
+                    KIND,
+                    format!("subtable address {sub} does not fit a 48-bit pointer"),
+                )
+            })?);
+        }
+        c.write(dir.add(DIR_ENTRIES), entry_words.as_bytes())?;
+        let header = DirHeader {
+            magic: DIR_MAGIC.word(),
+            global_depth: cfg.initial_depth as u64,
+            lock: 0,
+            max_depth: cfg.max_depth as u64,
+            groups: cfg.groups,
+            seed: cfg.seed,
+            nodes: nodes.len() as u64,
+            limits: cfg.max_key as u64 | (cfg.max_value as u64) << 32,
         };
-        Ok(Arc::new(Self {
-            fabric,
-            name: name.into(),
+        c.write(dir, header.as_bytes())?;
+        let hot = if cfg.hot_keys.is_empty() {
+            None
+        } else {
+            let area = HotArea::create(&mut c, &cfg)?;
+            c.extra_root(HOT_ROOT, area.dir);
+            Some(area)
+        };
+        let home = c.publish(dir)?;
+        Ok(Arc::new(Self::assemble(home, cfg, dir, hot)))
+    }
+
+    fn assemble(home: Home, cfg: RaceConfig, dir: GlobalAddr, hot: Option<HotArea>) -> Self {
+        let (scratch, layout) = Scratch::declare(block_bytes(cfg.max_key, cfg.max_value));
+        Self {
+            home,
+            geo: Geometry { groups: cfg.groups },
             cfg,
             dir,
-            geo,
-            nodes,
-            rkeys,
-            chunks: Arc::default(),
+            scratch,
+            layout,
             hot: hot.map(Arc::new),
             hot_local: PerMachine::default(),
-        }))
+        }
     }
 
     /// Opens table `name`. Structural settings (geometry, limits, seed) come
     /// from the table; `cfg` supplies the client-side ones (cache, grace,
-    /// chunk size).
+    /// chunk size, retries).
     pub fn open(
         fabric: Arc<dyn Fabric>,
         name: &str,
         cfg: RaceConfig,
-    ) -> Result<Arc<Self>, RaceError> {
-        let (home, nodes) = dmkit_fabric::home_node(fabric.as_ref())
-            .ok_or_else(|| RaceError::Config("fabric has no memory nodes".into()))?;
-        let rkeys = dmkit_fabric::heap_rkeys(fabric.as_ref(), &nodes)?;
-        let dir = dmkit_fabric::find_root(fabric.as_ref(), home, &root_name(name))?
-            .ok_or_else(|| RaceError::NoSuchTable(name.into()))?;
-        let mut qp = SyncQp::new(fabric.as_ref(), home, 64)?;
-        let h =
-            DirHeader::from_bytes(&qp.read(dir, rkeys[home as usize].expect("home rkey"), 64)?);
-        if h.magic != DIR_MAGIC || h.max_depth > MAX_DEPTH_LIMIT as u64 || h.groups == 0 {
-            return Err(RaceError::Corrupt {
+    ) -> Result<Arc<Self>, IndexError> {
+        let (mut home, desc) = dmkit_index::lifecycle::open(
+            fabric,
+            KIND,
+            name,
+            DIR_MAGIC,
+            std::mem::size_of::<DirHeader>(),
+        )?;
+        let dir = home.desc();
+        let (h, _) = DirHeader::read_from_prefix(&desc).map_err(|_| IndexError::Corrupt {
+            addr: dir,
+            what: "directory header",
+        })?;
+        if h.max_depth > MAX_DEPTH_LIMIT as u64 || h.groups == 0 {
+            return Err(IndexError::Corrupt {
                 addr: dir,
                 what: "directory header",
             });
@@ -387,79 +478,50 @@ impl RaceTable {
             ..cfg
         };
         cfg.validate()?;
-        let hot = match dmkit_fabric::find_root(fabric.as_ref(), home, &hot_root_name(name))? {
+        let hot = match home.extra_root(HOT_ROOT)? {
             None => None,
-            Some(hdir) => Some(Arc::new(HotArea::open(
-                fabric.as_ref(),
-                hdir,
-                &rkeys,
-                &nodes,
-                cfg.max_key,
-                cfg.max_value,
-                cfg.hot_params(),
-            )?)),
+            Some(hdir) => {
+                let area =
+                    HotArea::open(&home, hdir, cfg.max_key, cfg.max_value, cfg.hot_params())?;
+                home.keep_extra_root(HOT_ROOT, hdir);
+                Some(area)
+            }
         };
         let cfg = RaceConfig {
             hot_keys: hot.as_ref().map(|h| h.keys()).unwrap_or_default(),
             hot_block_log2: hot.as_ref().map_or(cfg.hot_block_log2, |h| h.block_log2()),
             ..cfg
         };
-        Ok(Arc::new(Self {
-            fabric,
-            name: name.into(),
-            geo: Geometry { groups: cfg.groups },
-            cfg,
-            dir,
-            nodes,
-            rkeys,
-            chunks: Arc::default(),
-            hot,
-            hot_local: PerMachine::default(),
-        }))
+        Ok(Arc::new(Self::assemble(home, cfg, dir, hot)))
     }
 
-    /// Removes the table: unregisters its name, frees its directory and
-    /// subtables, and the block chunks this process's clients took (other
-    /// processes free theirs by calling this too, or lose them with the node).
-    /// No client may use the table afterwards.
-    pub fn destroy(&self) -> Result<(), RaceError> {
-        let home = self.dir.node();
-        let rk = self.rkey(home)?;
-        let name = root_name(&self.name);
-        if !dmkit_fabric::release_root(self.fabric.as_ref(), home, &name, self.dir.raw())? {
-            return Err(RaceError::NoSuchTable(self.name.clone()));
-        }
-        let mut qp = SyncQp::new(self.fabric.as_ref(), home, 64)?;
-        let g = qp.read_u64(self.dir.add(DIR_GLOBAL_DEPTH), rk)?;
-        let mut subs = std::collections::BTreeSet::new();
-        for i in 0..1u64 << g.min(self.cfg.max_depth as u64) {
-            subs.insert(unptr48(qp.read_u64(self.dir.add(DIR_ENTRIES + 8 * i), rk)?).raw());
-        }
-        for s in subs {
-            self.fabric.free_chunk(GlobalAddr::from_raw(s))?;
-        }
-        self.fabric.free_chunk(self.dir)?;
-        if let Some(h) = &self.hot {
-            dmkit_fabric::release_root(
-                self.fabric.as_ref(),
-                home,
-                &hot_root_name(&self.name),
-                h.dir.raw(),
-            )?;
-            for c in h.chunks() {
-                self.fabric.free_chunk(c)?;
+    /// Removes the table: unregisters its name, frees its directory,
+    /// subtables and hot area, and the block chunks this process's clients
+    /// took (other processes free theirs by calling this too, or lose them
+    /// with the node). No client may use the table afterwards.
+    pub fn destroy(&self) -> Result<(), IndexError> {
+        self.home.destroy(|| {
+            let home = self.dir.node();
+            let rk = self.home.rkey(home)?;
+            let mut qp = self.home.sync_qp(home, 64)?;
+            let g = qp.read_u64(self.dir.add(DIR_GLOBAL_DEPTH), rk)?;
+            let mut subs = std::collections::BTreeSet::new();
+            for i in 0..1u64 << g.min(self.cfg.max_depth as u64) {
+                subs.insert(unptr48(qp.read_u64(self.dir.add(DIR_ENTRIES + 8 * i), rk)?).raw());
             }
-        }
-        let chunks = std::mem::take(&mut *self.chunks.lock().unwrap_or_else(|p| p.into_inner()));
-        for c in chunks {
-            self.fabric.free_chunk(c)?;
-        }
-        Ok(())
+            let hot = self.hot.iter().flat_map(|h| h.chunks());
+            Ok(subs
+                .into_iter()
+                .map(GlobalAddr::from_raw)
+                .chain(std::iter::once(self.dir))
+                .chain(hot)
+                .collect::<Vec<_>>())
+        })
     }
 
     /// The table's name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.home.name()
     }
 
     /// The effective configuration.
@@ -470,12 +532,6 @@ impl RaceTable {
     /// The hot area, if the table has one.
     pub fn hot(&self) -> Option<&HotArea> {
         self.hot.as_deref()
-    }
-
-    /// A client for one worker of compute machine 0 (see
-    /// [`RaceTable::client_on`]).
-    pub fn client(self: &Arc<Self>, id: u64) -> RaceClient {
-        self.client_on(0, id)
     }
 
     /// A client for one worker on compute machine `machine` (its tasks
@@ -502,23 +558,63 @@ impl RaceTable {
                         .checked_next_power_of_two()
                         .unwrap_or(0)
                 ],
-                alloc: BlockAlloc::new(self.cfg.chunk_bytes, self.cfg.grace, self.chunks.clone()),
+                alloc: BlockAlloc::new(
+                    self.cfg.chunk_bytes,
+                    self.cfg.grace,
+                    self.home.client_chunks(),
+                ),
                 owner: id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
                 counters: TableCounters::default(),
             })),
         }
     }
 
-    fn rkey(&self, node: NodeId) -> Result<Rkey, RaceError> {
-        self.rkeys
-            .get(node as usize)
-            .copied()
-            .flatten()
-            .ok_or(RaceError::Fabric(FabricError::NoSuchNode(node)))
+    /// A client for one worker of compute machine 0.
+    pub fn client(self: &Arc<Self>, id: u64) -> RaceClient {
+        self.client_on(0, id)
+    }
+
+    /// The reference to `addr` (its node's heap key attached).
+    #[inline]
+    fn remote(&self, addr: GlobalAddr) -> Result<RemoteRef, IndexError> {
+        self.home.remote(addr)
     }
 
     fn block_cap(&self) -> usize {
         block_bytes(self.cfg.max_key, self.cfg.max_value)
+    }
+}
+
+impl RemoteMap for RaceTable {
+    const KIND: &'static str = KIND;
+    const ORDERED: bool = false;
+    type Config = RaceConfig;
+    type Client = RaceClient;
+
+    fn create(
+        fabric: Arc<dyn Fabric>,
+        name: &str,
+        cfg: RaceConfig,
+    ) -> Result<Arc<Self>, IndexError> {
+        RaceTable::create(fabric, name, cfg)
+    }
+    fn open(fabric: Arc<dyn Fabric>, name: &str, cfg: RaceConfig) -> Result<Arc<Self>, IndexError> {
+        RaceTable::open(fabric, name, cfg)
+    }
+    fn destroy(&self) -> Result<(), IndexError> {
+        RaceTable::destroy(self)
+    }
+    fn client_on(self: &Arc<Self>, machine: usize, id: u64) -> RaceClient {
+        RaceTable::client_on(self, machine, id)
+    }
+    fn local_layout(&self) -> &LocalLayout {
+        &self.layout
+    }
+    fn config(&self) -> &RaceConfig {
+        &self.cfg
+    }
+    fn name(&self) -> &str {
+        self.home.name()
     }
 }
 
@@ -549,17 +645,6 @@ struct CacheEntry {
     word: u64,
 }
 
-// Task-local memory layout.
-const L_COMB1: usize = 0;
-const L_COMB2: usize = 128;
-const L_WORD: usize = 256;
-const L_SLOT: usize = 264;
-const L_ZERO: usize = 272;
-const L_E1: usize = 288;
-const L_E2: usize = 296;
-/// The subtable header, read after the buckets.
-const L_HDR: usize = 320;
-const L_NEW: usize = 512;
 /// Blocks fetched in one round trip.
 const CAND_MAX: usize = 4;
 /// Scratch for splits and scans.
@@ -668,29 +753,23 @@ impl RaceClient {
         self.st.borrow().counters
     }
 
-    fn l_cand(&self) -> usize {
-        L_NEW + self.t.block_cap()
+    /// The task-local memory of the table's operations.
+    #[inline(always)]
+    fn sc(&self) -> &Scratch {
+        &self.t.scratch
     }
 
-    fn l_scratch(&self) -> usize {
-        (self.l_cand() + CAND_MAX * self.t.block_cap()).next_multiple_of(64)
-    }
-
-    /// Task-local bytes the table needs.
-    pub fn local_bytes_needed(&self) -> usize {
-        self.l_scratch() + SCRATCH
-    }
-
-    fn check_key(&self, ctx: &Ctx, key: &[u8]) -> Result<(), RaceError> {
+    fn check_key(&self, ctx: &Ctx, key: &[u8]) -> Result<(), IndexError> {
         if key.is_empty() || key.len() > self.t.cfg.max_key {
-            return Err(RaceError::KeyLength {
+            return Err(IndexError::KeyLength {
                 len: key.len(),
+                min: 1,
                 max: self.t.cfg.max_key,
             });
         }
-        let need = self.local_bytes_needed();
+        let need = self.t.layout.bytes();
         if ctx.local_len() < need {
-            return Err(RaceError::LocalMemory {
+            return Err(IndexError::LocalMemory {
                 have: ctx.local_len(),
                 need,
             });
@@ -712,7 +791,7 @@ impl RaceClient {
         h: &HotClient,
         rank: u32,
         op: HotOp<'_>,
-    ) -> Result<HotOutcome, RaceError> {
+    ) -> Result<HotOutcome, IndexError> {
         let mut tr = HotTrace::default();
         let r = h
             .area
@@ -720,8 +799,8 @@ impl RaceClient {
                 ctx,
                 &h.local,
                 h.owner,
-                |n| self.t.rkey(n),
-                self.l_scratch(),
+                &self.t.home,
+                self.sc().bulk,
                 rank,
                 op,
                 &mut tr,
@@ -738,9 +817,9 @@ impl RaceClient {
         r
     }
 
-    fn check_value(&self, value: &[u8]) -> Result<(), RaceError> {
+    fn check_value(&self, value: &[u8]) -> Result<(), IndexError> {
         if value.len() > self.t.cfg.max_value {
-            return Err(RaceError::ValueTooLarge {
+            return Err(IndexError::ValueTooLarge {
                 len: value.len(),
                 max: self.t.cfg.max_value,
             });
@@ -787,7 +866,7 @@ impl RaceClient {
 
     /// The subtable the cached directory names for `h`, fetching the entry
     /// when it is not cached.
-    async fn subtable(&self, ctx: &Ctx, h: &KeyHash) -> Result<GlobalAddr, RaceError> {
+    async fn subtable(&self, ctx: &Ctx, h: &KeyHash) -> Result<GlobalAddr, IndexError> {
         let cached = {
             let st = self.st.borrow();
             st.dir[(h.h1 & mask(st.global_depth)) as usize]
@@ -799,27 +878,18 @@ impl RaceClient {
     }
 
     /// Re-reads the global depth and the directory entry for `h`.
-    async fn refresh(&self, ctx: &Ctx, h: &KeyHash) -> Result<GlobalAddr, RaceError> {
-        let home = self.t.dir.node();
-        let rk = self.t.rkey(home)?;
+    async fn refresh(&self, ctx: &Ctx, h: &KeyHash) -> Result<GlobalAddr, IndexError> {
+        let dir = self.t.remote(self.t.dir)?;
+        let sc = self.sc();
         let mut g = self.st.borrow().global_depth;
         loop {
             let idx = h.h1 & mask(g);
-            ctx.read(
-                RemoteRef::new(self.t.dir.add(DIR_GLOBAL_DEPTH), rk),
-                Local::at(L_WORD, 8),
-            );
-            ctx.read(
-                RemoteRef::new(self.t.dir.add(DIR_ENTRIES + 8 * idx), rk),
-                Local::at(L_SLOT, 8),
-            );
+            ctx.read(dir.add(DIR_GLOBAL_DEPTH), sc.word);
+            ctx.read(dir.add(DIR_ENTRIES + 8 * idx), sc.slot);
             ctx.sync().await?;
-            let (now_g, e) = (
-                ctx.local_u64(Local::at(L_WORD, 8)) as u32,
-                ctx.local_u64(Local::at(L_SLOT, 8)),
-            );
+            let (now_g, e) = (ctx.local_u64(sc.word) as u32, ctx.local_u64(sc.slot));
             if now_g > self.t.cfg.max_depth {
-                return Err(RaceError::Corrupt {
+                return Err(IndexError::Corrupt {
                     addr: self.t.dir,
                     what: "directory header",
                 });
@@ -831,7 +901,7 @@ impl RaceClient {
                 return Ok(unptr48(e));
             }
             if now_g == g {
-                return Err(RaceError::Corrupt {
+                return Err(IndexError::Corrupt {
                     addr: self.t.dir,
                     what: "directory entry",
                 });
@@ -857,18 +927,17 @@ impl RaceClient {
         late
     }
 
-    /// Decodes the block at task-local `off` (`len` bytes) through the
-    /// client's reusable buffer.
+    /// Decodes the block in task-local `src` through the client's reusable
+    /// buffer.
     fn with_block<R>(
         &self,
         ctx: &Ctx,
-        off: usize,
-        len: usize,
+        src: Local,
         f: impl FnOnce(Option<(&[u8], &[u8])>) -> R,
     ) -> R {
         let mut buf = std::mem::take(&mut self.st.borrow_mut().buf);
-        buf.resize(len, 0);
-        ctx.get_local(Local::at(off, buf.len()), &mut buf);
+        buf.resize(src.len(), 0);
+        ctx.get_local(src, &mut buf);
         let r = f(decode_block(&buf));
         self.st.borrow_mut().buf = buf;
         r
@@ -881,18 +950,13 @@ impl RaceClient {
     /// headers when the slots were read, so no frozen slot had been cleared
     /// (or reused) yet. Only a conclusion of *absence* needs that; a key
     /// found in a slot that is not frozen was there (see [`Self::locate`]).
-    fn queue_combs(&self, ctx: &Ctx, sub: GlobalAddr, rk: Rkey, h: &KeyHash, header: bool) {
+    fn queue_combs(&self, ctx: &Ctx, sub: RemoteRef, h: &KeyHash, header: bool) {
         let (c1, c2) = h.combs(self.t.geo);
-        ctx.read(
-            RemoteRef::new(sub.add(self.t.geo.comb_at(c1)), rk),
-            Local::at(L_COMB1, COMB_BYTES as usize),
-        );
-        ctx.read(
-            RemoteRef::new(sub.add(self.t.geo.comb_at(c2)), rk),
-            Local::at(L_COMB2, COMB_BYTES as usize),
-        );
+        let sc = self.sc();
+        ctx.read(sub.add(self.t.geo.comb_at(c1)), sc.comb[0]);
+        ctx.read(sub.add(self.t.geo.comb_at(c2)), sc.comb[1]);
         if header {
-            ctx.read(RemoteRef::new(sub, rk), Local::at(L_HDR, 64));
+            ctx.read(sub, sc.hdr);
         }
     }
 
@@ -902,30 +966,31 @@ impl RaceClient {
     fn scan(&self, ctx: &Ctx, sub: GlobalAddr, h: &KeyHash, header: bool) -> Scan {
         let (c1, c2) = h.combs(self.t.geo);
         let fp = h.fp();
-        let depth = ctx.local_u64(Local::at(L_HDR + SUB_DEPTH as usize, 8));
+        let sc = self.sc();
+        let head: SubtableHeader = ctx.get_as(sc.hdr);
         let mut s = Scan {
-            headers_ok: !header || ctx.local_u64(Local::at(L_HDR, 8)) == SUBTABLE_MAGIC,
-            splitting: header && ctx.local_u64(Local::at(L_HDR + SUB_SPLIT_LOCK as usize, 8)) != 0,
+            headers_ok: !header || head.magic == SUBTABLE_MAGIC,
+            splitting: header && head.split_lock != 0,
             cands: Few::new(),
             empties: [Few::new(), Few::new()],
             occupied: [0, 0],
         };
-        let mut buf = [0u8; COMB_BYTES as usize];
-        for (i, (c, off)) in [(c1, L_COMB1), (c2, L_COMB2)].into_iter().enumerate() {
-            ctx.get_local(Local::at(off, buf.len()), &mut buf);
+        for (i, c) in [c1, c2].into_iter().enumerate() {
+            let comb: CombinedBucket = ctx.get_as(sc.comb[i]);
             let base = sub.add(self.t.geo.comb_at(c));
             // Main bucket first: combined bucket 2g starts with main bucket
             // 0, 2g+1 ends with main bucket 1.
             let order = if c % 2 == 0 { [0, 1] } else { [1, 0] };
             for k in order {
-                let b = k * BUCKET_BYTES as usize;
-                let bucket_header = word(&buf, b);
-                if header && (!header_covers(bucket_header, h.h1) || bucket_header >> 56 != depth) {
+                let bucket = &comb[k];
+                if header
+                    && (!header_covers(bucket.header, h.h1) || bucket.header >> 56 != head.depth)
+                {
                     s.headers_ok = false;
                 }
-                for j in 0..SLOTS_PER_BUCKET {
-                    let at = b + 8 + 8 * j;
-                    let w = Slot(word(&buf, at));
+                for (j, &w) in bucket.slots.iter().enumerate() {
+                    let w = Slot(w);
+                    let at = k * BUCKET_BYTES as usize + BUCKET_SLOTS + 8 * j;
                     let addr = base.add(at as u64);
                     if w.is_empty() {
                         s.empties[i].push(addr);
@@ -941,32 +1006,33 @@ impl RaceClient {
         s
     }
 
+    /// Where candidate block `i` of a round lands: the block `slot` names,
+    /// if its size is within the table's limits.
+    fn cand(&self, i: usize, slot: Slot) -> Result<Local, IndexError> {
+        let cap = self.t.block_cap();
+        if slot.block_bytes() > cap {
+            return Err(IndexError::Corrupt {
+                addr: slot.block(),
+                what: "key-value block (larger than the table's limits)",
+            });
+        }
+        Ok(self.sc().cand.piece(i, cap).prefix(slot.block_bytes()))
+    }
+
     /// Reads the candidates' blocks (≤ CAND_MAX per round trip) and finds `key`.
     async fn fetch(
         &self,
         ctx: &Ctx,
         key: &[u8],
         cands: &[(GlobalAddr, Slot)],
-    ) -> Result<Fetch, RaceError> {
-        let cap = self.t.block_cap();
-        let base = self.l_cand();
+    ) -> Result<Fetch, IndexError> {
         for round in cands.chunks(CAND_MAX) {
-            for (i, (_, slot)) in round.iter().enumerate() {
-                let n = slot.block_bytes();
-                if n > cap {
-                    return Err(RaceError::Corrupt {
-                        addr: slot.block(),
-                        what: "key-value block (larger than the table's limits)",
-                    });
-                }
-                ctx.read(
-                    RemoteRef::new(slot.block(), self.t.rkey(slot.block().node())?),
-                    Local::at(base + i * cap, n),
-                );
+            for (i, &(_, slot)) in round.iter().enumerate() {
+                ctx.read(self.t.remote(slot.block())?, self.cand(i, slot)?);
             }
             ctx.sync().await?;
             for (i, &(slot_addr, slot)) in round.iter().enumerate() {
-                let found = self.with_block(ctx, base + i * cap, slot.block_bytes(), |b| {
+                let found = self.with_block(ctx, self.cand(i, slot)?, |b| {
                     b.map(|(k, v)| (k == key).then(|| v.to_vec()))
                 });
                 match found {
@@ -1002,30 +1068,30 @@ impl RaceClient {
         key: &[u8],
         h: &KeyHash,
         optimistic: bool,
-    ) -> Result<Locate, RaceError> {
-        let mut attempt = 0;
+    ) -> Result<Locate, IndexError> {
+        let mut retry = Retry::new("lookup", self.t.cfg.retry);
         let mut header = !optimistic;
         loop {
             let sub = self.subtable(ctx, h).await?;
-            let rk = self.t.rkey(sub.node())?;
             let t0 = ctx.now();
-            self.queue_combs(ctx, sub, rk, h, header);
+            self.queue_combs(ctx, self.t.remote(sub)?, h, header);
             ctx.sync().await?;
             let scan = self.scan(ctx, sub, h, header);
             if !scan.headers_ok {
+                // A stale directory: refreshed, then read again at once;
+                // the next stale read backs off.
                 self.st.borrow_mut().counters.stale_reads += 1;
                 self.refresh(ctx, h).await?;
-                if attempt > 0 {
-                    ctx.backoff().await;
+                if retry.attempts() > 0 {
+                    retry.backoff(ctx).await?;
                 } else {
-                    ctx.note_retry();
+                    retry.again(ctx)?;
                 }
-                attempt += 1;
                 continue;
             }
             let found = self.fetch(ctx, key, scan.cands.as_slice()).await?;
             if self.stalled(ctx, t0) {
-                attempt += 1;
+                retry.lost(ctx)?;
                 continue;
             }
             match found {
@@ -1037,12 +1103,12 @@ impl RaceClient {
                 Fetch::Absent => return Ok(Locate::Absent),
                 Fetch::Torn => {
                     self.st.borrow_mut().counters.torn_reads += 1;
-                    ctx.note_retry();
+                    retry.again(ctx)?;
                 }
                 Fetch::Found { slot, .. } if slot.moved() => {
                     // A split is moving the key: wait for the directory.
                     self.st.borrow_mut().counters.stale_reads += 1;
-                    ctx.backoff().await;
+                    retry.backoff(ctx).await?;
                     self.refresh(ctx, h).await?;
                 }
                 Fetch::Found {
@@ -1051,12 +1117,11 @@ impl RaceClient {
                     value,
                 } => return Ok(Locate::Found(slot_addr, slot, value, t0)),
             }
-            attempt += 1;
         }
     }
 
     /// Looks `key` up: one round trip on a cache hit, two otherwise.
-    pub async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, RaceError> {
+    pub async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
         self.check_key(ctx, key)?;
         let _op = ctx.read_op("search").await;
         if let Some((h, rank)) = self.hot_rank(key) {
@@ -1065,19 +1130,13 @@ impl RaceClient {
         let h = self.hash(key);
         if let Some((slot_addr, w)) = self.cache_get(&h) {
             let slot = Slot(w);
-            let cand = self.l_cand();
+            let cand = self.cand(0, slot)?;
             let t0 = ctx.now();
-            ctx.read(
-                RemoteRef::new(slot_addr, self.t.rkey(slot_addr.node())?),
-                Local::at(L_SLOT, 8),
-            );
-            ctx.read(
-                RemoteRef::new(slot.block(), self.t.rkey(slot.block().node())?),
-                Local::at(cand, slot.block_bytes()),
-            );
+            ctx.read(self.t.remote(slot_addr)?, self.sc().slot);
+            ctx.read(self.t.remote(slot.block())?, cand);
             ctx.sync().await?;
-            if ctx.local_u64(Local::at(L_SLOT, 8)) == w && !self.stalled(ctx, t0) {
-                let hit = self.with_block(ctx, cand, slot.block_bytes(), |b| {
+            if ctx.local_u64(self.sc().slot) == w && !self.stalled(ctx, t0) {
+                let hit = self.with_block(ctx, cand, |b| {
                     b.and_then(|(k, v)| (k == key).then(|| v.to_vec()))
                 });
                 if let Some(v) = hit {
@@ -1097,14 +1156,15 @@ impl RaceClient {
         }
     }
 
-    /// Allocates and fills (locally, at `L_NEW`) the block for `key`/`value`.
+    /// Allocates and fills (locally, in the `new` region) the block for
+    /// `key`/`value`.
     fn new_block(
         &self,
         ctx: &Ctx,
         key: &[u8],
         value: &[u8],
         prefer: NodeId,
-    ) -> Result<(GlobalAddr, u64), RaceError> {
+    ) -> Result<(GlobalAddr, u64), IndexError> {
         let mut img = Vec::new();
         encode_block(key, value, &mut img);
         let units = (img.len() / 64) as u64;
@@ -1112,23 +1172,20 @@ impl RaceClient {
             let mut st = self.st.borrow_mut();
             st.alloc
                 .alloc(
-                    self.t.fabric.as_ref(),
-                    &self.t.nodes,
+                    self.t.home.fabric().as_ref(),
+                    self.t.home.nodes(),
                     prefer,
                     units,
                     ctx.now(),
                 )
-                .map_err(|source| RaceError::OutOfMemory {
-                    what: "allocating a key-value block",
-                    source,
-                })?
+                .map_err(IndexError::oom("allocating a key-value block"))?
         };
-        ctx.put_local(Local::at(L_NEW, img.len()), &img);
+        ctx.put_local(self.sc().new, &img);
         Ok((addr, units))
     }
 
     /// Inserts `key` if absent; `Ok(false)` if it was present (unchanged).
-    pub async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, RaceError> {
+    pub async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
         self.check_key(ctx, key)?;
         self.check_value(value)?;
         let _op = ctx.op("insert").await;
@@ -1149,6 +1206,12 @@ impl RaceClient {
         r
     }
 
+    /// Publishes the fresh block (`units` × 64 B at `block`, its image in
+    /// the `new` region) in an empty slot of `key`'s buckets, unless the
+    /// key is present. Round trips: (1) WRITE the block ∥ CAS the insert
+    /// lock + READ both combined buckets and the subtable header; (2) READ
+    /// the candidate blocks (the duplicate check; rarely needed); (3) CAS
+    /// the empty slot ∥ release the lock.
     async fn insert_block(
         &self,
         ctx: &Ctx,
@@ -1156,24 +1219,26 @@ impl RaceClient {
         h: &KeyHash,
         block: GlobalAddr,
         units: u64,
-    ) -> Result<bool, RaceError> {
+    ) -> Result<bool, IndexError> {
         let new = Slot::new(h.fp(), units, block).ok_or_else(|| {
-            RaceError::Config(format!(
-                "block address {block} does not fit a 48-bit pointer"
-            ))
+            IndexError::config(
+                KIND,
+                format!("block address {block} does not fit a 48-bit pointer"),
+            )
         })?;
+        assert!(new.block() == block && new.fp() == h.fp());
         let owner = self.st.borrow().owner;
+        let sc = *self.sc();
+        let mut retry = Retry::new("insert", self.t.cfg.retry);
         let mut written = false;
         loop {
             let sub = self.subtable(ctx, h).await?;
-            let rk = self.t.rkey(sub.node())?;
+            let sub_r = self.t.remote(sub)?;
             let (c1, _) = h.combs(self.t.geo);
-            let lock = sub.add(self.t.geo.lock_at(c1));
+            let lock = sub_r.add(self.t.geo.lock_at(c1));
+            // (1) The block, then the lock and what it guards.
             if !written {
-                ctx.write(
-                    RemoteRef::new(block, self.t.rkey(block.node())?),
-                    Local::at(L_NEW, units as usize * 64),
-                );
+                ctx.write(self.t.remote(block)?, sc.new.prefix(units as usize * 64));
                 if block.node() != sub.node() {
                     // Different queue pairs: make the block durable first.
                     ctx.sync().await?;
@@ -1181,33 +1246,36 @@ impl RaceClient {
                 written = true;
             }
             let t0 = ctx.now();
-            let lt = ctx.cas(RemoteRef::new(lock, rk), 0, owner);
-            self.queue_combs(ctx, sub, rk, h, true);
+            let lt = ctx.cas(lock, 0, owner);
+            self.queue_combs(ctx, sub_r, h, true);
             ctx.sync().await?;
             if ctx.value(lt) != 0 {
-                ctx.backoff().await;
+                retry.backoff(ctx).await?;
                 continue;
             }
+            // The key's insert lock is ours: no other insert of this key
+            // can pass this point until we release it.
             let scan = self.scan(ctx, sub, h, true);
-            let splitting = scan.splitting;
             let unlock = |ctx: &Ctx| {
-                ctx.set_local_u64(Local::at(L_ZERO, 8), 0);
-                ctx.write(RemoteRef::new(lock, rk), Local::at(L_ZERO, 8));
+                ctx.set_local_u64(sc.zero, 0);
+                ctx.write(lock, sc.zero);
             };
-            if splitting || !scan.headers_ok {
+            if scan.splitting || !scan.headers_ok {
                 unlock(ctx);
                 ctx.sync().await?;
                 if !scan.headers_ok {
                     self.st.borrow_mut().counters.stale_reads += 1;
                     self.refresh(ctx, h).await?;
                 }
-                ctx.backoff().await;
+                retry.backoff(ctx).await?;
                 continue;
             }
+            // (2) The duplicate check.
             let found = match self.fetch(ctx, key, scan.cands.as_slice()).await {
                 Ok(_) if self.stalled(ctx, t0) => {
                     unlock(ctx);
                     ctx.sync().await?;
+                    retry.lost(ctx)?;
                     continue;
                 }
                 Ok(f) => f,
@@ -1229,7 +1297,7 @@ impl RaceClient {
                 Fetch::Found { .. } | Fetch::Torn => {
                     unlock(ctx);
                     ctx.sync().await?;
-                    ctx.note_retry();
+                    retry.again(ctx)?;
                     continue;
                 }
             }
@@ -1237,11 +1305,18 @@ impl RaceClient {
                 unlock(ctx);
                 ctx.sync().await?;
                 self.split(ctx, sub).await?;
+                retry.lost(ctx)?;
                 continue;
             };
-            // The slot CAS and the unlock travel in one batch to one node,
-            // so the unlock takes effect after the CAS.
-            let t = ctx.cas(RemoteRef::new(slot_addr, rk), 0, new.0);
+            // (3) The slot CAS and the unlock travel in one batch to one
+            // node, so the unlock takes effect after the CAS.
+            assert!(written, "a slot may name only a block already written");
+            assert_eq!(
+                slot_addr.node(),
+                sub.node(),
+                "the slot lies in the key's subtable"
+            );
+            let t = ctx.cas(self.t.remote(slot_addr)?, 0, new.0);
             unlock(ctx);
             ctx.sync().await?;
             if ctx.value(t) == 0 {
@@ -1249,12 +1324,12 @@ impl RaceClient {
                 return Ok(true);
             }
             // Another key took the slot (it shares the bucket, not our lock).
-            ctx.note_retry();
+            retry.again(ctx)?;
         }
     }
 
     /// Replaces the value of `key` if present; `Ok(false)` if absent.
-    pub async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, RaceError> {
+    pub async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
         self.check_key(ctx, key)?;
         self.check_value(value)?;
         let _op = ctx.op("update").await;
@@ -1271,9 +1346,10 @@ impl RaceClient {
         };
         let (block, units) = self.new_block(ctx, key, value, prefer)?;
         let new = Slot::new(h.fp(), units, block).ok_or_else(|| {
-            RaceError::Config(format!(
-                "block address {block} does not fit a 48-bit pointer"
-            ))
+            IndexError::config(
+                KIND,
+                format!("block address {block} does not fit a 48-bit pointer"),
+            )
         })?;
         let r = self.replace(ctx, key, &h, Some((block, new))).await;
         if !matches!(r, Ok(true)) {
@@ -1283,7 +1359,7 @@ impl RaceClient {
     }
 
     /// Removes `key`; `Ok(false)` if it was absent.
-    pub async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, RaceError> {
+    pub async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, IndexError> {
         self.check_key(ctx, key)?;
         let _op = ctx.op("delete").await;
         if let Some((h, rank)) = self.hot_rank(key) {
@@ -1300,7 +1376,12 @@ impl RaceClient {
         key: &[u8],
         h: &KeyHash,
         new: Option<(GlobalAddr, Slot)>,
-    ) -> Result<bool, RaceError> {
+    ) -> Result<bool, IndexError> {
+        let sc = *self.sc();
+        let mut retry = Retry::new(
+            if new.is_some() { "update" } else { "delete" },
+            self.t.cfg.retry,
+        );
         let mut written = false;
         loop {
             // The slot and the word it held when read, and when that was.
@@ -1310,20 +1391,13 @@ impl RaceClient {
             let cached = match self.cache_get(h) {
                 Some((a, w)) => {
                     let t0 = ctx.now();
-                    let (slot, cand) = (Slot(w), self.l_cand());
-                    ctx.read(
-                        RemoteRef::new(a, self.t.rkey(a.node())?),
-                        Local::at(L_SLOT, 8),
-                    );
-                    ctx.read(
-                        RemoteRef::new(slot.block(), self.t.rkey(slot.block().node())?),
-                        Local::at(cand, slot.block_bytes()),
-                    );
+                    let slot = Slot(w);
+                    let cand = self.cand(0, slot)?;
+                    ctx.read(self.t.remote(a)?, sc.slot);
+                    ctx.read(self.t.remote(slot.block())?, cand);
                     ctx.sync().await?;
-                    let same = ctx.local_u64(Local::at(L_SLOT, 8)) == w
-                        && self.with_block(ctx, cand, slot.block_bytes(), |b| {
-                            b.is_some_and(|(k, _)| k == key)
-                        });
+                    let same = ctx.local_u64(sc.slot) == w
+                        && self.with_block(ctx, cand, |b| b.is_some_and(|(k, _)| k == key));
                     if same {
                         self.st.borrow_mut().counters.cache_hits += 1;
                         Some((a, w, t0))
@@ -1346,10 +1420,7 @@ impl RaceClient {
             };
             let desired = new.map_or(0, |(_, s)| s.0);
             if let (Some((block, s)), false) = (new, written) {
-                ctx.write(
-                    RemoteRef::new(block, self.t.rkey(block.node())?),
-                    Local::at(L_NEW, s.block_bytes()),
-                );
+                ctx.write(self.t.remote(block)?, sc.new.prefix(s.block_bytes()));
                 if block.node() != slot_addr.node() {
                     ctx.sync().await?;
                 }
@@ -1358,12 +1429,16 @@ impl RaceClient {
             // The word must still be the key's when the CAS lands: within the
             // stall bound of reading it (see `stalled`).
             if self.stalled(ctx, t0) {
+                retry.lost(ctx)?;
                 continue;
             }
-            let rk = self.t.rkey(slot_addr.node())?;
+            assert!(
+                written || new.is_none(),
+                "a slot may name only a written block"
+            );
             // The block WRITE (same node) goes out in the CAS's batch, ahead of it.
             let old = ctx
-                .backoff_cas(RemoteRef::new(slot_addr, rk), expected, desired)
+                .backoff_cas(self.t.remote(slot_addr)?, expected, desired)
                 .await?;
             if old == expected {
                 let s = Slot(old);
@@ -1379,25 +1454,28 @@ impl RaceClient {
                 }
                 return Ok(true);
             }
+            // Lost the race (backoff_cas has backed off): look again.
             self.cache_drop(h);
+            retry.lost(ctx)?;
         }
     }
 
     /// Splits subtable `sub` (when no other client is splitting it):
     /// freeze the keys that move, copy them to the new subtable, flip the
     /// old buckets' headers, publish in the directory, release.
-    async fn split(&self, ctx: &Ctx, sub: GlobalAddr) -> Result<(), RaceError> {
-        let rk = self.t.rkey(sub.node())?;
+    async fn split(&self, ctx: &Ctx, sub: GlobalAddr) -> Result<(), IndexError> {
+        let sub_r = self.t.remote(sub)?;
         let owner = self.st.borrow().owner;
-        let lock = sub.add(SUB_SPLIT_LOCK);
-        if ctx.cas_sync(RemoteRef::new(lock, rk), 0, owner).await? != 0 {
+        let lock = sub_r.add(SUB_SPLIT_LOCK);
+        if ctx.cas_sync(lock, 0, owner).await? != 0 {
             // Someone else splits it; let them finish.
             ctx.backoff().await;
             return Ok(());
         }
-        let r = self.split_locked(ctx, sub, rk).await;
-        ctx.set_local_u64(Local::at(L_ZERO, 8), 0);
-        ctx.write(RemoteRef::new(lock, rk), Local::at(L_ZERO, 8));
+        let r = self.split_locked(ctx, sub_r).await;
+        let zero = self.sc().zero;
+        ctx.set_local_u64(zero, 0);
+        ctx.write(lock, zero);
         let unlocked = ctx.sync().await;
         r?;
         unlocked?;
@@ -1405,138 +1483,188 @@ impl RaceClient {
         Ok(())
     }
 
-    async fn split_locked(&self, ctx: &Ctx, sub: GlobalAddr, rk: Rkey) -> Result<(), RaceError> {
-        let geo = self.t.geo;
-        let sc = self.l_scratch();
-        ctx.read_sync(RemoteRef::new(sub, rk), Local::at(sc, 64))
-            .await?;
-        let hdr = ctx.local_vec(Local::at(sc, 64));
-        let (depth, suffix) = (
-            word(&hdr, SUB_DEPTH as usize) as u32,
-            word(&hdr, SUB_DEPTH as usize + 8),
-        );
-        if word(&hdr, 0) != SUBTABLE_MAGIC || depth > MAX_DEPTH_LIMIT {
-            return Err(RaceError::Corrupt {
+    /// The split proper, under the subtable's split lock (steps 1–7 of the
+    /// crate docs).
+    async fn split_locked(&self, ctx: &Ctx, sub_r: RemoteRef) -> Result<(), IndexError> {
+        let (geo, sc) = (self.t.geo, *self.sc());
+        let sub = sub_r.addr;
+        ctx.read_sync(sub_r, sc.hdr).await?;
+        let head: SubtableHeader = ctx.get_as(sc.hdr);
+        let (depth, suffix) = (head.depth as u32, head.suffix);
+        if head.magic != SUBTABLE_MAGIC || depth > MAX_DEPTH_LIMIT {
+            return Err(IndexError::Corrupt {
                 addr: sub,
                 what: "subtable header",
             });
         }
         if depth >= self.t.cfg.max_depth {
-            return Err(RaceError::TableFull {
-                suffix,
-                max_depth: self.t.cfg.max_depth,
+            return Err(IndexError::Full {
+                kind: KIND,
+                why: format!(
+                    "subtable with suffix {suffix:#x} is at the maximum depth {} and its buckets for this key are full",
+                    self.t.cfg.max_depth
+                ),
             });
         }
         let suffix2 = suffix | 1 << depth;
         // 1. The new subtable, fully initialised before anyone can see it.
-        let nodes = &self.t.nodes;
-        let first = (suffix2 as usize) % nodes.len();
-        let mut new = None;
-        let mut err = None;
-        for i in 0..nodes.len() {
-            match self
-                .t
-                .fabric
-                .alloc_chunk(nodes[(first + i) % nodes.len()], geo.bytes(), true)
-            {
-                Ok((a, _, _)) => {
-                    new = Some(a);
-                    break;
-                }
-                Err(e) => err = Some(e),
-            }
-        }
-        let Some(new) = new else {
-            return Err(RaceError::OutOfMemory {
-                what: "splitting a subtable",
-                source: err.expect("a node was tried"),
-            });
-        };
-        let nrk = self.t.rkey(new.node())?;
+        let new = self.alloc_subtable(suffix2)?;
+        let new_r = self.t.remote(new)?;
         let Some(new_entry) = dir_entry(depth + 1, new) else {
-            let _ = self.t.fabric.free_chunk(new);
-            return Err(RaceError::Config(format!(
-                "subtable address {new} does not fit a 48-bit pointer"
-            )));
+            let _ = self.t.home.fabric().free_chunk(new);
+            return Err(IndexError::config(
+                KIND,
+                format!("subtable address {new} does not fit a 48-bit pointer"),
+            ));
         };
         let mut at = 0;
         while at < geo.bytes() {
             let n = (geo.bytes() - at).min(SCRATCH as u64) as usize;
-            ctx.put_local(
-                Local::at(sc, subtable_image(geo, depth + 1, suffix2, at, n).len()),
-                &subtable_image(geo, depth + 1, suffix2, at, n),
-            );
-            ctx.write_sync(RemoteRef::new(new.add(at), nrk), Local::at(sc, n))
-                .await?;
+            ctx.put_local(sc.bulk, &subtable_image(geo, depth + 1, suffix2, at, n));
+            ctx.write_sync(new_r.add(at), sc.bulk.prefix(n)).await?;
             at += n as u64;
         }
         // 2. Wait out inserters that took a lock before the split lock was set;
         //    later ones see the split lock and back off without writing.
+        self.drain_insert_locks(ctx, sub_r).await?;
+        // 3. Freeze the slots whose keys move, group by group.
+        let moved = self.freeze_movers(ctx, sub_r, depth).await?;
+        // 4. Copy the frozen keys to the same positions in the new subtable.
+        for piece in moved.chunks(SCRATCH / 8) {
+            for (i, &(off, w)) in piece.iter().enumerate() {
+                // The new subtable gets the key's word as it was frozen,
+                // without the M bit.
+                assert!(!Slot(w).is_empty() && !Slot(w).moved());
+                let word = sc.bulk.word(8 * i);
+                ctx.set_local_u64(word, w);
+                ctx.write(new_r.add(off), word);
+            }
+            ctx.sync().await?;
+        }
+        // 5. Old buckets now cover one more suffix bit.
+        ctx.set_local_u64(sc.e1, bucket_header(depth + 1, suffix));
+        ctx.set_local_u64(sc.e2, (depth + 1) as u64);
+        ctx.write(sub_r.add(SUB_DEPTH), sc.e2);
+        for b in 0..3 * geo.groups {
+            ctx.write(sub_r.add(geo.groups_at() + b * BUCKET_BYTES), sc.e1);
+            if b % 128 == 127 {
+                ctx.sync().await?;
+            }
+        }
+        ctx.sync().await?;
+        // 6. Publish.
+        let old_entry = dir_entry(depth + 1, sub).expect("an existing subtable's address fits");
+        self.publish(ctx, depth, suffix, old_entry, new_entry)
+            .await?;
+        // 7. Clear the frozen originals. Readers that read them before the
+        //    flip fail their header check (see `queue_combs`) and retry.
+        ctx.set_local_u64(sc.zero, 0);
+        for piece in moved.chunks(128) {
+            for &(off, _) in piece {
+                ctx.write(sub_r.add(off), sc.zero);
+            }
+            ctx.sync().await?;
+        }
+        Ok(())
+    }
+
+    /// A new subtable's chunk, on the node the suffix names if it has room.
+    fn alloc_subtable(&self, suffix: u64) -> Result<GlobalAddr, IndexError> {
+        let nodes = self.t.home.nodes();
+        let first = (suffix as usize) % nodes.len();
+        let mut err = None;
+        for i in 0..nodes.len() {
+            let node = nodes[(first + i) % nodes.len()];
+            match self
+                .t
+                .home
+                .fabric()
+                .alloc_chunk(node, self.t.geo.bytes(), true)
+            {
+                Ok((a, _, _)) => return Ok(a),
+                Err(e) => err = Some(e),
+            }
+        }
+        Err(IndexError::OutOfMemory {
+            what: "splitting a subtable",
+            source: err.expect("a node was tried"),
+        })
+    }
+
+    /// Split step 2: reads the subtable's insert locks until each was seen
+    /// free once.
+    async fn drain_insert_locks(&self, ctx: &Ctx, sub_r: RemoteRef) -> Result<(), IndexError> {
+        let (geo, bulk) = (self.t.geo, self.sc().bulk);
         let combs = geo.combs() as usize;
         let mut clear = vec![false; combs];
         let per = SCRATCH / 8;
+        let mut retry = Retry::new("split", self.t.cfg.retry);
         while clear.iter().any(|c| !c) {
             for start in (0..combs).step_by(per) {
                 let n = per.min(combs - start);
                 if clear[start..start + n].iter().all(|&c| c) {
                     continue;
                 }
-                ctx.read_sync(
-                    RemoteRef::new(sub.add(geo.lock_at(start as u64)), rk),
-                    Local::at(sc, n * 8),
-                )
-                .await?;
+                ctx.read_sync(sub_r.add(geo.lock_at(start as u64)), bulk.prefix(n * 8))
+                    .await?;
                 for i in 0..n {
-                    if ctx.local_u64(Local::at(sc + 8 * i, 8)) == 0 {
+                    if ctx.local_u64(bulk.word(8 * i)) == 0 {
                         clear[start + i] = true;
                     }
                 }
             }
             if clear.iter().any(|c| !c) {
-                ctx.backoff().await;
+                retry.backoff(ctx).await?;
             }
         }
-        // 3. Freeze the slots whose keys move, group by group.
+        Ok(())
+    }
+
+    /// Split step 3: freezes every slot whose key has bit `depth` of its
+    /// hash set; returns their offsets in the subtable and their words as
+    /// they were when frozen (without the M bit).
+    async fn freeze_movers(
+        &self,
+        ctx: &Ctx,
+        sub_r: RemoteRef,
+        depth: u32,
+    ) -> Result<Vec<(u64, u64)>, IndexError> {
+        let (geo, bulk) = (self.t.geo, self.sc().bulk);
         let prefix = (BLOCK_HEADER + self.t.cfg.max_key).next_multiple_of(8);
         let half = SCRATCH / 2;
+        let (groups_at, keys_at) = (bulk.prefix(half), bulk.skip(half));
         let per_piece = (half as u64 / GROUP_BYTES).max(1);
         let mut moved: Vec<(u64, u64)> = Vec::new();
         let mut g0 = 0;
         while g0 < geo.groups {
             let ng = per_piece.min(geo.groups - g0);
             let piece_at = geo.groups_at() + g0 * GROUP_BYTES;
-            ctx.read_sync(
-                RemoteRef::new(sub.add(piece_at), rk),
-                Local::at(sc, (ng * GROUP_BYTES) as usize),
-            )
-            .await?;
+            let piece = groups_at.prefix((ng * GROUP_BYTES) as usize);
+            ctx.read_sync(sub_r.add(piece_at), piece).await?;
             let mut live: Vec<(u64, Slot)> = Vec::new();
             for b in 0..ng * 3 {
-                for j in 0..SLOTS_PER_BUCKET as u64 {
-                    let off = b * BUCKET_BYTES + 8 + 8 * j;
-                    let s = Slot(ctx.local_u64(Local::at(sc + off as usize, 8)));
+                let bucket: Bucket = ctx.get_as(piece.piece(b as usize, BUCKET_BYTES as usize));
+                for (j, &w) in bucket.slots.iter().enumerate() {
+                    let s = Slot(w);
                     if !s.is_empty() && !s.moved() {
+                        let off = b * BUCKET_BYTES + BUCKET_SLOTS as u64 + 8 * j as u64;
                         live.push((piece_at + off, s));
                     }
                 }
             }
             let per_round = (half / prefix).clamp(1, 64);
             for round in live.chunks(per_round) {
-                for (i, (_, s)) in round.iter().enumerate() {
-                    let n = prefix.min(s.block_bytes());
-                    ctx.read(
-                        RemoteRef::new(s.block(), self.t.rkey(s.block().node())?),
-                        Local::at(sc + half + i * prefix, n),
-                    );
+                let key_of = |i: usize, s: Slot| {
+                    keys_at.piece(i, prefix).prefix(prefix.min(s.block_bytes()))
+                };
+                for (i, &(_, s)) in round.iter().enumerate() {
+                    ctx.read(self.t.remote(s.block())?, key_of(i, s));
                 }
                 ctx.sync().await?;
                 let mut to_freeze = Vec::new();
                 for (i, &(off, s)) in round.iter().enumerate() {
-                    let b = ctx.local_vec(Local::at(
-                        sc + half + i * prefix,
-                        prefix.min(s.block_bytes()),
-                    ));
-                    let key = block_key(&b).ok_or(RaceError::Corrupt {
+                    let b = ctx.local_vec(key_of(i, s));
+                    let key = block_key(&b).ok_or(IndexError::Corrupt {
                         addr: s.block(),
                         what: "key-value block",
                     })?;
@@ -1549,9 +1677,7 @@ impl RaceClient {
                 while !to_freeze.is_empty() {
                     let ts: Vec<_> = to_freeze
                         .iter()
-                        .map(|&(off, s)| {
-                            ctx.cas(RemoteRef::new(sub.add(off), rk), s.0, s.frozen().0)
-                        })
+                        .map(|&(off, s)| ctx.cas(sub_r.add(off), s.0, s.frozen().0))
                         .collect();
                     ctx.sync().await?;
                     let mut again = Vec::new();
@@ -1568,42 +1694,7 @@ impl RaceClient {
             }
             g0 += ng;
         }
-        // 4. Copy the frozen keys to the same positions in the new subtable.
-        for piece in moved.chunks(SCRATCH / 8) {
-            for (i, &(off, w)) in piece.iter().enumerate() {
-                ctx.set_local_u64(Local::at(sc + 8 * i, 8), w);
-                ctx.write(RemoteRef::new(new.add(off), nrk), Local::at(sc + 8 * i, 8));
-            }
-            ctx.sync().await?;
-        }
-        // 5. Old buckets now cover one more suffix bit.
-        ctx.set_local_u64(Local::at(L_E1, 8), bucket_header(depth + 1, suffix));
-        ctx.set_local_u64(Local::at(L_E2, 8), (depth + 1) as u64);
-        ctx.write(RemoteRef::new(sub.add(SUB_DEPTH), rk), Local::at(L_E2, 8));
-        for b in 0..3 * geo.groups {
-            ctx.write(
-                RemoteRef::new(sub.add(geo.groups_at() + b * BUCKET_BYTES), rk),
-                Local::at(L_E1, 8),
-            );
-            if b % 128 == 127 {
-                ctx.sync().await?;
-            }
-        }
-        ctx.sync().await?;
-        // 6. Publish.
-        let old_entry = dir_entry(depth + 1, sub).expect("an existing subtable's address fits");
-        self.publish(ctx, depth, suffix, old_entry, new_entry)
-            .await?;
-        // 7. Clear the frozen originals. Readers that read them before the
-        //    flip fail their header check (see `queue_combs`) and retry.
-        ctx.set_local_u64(Local::at(L_ZERO, 8), 0);
-        for piece in moved.chunks(128) {
-            for &(off, _) in piece {
-                ctx.write(RemoteRef::new(sub.add(off), rk), Local::at(L_ZERO, 8));
-            }
-            ctx.sync().await?;
-        }
-        Ok(())
+        Ok(moved)
     }
 
     /// Points the directory's entries of suffix·0 at the old subtable and
@@ -1615,22 +1706,19 @@ impl RaceClient {
         suffix: u64,
         old_entry: u64,
         new_entry: u64,
-    ) -> Result<(), RaceError> {
-        let dir = self.t.dir;
-        let rk = self.t.rkey(dir.node())?;
+    ) -> Result<(), IndexError> {
+        let dir = self.t.remote(self.t.dir)?;
         let owner = self.st.borrow().owner;
-        while ctx
-            .cas_sync(RemoteRef::new(dir.add(DIR_LOCK), rk), 0, owner)
-            .await?
-            != 0
-        {
-            ctx.backoff().await;
+        let mut retry = Retry::new("split", self.t.cfg.retry);
+        while ctx.cas_sync(dir.add(DIR_LOCK), 0, owner).await? != 0 {
+            retry.backoff(ctx).await?;
         }
         let r = self
             .publish_locked(ctx, depth, suffix, old_entry, new_entry)
             .await;
-        ctx.set_local_u64(Local::at(L_ZERO, 8), 0);
-        ctx.write(RemoteRef::new(dir.add(DIR_LOCK), rk), Local::at(L_ZERO, 8));
+        let zero = self.sc().zero;
+        ctx.set_local_u64(zero, 0);
+        ctx.write(dir.add(DIR_LOCK), zero);
         let unlocked = ctx.sync().await;
         r?;
         Ok(unlocked?)
@@ -1643,19 +1731,14 @@ impl RaceClient {
         suffix: u64,
         old_entry: u64,
         new_entry: u64,
-    ) -> Result<(), RaceError> {
-        let dir = self.t.dir;
-        let rk = self.t.rkey(dir.node())?;
-        let sc = self.l_scratch();
-        ctx.read_sync(
-            RemoteRef::new(dir.add(DIR_GLOBAL_DEPTH), rk),
-            Local::at(L_WORD, 8),
-        )
-        .await?;
-        let mut g = ctx.local_u64(Local::at(L_WORD, 8)) as u32;
+    ) -> Result<(), IndexError> {
+        let dir = self.t.remote(self.t.dir)?;
+        let sc = *self.sc();
+        ctx.read_sync(dir.add(DIR_GLOBAL_DEPTH), sc.word).await?;
+        let mut g = ctx.local_u64(sc.word) as u32;
         if depth > g || g > self.t.cfg.max_depth {
-            return Err(RaceError::Corrupt {
-                addr: dir,
+            return Err(IndexError::Corrupt {
+                addr: dir.addr,
                 what: "directory (depth above global depth)",
             });
         }
@@ -1665,38 +1748,27 @@ impl RaceClient {
             let per = SCRATCH / 8;
             for start in (0..n).step_by(per) {
                 let k = per.min(n - start);
-                ctx.read_sync(
-                    RemoteRef::new(dir.add(DIR_ENTRIES + 8 * start as u64), rk),
-                    Local::at(sc, 8 * k),
-                )
-                .await?;
-                ctx.write_sync(
-                    RemoteRef::new(dir.add(DIR_ENTRIES + 8 * (n + start) as u64), rk),
-                    Local::at(sc, 8 * k),
-                )
-                .await?;
+                let entries = sc.bulk.prefix(8 * k);
+                ctx.read_sync(dir.add(DIR_ENTRIES + 8 * start as u64), entries)
+                    .await?;
+                ctx.write_sync(dir.add(DIR_ENTRIES + 8 * (n + start) as u64), entries)
+                    .await?;
             }
             g += 1;
-            ctx.set_local_u64(Local::at(L_WORD, 8), g as u64);
-            ctx.write_sync(
-                RemoteRef::new(dir.add(DIR_GLOBAL_DEPTH), rk),
-                Local::at(L_WORD, 8),
-            )
-            .await?;
+            ctx.set_local_u64(sc.word, g as u64);
+            ctx.write_sync(dir.add(DIR_GLOBAL_DEPTH), sc.word).await?;
         }
-        ctx.set_local_u64(Local::at(L_E1, 8), old_entry);
-        ctx.set_local_u64(Local::at(L_E2, 8), new_entry);
+        assert!(depth < g, "the split's suffix bit is within the directory");
+        ctx.set_local_u64(sc.e1, old_entry);
+        ctx.set_local_u64(sc.e2, new_entry);
         let step = 1u64 << (depth + 1);
         let suffix2 = suffix | 1 << depth;
         let mut queued = 0;
         let mut st_updates = Vec::new();
-        for (first, src, e) in [(suffix, L_E1, old_entry), (suffix2, L_E2, new_entry)] {
+        for (first, src, e) in [(suffix, sc.e1, old_entry), (suffix2, sc.e2, new_entry)] {
             let mut i = first;
             while i < 1 << g {
-                ctx.write(
-                    RemoteRef::new(dir.add(DIR_ENTRIES + 8 * i), rk),
-                    Local::at(src, 8),
-                );
+                ctx.write(dir.add(DIR_ENTRIES + 8 * i), src);
                 st_updates.push((i as usize, e));
                 queued += 1;
                 if queued % 128 == 0 {
@@ -1722,87 +1794,73 @@ impl RaceClient {
     /// checks (magic, bucket headers, no duplicate keys). Meant for a
     /// quiescent table (tests, tools); concurrent writers make it a fuzzy
     /// snapshot.
-    pub async fn entries(&self, ctx: &Ctx) -> Result<Vec<(Vec<u8>, Vec<u8>)>, RaceError> {
-        let dir = self.t.dir;
-        let rk = self.t.rkey(dir.node())?;
-        let sc = self.l_scratch();
+    pub async fn entries(&self, ctx: &Ctx) -> Result<Entries, IndexError> {
+        let dir = self.t.remote(self.t.dir)?;
+        let sc = *self.sc();
         let geo = self.t.geo;
-        ctx.read_sync(
-            RemoteRef::new(dir.add(DIR_GLOBAL_DEPTH), rk),
-            Local::at(L_WORD, 8),
-        )
-        .await?;
-        let g = ctx.local_u64(Local::at(L_WORD, 8)) as u32;
+        ctx.read_sync(dir.add(DIR_GLOBAL_DEPTH), sc.word).await?;
+        let g = ctx.local_u64(sc.word) as u32;
         let n = 1usize << g;
         let mut subs = std::collections::BTreeSet::new();
         let per = SCRATCH / 8;
         for start in (0..n).step_by(per) {
             let k = per.min(n - start);
             ctx.read_sync(
-                RemoteRef::new(dir.add(DIR_ENTRIES + 8 * start as u64), rk),
-                Local::at(sc, 8 * k),
+                dir.add(DIR_ENTRIES + 8 * start as u64),
+                sc.bulk.prefix(8 * k),
             )
             .await?;
             for i in 0..k {
-                subs.insert(unptr48(ctx.local_u64(Local::at(sc + 8 * i, 8))).raw());
+                subs.insert(unptr48(ctx.local_u64(sc.bulk.word(8 * i))).raw());
             }
         }
+        let (group_at, block_at) = (sc.bulk.prefix(GROUP_BYTES as usize), sc.bulk.skip(256));
         let mut out = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for sub in subs.into_iter().map(GlobalAddr::from_raw) {
-            let srk = self.t.rkey(sub.node())?;
-            ctx.read_sync(RemoteRef::new(sub, srk), Local::at(sc, 64))
-                .await?;
-            let hdr = ctx.local_vec(Local::at(sc, 64));
-            if word(&hdr, 0) != SUBTABLE_MAGIC {
-                return Err(RaceError::Corrupt {
+            let sub_r = self.t.remote(sub)?;
+            ctx.read_sync(sub_r, sc.hdr).await?;
+            let head: SubtableHeader = ctx.get_as(sc.hdr);
+            if head.magic != SUBTABLE_MAGIC {
+                return Err(IndexError::Corrupt {
                     addr: sub,
                     what: "subtable header",
                 });
             }
-            let (depth, suffix) = (
-                word(&hdr, SUB_DEPTH as usize) as u32,
-                word(&hdr, SUB_DEPTH as usize + 8),
-            );
+            let (depth, suffix) = (head.depth as u32, head.suffix);
             let expect_header = bucket_header(depth, suffix);
             for gi in 0..geo.groups {
-                ctx.read_sync(
-                    RemoteRef::new(sub.add(geo.groups_at() + gi * GROUP_BYTES), srk),
-                    Local::at(sc, GROUP_BYTES as usize),
-                )
-                .await?;
-                let grp = ctx.local_vec(Local::at(sc, GROUP_BYTES as usize));
-                for b in 0..3 {
-                    if word(&grp, b * 64) != expect_header {
-                        return Err(RaceError::Corrupt {
+                ctx.read_sync(sub_r.add(geo.groups_at() + gi * GROUP_BYTES), group_at)
+                    .await?;
+                let grp: BucketGroup = ctx.get_as(group_at);
+                for bucket in &grp.buckets {
+                    if bucket.header != expect_header {
+                        return Err(IndexError::Corrupt {
                             addr: sub,
                             what: "bucket header (does not match its subtable)",
                         });
                     }
-                    for j in 0..SLOTS_PER_BUCKET {
-                        let s = Slot(word(&grp, b * 64 + 8 + 8 * j));
+                    for &w in &bucket.slots {
+                        let s = Slot(w);
                         if s.is_empty() || s.moved() {
                             continue;
                         }
-                        ctx.read_sync(
-                            RemoteRef::new(s.block(), self.t.rkey(s.block().node())?),
-                            Local::at(sc + 256, s.block_bytes()),
-                        )
-                        .await?;
-                        let blk = ctx.local_vec(Local::at(sc + 256, s.block_bytes()));
-                        let (k, v) = decode_block(&blk).ok_or(RaceError::Corrupt {
+                        let blk_at = block_at.prefix(s.block_bytes());
+                        ctx.read_sync(self.t.remote(s.block())?, blk_at).await?;
+                        let blk = ctx.local_vec(blk_at);
+                        let (k, v) = decode_block(&blk).ok_or(IndexError::Corrupt {
                             addr: s.block(),
                             what: "key-value block (checksum)",
                         })?;
                         let h = self.hash(k);
                         if h.h1 & mask(depth) != suffix || h.fp() != s.fp() {
-                            return Err(RaceError::Corrupt {
+                            return Err(IndexError::Corrupt {
                                 addr: s.block(),
                                 what: "key in the wrong subtable or with a wrong fingerprint",
                             });
                         }
                         if !seen.insert(k.to_vec()) {
-                            return Err(RaceError::Corrupt {
+                            return Err(IndexError::Corrupt {
                                 addr: s.block(),
                                 what: "duplicate key",
                             });
@@ -1815,11 +1873,11 @@ impl RaceClient {
         if let Some(h) = &self.hot {
             for (k, v) in h
                 .area
-                .entries(ctx, &h.local, h.owner, |n| self.t.rkey(n), sc)
+                .entries(ctx, &h.local, h.owner, &self.t.home, sc.bulk)
                 .await?
             {
                 if !seen.insert(k.clone()) {
-                    return Err(RaceError::Corrupt {
+                    return Err(IndexError::Corrupt {
                         addr: h.area.dir,
                         what: "hot key also present in the table",
                     });
@@ -1828,5 +1886,40 @@ impl RaceClient {
             }
         }
         Ok(out)
+    }
+}
+
+impl MapClient for RaceClient {
+    async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
+        RaceClient::search(self, ctx, key).await
+    }
+    async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        RaceClient::insert(self, ctx, key, value).await
+    }
+    async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        RaceClient::update(self, ctx, key, value).await
+    }
+    async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, IndexError> {
+        RaceClient::delete(self, ctx, key).await
+    }
+    async fn scan(&self, _: &Ctx, _: &[u8], _: usize) -> Result<Entries, IndexError> {
+        Err(IndexError::Unsupported {
+            kind: KIND,
+            what: "range scans (a hash table keeps no key order)",
+        })
+    }
+    async fn entries(&self, ctx: &Ctx) -> Result<Entries, IndexError> {
+        RaceClient::entries(self, ctx).await
+    }
+    fn stats(&self) -> ClientStats {
+        let c = self.counters();
+        ClientStats {
+            cache_hits: c.cache_hits,
+            cache_misses: c.cache_misses,
+            splits: c.splits,
+        }
+    }
+    fn local_layout(&self) -> &LocalLayout {
+        &self.t.layout
     }
 }

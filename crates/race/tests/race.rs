@@ -1,30 +1,21 @@
-//! RACE hash table on shm: sequential behaviour against a model with many
-//! splits, linearizability under contention while the table splits (threads
-//! and processes), bad input, a full table, memory exhaustion, sharding and
-//! the round trips of the cache.
+//! RACE hash table on shm: the index layer's conformance suite (a
+//! sequential model with many splits, bad input, the lifecycle, scans
+//! refused, linearizability under contention while the table splits on
+//! threads and processes), and what is the table's own: a full table,
+//! memory exhaustion, sharding, the round trips of the cache, the hot area.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use dmkit_fabric::shm::{ShmConfig, ShmFabric};
+use dmkit_fabric::shm::ShmFabric;
 use dmkit_fabric::Fabric;
-use dmkit_lincheck::stress::{self, on_worker, StressConfig, StressRecord};
+use dmkit_index::conformance::{self, on_worker, stress, StressConfig, StressRecord};
+use dmkit_index::{IndexError, RemoteMap};
 use dmkit_lincheck::{check, MapOp, MapRet};
-use dmkit_memnode::NodeConfig;
-use dmkit_race::{RaceConfig, RaceError, RaceTable};
+use dmkit_race::{RaceConfig, RaceTable};
 use dmkit_runtime::RuntimeConfig;
 
-const TESTKIT: &str = env!("CARGO_BIN_EXE_dmkit-race-testkit");
-
 fn fabric(nodes: u16, size: u64) -> Arc<ShmFabric> {
-    let cfgs: Vec<NodeConfig> = (0..nodes)
-        .map(|i| NodeConfig {
-            node_id: i,
-            size,
-            ..Default::default()
-        })
-        .collect();
-    Arc::new(ShmFabric::embedded(ShmConfig::default(), &cfgs).unwrap())
+    conformance::shm_fabric(nodes, size)
 }
 
 fn small() -> RaceConfig {
@@ -38,15 +29,33 @@ fn small() -> RaceConfig {
     }
 }
 
-/// Runs `f` as the single task of a fresh worker; returns its output and the
-/// worker's statistics.
 fn key(i: u64) -> Vec<u8> {
     format!("key-{i:06}").into_bytes()
 }
 
+/// The child process of the multi-process tests: `conformance::run_processes`
+/// runs this test binary again with only this test selected. Run on its
+/// own it does nothing.
+#[test]
+#[ignore = "the multi-process tests' child; does nothing on its own"]
+fn conformance_child() {
+    conformance::child::<RaceTable>(RaceConfig {
+        grace: 2_000_000,
+        ..Default::default()
+    });
+}
+
 #[test]
 fn sequential_ops_match_a_model_across_many_splits() {
-    sequential_against_model(small());
+    let (model, client) =
+        conformance::sequential_model::<RaceTable>(fabric(1, 64 << 20), small(), 1500, 6000);
+    assert!(model.len() > 500);
+    let ctr = client.counters();
+    assert!(
+        ctr.splits >= 8,
+        "a 4-group table holding {} keys must have split: {ctr:?}",
+        model.len()
+    );
 }
 
 /// The same with every fifth key in a hot area of 4-entry blocks written
@@ -59,167 +68,53 @@ fn sequential_ops_match_a_model_with_a_hot_area() {
         hot_theta: 3,
         ..small()
     };
-    let c = sequential_against_model(cfg);
+    let (_, client) =
+        conformance::sequential_model::<RaceTable>(fabric(1, 64 << 20), cfg, 1500, 6000);
+    let c = client.counters();
     assert!(c.hot_ops > 1000 && c.hot_flushes > 0, "{c:?}");
-}
-
-/// Random inserts, updates, deletes and searches over 1,500 keys, checked
-/// op by op against a map, then a full scan and a second (cold) client.
-fn sequential_against_model(cfg: RaceConfig) -> dmkit_race::TableCounters {
-    let f = fabric(1, 64 << 20);
-    let hot = cfg.hot_keys.len();
-    let table = RaceTable::create(f.clone(), "seq", cfg).unwrap();
-    let client = table.client(1);
-    let (model, _) = on_worker(f.as_ref(), &client, |ctx, c| async move {
-        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-        let mut x = 7u64;
-        for step in 0..6000u64 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let k = key((x >> 33) % 1500);
-            let v = format!("val-{step}").into_bytes();
-            match (x >> 20) % 10 {
-                0..4 => {
-                    let ins = c.insert(&ctx, &k, &v).await.unwrap();
-                    assert_eq!(ins, !model.contains_key(&k), "insert {k:?}");
-                    model.entry(k).or_insert(v);
-                }
-                4..6 => {
-                    let up = c.update(&ctx, &k, &v).await.unwrap();
-                    assert_eq!(up, model.contains_key(&k));
-                    if let Some(old) = model.get_mut(&k) {
-                        *old = v;
-                    }
-                }
-                6 => {
-                    let del = c.delete(&ctx, &k).await.unwrap();
-                    assert_eq!(del, model.remove(&k).is_some());
-                }
-                _ => {
-                    assert_eq!(c.search(&ctx, &k).await.unwrap(), model.get(&k).cloned());
-                }
-            }
-        }
-        for i in 0..1500 {
-            assert_eq!(
-                c.search(&ctx, &key(i)).await.unwrap(),
-                model.get(&key(i)).cloned()
-            );
-        }
-        let mut all = c.entries(&ctx).await.unwrap();
-        all.sort();
-        assert_eq!(all, model.clone().into_iter().collect::<Vec<_>>());
-        model
-    });
-    assert!(model.len() > 500);
-    let ctr = client.counters();
-    assert!(
-        ctr.splits >= 8,
-        "a 4-group table holding {} keys must have split: {ctr:?}",
-        model.len()
-    );
-
-    // A second client (cold caches, stale directory) sees the same table.
-    let other = RaceTable::open(f.clone(), "seq", RaceConfig::default()).unwrap();
-    assert_eq!(other.config().groups, 4);
-    assert_eq!(other.config().hot_keys.len(), hot);
-    let c2 = other.client(2);
-    let (n, _) = on_worker(f.as_ref(), &c2, move |ctx, c| async move {
-        for (k, v) in &model {
-            assert_eq!(c.search(&ctx, k).await.unwrap().as_ref(), Some(v));
-        }
-        model.len()
-    });
-    assert!(n > 0);
-    ctr
-}
-
-#[test]
-fn create_and_open_errors() {
-    let f = fabric(1, 16 << 20);
-    RaceTable::create(f.clone(), "t", small()).unwrap();
-    assert!(matches!(
-        RaceTable::create(f.clone(), "t", small()),
-        Err(RaceError::AlreadyExists(_))
-    ));
-    assert!(matches!(
-        RaceTable::open(f.clone(), "nope", small()),
-        Err(RaceError::NoSuchTable(_))
-    ));
-    let bad = RaceConfig {
-        max_depth: 30,
-        ..small()
-    };
-    assert!(matches!(
-        RaceTable::create(f.clone(), "b", bad),
-        Err(RaceError::Config(_))
-    ));
-    let bad = RaceConfig {
-        max_value: 9000,
-        ..small()
-    };
-    assert!(matches!(
-        RaceTable::create(f, "b", bad),
-        Err(RaceError::Config(_))
-    ));
-}
-
-#[test]
-fn destroy_returns_every_chunk_and_frees_the_name() {
-    let f = fabric(1, 32 << 20);
-    let free0 = f.node_stats(0).unwrap().heap_free_bytes;
-    let table = RaceTable::create(f.clone(), "gone", small()).unwrap();
-    on_worker(f.as_ref(), &table.client(1), |ctx, c| async move {
-        for i in 0..500 {
-            assert!(c.insert(&ctx, &key(i), b"v").await.unwrap());
-        }
-    });
-    assert!(f.node_stats(0).unwrap().heap_free_bytes < free0);
-    table.destroy().unwrap();
-    assert_eq!(f.node_stats(0).unwrap().heap_free_bytes, free0);
-    assert!(matches!(table.destroy(), Err(RaceError::NoSuchTable(_))));
-    assert!(matches!(
-        RaceTable::open(f.clone(), "gone", small()),
-        Err(RaceError::NoSuchTable(_))
-    ));
-    let again = RaceTable::create(f.clone(), "gone", small()).unwrap();
-    on_worker(f.as_ref(), &again.client(1), |ctx, c| async move {
-        assert_eq!(c.search(&ctx, &key(1)).await.unwrap(), None);
-    });
 }
 
 #[test]
 fn bad_input_is_refused_and_changes_nothing() {
+    conformance::bad_input::<RaceTable>(fabric(1, 16 << 20), small());
+}
+
+#[test]
+fn the_lifecycle_keeps_its_promises() {
+    conformance::lifecycle::<RaceTable>(fabric(2, 32 << 20), small());
+}
+
+#[test]
+fn range_scans_are_refused() {
+    conformance::ordering::<RaceTable>(fabric(1, 16 << 20), small());
+}
+
+#[test]
+fn bad_configurations_are_refused_before_anything_is_allocated() {
     let f = fabric(1, 16 << 20);
-    let table = RaceTable::create(f.clone(), "bad", small()).unwrap();
-    let client = table.client(1);
-    on_worker(f.as_ref(), &client, |ctx, c| async move {
-        assert!(c.insert(&ctx, b"k", b"v").await.unwrap());
-        let long_key = vec![b'x'; 33];
-        assert!(matches!(
-            c.insert(&ctx, &long_key, b"v").await,
-            Err(RaceError::KeyLength { len: 33, max: 32 })
-        ));
-        assert!(matches!(
-            c.search(&ctx, b"").await,
-            Err(RaceError::KeyLength { len: 0, .. })
-        ));
-        assert!(matches!(
-            c.update(&ctx, b"k", &[0u8; 65]).await,
-            Err(RaceError::ValueTooLarge { len: 65, max: 64 })
-        ));
-        assert!(matches!(
-            c.insert(&ctx, b"k2", &[0u8; 65]).await,
-            Err(RaceError::ValueTooLarge { .. })
-        ));
-        assert_eq!(c.search(&ctx, b"k").await.unwrap(), Some(b"v".to_vec()));
-        assert_eq!(c.search(&ctx, b"k2").await.unwrap(), None);
-        assert_eq!(
-            c.entries(&ctx).await.unwrap(),
-            vec![(b"k".to_vec(), b"v".to_vec())]
+    let free0 = f.node_stats(0).unwrap().heap_free_bytes;
+    for bad in [
+        RaceConfig {
+            max_depth: 30,
+            ..small()
+        },
+        RaceConfig {
+            max_value: 9000,
+            ..small()
+        },
+        RaceConfig {
+            groups: 0,
+            ..small()
+        },
+    ] {
+        let r = RaceTable::create(f.clone(), "b", bad);
+        assert!(
+            matches!(&r, Err(IndexError::Config { kind: "race", .. })),
+            "{:?}",
+            r.err()
         );
-    });
+    }
+    assert_eq!(f.node_stats(0).unwrap().heap_free_bytes, free0);
 }
 
 #[test]
@@ -238,7 +133,7 @@ fn a_full_table_refuses_inserts_and_stays_consistent() {
         for i in 0..400 {
             match c.insert(&ctx, &key(i), b"v").await {
                 Ok(true) => stored.push(i),
-                Err(RaceError::TableFull { max_depth: 2, .. }) => full += 1,
+                Err(IndexError::Full { kind: "race", .. }) => full += 1,
                 other => panic!("unexpected {other:?}"),
             }
         }
@@ -295,7 +190,7 @@ fn exhausted_memory_is_a_typed_error_and_the_table_stays_usable() {
             }
         }
         let err = err.expect("4 MiB cannot hold 10k blocks of 1 KiB");
-        assert!(matches!(err, RaceError::OutOfMemory { .. }), "{err}");
+        assert!(matches!(err, IndexError::OutOfMemory { .. }), "{err}");
         for &i in &stored {
             assert_eq!(
                 c.search(&ctx, &key(i)).await.unwrap().as_deref(),
@@ -419,22 +314,8 @@ fn assert_linearizable(h: &[StressRecord]) {
     }
 }
 
-/// The final state the history implies, read from the quiescent table, and
-/// the whole history checked (see `stress::verify`).
-fn final_state_matches(f: &dyn Fabric, table: &Arc<RaceTable>, hot: u64, h: Vec<StressRecord>) {
-    let client = table.client(99);
-    let ((finals, scan), _) = on_worker(f, &client, move |ctx, c| async move {
-        stress::final_reads(&ctx, &c, hot).await.unwrap()
-    });
-    if let Err(e) = stress::verify(h, finals, &scan) {
-        panic!("{e}");
-    }
-}
-
 #[test]
 fn concurrent_threads_are_linearizable_while_the_table_splits() {
-    let f = fabric(2, 64 << 20);
-    let table = RaceTable::create(f.clone(), "lin", small()).unwrap();
     let sc = StressConfig {
         workers: 3,
         tasks: 4,
@@ -444,30 +325,16 @@ fn concurrent_threads_are_linearizable_while_the_table_splits() {
         seed: 42,
         client_base: 0,
     };
-    let h = stress::run(
-        f.as_ref(),
-        &|id| table.client(id),
-        &RuntimeConfig::default(),
-        &sc,
-    )
-    .unwrap();
-    assert_eq!(h.len(), 3 * 4 * 1500);
-    let conflicts = h
-        .iter()
-        .filter(|r| matches!(r.returned, Some((_, MapRet::Done(false)))))
-        .count();
+    let conflicts =
+        conformance::linearizable_threads::<RaceTable>(fabric(2, 64 << 20), small(), &sc);
     assert!(
         conflicts > 50,
         "hot keys must see failed inserts/updates: {conflicts}"
     );
-    final_state_matches(f.as_ref(), &table, sc.hot_keys, h);
 }
 
 #[test]
 fn concurrent_processes_are_linearizable_while_the_table_splits() {
-    let node = stress::serve_node(64 << 20);
-    let f = node.fabric.clone();
-    let table = RaceTable::create(f.clone(), "procs", small()).unwrap();
     let sc = StressConfig {
         workers: 2,
         tasks: 3,
@@ -477,9 +344,13 @@ fn concurrent_processes_are_linearizable_while_the_table_splits() {
         seed: 0,
         client_base: 0,
     };
-    let h = stress::run_processes(TESTKIT, &node.socket, "procs", 3, &sc);
-    assert_eq!(h.len(), 3 * 2 * 3 * 1000);
-    final_state_matches(f.as_ref(), &table, 5, h);
+    conformance::linearizable_processes::<RaceTable>(
+        "conformance_child",
+        64 << 20,
+        small(),
+        3,
+        &sc,
+    );
 }
 
 #[test]
@@ -499,6 +370,7 @@ fn the_checker_catches_a_stale_read_in_these_histories() {
     };
     let mut h = stress::run(
         f.as_ref(),
+        table.local_layout(),
         &|id| table.client(id),
         &RuntimeConfig::default(),
         &sc,
@@ -562,12 +434,13 @@ fn soak_linearizability_over_seeds() {
         };
         let h = stress::run(
             f.as_ref(),
+            table.local_layout(),
             &|id| table.client(id),
             &RuntimeConfig::default(),
             &sc,
         )
         .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-        final_state_matches(f.as_ref(), &table, sc.hot_keys, h);
+        conformance::final_check(f.as_ref(), &table, sc.hot_keys, h);
     }
 }
 
@@ -594,27 +467,25 @@ fn hot_area_on_two_machines_is_linearizable() {
     };
     let h = stress::run(
         f.as_ref(),
+        table.local_layout(),
         &|id| table.client_on((id % 2) as usize, id),
         &RuntimeConfig::default(),
         &sc,
     )
     .unwrap();
     assert_eq!(h.len(), 3 * 4 * 1500);
-    final_state_matches(f.as_ref(), &table, sc.hot_keys, h);
+    conformance::final_check(f.as_ref(), &table, sc.hot_keys, h);
 }
 
 /// Processes (each its own machine, clients opened from the table's stored
 /// hot directory) share hot blocks through their remote locks.
 #[test]
 fn hot_area_across_processes_is_linearizable() {
-    let node = stress::serve_node(64 << 20);
-    let f = node.fabric.clone();
     let cfg = RaceConfig {
         hot_keys: (0..3).map(|k| format!("hot-{k}").into_bytes()).collect(),
         hot_theta: 4,
         ..small()
     };
-    let table = RaceTable::create(f.clone(), "hotprocs", cfg).unwrap();
     let sc = StressConfig {
         workers: 2,
         tasks: 3,
@@ -624,9 +495,7 @@ fn hot_area_across_processes_is_linearizable() {
         seed: 3,
         client_base: 0,
     };
-    let h = stress::run_processes(TESTKIT, &node.socket, "hotprocs", 3, &sc);
-    assert_eq!(h.len(), 3 * 2 * 3 * 800);
-    final_state_matches(f.as_ref(), &table, 5, h);
+    conformance::linearizable_processes::<RaceTable>("conformance_child", 64 << 20, cfg, 3, &sc);
 }
 
 /// One machine's tasks hammering one hot key pass its block from task to
@@ -644,7 +513,7 @@ fn hot_blocks_consolidate_writes_and_searches_take_one_round_trip() {
     };
     let table = RaceTable::create(f.clone(), "consol", cfg).unwrap();
     let client = table.client(1);
-    stress::on_worker_tasks(f.as_ref(), &client, 8, |t, ctx, c| async move {
+    conformance::on_worker_tasks(f.as_ref(), &client, 8, |t, ctx, c| async move {
         if t == 0 {
             assert!(c.insert(&ctx, b"hot", b"0").await.unwrap());
         }
@@ -701,14 +570,14 @@ fn hot_area_bad_input_is_refused() {
             ..hot(&[b"a"])
         },
     ] {
-        assert!(matches!(with(bad), Err(RaceError::Config(_))));
+        assert!(matches!(with(bad), Err(IndexError::Config { .. })));
     }
     let table = with(hot(&[b"h"])).unwrap();
     on_worker(f.as_ref(), &table.client(1), |ctx, c| async move {
         assert!(c.insert(&ctx, b"h", b"v").await.unwrap());
         assert!(matches!(
             c.update(&ctx, b"h", &[0u8; 65]).await,
-            Err(RaceError::ValueTooLarge { len: 65, max: 64 })
+            Err(IndexError::ValueTooLarge { len: 65, max: 64 })
         ));
         assert!(!c.insert(&ctx, b"h", b"w").await.unwrap());
         assert!(c.delete(&ctx, b"h").await.unwrap());

@@ -135,6 +135,25 @@ impl Ctx {
         self.core.local.store_u64(self.local_base() + w.offset(), v)
     }
 
+    /// The task-local range `src` decoded as a `T` — a remote layout type
+    /// (`#[repr(C)]`, little-endian words) read by the verbs before.
+    ///
+    /// # Panics
+    /// If `src` is shorter than a `T` (programmer error).
+    #[inline]
+    pub fn get_as<T: zerocopy::FromBytes + zerocopy::IntoBytes>(&self, src: Local) -> T {
+        let mut v = T::new_zeroed();
+        self.get_local(src, v.as_mut_bytes());
+        v
+    }
+
+    /// Encodes `v` (a remote layout type) at the start of the task-local
+    /// range `dst`, for a WRITE to send.
+    #[inline]
+    pub fn put_as<T: zerocopy::IntoBytes + zerocopy::Immutable>(&self, dst: Local, v: &T) {
+        self.put_local(dst, v.as_bytes());
+    }
+
     /// The queue pair to `node` and its lkey. An unknown node becomes the
     /// task's error (reported by the next `sync`).
     #[inline]

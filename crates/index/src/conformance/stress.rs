@@ -1,37 +1,18 @@
 //! A recorded mixed workload on a small hot key set, for linearizability
-//! tests of any remote map (RACE, the radix tree, the B+tree), on threads,
-//! processes or the simulator. Not a benchmark: operations are timed with
-//! the worker's clock — host-wide `CLOCK_MONOTONIC` on shm, so histories
-//! from several processes merge into one, or virtual time on the simulator.
+//! tests of any remote map, on threads, processes or the simulator. Not a
+//! benchmark: operations are timed with the worker's clock — host-wide
+//! `CLOCK_MONOTONIC` on shm, so histories from several processes merge into
+//! one, or virtual time on the simulator.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::fmt::Display;
 use std::rc::Rc;
 
-use dmkit_fabric::{Fabric, FabricError};
-use dmkit_runtime::{Ctx, MonotonicClock, RuntimeConfig, Worker};
+use dmkit_fabric::Fabric;
+use dmkit_lincheck::{MapOp, MapRet, Record};
+use dmkit_runtime::{Ctx, LocalLayout, RuntimeConfig, Worker};
 
-use crate::{MapOp, MapRet, Record};
-
-/// Task-local bytes of the stress workers (the old default; the maps'
-/// declared layouts replace it).
-const LOCAL_BYTES: usize = 64 * 1024;
-
-/// A per-worker client of the map under test.
-#[allow(async_fn_in_trait)]
-pub trait StressClient: Clone + 'static {
-    type Error: Display + From<FabricError> + Send + 'static;
-    async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, Self::Error>;
-    /// Inserts if absent; whether it inserted.
-    async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, Self::Error>;
-    /// Replaces if present; whether it replaced.
-    async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, Self::Error>;
-    /// Removes if present; whether it removed.
-    async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, Self::Error>;
-    /// Every entry (called on a quiescent map).
-    async fn entries(&self, ctx: &Ctx) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Self::Error>;
-}
+use crate::{IndexError, MapClient};
 
 /// One recorded operation: keys and values are strings for readable reports.
 pub type StressRecord = Record<String, String>;
@@ -39,14 +20,18 @@ pub type StressRecord = Record<String, String>;
 /// What a stress run does.
 #[derive(Debug, Clone)]
 pub struct StressConfig {
+    /// Workers (threads, or virtual threads on the simulator).
     pub workers: usize,
+    /// Tasks per worker.
     pub tasks: usize,
+    /// Operations each task runs.
     pub ops_per_task: usize,
     /// Keys `hot-0 .. hot-{n-1}` receive the conflicting operations.
     pub hot_keys: u64,
     /// Percentage of operations that insert a fresh unique key (grows the
     /// table, so subtables split while the hot keys are in use).
     pub fill_percent: u32,
+    /// Seed of every task's operation choices.
     pub seed: u64,
     /// Client ids are `client_base + worker * tasks + task`.
     pub client_base: u32,
@@ -67,18 +52,19 @@ fn splitmix(x: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Spawns worker `wi`'s tasks of the workload on `w`: each appends its
+/// Spawns worker `wi`'s tasks of the workload on `w` (made with the map's
+/// local layout): each appends its
 /// records to `out`, or stores the first error in `failed` and stops.
 /// Operations are timed with the worker's clock (host-wide
 /// `CLOCK_MONOTONIC` on shm — comparable across processes — or virtual time
 /// on the simulator).
-pub fn spawn_tasks<C: StressClient>(
+pub fn spawn_tasks<C: MapClient>(
     w: &mut Worker,
     client: &C,
     sc: &StressConfig,
     wi: usize,
     out: &Rc<RefCell<Vec<StressRecord>>>,
-    failed: &Rc<RefCell<Option<C::Error>>>,
+    failed: &Rc<RefCell<Option<IndexError>>>,
 ) {
     for ti in 0..sc.tasks {
         let (client, out, failed, sc) = (client.clone(), out.clone(), failed.clone(), sc.clone());
@@ -142,27 +128,27 @@ pub fn client_id(sc: &StressConfig, wi: usize) -> u64 {
 /// Runs the workload on OS threads (one worker each, its client made by
 /// `client(id)` on the worker's thread); returns the history, or the first
 /// operation error.
-pub fn run<C: StressClient>(
+pub fn run<C: MapClient>(
     fabric: &dyn Fabric,
+    layout: &LocalLayout,
     client: &(dyn Fn(u64) -> C + Sync),
     rcfg: &RuntimeConfig,
     sc: &StressConfig,
-) -> Result<Vec<StressRecord>, C::Error> {
+) -> Result<Vec<StressRecord>, IndexError> {
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..sc.workers)
             .map(|wi| {
                 let (rcfg, sc) = (rcfg.clone(), sc.clone());
-                s.spawn(move || -> Result<Vec<StressRecord>, C::Error> {
+                s.spawn(move || -> Result<Vec<StressRecord>, IndexError> {
                     let mut w = Worker::builder(fabric)
-                        .clock(std::sync::Arc::new(MonotonicClock))
                         .config(rcfg)
                         .id(wi)
                         .tasks(sc.tasks)
-                        .local_bytes(LOCAL_BYTES)
+                        .local(layout)
                         .build()?;
                     let client = client(client_id(&sc, wi));
                     let out: Rc<RefCell<Vec<StressRecord>>> = Rc::default();
-                    let failed: Rc<RefCell<Option<C::Error>>> = Rc::default();
+                    let failed: Rc<RefCell<Option<IndexError>>> = Rc::default();
                     spawn_tasks(&mut w, &client, &sc, wi, &out, &failed);
                     w.run();
                     if let Some(e) = failed.borrow_mut().take() {
@@ -184,11 +170,11 @@ pub fn run<C: StressClient>(
 /// After a run, from a quiescent table: searches every hot key (recorded as
 /// operations of client 9999, so the checker sees the final state) and
 /// scans the whole table. Returns (those records, the scan).
-pub async fn final_reads<C: StressClient>(
+pub async fn final_reads<C: MapClient>(
     ctx: &Ctx,
     client: &C,
     hot_keys: u64,
-) -> Result<(Vec<StressRecord>, HashMap<String, String>), C::Error> {
+) -> Result<(Vec<StressRecord>, HashMap<String, String>), IndexError> {
     let mut finals = Vec::new();
     for k in 0..hot_keys {
         let key = format!("hot-{k}");
@@ -268,10 +254,10 @@ pub fn verify(
 /// Whether a history is linearizable; the error shows the operations of
 /// the offending key around the earliest failing cut.
 pub fn check_linearizable(h: &[StressRecord]) -> Result<(), String> {
-    if let Err(v) = crate::check(h, |_| None) {
+    if let Err(v) = dmkit_lincheck::check(h, |_| None) {
         // Where the execution first went wrong: the operations around the
         // earliest failing cut (more telling than a shrunk witness).
-        let t = crate::earliest_failing_cut(h, |_| None).unwrap_or(0);
+        let t = dmkit_lincheck::earliest_failing_cut(h, |_| None).unwrap_or(0);
         let mut near: Vec<&StressRecord> = h
             .iter()
             .filter(|r| r.key == v.key && r.invoked <= t)
@@ -346,237 +332,4 @@ pub fn from_line(l: &str) -> Option<StressRecord> {
         key: f[3].into(),
         op,
     })
-}
-
-/// The body of a structure's multi-process test helper (a `*-testkit`
-/// binary):
-///
-/// ```text
-/// TESTKIT stress SOCKET NAME WORKERS TASKS OPS HOT FILL% SEED CLIENT_BASE START_NS
-/// ```
-/// connects to the memory node at SOCKET, opens structure NAME with `open`
-/// (which returns the per-worker client factory), waits until host-monotonic
-/// START_NS (so the processes overlap), runs the recorded workload and
-/// prints one history line per operation ([`to_line`]).
-pub fn testkit_main<C, F>(
-    open: impl FnOnce(std::sync::Arc<dyn Fabric>, &str) -> Result<F, String>,
-) -> std::process::ExitCode
-where
-    C: StressClient,
-    F: Fn(u64) -> C + Sync,
-{
-    use std::io::Write;
-    use std::process::ExitCode;
-    let a: Vec<String> = std::env::args().skip(1).collect();
-    let n = |i: usize| a[i].parse::<u64>();
-    if a.len() != 11 || a[0] != "stress" || (3..11).any(|i| n(i).is_err()) {
-        eprintln!("usage: TESTKIT stress SOCKET NAME WORKERS TASKS OPS HOT FILL% SEED CLIENT_BASE START_NS");
-        return ExitCode::from(2);
-    }
-    let n = |i: usize| n(i).expect("checked above");
-    let target = dmkit_fabric::shm::Target::new(&a[1]);
-    let fabric: std::sync::Arc<dyn Fabric> = match dmkit_fabric::shm::ShmFabric::open(
-        dmkit_fabric::shm::ShmConfig::default(),
-        &[target],
-    ) {
-        Ok(f) => std::sync::Arc::new(f),
-        Err(e) => {
-            eprintln!("connect {}: {e}", a[1]);
-            return ExitCode::from(1);
-        }
-    };
-    let client = match open(fabric.clone(), &a[2]) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("open {}: {e}", a[2]);
-            return ExitCode::from(1);
-        }
-    };
-    let sc = StressConfig {
-        workers: n(3) as usize,
-        tasks: n(4) as usize,
-        ops_per_task: n(5) as usize,
-        hot_keys: n(6),
-        fill_percent: n(7) as u32,
-        seed: n(8),
-        client_base: n(9) as u32,
-    };
-    let start = n(10);
-    while host_now() < start {
-        std::thread::sleep(std::time::Duration::from_micros(200));
-    }
-    match run(fabric.as_ref(), &client, &RuntimeConfig::default(), &sc) {
-        Ok(h) => {
-            let mut out = std::io::stdout().lock();
-            for r in &h {
-                writeln!(out, "{}", to_line(r)).expect("stdout");
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("stress failed: {e}");
-            ExitCode::from(1)
-        }
-    }
-}
-
-/// Runs `body` as the only task of a fresh worker on `f` (to completion)
-/// and returns what it returned and the worker's statistics.
-pub fn on_worker<C, T, F, Fut>(
-    f: &dyn Fabric,
-    client: &C,
-    body: F,
-) -> (T, dmkit_runtime::WorkerStats)
-where
-    C: Clone + 'static,
-    T: 'static,
-    F: FnOnce(Ctx, C) -> Fut + 'static,
-    Fut: std::future::Future<Output = T> + 'static,
-{
-    let mut w = Worker::builder(f)
-        .clock(std::sync::Arc::new(MonotonicClock))
-        .config(RuntimeConfig::default())
-        .id(0)
-        .tasks(1)
-        .local_bytes(LOCAL_BYTES)
-        .build()
-        .expect("a worker on a working fabric");
-    let out: Rc<RefCell<Option<T>>> = Rc::default();
-    let (o, c) = (out.clone(), client.clone());
-    w.spawn(move |ctx| async move {
-        let v = body(ctx, c).await;
-        *o.borrow_mut() = Some(v);
-    });
-    w.run();
-    let stats = w.stats();
-    let v = out.borrow_mut().take().expect("the task finished");
-    (v, stats)
-}
-
-/// Runs `tasks` tasks on one fresh worker on `f` (task `t` gets `t`, its
-/// context and a clone of `client`) until all finish; returns the worker's
-/// statistics. Contention among one worker's tasks (hand-overs, combining)
-/// is what such tests look at.
-pub fn on_worker_tasks<C, F, Fut>(
-    f: &dyn Fabric,
-    client: &C,
-    tasks: usize,
-    body: F,
-) -> dmkit_runtime::WorkerStats
-where
-    C: Clone + 'static,
-    F: Fn(usize, Ctx, C) -> Fut + Clone + 'static,
-    Fut: std::future::Future<Output = ()> + 'static,
-{
-    let mut w = Worker::builder(f)
-        .clock(std::sync::Arc::new(MonotonicClock))
-        .config(RuntimeConfig::default())
-        .id(0)
-        .tasks(tasks)
-        .local_bytes(LOCAL_BYTES)
-        .build()
-        .expect("a worker on a working fabric");
-    for t in 0..tasks {
-        let (c, body) = (client.clone(), body.clone());
-        w.spawn(move |ctx| body(t, ctx, c));
-    }
-    w.run();
-    w.stats()
-}
-
-/// A memory node served on a Unix socket by this process, and a fabric
-/// connected to it: the setup of the multi-process tests.
-pub struct ServedNode {
-    _dir: tempfile::TempDir,
-    pub socket: std::path::PathBuf,
-    _running: dmkit_memnode::server::Running,
-    pub fabric: std::sync::Arc<dmkit_fabric::shm::ShmFabric>,
-}
-
-/// Serves a `size`-byte memory node on a fresh socket.
-///
-/// # Panics
-/// If the node cannot be made (test setup).
-pub fn serve_node(size: u64) -> ServedNode {
-    use dmkit_memnode::server::{default_token_path, Server};
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let socket = dir.path().join("node.sock");
-    let node = dmkit_memnode::MemNode::new(dmkit_memnode::NodeConfig {
-        size,
-        ..Default::default()
-    })
-    .expect("a memory node");
-    let running = Server::bind(node, &socket, &default_token_path(&socket))
-        .expect("bind the node's socket")
-        .spawn()
-        .expect("serve the node");
-    let fabric = std::sync::Arc::new(
-        dmkit_fabric::shm::ShmFabric::open(
-            dmkit_fabric::shm::ShmConfig::default(),
-            &[dmkit_fabric::shm::Target::new(&socket)],
-        )
-        .expect("connect to the node"),
-    );
-    ServedNode {
-        _dir: dir,
-        socket,
-        _running: running,
-        fabric,
-    }
-}
-
-/// Runs `procs` child processes of `testkit` ([`testkit_main`]) on
-/// structure `name` of the node at `socket`, each with `sc`'s shape (seed
-/// and client ids made distinct per child), starting together; returns
-/// their merged history.
-///
-/// # Panics
-/// If a child fails or prints a line that is not a history record.
-pub fn run_processes(
-    testkit: &str,
-    socket: &std::path::Path,
-    name: &str,
-    procs: u32,
-    sc: &StressConfig,
-) -> Vec<StressRecord> {
-    let start = host_now() + 300_000_000;
-    let children: Vec<_> = (0..procs)
-        .map(|p| {
-            std::process::Command::new(testkit)
-                .args(["stress", socket.to_str().expect("a UTF-8 path"), name])
-                .args(
-                    [
-                        sc.workers as u64,
-                        sc.tasks as u64,
-                        sc.ops_per_task as u64,
-                        sc.hot_keys,
-                        sc.fill_percent as u64,
-                        sc.seed + 100 + p as u64,
-                        sc.client_base as u64 + 1000 * (p as u64 + 1),
-                        start,
-                    ]
-                    .map(|v| v.to_string()),
-                )
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .expect("spawn the testkit")
-        })
-        .collect();
-    let mut h = Vec::new();
-    for c in children {
-        let out = c.wait_with_output().expect("wait for the testkit");
-        assert!(
-            out.status.success(),
-            "child failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        for l in String::from_utf8(out.stdout)
-            .expect("UTF-8 history")
-            .lines()
-        {
-            h.push(from_line(l).unwrap_or_else(|| panic!("bad history line {l:?}")));
-        }
-    }
-    h
 }
