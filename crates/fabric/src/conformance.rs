@@ -545,12 +545,12 @@ pub fn control_rpcs(fabric: &dyn Fabric, node: NodeId) {
     assert_eq!(fabric.set_root(node, &name, 7, Some(None)).unwrap(), None);
     assert!(matches!(
         fabric.set_root(node, &name, 8, Some(None)),
-        Err(FabricError::Rpc { .. })
+        Err(FabricError::Refused { .. })
     ));
     assert_eq!(fabric.get_root(node, &name).unwrap(), Some(7));
     assert!(matches!(
         fabric.get_root(node, "no spaces"),
-        Err(FabricError::Rpc { .. })
+        Err(FabricError::Refused { .. })
     ));
     let before = fabric.node_stats(node).unwrap();
     let (a, len, _) = fabric.alloc_chunk(node, 5000, false).unwrap();
@@ -562,15 +562,26 @@ pub fn control_rpcs(fabric: &dyn Fabric, node: NodeId) {
     assert_eq!(mid.chunk_bytes, before.chunk_bytes + len);
     assert_eq!(fabric.free_chunk(a).unwrap(), len);
     assert!(
-        matches!(fabric.free_chunk(a), Err(FabricError::Rpc { .. })),
+        matches!(fabric.free_chunk(a), Err(FabricError::Refused { .. })),
         "double free is refused"
     );
     assert!(matches!(
         fabric.alloc_chunk(node, 0, false),
-        Err(FabricError::Rpc { .. })
+        Err(FabricError::Refused { .. })
     ));
     assert!(matches!(
-        fabric.rpc(node.wrapping_add(77), dmkit_memnode::Request::Stats),
+        fabric.node_stats(node.wrapping_add(77)),
         Err(FabricError::NoSuchNode(_))
+    ));
+    // Refusals are typed: a root that holds another value is a mismatch.
+    assert!(matches!(
+        fabric.set_root(node, &name, 9, Some(Some(1))),
+        Err(FabricError::Refused {
+            error: crate::ControlError::RootMismatch {
+                current: Some(7),
+                ..
+            },
+            ..
+        })
     ));
 }

@@ -1,6 +1,8 @@
 //! Typed errors of the fabric. Each names the request it is about.
 
-use dmkit_memnode::{NodeError, RpcError};
+use dmkit_memnode::NodeError;
+
+use crate::control::ControlError;
 
 use crate::addr::{GlobalAddr, NodeId, Rkey};
 use crate::wr::VerbKind;
@@ -78,8 +80,9 @@ pub enum FabricError {
     Request(#[from] RequestError),
     #[error(transparent)]
     Post(#[from] PostError),
+    /// A memory node refused a control request (see [`crate::ControlPlane`]).
     #[error("memory node {node} refused the request: {error}")]
-    Rpc { node: NodeId, error: RpcError },
+    Refused { node: NodeId, error: ControlError },
     #[error("no memory node {0} in this fabric")]
     NoSuchNode(NodeId),
     #[error("memory node {node}: {error}")]

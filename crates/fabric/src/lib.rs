@@ -29,6 +29,7 @@
 pub mod addr;
 pub mod caps;
 pub mod conformance;
+pub mod control;
 pub mod error;
 pub mod exec;
 pub mod hint;
@@ -40,7 +41,8 @@ pub mod wr;
 
 pub use addr::{GlobalAddr, NodeId, RemoteRef, Rkey};
 pub use caps::Capabilities;
-pub use dmkit_memnode::{NodeStats, RegionInfo, Request, Response, RpcError};
+pub use control::{ControlError, ControlPlane, NodeRpc};
+pub use dmkit_memnode::{NodeStats, RegionInfo};
 pub use error::{FabricError, PostError, RequestError, VerbError};
 pub use exec::Executor;
 pub use local::{Lkey, LocalMem};
@@ -91,8 +93,8 @@ pub fn claim_root(
         // Another client claimed it between the read and the swap. Only
         // that is a name clash: a full root table, a bad name or a node
         // shutting down are errors the caller must see as such.
-        Err(FabricError::Rpc {
-            error: RpcError::RootMismatch { .. },
+        Err(FabricError::Refused {
+            error: ControlError::RootMismatch { .. },
             ..
         }) => Ok(false),
         Err(e) => Err(e),
@@ -121,8 +123,8 @@ pub fn release_root(
 ) -> Result<bool, FabricError> {
     match fabric.set_root(node, name, 0, Some(Some(value))) {
         Ok(_) => Ok(true),
-        Err(FabricError::Rpc {
-            error: RpcError::RootMismatch { .. },
+        Err(FabricError::Refused {
+            error: ControlError::RootMismatch { .. },
             ..
         }) => Ok(false),
         Err(e) => Err(e),
@@ -283,8 +285,10 @@ pub trait QueuePair: Send {
     }
 }
 
-/// A set of memory nodes reachable through one backend.
-pub trait Fabric: Send + Sync {
+/// A set of memory nodes reachable through one backend: its data plane
+/// (queue pairs, [`Fabric::connect`]) and, as its supertrait, its control
+/// plane ([`ControlPlane`]: chunks, roots, regions, statistics).
+pub trait Fabric: ControlPlane {
     /// Backend name for reports ("shm", ...). Data structures must not branch on it.
     fn backend(&self) -> &'static str;
 
@@ -318,75 +322,6 @@ pub trait Fabric: Send + Sync {
         }
     }
 
-    /// The region covering `node`'s allocatable memory.
-    fn heap(&self, node: NodeId) -> Result<RegionInfo, FabricError>;
-
-    /// One RPC to `node`'s control service.
-    fn rpc(&self, node: NodeId, req: Request) -> Result<Response, FabricError>;
-
-    /// Allocates a chunk on `node`; returns its address, rounded length and key.
-    fn alloc_chunk(
-        &self,
-        node: NodeId,
-        len: u64,
-        persistent: bool,
-    ) -> Result<(GlobalAddr, u64, Rkey), FabricError> {
-        match self.rpc(node, Request::AllocChunk { len, persistent })? {
-            Response::Chunk { offset, len, rkey } => Ok((GlobalAddr::new(node, offset), len, rkey)),
-            other => Err(unexpected(node, other)),
-        }
-    }
-
-    /// Frees a chunk.
-    fn free_chunk(&self, addr: GlobalAddr) -> Result<u64, FabricError> {
-        let node = addr.node();
-        match self.rpc(
-            node,
-            Request::FreeChunk {
-                offset: addr.offset(),
-            },
-        )? {
-            Response::Freed { len } => Ok(len),
-            other => Err(unexpected(node, other)),
-        }
-    }
-
-    /// Reads a named root.
-    fn get_root(&self, node: NodeId, name: &str) -> Result<Option<u64>, FabricError> {
-        match self.rpc(node, Request::GetRoot { name: name.into() })? {
-            Response::Root(v) => Ok(v),
-            other => Err(unexpected(node, other)),
-        }
-    }
-
-    /// Sets a named root, optionally only if it currently equals `expected`
-    /// (`Some(None)`: only if absent). Returns the previous value.
-    fn set_root(
-        &self,
-        node: NodeId,
-        name: &str,
-        value: u64,
-        expected: Option<Option<u64>>,
-    ) -> Result<Option<u64>, FabricError> {
-        let req = Request::SetRoot {
-            name: name.into(),
-            value,
-            expected,
-        };
-        match self.rpc(node, req)? {
-            Response::RootSet { previous } => Ok(previous),
-            other => Err(unexpected(node, other)),
-        }
-    }
-
-    /// The node's statistics.
-    fn node_stats(&self, node: NodeId) -> Result<NodeStats, FabricError> {
-        match self.rpc(node, Request::Stats)? {
-            Response::Stats(s) => Ok(s),
-            other => Err(unexpected(node, other)),
-        }
-    }
-
     /// Asks the backend to serve `[addr, addr+len)` from on-NIC device
     /// memory (Sherman keeps its lock table there: atomics on it skip the
     /// host's PCIe round trip, SwordBox §3.2). Returns whether it does;
@@ -395,23 +330,5 @@ pub trait Fabric: Send + Sync {
     fn place_in_device_memory(&self, addr: GlobalAddr, len: u64) -> bool {
         let _ = (addr, len);
         false
-    }
-
-    /// Asks the node to shut down.
-    fn shutdown_node(&self, node: NodeId) -> Result<(), FabricError> {
-        match self.rpc(node, Request::Shutdown)? {
-            Response::ShuttingDown => Ok(()),
-            other => Err(unexpected(node, other)),
-        }
-    }
-}
-
-fn unexpected(node: NodeId, resp: Response) -> FabricError {
-    match resp {
-        Response::Error(error) => FabricError::Rpc { node, error },
-        other => FabricError::Protocol {
-            node,
-            what: format!("{other:?}"),
-        },
     }
 }

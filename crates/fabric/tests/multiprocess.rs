@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::Served;
-use dmkit_fabric::{Fabric, SyncQp};
+use dmkit_fabric::{ControlPlane, SyncQp};
 
 const TESTKIT: &str = env!("CARGO_BIN_EXE_dmkit-shm-testkit");
 

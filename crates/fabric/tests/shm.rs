@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use common::Served;
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_fabric::{
-    conformance, Batch, Fabric, FabricError, GlobalAddr, LocalMem, LocalRef, QueuePair, SyncQp,
-    VerbError, WorkRequest,
+    conformance, Batch, ControlPlane, Fabric, FabricError, GlobalAddr, LocalMem, LocalRef,
+    QueuePair, SyncQp, VerbError, WorkRequest,
 };
 use dmkit_memnode::layout::access;
 use dmkit_memnode::proto::{self, Hello, Request, Response, PROTO_MAGIC, PROTO_VERSION};

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use dmkit_fabric::shm::ShmFabric;
-use dmkit_fabric::Fabric;
+use dmkit_fabric::ControlPlane;
 use dmkit_index::conformance::{self, on_worker, stress, StressConfig, StressRecord};
 use dmkit_index::{IndexError, RemoteMap};
 use dmkit_lincheck::{check, MapOp, MapRet};

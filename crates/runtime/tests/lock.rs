@@ -9,7 +9,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use dmkit_fabric::shm::{ShmConfig, ShmFabric, Target};
-use dmkit_fabric::{Fabric, RemoteRef, SyncQp};
+use dmkit_fabric::{ControlPlane, RemoteRef, SyncQp};
 use dmkit_memnode::server::{Running, Server};
 use dmkit_memnode::{MemNode, NodeConfig};
 use dmkit_runtime::{

@@ -6,7 +6,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
-use dmkit_fabric::{Fabric, FabricError, GlobalAddr, RemoteRef, Rkey, SyncQp, VerbError};
+use dmkit_fabric::{
+    ControlPlane, Fabric, FabricError, GlobalAddr, RemoteRef, Rkey, SyncQp, VerbError,
+};
 use dmkit_memnode::NodeConfig;
 use dmkit_runtime::{Clock, Local, MonotonicClock, RuntimeConfig, VirtualClock, Worker};
 

@@ -10,9 +10,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use dmkit_fabric::shm::ShmFabric;
 use dmkit_fabric::{
-    Batch, Capabilities, Completion, Fabric, FabricError, Lkey, LocalMem, NodeId, PostError,
-    QpPolicy, QpStats, QueuePair, RegionInfo, Request, Response,
+    Batch, Capabilities, Completion, Fabric, FabricError, Lkey, LocalMem, NodeId, NodeRpc,
+    PostError, QpPolicy, QpStats, QueuePair, RegionInfo,
 };
+use dmkit_memnode::{Request, Response};
 
 use crate::engine::Core;
 
@@ -190,9 +191,12 @@ impl Fabric for SimFabric {
             caps: self.caps,
         }))
     }
+}
 
-    fn heap(&self, node: NodeId) -> Result<RegionInfo, FabricError> {
-        self.inner.heap(node)
+/// The control plane: the embedded memory nodes' RPC.
+impl NodeRpc for SimFabric {
+    fn node_heap(&self, node: NodeId) -> Result<RegionInfo, FabricError> {
+        self.inner.node_heap(node)
     }
 
     /// Control RPCs are served by the embedded node at once; the calling

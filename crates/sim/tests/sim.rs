@@ -5,7 +5,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use dmkit_fabric::{
-    conformance, Batch, Fabric, FabricError, GlobalAddr, QpPolicy, Rkey, VerbError,
+    conformance, Batch, ControlPlane, Fabric, FabricError, GlobalAddr, QpPolicy, Rkey, VerbError,
 };
 use dmkit_runtime::{Ctx, RuntimeConfig, Worker};
 use dmkit_sim::{Faults, Sim, SimConfig};

@@ -20,11 +20,11 @@ use std::thread::ThreadId;
 use std::time::Duration;
 
 use dmkit_fabric::{
-    Capabilities, Fabric, FabricError, NodeId, QpPolicy, QueuePair, RegionInfo, Request, Response,
-    SharedQp,
+    Capabilities, Fabric, FabricError, NodeId, NodeRpc, QpPolicy, QueuePair, RegionInfo, SharedQp,
 };
 use dmkit_memnode::server::read_token_file;
 use dmkit_memnode::NodeLayout;
+use dmkit_memnode::{Request, Response};
 
 use crate::config::{VerbsConfig, VerbsTarget};
 use crate::ctl::{self, Ctl, CtlReply, NicRegion, CTL_MAGIC, CTL_VERSION};
@@ -344,8 +344,11 @@ impl Fabric for VerbsFabric {
         let h = open.pop().expect("group has a handle");
         Ok(Box::new(h))
     }
+}
 
-    fn heap(&self, node: NodeId) -> Result<RegionInfo, FabricError> {
+/// The control plane: the memory node's RPC over its TCP control channel.
+impl NodeRpc for VerbsFabric {
+    fn node_heap(&self, node: NodeId) -> Result<RegionInfo, FabricError> {
         Ok(self.link(node)?.heap)
     }
 

@@ -11,7 +11,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use dmkit_fabric::shm::{ShmConfig, ShmFabric, Target};
-use dmkit_fabric::{Fabric, GlobalAddr, SyncQp};
+use dmkit_fabric::{ControlPlane, GlobalAddr, SyncQp};
 
 fn hex(s: &str) -> u64 {
     u64::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex argument")

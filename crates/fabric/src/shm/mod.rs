@@ -37,7 +37,7 @@ use crate::addr::NodeId;
 use crate::caps::Capabilities;
 use crate::error::FabricError;
 use crate::exec::Executor;
-use crate::{Fabric, QueuePair};
+use crate::{Fabric, NodeRpc, QueuePair};
 
 /// Options of the shm backend.
 #[derive(Debug, Clone, Copy)]
@@ -248,8 +248,12 @@ impl Fabric for ShmFabric {
     fn connect(&self, node: NodeId) -> Result<Box<dyn QueuePair>, FabricError> {
         Ok(Box::new(self.connect_qp(node)?))
     }
+}
 
-    fn heap(&self, node: NodeId) -> Result<RegionInfo, FabricError> {
+/// The control plane: the memory node's RPC, in process (embedded nodes)
+/// or over the node's Unix socket.
+impl NodeRpc for ShmFabric {
+    fn node_heap(&self, node: NodeId) -> Result<RegionInfo, FabricError> {
         Ok(self.node(node)?.heap)
     }
 
