@@ -546,6 +546,8 @@ pub struct BtreeClient {
 
 /// A held node lock.
 struct Held {
+    /// The node it locks.
+    node: GlobalAddr,
     /// Its word in the memory node's lock table.
     lock: RemoteRef,
     grant: Option<TicketGrant>,
@@ -839,7 +841,11 @@ impl BtreeClient {
             Some(l) => Some(l.acquire(ctx, local).await),
             None => None,
         };
-        let held = Held { lock, grant };
+        let held = Held {
+            node: addr,
+            lock,
+            grant,
+        };
         let remote = !grant.is_some_and(|g| g.handed);
         if !remote {
             self.count(|c| c.handovers += 1);
@@ -897,6 +903,21 @@ impl BtreeClient {
                 Err(e)
             }
         }
+    }
+
+    /// Queues the WRITE of `src` to `dst`, which must lie inside the node
+    /// whose lock is `held` (the unlock that follows goes after it in
+    /// queue-pair order).
+    fn write_back(&self, ctx: &Ctx, held: &Held, dst: RemoteRef, src: Local) {
+        let (node, end) = (held.node, held.node.add(self.t.g.node_bytes as u64));
+        assert!(
+            dst.addr.node() == node.node()
+                && dst.addr.offset() >= node.offset()
+                && dst.addr.offset() + src.len() as u64 <= end.offset(),
+            "a write-back of {src:?} to {} lands outside the locked node {node}",
+            dst.addr
+        );
+        ctx.write(dst, src);
     }
 
     /// Queues the remote release (unless HOCL hands the lock over), posts
@@ -1008,7 +1029,7 @@ impl BtreeClient {
                 let at = img.at.add(g.slot_off(true, target) as u64);
                 let src = self.sc().slot;
                 ctx.put_local(src, &slot);
-                ctx.write(at, src);
+                self.write_back(ctx, &held, at, src);
                 self.unlock(ctx, held).await?;
                 if mode == WriteMode::Delete {
                     self.spec.remove(tk);
@@ -1104,6 +1125,10 @@ impl BtreeClient {
         all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mid = all.len() / 2;
         let sep = all[mid].0.clone();
+        assert!(
+            n.above_lo(&all[0].0) && all[0].0 < sep && n.below_hi(&sep),
+            "a leaf's separator lies strictly inside its fences"
+        );
         let right = match self.alloc_node(ctx) {
             Ok(a) => a,
             Err(e) => {
@@ -1165,9 +1190,9 @@ impl BtreeClient {
                 left[o..o + slot.len()].copy_from_slice(&slot);
             }
         }
-        debug_assert!(placed);
+        assert!(placed, "the new key has a slot in one half");
         ctx.put_local(sc.back, &left);
-        ctx.write(img.at, sc.back);
+        self.write_back(ctx, &held, img.at, sc.back);
         self.unlock(ctx, held).await?;
         self.count(|c| c.leaf_splits += 1);
         // The moved entries' new slots (the speculative table would
@@ -1259,7 +1284,7 @@ impl BtreeClient {
                 };
                 build_inner(&g, &h, &es, &mut out);
                 ctx.put_local(sc.back, &out);
-                ctx.write(img.at, sc.back);
+                self.write_back(ctx, &held, img.at, sc.back);
                 self.unlock(ctx, held).await?;
                 self.cache_put(Arc::new(Snapshot::of(target, &Node::new(&g, &out))));
                 return Ok(());
@@ -1268,6 +1293,10 @@ impl BtreeClient {
             // node's leftmost.
             let mid = es.len() / 2;
             let (up_key, up_child) = es[mid].clone();
+            assert!(
+                n.above_lo(&es[0].0) && es[0].0 < up_key && n.below_hi(&up_key),
+                "an internal node's separator lies strictly inside its fences"
+            );
             let right = match self.alloc_node(ctx) {
                 Ok(a) => a,
                 Err(e) => {
@@ -1302,7 +1331,7 @@ impl BtreeClient {
             };
             build_inner(&g, &lh, &es[..mid], &mut out);
             ctx.put_local(sc.back, &out);
-            ctx.write(img.at, sc.back);
+            self.write_back(ctx, &held, img.at, sc.back);
             self.unlock(ctx, held).await?;
             self.cache.put_all([
                 Arc::new(Snapshot::of(target, &Node::new(&g, &out))),
@@ -1341,6 +1370,10 @@ impl BtreeClient {
             ..root_head(1, level, old)
         };
         build_inner(&g, &h, &[(sep.to_vec(), child)], &mut out);
+        assert!(
+            s.lo == Fence::NegInf && Node::new(&g, &out).check(true).is_ok(),
+            "a new root is a sealed node whose leftmost child is the old root"
+        );
         ctx.put_local(fresh, &out);
         ctx.write(self.t.remote(at)?, fresh);
         // The new root is in place before the CAS that publishes it.
