@@ -1581,3 +1581,31 @@ impl MapClient for BtreeClient {
         &self.t.layout
     }
 }
+
+/// The flags keep the names and defaults `bench ycsb` has always had.
+#[cfg(all(test, feature = "cli"))]
+#[test]
+fn flags_keep_the_benchmarks_names_and_defaults() {
+    use clap::{Args, FromArgMatches};
+    let parse = |args: &str| {
+        let cmd = BtreeConfig::augment_args(clap::Command::new("t"));
+        let m = cmd.try_get_matches_from(std::iter::once("t").chain(args.split_whitespace()))?;
+        BtreeConfig::from_arg_matches(&m)
+    };
+    assert_eq!(parse("").unwrap(), BtreeConfig::default());
+    let flags = "--btree-cache 1MiB --speculative off --hocl off --on-chip-locks off \
+                 --combine off --max-handover 7 --btree-node 2KiB --btree-span 32";
+    let want = BtreeConfig {
+        cache_bytes: 1 << 20,
+        speculative: false,
+        hocl: false,
+        on_chip_locks: false,
+        combine: false,
+        max_handover: 7,
+        node_bytes: 2048,
+        span: Some(32),
+        ..Default::default()
+    };
+    assert_eq!(parse(flags).unwrap(), want);
+    assert!(parse("--hocl maybe").is_err());
+}

@@ -2,23 +2,26 @@
 //! model, bad input, the lifecycle, range scans) and what is the tree's
 //! own: sequential behaviour against a model with keys that are prefixes
 //! of each other, scans mid-run and splits at every level, with and
-//! without the cache and speculative lookup, and
+//! without the cache (also one that evicts) and speculative lookup, and
 //! the structural checker after each; linearizability under contention
 //! with concurrent splits on threads and processes, checked structurally
-//! too; bad configurations, fixed-length keys, memory exhaustion; round
-//! trips and bytes of warm searches and updates.
+//! too; bad configurations, fixed-length keys, memory exhaustion, a dead
+//! lock holder; round trips and bytes of warm searches and updates.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use dmkit_btree::layout::{DescHead, LOCK_WORDS};
 use dmkit_btree::{check_tree, Btree, BtreeClient, BtreeConfig, IndexError};
 use dmkit_fabric::shm::ShmFabric;
-use dmkit_fabric::Fabric;
+use dmkit_fabric::{Fabric, GlobalAddr, SyncQp};
 use dmkit_index::conformance::{self, on_worker, stress, StressConfig};
-use dmkit_index::{MapClient, RemoteMap};
+use dmkit_index::{MapClient, RemoteMap, RetryPolicy};
 use dmkit_lincheck::MapRet;
+use dmkit_runtime::hash::fmix64;
 use dmkit_runtime::rng::Rng;
 use dmkit_runtime::{RuntimeConfig, Worker};
+use zerocopy::FromBytes;
 
 fn fabric(nodes: u16, size: u64) -> Arc<ShmFabric> {
     conformance::shm_fabric(nodes, size)
@@ -238,6 +241,17 @@ fn sequential_ops_match_a_model_with_cache_only() {
     model_run(true, false, 4);
 }
 
+/// A budget of a dozen snapshots: the cache evicts all the time, and what
+/// it keeps (with its level-1 index) still leads every lookup right.
+#[test]
+fn sequential_ops_match_a_model_with_a_cache_that_evicts() {
+    let cfg = BtreeConfig {
+        cache_bytes: 4096,
+        ..small(true, false)
+    };
+    model_run_with(cfg, 6, key_of);
+}
+
 #[test]
 fn ranges_are_inclusive_and_never_leave_their_bounds() {
     let f = fabric(1, 64 << 20);
@@ -372,6 +386,57 @@ fn exhausted_memory_is_a_typed_error_and_the_tree_stays_usable() {
     assert!(n > 100);
     let rep = check_tree(&tree).unwrap();
     assert_eq!(rep.entries as u64, n);
+}
+
+/// A lock whose holder died stays held (no lease): a writer gives up
+/// after its retry budget with a typed error and changes nothing; once the
+/// lock is free again the tree works.
+#[test]
+fn a_dead_lock_holder_makes_writers_give_up() {
+    let f = fabric(1, 64 << 20);
+    let cfg = BtreeConfig {
+        retry: RetryPolicy {
+            max_attempts: 20,
+            give_up_after: 2_000_000,
+        },
+        ..small(true, true)
+    };
+    let tree = Btree::create(f.clone(), "dead", cfg).unwrap();
+    on_worker(f.as_ref(), &tree.client(1), |ctx, c| async move {
+        assert!(c.insert(&ctx, b"k", b"v").await.unwrap());
+    });
+    // The root leaf's lock word, found as any client finds it: the lock
+    // table the descriptor names, the word the node's address hashes to.
+    let rk = dmkit_fabric::heap_rkeys(f.as_ref(), &[0]).unwrap()[0].unwrap();
+    let desc = dmkit_fabric::find_root(f.as_ref(), 0, "btree/dead")
+        .unwrap()
+        .unwrap();
+    let mut qp = SyncQp::new(f.as_ref(), 0, 4096).unwrap();
+    let d = qp.read(desc, rk, 56).unwrap();
+    let (head, rest) = DescHead::read_from_prefix(&d).unwrap();
+    let table = GlobalAddr::from_raw(u64::read_from_bytes(&rest[..8]).unwrap());
+    let lock = table.add(8 * (fmix64(head.root) % LOCK_WORDS));
+    qp.write_u64(lock, rk, 0xDEAD).unwrap();
+    on_worker(f.as_ref(), &tree.client(2), |ctx, c| async move {
+        let r = c.update(&ctx, b"k", b"w").await;
+        assert!(
+            matches!(
+                r,
+                Err(IndexError::GaveUp {
+                    op: "node lock",
+                    attempts: 21..,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+        assert_eq!(c.search(&ctx, b"k").await.unwrap(), Some(b"v".to_vec()));
+    });
+    qp.write_u64(lock, rk, 0).unwrap();
+    on_worker(f.as_ref(), &tree.client(3), |ctx, c| async move {
+        assert!(c.update(&ctx, b"k", b"w").await.unwrap());
+        assert_eq!(c.search(&ctx, b"k").await.unwrap(), Some(b"w".to_vec()));
+    });
 }
 
 /// Table 1 and SMART-BT §5.2: a search without speculation reads a whole
