@@ -30,7 +30,7 @@ pub struct TreeReport {
 /// Checks tree `t` (no operations may run meanwhile).
 pub fn check_tree(t: &Btree) -> Result<TreeReport, String> {
     let g = *t.geometry();
-    let home = t.home();
+    let home = &t.home;
     let mut qps: HashMap<NodeId, SyncQp> = HashMap::new();
     let mut read = |a: GlobalAddr, len: usize| -> Result<Vec<u8>, String> {
         let rk = home.rkey(a.node()).map_err(|e| e.to_string())?;

@@ -262,7 +262,9 @@ impl Scratch {
 /// A tree: what every client of it shares. `Send + Sync`; make one
 /// [`BtreeClient`] per worker with [`RemoteMap::client`].
 pub struct Btree {
-    home: Home,
+    /// What the tree keeps of its identity (fabric, nodes and keys,
+    /// descriptor).
+    pub(crate) home: Home,
     cfg: BtreeConfig,
     g: Geometry,
     /// The root when the handle was made (clients' first guess).
@@ -315,18 +317,6 @@ impl Btree {
         self.on_chip
     }
 
-    /// What the tree keeps of its identity (fabric, nodes and keys,
-    /// descriptor).
-    pub(crate) fn home(&self) -> &Home {
-        &self.home
-    }
-
-    /// The reference to `addr` (its node's heap key attached).
-    #[inline]
-    fn remote(&self, addr: GlobalAddr) -> Result<RemoteRef, IndexError> {
-        self.home.remote(addr)
-    }
-
     /// The lock word of tree node `addr` and its local-table index.
     fn lock_of(&self, addr: GlobalAddr) -> Result<(RemoteRef, usize), IndexError> {
         let p = self
@@ -337,7 +327,7 @@ impl Btree {
             .ok_or(dmkit_fabric::FabricError::NoSuchNode(addr.node()))?;
         let w = fmix64(addr.raw()) % LOCK_WORDS;
         Ok((
-            self.remote(self.locks[p].add(8 * w))?,
+            self.home.remote(self.locks[p].add(8 * w))?,
             p * LOCK_WORDS as usize + w as usize,
         ))
     }
@@ -653,7 +643,7 @@ impl BtreeClient {
     /// Reads the node at `addr` into local memory and validates it (every
     /// slot's checksum too), re-reading torn images.
     async fn read_node(&self, ctx: &Ctx, addr: GlobalAddr) -> Result<Img, IndexError> {
-        let at = self.t.remote(addr)?;
+        let at = self.t.home.remote(addr)?;
         let node = self.sc().node;
         let mut retry = self.retry("node read");
         loop {
@@ -676,7 +666,7 @@ impl BtreeClient {
     /// Re-reads the root word of the descriptor.
     async fn refresh_root(&self, ctx: &Ctx) -> Result<GlobalAddr, IndexError> {
         let word = self.sc().word;
-        ctx.read(self.t.remote(self.t.home.desc().add(DESC_ROOT))?, word);
+        ctx.read(self.t.home.remote(self.t.home.desc().add(DESC_ROOT))?, word);
         ctx.sync().await?;
         let r = GlobalAddr::from_raw(ctx.local_u64(word));
         let mut st = self.st.borrow_mut();
@@ -819,7 +809,7 @@ impl BtreeClient {
             return Ok(None);
         };
         let slot = self.sc().slot;
-        ctx.read(self.t.remote(at)?, slot);
+        ctx.read(self.t.home.remote(at)?, slot);
         ctx.sync().await?;
         let b = ctx.local_vec(slot);
         if let Some((_, v)) = leaf_slot_entry(&self.t.g, &b).filter(|(k, _)| *k == tk) {
@@ -836,7 +826,7 @@ impl BtreeClient {
     /// as the lock CAS.
     async fn lock_and_read(&self, ctx: &Ctx, addr: GlobalAddr) -> Result<(Held, Img), IndexError> {
         let (lock, local) = self.t.lock_of(addr)?;
-        let at = self.t.remote(addr)?;
+        let at = self.t.home.remote(addr)?;
         let grant = match &self.locks {
             Some(l) => Some(l.acquire(ctx, local).await),
             None => None,
@@ -1096,7 +1086,7 @@ impl BtreeClient {
         at: GlobalAddr,
         next: GlobalAddr,
     ) -> Result<(), IndexError> {
-        ctx.write(self.t.remote(at)?, self.sc().fresh);
+        ctx.write(self.t.home.remote(at)?, self.sc().fresh);
         if at.node() != next.node() {
             ctx.sync().await?;
         }
@@ -1375,10 +1365,10 @@ impl BtreeClient {
             "a new root is a sealed node whose leftmost child is the old root"
         );
         ctx.put_local(fresh, &out);
-        ctx.write(self.t.remote(at)?, fresh);
+        ctx.write(self.t.home.remote(at)?, fresh);
         // The new root is in place before the CAS that publishes it.
         ctx.sync().await?;
-        let root_word = self.t.remote(self.t.home.desc().add(DESC_ROOT))?;
+        let root_word = self.t.home.remote(self.t.home.desc().add(DESC_ROOT))?;
         let prev = ctx.cas_sync(root_word, old.raw(), at.raw()).await?;
         let mut st = self.st.borrow_mut();
         if prev == old.raw() {
@@ -1491,7 +1481,7 @@ impl MapClient for BtreeClient {
             let mut addr = self.locate_leaf(ctx, &tk, cached, &mut path).await?;
             hops = 0;
             loop {
-                ctx.read(self.t.remote(addr)?, node);
+                ctx.read(self.t.home.remote(addr)?, node);
                 ctx.sync().await?;
                 let b = ctx.local_vec(node);
                 let n = Node::new(&self.t.g, &b);
