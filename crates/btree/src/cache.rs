@@ -1,14 +1,16 @@
 //! The compute-side caches, one of each per compute machine and shared by
 //! its clients: snapshots of internal nodes under a byte budget (Sherman's
-//! index cache, one per compute server; validated by fence keys when a
-//! traversal leaves them), and SMART-BT's speculative-lookup table, key →
+//! index cache, one per compute server) in the index layer's
+//! [`NodeCache`], validated by the tree's rule — fence keys — when a
+//! traversal leaves them; and SMART-BT's speculative-lookup table, key →
 //! remote slot address.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use dmkit_fabric::GlobalAddr;
+use dmkit_index::{CachedNode, NodeCache, SideIndex};
 use dmkit_runtime::hash::hash64;
 
 use crate::layout::{Fence, Node};
@@ -59,97 +61,46 @@ impl Snapshot {
             self.children[i - 1]
         }
     }
+}
 
+/// The machine's cache of internal nodes: the index layer's byte-budget
+/// [`NodeCache`] with the level-1 snapshots indexed by lower fence.
+pub type InnerCache = NodeCache<Snapshot, Level1>;
+
+impl CachedNode for Snapshot {
+    fn addr(&self) -> GlobalAddr {
+        self.addr
+    }
     fn bytes(&self) -> usize {
         96 + self.keys.iter().map(|k| k.len() + 32).sum::<usize>()
     }
 }
 
-/// Snapshots of internal nodes: by address, and the level-1 ones (parents
-/// of leaves) by lower fence, so a warm lookup finds its leaf without a
-/// remote read.
-pub struct Cache {
-    budget: usize,
-    bytes: usize,
-    by_addr: HashMap<u64, Arc<Snapshot>>,
-    level1: BTreeMap<Fence, u64>,
-    /// Insertion order, for FIFO eviction (entries of removed snapshots
-    /// are skipped when they come up).
-    order: VecDeque<u64>,
+/// The level-1 snapshots (parents of leaves) by lower fence, so a warm
+/// lookup finds its leaf without a remote read. Lower fences never change
+/// and no two live nodes of a level share one, so a fence names one node.
+#[derive(Default)]
+pub struct Level1(BTreeMap<Fence, GlobalAddr>);
+
+impl SideIndex<Snapshot> for Level1 {
+    fn added(&mut self, s: &Arc<Snapshot>) {
+        if s.level == 1 {
+            self.0.insert(s.lo.clone(), s.addr);
+        }
+    }
+    fn removed(&mut self, s: &Arc<Snapshot>) {
+        if s.level == 1 && self.0.get(&s.lo) == Some(&s.addr) {
+            self.0.remove(&s.lo);
+        }
+    }
 }
 
-impl Cache {
-    pub fn new(budget: usize) -> Self {
-        Self {
-            budget,
-            bytes: 0,
-            by_addr: HashMap::new(),
-            level1: BTreeMap::new(),
-            order: VecDeque::new(),
-        }
-    }
-
-    pub fn enabled(&self) -> bool {
-        self.budget > 0
-    }
-
-    pub fn len(&self) -> usize {
-        self.by_addr.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.by_addr.is_empty()
-    }
-
-    pub fn bytes(&self) -> usize {
-        self.bytes
-    }
-
-    pub fn get(&self, addr: GlobalAddr) -> Option<Arc<Snapshot>> {
-        self.by_addr.get(&addr.raw()).cloned()
-    }
-
-    /// The level-1 snapshot covering `tk`.
-    pub fn parent_of_leaf(&self, tk: &[u8]) -> Option<Arc<Snapshot>> {
-        let (_, a) = self.level1.range(..=Fence::Key(tk.to_vec())).next_back()?;
-        let s = self.by_addr.get(a)?;
-        s.covers(tk).then(|| s.clone())
-    }
-
-    /// Caches `s` if it is an internal node and the cache is on.
-    pub fn put(&mut self, s: Arc<Snapshot>) {
-        if !self.enabled() || s.level == 0 {
-            return;
-        }
-        self.remove(s.addr);
-        let b = s.bytes();
-        while self.bytes + b > self.budget {
-            let Some(victim) = self.order.pop_front() else {
-                break;
-            };
-            self.remove(GlobalAddr::from_raw(victim));
-        }
-        if self.order.len() > 4 * self.by_addr.len() + 64 {
-            // Drop the queue entries of snapshots removed meanwhile.
-            let live = &self.by_addr;
-            self.order.retain(|a| live.contains_key(a));
-        }
-        self.order.push_back(s.addr.raw());
-        if s.level == 1 {
-            self.level1.insert(s.lo.clone(), s.addr.raw());
-        }
-        self.bytes += b;
-        self.by_addr.insert(s.addr.raw(), s);
-    }
-
-    pub fn remove(&mut self, addr: GlobalAddr) {
-        if let Some(old) = self.by_addr.remove(&addr.raw()) {
-            self.bytes -= old.bytes();
-            if old.level == 1 && self.level1.get(&old.lo) == Some(&addr.raw()) {
-                self.level1.remove(&old.lo);
-            }
-        }
-    }
+/// The level-1 snapshot covering `tk`, marked used.
+pub fn parent_of_leaf(cache: &InnerCache, tk: &[u8]) -> Option<Arc<Snapshot>> {
+    let r = cache.reader();
+    let (_, a) = r.side().0.range(..=Fence::Key(tk.to_vec())).next_back()?;
+    let s = r.get_touch(*a)?;
+    s.covers(tk).then(|| s.clone())
 }
 
 /// SMART-BT's speculative-lookup table: tree key → address of the leaf

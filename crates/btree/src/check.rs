@@ -5,9 +5,11 @@
 //! children of each level are exactly the next level's chain, each with the
 //! lower fence its separator names, and that leaves hold unique keys.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
 use dmkit_fabric::{GlobalAddr, NodeId, SyncQp};
+use zerocopy::FromBytes;
 
 use crate::layout::{Fence, Node, DESC_ROOT};
 use crate::tree::Btree;
@@ -28,22 +30,21 @@ pub struct TreeReport {
 /// Checks tree `t` (no operations may run meanwhile).
 pub fn check_tree(t: &Btree) -> Result<TreeReport, String> {
     let g = *t.geometry();
+    let home = &t.home;
     let mut qps: HashMap<NodeId, SyncQp> = HashMap::new();
     let mut read = |a: GlobalAddr, len: usize| -> Result<Vec<u8>, String> {
-        let rk = t.rkey(a.node()).map_err(|e| e.to_string())?;
+        let rk = home.rkey(a.node()).map_err(|e| e.to_string())?;
         let qp = match qps.entry(a.node()) {
-            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-            std::collections::hash_map::Entry::Vacant(v) => v.insert(
-                SyncQp::new(t.fabric.as_ref(), a.node(), g.node_bytes)
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(v) => v.insert(
+                home.sync_qp(a.node(), g.node_bytes)
                     .map_err(|e| e.to_string())?,
             ),
         };
         qp.read(a, rk, len).map_err(|e| e.to_string())
     };
-    let d = t.desc_addr();
-    let root = GlobalAddr::from_raw(u64::from_le_bytes(
-        read(d.add(DESC_ROOT), 8)?.try_into().expect("8 bytes"),
-    ));
+    let root = read(home.desc().add(DESC_ROOT), 8)?;
+    let root = GlobalAddr::from_raw(u64::read_from_bytes(&root).map_err(|e| e.to_string())?);
     let mut rep = TreeReport::default();
     // Per level, from the top: the expected chain (children named by the
     // level above, with the lower fence each must have).

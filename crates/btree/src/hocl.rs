@@ -1,12 +1,13 @@
-//! Sherman's hierarchical on-chip lock (HOCL; Wang et al., SIGMOD'22 §4.2,
-//! summarised in OSDI'23 §2.2 and SwordBox §2.3): node locks live in a lock
-//! table on each memory node (in on-NIC device memory when the fabric has
-//! it — atomics there skip the host's PCIe, SwordBox §3.2 Fig. 4), and each
-//! compute machine keeps a local lock table with one entry per remote lock
-//! word, so the machine's clients queue locally instead of retrying CAS
-//! over the network. When a holder releases a lock another local client is
-//! waiting for, it hands the remote lock over without releasing it, at
-//! most `max_handover` times in a row (fairness to other machines).
+//! Sherman's hierarchical on-chip lock (HOCL; Sherman, SIGMOD'22 §4.2,
+//! summarised in the SMART radix tree paper, OSDI'23 §2.2, and in
+//! SwordBox, NSDI'24 §2.3): node locks live in a lock table on each memory
+//! node (in on-NIC device memory when the fabric has it — atomics there
+//! skip the host's PCIe, SwordBox §3.2 Fig. 4), and each compute machine
+//! keeps a local lock table with one entry per remote lock word, so the
+//! machine's clients queue locally instead of retrying CAS over the
+//! network. When a holder releases a lock another local client is waiting
+//! for, it hands the remote lock over without releasing it, at most
+//! `max_handover` times in a row (fairness to other machines).
 //!
 //! The local table is a [`TicketLocks`] (one ticket lock per remote lock
 //! word of every memory node, shared with the hash table's hot area).

@@ -1,18 +1,38 @@
-//! Remote layouts of the B-link tree: node header, slots, tree descriptor.
+//! Remote layouts of the B-link tree: tree descriptor, node header, slots.
+//! Each is a `#[repr(C)]` type ([`DescHead`], [`NodeHead`], [`SlotMeta`])
+//! the code encodes and decodes through; the variable parts (fences, tree
+//! keys, values, the lock-table array) follow them at offsets the
+//! [`Geometry`] derives from the types' sizes.
+//!
+//! ## Descriptor ([`DescHead`], then the lock tables)
+//!
+//! ```text
+//!  0        8        16        24          32           40       48
+//!  +--------+--------+---------+-----------+------------+--------+-----------------
+//!  | magic  | root   | max_key | max_value | node_bytes | nlocks | lock table of
+//!  +--------+--------+---------+-----------+------------+--------+ each memory node
+//!  magic: dmkit_index::Magic ("dmBTRE", layout version)      (nlocks words, raw
+//!  root: raw GlobalAddr of the root node (CAS when the tree grows)  GlobalAddr)
+//!  max_key: the limit (bits 0..32) | FIXED_KEYS (bit 32: every key is exactly
+//!           max_key bytes, tree keys carry no length byte)
+//! ```
+//!
+//! The root leaf a new tree starts with shares the descriptor's chunk,
+//! right after it (its size rounded up to 64 bytes).
 //!
 //! ## Node
 //!
 //! Every node (leaf or internal) is `node_bytes` long (a multiple of 64;
-//! 1 KiB by default) and starts with a header:
+//! 1 KiB by default) and starts with a [`NodeHead`] and the two fences:
 //!
 //! ```text
 //!  0        8        16        24         32            32+F          32+2F
 //!  +--------+--------+---------+----------+-------------+-------------+------
 //!  | meta   | info   | sibling | leftmost | lo fence    | hi fence    | slots
 //!  +--------+--------+---------+----------+-------------+-------------+------
-//!  meta:  version (32) | checksum of bytes 8..32+2F (32)
-//!  info:  level (8, leaves 0) | count (16, internal: slots in use) |
-//!         flags (8: bit 0 lo = -inf, bit 1 hi = +inf) | zero (32)
+//!  meta:  version (high 32) | checksum of bytes 8..32+2F (low 32)
+//!  info:  level (bits 0..8, leaves 0) | count (8..24, internal: slots in use) |
+//!         flags (24..32: bit 0 lo = -inf, bit 1 hi = +inf) | zero (32..64)
 //!  sibling, leftmost: raw GlobalAddr (0 = none); leftmost: internal nodes'
 //!         child left of their first key
 //!  fences: tree keys (F = their length rounded up to 8 bytes: max_key + 1
@@ -20,7 +40,8 @@
 //!         max_key bytes — `BtreeConfig::fixed_keys`, e.g. 8-byte integers)
 //! ```
 //!
-//! followed by fixed-size slots, `span` of them:
+//! followed by fixed-size slots, `span` of them, each a [`SlotMeta`] word,
+//! a tree key and a payload:
 //!
 //! ```text
 //!  0        8             8+F
@@ -28,17 +49,20 @@
 //!  | meta   | tree key    | leaf: value (max_value, padded)  |
 //!  |        |             | internal: child (8)              |
 //!  +--------+-------------+----------------------------------+
-//!  meta:  valid (1) | version (15) | value length (16) | checksum (32)
+//!  meta:  63     62      48 47            32 31               0
+//!         +-------+--------+----------------+------------------+
+//!         | valid | version| value length   | checksum         |
+//!         +-------+--------+----------------+------------------+
 //! ```
 //!
 //! ## Versions: per-entry, not per-cacheline
 //!
-//! SMART-BT (ASPLOS'24 §5.2) replaces Sherman's two-level versions with
-//! FaRM's per-cacheline versions, because an RNIC need not place a WRITE's
-//! bytes in address order, and relies on the RNIC writing one cacheline
-//! atomically. dmkit's fabric contract promises less (aligned 8-byte words;
-//! the simulator tears larger writes at that granularity), so the version
-//! lives in every *slot* and every slot carries a checksum:
+//! SMART-BT (SMART, ASPLOS'24 §5.2) replaces Sherman's two-level versions
+//! with FaRM's per-cacheline versions, because an RNIC need not place a
+//! WRITE's bytes in address order, and relies on the RNIC writing one
+//! cacheline atomically. dmkit's fabric contract promises less (aligned
+//! 8-byte words; the simulator tears larger writes at that granularity), so
+//! the version lives in every *slot* and every slot carries a checksum:
 //! - A whole-node write (insert into an internal node, split) bumps the node
 //!   version and re-seals every slot with it. A reader accepts a node when
 //!   the header checksum holds, every slot carries the header's version and
@@ -54,50 +78,48 @@
 //! Leaves are unsorted (an insert fills any empty slot, a delete clears the
 //! valid bit); internal nodes are sorted and rewritten whole.
 
+use std::mem::{offset_of, size_of};
+
 use dmkit_fabric::GlobalAddr;
+use dmkit_index::Magic;
 use dmkit_runtime::hash::hash64;
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-/// The fixed part of a node header (the fences follow it).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NodeHead {
-    pub meta: u64,
-    pub info: u64,
-    pub sibling: u64,
-    pub leftmost: u64,
-}
-const _: () = assert!(std::mem::size_of::<NodeHead>() == 32);
+/// The descriptor's magic: kind and layout version (see
+/// [`dmkit_index::Magic`]; version 1 was the untagged `DMKITBT+` word).
+pub const DESC_MAGIC: Magic = Magic::new(b"dmBTRE", 2);
 
-/// The tree descriptor, the block the tree's named root points to.
-///
-/// ```text
-///  0        8        16        24          32           40       48
-///  +--------+--------+---------+-----------+------------+--------+----------------
-///  | magic  | root   | max_key | max_value | node_bytes | nlocks | lock table per
-///  +--------+--------+---------+-----------+------------+--------+ memory node (8
-///  root: raw GlobalAddr of the root node (CAS when the tree grows)   each, nlocks)
-///  max_key: the limit (bits 0..32) | FIXED_KEYS (bit 32: every key is exactly
-///           max_key bytes, tree keys carry no length byte)
-/// ```
+/// The fixed part of the tree descriptor, the block the tree's named root
+/// points to; the lock-table addresses follow it (`nlocks` words).
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct DescHead {
+    /// [`DESC_MAGIC`]'s word.
     pub magic: u64,
+    /// The root node (raw `GlobalAddr`; swung by CAS when the tree grows).
     pub root: u64,
+    /// The key limit, with [`FIXED_KEYS`].
     pub max_key: u64,
     pub max_value: u64,
     pub node_bytes: u64,
+    /// Lock tables that follow: one per memory node.
     pub nlocks: u64,
 }
-const _: () = assert!(std::mem::size_of::<DescHead>() == 48);
+const _: () = assert!(size_of::<DescHead>() == 48);
 
-pub const DESC_MAGIC: u64 = u64::from_le_bytes(*b"DMKITBT+");
 /// Flag in the descriptor's `max_key` word: fixed-length keys.
 pub const FIXED_KEYS: u64 = 1 << 32;
 /// Offset of the root word in the descriptor.
-pub const DESC_ROOT: u64 = 8;
+pub const DESC_ROOT: u64 = offset_of!(DescHead, root) as u64;
 /// Offset of the lock-table addresses in the descriptor.
-pub const DESC_LOCKS: usize = 48;
+pub const DESC_LOCKS: usize = size_of::<DescHead>();
+
+/// Bytes of the descriptor of a tree over `nodes` memory nodes.
+pub fn desc_bytes(nodes: usize) -> usize {
+    DESC_LOCKS + size_of::<u64>() * nodes
+}
 
 /// Longest key (its tree key, with the length byte, must fit 255 bytes).
 pub const MAX_KEY_LIMIT: usize = 254;
@@ -107,13 +129,105 @@ pub const MAX_VALUE_LIMIT: usize = 4096;
 /// of a ConnectX-5/6 (Sherman §4.2 keeps its locks there).
 pub const LOCK_WORDS: u64 = 1 << 15;
 
-const HEAD_META_BYTES: usize = 8;
+/// The fixed part of a node header (the fences follow it).
+#[repr(C)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct NodeHead {
+    /// version (high 32) | checksum of the header after this word (low 32).
+    pub meta: u64,
+    /// level (8) | count (16) | flags (8) | zero (32).
+    pub info: u64,
+    /// The right sibling (raw `GlobalAddr`, 0: none).
+    pub sibling: u64,
+    /// Internal nodes: the child left of the first key (raw `GlobalAddr`).
+    pub leftmost: u64,
+}
+const _: () = assert!(size_of::<NodeHead>() == 32);
+
+/// Where the fences start in a node: right after its [`NodeHead`].
+const FENCES: usize = size_of::<NodeHead>();
+/// What the header checksum covers starts after the `meta` word.
+const HEAD_SUMMED: usize = offset_of!(NodeHead, info);
 const FLAG_LO_INF: u64 = 1;
 const FLAG_HI_INF: u64 = 2;
-pub const SLOT_VALID: u64 = 1 << 63;
+
+impl NodeHead {
+    pub fn version(&self) -> u32 {
+        (self.meta >> 32) as u32
+    }
+    fn checksum(&self) -> u32 {
+        self.meta as u32
+    }
+    pub fn level(&self) -> u8 {
+        self.info as u8
+    }
+    pub fn count(&self) -> usize {
+        ((self.info >> 8) & 0xFFFF) as usize
+    }
+    fn flags(&self) -> u64 {
+        (self.info >> 24) & 0xFF
+    }
+    fn info_of(level: u8, count: u16, flags: u64) -> u64 {
+        level as u64 | (count as u64) << 8 | flags << 24
+    }
+}
+
+/// A slot's first word: valid (1) | version (15) | value length (16) |
+/// checksum of the rest of the slot (32).
+#[repr(transparent)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct SlotMeta(pub u64);
+
+/// Where a slot's tree key starts: right after its [`SlotMeta`].
+const SLOT_KEY: usize = size_of::<SlotMeta>();
+const SLOT_VALID: u64 = 1 << 63;
 const SLOT_VERSION_SHIFT: u32 = 48;
 const SLOT_VERSION_MASK: u64 = 0x7FFF;
 const SLOT_VLEN_SHIFT: u32 = 32;
+const SLOT_SUM: u64 = 0xFFFF_FFFF;
+
+impl SlotMeta {
+    /// An unsealed meta word (checksum 0).
+    fn new(valid: bool, version: u32, vlen: usize) -> Self {
+        SlotMeta(
+            (valid as u64) << 63
+                | ((version as u64) & SLOT_VERSION_MASK) << SLOT_VERSION_SHIFT
+                | (vlen as u64) << SLOT_VLEN_SHIFT,
+        )
+    }
+    pub fn valid(self) -> bool {
+        self.0 & SLOT_VALID != 0
+    }
+    /// The low 15 bits of the node version the slot was sealed with.
+    fn version(self) -> u64 {
+        (self.0 >> SLOT_VERSION_SHIFT) & SLOT_VERSION_MASK
+    }
+    fn value_len(self) -> usize {
+        ((self.0 >> SLOT_VLEN_SHIFT) & 0xFFFF) as usize
+    }
+    /// The word without its checksum (what the checksum is seeded with).
+    fn unsealed(self) -> Self {
+        SlotMeta(self.0 & !SLOT_SUM)
+    }
+    /// The word, unsealed, carrying `version` instead.
+    fn with_version(self, version: u32) -> Self {
+        SlotMeta(
+            self.unsealed().0 & !(SLOT_VERSION_MASK << SLOT_VERSION_SHIFT)
+                | ((version as u64) & SLOT_VERSION_MASK) << SLOT_VERSION_SHIFT,
+        )
+    }
+}
+
+/// The meta word at the start of `slot`.
+fn meta_of(slot: &[u8]) -> SlotMeta {
+    SlotMeta::read_from_prefix(slot)
+        .expect("a slot holds its meta word")
+        .0
+}
 
 /// A fence: a tree key or an infinity.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -163,6 +277,7 @@ pub struct Geometry {
     /// Bytes of a leaf's value field (max_value padded to 8).
     pub v: usize,
     pub node_bytes: usize,
+    /// Bytes of the header: [`NodeHead`] and two fences.
     pub head: usize,
     pub leaf_slot: usize,
     pub inner_slot: usize,
@@ -192,9 +307,9 @@ impl Geometry {
         let tk = tree_key_bytes(max_key, fixed_keys);
         let f = tk.next_multiple_of(8);
         let v = max_value.next_multiple_of(8);
-        let head = 32 + 2 * f;
-        let leaf_slot = 8 + f + v;
-        let inner_slot = 8 + f + 8;
+        let head = FENCES + 2 * f;
+        let leaf_slot = SLOT_KEY + f + v;
+        let inner_slot = SLOT_KEY + f + size_of::<u64>();
         let room = node_bytes.saturating_sub(head);
         let g = Geometry {
             max_key,
@@ -229,7 +344,7 @@ impl Geometry {
     ) -> usize {
         let f = tree_key_bytes(max_key, fixed_keys).next_multiple_of(8);
         let v = max_value.next_multiple_of(8);
-        (32 + 2 * f + span * (8 + f + v)).next_multiple_of(64)
+        (FENCES + 2 * f + span * (SLOT_KEY + f + v)).next_multiple_of(64)
     }
 
     pub fn slot_bytes(&self, leaf: bool) -> usize {
@@ -250,13 +365,17 @@ impl Geometry {
     pub fn slot_off(&self, leaf: bool, i: usize) -> usize {
         self.head + i * self.slot_bytes(leaf)
     }
-}
-
-fn word(b: &[u8], off: usize) -> u64 {
-    u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
-}
-fn put_word(b: &mut [u8], off: usize, v: u64) {
-    b[off..off + 8].copy_from_slice(&v.to_le_bytes());
+    /// Offset of a slot's payload (a leaf's value, an internal child).
+    fn payload(&self) -> usize {
+        SLOT_KEY + self.f
+    }
+    /// Where the lower and the upper fence lie in a node.
+    fn lo_at(&self) -> std::ops::Range<usize> {
+        FENCES..FENCES + self.tk
+    }
+    fn hi_at(&self) -> std::ops::Range<usize> {
+        FENCES + self.f..FENCES + self.f + self.tk
+    }
 }
 
 /// The header fields of a node to build.
@@ -271,11 +390,12 @@ pub struct HeadFields {
     pub hi: Fence,
 }
 
-/// A node image in local memory (read or being built).
+/// A node image in local memory (read or being built), its header decoded.
 #[derive(Debug, Clone)]
 pub struct Node<'a> {
     pub g: &'a Geometry,
     pub b: &'a [u8],
+    head: NodeHead,
 }
 
 /// Why a node image was refused.
@@ -290,61 +410,48 @@ pub enum Torn {
 impl<'a> Node<'a> {
     pub fn new(g: &'a Geometry, b: &'a [u8]) -> Self {
         debug_assert!(b.len() >= g.node_bytes);
-        Node { g, b }
+        let (head, _) = NodeHead::read_from_prefix(b).expect("a node image holds its header");
+        Node { g, b, head }
     }
     pub fn version(&self) -> u32 {
-        (word(self.b, 0) >> 32) as u32
-    }
-    fn info(&self) -> u64 {
-        word(self.b, 8)
+        self.head.version()
     }
     pub fn level(&self) -> u8 {
-        self.info() as u8
+        self.head.level()
     }
     pub fn is_leaf(&self) -> bool {
         self.level() == 0
     }
     pub fn count(&self) -> usize {
-        ((self.info() >> 8) & 0xFFFF) as usize
+        self.head.count()
     }
     pub fn sibling(&self) -> GlobalAddr {
-        GlobalAddr::from_raw(word(self.b, 16))
+        GlobalAddr::from_raw(self.head.sibling)
     }
     pub fn leftmost(&self) -> GlobalAddr {
-        GlobalAddr::from_raw(word(self.b, 24))
-    }
-    fn flags(&self) -> u64 {
-        (self.info() >> 24) & 0xFF
+        GlobalAddr::from_raw(self.head.leftmost)
     }
     pub fn lo(&self) -> Fence {
-        if self.flags() & FLAG_LO_INF != 0 {
+        if self.head.flags() & FLAG_LO_INF != 0 {
             Fence::NegInf
         } else {
-            Fence::Key(self.b[32..32 + self.g.tk].to_vec())
+            Fence::Key(self.b[self.g.lo_at()].to_vec())
         }
     }
     pub fn hi(&self) -> Fence {
-        if self.flags() & FLAG_HI_INF != 0 {
+        if self.head.flags() & FLAG_HI_INF != 0 {
             Fence::PosInf
         } else {
-            let at = 32 + self.g.f;
-            Fence::Key(self.b[at..at + self.g.tk].to_vec())
+            Fence::Key(self.b[self.g.hi_at()].to_vec())
         }
     }
     /// Whether `tk` lies below the upper fence (without allocating).
     pub fn below_hi(&self, tk: &[u8]) -> bool {
-        if self.flags() & FLAG_HI_INF != 0 {
-            return true;
-        }
-        let at = 32 + self.g.f;
-        tk < &self.b[at..at + self.g.tk]
+        self.head.flags() & FLAG_HI_INF != 0 || tk < &self.b[self.g.hi_at()]
     }
     /// Whether `tk` lies at or above the lower fence.
     pub fn above_lo(&self, tk: &[u8]) -> bool {
-        if self.flags() & FLAG_LO_INF != 0 {
-            return true;
-        }
-        tk >= &self.b[32..32 + self.g.tk]
+        self.head.flags() & FLAG_LO_INF != 0 || tk >= &self.b[self.g.lo_at()]
     }
 
     fn slot(&self, i: usize) -> &'a [u8] {
@@ -352,15 +459,15 @@ impl<'a> Node<'a> {
         let o = self.g.slot_off(leaf, i);
         &self.b[o..o + self.g.slot_bytes(leaf)]
     }
-    pub fn slot_meta(&self, i: usize) -> u64 {
-        word(self.slot(i), 0)
+    pub fn slot_meta(&self, i: usize) -> SlotMeta {
+        meta_of(self.slot(i))
     }
     pub fn slot_valid(&self, i: usize) -> bool {
-        self.slot_meta(i) & SLOT_VALID != 0
+        self.slot_meta(i).valid()
     }
     /// The tree key in slot `i`.
     pub fn slot_key(&self, i: usize) -> &'a [u8] {
-        &self.slot(i)[8..8 + self.g.tk]
+        &self.slot(i)[SLOT_KEY..SLOT_KEY + self.g.tk]
     }
     /// A leaf slot's value.
     pub fn slot_value(&self, i: usize) -> &'a [u8] {
@@ -368,21 +475,21 @@ impl<'a> Node<'a> {
     }
     /// An internal slot's child.
     pub fn slot_child(&self, i: usize) -> GlobalAddr {
-        GlobalAddr::from_raw(word(self.slot(i), 8 + self.g.f))
+        let (raw, _) = u64::read_from_prefix(&self.slot(i)[self.g.payload()..])
+            .expect("an internal slot holds its child");
+        GlobalAddr::from_raw(raw)
     }
 
     /// Checks the header checksum and that every slot carries this node's
     /// version; with `slots`, also every slot's checksum.
     pub fn check(&self, slots: bool) -> Result<(), Torn> {
-        let meta = word(self.b, 0);
-        if meta as u32 != head_checksum(self.g, self.b, (meta >> 32) as u32) {
+        if self.head.checksum() != head_checksum(self.g, self.b, self.version()) {
             return Err(Torn::Header);
         }
         let leaf = self.is_leaf();
         let v = (self.version() as u64) & SLOT_VERSION_MASK;
         for i in 0..self.g.span(leaf) {
-            let m = self.slot_meta(i);
-            if (m >> SLOT_VERSION_SHIFT) & SLOT_VERSION_MASK != v {
+            if self.slot_meta(i).version() != v {
                 return Err(Torn::Slot(i));
             }
             if slots && !slot_ok(self.slot(i)) {
@@ -440,50 +547,64 @@ impl<'a> Node<'a> {
 }
 
 fn slot_value<'s>(g: &Geometry, slot: &'s [u8]) -> &'s [u8] {
-    let len = ((word(slot, 0) >> SLOT_VLEN_SHIFT) & 0xFFFF) as usize;
-    let at = 8 + g.f;
+    let len = meta_of(slot).value_len();
+    let at = g.payload();
     &slot[at..at + len.min(g.v)]
 }
 
 /// A leaf slot read on its own (speculative lookup): its tree key and
 /// value, if its checksum holds and it is valid.
 pub fn leaf_slot_entry<'s>(g: &Geometry, slot: &'s [u8]) -> Option<(&'s [u8], &'s [u8])> {
-    (slot.len() >= g.leaf_slot && slot_ok(&slot[..g.leaf_slot]) && word(slot, 0) & SLOT_VALID != 0)
-        .then(|| (&slot[8..8 + g.tk], slot_value(g, slot)))
+    (slot.len() >= g.leaf_slot && slot_ok(&slot[..g.leaf_slot]) && meta_of(slot).valid())
+        .then(|| (&slot[SLOT_KEY..SLOT_KEY + g.tk], slot_value(g, slot)))
 }
 
 fn head_checksum(g: &Geometry, b: &[u8], version: u32) -> u32 {
-    hash64(&b[HEAD_META_BYTES..g.head], version as u64 ^ 0x5EED_B7EE) as u32
+    hash64(&b[HEAD_SUMMED..g.head], version as u64 ^ 0x5EED_B7EE) as u32
 }
 
-fn slot_sum(slot: &[u8], meta_no_sum: u64) -> u32 {
-    hash64(&slot[8..], meta_no_sum) as u32
+fn slot_sum(slot: &[u8], unsealed: SlotMeta) -> u32 {
+    hash64(&slot[SLOT_KEY..], unsealed.0) as u32
 }
 
 fn slot_ok(slot: &[u8]) -> bool {
-    let m = word(slot, 0);
-    m as u32 == slot_sum(slot, m & !0xFFFF_FFFF)
+    let m = meta_of(slot);
+    m.0 as u32 == slot_sum(slot, m.unsealed())
+}
+
+/// Seals `slot` with meta word `m` (its checksum filled in).
+fn seal(slot: &mut [u8], m: SlotMeta) {
+    let sealed = SlotMeta(m.0 | slot_sum(slot, m) as u64);
+    sealed
+        .write_to_prefix(slot)
+        .expect("a slot holds its meta word");
 }
 
 /// Writes a header into `b` (the node image) and seals it.
 pub fn put_head(g: &Geometry, b: &mut [u8], h: &HeadFields) {
     let mut flags = 0;
-    b[32..g.head].fill(0);
+    b[FENCES..g.head].fill(0);
     match &h.lo {
         Fence::NegInf => flags |= FLAG_LO_INF,
-        Fence::Key(k) => b[32..32 + k.len()].copy_from_slice(k),
+        Fence::Key(k) => b[FENCES..FENCES + k.len()].copy_from_slice(k),
         Fence::PosInf => unreachable!("a lower fence is never +inf"),
     }
     match &h.hi {
         Fence::PosInf => flags |= FLAG_HI_INF,
-        Fence::Key(k) => b[32 + g.f..32 + g.f + k.len()].copy_from_slice(k),
+        Fence::Key(k) => b[FENCES + g.f..FENCES + g.f + k.len()].copy_from_slice(k),
         Fence::NegInf => unreachable!("an upper fence is never -inf"),
     }
-    put_word(b, 8, h.level as u64 | (h.count as u64) << 8 | flags << 24);
-    put_word(b, 16, h.sibling.raw());
-    put_word(b, 24, h.leftmost.raw());
-    let sum = head_checksum(g, b, h.version);
-    put_word(b, 0, (h.version as u64) << 32 | sum as u64);
+    let mut head = NodeHead {
+        meta: 0,
+        info: NodeHead::info_of(h.level, h.count, flags),
+        sibling: h.sibling.raw(),
+        leftmost: h.leftmost.raw(),
+    };
+    head.write_to_prefix(b)
+        .expect("a node image holds its header");
+    head.meta = (h.version as u64) << 32 | head_checksum(g, b, h.version) as u64;
+    head.write_to_prefix(b)
+        .expect("a node image holds its header");
 }
 
 /// Builds slot bytes (meta, tree key, payload) into `out` (cleared first):
@@ -499,14 +620,15 @@ pub fn build_slot(
 ) {
     out.clear();
     out.resize(g.slot_bytes(leaf), 0);
-    out[8..8 + tk.len()].copy_from_slice(tk);
-    out[8 + g.f..8 + g.f + payload.len()].copy_from_slice(payload);
-    let vlen = if leaf { payload.len() as u64 } else { 8 };
-    let m = (valid as u64) << 63
-        | ((version as u64) & SLOT_VERSION_MASK) << SLOT_VERSION_SHIFT
-        | vlen << SLOT_VLEN_SHIFT;
-    let sum = slot_sum(out, m);
-    put_word(out, 0, m | sum as u64);
+    out[SLOT_KEY..SLOT_KEY + tk.len()].copy_from_slice(tk);
+    let p = g.payload();
+    out[p..p + payload.len()].copy_from_slice(payload);
+    let vlen = if leaf {
+        payload.len()
+    } else {
+        size_of::<u64>()
+    };
+    seal(out, SlotMeta::new(valid, version, vlen));
 }
 
 /// Re-seals slot `i` of a node image with `version` (valid bit and content
@@ -514,10 +636,8 @@ pub fn build_slot(
 pub fn reseal_slot(g: &Geometry, b: &mut [u8], leaf: bool, i: usize, version: u32) {
     let o = g.slot_off(leaf, i);
     let s = &mut b[o..o + g.slot_bytes(leaf)];
-    let m = word(s, 0) & !(SLOT_VERSION_MASK << SLOT_VERSION_SHIFT) & !0xFFFF_FFFF
-        | ((version as u64) & SLOT_VERSION_MASK) << SLOT_VERSION_SHIFT;
-    let sum = slot_sum(s, m);
-    put_word(s, 0, m | sum as u64);
+    let m = meta_of(s).with_version(version);
+    seal(s, m);
 }
 
 /// Builds a whole node image: `entries` are (tree key, payload) placed in
@@ -548,7 +668,7 @@ pub fn build_node<'e>(
     }
 }
 
-/// Bytes a leaf's slot `i` starts at, relative to the node.
+/// The remote address of slot `i` of the node at `node`.
 pub fn slot_addr(g: &Geometry, node: GlobalAddr, leaf: bool, i: usize) -> GlobalAddr {
     node.add(g.slot_off(leaf, i) as u64)
 }

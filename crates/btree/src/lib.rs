@@ -1,10 +1,12 @@
 //! # dmkit-btree — a Sherman-style B-link tree, and SMART-BT
 //!
 //! A B+tree whose nodes live on memory nodes and whose clients reach them
-//! with one-sided verbs only: Sherman's design (Wang et al., SIGMOD'22, as
-//! summarised in SMART OSDI'23 §2.2/§3.1 and SwordBox NSDI'24 §2.3/§4.4.1)
-//! with SMART-BT's changes (ASPLOS'24 §5.2, §6.2.3), over the dmkit runtime.
-//! Layouts are in [`layout`].
+//! with one-sided verbs only: Sherman's design ("Sherman: A Write-Optimized
+//! Distributed B+Tree Index on Disaggregated Memory", SIGMOD'22, as
+//! summarised in the SMART radix tree paper, OSDI'23 §2.2/§3.1, and in
+//! SwordBox, NSDI'24 §2.3/§4.4.1) with SMART-BT's changes (SMART,
+//! ASPLOS'24 §5.2, §6.2.3). It stands on the index layer
+//! ([`dmkit_index`]) and the dmkit runtime; its layouts are in [`layout`].
 //!
 //! ## Structure
 //! - A **B-link tree** (Lehman–Yao): every node has a lower and an upper
@@ -44,10 +46,11 @@
 //! leaves cost space, not correctness; the tree never shrinks.
 //!
 //! ## Caches
-//! [`cache`] (one per compute machine): snapshots of internal nodes under a
-//! byte budget, the level-1
-//! ones indexed by lower fence so a warm lookup reaches its leaf with no
-//! remote read of internal nodes; validated by the leaf's fences. And
+//! [`cache`] (one of each per compute machine): snapshots of internal nodes
+//! in the index layer's byte-budget [`dmkit_index::NodeCache`] (least
+//! recently used go first), the level-1 ones also indexed by lower fence so
+//! a warm lookup reaches its leaf with no remote read of internal nodes;
+//! the tree validates what the cache led to by the leaf's fences. And
 //! SMART-BT's **speculative lookup**: key → address of the slot that last
 //! held it; a search first reads that slot alone (≈ one entry instead of a
 //! whole leaf) and accepts it if its checksum holds, it is valid and holds
@@ -60,21 +63,36 @@
 //! ## Switches (Figure 12's series)
 //! Sherman+ = speculative lookup off and the runtime's SMART techniques off
 //! (`--thread-aware off --throttle off --conflict-avoid off`); SMART-BT =
-//! all on. `hocl`, `on_chip_locks`, the cache budget and the node size are
-//! switches too.
+//! all on. `hocl`, `combine`, `on_chip_locks`, the cache budget and the
+//! node size are switches too: with the `cli` feature [`BtreeConfig`] is a
+//! set of command-line flags. `combine` off is the B+tree of SMART's
+//! artifact, the code behind ASPLOS'24 Figure 12: lock CAS, node READ,
+//! entry WRITE and unlock each synchronous, four round trips per write.
+//!
+//! ## The index layer
+//! [`Btree`] is a [`dmkit_index::RemoteMap`] (ordered) and [`BtreeClient`]
+//! a [`dmkit_index::MapClient`]: the tree is created, opened and destroyed
+//! through the layer's descriptor lifecycle (magic `dmBTRE`, layout
+//! version 2), its operations' task-local memory is declared once
+//! ([`dmkit_index::RemoteMap::local_layout`]), errors are the layer's
+//! [`IndexError`], and every retry loop counts its lost races in a
+//! [`dmkit_index::Retry`] and backs off through the runtime, giving up
+//! with [`IndexError::GaveUp`] after [`BtreeConfig::retry`].
+//! [`BtreeConfig`] sizes itself for a workload
+//! ([`dmkit_index::IndexConfig`]).
 //!
 //! ## Not here
-//! A lock holder that dies leaves its node locked (no lease). Range scans
-//! read leaves one after another along sibling pointers (Sherman reads the
-//! leaves named by a cached parent in parallel).
+//! A lock holder that dies leaves its node locked (no lease): its waiters
+//! give up after their retry budget. Range scans read leaves one after
+//! another along sibling pointers (Sherman reads the leaves named by a
+//! cached parent in parallel).
 
 pub mod cache;
 pub mod check;
-pub mod error;
 pub mod hocl;
 pub mod layout;
 pub mod tree;
 
 pub use check::{check_tree, TreeReport};
-pub use error::BtreeError;
-pub use tree::{Btree, BtreeClient, BtreeConfig, TreeCounters};
+pub use dmkit_index::IndexError;
+pub use tree::{Btree, BtreeClient, BtreeConfig, TreeCounters, KIND};

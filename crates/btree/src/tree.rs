@@ -3,67 +3,123 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
-use dmkit_fabric::{Fabric, FabricError, GlobalAddr, NodeId, Rkey, SyncQp};
+use dmkit_fabric::{Fabric, GlobalAddr, RemoteRef};
+use dmkit_index::{
+    ClientStats, Creation, Entries, Home, IndexConfig, IndexError, MapClient, RemoteMap, Retry,
+    RetryPolicy, Shape,
+};
 use dmkit_runtime::alloc::BlockAlloc;
 use dmkit_runtime::hash::fmix64;
 use dmkit_runtime::keys::{tree_key, untree_key};
-use dmkit_runtime::machine::PerMachine;
-use dmkit_runtime::{Ctx, Nanos};
+use dmkit_runtime::machine::{PerMachine, TicketGrant, TicketLocks};
+use dmkit_runtime::{Ctx, Local, LocalLayout, Nanos};
+use zerocopy::{FromBytes, IntoBytes};
 
-use crate::cache::{Cache, Snapshot, SpecCache};
-use crate::error::BtreeError;
+use crate::cache::{parent_of_leaf, InnerCache, Snapshot, SpecCache};
 use crate::hocl::local_locks;
 use crate::layout::*;
-use dmkit_fabric::RemoteRef;
-use dmkit_runtime::machine::{TicketGrant, TicketLocks};
-use dmkit_runtime::Local;
 
-/// Configuration of a tree (structure) and of its clients.
+/// The structure's kind: its roots are `btree/NAME`.
+pub const KIND: &str = "btree";
+
+/// Configuration of a tree (structure) and of its clients. With the `cli`
+/// feature it is a set of command-line flags (`clap::Args`): the switches
+/// and client settings are flags, the key and value limits come from the
+/// workload ([`IndexConfig::fit`]).
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct BtreeConfig {
     /// Longest key in bytes (stored in the tree; 1..=254).
+    #[cfg_attr(feature = "cli", arg(skip = BtreeConfig::default().max_key))]
     pub max_key: usize,
     /// Every key is exactly `max_key` bytes (e.g. 8-byte integers; stored
     /// in the tree): tree keys need no length byte, so slots and fences are
     /// up to 8 bytes smaller and a leaf nearer Sherman's size. Keys of any
     /// other length are refused.
+    #[cfg_attr(feature = "cli", arg(skip))]
     pub fixed_keys: bool,
     /// Longest value in bytes (stored in the tree).
+    #[cfg_attr(feature = "cli", arg(skip = BtreeConfig::default().max_value))]
     pub max_value: usize,
-    /// Bytes of a node (stored in the tree; a multiple of 64). Ignored when
-    /// `span` is set.
+    /// B+tree: node size (a multiple of 64 bytes; ignored with
+    /// --btree-span).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "btree-node", id = "btree_node", value_name = "SIZE", default_value = "1KiB",
+            value_parser = dmkit_index::cli::parse_size)
+    )]
     pub node_bytes: usize,
-    /// Leaf entries per node (Sherman's span); sets the node size to the
-    /// smallest that holds them.
+    /// B+tree: leaf entries per node (Sherman's span); sets the node size
+    /// to the smallest that holds them.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "btree-span", id = "btree_span", value_name = "N")
+    )]
     pub span: Option<usize>,
-    /// Bytes of internal-node snapshots each compute machine caches, shared
-    /// by its clients (0: none).
+    /// B+tree: bytes of internal nodes each compute machine caches, shared
+    /// by its threads (0 disables).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "btree-cache", id = "btree_cache", value_name = "SIZE", default_value = "64MiB",
+            value_parser = dmkit_index::cli::parse_size)
+    )]
     pub cache_bytes: usize,
-    /// SMART-BT's speculative lookup: searches first read only the slot a
-    /// small cache remembers for the key.
+    /// B+tree: SMART-BT's speculative lookup (a search first reads only the
+    /// slot a small cache remembers for the key).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "speculative", id = "btree_speculative", value_name = "on|off",
+            default_value = "on", value_parser = dmkit_index::cli::parse_switch,
+            action = clap::ArgAction::Set)
+    )]
     pub speculative: bool,
     /// Entries of the speculative-lookup table of each compute machine
     /// (two-way set-associative, 16 bytes each).
+    #[cfg_attr(feature = "cli", arg(skip = BtreeConfig::default().spec_entries))]
     pub spec_entries: usize,
-    /// Sherman's hierarchical locks: clients of one machine queue on a
-    /// local lock table and hand remote locks over. Off: every client
-    /// retries the remote CAS itself.
+    /// B+tree: Sherman's hierarchical locks (clients of a machine queue on
+    /// a local lock table and hand remote locks over; off: every client
+    /// retries the remote CAS itself).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "hocl", id = "btree_hocl", value_name = "on|off",
+            default_value = "on", value_parser = dmkit_index::cli::parse_switch,
+            action = clap::ArgAction::Set)
+    )]
     pub hocl: bool,
-    /// Consecutive local hand-overs before a remote release (HOCL).
+    /// B+tree: HOCL hand-overs to local waiters before a remote release.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "max-handover", id = "btree_max_handover", value_name = "N",
+            default_value_t = BtreeConfig::default().max_handover)
+    )]
     pub max_handover: u32,
-    /// Sherman's command combination: the lock CAS and the node READ go in
-    /// one batch, and so do the entry WRITE and the unlock (one round trip
-    /// each). Off: each is its own round trip, as in the B+tree of SMART's
-    /// artifact (`btree/btree.cpp` of madsys-dev/smart: `HOCL_lock`, then
-    /// `read_page`, `write_leaf_entry` and `HOCL_unlock`, each synchronous),
-    /// the code behind ASPLOS'24 Figure 12.
+    /// B+tree: Sherman's command combination — lock CAS with the node READ,
+    /// entry WRITE with the unlock, one round trip each (off: SMART's
+    /// artifact B+tree, four round trips per write).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "combine", id = "btree_combine", value_name = "on|off",
+            default_value = "on", value_parser = dmkit_index::cli::parse_switch,
+            action = clap::ArgAction::Set)
+    )]
     pub combine: bool,
-    /// Keep the lock tables in on-NIC device memory when the fabric has it.
+    /// B+tree: lock tables in on-NIC device memory where the fabric has it.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "on-chip-locks", id = "btree_on_chip_locks", value_name = "on|off",
+            default_value = "on", value_parser = dmkit_index::cli::parse_switch,
+            action = clap::ArgAction::Set)
+    )]
     pub on_chip_locks: bool,
     /// Bytes a client asks the memory node for at a time for its nodes.
+    #[cfg_attr(feature = "cli", arg(skip = BtreeConfig::default().chunk_bytes))]
     pub chunk_bytes: u64,
+    /// How long an operation keeps retrying before it gives up.
+    #[cfg_attr(feature = "cli", arg(skip))]
+    pub retry: RetryPolicy,
 }
 
 impl Default for BtreeConfig {
@@ -82,34 +138,69 @@ impl Default for BtreeConfig {
             combine: true,
             on_chip_locks: true,
             chunk_bytes: 4 << 20,
+            retry: RetryPolicy::default(),
         }
     }
 }
 
 impl BtreeConfig {
     /// The node geometry this configuration gives.
-    pub fn geometry(&self) -> Result<Geometry, BtreeError> {
+    pub fn geometry(&self) -> Result<Geometry, IndexError> {
         let nb = match self.span {
             Some(s) => {
                 Geometry::node_bytes_for_span(self.max_key, self.max_value, self.fixed_keys, s)
             }
             None => self.node_bytes,
         };
-        let g = Geometry::new(self.max_key, self.max_value, self.fixed_keys, nb)
-            .map_err(BtreeError::Config)?;
+        let bad = |why: String| IndexError::config(KIND, why);
+        let g = Geometry::new(self.max_key, self.max_value, self.fixed_keys, nb).map_err(bad)?;
         if nb > dmkit_runtime::alloc::MAX_UNITS as usize * 64 {
-            return Err(BtreeError::Config(format!(
+            return Err(bad(format!(
                 "nodes of {nb} B exceed the allocator's largest block ({} B)",
                 dmkit_runtime::alloc::MAX_UNITS * 64
             )));
         }
         if self.chunk_bytes < nb as u64 * 4 {
-            return Err(BtreeError::Config(format!(
+            return Err(bad(format!(
                 "chunk_bytes {} is too small for {nb}-byte nodes",
                 self.chunk_bytes
             )));
         }
         Ok(g)
+    }
+}
+
+impl IndexConfig for BtreeConfig {
+    /// The shape's key and value limits (values at least 8 bytes); keys
+    /// all of one length (integers) are stored without a length byte, as
+    /// Sherman stores 8-byte keys.
+    fn fit(&mut self, shape: &Shape) {
+        self.max_key = shape.max_key;
+        self.fixed_keys = shape.fixed_keys;
+        self.max_value = shape.max_value.max(8);
+    }
+
+    fn key_limits(&self) -> (usize, usize) {
+        (if self.fixed_keys { self.max_key } else { 1 }, self.max_key)
+    }
+
+    fn max_value(&self) -> usize {
+        self.max_value
+    }
+
+    /// Leaves at the fill a split leaves (half) for every key, twice
+    /// (inserts of new keys), internal nodes, two node chunks per client
+    /// and 64 MiB of slack (the lock tables among it).
+    fn memory_estimate(&self, shape: &Shape) -> u64 {
+        let mut c = self.clone();
+        c.fit(shape);
+        let Ok(g) = c.geometry() else {
+            return 64 << 20;
+        };
+        let leaves = (2 * shape.keys).div_ceil((g.leaf_span as u64 / 2).max(1));
+        (leaves + leaves / (g.inner_span as u64 / 2).max(1) + 1) * g.node_bytes as u64
+            + shape.clients as u64 * 2 * c.chunk_bytes
+            + (64 << 20)
     }
 }
 
@@ -138,204 +229,82 @@ pub struct TreeCounters {
     pub lock_retries: u64,
 }
 
-fn root_name(name: &str) -> String {
-    format!("btree/{name}")
+/// The task-local memory of the tree's operations, declared once per tree
+/// (see [`dmkit_runtime::LocalLayout`]).
+#[derive(Debug, Clone, Copy)]
+struct Scratch {
+    /// A node image read (READs land here).
+    node: Local,
+    /// A node image written back under its lock.
+    back: Local,
+    /// A new node, written before the write that links it.
+    fresh: Local,
+    /// The root word read from the descriptor; the zero an unlock writes.
+    word: Local,
+    /// A leaf slot written, or read alone (speculative lookup).
+    slot: Local,
+}
+
+impl Scratch {
+    fn declare(g: &Geometry) -> (Self, LocalLayout) {
+        let mut l = LocalLayout::new();
+        let s = Scratch {
+            node: l.region("node read", g.node_bytes),
+            back: l.region("node written back", g.node_bytes),
+            fresh: l.region("new node", g.node_bytes),
+            word: l.region("root or lock word", 8),
+            slot: l.region("leaf slot", g.leaf_slot),
+        };
+        (s, l)
+    }
 }
 
 /// A tree: what every client of it shares. `Send + Sync`; make one
-/// [`BtreeClient`] per worker with [`Btree::client`].
+/// [`BtreeClient`] per worker with [`RemoteMap::client`].
 pub struct Btree {
-    pub(crate) fabric: Arc<dyn Fabric>,
-    name: String,
+    /// What the tree keeps of its identity (fabric, nodes and keys,
+    /// descriptor).
+    pub(crate) home: Home,
     cfg: BtreeConfig,
-    pub(crate) g: Geometry,
-    desc: GlobalAddr,
-    pub(crate) root: GlobalAddr,
-    nodes: Vec<NodeId>,
-    rkeys: Vec<Option<Rkey>>,
-    /// Each memory node's lock table, in `nodes` order.
+    g: Geometry,
+    /// The root when the handle was made (clients' first guess).
+    root: GlobalAddr,
+    /// Each memory node's lock table, in `home.nodes()` order.
     locks: Vec<GlobalAddr>,
     on_chip: bool,
-    chunks: Arc<Mutex<Vec<GlobalAddr>>>,
+    scratch: Scratch,
+    layout: LocalLayout,
     /// Local lock tables per compute machine (HOCL).
     local: PerMachine<TicketLocks>,
     /// Caches of internal nodes, one per compute machine.
-    caches: PerMachine<Mutex<Cache>>,
+    caches: PerMachine<InnerCache>,
     /// Speculative-lookup tables per compute machine.
     spec: PerMachine<SpecCache>,
 }
 
 impl Btree {
-    /// Creates tree `name`: descriptor and root leaf on the lowest memory
-    /// node, a lock table on every memory node (in device memory if the
-    /// fabric has it and `on_chip_locks`), registered as a named root.
-    pub fn create(
-        fabric: Arc<dyn Fabric>,
-        name: &str,
+    fn assemble(
+        home: Home,
         cfg: BtreeConfig,
-    ) -> Result<Arc<Self>, BtreeError> {
-        let g = cfg.geometry()?;
-        let (home, nodes) = dmkit_fabric::home_node(fabric.as_ref())
-            .ok_or_else(|| BtreeError::Config("fabric has no memory nodes".into()))?;
-        let rkeys = dmkit_fabric::heap_rkeys(fabric.as_ref(), &nodes)?;
-        let oom = |what| move |source| BtreeError::OutOfMemory { what, source };
-        let desc_len = (DESC_LOCKS + 8 * nodes.len()).next_multiple_of(64) as u64;
-        let (desc, _, _) = fabric
-            .alloc_chunk(home, desc_len + g.node_bytes as u64, true)
-            .map_err(oom("allocating the root"))?;
-        let root = desc.add(desc_len);
-        let mut taken = vec![desc];
-        let result = (|| {
-            let mut locks = Vec::new();
-            let mut on_chip = cfg.on_chip_locks;
-            for &n in &nodes {
-                let (l, _, _) = fabric
-                    .alloc_chunk(n, LOCK_WORDS * 8, true)
-                    .map_err(oom("allocating a lock table"))?;
-                taken.push(l);
-                if cfg.on_chip_locks {
-                    on_chip &= fabric.place_in_device_memory(l, LOCK_WORDS * 8);
-                }
-                locks.push(l);
-            }
-            let rk = rkeys[home as usize].expect("rkey of a listed node");
-            let mut qp = SyncQp::new(fabric.as_ref(), home, g.node_bytes.max(desc_len as usize))?;
-            let mut img = Vec::new();
-            build_node(
-                &g,
-                &root_head(1, 0, GlobalAddr::NULL),
-                std::iter::empty(),
-                &mut img,
-            );
-            qp.write(root, rk, &img)?;
-            let mut d = Vec::new();
-            for w in [
-                DESC_MAGIC,
-                root.raw(),
-                cfg.max_key as u64 | if cfg.fixed_keys { FIXED_KEYS } else { 0 },
-                cfg.max_value as u64,
-                g.node_bytes as u64,
-                nodes.len() as u64,
-            ] {
-                d.extend_from_slice(&w.to_le_bytes());
-            }
-            for l in &locks {
-                d.extend_from_slice(&l.raw().to_le_bytes());
-            }
-            qp.write(desc, rk, &d)?;
-            if !dmkit_fabric::claim_root(fabric.as_ref(), home, &root_name(name), desc.raw())? {
-                return Err(BtreeError::AlreadyExists(name.into()));
-            }
-            Ok((locks, on_chip))
-        })();
-        let (locks, on_chip) = match result {
-            Ok(v) => v,
-            Err(e) => {
-                for c in taken {
-                    let _ = fabric.free_chunk(c);
-                }
-                return Err(e);
-            }
-        };
-        let cfg = BtreeConfig {
-            node_bytes: g.node_bytes,
-            ..cfg
-        };
-        Ok(Arc::new(Self {
-            fabric,
-            name: name.into(),
+        g: Geometry,
+        root: GlobalAddr,
+        locks: Vec<GlobalAddr>,
+        on_chip: bool,
+    ) -> Self {
+        let (scratch, layout) = Scratch::declare(&g);
+        Self {
+            home,
             cfg,
             g,
-            desc,
             root,
-            nodes,
-            rkeys,
             locks,
             on_chip,
-            chunks: Arc::new(Mutex::new(taken[1..].to_vec())),
+            scratch,
+            layout,
             local: PerMachine::default(),
             caches: PerMachine::default(),
             spec: PerMachine::default(),
-        }))
-    }
-
-    /// Opens tree `name`. Structural settings (key and value limits, node
-    /// size) come from the tree; `cfg` supplies the client-side ones.
-    pub fn open(
-        fabric: Arc<dyn Fabric>,
-        name: &str,
-        cfg: BtreeConfig,
-    ) -> Result<Arc<Self>, BtreeError> {
-        let (home, nodes) = dmkit_fabric::home_node(fabric.as_ref())
-            .ok_or_else(|| BtreeError::Config("fabric has no memory nodes".into()))?;
-        let rkeys = dmkit_fabric::heap_rkeys(fabric.as_ref(), &nodes)?;
-        let desc = dmkit_fabric::find_root(fabric.as_ref(), home, &root_name(name))?
-            .ok_or_else(|| BtreeError::NoSuchTree(name.into()))?;
-        let rk = rkeys[home as usize].expect("home rkey");
-        let desc_len = DESC_LOCKS + 8 * nodes.len();
-        let mut qp = SyncQp::new(fabric.as_ref(), home, desc_len)?;
-        let d = qp.read(desc, rk, desc_len)?;
-        let w = |i: usize| u64::from_le_bytes(d[8 * i..8 * i + 8].try_into().expect("8 bytes"));
-        if w(0) != DESC_MAGIC || w(5) as usize != nodes.len() {
-            return Err(BtreeError::Corrupt {
-                addr: desc,
-                what: "tree descriptor (or a fabric with other memory nodes)",
-            });
         }
-        let cfg = BtreeConfig {
-            max_key: (w(2) & !FIXED_KEYS) as usize,
-            fixed_keys: w(2) & FIXED_KEYS != 0,
-            max_value: w(3) as usize,
-            node_bytes: w(4) as usize,
-            span: None,
-            ..cfg
-        };
-        let g = cfg.geometry()?;
-        let locks = (0..nodes.len())
-            .map(|i| GlobalAddr::from_raw(w(6 + i)))
-            .collect();
-        Ok(Arc::new(Self {
-            fabric,
-            name: name.into(),
-            cfg,
-            g,
-            desc,
-            root: GlobalAddr::from_raw(w(1)),
-            nodes,
-            rkeys,
-            locks,
-            on_chip: false,
-            chunks: Arc::default(),
-            local: PerMachine::default(),
-            caches: PerMachine::default(),
-            spec: PerMachine::default(),
-        }))
-    }
-
-    /// Removes the tree: unregisters its name and frees the descriptor,
-    /// lock tables and the chunks this process's clients took. No client
-    /// may use the tree afterwards.
-    pub fn destroy(&self) -> Result<(), BtreeError> {
-        let home = self.desc.node();
-        let name = root_name(&self.name);
-        if !dmkit_fabric::release_root(self.fabric.as_ref(), home, &name, self.desc.raw())? {
-            return Err(BtreeError::NoSuchTree(self.name.clone()));
-        }
-        self.fabric.free_chunk(self.desc)?;
-        let chunks = std::mem::take(&mut *self.chunks.lock().unwrap_or_else(|p| p.into_inner()));
-        for c in chunks {
-            self.fabric.free_chunk(c)?;
-        }
-        Ok(())
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The effective configuration.
-    pub fn config(&self) -> &BtreeConfig {
-        &self.cfg
     }
 
     /// The node geometry (sizes, spans).
@@ -348,24 +317,145 @@ impl Btree {
         self.on_chip
     }
 
-    /// A client for one worker of compute machine 0 (see
-    /// [`Btree::client_on`]).
-    pub fn client(self: &Arc<Self>, id: u64) -> BtreeClient {
-        self.client_on(0, id)
+    /// The lock word of tree node `addr` and its local-table index.
+    fn lock_of(&self, addr: GlobalAddr) -> Result<(RemoteRef, usize), IndexError> {
+        let p = self
+            .home
+            .nodes()
+            .iter()
+            .position(|&n| n == addr.node())
+            .ok_or(dmkit_fabric::FabricError::NoSuchNode(addr.node()))?;
+        let w = fmix64(addr.raw()) % LOCK_WORDS;
+        Ok((
+            self.home.remote(self.locks[p].add(8 * w))?,
+            p * LOCK_WORDS as usize + w as usize,
+        ))
+    }
+}
+
+impl RemoteMap for Btree {
+    const KIND: &'static str = KIND;
+    const ORDERED: bool = true;
+    type Config = BtreeConfig;
+    type Client = BtreeClient;
+
+    /// Creates tree `name`: descriptor and root leaf on the lowest memory
+    /// node, a lock table on every memory node (in device memory if the
+    /// fabric has it and `on_chip_locks`), registered as a named root.
+    /// Nothing is left behind if it fails.
+    fn create(
+        fabric: Arc<dyn Fabric>,
+        name: &str,
+        cfg: BtreeConfig,
+    ) -> Result<Arc<Self>, IndexError> {
+        let g = cfg.geometry()?;
+        let mut c = Creation::begin(fabric, KIND, name, &[])?;
+        let nodes = c.nodes().to_vec();
+        let desc_len = desc_bytes(nodes.len()).next_multiple_of(64) as u64;
+        let desc = c.alloc(
+            c.home(),
+            desc_len + g.node_bytes as u64,
+            "allocating the root",
+        )?;
+        let root = desc.add(desc_len);
+        let mut locks = Vec::new();
+        let mut on_chip = cfg.on_chip_locks;
+        for &n in &nodes {
+            let l = c.alloc(n, LOCK_WORDS * 8, "allocating a lock table")?;
+            if cfg.on_chip_locks {
+                on_chip &= c.fabric().place_in_device_memory(l, LOCK_WORDS * 8);
+            }
+            locks.push(l);
+        }
+        let mut img = Vec::new();
+        build_node(
+            &g,
+            &root_head(1, 0, GlobalAddr::NULL),
+            std::iter::empty(),
+            &mut img,
+        );
+        c.write(root, &img)?;
+        let head = DescHead {
+            magic: DESC_MAGIC.word(),
+            root: root.raw(),
+            max_key: cfg.max_key as u64 | if cfg.fixed_keys { FIXED_KEYS } else { 0 },
+            max_value: cfg.max_value as u64,
+            node_bytes: g.node_bytes as u64,
+            nlocks: nodes.len() as u64,
+        };
+        let lock_words: Vec<u64> = locks.iter().map(|l| l.raw()).collect();
+        c.write(desc, &[head.as_bytes(), lock_words.as_bytes()].concat())?;
+        let home = c.publish(desc)?;
+        let cfg = BtreeConfig {
+            node_bytes: g.node_bytes,
+            ..cfg
+        };
+        Ok(Arc::new(Self::assemble(home, cfg, g, root, locks, on_chip)))
+    }
+
+    /// Opens tree `name`. Structural settings (key and value limits, node
+    /// size) come from the tree; `cfg` supplies the client-side ones.
+    fn open(
+        fabric: Arc<dyn Fabric>,
+        name: &str,
+        cfg: BtreeConfig,
+    ) -> Result<Arc<Self>, IndexError> {
+        let nodes = fabric.nodes().len();
+        let (home, d) =
+            dmkit_index::lifecycle::open(fabric, KIND, name, DESC_MAGIC, desc_bytes(nodes))?;
+        let corrupt = IndexError::Corrupt {
+            addr: home.desc(),
+            what: "tree descriptor (or a fabric with other memory nodes)",
+        };
+        let Ok((h, rest)) = DescHead::read_from_prefix(&d) else {
+            return Err(corrupt);
+        };
+        let mut locks = vec![0u64; nodes];
+        match rest.get(..locks.as_bytes().len()) {
+            Some(words) if h.nlocks as usize == nodes => {
+                locks.as_mut_bytes().copy_from_slice(words)
+            }
+            _ => return Err(corrupt),
+        }
+        let cfg = BtreeConfig {
+            max_key: (h.max_key & !FIXED_KEYS) as usize,
+            fixed_keys: h.max_key & FIXED_KEYS != 0,
+            max_value: h.max_value as usize,
+            node_bytes: h.node_bytes as usize,
+            span: None,
+            ..cfg
+        };
+        let g = cfg.geometry()?;
+        let locks = locks.iter().map(|&w| GlobalAddr::from_raw(w)).collect();
+        let root = GlobalAddr::from_raw(h.root);
+        Ok(Arc::new(Self::assemble(home, cfg, g, root, locks, false)))
+    }
+
+    /// Removes the tree: unregisters its name and frees the descriptor
+    /// (with the first root leaf), the lock tables and the node chunks this
+    /// process's clients took (other processes free theirs by calling this
+    /// too, or lose them with their session). No client may use the tree
+    /// afterwards.
+    fn destroy(&self) -> Result<(), IndexError> {
+        self.home.destroy(|| {
+            Ok(std::iter::once(self.home.desc())
+                .chain(self.locks.iter().copied())
+                .collect::<Vec<_>>())
+        })
     }
 
     /// A client for one worker on compute machine `machine`: clients of one
-    /// machine share its local lock table (HOCL). `id` names lock holders;
-    /// make it unique among the tree's live clients.
-    pub fn client_on(self: &Arc<Self>, machine: usize, id: u64) -> BtreeClient {
+    /// machine share its local lock table (HOCL) and its caches. `id` names
+    /// lock holders; make it unique among the tree's live clients.
+    fn client_on(self: &Arc<Self>, machine: usize, id: u64) -> BtreeClient {
         let locks = self.cfg.hocl.then(|| {
             self.local.get(machine, || {
-                local_locks(self.nodes.len(), self.cfg.max_handover)
+                local_locks(self.home.nodes().len(), self.cfg.max_handover)
             })
         });
         let cache = self
             .caches
-            .get(machine, || Mutex::new(Cache::new(self.cfg.cache_bytes)));
+            .get(machine, || InnerCache::new(self.cfg.cache_bytes, None));
         let spec = self.spec.get(machine, || {
             SpecCache::new(if self.cfg.speculative {
                 self.cfg.spec_entries
@@ -379,7 +469,11 @@ impl Btree {
             cache,
             spec,
             st: Rc::new(RefCell::new(ClientState {
-                alloc: BlockAlloc::new(self.cfg.chunk_bytes, Nanos::MAX / 4, self.chunks.clone()),
+                alloc: BlockAlloc::new(
+                    self.cfg.chunk_bytes,
+                    Nanos::MAX / 4,
+                    self.home.client_chunks(),
+                ),
                 owner: id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
                 root: self.root,
                 root_known: false,
@@ -389,34 +483,16 @@ impl Btree {
         }
     }
 
-    pub(crate) fn rkey(&self, node: NodeId) -> Result<Rkey, BtreeError> {
-        self.rkeys
-            .get(node as usize)
-            .copied()
-            .flatten()
-            .ok_or(BtreeError::Fabric(FabricError::NoSuchNode(node)))
+    fn local_layout(&self) -> &LocalLayout {
+        &self.layout
     }
 
-    /// The lock word of tree node `addr` and its local-table index.
-    fn lock_of(&self, addr: GlobalAddr) -> Result<(GlobalAddr, usize), BtreeError> {
-        let p = self
-            .nodes
-            .iter()
-            .position(|&n| n == addr.node())
-            .ok_or(BtreeError::Fabric(FabricError::NoSuchNode(addr.node())))?;
-        let w = fmix64(addr.raw()) % LOCK_WORDS;
-        Ok((
-            self.locks[p].add(8 * w),
-            p * LOCK_WORDS as usize + w as usize,
-        ))
+    fn config(&self) -> &BtreeConfig {
+        &self.cfg
     }
 
-    pub(crate) fn desc_addr(&self) -> GlobalAddr {
-        self.desc
-    }
-
-    pub(crate) fn nodes(&self) -> &[NodeId] {
-        &self.nodes
+    fn name(&self) -> &str {
+        self.home.name()
     }
 }
 
@@ -453,21 +529,23 @@ pub struct BtreeClient {
     locks: Option<Arc<TicketLocks>>,
     /// The machine's cache of internal nodes (never locked across an
     /// await).
-    cache: Arc<Mutex<Cache>>,
+    cache: Arc<InnerCache>,
     spec: Arc<SpecCache>,
     st: Rc<RefCell<ClientState>>,
 }
 
 /// A held node lock.
 struct Held {
-    lock: GlobalAddr,
-    rk: Rkey,
+    /// The node it locks.
+    node: GlobalAddr,
+    /// Its word in the memory node's lock table.
+    lock: RemoteRef,
     grant: Option<TicketGrant>,
 }
 
 /// A node image read by this operation.
 struct Img {
-    addr: GlobalAddr,
+    at: RemoteRef,
     b: Vec<u8>,
 }
 
@@ -479,8 +557,6 @@ enum WriteMode {
     Delete,
 }
 
-/// Attempts before an operation reports a livelock.
-const MAX_ATTEMPTS: u32 = 100_000;
 /// Attempts that may use the cache (later ones traverse from the root).
 const CACHED_ATTEMPTS: u32 = 3;
 /// Sibling hops a writer walks before it descends afresh instead.
@@ -489,6 +565,7 @@ const MAX_WALK: u32 = 2;
 const MAX_LEVELS: usize = 32;
 
 impl BtreeClient {
+    /// The tree.
     pub fn tree(&self) -> &Arc<Btree> {
         &self.t
     }
@@ -501,53 +578,39 @@ impl BtreeClient {
     /// Snapshots the cache holds and their bytes; entries of the
     /// machine's speculative table.
     pub fn cache_usage(&self) -> (usize, usize, usize) {
-        let c = self.cache();
-        (c.len(), c.bytes(), self.spec.len())
+        (self.cache.len(), self.cache.bytes(), self.spec.len())
     }
 
-    /// The machine's cache (a poisoned lock is taken over: every cache
-    /// operation leaves it consistent).
-    fn cache(&self) -> MutexGuard<'_, Cache> {
-        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    fn sc(&self) -> &Scratch {
+        &self.t.scratch
     }
 
-    fn nb(&self) -> usize {
-        self.t.g.node_bytes
-    }
-    fn l_img(&self) -> usize {
-        self.nb()
-    }
-    fn l_img2(&self) -> usize {
-        2 * self.nb()
-    }
-    fn l_word(&self) -> usize {
-        3 * self.nb()
-    }
-    fn l_slot(&self) -> usize {
-        self.l_word() + 64
+    fn retry(&self, op: &'static str) -> Retry {
+        Retry::new(op, self.t.cfg.retry)
     }
 
-    /// Task-local bytes the tree needs.
-    pub fn local_bytes_needed(&self) -> usize {
-        self.l_slot() + self.t.g.leaf_slot.next_multiple_of(64)
+    fn check_local(&self, ctx: &Ctx) -> Result<(), IndexError> {
+        let need = self.t.layout.bytes();
+        if ctx.local_len() < need {
+            return Err(IndexError::LocalMemory {
+                have: ctx.local_len(),
+                need,
+            });
+        }
+        Ok(())
     }
 
-    fn check_key(&self, ctx: &Ctx, key: &[u8]) -> Result<Vec<u8>, BtreeError> {
+    /// The tree key of `key`, or why it is refused.
+    fn check_key(&self, ctx: &Ctx, key: &[u8]) -> Result<Vec<u8>, IndexError> {
         let g = &self.t.g;
         if key.is_empty() || key.len() > g.max_key || (g.fixed_keys && key.len() != g.max_key) {
-            return Err(BtreeError::KeyLength {
+            return Err(IndexError::KeyLength {
                 len: key.len(),
                 min: if g.fixed_keys { g.max_key } else { 1 },
                 max: g.max_key,
             });
         }
-        let need = self.local_bytes_needed();
-        if ctx.local_len() < need {
-            return Err(BtreeError::LocalMemory {
-                have: ctx.local_len(),
-                need,
-            });
-        }
+        self.check_local(ctx)?;
         if g.fixed_keys {
             return Ok(key.to_vec());
         }
@@ -556,9 +619,9 @@ impl BtreeClient {
         Ok(tk)
     }
 
-    fn check_value(&self, value: &[u8]) -> Result<(), BtreeError> {
+    fn check_value(&self, value: &[u8]) -> Result<(), IndexError> {
         if value.len() > self.t.g.max_value {
-            return Err(BtreeError::ValueTooLarge {
+            return Err(IndexError::ValueTooLarge {
                 len: value.len(),
                 max: self.t.g.max_value,
             });
@@ -570,37 +633,42 @@ impl BtreeClient {
         f(&mut self.st.borrow_mut().counters)
     }
 
-    /// Reads the node at `addr` into local memory and validates it
-    /// (`slots`: every slot's checksum too), re-reading torn images.
-    async fn read_node(&self, ctx: &Ctx, addr: GlobalAddr) -> Result<Img, BtreeError> {
-        let rk = self.t.rkey(addr.node())?;
-        for attempt in 0..MAX_ATTEMPTS {
-            ctx.read(RemoteRef::new(addr, rk), Local::at(0, self.nb()));
+    /// Caches the snapshot of an internal node (leaves are not cached).
+    fn cache_put(&self, s: Arc<Snapshot>) {
+        if s.level > 0 {
+            self.cache.put(s);
+        }
+    }
+
+    /// Reads the node at `addr` into local memory and validates it (every
+    /// slot's checksum too), re-reading torn images.
+    async fn read_node(&self, ctx: &Ctx, addr: GlobalAddr) -> Result<Img, IndexError> {
+        let at = self.t.home.remote(addr)?;
+        let node = self.sc().node;
+        let mut retry = self.retry("node read");
+        loop {
+            ctx.read(at, node);
             ctx.sync().await?;
-            let b = ctx.local_vec(Local::at(0, self.nb()));
-            let n = Node::new(&self.t.g, &b);
-            if n.check(true).is_ok() {
-                return Ok(Img { addr, b });
+            let b = ctx.local_vec(node);
+            if Node::new(&self.t.g, &b).check(true).is_ok() {
+                return Ok(Img { at, b });
             }
             self.count(|c| c.torn_reads += 1);
-            if attempt > 2 {
-                ctx.backoff().await;
+            // A torn image is read again at once, then after backing off.
+            if retry.attempts() > 2 {
+                retry.backoff(ctx).await?;
             } else {
-                ctx.note_retry();
+                retry.again(ctx)?;
             }
         }
-        Err(BtreeError::TooManyRetries(MAX_ATTEMPTS))
     }
 
     /// Re-reads the root word of the descriptor.
-    async fn refresh_root(&self, ctx: &Ctx) -> Result<GlobalAddr, BtreeError> {
-        let d = self.t.desc;
-        ctx.read(
-            RemoteRef::new(d.add(DESC_ROOT), self.t.rkey(d.node())?),
-            Local::at(self.l_word(), 8),
-        );
+    async fn refresh_root(&self, ctx: &Ctx) -> Result<GlobalAddr, IndexError> {
+        let word = self.sc().word;
+        ctx.read(self.t.home.remote(self.t.home.desc().add(DESC_ROOT))?, word);
         ctx.sync().await?;
-        let r = GlobalAddr::from_raw(ctx.local_u64(Local::at(self.l_word(), 8)));
+        let r = GlobalAddr::from_raw(ctx.local_u64(word));
         let mut st = self.st.borrow_mut();
         st.root = r;
         st.root_known = true;
@@ -613,15 +681,15 @@ impl BtreeClient {
         ctx: &Ctx,
         addr: GlobalAddr,
         use_cache: bool,
-    ) -> Result<(Arc<Snapshot>, bool), BtreeError> {
+    ) -> Result<(Arc<Snapshot>, bool), IndexError> {
         if use_cache {
-            if let Some(s) = self.cache().get(addr) {
+            if let Some(s) = self.cache.get_touch(addr) {
                 return Ok((s, true));
             }
         }
         let img = self.read_node(ctx, addr).await?;
         let s = Arc::new(Snapshot::of(addr, &Node::new(&self.t.g, &img.b)));
-        self.cache().put(s.clone());
+        self.cache_put(s.clone());
         Ok((s, false))
     }
 
@@ -636,51 +704,55 @@ impl BtreeClient {
         level: u8,
         mut use_cache: bool,
         path: &mut [GlobalAddr; MAX_LEVELS],
-    ) -> Result<Option<GlobalAddr>, BtreeError> {
+    ) -> Result<Option<GlobalAddr>, IndexError> {
         let known = self.st.borrow().root_known;
         let mut addr = if known {
             self.st.borrow().root
         } else {
             self.refresh_root(ctx).await?
         };
+        let mut retry = self.retry("descent");
         // The cached node that pointed here (dropped if it led astray).
         let mut from: Option<GlobalAddr> = None;
+        // The level the node must have: a node's level never changes, so
+        // a child or sibling pointer to another level is damage.
+        let mut expect: Option<u8> = None;
         let mut hops = 0;
-        for _ in 0..MAX_ATTEMPTS {
+        loop {
             let (s, cached) = self.snapshot(ctx, addr, use_cache).await?;
+            if expect.is_some_and(|l| l != s.level) {
+                return Err(IndexError::Corrupt {
+                    addr,
+                    what: "node (its parent or left sibling names another level)",
+                });
+            }
             if !s.lo.le(tk) {
                 // Only a stale cached path leads left of a key's node.
-                self.cache().remove(addr);
+                self.cache.remove(addr);
                 self.count(|c| c.restarts += 1);
-                use_cache = false;
-                from = None;
+                retry.lost(ctx)?;
+                (use_cache, from, expect) = (false, None, None);
                 addr = self.refresh_root(ctx).await?;
                 continue;
             }
             if !s.hi.gt(tk) {
-                {
-                    let mut cache = self.cache();
-                    if cached {
-                        cache.remove(addr);
-                    }
-                    if let Some(p) = from.take() {
-                        cache.remove(p);
-                    }
-                }
-                self.st.borrow_mut().counters.sibling_hops += 1;
+                let stale = [cached.then_some(addr), from.take()];
+                self.cache.remove_all(stale.into_iter().flatten());
+                self.count(|c| c.sibling_hops += 1);
                 if s.sibling.is_null() {
-                    return Err(BtreeError::Corrupt {
+                    return Err(IndexError::Corrupt {
                         addr,
                         what: "node with an upper fence and no sibling",
                     });
                 }
+                retry.lost(ctx)?;
                 hops += 1;
                 // A long walk right: the root this client knows is old (the
                 // tree grew above it); start again from the current one.
-                addr = if hops == 4 {
-                    self.refresh_root(ctx).await?
+                (addr, expect) = if hops == 4 {
+                    (self.refresh_root(ctx).await?, None)
                 } else {
-                    s.sibling
+                    (s.sibling, Some(s.level))
                 };
                 continue;
             }
@@ -695,10 +767,9 @@ impl BtreeClient {
             if s.level == level + 1 {
                 return Ok(Some(child));
             }
-            from = cached.then_some(addr);
+            (from, expect) = (cached.then_some(addr), Some(s.level - 1));
             addr = child;
         }
-        Err(BtreeError::TooManyRetries(MAX_ATTEMPTS))
     }
 
     /// The leaf that should hold `tk`: through the cached level-1 node if
@@ -709,10 +780,9 @@ impl BtreeClient {
         tk: &[u8],
         use_cache: bool,
         path: &mut [GlobalAddr; MAX_LEVELS],
-    ) -> Result<GlobalAddr, BtreeError> {
+    ) -> Result<GlobalAddr, IndexError> {
         if use_cache {
-            let hit = self.cache().parent_of_leaf(tk);
-            if let Some(s) = hit {
+            if let Some(s) = parent_of_leaf(&self.cache, tk) {
                 self.count(|c| c.cache_hits += 1);
                 path[1] = s.addr;
                 return Ok(s.child_for(tk));
@@ -729,82 +799,20 @@ impl BtreeClient {
     /// level-1 snapshot that led there.
     fn stale_parent(&self, path: &[GlobalAddr; MAX_LEVELS]) {
         if !path[1].is_null() {
-            self.cache().remove(path[1]);
+            self.cache.remove(path[1]);
         }
-    }
-
-    /// Searches `key`.
-    pub async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, BtreeError> {
-        let tk = self.check_key(ctx, key)?;
-        let _op = ctx.read_op("search").await;
-        if let Some(v) = self.speculative(ctx, &tk).await? {
-            return Ok(Some(v));
-        }
-        let mut hops = 0;
-        for attempt in 0..MAX_ATTEMPTS {
-            let mut path = [GlobalAddr::NULL; MAX_LEVELS];
-            let mut addr = self
-                .locate_leaf(
-                    ctx,
-                    &tk,
-                    attempt < CACHED_ATTEMPTS && hops <= MAX_WALK,
-                    &mut path,
-                )
-                .await?;
-            hops = 0;
-            loop {
-                let rk = self.t.rkey(addr.node())?;
-                ctx.read(RemoteRef::new(addr, rk), Local::at(0, self.nb()));
-                ctx.sync().await?;
-                let b = ctx.local_vec(Local::at(0, self.nb()));
-                let n = Node::new(&self.t.g, &b);
-                let hit = match n.check(false) {
-                    Ok(()) => n.find(&tk).filter(|&i| n.check_slot(i)),
-                    Err(_) => None,
-                };
-                if hit.is_none() && n.check(true).is_err() {
-                    self.count(|c| c.torn_reads += 1);
-                    ctx.note_retry();
-                    continue;
-                }
-                if !n.above_lo(&tk) || n.level() != 0 {
-                    self.stale_parent(&path);
-                    self.count(|c| c.restarts += 1);
-                    break;
-                }
-                if !n.below_hi(&tk) {
-                    self.stale_parent(&path);
-                    self.count(|c| c.sibling_hops += 1);
-                    hops += 1;
-                    if hops > MAX_WALK {
-                        // Far from the key's node: descend afresh.
-                        break;
-                    }
-                    addr = n.sibling();
-                    continue;
-                }
-                return Ok(hit.map(|i| {
-                    self.spec.put(&tk, slot_addr(&self.t.g, addr, true, i));
-                    n.slot_value(i).to_vec()
-                }));
-            }
-        }
-        Err(BtreeError::TooManyRetries(MAX_ATTEMPTS))
     }
 
     /// SMART-BT's fast path: read the one slot the table remembers.
-    async fn speculative(&self, ctx: &Ctx, tk: &[u8]) -> Result<Option<Vec<u8>>, BtreeError> {
+    async fn speculative(&self, ctx: &Ctx, tk: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
         let Some(at) = self.spec.get(tk) else {
             return Ok(None);
         };
-        let g = &self.t.g;
-        ctx.read(
-            RemoteRef::new(at, self.t.rkey(at.node())?),
-            Local::at(self.l_slot(), g.leaf_slot),
-        );
+        let slot = self.sc().slot;
+        ctx.read(self.t.home.remote(at)?, slot);
         ctx.sync().await?;
-        let slot = ctx.local_vec(Local::at(self.l_slot(), g.leaf_slot));
-        if let Some((_, v)) = leaf_slot_entry(g, &slot).filter(|(k, _)| *k == tk) {
+        let b = ctx.local_vec(slot);
+        if let Some((_, v)) = leaf_slot_entry(&self.t.g, &b).filter(|(k, _)| *k == tk) {
             self.count(|c| c.spec_hits += 1);
             return Ok(Some(v.to_vec()));
         }
@@ -816,27 +824,33 @@ impl BtreeClient {
     /// Takes the lock of node `addr` (HOCL: local entry first, then the
     /// remote word unless handed over) and reads the node in the same batch
     /// as the lock CAS.
-    async fn lock_and_read(&self, ctx: &Ctx, addr: GlobalAddr) -> Result<(Held, Img), BtreeError> {
+    async fn lock_and_read(&self, ctx: &Ctx, addr: GlobalAddr) -> Result<(Held, Img), IndexError> {
         let (lock, local) = self.t.lock_of(addr)?;
-        let rk = self.t.rkey(addr.node())?;
+        let at = self.t.home.remote(addr)?;
         let grant = match &self.locks {
             Some(l) => Some(l.acquire(ctx, local).await),
             None => None,
         };
-        let held = Held { lock, rk, grant };
+        let held = Held {
+            node: addr,
+            lock,
+            grant,
+        };
         let remote = !grant.is_some_and(|g| g.handed);
         if !remote {
             self.count(|c| c.handovers += 1);
         }
         let owner = self.st.borrow().owner;
+        let node = self.sc().node;
+        let mut retry = self.retry("node lock");
         let r = async {
-            for _ in 0..MAX_ATTEMPTS {
-                let t = remote.then(|| ctx.cas(RemoteRef::new(lock, rk), 0, owner));
+            loop {
+                let t = remote.then(|| ctx.cas(lock, 0, owner));
                 // Combined (or no CAS): the READ rides with the CAS. Apart:
                 // the CAS alone, the READ once the lock is ours.
                 let read_now = self.t.cfg.combine || t.is_none();
                 if read_now {
-                    ctx.read(RemoteRef::new(addr, rk), Local::at(0, self.nb()));
+                    ctx.read(at, node);
                 }
                 ctx.sync().await?;
                 if let Some(t) = t {
@@ -844,30 +858,30 @@ impl BtreeClient {
                     ctx.cas_outcome(got).await;
                     if !got {
                         self.count(|c| c.lock_retries += 1);
+                        retry.lost(ctx)?;
                         continue;
                     }
                 }
                 if !read_now {
-                    ctx.read(RemoteRef::new(addr, rk), Local::at(0, self.nb()));
+                    ctx.read(at, node);
                     ctx.sync().await?;
                 }
-                let b = ctx.local_vec(Local::at(0, self.nb()));
+                let b = ctx.local_vec(node);
                 return match Node::new(&self.t.g, &b).check(true) {
-                    Ok(()) => Ok(Img { addr, b }),
+                    Ok(()) => Ok(Img { at, b }),
                     // Nobody writes a locked node: a torn image is damage.
-                    Err(_) => Err(BtreeError::Corrupt {
+                    Err(_) => Err(IndexError::Corrupt {
                         addr,
                         what: "node (checksum mismatch under its lock)",
                     }),
                 };
             }
-            Err(BtreeError::TooManyRetries(MAX_ATTEMPTS))
         }
         .await;
         match r {
             Ok(img) => Ok((held, img)),
             // We hold the remote lock (the CAS succeeded): release it.
-            Err(e @ BtreeError::Corrupt { .. }) => {
+            Err(e @ IndexError::Corrupt { .. }) => {
                 self.unlock(ctx, held).await?;
                 Err(e)
             }
@@ -881,9 +895,24 @@ impl BtreeClient {
         }
     }
 
+    /// Queues the WRITE of `src` to `dst`, which must lie inside the node
+    /// whose lock is `held` (the unlock that follows goes after it in
+    /// queue-pair order).
+    fn write_back(&self, ctx: &Ctx, held: &Held, dst: RemoteRef, src: Local) {
+        let (node, end) = (held.node, held.node.add(self.t.g.node_bytes as u64));
+        assert!(
+            dst.addr.node() == node.node()
+                && dst.addr.offset() >= node.offset()
+                && dst.addr.offset() + src.len() as u64 <= end.offset(),
+            "a write-back of {src:?} to {} lands outside the locked node {node}",
+            dst.addr
+        );
+        ctx.write(dst, src);
+    }
+
     /// Queues the remote release (unless HOCL hands the lock over), posts
     /// everything queued, waits, and passes the local entry on.
-    async fn unlock(&self, ctx: &Ctx, held: Held) -> Result<(), BtreeError> {
+    async fn unlock(&self, ctx: &Ctx, held: Held) -> Result<(), IndexError> {
         let keep = match (&self.locks, held.grant) {
             (Some(l), Some(g)) => l.hand_over(g),
             _ => false,
@@ -894,11 +923,9 @@ impl BtreeClient {
                     // The node's write-back completes first, on its own.
                     ctx.sync().await?;
                 }
-                ctx.set_local_u64(Local::at(self.l_word(), 8), 0);
-                ctx.write(
-                    RemoteRef::new(held.lock, held.rk),
-                    Local::at(self.l_word(), 8),
-                );
+                let zero = self.sc().word;
+                ctx.set_local_u64(zero, 0);
+                ctx.write(held.lock, zero);
             }
             ctx.sync().await
         }
@@ -909,42 +936,24 @@ impl BtreeClient {
         Ok(r?)
     }
 
-    /// Inserts `key` if absent; `false` if present.
-    pub async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, BtreeError> {
-        let tk = self.check_key(ctx, key)?;
-        self.check_value(value)?;
-        let _op = ctx.op("insert").await;
-        self.write_op(ctx, &tk, WriteMode::Insert, value).await
-    }
-
-    /// Replaces the value of `key` if present; `false` if absent.
-    pub async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, BtreeError> {
-        let tk = self.check_key(ctx, key)?;
-        self.check_value(value)?;
-        let _op = ctx.op("update").await;
-        self.write_op(ctx, &tk, WriteMode::Update, value).await
-    }
-
-    /// Removes `key` if present; `false` if absent.
-    pub async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, BtreeError> {
-        let tk = self.check_key(ctx, key)?;
-        let _op = ctx.op("delete").await;
-        self.write_op(ctx, &tk, WriteMode::Delete, &[]).await
-    }
-
     async fn write_op(
         &self,
         ctx: &Ctx,
         tk: &[u8],
         mode: WriteMode,
         value: &[u8],
-    ) -> Result<bool, BtreeError> {
+    ) -> Result<bool, IndexError> {
         let g = self.t.g;
-        for attempt in 0..MAX_ATTEMPTS {
+        let mut retry = self.retry(match mode {
+            WriteMode::Insert => "insert",
+            WriteMode::Update => "update",
+            WriteMode::Delete => "delete",
+        });
+        let mut attempt = 0u32;
+        loop {
             let mut path = [GlobalAddr::NULL; MAX_LEVELS];
-            let mut addr = self
-                .locate_leaf(ctx, tk, attempt < CACHED_ATTEMPTS, &mut path)
-                .await?;
+            let cached = attempt < CACHED_ATTEMPTS;
+            let mut addr = self.locate_leaf(ctx, tk, cached, &mut path).await?;
             loop {
                 let (held, img) = self.lock_and_read(ctx, addr).await?;
                 let n = Node::new(&g, &img.b);
@@ -959,15 +968,16 @@ impl BtreeClient {
                     self.unlock(ctx, held).await?;
                     self.stale_parent(&path);
                     self.count(|c| c.sibling_hops += 1);
+                    retry.lost(ctx)?;
                     // Find the node that holds the key now by plain reads
                     // (a few hops, else a fresh descent: the node may have
                     // split many times while this task waited for its
                     // lock), and lock that one.
-                    addr = match self.move_right(ctx, next, tk, MAX_WALK).await? {
+                    addr = match self.move_right(ctx, next, tk, MAX_WALK, &mut retry).await? {
                         Some(a) => a,
                         None => {
                             let a = self.locate_leaf(ctx, tk, false, &mut path).await?;
-                            self.move_right(ctx, a, tk, u32::MAX)
+                            self.move_right(ctx, a, tk, u32::MAX, &mut retry)
                                 .await?
                                 .expect("an unbounded walk ends")
                         }
@@ -1006,84 +1016,77 @@ impl BtreeClient {
                         }
                     }
                 };
-                let at = slot_addr(&g, addr, true, target);
-                ctx.put_local(Local::at(self.l_slot(), slot.len()), &slot);
-                ctx.write(
-                    RemoteRef::new(at, held.rk),
-                    Local::at(self.l_slot(), slot.len()),
-                );
+                let at = img.at.add(g.slot_off(true, target) as u64);
+                let src = self.sc().slot;
+                ctx.put_local(src, &slot);
+                self.write_back(ctx, &held, at, src);
                 self.unlock(ctx, held).await?;
                 if mode == WriteMode::Delete {
                     self.spec.remove(tk);
                 } else {
-                    self.spec.put(tk, at);
+                    self.spec.put(tk, at.addr);
                 }
                 return Ok(true);
             }
+            retry.lost(ctx)?;
+            attempt = attempt.saturating_add(1);
         }
-        Err(BtreeError::TooManyRetries(MAX_ATTEMPTS))
     }
 
     /// From `addr`, follows sibling pointers with unlocked reads to the
     /// node whose upper fence lies above `tk` (a writer that finds its
-    /// node split locks only the node it ends at).
-    /// `None`: not found within `max` hops.
+    /// node split locks only the node it ends at); each hop is a race the
+    /// operation lost. `None`: not found within `max` hops.
     async fn move_right(
         &self,
         ctx: &Ctx,
         mut addr: GlobalAddr,
         tk: &[u8],
         max: u32,
-    ) -> Result<Option<GlobalAddr>, BtreeError> {
-        for _ in 0..max.min(MAX_ATTEMPTS) {
+        retry: &mut Retry,
+    ) -> Result<Option<GlobalAddr>, IndexError> {
+        for _ in 0..max {
             let img = self.read_node(ctx, addr).await?;
             let n = Node::new(&self.t.g, &img.b);
             if n.below_hi(tk) || n.sibling().is_null() {
                 return Ok(Some(addr));
             }
             self.count(|c| c.sibling_hops += 1);
+            retry.lost(ctx)?;
             addr = n.sibling();
-        }
-        if max >= MAX_ATTEMPTS {
-            return Err(BtreeError::TooManyRetries(MAX_ATTEMPTS));
         }
         Ok(None)
     }
 
     /// A new node's block, on this client's memory node if it has room.
-    fn alloc_node(&self, ctx: &Ctx) -> Result<GlobalAddr, BtreeError> {
+    fn alloc_node(&self, ctx: &Ctx) -> Result<GlobalAddr, IndexError> {
         let mut st = self.st.borrow_mut();
         let st = &mut *st;
-        let nodes = self.t.nodes();
+        let nodes = self.t.home.nodes();
         // Each client fills chunks on one memory node (clients spread over
         // the nodes by id), so a client holds one partly used chunk.
         let prefer = nodes[st.next_node % nodes.len()];
         st.alloc
             .alloc(
-                self.t.fabric.as_ref(),
+                self.t.home.fabric().as_ref(),
                 nodes,
                 prefer,
-                (self.nb() / 64) as u64,
+                (self.t.g.node_bytes / 64) as u64,
                 ctx.now(),
             )
-            .map_err(|source| BtreeError::OutOfMemory {
-                what: "allocating a node",
-                source,
-            })
+            .map_err(IndexError::oom("allocating a node"))
     }
 
-    /// Writes a new node image (`l_img2`) to `at`; waits for it unless the
-    /// next write goes to the same memory node (queue-pair order).
+    /// Writes the new node image in `fresh` to `at`; waits for it unless
+    /// the write that links it goes to the same memory node as `next`
+    /// (queue-pair order then puts it first).
     async fn write_new(
         &self,
         ctx: &Ctx,
         at: GlobalAddr,
         next: GlobalAddr,
-    ) -> Result<(), BtreeError> {
-        ctx.write(
-            RemoteRef::new(at, self.t.rkey(at.node())?),
-            Local::at(self.l_img2(), self.nb()),
-        );
+    ) -> Result<(), IndexError> {
+        ctx.write(self.t.home.remote(at)?, self.sc().fresh);
         if at.node() != next.node() {
             ctx.sync().await?;
         }
@@ -1103,14 +1106,19 @@ impl BtreeClient {
         tk: &[u8],
         value: &[u8],
         path: &mut [GlobalAddr; MAX_LEVELS],
-    ) -> Result<(), BtreeError> {
+    ) -> Result<(), IndexError> {
         let g = self.t.g;
+        let sc = *self.sc();
         let n = Node::new(&g, &img.b);
         let mut all: Vec<(Vec<u8>, Vec<u8>)> = n.leaf_entries();
         all.push((tk.to_vec(), value.to_vec()));
         all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mid = all.len() / 2;
         let sep = all[mid].0.clone();
+        assert!(
+            n.above_lo(&all[0].0) && all[0].0 < sep && n.below_hi(&sep),
+            "a leaf's separator lies strictly inside its fences"
+        );
         let right = match self.alloc_node(ctx) {
             Ok(a) => a,
             Err(e) => {
@@ -1134,9 +1142,8 @@ impl BtreeClient {
             all[mid..].iter().map(|(k, v)| (k.as_slice(), v.as_slice())),
             &mut out,
         );
-        ctx.put_local(Local::at(self.l_img2(), out.len()), &out);
-        let r = self.write_new(ctx, right, img.addr).await;
-        if let Err(e) = r {
+        ctx.put_local(sc.fresh, &out);
+        if let Err(e) = self.write_new(ctx, right, img.at.addr).await {
             self.unlock(ctx, held).await?;
             return Err(e);
         }
@@ -1167,18 +1174,15 @@ impl BtreeClient {
                 build_slot(&g, true, true, v, tk, value, &mut slot);
                 left[o..o + slot.len()].copy_from_slice(&slot);
                 placed = true;
-                new_at = Some(slot_addr(&g, img.addr, true, i));
+                new_at = Some(slot_addr(&g, img.at.addr, true, i));
             } else {
                 build_slot(&g, true, false, v, &[], &[], &mut slot);
                 left[o..o + slot.len()].copy_from_slice(&slot);
             }
         }
-        debug_assert!(placed);
-        ctx.put_local(Local::at(self.l_img(), left.len()), &left);
-        ctx.write(
-            RemoteRef::new(img.addr, held.rk),
-            Local::at(self.l_img(), self.nb()),
-        );
+        assert!(placed, "the new key has a slot in one half");
+        ctx.put_local(sc.back, &left);
+        self.write_back(ctx, &held, img.at, sc.back);
         self.unlock(ctx, held).await?;
         self.count(|c| c.leaf_splits += 1);
         // The moved entries' new slots (the speculative table would
@@ -1201,12 +1205,14 @@ impl BtreeClient {
         mut sep: Vec<u8>,
         mut child: GlobalAddr,
         path: &mut [GlobalAddr; MAX_LEVELS],
-    ) -> Result<(), BtreeError> {
+    ) -> Result<(), IndexError> {
         let g = self.t.g;
+        let sc = *self.sc();
+        let mut retry = self.retry("separator insert");
         let mut hint = path[level as usize];
-        for _ in 0..MAX_ATTEMPTS {
+        loop {
             if level as usize >= MAX_LEVELS - 1 {
-                return Err(BtreeError::Corrupt {
+                return Err(IndexError::Corrupt {
                     addr: child,
                     what: "tree deeper than 31 levels",
                 });
@@ -1221,6 +1227,7 @@ impl BtreeClient {
                         if self.grow_root(ctx, level, &sep, child).await? {
                             return Ok(());
                         }
+                        retry.lost(ctx)?;
                         continue;
                     }
                 }
@@ -1232,12 +1239,14 @@ impl BtreeClient {
             if n.level() != level || !n.above_lo(&sep) {
                 self.unlock(ctx, held).await?;
                 hint = GlobalAddr::NULL;
+                retry.lost(ctx)?;
                 continue;
             }
             if !n.below_hi(&sep) {
                 self.unlock(ctx, held).await?;
                 self.count(|c| c.sibling_hops += 1);
                 hint = n.sibling();
+                retry.lost(ctx)?;
                 continue;
             }
             let mut es = n.inner_entries();
@@ -1245,7 +1254,7 @@ impl BtreeClient {
             if es.get(at).is_some_and(|e| e.0 == sep) {
                 // Already there (cannot happen: one split, one separator).
                 self.unlock(ctx, held).await?;
-                return Err(BtreeError::Corrupt {
+                return Err(IndexError::Corrupt {
                     addr: target,
                     what: "internal node holding a separator twice",
                 });
@@ -1264,20 +1273,20 @@ impl BtreeClient {
                     hi: n.hi(),
                 };
                 build_inner(&g, &h, &es, &mut out);
-                ctx.put_local(Local::at(self.l_img(), out.len()), &out);
-                ctx.write(
-                    RemoteRef::new(target, held.rk),
-                    Local::at(self.l_img(), self.nb()),
-                );
+                ctx.put_local(sc.back, &out);
+                self.write_back(ctx, &held, img.at, sc.back);
                 self.unlock(ctx, held).await?;
-                self.cache()
-                    .put(Arc::new(Snapshot::of(target, &Node::new(&g, &out))));
+                self.cache_put(Arc::new(Snapshot::of(target, &Node::new(&g, &out))));
                 return Ok(());
             }
             // Split: the middle key goes up, its child becomes the new
             // node's leftmost.
             let mid = es.len() / 2;
             let (up_key, up_child) = es[mid].clone();
+            assert!(
+                n.above_lo(&es[0].0) && es[0].0 < up_key && n.below_hi(&up_key),
+                "an internal node's separator lies strictly inside its fences"
+            );
             let right = match self.alloc_node(ctx) {
                 Ok(a) => a,
                 Err(e) => {
@@ -1295,7 +1304,7 @@ impl BtreeClient {
                 hi: n.hi(),
             };
             build_inner(&g, &rh, &es[mid + 1..], &mut out);
-            ctx.put_local(Local::at(self.l_img2(), out.len()), &out);
+            ctx.put_local(sc.fresh, &out);
             let right_snap = Snapshot::of(right, &Node::new(&g, &out));
             if let Err(e) = self.write_new(ctx, right, target).await {
                 self.unlock(ctx, held).await?;
@@ -1311,24 +1320,19 @@ impl BtreeClient {
                 hi: Fence::Key(up_key.clone()),
             };
             build_inner(&g, &lh, &es[..mid], &mut out);
-            ctx.put_local(Local::at(self.l_img(), out.len()), &out);
-            ctx.write(
-                RemoteRef::new(target, held.rk),
-                Local::at(self.l_img(), self.nb()),
-            );
+            ctx.put_local(sc.back, &out);
+            self.write_back(ctx, &held, img.at, sc.back);
             self.unlock(ctx, held).await?;
-            {
-                let mut cache = self.cache();
-                cache.put(Arc::new(Snapshot::of(target, &Node::new(&g, &out))));
-                cache.put(Arc::new(right_snap));
-            }
-            self.st.borrow_mut().counters.inner_splits += 1;
+            self.cache.put_all([
+                Arc::new(Snapshot::of(target, &Node::new(&g, &out))),
+                Arc::new(right_snap),
+            ]);
+            self.count(|c| c.inner_splits += 1);
             level += 1;
             sep = up_key;
             child = right;
             hint = path[level as usize];
         }
-        Err(BtreeError::TooManyRetries(MAX_ATTEMPTS))
     }
 
     /// The tree is no taller than `level - 1`: make a new root at `level`
@@ -1340,8 +1344,9 @@ impl BtreeClient {
         level: u8,
         sep: &[u8],
         child: GlobalAddr,
-    ) -> Result<bool, BtreeError> {
+    ) -> Result<bool, IndexError> {
         let g = self.t.g;
+        let fresh = self.sc().fresh;
         let old = self.refresh_root(ctx).await?;
         let (s, _) = self.snapshot(ctx, old, false).await?;
         if s.level + 1 != level {
@@ -1355,54 +1360,31 @@ impl BtreeClient {
             ..root_head(1, level, old)
         };
         build_inner(&g, &h, &[(sep.to_vec(), child)], &mut out);
-        ctx.put_local(Local::at(self.l_img2(), out.len()), &out);
-        ctx.write(
-            RemoteRef::new(at, self.t.rkey(at.node())?),
-            Local::at(self.l_img2(), self.nb()),
+        assert!(
+            s.lo == Fence::NegInf && Node::new(&g, &out).check(true).is_ok(),
+            "a new root is a sealed node whose leftmost child is the old root"
         );
+        ctx.put_local(fresh, &out);
+        ctx.write(self.t.home.remote(at)?, fresh);
+        // The new root is in place before the CAS that publishes it.
         ctx.sync().await?;
-        let d = self.t.desc;
-        let prev = ctx
-            .cas_sync(
-                RemoteRef::new(d.add(DESC_ROOT), self.t.rkey(d.node())?),
-                old.raw(),
-                at.raw(),
-            )
-            .await?;
+        let root_word = self.t.home.remote(self.t.home.desc().add(DESC_ROOT))?;
+        let prev = ctx.cas_sync(root_word, old.raw(), at.raw()).await?;
         let mut st = self.st.borrow_mut();
         if prev == old.raw() {
             st.root = at;
             st.counters.root_grows += 1;
-            self.cache()
-                .put(Arc::new(Snapshot::of(at, &Node::new(&g, &out))));
+            self.cache_put(Arc::new(Snapshot::of(at, &Node::new(&g, &out))));
             Ok(true)
         } else {
-            st.alloc.free_now(at, (self.nb() / 64) as u64);
+            st.alloc.free_now(at, (g.node_bytes / 64) as u64);
             st.root = GlobalAddr::from_raw(prev);
             Ok(false)
         }
     }
 
-    /// Up to `count` entries with keys ≥ `from`, in key order (each leaf is
-    /// read consistently; the scan as a whole is not atomic).
-    pub async fn scan(
-        &self,
-        ctx: &Ctx,
-        from: &[u8],
-        count: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, BtreeError> {
-        let tk = self.check_key(ctx, from)?;
-        let _op = ctx.read_op("scan").await;
-        self.walk(ctx, &tk, |_| true, count).await
-    }
-
     /// Every entry with `lo ≤ key ≤ hi`, in key order.
-    pub async fn range(
-        &self,
-        ctx: &Ctx,
-        lo: &[u8],
-        hi: &[u8],
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, BtreeError> {
+    pub async fn range(&self, ctx: &Ctx, lo: &[u8], hi: &[u8]) -> Result<Entries, IndexError> {
         let tlo = self.check_key(ctx, lo)?;
         let thi = self.check_key(ctx, hi)?;
         if tlo > thi {
@@ -1413,19 +1395,6 @@ impl BtreeClient {
             .await
     }
 
-    /// Every entry (for checks on a quiescent tree).
-    pub async fn entries(&self, ctx: &Ctx) -> Result<Vec<(Vec<u8>, Vec<u8>)>, BtreeError> {
-        let need = self.local_bytes_needed();
-        if ctx.local_len() < need {
-            return Err(BtreeError::LocalMemory {
-                have: ctx.local_len(),
-                need,
-            });
-        }
-        let min = vec![0u8; self.t.g.tk];
-        self.walk(ctx, &min, |_| true, usize::MAX).await
-    }
-
     /// Walks leaves from the one holding `from` along sibling pointers,
     /// collecting entries ≥ `from` while `keep` holds, up to `count`.
     async fn walk(
@@ -1434,9 +1403,10 @@ impl BtreeClient {
         from: &[u8],
         keep: impl Fn(&[u8]) -> bool,
         count: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, BtreeError> {
+    ) -> Result<Entries, IndexError> {
         let mut path = [GlobalAddr::NULL; MAX_LEVELS];
         let mut addr = self.locate_leaf(ctx, from, true, &mut path).await?;
+        let mut retry = self.retry("scan");
         let mut out = Vec::new();
         let mut first = true;
         loop {
@@ -1445,6 +1415,7 @@ impl BtreeClient {
             if first && (!n.above_lo(from) || n.level() != 0) {
                 self.stale_parent(&path);
                 self.count(|c| c.restarts += 1);
+                retry.lost(ctx)?;
                 addr = self.locate_leaf(ctx, from, false, &mut path).await?;
                 continue;
             }
@@ -1478,7 +1449,7 @@ impl BtreeClient {
 
 /// Builds an internal node image from sorted entries.
 fn build_inner(g: &Geometry, h: &HeadFields, es: &[(Vec<u8>, GlobalAddr)], out: &mut Vec<u8>) {
-    let kids: Vec<[u8; 8]> = es.iter().map(|e| e.1.raw().to_le_bytes()).collect();
+    let kids: Vec<u64> = es.iter().map(|e| e.1.raw()).collect();
     let h = HeadFields {
         count: es.len() as u16,
         ..h.clone()
@@ -1488,26 +1459,143 @@ fn build_inner(g: &Geometry, h: &HeadFields, es: &[(Vec<u8>, GlobalAddr)], out: 
         &h,
         es.iter()
             .zip(&kids)
-            .map(|(e, c)| (e.0.as_slice(), c.as_slice())),
+            .map(|(e, c)| (e.0.as_slice(), c.as_bytes())),
         out,
     );
 }
 
-impl dmkit_lincheck::stress::StressClient for BtreeClient {
-    type Error = BtreeError;
-    async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, BtreeError> {
-        BtreeClient::search(self, ctx, key).await
+impl MapClient for BtreeClient {
+    /// Searches `key`.
+    async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
+        let tk = self.check_key(ctx, key)?;
+        let _op = ctx.read_op("search").await;
+        if let Some(v) = self.speculative(ctx, &tk).await? {
+            return Ok(Some(v));
+        }
+        let node = self.sc().node;
+        let mut retry = self.retry("search");
+        let (mut attempt, mut hops) = (0u32, 0);
+        loop {
+            let mut path = [GlobalAddr::NULL; MAX_LEVELS];
+            let cached = attempt < CACHED_ATTEMPTS && hops <= MAX_WALK;
+            let mut addr = self.locate_leaf(ctx, &tk, cached, &mut path).await?;
+            hops = 0;
+            loop {
+                ctx.read(self.t.home.remote(addr)?, node);
+                ctx.sync().await?;
+                let b = ctx.local_vec(node);
+                let n = Node::new(&self.t.g, &b);
+                let hit = match n.check(false) {
+                    Ok(()) => n.find(&tk).filter(|&i| n.check_slot(i)),
+                    Err(_) => None,
+                };
+                if hit.is_none() && n.check(true).is_err() {
+                    self.count(|c| c.torn_reads += 1);
+                    retry.again(ctx)?;
+                    continue;
+                }
+                if !n.above_lo(&tk) || n.level() != 0 {
+                    self.stale_parent(&path);
+                    self.count(|c| c.restarts += 1);
+                    break;
+                }
+                if !n.below_hi(&tk) {
+                    self.stale_parent(&path);
+                    self.count(|c| c.sibling_hops += 1);
+                    hops += 1;
+                    if hops > MAX_WALK {
+                        // Far from the key's node: descend afresh.
+                        break;
+                    }
+                    addr = n.sibling();
+                    continue;
+                }
+                return Ok(hit.map(|i| {
+                    self.spec.put(&tk, slot_addr(&self.t.g, addr, true, i));
+                    n.slot_value(i).to_vec()
+                }));
+            }
+            retry.lost(ctx)?;
+            attempt = attempt.saturating_add(1);
+        }
     }
-    async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, BtreeError> {
-        BtreeClient::insert(self, ctx, key, value).await
+
+    /// Inserts `key` if absent; `false` if present.
+    async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        let tk = self.check_key(ctx, key)?;
+        self.check_value(value)?;
+        let _op = ctx.op("insert").await;
+        self.write_op(ctx, &tk, WriteMode::Insert, value).await
     }
-    async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, BtreeError> {
-        BtreeClient::update(self, ctx, key, value).await
+
+    /// Replaces the value of `key` if present; `false` if absent.
+    async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        let tk = self.check_key(ctx, key)?;
+        self.check_value(value)?;
+        let _op = ctx.op("update").await;
+        self.write_op(ctx, &tk, WriteMode::Update, value).await
     }
-    async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, BtreeError> {
-        BtreeClient::delete(self, ctx, key).await
+
+    /// Removes `key` if present; `false` if absent.
+    async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, IndexError> {
+        let tk = self.check_key(ctx, key)?;
+        let _op = ctx.op("delete").await;
+        self.write_op(ctx, &tk, WriteMode::Delete, &[]).await
     }
-    async fn entries(&self, ctx: &Ctx) -> Result<Vec<(Vec<u8>, Vec<u8>)>, BtreeError> {
-        BtreeClient::entries(self, ctx).await
+
+    /// Up to `count` entries with keys ≥ `from`, in key order (each leaf is
+    /// read consistently; the scan as a whole is not atomic).
+    async fn scan(&self, ctx: &Ctx, from: &[u8], count: usize) -> Result<Entries, IndexError> {
+        let tk = self.check_key(ctx, from)?;
+        let _op = ctx.read_op("scan").await;
+        self.walk(ctx, &tk, |_| true, count).await
     }
+
+    /// Every entry, in key order (for checks on a quiescent tree).
+    async fn entries(&self, ctx: &Ctx) -> Result<Entries, IndexError> {
+        self.check_local(ctx)?;
+        let min = vec![0u8; self.t.g.tk];
+        self.walk(ctx, &min, |_| true, usize::MAX).await
+    }
+
+    fn stats(&self) -> ClientStats {
+        let c = self.counters();
+        ClientStats {
+            cache_hits: c.cache_hits + c.spec_hits,
+            cache_misses: c.cache_misses,
+            splits: c.leaf_splits + c.inner_splits,
+        }
+    }
+
+    fn local_layout(&self) -> &LocalLayout {
+        &self.t.layout
+    }
+}
+
+/// The flags keep the names and defaults `bench ycsb` has always had.
+#[cfg(all(test, feature = "cli"))]
+#[test]
+fn flags_keep_the_benchmarks_names_and_defaults() {
+    use clap::{Args, FromArgMatches};
+    let parse = |args: &str| {
+        let cmd = BtreeConfig::augment_args(clap::Command::new("t"));
+        let m = cmd.try_get_matches_from(std::iter::once("t").chain(args.split_whitespace()))?;
+        BtreeConfig::from_arg_matches(&m)
+    };
+    assert_eq!(parse("").unwrap(), BtreeConfig::default());
+    let flags = "--btree-cache 1MiB --speculative off --hocl off --on-chip-locks off \
+                 --combine off --max-handover 7 --btree-node 2KiB --btree-span 32";
+    let want = BtreeConfig {
+        cache_bytes: 1 << 20,
+        speculative: false,
+        hocl: false,
+        on_chip_locks: false,
+        combine: false,
+        max_handover: 7,
+        node_bytes: 2048,
+        span: Some(32),
+        ..Default::default()
+    };
+    assert_eq!(parse(flags).unwrap(), want);
+    assert!(parse("--hocl maybe").is_err());
 }

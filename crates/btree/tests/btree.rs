@@ -1,34 +1,30 @@
-//! The B+tree on shm: sequential behaviour against a model (int and
-//! string keys, keys that are prefixes of each other, splits at every
-//! level), with and without the cache and speculative lookup; the
-//! structural checker after each; linearizability under contention with
-//! concurrent splits on threads and processes; bad input and memory
-//! exhaustion; round trips and bytes of warm searches.
+//! The B+tree on shm: the index layer's conformance suite (a sequential
+//! model, bad input, the lifecycle, range scans) and what is the tree's
+//! own: sequential behaviour against a model with keys that are prefixes
+//! of each other, scans mid-run and splits at every level, with and
+//! without the cache (also one that evicts) and speculative lookup, and
+//! the structural checker after each; linearizability under contention
+//! with concurrent splits on threads and processes, checked structurally
+//! too; bad configurations, fixed-length keys, memory exhaustion, a dead
+//! lock holder; round trips and bytes of warm searches and updates.
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::rc::Rc;
 use std::sync::Arc;
 
-use dmkit_btree::{check_tree, Btree, BtreeClient, BtreeConfig, BtreeError};
-use dmkit_fabric::shm::{ShmConfig, ShmFabric};
-use dmkit_lincheck::stress::{self, on_worker, StressConfig};
+use dmkit_btree::layout::{DescHead, LOCK_WORDS};
+use dmkit_btree::{check_tree, Btree, BtreeClient, BtreeConfig, IndexError};
+use dmkit_fabric::shm::ShmFabric;
+use dmkit_fabric::{Fabric, GlobalAddr, SyncQp};
+use dmkit_index::conformance::{self, on_worker, stress, StressConfig};
+use dmkit_index::{MapClient, RemoteMap, RetryPolicy};
 use dmkit_lincheck::MapRet;
-use dmkit_memnode::NodeConfig;
+use dmkit_runtime::hash::fmix64;
 use dmkit_runtime::rng::Rng;
-use dmkit_runtime::{MonotonicClock, RuntimeConfig, Worker};
-
-const TESTKIT: &str = env!("CARGO_BIN_EXE_dmkit-btree-testkit");
+use dmkit_runtime::{RuntimeConfig, Worker};
+use zerocopy::FromBytes;
 
 fn fabric(nodes: u16, size: u64) -> Arc<ShmFabric> {
-    let cfgs: Vec<NodeConfig> = (0..nodes)
-        .map(|i| NodeConfig {
-            node_id: i,
-            size,
-            ..Default::default()
-        })
-        .collect();
-    Arc::new(ShmFabric::embedded(ShmConfig::default(), &cfgs).unwrap())
+    conformance::shm_fabric(nodes, size)
 }
 
 /// Small nodes (4 leaf entries, 6 internal ones) so a few thousand keys
@@ -43,6 +39,53 @@ fn small(cache: bool, spec: bool) -> BtreeConfig {
         chunk_bytes: 1 << 20,
         ..Default::default()
     }
+}
+
+/// `small`, for keys of exactly 8 bytes (integers): no length byte in tree
+/// keys. 256-byte nodes: 4 leaf entries, 8 internal ones.
+fn small_fixed(cache: bool, spec: bool) -> BtreeConfig {
+    BtreeConfig {
+        max_key: 8,
+        fixed_keys: true,
+        node_bytes: 256,
+        ..small(cache, spec)
+    }
+}
+
+/// The child process of the multi-process tests: `conformance::run_processes`
+/// runs this test binary again with only this test selected. Run on its
+/// own it does nothing.
+#[test]
+#[ignore = "the multi-process tests' child; does nothing on its own"]
+fn conformance_child() {
+    conformance::child::<Btree>(BtreeConfig::default());
+}
+
+#[test]
+fn sequential_ops_match_the_suite_model() {
+    for cfg in [small(true, true), small_fixed(false, false)] {
+        let (model, client) =
+            conformance::sequential_model::<Btree>(fabric(2, 256 << 20), cfg, 1500, 6000);
+        let c = client.counters();
+        assert!(model.len() > 500 && c.leaf_splits > 100, "{c:?}");
+    }
+}
+
+#[test]
+fn bad_input_is_refused_and_changes_nothing() {
+    conformance::bad_input::<Btree>(fabric(1, 64 << 20), small(true, true));
+    conformance::bad_input::<Btree>(fabric(1, 64 << 20), small_fixed(true, true));
+}
+
+#[test]
+fn the_lifecycle_keeps_its_promises() {
+    conformance::lifecycle::<Btree>(fabric(2, 64 << 20), small(true, true));
+}
+
+#[test]
+fn range_scans_follow_the_model() {
+    conformance::ordering::<Btree>(fabric(1, 64 << 20), small(true, true));
+    conformance::ordering::<Btree>(fabric(1, 64 << 20), small_fixed(false, false));
 }
 
 fn key_of(r: &mut Rng) -> Vec<u8> {
@@ -61,23 +104,15 @@ fn key_of(r: &mut Rng) -> Vec<u8> {
     }
 }
 
-/// `small`, for keys of exactly 8 bytes (integers): no length byte in tree
-/// keys. 256-byte nodes: 4 leaf entries, 8 internal ones.
-fn small_fixed(cache: bool, spec: bool) -> BtreeConfig {
-    BtreeConfig {
-        max_key: 8,
-        fixed_keys: true,
-        node_bytes: 256,
-        ..small(cache, spec)
-    }
-}
-
 fn model_run(cache: bool, spec: bool, seed: u64) {
     model_run_with(small(cache, spec), seed, key_of);
 }
 
+/// 6,000 random operations (scans among them) against a `BTreeMap`, then
+/// the structural checker: at least four levels, splits at every level.
 fn model_run_with(cfg: BtreeConfig, seed: u64, key_of: fn(&mut Rng) -> Vec<u8>) {
     let spec = cfg.speculative;
+    let budget = cfg.cache_bytes;
     let f = fabric(2, 256 << 20);
     let tree = Btree::create(f.clone(), "model", cfg).unwrap();
     let client = tree.client(1);
@@ -134,6 +169,14 @@ fn model_run_with(cfg: BtreeConfig, seed: u64, key_of: fn(&mut Rng) -> Vec<u8>) 
     if spec {
         assert!(c.spec_hits > 100, "{c:?}");
     }
+    let (_, bytes, _) = client.cache_usage();
+    assert!(
+        bytes <= budget,
+        "{bytes} B cached over a budget of {budget}"
+    );
+    if budget > 0 {
+        assert!(c.cache_hits > 1000, "{c:?}");
+    }
 }
 
 #[test]
@@ -157,7 +200,7 @@ fn fixed_length_keys_refuse_other_lengths_and_survive_reopening() {
         for bad in [&b"short"[..], &[1u8; 9][..], &[][..]] {
             assert!(matches!(
                 c.insert(&ctx, bad, b"v").await,
-                Err(BtreeError::KeyLength { min: 8, max: 8, .. })
+                Err(IndexError::KeyLength { min: 8, max: 8, .. })
             ));
         }
     });
@@ -172,7 +215,7 @@ fn fixed_length_keys_refuse_other_lengths_and_survive_reopening() {
         );
         assert!(matches!(
             c.search(&ctx, b"seven").await,
-            Err(BtreeError::KeyLength {
+            Err(IndexError::KeyLength {
                 len: 5,
                 min: 8,
                 max: 8
@@ -196,6 +239,17 @@ fn sequential_ops_match_a_model_without_cache() {
 #[test]
 fn sequential_ops_match_a_model_with_cache_only() {
     model_run(true, false, 4);
+}
+
+/// A budget of a dozen snapshots: the cache evicts all the time, and what
+/// it keeps (with its level-1 index) still leads every lookup right.
+#[test]
+fn sequential_ops_match_a_model_with_a_cache_that_evicts() {
+    let cfg = BtreeConfig {
+        cache_bytes: 4096,
+        ..small(true, false)
+    };
+    model_run_with(cfg, 6, key_of);
 }
 
 #[test]
@@ -242,40 +296,9 @@ fn ranges_are_inclusive_and_never_leave_their_bounds() {
 }
 
 #[test]
-fn bad_input_is_refused_and_changes_nothing() {
+fn bad_configurations_are_refused_before_anything_is_allocated() {
     let f = fabric(1, 64 << 20);
-    let tree = Btree::create(f.clone(), "bad", small(true, true)).unwrap();
-    let client = tree.client(1);
-    on_worker(f.as_ref(), &client, |ctx, c| async move {
-        assert!(c.insert(&ctx, b"keep", b"v").await.unwrap());
-        let long = vec![b'x'; 25];
-        assert!(matches!(
-            c.insert(&ctx, &long, b"v").await,
-            Err(BtreeError::KeyLength {
-                len: 25,
-                min: 1,
-                max: 24
-            })
-        ));
-        assert!(matches!(
-            c.search(&ctx, b"").await,
-            Err(BtreeError::KeyLength { .. })
-        ));
-        assert!(matches!(
-            c.update(&ctx, b"keep", &[0; 33]).await,
-            Err(BtreeError::ValueTooLarge { len: 33, max: 32 })
-        ));
-        assert_eq!(c.search(&ctx, b"keep").await.unwrap(), Some(b"v".to_vec()));
-        assert_eq!(
-            c.entries(&ctx).await.unwrap(),
-            vec![(b"keep".to_vec(), b"v".to_vec())]
-        );
-    });
-    assert_eq!(check_tree(&tree).unwrap().entries, 1);
-    assert!(matches!(
-        Btree::create(f.clone(), "bad", small(true, true)),
-        Err(BtreeError::AlreadyExists(_))
-    ));
+    let free0 = f.node_stats(0).unwrap().heap_free_bytes;
     for bad in [
         BtreeConfig {
             max_key: 300,
@@ -294,37 +317,38 @@ fn bad_input_is_refused_and_changes_nothing() {
             ..small(true, true)
         },
     ] {
+        let r = Btree::create(f.clone(), "x", bad.clone());
         assert!(
-            matches!(
-                Btree::create(f.clone(), "x", bad.clone()),
-                Err(BtreeError::Config(_))
-            ),
-            "{bad:?}"
+            matches!(&r, Err(IndexError::Config { kind: "btree", .. })),
+            "{bad:?}: {:?}",
+            r.err()
         );
     }
-    assert!(matches!(
-        Btree::open(f.clone(), "nope", BtreeConfig::default()),
-        Err(BtreeError::NoSuchTree(_))
-    ));
+    assert_eq!(f.node_stats(0).unwrap().heap_free_bytes, free0);
+}
+
+#[test]
+fn a_worker_without_the_trees_local_memory_is_refused() {
+    let f = fabric(1, 64 << 20);
+    let tree = Btree::create(f.clone(), "local", small(true, true)).unwrap();
     let mut w = Worker::builder(f.as_ref())
-        .clock(Arc::new(MonotonicClock))
-        .config(RuntimeConfig::default())
-        .id(0)
-        .tasks(1)
         .local_bytes(512)
         .build()
         .unwrap();
-    let c = tree.client(2);
-    let got = Rc::new(RefCell::new(None));
-    let g = got.clone();
+    let c = tree.client(1);
+    let need = tree.local_layout().bytes();
     w.spawn(move |ctx| async move {
-        *g.borrow_mut() = Some(c.search(&ctx, b"keep").await);
+        let r = c.search(&ctx, b"key").await;
+        assert!(
+            matches!(r, Err(IndexError::LocalMemory { have: 512, need: n }) if n == need),
+            "{r:?}"
+        );
+        assert!(matches!(
+            c.entries(&ctx).await,
+            Err(IndexError::LocalMemory { .. })
+        ));
     });
     w.run();
-    assert!(matches!(
-        got.borrow_mut().take(),
-        Some(Err(BtreeError::LocalMemory { .. }))
-    ));
 }
 
 #[test]
@@ -347,7 +371,7 @@ fn exhausted_memory_is_a_typed_error_and_the_tree_stays_usable() {
             match c.insert(&ctx, &k, b"value").await {
                 Ok(true) => n += 1,
                 Ok(false) => panic!("fresh key reported present"),
-                Err(BtreeError::OutOfMemory { .. }) => break,
+                Err(IndexError::OutOfMemory { .. }) => break,
                 Err(e) => panic!("unexpected {e}"),
             }
             assert!(n < 1_000_000, "never ran out");
@@ -362,6 +386,57 @@ fn exhausted_memory_is_a_typed_error_and_the_tree_stays_usable() {
     assert!(n > 100);
     let rep = check_tree(&tree).unwrap();
     assert_eq!(rep.entries as u64, n);
+}
+
+/// A lock whose holder died stays held (no lease): a writer gives up
+/// after its retry budget with a typed error and changes nothing; once the
+/// lock is free again the tree works.
+#[test]
+fn a_dead_lock_holder_makes_writers_give_up() {
+    let f = fabric(1, 64 << 20);
+    let cfg = BtreeConfig {
+        retry: RetryPolicy {
+            max_attempts: 20,
+            give_up_after: 2_000_000,
+        },
+        ..small(true, true)
+    };
+    let tree = Btree::create(f.clone(), "dead", cfg).unwrap();
+    on_worker(f.as_ref(), &tree.client(1), |ctx, c| async move {
+        assert!(c.insert(&ctx, b"k", b"v").await.unwrap());
+    });
+    // The root leaf's lock word, found as any client finds it: the lock
+    // table the descriptor names, the word the node's address hashes to.
+    let rk = dmkit_fabric::heap_rkeys(f.as_ref(), &[0]).unwrap()[0].unwrap();
+    let desc = dmkit_fabric::find_root(f.as_ref(), 0, "btree/dead")
+        .unwrap()
+        .unwrap();
+    let mut qp = SyncQp::new(f.as_ref(), 0, 4096).unwrap();
+    let d = qp.read(desc, rk, 56).unwrap();
+    let (head, rest) = DescHead::read_from_prefix(&d).unwrap();
+    let table = GlobalAddr::from_raw(u64::read_from_bytes(&rest[..8]).unwrap());
+    let lock = table.add(8 * (fmix64(head.root) % LOCK_WORDS));
+    qp.write_u64(lock, rk, 0xDEAD).unwrap();
+    on_worker(f.as_ref(), &tree.client(2), |ctx, c| async move {
+        let r = c.update(&ctx, b"k", b"w").await;
+        assert!(
+            matches!(
+                r,
+                Err(IndexError::GaveUp {
+                    op: "node lock",
+                    attempts: 21..,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+        assert_eq!(c.search(&ctx, b"k").await.unwrap(), Some(b"v".to_vec()));
+    });
+    qp.write_u64(lock, rk, 0).unwrap();
+    on_worker(f.as_ref(), &tree.client(3), |ctx, c| async move {
+        assert!(c.update(&ctx, b"k", b"w").await.unwrap());
+        assert_eq!(c.search(&ctx, b"k").await.unwrap(), Some(b"w".to_vec()));
+    });
 }
 
 /// Table 1 and SMART-BT §5.2: a search without speculation reads a whole
@@ -425,6 +500,9 @@ fn warm_searches_read_one_leaf_or_one_slot() {
     assert!(bytes / 96.0 > 33.0, "read amplification {}", bytes / 96.0);
 }
 
+/// The suite's contended workload on threads, checked for
+/// linearizability, then the tree's structural checker (the suite's
+/// `linearizable_threads` destroys the map before it could run).
 fn stress_threads(c: BtreeConfig, seed: u64) {
     let f = fabric(2, 256 << 20);
     let tree = Btree::create(f.clone(), "stress", c).unwrap();
@@ -439,20 +517,14 @@ fn stress_threads(c: BtreeConfig, seed: u64) {
     };
     let h = stress::run(
         f.as_ref(),
+        tree.local_layout(),
         &|id| tree.client(id),
         &RuntimeConfig::default(),
         &sc,
     )
     .unwrap();
-    let reader = tree.client(9999);
-    let ((finals, scan), _) = on_worker(f.as_ref(), &reader, move |ctx, c| async move {
-        stress::final_reads(&ctx, &c, 6).await.unwrap()
-    });
-    if let Err(e) = stress::verify(h, finals, &scan) {
-        panic!("{e}");
-    }
+    conformance::final_check(f.as_ref(), &tree, sc.hot_keys, h);
     let rep = check_tree(&tree).unwrap();
-    assert_eq!(rep.entries, scan.len());
     assert!(
         rep.height >= 3,
         "splits must happen during the run: {rep:?}"
@@ -479,10 +551,12 @@ fn concurrent_threads_are_linearizable_without_hocl_or_cache() {
     }
 }
 
+/// The same across processes (the children are this test binary, see
+/// `conformance_child`), with the structural check after.
 #[test]
 fn concurrent_processes_are_linearizable() {
-    let node = stress::serve_node(128 << 20);
-    let f = node.fabric.clone();
+    let node = conformance::serve_node(128 << 20);
+    let f: Arc<dyn Fabric> = node.fabric.clone();
     let tree = Btree::create(f.clone(), "procs", small(true, true)).unwrap();
     let sc = StressConfig {
         workers: 2,
@@ -493,7 +567,7 @@ fn concurrent_processes_are_linearizable() {
         seed: 0,
         client_base: 0,
     };
-    let h = stress::run_processes(TESTKIT, &node.socket, "procs", 3, &sc);
+    let h = conformance::run_processes("conformance_child", &node, "procs", 3, &sc);
     assert_eq!(h.len(), 3 * 2 * 3 * 800);
     let conflicts = h
         .iter()
@@ -503,15 +577,8 @@ fn concurrent_processes_are_linearizable() {
         conflicts > 50,
         "hot keys must see failed writes: {conflicts}"
     );
-    let reader = tree.client(99);
-    let ((finals, scan), _) = on_worker(f.as_ref(), &reader, move |ctx, c| async move {
-        stress::final_reads(&ctx, &c, 5).await.unwrap()
-    });
-    if let Err(e) = stress::verify(h, finals, &scan) {
-        panic!("{e}");
-    }
+    conformance::final_check(f.as_ref(), &tree, sc.hot_keys, h);
     let rep = check_tree(&tree).unwrap();
-    assert_eq!(rep.entries, scan.len());
     assert!(rep.height >= 3, "{rep:?}");
 }
 
