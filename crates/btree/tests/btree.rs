@@ -14,7 +14,7 @@ use std::sync::Arc;
 use dmkit_btree::layout::{DescHead, LOCK_WORDS};
 use dmkit_btree::{check_tree, Btree, BtreeClient, BtreeConfig, IndexError};
 use dmkit_fabric::shm::ShmFabric;
-use dmkit_fabric::{Fabric, GlobalAddr, SyncQp};
+use dmkit_fabric::{ControlPlane, Fabric, GlobalAddr, SyncQp};
 use dmkit_index::conformance::{self, on_worker, stress, StressConfig};
 use dmkit_index::{MapClient, RemoteMap, RetryPolicy};
 use dmkit_lincheck::MapRet;
