@@ -75,11 +75,10 @@
 
 pub mod cache;
 pub mod check;
-pub mod error;
 pub mod layout;
 pub mod rdwc;
 pub mod tree;
 
 pub use check::{check_tree, TreeReport};
-pub use error::ArtError;
-pub use tree::{ArtClient, ArtConfig, ArtTree, TreeCounters};
+pub use dmkit_index::IndexError;
+pub use tree::{ArtClient, ArtConfig, ArtTree, TreeCounters, KIND};

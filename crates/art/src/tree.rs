@@ -6,16 +6,19 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
 use dmkit_fabric::{Fabric, FabricError, GlobalAddr, NodeId, Rkey, SyncQp};
+use dmkit_index::{IndexError, Retry, RetryPolicy};
 use dmkit_runtime::alloc::{BlockAlloc, MAX_UNITS};
 use dmkit_runtime::machine::{PerMachine, TicketLocks};
 use dmkit_runtime::{Ctx, Nanos};
 
 use crate::cache::{Cache, NodeView};
-use crate::error::ArtError;
 use crate::layout::*;
 use crate::rdwc::{self, Outcome, Role};
 use dmkit_fabric::RemoteRef;
 use dmkit_runtime::Local;
+
+/// The structure's kind: its roots are `art/NAME`.
+pub const KIND: &str = "art";
 
 /// Configuration of a tree (structure) and of its clients.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,6 +53,8 @@ pub struct ArtConfig {
     pub write_combining: bool,
     /// Bytes a client asks the memory node for at a time for its nodes.
     pub chunk_bytes: u64,
+    /// How long an operation keeps retrying before it gives up.
+    pub retry: RetryPolicy,
 }
 
 impl Default for ArtConfig {
@@ -64,13 +69,14 @@ impl Default for ArtConfig {
             read_delegation: true,
             write_combining: true,
             chunk_bytes: 4 << 20,
+            retry: RetryPolicy::default(),
         }
     }
 }
 
 impl ArtConfig {
-    fn validate(&self) -> Result<(), ArtError> {
-        let bad = |s: String| Err(ArtError::Config(s));
+    fn validate(&self) -> Result<(), IndexError> {
+        let bad = |s: String| Err(IndexError::config(KIND, s));
         if self.max_key == 0 || self.max_key > MAX_KEY_LIMIT {
             return bad(format!(
                 "max_key {} must be in 1..={MAX_KEY_LIMIT}",
@@ -224,12 +230,12 @@ impl ArtTree {
         fabric: Arc<dyn Fabric>,
         name: &str,
         cfg: ArtConfig,
-    ) -> Result<Arc<Self>, ArtError> {
+    ) -> Result<Arc<Self>, IndexError> {
         cfg.validate()?;
         let (home, nodes) = dmkit_fabric::home_node(fabric.as_ref())
-            .ok_or_else(|| ArtError::Config("fabric has no memory nodes".into()))?;
+            .ok_or_else(|| IndexError::config(KIND, "the fabric has no memory nodes"))?;
         let rkeys = dmkit_fabric::heap_rkeys(fabric.as_ref(), &nodes)?;
-        let oom = |what| move |source| ArtError::OutOfMemory { what, source };
+        let oom = |what| move |source| IndexError::OutOfMemory { what, source };
         let root_end = (64 + NODE_BYTES as u64).next_multiple_of(64);
         let (desc, _, _) = fabric
             .alloc_chunk(home, root_end + 8 * LOCK_WORDS, true)
@@ -252,7 +258,10 @@ impl ArtTree {
             };
             qp.write(desc, rk, &d.to_bytes())?;
             if !dmkit_fabric::claim_root(fabric.as_ref(), home, &root_name(name), desc.raw())? {
-                return Err(ArtError::AlreadyExists(name.into()));
+                return Err(IndexError::AlreadyExists {
+                    kind: KIND,
+                    name: name.into(),
+                });
             }
             Ok(())
         })();
@@ -285,23 +294,31 @@ impl ArtTree {
         fabric: Arc<dyn Fabric>,
         name: &str,
         cfg: ArtConfig,
-    ) -> Result<Arc<Self>, ArtError> {
+    ) -> Result<Arc<Self>, IndexError> {
         let (home, nodes) = dmkit_fabric::home_node(fabric.as_ref())
-            .ok_or_else(|| ArtError::Config("fabric has no memory nodes".into()))?;
+            .ok_or_else(|| IndexError::config(KIND, "the fabric has no memory nodes"))?;
         let rkeys = dmkit_fabric::heap_rkeys(fabric.as_ref(), &nodes)?;
-        let desc = dmkit_fabric::find_root(fabric.as_ref(), home, &root_name(name))?
-            .ok_or_else(|| ArtError::NoSuchTree(name.into()))?;
+        let desc =
+            dmkit_fabric::find_root(fabric.as_ref(), home, &root_name(name))?.ok_or_else(|| {
+                IndexError::NotFound {
+                    kind: KIND,
+                    name: name.into(),
+                }
+            })?;
         let mut qp = SyncQp::new(fabric.as_ref(), home, 64)?;
         let d =
             TreeDesc::from_bytes(&qp.read(desc, rkeys[home as usize].expect("home rkey"), 64)?);
         if d.magic == OLD_DESC_MAGIC {
-            return Err(ArtError::Config(format!(
-                "tree {name:?} was made by an older dmkit (24-byte leaf heads); \
+            return Err(IndexError::config(
+                KIND,
+                format!(
+                    "tree {name:?} was made by an older dmkit (24-byte leaf heads); \
                  destroy and rebuild it"
-            )));
+                ),
+            ));
         }
         if d.magic != DESC_MAGIC {
-            return Err(ArtError::Corrupt {
+            return Err(IndexError::Corrupt {
                 addr: desc,
                 what: "tree descriptor",
             });
@@ -336,11 +353,14 @@ impl ArtTree {
     /// chunks this process's clients took (other processes free theirs by
     /// calling this too, or lose them with the node). No client may use the
     /// tree afterwards.
-    pub fn destroy(&self) -> Result<(), ArtError> {
+    pub fn destroy(&self) -> Result<(), IndexError> {
         let home = self.desc.node();
         let name = root_name(&self.name);
         if !dmkit_fabric::release_root(self.fabric.as_ref(), home, &name, self.desc.raw())? {
-            return Err(ArtError::NoSuchTree(self.name.clone()));
+            return Err(IndexError::NotFound {
+                kind: KIND,
+                name: self.name.clone(),
+            });
         }
         self.fabric.free_chunk(self.desc)?;
         let chunks = std::mem::take(&mut *self.chunks.lock().unwrap_or_else(|p| p.into_inner()));
@@ -402,12 +422,12 @@ impl ArtTree {
         }
     }
 
-    pub(crate) fn rkey(&self, node: NodeId) -> Result<Rkey, ArtError> {
+    pub(crate) fn rkey(&self, node: NodeId) -> Result<Rkey, IndexError> {
         self.rkeys
             .get(node as usize)
             .copied()
             .flatten()
-            .ok_or(ArtError::Fabric(FabricError::NoSuchNode(node)))
+            .ok_or(IndexError::Fabric(FabricError::NoSuchNode(node)))
     }
 
     /// Bytes of a leaf at full capacity (in-place leaves).
@@ -508,20 +528,9 @@ const MAX_CHAIN: usize = MAX_KEY_LIMIT / (HEADER_PREFIX + 1) + 2;
 const NEW_NODE: usize = 16 + 8 * 4;
 /// How often a joiner checks its window (ns).
 const WAIT_NS: Nanos = 500;
-/// Attempts before an operation reports a livelock.
-const MAX_ATTEMPTS: u32 = 10_000;
-/// A lock spin gives up only after [`MAX_ATTEMPTS`] attempts *and* this
-/// much of its worker's time (ns): a spin lock is not fair, and behind
-/// sixteen machines' hand-over queues on slow memory nodes a waiter can
-/// lose 10,000 round trips in a row (50 ms on the radix-tree paper's
-/// testbed model) with every holder alive.
-const GIVE_UP_NS: Nanos = 1_000_000_000;
-
-/// Whether a spin that started at `t0` has tried long enough to call the
-/// lock's holder dead or the system livelocked.
-fn give_up(ctx: &Ctx, attempts: u32, t0: Nanos) -> bool {
-    attempts > MAX_ATTEMPTS && ctx.now().saturating_sub(t0) > GIVE_UP_NS
-}
+/// Torn reads of one leaf in a row after which its checksum is taken to
+/// never match (corrupt memory rather than a write-back in progress).
+const TORN_LIMIT: u32 = 1000;
 /// Attempts that may use the cache (later ones traverse from the root).
 const CACHED_ATTEMPTS: u32 = 3;
 
@@ -543,6 +552,17 @@ enum WriteMode {
     Insert,
     Update,
     Delete,
+}
+
+impl WriteMode {
+    /// The operation's name (in a [`IndexError::GaveUp`]).
+    fn name(self) -> &'static str {
+        match self {
+            WriteMode::Insert => "insert",
+            WriteMode::Update => "update",
+            WriteMode::Delete => "delete",
+        }
+    }
 }
 
 impl ArtClient {
@@ -587,16 +607,17 @@ impl ArtClient {
         self.l_scan() + 2 * self.scan_item()
     }
 
-    fn check_key(&self, ctx: &Ctx, key: &[u8]) -> Result<(), ArtError> {
+    fn check_key(&self, ctx: &Ctx, key: &[u8]) -> Result<(), IndexError> {
         if key.is_empty() || key.len() > self.t.cfg.max_key {
-            return Err(ArtError::KeyLength {
+            return Err(IndexError::KeyLength {
                 len: key.len(),
+                min: 1,
                 max: self.t.cfg.max_key,
             });
         }
         let need = self.local_bytes_needed();
         if ctx.local_len() < need {
-            return Err(ArtError::LocalMemory {
+            return Err(IndexError::LocalMemory {
                 have: ctx.local_len(),
                 need,
             });
@@ -604,9 +625,9 @@ impl ArtClient {
         Ok(())
     }
 
-    fn check_value(&self, value: &[u8]) -> Result<(), ArtError> {
+    fn check_value(&self, value: &[u8]) -> Result<(), IndexError> {
         if value.len() > self.t.cfg.max_value {
-            return Err(ArtError::ValueTooLarge {
+            return Err(IndexError::ValueTooLarge {
                 len: value.len(),
                 max: self.t.cfg.max_value,
             });
@@ -624,21 +645,19 @@ impl ArtClient {
         f(&mut self.st.borrow_mut().counters)
     }
 
-    /// After the `conflicts`-th lost race of an operation: counts it and
-    /// backs off (or gives up after [`MAX_ATTEMPTS`]).
-    async fn pause(&self, ctx: &Ctx, conflicts: u32) -> Result<(), ArtError> {
-        if conflicts > MAX_ATTEMPTS {
-            return Err(ArtError::TooManyRetries(conflicts));
-        }
+    /// A lost race of an operation that starts over: counts it in `retry`
+    /// (which gives up once the tree's [`RetryPolicy`] is spent) and backs
+    /// off through the runtime.
+    async fn pause(&self, ctx: &Ctx, retry: &mut Retry) -> Result<(), IndexError> {
+        retry.backoff(ctx).await?;
         self.count(|c| c.restarts += 1);
-        ctx.backoff().await;
         Ok(())
     }
 
-    /// Where to start after the `conflicts`-th restart.
-    fn top(conflicts: u32) -> Start {
+    /// Where to start over after the races `retry` counted.
+    fn top(retry: &Retry) -> Start {
         Start::Top {
-            use_cache: conflicts < CACHED_ATTEMPTS,
+            use_cache: retry.attempts() < CACHED_ATTEMPTS,
         }
     }
 
@@ -656,14 +675,14 @@ impl ArtClient {
         ty: NodeType,
         e: usize,
         expect_rev: Option<GlobalAddr>,
-    ) -> Result<Option<Arc<NodeView>>, ArtError> {
+    ) -> Result<Option<Arc<NodeView>>, IndexError> {
         let rk = self.t.rkey(addr.node())?;
         let ty = ty.max(NodeType::N4);
         ctx.read(RemoteRef::new(addr, rk), Local::at(L_NODE, ty.read_bytes()));
         ctx.sync().await?;
         let header = Header(ctx.local_u64(Local::at(L_NODE + NODE_HEADER as usize, 8)));
         let Some(hty) = header.ty() else {
-            return Err(ArtError::Corrupt {
+            return Err(IndexError::Corrupt {
                 addr,
                 what: "internal node header",
             });
@@ -697,13 +716,13 @@ impl ArtClient {
 
     /// Reads the leaf of `slot` and classifies it against `key`; re-reads
     /// a torn leaf (a write-back in progress).
-    async fn read_leaf(&self, ctx: &Ctx, slot: Slot, key: &[u8]) -> Result<LeafIs, ArtError> {
+    async fn read_leaf(&self, ctx: &Ctx, slot: Slot, key: &[u8]) -> Result<LeafIs, IndexError> {
         let addr = slot.ptr();
         let rk = self.t.rkey(addr.node())?;
         // The item only: meta word, key and value (not the reverse pointer
         // before it nor the lock word after it; see `layout`).
         let len = item_len(self.leaf_len(slot)?);
-        let mut torn = 0u32;
+        let mut retry = Retry::new("leaf read", self.t.cfg.retry);
         loop {
             ctx.read(
                 RemoteRef::new(addr.add(LEAF_META), rk),
@@ -713,26 +732,25 @@ impl ArtClient {
             if let Some(is) = self.with_item(ctx, L_LEAF, len, |l| l.map(|l| classify(&l, key))) {
                 return Ok(is);
             }
-            torn += 1;
             self.count(|c| c.torn_reads += 1);
-            if torn > 1000 {
-                return Err(ArtError::Corrupt {
+            if retry.attempts() >= TORN_LIMIT {
+                return Err(IndexError::Corrupt {
                     addr,
                     what: "leaf (checksum never matches)",
                 });
             }
-            ctx.backoff().await;
+            retry.backoff(ctx).await?;
         }
     }
 
     /// Bytes to read for the leaf of `slot`.
-    fn leaf_len(&self, slot: Slot) -> Result<usize, ArtError> {
+    fn leaf_len(&self, slot: Slot) -> Result<usize, IndexError> {
         if self.t.cfg.in_place {
             return Ok(self.t.leaf_cap());
         }
         let n = slot.units() as usize * 64;
         if n == 0 || n > self.leaf_cap() {
-            return Err(ArtError::Corrupt {
+            return Err(IndexError::Corrupt {
                 addr: slot.ptr(),
                 what: "leaf slot length",
             });
@@ -826,7 +844,7 @@ impl ArtClient {
     /// the leaf slot of the key's byte. Mismatches and missing slots are
     /// only reported from nodes read now; a leaf slot may come from a
     /// cached snapshot (`Pos::fresh` false). `None`: start over.
-    async fn descend(&self, ctx: &Ctx, tk: &[u8], from: Start) -> Result<Option<Pos>, ArtError> {
+    async fn descend(&self, ctx: &Ctx, tk: &[u8], from: Start) -> Result<Option<Pos>, IndexError> {
         let (mut v, mut e, mut link, mut fresh) = match from {
             Start::Top { use_cache } => match use_cache.then(|| self.cache_walk(tk)).flatten() {
                 Some((v, e, link)) => (v, e, link, false),
@@ -836,7 +854,7 @@ impl ArtClient {
                 {
                     Some(v) => (v, 0, None, true),
                     None => {
-                        return Err(ArtError::Corrupt {
+                        return Err(IndexError::Corrupt {
                             addr: self.t.root,
                             what: "root node",
                         })
@@ -854,7 +872,7 @@ impl ArtClient {
             let step = match v.match_prefix(e, tk) {
                 Err(j) => Err(Kind::Mismatch(j)),
                 Ok(pos) if pos >= tk.len() => {
-                    return Err(ArtError::Corrupt {
+                    return Err(IndexError::Corrupt {
                         addr: v.addr,
                         what: "internal node deeper than the key",
                     })
@@ -936,7 +954,7 @@ impl ArtClient {
     // ---- operations ----------------------------------------------------
 
     /// The value of `key`, if present.
-    pub async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, ArtError> {
+    pub async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
         self.check_key(ctx, key)?;
         let _op = ctx.read_op("search").await;
         if !self.t.cfg.read_delegation {
@@ -991,16 +1009,15 @@ impl ArtClient {
         ctx: &Ctx,
         key: &[u8],
         w: Option<&rdwc::Shared>,
-    ) -> Result<Option<Vec<u8>>, ArtError> {
+    ) -> Result<Option<Vec<u8>>, IndexError> {
         let tk = self.tree_key(key);
-        let mut conflicts = 0;
+        let mut retry = Retry::new("search", self.t.cfg.retry);
         let mut from = Start::Top { use_cache: true };
         let mut cached_only = true;
         loop {
             let Some(p) = self.descend(ctx, &tk, from).await? else {
-                conflicts += 1;
-                self.pause(ctx, conflicts).await?;
-                from = Self::top(conflicts);
+                self.pause(ctx, &mut retry).await?;
+                from = Self::top(&retry);
                 cached_only = false;
                 continue;
             };
@@ -1016,8 +1033,7 @@ impl ArtClient {
                     return Ok(Some(l.value));
                 }
                 LeafIs::Replaced => {
-                    conflicts += 1;
-                    self.pause(ctx, conflicts).await?;
+                    self.pause(ctx, &mut retry).await?;
                     from = Start::Top { use_cache: false };
                     cached_only = false;
                 }
@@ -1046,7 +1062,7 @@ impl ArtClient {
     }
 
     /// Inserts `key` if absent; `false` (and no change) if present.
-    pub async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, ArtError> {
+    pub async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
         self.check_key(ctx, key)?;
         self.check_value(value)?;
         let _op = ctx.op("insert").await;
@@ -1054,7 +1070,7 @@ impl ArtClient {
     }
 
     /// Replaces the value of `key` if present; `false` if absent.
-    pub async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, ArtError> {
+    pub async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
         self.check_key(ctx, key)?;
         self.check_value(value)?;
         let _op = ctx.op("update").await;
@@ -1086,7 +1102,7 @@ impl ArtClient {
 
     /// Removes `key` if present: its leaf is marked deleted (the slot keeps
     /// pointing at it until an insert with that byte reuses the slot).
-    pub async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, ArtError> {
+    pub async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, IndexError> {
         self.check_key(ctx, key)?;
         let _op = ctx.op("delete").await;
         self.write(ctx, key, &[], WriteMode::Delete, None).await
@@ -1101,15 +1117,14 @@ impl ArtClient {
         value: &[u8],
         mode: WriteMode,
         wcb: Option<&rdwc::Shared>,
-    ) -> Result<bool, ArtError> {
+    ) -> Result<bool, IndexError> {
         let tk = self.tree_key(key);
-        let mut conflicts = 0;
+        let mut retry = Retry::new(mode.name(), self.t.cfg.retry);
         let mut from = Start::Top { use_cache: true };
         loop {
             let Some(p) = self.descend(ctx, &tk, from).await? else {
-                conflicts += 1;
-                self.pause(ctx, conflicts).await?;
-                from = Self::top(conflicts);
+                self.pause(ctx, &mut retry).await?;
+                from = Self::top(&retry);
                 continue;
             };
             if mode != WriteMode::Insert {
@@ -1131,8 +1146,7 @@ impl ArtClient {
                     Locked::Absent if p.fresh => return Ok(false),
                     Locked::Absent => from = Self::again(&p),
                     Locked::Retry => {
-                        conflicts += 1;
-                        self.pause(ctx, conflicts).await?;
+                        self.pause(ctx, &mut retry).await?;
                         from = Start::Top { use_cache: false };
                     }
                 }
@@ -1184,8 +1198,7 @@ impl ArtClient {
                 Next::Done => return Ok(true),
                 Next::Continue(s) => from = s,
                 Next::Conflict(s) => {
-                    conflicts += 1;
-                    self.pause(ctx, conflicts).await?;
+                    self.pause(ctx, &mut retry).await?;
                     from = s;
                 }
             }
@@ -1198,8 +1211,8 @@ impl ArtClient {
         &self,
         ctx: &Ctx,
         node: GlobalAddr,
-        f: impl std::future::Future<Output = Result<T, ArtError>>,
-    ) -> Result<T, ArtError> {
+        f: impl std::future::Future<Output = Result<T, IndexError>>,
+    ) -> Result<T, IndexError> {
         if self.t.cfg.lock_free_internal {
             return f.await;
         }
@@ -1216,17 +1229,16 @@ impl ArtClient {
             .expect("clients of a tree with node locks have a local table");
         let g = local.acquire(ctx, i as usize).await;
         if !g.handed {
-            let mut tries = 0u32;
-            let t0 = ctx.now();
+            // `backoff_cas` backs off itself: the budget only counts.
+            let mut retry = Retry::new("node lock", self.t.cfg.retry);
             let got = loop {
                 match ctx.backoff_cas(RemoteRef::new(lock, rk), 0, owner).await {
                     Ok(0) => break Ok(()),
                     Ok(_) => {}
-                    Err(e) => break Err(ArtError::from(e)),
+                    Err(e) => break Err(IndexError::from(e)),
                 }
-                tries += 1;
-                if give_up(ctx, tries, t0) {
-                    break Err(ArtError::TooManyRetries(tries));
+                if let Err(e) = retry.lost(ctx) {
+                    break Err(e);
                 }
             };
             if let Err(e) = got {
@@ -1273,7 +1285,7 @@ impl ArtClient {
         bytes: usize,
         prefer: NodeId,
         what: &'static str,
-    ) -> Result<GlobalAddr, ArtError> {
+    ) -> Result<GlobalAddr, IndexError> {
         let units = bytes.div_ceil(64) as u64;
         let mut st = self.st.borrow_mut();
         st.alloc
@@ -1284,7 +1296,7 @@ impl ArtClient {
                 units,
                 ctx.now(),
             )
-            .map_err(|source| ArtError::OutOfMemory { what, source })
+            .map_err(|source| IndexError::OutOfMemory { what, source })
     }
 
     fn free_unpublished(&self, addr: GlobalAddr, bytes: usize) {
@@ -1302,7 +1314,7 @@ impl ArtClient {
         parent: GlobalAddr,
         key: &[u8],
         value: &[u8],
-    ) -> Result<(GlobalAddr, u64, usize), ArtError> {
+    ) -> Result<(GlobalAddr, u64, usize), IndexError> {
         self.new_leaf_slot(ctx, parent, parent.node(), 0, key, value)
             .map(|(a, s, len)| (a, s.units(), len))
     }
@@ -1317,7 +1329,7 @@ impl ArtClient {
         b: u8,
         key: &[u8],
         value: &[u8],
-    ) -> Result<(GlobalAddr, Slot, usize), ArtError> {
+    ) -> Result<(GlobalAddr, Slot, usize), IndexError> {
         let (kcap, vcap) = if self.t.cfg.in_place {
             (self.t.cfg.kcap(), self.t.cfg.max_value)
         } else {
@@ -1327,10 +1339,11 @@ impl ArtClient {
         encode_leaf(parent, key, value, kcap, vcap, &mut img);
         let addr = self.alloc(ctx, img.len(), prefer, "allocating a leaf")?;
         ctx.put_local(Local::at(self.l_new(), img.len()), &img);
-        let slot = Slot::leaf(b, img.len().div_ceil(64) as u64, addr).ok_or(ArtError::Corrupt {
-            addr,
-            what: "leaf address beyond 48 bits",
-        })?;
+        let slot =
+            Slot::leaf(b, img.len().div_ceil(64) as u64, addr).ok_or(IndexError::Corrupt {
+                addr,
+                what: "leaf address beyond 48 bits",
+            })?;
         Ok((addr, slot, img.len()))
     }
 
@@ -1343,7 +1356,7 @@ impl ArtClient {
         leaf: GlobalAddr,
         len: usize,
         cas_at: GlobalAddr,
-    ) -> Result<(), ArtError> {
+    ) -> Result<(), IndexError> {
         ctx.write(
             RemoteRef::new(leaf, self.t.rkey(leaf.node())?),
             Local::at(self.l_new(), len),
@@ -1363,7 +1376,7 @@ impl ArtClient {
         b: u8,
         key: &[u8],
         value: &[u8],
-    ) -> Result<Next, ArtError> {
+    ) -> Result<Next, IndexError> {
         let v = &p.v;
         let home = self.home_of(v.addr, b);
         let (leaf, slot, len) = self.new_leaf_slot(ctx, v.addr, home, b, key, value)?;
@@ -1399,7 +1412,7 @@ impl ArtClient {
             }
         }
         self.free_unpublished(leaf, len);
-        Err(ArtError::Corrupt {
+        Err(IndexError::Corrupt {
             addr: v.addr,
             what: "internal node with 256 slots and none for a byte",
         })
@@ -1414,7 +1427,7 @@ impl ArtClient {
         v: &NodeView,
         idx: usize,
         link: Option<Link>,
-    ) -> Result<(), ArtError> {
+    ) -> Result<(), IndexError> {
         let want = NodeType::fitting(idx);
         let rk = self.t.rkey(v.addr.node())?;
         let mut h = v.header;
@@ -1470,7 +1483,7 @@ impl ArtClient {
         b: u8,
         key: &[u8],
         value: &[u8],
-    ) -> Result<Next, ArtError> {
+    ) -> Result<Next, IndexError> {
         let v = &p.v;
         let home = self.home_of(v.addr, b);
         let (leaf, slot, len) = self.new_leaf_slot(ctx, v.addr, home, b, key, value)?;
@@ -1504,11 +1517,11 @@ impl ArtClient {
         other: &[u8],
         key: &[u8],
         value: &[u8],
-    ) -> Result<Next, ArtError> {
+    ) -> Result<Next, IndexError> {
         let v = &p.v;
         let tk1 = self.tree_key(other);
         let Some(q) = (pos + 1..tk.len()).find(|&i| tk[i] != tk1[i]) else {
-            return Err(ArtError::Corrupt {
+            return Err(IndexError::Corrupt {
                 addr: old.ptr(),
                 what: "two leaves for one key",
             });
@@ -1523,7 +1536,7 @@ impl ArtClient {
         }
         plan.push((d, q - d));
         if plan.len() > MAX_CHAIN {
-            return Err(ArtError::Corrupt {
+            return Err(IndexError::Corrupt {
                 addr: v.addr,
                 what: "split chain longer than the key",
             });
@@ -1551,7 +1564,7 @@ impl ArtClient {
                 return Err(e);
             }
         };
-        let ptr_err = |addr| ArtError::Corrupt {
+        let ptr_err = |addr| IndexError::Corrupt {
             addr,
             what: "address beyond 48 bits",
         };
@@ -1629,11 +1642,11 @@ impl ArtClient {
     /// behind theirs) and readers that read the parent before see the old
     /// path, which is still complete: nothing was added below the new node
     /// yet, so no stale snapshot can miss a key.
-    async fn header_split(&self, ctx: &Ctx, p: &Pos, j: usize) -> Result<Next, ArtError> {
+    async fn header_split(&self, ctx: &Ctx, p: &Pos, j: usize) -> Result<Next, IndexError> {
         let v = &p.v;
         let d = v.header.depth();
         let Some(link) = p.link else {
-            return Err(ArtError::Corrupt {
+            return Err(IndexError::Corrupt {
                 addr: v.addr,
                 what: "root node with partial keys",
             });
@@ -1649,7 +1662,7 @@ impl ArtClient {
             "allocating an internal node",
         )?;
         let prefix: Vec<u8> = (0..j).map(|i| v.header.prefix(i)).collect();
-        let ptr_err = |addr| ArtError::Corrupt {
+        let ptr_err = |addr| IndexError::Corrupt {
             addr,
             what: "address beyond 48 bits",
         };
@@ -1689,7 +1702,7 @@ impl ArtClient {
             // Only the type can have changed (a concurrent type switch).
             h = Header(old);
             if h.depth() != d || h.prefix_len() != v.header.prefix_len() {
-                return Err(ArtError::Corrupt {
+                return Err(IndexError::Corrupt {
                     addr: v.addr,
                     what: "header changed under a header split",
                 });
@@ -1728,7 +1741,7 @@ impl ArtClient {
         slot: Slot,
         key: &[u8],
         value: Option<(&[u8], Option<&rdwc::Shared>)>,
-    ) -> Result<Locked, ArtError> {
+    ) -> Result<Locked, IndexError> {
         let Some(q) = &self.leaf_locks else {
             return self.locked_leaf_remote(ctx, slot, key, value).await;
         };
@@ -1746,7 +1759,7 @@ impl ArtClient {
         slot: Slot,
         key: &[u8],
         value: Option<(&[u8], Option<&rdwc::Shared>)>,
-    ) -> Result<Locked, ArtError> {
+    ) -> Result<Locked, IndexError> {
         let addr = slot.ptr();
         let rk = self.t.rkey(addr.node())?;
         let len = self.t.leaf_cap();
@@ -1766,34 +1779,32 @@ impl ArtClient {
         // update stream, one writer per compute machine after write
         // combining) those READs were a fifth of a memory node's verbs.
         // A contended acquisition pays one more round trip for its READ.
-        let mut attempts = 0u32;
-        let t0 = ctx.now();
+        //
+        // `cas_outcome` backs off: the budget only counts.
+        let mut retry = Retry::new("leaf lock", self.t.cfg.retry);
         loop {
             let t = ctx.cas(RemoteRef::new(lock_at, rk), 0, owner);
-            if attempts == 0 {
+            if retry.attempts() == 0 {
                 ctx.read(RemoteRef::new(addr, rk), Local::at(L_LEAF, len));
             }
             ctx.sync().await?;
             let got = ctx.value(t) == 0;
             ctx.cas_outcome(got).await;
             if got {
-                if attempts > 0 {
+                if retry.attempts() > 0 {
                     ctx.read(RemoteRef::new(addr, rk), Local::at(L_LEAF, len));
                     ctx.sync().await?;
                 }
                 break;
             }
-            attempts += 1;
-            if give_up(ctx, attempts, t0) {
-                return Err(ArtError::TooManyRetries(attempts));
-            }
+            retry.lost(ctx)?;
             self.count(|c| c.lock_retries += 1);
         }
         let Some(l) = self.decode(ctx, L_LEAF, len) else {
             ctx.set_local_u64(Local::at(L_WORD, 8), 0);
             ctx.write(RemoteRef::new(lock_at, rk), Local::at(L_WORD, 8));
             ctx.sync().await?;
-            return Err(ArtError::Corrupt {
+            return Err(IndexError::Corrupt {
                 addr,
                 what: "leaf (checksum mismatch under its lock)",
             });
@@ -1862,7 +1873,7 @@ impl ArtClient {
         key: &[u8],
         own: &[u8],
         wcb: Option<&rdwc::Shared>,
-    ) -> Result<Locked, ArtError> {
+    ) -> Result<Locked, IndexError> {
         let l = match self.read_leaf(ctx, slot, key).await? {
             LeafIs::Live(l) => l,
             LeafIs::Replaced => return Ok(Locked::Retry),
@@ -1893,8 +1904,9 @@ impl ArtClient {
         // with another partial key): find it.
         let (mut at, mut cur, mut owner) = (p.v.slot_addr(idx), slot, parent);
         let tk = self.tree_key(key);
-        for attempt in 1..=MAX_ATTEMPTS {
-            let new = Slot::leaf(cur.pkey(), units, leaf).ok_or(ArtError::Corrupt {
+        let mut retry = Retry::new("update", self.t.cfg.retry);
+        loop {
+            let new = Slot::leaf(cur.pkey(), units, leaf).ok_or(IndexError::Corrupt {
                 addr: leaf,
                 what: "leaf address beyond 48 bits",
             })?;
@@ -1913,7 +1925,7 @@ impl ArtClient {
                 self.cache().remove(owner);
                 return Ok(Locked::Done);
             }
-            self.pause(ctx, attempt).await?;
+            self.pause(ctx, &mut retry).await?;
             let Some(q) = self
                 .descend(ctx, &tk, Start::Top { use_cache: false })
                 .await?
@@ -1927,18 +1939,17 @@ impl ArtClient {
                     owner = q.v.addr;
                 }
                 _ => {
-                    return Err(ArtError::Corrupt {
+                    return Err(IndexError::Corrupt {
                         addr: old_addr,
                         what: "replaced leaf lost its slot",
                     })
                 }
             }
         }
-        Err(ArtError::TooManyRetries(MAX_ATTEMPTS))
     }
 
     /// Out-of-place mode: clears the leaf's valid bit by CAS.
-    async fn rcu_delete(&self, ctx: &Ctx, slot: Slot, key: &[u8]) -> Result<Locked, ArtError> {
+    async fn rcu_delete(&self, ctx: &Ctx, slot: Slot, key: &[u8]) -> Result<Locked, IndexError> {
         let l = match self.read_leaf(ctx, slot, key).await? {
             LeafIs::Live(l) => l,
             LeafIs::Replaced => return Ok(Locked::Retry),
@@ -1967,7 +1978,7 @@ impl ArtClient {
         ctx: &Ctx,
         from: &[u8],
         count: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ArtError> {
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, IndexError> {
         self.check_key(ctx, from)?;
         let _op = ctx.read_op("scan").await;
         let lo = self.tree_key(from);
@@ -1981,7 +1992,7 @@ impl ArtClient {
         ctx: &Ctx,
         lo: &[u8],
         hi: &[u8],
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ArtError> {
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, IndexError> {
         self.check_key(ctx, lo)?;
         self.check_key(ctx, hi)?;
         let _op = ctx.read_op("scan").await;
@@ -1990,10 +2001,10 @@ impl ArtClient {
     }
 
     /// Every entry, in key order (for tests and tools; quiescent trees).
-    pub async fn entries(&self, ctx: &Ctx) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ArtError> {
+    pub async fn entries(&self, ctx: &Ctx) -> Result<Vec<(Vec<u8>, Vec<u8>)>, IndexError> {
         let need = self.local_bytes_needed();
         if ctx.local_len() < need {
-            return Err(ArtError::LocalMemory {
+            return Err(IndexError::LocalMemory {
                 have: ctx.local_len(),
                 need,
             });
@@ -2012,9 +2023,9 @@ impl ArtClient {
         lo: &[u8],
         hi: Option<&[u8]>,
         count: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ArtError> {
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, IndexError> {
         let width = ((ctx.local_len() - self.l_scan()) / self.scan_item()).clamp(1, 32);
-        let mut restarts = 0u32;
+        let mut retry = Retry::new("scan", self.t.cfg.retry);
         'scan: loop {
             let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
             let mut items: std::collections::VecDeque<Item> = std::collections::VecDeque::new();
@@ -2106,18 +2117,14 @@ impl ArtClient {
                             let header =
                                 Header(ctx.local_u64(Local::at(off + NODE_HEADER as usize, 8)));
                             let Some(hty) = header.ty() else {
-                                return Err(ArtError::Corrupt {
+                                return Err(IndexError::Corrupt {
                                     addr,
                                     what: "internal node header",
                                 });
                             };
                             let d = header.depth();
                             if hty == NodeType::Deleted || d > e || e - d > header.prefix_len() {
-                                restarts += 1;
-                                if restarts > MAX_ATTEMPTS {
-                                    return Err(ArtError::TooManyRetries(restarts));
-                                }
-                                self.pause(ctx, restarts.min(8) + 1).await?;
+                                self.pause(ctx, &mut retry).await?;
                                 continue 'scan;
                             }
                             if hty > ty {
@@ -2256,25 +2263,6 @@ fn classify(l: &crate::layout::Item<'_>, key: &[u8]) -> LeafIs {
         })
     } else {
         LeafIs::Dead
-    }
-}
-
-impl dmkit_lincheck::stress::StressClient for ArtClient {
-    type Error = ArtError;
-    async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, ArtError> {
-        ArtClient::search(self, ctx, key).await
-    }
-    async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, ArtError> {
-        ArtClient::insert(self, ctx, key, value).await
-    }
-    async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, ArtError> {
-        ArtClient::update(self, ctx, key, value).await
-    }
-    async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, ArtError> {
-        ArtClient::delete(self, ctx, key).await
-    }
-    async fn entries(&self, ctx: &Ctx) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ArtError> {
-        ArtClient::entries(self, ctx).await
     }
 }
 
