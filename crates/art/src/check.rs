@@ -36,7 +36,7 @@ pub struct TreeReport {
 /// Checks `tree` (no operation may run meanwhile). The error names the
 /// first broken invariant and where.
 pub fn check_tree(tree: &ArtTree) -> Result<TreeReport, String> {
-    let f = tree.fabric.as_ref();
+    let f = tree.home.fabric().as_ref();
     let scratch = NODE_BYTES.max(tree.leaf_cap()).next_multiple_of(64);
     let mut qps: HashMap<NodeId, SyncQp> = HashMap::new();
     let mut read = |a: GlobalAddr, len: usize| -> Result<Vec<u8>, String> {
@@ -46,7 +46,7 @@ pub fn check_tree(tree: &ArtTree) -> Result<TreeReport, String> {
                 v.insert(SyncQp::new(f, a.node(), scratch).map_err(|e| e.to_string())?)
             }
         };
-        let rk = tree.rkey(a.node()).map_err(|e| e.to_string())?;
+        let rk = tree.home.rkey(a.node()).map_err(|e| e.to_string())?;
         qp.read(a, rk, len).map_err(|e| format!("reading {a}: {e}"))
     };
     let cfg = tree.config();

@@ -3,10 +3,10 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use dmkit_fabric::{Fabric, FabricError, GlobalAddr, NodeId, Rkey, SyncQp};
-use dmkit_index::{IndexError, Retry, RetryPolicy};
+use dmkit_fabric::{Fabric, GlobalAddr, NodeId, RemoteRef};
+use dmkit_index::{Creation, Home, IndexError, Magic, Retry, RetryPolicy};
 use dmkit_runtime::alloc::{BlockAlloc, MAX_UNITS};
 use dmkit_runtime::machine::{PerMachine, TicketLocks};
 use dmkit_runtime::{Ctx, Nanos};
@@ -14,8 +14,8 @@ use dmkit_runtime::{Ctx, Nanos};
 use crate::cache::{Cache, NodeView};
 use crate::layout::*;
 use crate::rdwc::{self, Outcome, Role};
-use dmkit_fabric::RemoteRef;
 use dmkit_runtime::Local;
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// The structure's kind: its roots are `art/NAME`.
 pub const KIND: &str = "art";
@@ -130,11 +130,14 @@ pub struct TreeCounters {
 ///  +--------+--------+---------+-----------+--------+--------+--------+
 ///  | magic  | root   | max_key | max_value | flags  | locks  | (zero) |
 ///  +--------+--------+---------+-----------+--------+--------+--------+
-/// flags: bit 0 = in-place leaves; locks: the node-lock table (baseline
-/// without lock-free internal nodes), LOCK_WORDS words
+/// magic: DESC_MAGIC (see dmkit_index::Magic); flags: bit 0 = in-place
+/// leaves; locks: the node-lock table (baseline without lock-free
+/// internal nodes), LOCK_WORDS words
 /// ```
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct TreeDesc {
     pub magic: u64,
     pub root: u64,
@@ -146,10 +149,11 @@ pub struct TreeDesc {
 }
 const _: () = assert!(std::mem::size_of::<TreeDesc>() == 64);
 
-/// The descriptor's magic names the leaf layout: "DMKITART" trees had
-/// 24-byte leaf heads (a separate checksum word) and are refused.
-const DESC_MAGIC: u64 = u64::from_le_bytes(*b"DMKITAR2");
-const OLD_DESC_MAGIC: u64 = u64::from_le_bytes(*b"DMKITART");
+/// The descriptor's magic: kind and layout version. Version 3: the
+/// layout-versioned magic of the index layer (version 2 was the
+/// `DMKITAR2` word, 16-byte leaf heads; `DMKITART` trees had 24-byte
+/// ones).
+pub const DESC_MAGIC: Magic = Magic::new(b"dmART_", 3);
 
 /// Words of the node-lock table (hashed by node address).
 pub const LOCK_WORDS: u64 = 1 << 14;
@@ -157,55 +161,15 @@ pub const LOCK_WORDS: u64 = 1 << 14;
 /// Consecutive local hand-overs of a node lock (Sherman's HOCL bound).
 const NODE_LOCK_HANDOVER: u32 = 8;
 
-impl TreeDesc {
-    fn to_bytes(self) -> [u8; 64] {
-        let mut b = [0u8; 64];
-        for (i, w) in [
-            self.magic,
-            self.root,
-            self.max_key,
-            self.max_value,
-            self.flags,
-            self.locks,
-        ]
-        .iter()
-        .enumerate()
-        {
-            b[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
-        }
-        b
-    }
-    fn from_bytes(b: &[u8]) -> Self {
-        TreeDesc {
-            magic: word(b, 0),
-            root: word(b, 8),
-            max_key: word(b, 16),
-            max_value: word(b, 24),
-            flags: word(b, 32),
-            locks: word(b, 40),
-            reserved: [0; 2],
-        }
-    }
-}
-
-fn root_name(name: &str) -> String {
-    format!("art/{name}")
-}
-
 /// A tree: what every client of it shares. `Send + Sync`; make one
 /// [`ArtClient`] per worker with [`ArtTree::client`].
 pub struct ArtTree {
-    pub(crate) fabric: Arc<dyn Fabric>,
-    name: String,
+    /// The tree's identity: fabric, nodes and keys, root, client chunks.
+    pub(crate) home: Home,
     pub(crate) cfg: ArtConfig,
-    desc: GlobalAddr,
     pub(crate) root: GlobalAddr,
     /// The node-lock table.
     locks: GlobalAddr,
-    nodes: Vec<NodeId>,
-    rkeys: Vec<Option<Rkey>>,
-    /// Chunks taken by this process's clients (freed by `destroy`).
-    chunks: Arc<Mutex<Vec<GlobalAddr>>>,
     /// Whether one WRITE's words land in address order (rear lock).
     in_order: bool,
     /// Read-delegation and write-combining windows, one table per compute
@@ -222,107 +186,75 @@ pub struct ArtTree {
     leaf_locks: PerMachine<TicketLocks>,
 }
 
+/// Bytes of the descriptor's chunk before the node-lock table: the
+/// descriptor, then the root node.
+const ROOT_END: u64 = (DESC_BYTES + NODE_BYTES as u64).next_multiple_of(64);
+/// The root node sits right after the descriptor.
+const DESC_BYTES: u64 = std::mem::size_of::<TreeDesc>() as u64;
+
 impl ArtTree {
-    /// Creates tree `name` (descriptor and root node on the lowest memory
-    /// node; other nodes spread over the fabric by the clients'
-    /// allocators) and registers it as a named root.
+    /// Creates tree `name` (descriptor, root node and node-lock table in
+    /// one chunk on the lowest memory node; other nodes spread over the
+    /// fabric by the clients' allocators) and registers it as a named
+    /// root. Nothing is left behind if it fails.
     pub fn create(
         fabric: Arc<dyn Fabric>,
         name: &str,
         cfg: ArtConfig,
     ) -> Result<Arc<Self>, IndexError> {
         cfg.validate()?;
-        let (home, nodes) = dmkit_fabric::home_node(fabric.as_ref())
-            .ok_or_else(|| IndexError::config(KIND, "the fabric has no memory nodes"))?;
-        let rkeys = dmkit_fabric::heap_rkeys(fabric.as_ref(), &nodes)?;
-        let oom = |what| move |source| IndexError::OutOfMemory { what, source };
-        let root_end = (64 + NODE_BYTES as u64).next_multiple_of(64);
-        let (desc, _, _) = fabric
-            .alloc_chunk(home, root_end + 8 * LOCK_WORDS, true)
-            .map_err(oom("allocating the root"))?;
-        let root = desc.add(64);
-        let locks = desc.add(root_end);
-        let result = (|| {
-            let rk = rkeys[home as usize].expect("rkey of a listed node");
-            let mut qp = SyncQp::new(fabric.as_ref(), home, 64)?;
-            let header = Header::new(0, NodeType::N256, &[]);
-            qp.write_u64(root.add(NODE_HEADER), rk, header.0)?;
-            let d = TreeDesc {
-                magic: DESC_MAGIC,
-                root: root.raw(),
-                max_key: cfg.max_key as u64,
-                max_value: cfg.max_value as u64,
-                flags: cfg.in_place as u64,
-                locks: locks.raw(),
-                reserved: [0; 2],
-            };
-            qp.write(desc, rk, &d.to_bytes())?;
-            if !dmkit_fabric::claim_root(fabric.as_ref(), home, &root_name(name), desc.raw())? {
-                return Err(IndexError::AlreadyExists {
-                    kind: KIND,
-                    name: name.into(),
-                });
-            }
-            Ok(())
-        })();
-        if let Err(e) = result {
-            let _ = fabric.free_chunk(desc);
-            return Err(e);
-        }
-        let in_order = fabric.caps().in_order_write;
-        Ok(Arc::new(Self {
-            fabric,
-            name: name.into(),
+        let mut c = Creation::begin(fabric, KIND, name, &[])?;
+        let desc = c.alloc(c.home(), ROOT_END + 8 * LOCK_WORDS, "allocating the root")?;
+        let root = desc.add(DESC_BYTES);
+        let locks = desc.add(ROOT_END);
+        let header = Header::new(0, NodeType::N256, &[]);
+        c.write(root.add(NODE_HEADER), header.0.as_bytes())?;
+        let d = TreeDesc {
+            magic: DESC_MAGIC.word(),
+            root: root.raw(),
+            max_key: cfg.max_key as u64,
+            max_value: cfg.max_value as u64,
+            flags: cfg.in_place as u64,
+            locks: locks.raw(),
+            reserved: [0; 2],
+        };
+        c.write(desc, d.as_bytes())?;
+        let home = c.publish(desc)?;
+        Ok(Arc::new(Self::assemble(home, cfg, root, locks)))
+    }
+
+    fn assemble(home: Home, cfg: ArtConfig, root: GlobalAddr, locks: GlobalAddr) -> Self {
+        let in_order = home.fabric().caps().in_order_write;
+        Self {
+            home,
             cfg,
-            desc,
             root,
             locks,
-            nodes,
-            rkeys,
-            chunks: Arc::default(),
             in_order,
             rdwc: PerMachine::default(),
             caches: PerMachine::default(),
             node_locks: PerMachine::default(),
             leaf_locks: PerMachine::default(),
-        }))
+        }
     }
 
     /// Opens tree `name`. Structural settings come from the tree; `cfg`
-    /// supplies the client-side ones (cache, rear lock, chunk size).
+    /// supplies the client-side ones (cache, rear lock, chunk size,
+    /// retries).
     pub fn open(
         fabric: Arc<dyn Fabric>,
         name: &str,
         cfg: ArtConfig,
     ) -> Result<Arc<Self>, IndexError> {
-        let (home, nodes) = dmkit_fabric::home_node(fabric.as_ref())
-            .ok_or_else(|| IndexError::config(KIND, "the fabric has no memory nodes"))?;
-        let rkeys = dmkit_fabric::heap_rkeys(fabric.as_ref(), &nodes)?;
-        let desc =
-            dmkit_fabric::find_root(fabric.as_ref(), home, &root_name(name))?.ok_or_else(|| {
-                IndexError::NotFound {
-                    kind: KIND,
-                    name: name.into(),
-                }
-            })?;
-        let mut qp = SyncQp::new(fabric.as_ref(), home, 64)?;
-        let d =
-            TreeDesc::from_bytes(&qp.read(desc, rkeys[home as usize].expect("home rkey"), 64)?);
-        if d.magic == OLD_DESC_MAGIC {
-            return Err(IndexError::config(
-                KIND,
-                format!(
-                    "tree {name:?} was made by an older dmkit (24-byte leaf heads); \
-                 destroy and rebuild it"
-                ),
-            ));
-        }
-        if d.magic != DESC_MAGIC {
-            return Err(IndexError::Corrupt {
-                addr: desc,
-                what: "tree descriptor",
-            });
-        }
+        let (home, desc) =
+            dmkit_index::lifecycle::open(fabric, KIND, name, DESC_MAGIC, DESC_BYTES as usize)?;
+        let corrupt = IndexError::Corrupt {
+            addr: home.desc(),
+            what: "tree descriptor",
+        };
+        let Ok((d, _)) = TreeDesc::read_from_prefix(&desc) else {
+            return Err(corrupt);
+        };
         let cfg = ArtConfig {
             max_key: d.max_key as usize,
             max_value: d.max_value as usize,
@@ -330,48 +262,22 @@ impl ArtTree {
             ..cfg
         };
         cfg.validate()?;
-        let in_order = fabric.caps().in_order_write;
-        Ok(Arc::new(Self {
-            fabric,
-            name: name.into(),
-            cfg,
-            desc,
-            root: GlobalAddr::from_raw(d.root),
-            locks: GlobalAddr::from_raw(d.locks),
-            nodes,
-            rkeys,
-            chunks: Arc::default(),
-            in_order,
-            rdwc: PerMachine::default(),
-            caches: PerMachine::default(),
-            node_locks: PerMachine::default(),
-            leaf_locks: PerMachine::default(),
-        }))
+        let (root, locks) = (GlobalAddr::from_raw(d.root), GlobalAddr::from_raw(d.locks));
+        Ok(Arc::new(Self::assemble(home, cfg, root, locks)))
     }
 
-    /// Removes the tree: unregisters its name and frees the root and the
-    /// chunks this process's clients took (other processes free theirs by
-    /// calling this too, or lose them with the node). No client may use the
-    /// tree afterwards.
+    /// Removes the tree: unregisters its name and frees its chunk (the
+    /// descriptor, root node and node-lock table) and the chunks this
+    /// process's clients took (other processes free theirs by calling this
+    /// too, or lose them with the node). No client may use the tree
+    /// afterwards.
     pub fn destroy(&self) -> Result<(), IndexError> {
-        let home = self.desc.node();
-        let name = root_name(&self.name);
-        if !dmkit_fabric::release_root(self.fabric.as_ref(), home, &name, self.desc.raw())? {
-            return Err(IndexError::NotFound {
-                kind: KIND,
-                name: self.name.clone(),
-            });
-        }
-        self.fabric.free_chunk(self.desc)?;
-        let chunks = std::mem::take(&mut *self.chunks.lock().unwrap_or_else(|p| p.into_inner()));
-        for c in chunks {
-            self.fabric.free_chunk(c)?;
-        }
-        Ok(())
+        self.home.destroy(|| Ok([self.home.desc()]))
     }
 
+    /// The tree's name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.home.name()
     }
 
     /// The effective configuration.
@@ -415,19 +321,21 @@ impl ArtTree {
                 .get(machine, || Cache::new(self.cfg.cache_bytes, self.root)),
             st: Rc::new(RefCell::new(ClientState {
                 buf: Vec::new(),
-                alloc: BlockAlloc::new(self.cfg.chunk_bytes, Nanos::MAX / 4, self.chunks.clone()),
+                alloc: BlockAlloc::new(
+                    self.cfg.chunk_bytes,
+                    Nanos::MAX / 4,
+                    self.home.client_chunks(),
+                ),
                 owner: id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
                 counters: TreeCounters::default(),
             })),
         }
     }
 
-    pub(crate) fn rkey(&self, node: NodeId) -> Result<Rkey, IndexError> {
-        self.rkeys
-            .get(node as usize)
-            .copied()
-            .flatten()
-            .ok_or(IndexError::Fabric(FabricError::NoSuchNode(node)))
+    /// The reference to `addr` (its node's heap key attached).
+    #[inline]
+    pub(crate) fn remote(&self, addr: GlobalAddr) -> Result<RemoteRef, IndexError> {
+        self.home.remote(addr)
     }
 
     /// Bytes of a leaf at full capacity (in-place leaves).
@@ -676,9 +584,9 @@ impl ArtClient {
         e: usize,
         expect_rev: Option<GlobalAddr>,
     ) -> Result<Option<Arc<NodeView>>, IndexError> {
-        let rk = self.t.rkey(addr.node())?;
+        let node = self.t.remote(addr)?;
         let ty = ty.max(NodeType::N4);
-        ctx.read(RemoteRef::new(addr, rk), Local::at(L_NODE, ty.read_bytes()));
+        ctx.read(node, Local::at(L_NODE, ty.read_bytes()));
         ctx.sync().await?;
         let header = Header(ctx.local_u64(Local::at(L_NODE + NODE_HEADER as usize, 8)));
         let Some(hty) = header.ty() else {
@@ -689,7 +597,7 @@ impl ArtClient {
         };
         if hty > ty {
             ctx.read(
-                RemoteRef::new(addr.add(ty.read_bytes() as u64), rk),
+                node.add(ty.read_bytes() as u64),
                 Local::at(L_NODE + ty.read_bytes(), hty.read_bytes() - ty.read_bytes()),
             );
             ctx.sync().await?;
@@ -718,16 +626,13 @@ impl ArtClient {
     /// a torn leaf (a write-back in progress).
     async fn read_leaf(&self, ctx: &Ctx, slot: Slot, key: &[u8]) -> Result<LeafIs, IndexError> {
         let addr = slot.ptr();
-        let rk = self.t.rkey(addr.node())?;
+        let leaf = self.t.remote(addr)?;
         // The item only: meta word, key and value (not the reverse pointer
         // before it nor the lock word after it; see `layout`).
         let len = item_len(self.leaf_len(slot)?);
         let mut retry = Retry::new("leaf read", self.t.cfg.retry);
         loop {
-            ctx.read(
-                RemoteRef::new(addr.add(LEAF_META), rk),
-                Local::at(L_LEAF, len),
-            );
+            ctx.read(leaf.add(LEAF_META), Local::at(L_LEAF, len));
             ctx.sync().await?;
             if let Some(is) = self.with_item(ctx, L_LEAF, len, |l| l.map(|l| classify(&l, key))) {
                 return Ok(is);
@@ -1218,7 +1123,7 @@ impl ArtClient {
         }
         let i = dmkit_runtime::hash::hash64(&node.raw().to_le_bytes(), 0x10C4) & (LOCK_WORDS - 1);
         let lock = self.t.locks.add(8 * i);
-        let rk = self.t.rkey(lock.node())?;
+        let lock = self.t.remote(lock)?;
         let owner = self.st.borrow().owner;
         // HOCL, as the paper applies it to its baselines (§5.1): queue on
         // the machine's local lock first; a local predecessor may hand the
@@ -1232,7 +1137,7 @@ impl ArtClient {
             // `backoff_cas` backs off itself: the budget only counts.
             let mut retry = Retry::new("node lock", self.t.cfg.retry);
             let got = loop {
-                match ctx.backoff_cas(RemoteRef::new(lock, rk), 0, owner).await {
+                match ctx.backoff_cas(lock, 0, owner).await {
                     Ok(0) => break Ok(()),
                     Ok(_) => {}
                     Err(e) => break Err(IndexError::from(e)),
@@ -1251,7 +1156,7 @@ impl ArtClient {
             Ok(())
         } else {
             ctx.set_local_u64(Local::at(L_WORD, 8), 0);
-            ctx.write(RemoteRef::new(lock, rk), Local::at(L_WORD, 8));
+            ctx.write(lock, Local::at(L_WORD, 8));
             ctx.sync().await
         };
         local.release(g);
@@ -1270,7 +1175,7 @@ impl ArtClient {
     /// node served nothing (the radix-tree paper runs on two; §5.2 counts
     /// both nodes' IOPS).
     fn home_of(&self, parent: GlobalAddr, b: u8) -> NodeId {
-        let nodes = &self.t.nodes;
+        let nodes = self.t.home.nodes();
         if parent == self.t.root && nodes.len() > 1 {
             nodes[b as usize % nodes.len()]
         } else {
@@ -1290,8 +1195,8 @@ impl ArtClient {
         let mut st = self.st.borrow_mut();
         st.alloc
             .alloc(
-                self.t.fabric.as_ref(),
-                &self.t.nodes,
+                self.t.home.fabric().as_ref(),
+                self.t.home.nodes(),
                 prefer,
                 units,
                 ctx.now(),
@@ -1357,10 +1262,7 @@ impl ArtClient {
         len: usize,
         cas_at: GlobalAddr,
     ) -> Result<(), IndexError> {
-        ctx.write(
-            RemoteRef::new(leaf, self.t.rkey(leaf.node())?),
-            Local::at(self.l_new(), len),
-        );
+        ctx.write(self.t.remote(leaf)?, Local::at(self.l_new(), len));
         if leaf.node() != cas_at.node() {
             ctx.sync().await?;
         }
@@ -1380,7 +1282,6 @@ impl ArtClient {
         let v = &p.v;
         let home = self.home_of(v.addr, b);
         let (leaf, slot, len) = self.new_leaf_slot(ctx, v.addr, home, b, key, value)?;
-        let rk = self.t.rkey(v.addr.node())?;
         let slots = v.slots();
         let mut i = slots.iter().position(|&s| s == 0).unwrap_or(slots.len());
         let mut written = false;
@@ -1389,7 +1290,7 @@ impl ArtClient {
                 self.put_leaf(ctx, leaf, len, v.addr).await?;
                 written = true;
             }
-            let t = ctx.cas(RemoteRef::new(v.slot_addr(i), rk), 0, slot.0);
+            let t = ctx.cas(self.t.remote(v.slot_addr(i))?, 0, slot.0);
             ctx.sync().await?;
             let old = Slot(ctx.value(t));
             if old.is_empty() {
@@ -1429,17 +1330,11 @@ impl ArtClient {
         link: Option<Link>,
     ) -> Result<(), IndexError> {
         let want = NodeType::fitting(idx);
-        let rk = self.t.rkey(v.addr.node())?;
+        let header = self.t.remote(v.addr.add(NODE_HEADER))?;
         let mut h = v.header;
         let mut switched = false;
         while h.ty().is_some_and(|t| t < want) {
-            let old = ctx
-                .cas_sync(
-                    RemoteRef::new(v.addr.add(NODE_HEADER), rk),
-                    h.0,
-                    h.with_type(want).0,
-                )
-                .await?;
+            let old = ctx.cas_sync(header, h.0, h.with_type(want).0).await?;
             if old == h.0 {
                 switched = true;
                 break;
@@ -1447,15 +1342,11 @@ impl ArtClient {
             h = Header(old);
         }
         if let Some(l) = link {
-            let prk = self.t.rkey(l.slot_addr.node())?;
+            let parent_slot = self.t.remote(l.slot_addr)?;
             let mut s = l.slot;
             while !s.is_leaf() && s.ptr() == v.addr && s.child_type().is_some_and(|t| t < want) {
                 let old = ctx
-                    .cas_sync(
-                        RemoteRef::new(l.slot_addr, prk),
-                        s.0,
-                        s.with_child_type(want).0,
-                    )
+                    .cas_sync(parent_slot, s.0, s.with_child_type(want).0)
                     .await?;
                 if old == s.0 {
                     break;
@@ -1488,11 +1379,7 @@ impl ArtClient {
         let home = self.home_of(v.addr, b);
         let (leaf, slot, len) = self.new_leaf_slot(ctx, v.addr, home, b, key, value)?;
         self.put_leaf(ctx, leaf, len, v.addr).await?;
-        let t = ctx.cas(
-            RemoteRef::new(v.slot_addr(idx), self.t.rkey(v.addr.node())?),
-            old.0,
-            slot.0,
-        );
+        let t = ctx.cas(self.t.remote(v.slot_addr(idx))?, old.0, slot.0);
         ctx.sync().await?;
         if ctx.value(t) == old.0 {
             self.cache().remove(v.addr);
@@ -1589,15 +1476,9 @@ impl ArtClient {
             let bytes: Vec<u8> = img.iter().flat_map(|w| w.to_le_bytes()).collect();
             let off = self.l_img() + i * NEW_NODE.next_multiple_of(64);
             ctx.put_local(Local::at(off, bytes.len()), &bytes);
-            ctx.write(
-                RemoteRef::new(addrs[i], self.t.rkey(addrs[i].node())?),
-                Local::at(off, NEW_NODE),
-            );
+            ctx.write(self.t.remote(addrs[i])?, Local::at(off, NEW_NODE));
         }
-        ctx.write(
-            RemoteRef::new(leaf, self.t.rkey(leaf.node())?),
-            Local::at(self.l_new(), len),
-        );
+        ctx.write(self.t.remote(leaf)?, Local::at(self.l_new(), len));
         if addrs
             .iter()
             .chain([&leaf])
@@ -1606,11 +1487,7 @@ impl ArtClient {
             ctx.sync().await?;
         }
         let new = Slot::node(tk[pos], NodeType::N4, addrs[0]).ok_or(ptr_err(addrs[0]))?;
-        let t = ctx.cas(
-            RemoteRef::new(v.slot_addr(idx), self.t.rkey(v.addr.node())?),
-            old.0,
-            new.0,
-        );
+        let t = ctx.cas(self.t.remote(v.slot_addr(idx))?, old.0, new.0);
         ctx.sync().await?;
         if ctx.value(t) != old.0 {
             for &a in &addrs {
@@ -1621,10 +1498,7 @@ impl ArtClient {
         }
         // The old leaf's reverse pointer now names its new parent.
         ctx.set_local_u64(Local::at(L_WORD, 8), last.raw());
-        ctx.write(
-            RemoteRef::new(old.ptr(), self.t.rkey(old.ptr().node())?),
-            Local::at(L_WORD, 8),
-        );
+        ctx.write(self.t.remote(old.ptr())?, Local::at(L_WORD, 8));
         ctx.sync().await?;
         self.cache().remove(v.addr);
         // The new nodes as published: a warm start for the cache
@@ -1674,28 +1548,22 @@ impl ArtClient {
             .0;
         let bytes: Vec<u8> = img.iter().flat_map(|w| w.to_le_bytes()).collect();
         ctx.put_local(Local::at(self.l_img(), bytes.len()), &bytes);
-        ctx.write(
-            RemoteRef::new(m, self.t.rkey(m.node())?),
-            Local::at(self.l_img(), NEW_NODE),
-        );
+        ctx.write(self.t.remote(m)?, Local::at(self.l_img(), NEW_NODE));
         if m.node() != link.slot_addr.node() {
             ctx.sync().await?;
         }
         let new = Slot::node(link.slot.pkey(), NodeType::N4, m).ok_or(ptr_err(m))?;
-        let prk = self.t.rkey(link.slot_addr.node())?;
-        let t = ctx.cas(RemoteRef::new(link.slot_addr, prk), link.slot.0, new.0);
+        let t = ctx.cas(self.t.remote(link.slot_addr)?, link.slot.0, new.0);
         ctx.sync().await?;
         if ctx.value(t) != link.slot.0 {
             self.free_unpublished(m, NODE_BYTES);
             self.cache().remove(link.parent);
             return Ok(Next::Conflict(Start::Top { use_cache: false }));
         }
-        let rk = self.t.rkey(v.addr.node())?;
+        let node = self.t.remote(v.addr)?;
         let mut h = v.header;
         loop {
-            let old = ctx
-                .cas_sync(RemoteRef::new(v.addr.add(NODE_HEADER), rk), h.0, h.cut(j).0)
-                .await?;
+            let old = ctx.cas_sync(node.add(NODE_HEADER), h.0, h.cut(j).0).await?;
             if old == h.0 {
                 break;
             }
@@ -1709,7 +1577,7 @@ impl ArtClient {
             }
         }
         ctx.set_local_u64(Local::at(L_WORD, 8), m.raw());
-        ctx.write(RemoteRef::new(v.addr, rk), Local::at(L_WORD, 8));
+        ctx.write(node, Local::at(L_WORD, 8));
         ctx.sync().await?;
         self.cache().remove_all([v.addr, link.parent]);
         self.st.borrow_mut().counters.header_splits += 1;
@@ -1761,9 +1629,9 @@ impl ArtClient {
         value: Option<(&[u8], Option<&rdwc::Shared>)>,
     ) -> Result<Locked, IndexError> {
         let addr = slot.ptr();
-        let rk = self.t.rkey(addr.node())?;
+        let leaf = self.t.remote(addr)?;
         let len = self.t.leaf_cap();
-        let lock_at = addr.add(len as u64 - 8);
+        let lock = leaf.add(len as u64 - 8);
         let owner = self.st.borrow().owner;
         // A writer that finds the lock taken spins on the same lock (the
         // radix-tree paper's "busy waiting", §3 Challenge 1; its artifact
@@ -1783,16 +1651,16 @@ impl ArtClient {
         // `cas_outcome` backs off: the budget only counts.
         let mut retry = Retry::new("leaf lock", self.t.cfg.retry);
         loop {
-            let t = ctx.cas(RemoteRef::new(lock_at, rk), 0, owner);
+            let t = ctx.cas(lock, 0, owner);
             if retry.attempts() == 0 {
-                ctx.read(RemoteRef::new(addr, rk), Local::at(L_LEAF, len));
+                ctx.read(leaf, Local::at(L_LEAF, len));
             }
             ctx.sync().await?;
             let got = ctx.value(t) == 0;
             ctx.cas_outcome(got).await;
             if got {
                 if retry.attempts() > 0 {
-                    ctx.read(RemoteRef::new(addr, rk), Local::at(L_LEAF, len));
+                    ctx.read(leaf, Local::at(L_LEAF, len));
                     ctx.sync().await?;
                 }
                 break;
@@ -1802,7 +1670,7 @@ impl ArtClient {
         }
         let Some(l) = self.decode(ctx, L_LEAF, len) else {
             ctx.set_local_u64(Local::at(L_WORD, 8), 0);
-            ctx.write(RemoteRef::new(lock_at, rk), Local::at(L_WORD, 8));
+            ctx.write(lock, Local::at(L_WORD, 8));
             ctx.sync().await?;
             return Err(IndexError::Corrupt {
                 addr,
@@ -1811,7 +1679,7 @@ impl ArtClient {
         };
         if !l.valid() || l.key != key {
             ctx.set_local_u64(Local::at(L_WORD, 8), 0);
-            ctx.write(RemoteRef::new(lock_at, rk), Local::at(L_WORD, 8));
+            ctx.write(lock, Local::at(L_WORD, 8));
             ctx.sync().await?;
             return Ok(Locked::Absent);
         }
@@ -1831,29 +1699,23 @@ impl ArtClient {
                 );
                 ctx.put_local(Local::at(new, img.len()), &img);
                 if self.t.cfg.rear_lock && self.t.in_order {
-                    ctx.write(
-                        RemoteRef::new(addr.add(LEAF_META), rk),
-                        Local::at(new + 8, len - 8),
-                    );
+                    ctx.write(leaf.add(LEAF_META), Local::at(new + 8, len - 8));
                 } else {
-                    ctx.write(
-                        RemoteRef::new(addr.add(LEAF_META), rk),
-                        Local::at(new + 8, len - 16),
-                    );
+                    ctx.write(leaf.add(LEAF_META), Local::at(new + 8, len - 16));
                     if !self.t.cfg.rear_lock {
                         ctx.sync().await?;
                     }
-                    ctx.write(RemoteRef::new(lock_at, rk), Local::at(new + len - 8, 8));
+                    ctx.write(lock, Local::at(new + len - 8, 8));
                 }
             }
             None => {
                 ctx.set_local_u64(Local::at(new, 8), l.meta & !(META_VALID | META_REPLACED));
                 ctx.set_local_u64(Local::at(new + 8, 8), 0);
-                ctx.write(RemoteRef::new(addr.add(LEAF_META), rk), Local::at(new, 8));
+                ctx.write(leaf.add(LEAF_META), Local::at(new, 8));
                 if !self.t.cfg.rear_lock {
                     ctx.sync().await?;
                 }
-                ctx.write(RemoteRef::new(lock_at, rk), Local::at(new + 8, 8));
+                ctx.write(lock, Local::at(new + 8, 8));
             }
         }
         ctx.sync().await?;
@@ -1883,13 +1745,9 @@ impl ArtClient {
         let value = rdwc::close_take(wcb, own);
         let (leaf, units, len) = self.new_leaf(ctx, parent, key, &value)?;
         let old_addr = slot.ptr();
-        let rk = self.t.rkey(old_addr.node())?;
-        ctx.write(
-            RemoteRef::new(leaf, self.t.rkey(leaf.node())?),
-            Local::at(self.l_new(), len),
-        );
+        ctx.write(self.t.remote(leaf)?, Local::at(self.l_new(), len));
         let t = ctx.cas(
-            RemoteRef::new(old_addr.add(LEAF_META), rk),
+            self.t.remote(old_addr.add(LEAF_META))?,
             l.meta,
             l.meta | META_REPLACED,
         );
@@ -1910,17 +1768,12 @@ impl ArtClient {
                 addr: leaf,
                 what: "leaf address beyond 48 bits",
             })?;
-            let old = ctx
-                .cas_sync(RemoteRef::new(at, self.t.rkey(at.node())?), cur.0, new.0)
-                .await?;
+            let old = ctx.cas_sync(self.t.remote(at)?, cur.0, new.0).await?;
             if old == cur.0 {
                 if owner != parent {
                     ctx.set_local_u64(Local::at(L_WORD, 8), owner.raw());
-                    ctx.write_sync(
-                        RemoteRef::new(leaf, self.t.rkey(leaf.node())?),
-                        Local::at(L_WORD, 8),
-                    )
-                    .await?;
+                    ctx.write_sync(self.t.remote(leaf)?, Local::at(L_WORD, 8))
+                        .await?;
                 }
                 self.cache().remove(owner);
                 return Ok(Locked::Done);
@@ -1957,7 +1810,7 @@ impl ArtClient {
         };
         let addr = slot.ptr();
         let t = ctx.cas(
-            RemoteRef::new(addr.add(LEAF_META), self.t.rkey(addr.node())?),
+            self.t.remote(addr.add(LEAF_META))?,
             l.meta,
             l.meta & !META_VALID,
         );
@@ -2074,17 +1927,11 @@ impl ArtClient {
                     let off = self.l_scan() + i * self.scan_item();
                     match it {
                         Item::Node { addr, ty, .. } => {
-                            ctx.read(
-                                RemoteRef::new(*addr, self.t.rkey(addr.node())?),
-                                Local::at(off, ty.read_bytes()),
-                            );
+                            ctx.read(self.t.remote(*addr)?, Local::at(off, ty.read_bytes()));
                         }
                         Item::Leaf { slot } => {
                             let a = slot.ptr();
-                            ctx.read(
-                                RemoteRef::new(a, self.t.rkey(a.node())?),
-                                Local::at(off, self.leaf_len(*slot)?),
-                            );
+                            ctx.read(self.t.remote(a)?, Local::at(off, self.leaf_len(*slot)?));
                         }
                         Item::Ready(..) => {}
                     }
