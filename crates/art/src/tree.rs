@@ -14,7 +14,7 @@ use dmkit_runtime::{Ctx, Nanos};
 use crate::cache::{Cache, NodeView};
 use crate::layout::*;
 use crate::rdwc::{self, Outcome, Role};
-use dmkit_runtime::Local;
+use dmkit_runtime::{Local, LocalLayout};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// The structure's kind: its roots are `art/NAME`.
@@ -161,6 +161,65 @@ pub const LOCK_WORDS: u64 = 1 << 14;
 /// Consecutive local hand-overs of a node lock (Sherman's HOCL bound).
 const NODE_LOCK_HANDOVER: u32 = 8;
 
+/// The task-local memory of the tree's operations, declared once per tree
+/// (see [`dmkit_runtime::LocalLayout`]).
+#[derive(Debug, Clone, Copy)]
+struct Scratch {
+    /// An internal node as a traversal reads it (up to all 256 slots).
+    node: Local,
+    /// One word: a released lock, a reverse pointer.
+    word: Local,
+    /// A leaf read under its lock, or the item a search reads.
+    leaf: Local,
+    /// The image of a new or rewritten leaf.
+    new: Local,
+    /// The nodes one split writes, one piece of [`Scratch::CHAIN_PIECE`]
+    /// bytes each.
+    chain: Local,
+    /// The scan's window: one piece of `scan_item` bytes per node or leaf
+    /// fetched in a round.
+    scan: Local,
+    /// Bytes of a scan piece: a whole node or a whole leaf.
+    scan_item: usize,
+}
+
+impl Scratch {
+    /// Bytes of a split's piece: a new node's image, padded.
+    const CHAIN_PIECE: usize = NEW_NODE.next_multiple_of(64);
+
+    /// The regions for leaves of `leaf_bytes` bytes. The scan's window
+    /// takes what the other regions leave of [`SCAN_BUDGET`]: 2 to
+    /// [`SCAN_WIDTH`] items.
+    fn declare(leaf_bytes: usize) -> (Self, LocalLayout) {
+        let leaf = leaf_bytes.next_multiple_of(64);
+        let mut l = LocalLayout::new();
+        let node = l.region("internal node", NODE_BYTES);
+        let word = l.region("word", 8);
+        let leaf_r = l.region("leaf", leaf);
+        let new = l.region("new leaf", leaf);
+        let chain = l.region("split chain", MAX_CHAIN * Self::CHAIN_PIECE);
+        let scan_item = leaf.max(NODE_BYTES.next_multiple_of(64));
+        let at = l.bytes().next_multiple_of(64);
+        let width = (SCAN_BUDGET.saturating_sub(at) / scan_item).clamp(2, SCAN_WIDTH);
+        let scan = l.region("scan window", width * scan_item);
+        let s = Scratch {
+            node,
+            word,
+            leaf: leaf_r,
+            new,
+            chain,
+            scan,
+            scan_item,
+        };
+        (s, l)
+    }
+
+    /// Items a scan fetches per round.
+    fn scan_width(&self) -> usize {
+        self.scan.len() / self.scan_item
+    }
+}
+
 /// A tree: what every client of it shares. `Send + Sync`; make one
 /// [`ArtClient`] per worker with [`ArtTree::client`].
 pub struct ArtTree {
@@ -170,6 +229,9 @@ pub struct ArtTree {
     pub(crate) root: GlobalAddr,
     /// The node-lock table.
     locks: GlobalAddr,
+    /// Task-local memory of the operations.
+    scratch: Scratch,
+    layout: LocalLayout,
     /// Whether one WRITE's words land in address order (rear lock).
     in_order: bool,
     /// Read-delegation and write-combining windows, one table per compute
@@ -225,11 +287,14 @@ impl ArtTree {
 
     fn assemble(home: Home, cfg: ArtConfig, root: GlobalAddr, locks: GlobalAddr) -> Self {
         let in_order = home.fabric().caps().in_order_write;
+        let (scratch, layout) = Scratch::declare(leaf_bytes(cfg.kcap(), cfg.max_value));
         Self {
             home,
             cfg,
             root,
             locks,
+            scratch,
+            layout,
             in_order,
             rdwc: PerMachine::default(),
             caches: PerMachine::default(),
@@ -426,14 +491,15 @@ impl LeafCopy {
     }
 }
 
-// Task-local layout.
-const L_NODE: usize = 0;
-const L_WORD: usize = NODE_BYTES.next_multiple_of(64);
-const L_LEAF: usize = L_WORD + 64;
 /// Node images written by one split (a chain of at most this many nodes).
 const MAX_CHAIN: usize = MAX_KEY_LIMIT / (HEADER_PREFIX + 1) + 2;
 /// Bytes written per new node: reverse pointer, header, four slots.
 const NEW_NODE: usize = 16 + 8 * 4;
+/// Task-local bytes the scan's window is sized for, with the other
+/// regions (see [`Scratch`]).
+const SCAN_BUDGET: usize = 64 << 10;
+/// Most items a scan fetches in one round trip.
+const SCAN_WIDTH: usize = 32;
 /// How often a joiner checks its window (ns).
 const WAIT_NS: Nanos = 500;
 /// Torn reads of one leaf in a row after which its checksum is taken to
@@ -494,25 +560,28 @@ impl ArtClient {
         &self.cache
     }
 
-    fn leaf_cap(&self) -> usize {
-        self.t.leaf_cap().next_multiple_of(64)
-    }
-    fn l_new(&self) -> usize {
-        L_LEAF + self.leaf_cap()
-    }
-    fn l_img(&self) -> usize {
-        self.l_new() + self.leaf_cap()
-    }
-    fn l_scan(&self) -> usize {
-        self.l_img() + MAX_CHAIN * NEW_NODE.next_multiple_of(64)
-    }
-    fn scan_item(&self) -> usize {
-        self.leaf_cap().max(NODE_BYTES.next_multiple_of(64))
+    /// The task-local memory of the tree's operations.
+    #[inline(always)]
+    fn sc(&self) -> &Scratch {
+        &self.t.scratch
     }
 
-    /// Task-local bytes the tree needs.
-    pub fn local_bytes_needed(&self) -> usize {
-        self.l_scan() + 2 * self.scan_item()
+    /// Bytes of the largest leaf (in-place leaves: every leaf), in whole
+    /// 64-byte units.
+    fn leaf_room(&self) -> usize {
+        self.sc().leaf.len()
+    }
+
+    /// Whether the task has the memory the tree declared.
+    fn check_local(&self, ctx: &Ctx) -> Result<(), IndexError> {
+        let need = self.t.layout.bytes();
+        if ctx.local_len() < need {
+            return Err(IndexError::LocalMemory {
+                have: ctx.local_len(),
+                need,
+            });
+        }
+        Ok(())
     }
 
     fn check_key(&self, ctx: &Ctx, key: &[u8]) -> Result<(), IndexError> {
@@ -523,14 +592,7 @@ impl ArtClient {
                 max: self.t.cfg.max_key,
             });
         }
-        let need = self.local_bytes_needed();
-        if ctx.local_len() < need {
-            return Err(IndexError::LocalMemory {
-                have: ctx.local_len(),
-                need,
-            });
-        }
-        Ok(())
+        self.check_local(ctx)
     }
 
     fn check_value(&self, value: &[u8]) -> Result<(), IndexError> {
@@ -586,9 +648,10 @@ impl ArtClient {
     ) -> Result<Option<Arc<NodeView>>, IndexError> {
         let node = self.t.remote(addr)?;
         let ty = ty.max(NodeType::N4);
-        ctx.read(node, Local::at(L_NODE, ty.read_bytes()));
+        let buf = self.sc().node;
+        ctx.read(node, buf.prefix(ty.read_bytes()));
         ctx.sync().await?;
-        let header = Header(ctx.local_u64(Local::at(L_NODE + NODE_HEADER as usize, 8)));
+        let header = Header(ctx.local_u64(buf.word(NODE_HEADER as usize)));
         let Some(hty) = header.ty() else {
             return Err(IndexError::Corrupt {
                 addr,
@@ -598,11 +661,11 @@ impl ArtClient {
         if hty > ty {
             ctx.read(
                 node.add(ty.read_bytes() as u64),
-                Local::at(L_NODE + ty.read_bytes(), hty.read_bytes() - ty.read_bytes()),
+                buf.slice(ty.read_bytes(), hty.read_bytes() - ty.read_bytes()),
             );
             ctx.sync().await?;
         }
-        let rev = GlobalAddr::from_raw(ctx.local_u64(Local::at(L_NODE, 8)));
+        let rev = GlobalAddr::from_raw(ctx.local_u64(buf.word(0)));
         let d = header.depth();
         if hty == NodeType::Deleted
             || d > e
@@ -615,7 +678,7 @@ impl ArtClient {
         let n = hty.slots();
         let mut slots = vec![0u64; n];
         for (i, s) in slots.iter_mut().enumerate() {
-            *s = ctx.local_u64(Local::at(L_NODE + 16 + 8 * i, 8));
+            *s = ctx.local_u64(buf.word(16 + 8 * i));
         }
         let v = Arc::new(NodeView::new(addr, header, rev, slots));
         self.cache().put(v.clone());
@@ -632,9 +695,10 @@ impl ArtClient {
         let len = item_len(self.leaf_len(slot)?);
         let mut retry = Retry::new("leaf read", self.t.cfg.retry);
         loop {
-            ctx.read(leaf.add(LEAF_META), Local::at(L_LEAF, len));
+            let item = self.sc().leaf.prefix(len);
+            ctx.read(leaf.add(LEAF_META), item);
             ctx.sync().await?;
-            if let Some(is) = self.with_item(ctx, L_LEAF, len, |l| l.map(|l| classify(&l, key))) {
+            if let Some(is) = self.with_item(ctx, item, |l| l.map(|l| classify(&l, key))) {
                 return Ok(is);
             }
             self.count(|c| c.torn_reads += 1);
@@ -654,7 +718,7 @@ impl ArtClient {
             return Ok(self.t.leaf_cap());
         }
         let n = slot.units() as usize * 64;
-        if n == 0 || n > self.leaf_cap() {
+        if n == 0 || n > self.leaf_room() {
             return Err(IndexError::Corrupt {
                 addr: slot.ptr(),
                 what: "leaf slot length",
@@ -663,10 +727,11 @@ impl ArtClient {
         Ok(n)
     }
 
-    /// Decodes the item of a whole leaf read to task-local `off` (`len`
-    /// bytes, reverse pointer to lock word).
-    fn decode(&self, ctx: &Ctx, off: usize, len: usize) -> Option<LeafCopy> {
-        self.with_item(ctx, off + LEAF_META as usize, item_len(len), |l| {
+    /// Decodes the item of a whole leaf read into task-local `leaf`
+    /// (reverse pointer to lock word).
+    fn decode(&self, ctx: &Ctx, leaf: Local) -> Option<LeafCopy> {
+        let item = leaf.slice(LEAF_META as usize, item_len(leaf.len()));
+        self.with_item(ctx, item, |l| {
             l.map(|l| LeafCopy {
                 meta: l.meta,
                 key: l.key.to_vec(),
@@ -675,18 +740,18 @@ impl ArtClient {
         })
     }
 
-    /// Decodes the leaf item (meta word on) at task-local `off` through the
-    /// client's reusable buffer (no allocation on the search path).
+    /// Decodes the leaf item (meta word on) read into task-local `item`
+    /// through the client's reusable buffer (no allocation on the search
+    /// path).
     fn with_item<R>(
         &self,
         ctx: &Ctx,
-        off: usize,
-        len: usize,
+        item: Local,
         f: impl FnOnce(Option<crate::layout::Item<'_>>) -> R,
     ) -> R {
         let mut buf = std::mem::take(&mut self.st.borrow_mut().buf);
-        buf.resize(len, 0);
-        ctx.get_local(Local::at(off, buf.len()), &mut buf);
+        buf.resize(item.len(), 0);
+        ctx.get_local(item, &mut buf);
         let r = f(decode_item(&buf, self.t.cfg.kcap()));
         self.st.borrow_mut().buf = buf;
         r
@@ -1155,8 +1220,9 @@ impl ArtClient {
         let released = if local.hand_over(g) {
             Ok(())
         } else {
-            ctx.set_local_u64(Local::at(L_WORD, 8), 0);
-            ctx.write(lock, Local::at(L_WORD, 8));
+            let word = self.sc().word;
+            ctx.set_local_u64(word, 0);
+            ctx.write(lock, word);
             ctx.sync().await
         };
         local.release(g);
@@ -1243,7 +1309,7 @@ impl ArtClient {
         let mut img = Vec::new();
         encode_leaf(parent, key, value, kcap, vcap, &mut img);
         let addr = self.alloc(ctx, img.len(), prefer, "allocating a leaf")?;
-        ctx.put_local(Local::at(self.l_new(), img.len()), &img);
+        ctx.put_local(self.sc().new, &img);
         let slot =
             Slot::leaf(b, img.len().div_ceil(64) as u64, addr).ok_or(IndexError::Corrupt {
                 addr,
@@ -1262,7 +1328,7 @@ impl ArtClient {
         len: usize,
         cas_at: GlobalAddr,
     ) -> Result<(), IndexError> {
-        ctx.write(self.t.remote(leaf)?, Local::at(self.l_new(), len));
+        ctx.write(self.t.remote(leaf)?, self.sc().new.prefix(len));
         if leaf.node() != cas_at.node() {
             ctx.sync().await?;
         }
@@ -1474,11 +1540,11 @@ impl ArtClient {
             }
             views.push(NodeView::new(addrs[i], header, rev, img[2..].to_vec()));
             let bytes: Vec<u8> = img.iter().flat_map(|w| w.to_le_bytes()).collect();
-            let off = self.l_img() + i * NEW_NODE.next_multiple_of(64);
-            ctx.put_local(Local::at(off, bytes.len()), &bytes);
-            ctx.write(self.t.remote(addrs[i])?, Local::at(off, NEW_NODE));
+            let piece = self.sc().chain.piece(i, Scratch::CHAIN_PIECE);
+            ctx.put_local(piece, &bytes);
+            ctx.write(self.t.remote(addrs[i])?, piece.prefix(NEW_NODE));
         }
-        ctx.write(self.t.remote(leaf)?, Local::at(self.l_new(), len));
+        ctx.write(self.t.remote(leaf)?, self.sc().new.prefix(len));
         if addrs
             .iter()
             .chain([&leaf])
@@ -1497,8 +1563,9 @@ impl ArtClient {
             return Ok(Next::Conflict(Self::again(p)));
         }
         // The old leaf's reverse pointer now names its new parent.
-        ctx.set_local_u64(Local::at(L_WORD, 8), last.raw());
-        ctx.write(self.t.remote(old.ptr())?, Local::at(L_WORD, 8));
+        let word = self.sc().word;
+        ctx.set_local_u64(word, last.raw());
+        ctx.write(self.t.remote(old.ptr())?, word);
         ctx.sync().await?;
         self.cache().remove(v.addr);
         // The new nodes as published: a warm start for the cache
@@ -1547,8 +1614,9 @@ impl ArtClient {
             .ok_or(ptr_err(v.addr))?
             .0;
         let bytes: Vec<u8> = img.iter().flat_map(|w| w.to_le_bytes()).collect();
-        ctx.put_local(Local::at(self.l_img(), bytes.len()), &bytes);
-        ctx.write(self.t.remote(m)?, Local::at(self.l_img(), NEW_NODE));
+        let piece = self.sc().chain.piece(0, Scratch::CHAIN_PIECE);
+        ctx.put_local(piece, &bytes);
+        ctx.write(self.t.remote(m)?, piece.prefix(NEW_NODE));
         if m.node() != link.slot_addr.node() {
             ctx.sync().await?;
         }
@@ -1576,8 +1644,9 @@ impl ArtClient {
                 });
             }
         }
-        ctx.set_local_u64(Local::at(L_WORD, 8), m.raw());
-        ctx.write(node, Local::at(L_WORD, 8));
+        let word = self.sc().word;
+        ctx.set_local_u64(word, m.raw());
+        ctx.write(node, word);
         ctx.sync().await?;
         self.cache().remove_all([v.addr, link.parent]);
         self.st.borrow_mut().counters.header_splits += 1;
@@ -1632,6 +1701,7 @@ impl ArtClient {
         let leaf = self.t.remote(addr)?;
         let len = self.t.leaf_cap();
         let lock = leaf.add(len as u64 - 8);
+        let buf = self.sc().leaf.prefix(len);
         let owner = self.st.borrow().owner;
         // A writer that finds the lock taken spins on the same lock (the
         // radix-tree paper's "busy waiting", §3 Challenge 1; its artifact
@@ -1653,14 +1723,14 @@ impl ArtClient {
         loop {
             let t = ctx.cas(lock, 0, owner);
             if retry.attempts() == 0 {
-                ctx.read(leaf, Local::at(L_LEAF, len));
+                ctx.read(leaf, buf);
             }
             ctx.sync().await?;
             let got = ctx.value(t) == 0;
             ctx.cas_outcome(got).await;
             if got {
                 if retry.attempts() > 0 {
-                    ctx.read(leaf, Local::at(L_LEAF, len));
+                    ctx.read(leaf, buf);
                     ctx.sync().await?;
                 }
                 break;
@@ -1668,9 +1738,10 @@ impl ArtClient {
             retry.lost(ctx)?;
             self.count(|c| c.lock_retries += 1);
         }
-        let Some(l) = self.decode(ctx, L_LEAF, len) else {
-            ctx.set_local_u64(Local::at(L_WORD, 8), 0);
-            ctx.write(lock, Local::at(L_WORD, 8));
+        let word = self.sc().word;
+        let Some(l) = self.decode(ctx, buf) else {
+            ctx.set_local_u64(word, 0);
+            ctx.write(lock, word);
             ctx.sync().await?;
             return Err(IndexError::Corrupt {
                 addr,
@@ -1678,12 +1749,12 @@ impl ArtClient {
             });
         };
         if !l.valid() || l.key != key {
-            ctx.set_local_u64(Local::at(L_WORD, 8), 0);
-            ctx.write(lock, Local::at(L_WORD, 8));
+            ctx.set_local_u64(word, 0);
+            ctx.write(lock, word);
             ctx.sync().await?;
             return Ok(Locked::Absent);
         }
-        let new = self.l_new();
+        let new = self.sc().new.prefix(len);
         match value {
             Some((own, wcb)) => {
                 // The last moment to combine: joiners after this run alone.
@@ -1697,25 +1768,25 @@ impl ArtClient {
                     self.t.cfg.max_value,
                     &mut img,
                 );
-                ctx.put_local(Local::at(new, img.len()), &img);
+                ctx.put_local(new, &img);
                 if self.t.cfg.rear_lock && self.t.in_order {
-                    ctx.write(leaf.add(LEAF_META), Local::at(new + 8, len - 8));
+                    ctx.write(leaf.add(LEAF_META), new.skip(8));
                 } else {
-                    ctx.write(leaf.add(LEAF_META), Local::at(new + 8, len - 16));
+                    ctx.write(leaf.add(LEAF_META), new.slice(8, len - 16));
                     if !self.t.cfg.rear_lock {
                         ctx.sync().await?;
                     }
-                    ctx.write(lock, Local::at(new + len - 8, 8));
+                    ctx.write(lock, new.word(len - 8));
                 }
             }
             None => {
-                ctx.set_local_u64(Local::at(new, 8), l.meta & !(META_VALID | META_REPLACED));
-                ctx.set_local_u64(Local::at(new + 8, 8), 0);
-                ctx.write(leaf.add(LEAF_META), Local::at(new, 8));
+                ctx.set_local_u64(new.word(0), l.meta & !(META_VALID | META_REPLACED));
+                ctx.set_local_u64(new.word(8), 0);
+                ctx.write(leaf.add(LEAF_META), new.word(0));
                 if !self.t.cfg.rear_lock {
                     ctx.sync().await?;
                 }
-                ctx.write(lock, Local::at(new + 8, 8));
+                ctx.write(lock, new.word(8));
             }
         }
         ctx.sync().await?;
@@ -1745,7 +1816,7 @@ impl ArtClient {
         let value = rdwc::close_take(wcb, own);
         let (leaf, units, len) = self.new_leaf(ctx, parent, key, &value)?;
         let old_addr = slot.ptr();
-        ctx.write(self.t.remote(leaf)?, Local::at(self.l_new(), len));
+        ctx.write(self.t.remote(leaf)?, self.sc().new.prefix(len));
         let t = ctx.cas(
             self.t.remote(old_addr.add(LEAF_META))?,
             l.meta,
@@ -1771,9 +1842,9 @@ impl ArtClient {
             let old = ctx.cas_sync(self.t.remote(at)?, cur.0, new.0).await?;
             if old == cur.0 {
                 if owner != parent {
-                    ctx.set_local_u64(Local::at(L_WORD, 8), owner.raw());
-                    ctx.write_sync(self.t.remote(leaf)?, Local::at(L_WORD, 8))
-                        .await?;
+                    let word = self.sc().word;
+                    ctx.set_local_u64(word, owner.raw());
+                    ctx.write_sync(self.t.remote(leaf)?, word).await?;
                 }
                 self.cache().remove(owner);
                 return Ok(Locked::Done);
@@ -1855,13 +1926,7 @@ impl ArtClient {
 
     /// Every entry, in key order (for tests and tools; quiescent trees).
     pub async fn entries(&self, ctx: &Ctx) -> Result<Vec<(Vec<u8>, Vec<u8>)>, IndexError> {
-        let need = self.local_bytes_needed();
-        if ctx.local_len() < need {
-            return Err(IndexError::LocalMemory {
-                have: ctx.local_len(),
-                need,
-            });
-        }
+        self.check_local(ctx)?;
         let lo = vec![0u8; self.t.cfg.max_key + 1];
         self.scan_tk(ctx, &lo, None, usize::MAX).await
     }
@@ -1877,7 +1942,8 @@ impl ArtClient {
         hi: Option<&[u8]>,
         count: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, IndexError> {
-        let width = ((ctx.local_len() - self.l_scan()) / self.scan_item()).clamp(1, 32);
+        let sc = *self.sc();
+        let width = sc.scan_width();
         let mut retry = Retry::new("scan", self.t.cfg.retry);
         'scan: loop {
             let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
@@ -1924,14 +1990,14 @@ impl ArtClient {
                 }
                 let n = n.max(1);
                 for (i, it) in items.iter().take(n).enumerate() {
-                    let off = self.l_scan() + i * self.scan_item();
+                    let piece = sc.scan.piece(i, sc.scan_item);
                     match it {
                         Item::Node { addr, ty, .. } => {
-                            ctx.read(self.t.remote(*addr)?, Local::at(off, ty.read_bytes()));
+                            ctx.read(self.t.remote(*addr)?, piece.prefix(ty.read_bytes()));
                         }
                         Item::Leaf { slot } => {
                             let a = slot.ptr();
-                            ctx.read(self.t.remote(a)?, Local::at(off, self.leaf_len(*slot)?));
+                            ctx.read(self.t.remote(a)?, piece.prefix(self.leaf_len(*slot)?));
                         }
                         Item::Ready(..) => {}
                     }
@@ -1940,12 +2006,12 @@ impl ArtClient {
                 let mut expanded: Vec<Item> = Vec::new();
                 for i in 0..n {
                     let it = items.pop_front().expect("n items");
-                    let off = self.l_scan() + i * self.scan_item();
+                    let piece = sc.scan.piece(i, sc.scan_item);
                     match it {
                         Item::Ready(..) => expanded.push(it),
                         Item::Leaf { slot } => {
                             let len = self.leaf_len(slot)?;
-                            match self.decode(ctx, off, len) {
+                            match self.decode(ctx, piece.prefix(len)) {
                                 None => {
                                     self.count(|c| c.torn_reads += 1);
                                     expanded.push(Item::Leaf { slot });
@@ -1961,8 +2027,7 @@ impl ArtClient {
                             }
                         }
                         Item::Node { addr, ty, e, path } => {
-                            let header =
-                                Header(ctx.local_u64(Local::at(off + NODE_HEADER as usize, 8)));
+                            let header = Header(ctx.local_u64(piece.word(NODE_HEADER as usize)));
                             let Some(hty) = header.ty() else {
                                 return Err(IndexError::Corrupt {
                                     addr,
@@ -1997,7 +2062,7 @@ impl ArtClient {
                                 continue;
                             }
                             let mut kids: Vec<Slot> = (0..hty.slots())
-                                .map(|i| Slot(ctx.local_u64(Local::at(off + 16 + 8 * i, 8))))
+                                .map(|i| Slot(ctx.local_u64(piece.word(16 + 8 * i))))
                                 .filter(|s| !s.is_empty())
                                 .filter(|s| {
                                     (lo_cmp == std::cmp::Ordering::Greater
