@@ -6,7 +6,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use dmkit_fabric::{Fabric, GlobalAddr, NodeId, RemoteRef};
-use dmkit_index::{Creation, Home, IndexError, Magic, Retry, RetryPolicy};
+use dmkit_index::{Creation, Home, IndexError, Retry, RetryPolicy};
 use dmkit_runtime::alloc::{BlockAlloc, MAX_UNITS};
 use dmkit_runtime::machine::{PerMachine, TicketLocks};
 use dmkit_runtime::{Ctx, Nanos};
@@ -15,7 +15,7 @@ use crate::cache::{Cache, NodeView};
 use crate::layout::*;
 use crate::rdwc::{self, Outcome, Role};
 use dmkit_runtime::{Local, LocalLayout};
-use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+use zerocopy::{FromBytes, IntoBytes};
 
 /// The structure's kind: its roots are `art/NAME`.
 pub const KIND: &str = "art";
@@ -122,41 +122,6 @@ pub struct TreeCounters {
     /// Updates carried by another task's write-back (write combining).
     pub combined_writes: u64,
 }
-
-/// The tree descriptor, the block the tree's named root points to.
-///
-/// ```text
-///  0        8        16        24          32       40       48       64
-///  +--------+--------+---------+-----------+--------+--------+--------+
-///  | magic  | root   | max_key | max_value | flags  | locks  | (zero) |
-///  +--------+--------+---------+-----------+--------+--------+--------+
-/// magic: DESC_MAGIC (see dmkit_index::Magic); flags: bit 0 = in-place
-/// leaves; locks: the node-lock table (baseline without lock-free
-/// internal nodes), LOCK_WORDS words
-/// ```
-#[repr(C)]
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
-)]
-pub struct TreeDesc {
-    pub magic: u64,
-    pub root: u64,
-    pub max_key: u64,
-    pub max_value: u64,
-    pub flags: u64,
-    pub locks: u64,
-    pub reserved: [u64; 2],
-}
-const _: () = assert!(std::mem::size_of::<TreeDesc>() == 64);
-
-/// The descriptor's magic: kind and layout version. Version 3: the
-/// layout-versioned magic of the index layer (version 2 was the
-/// `DMKITAR2` word, 16-byte leaf heads; `DMKITART` trees had 24-byte
-/// ones).
-pub const DESC_MAGIC: Magic = Magic::new(b"dmART_", 3);
-
-/// Words of the node-lock table (hashed by node address).
-pub const LOCK_WORDS: u64 = 1 << 14;
 
 /// Consecutive local hand-overs of a node lock (Sherman's HOCL bound).
 const NODE_LOCK_HANDOVER: u32 = 8;
@@ -493,8 +458,6 @@ impl LeafCopy {
 
 /// Node images written by one split (a chain of at most this many nodes).
 const MAX_CHAIN: usize = MAX_KEY_LIMIT / (HEADER_PREFIX + 1) + 2;
-/// Bytes written per new node: reverse pointer, header, four slots.
-const NEW_NODE: usize = 16 + 8 * 4;
 /// Task-local bytes the scan's window is sized for, with the other
 /// regions (see [`Scratch`]).
 const SCAN_BUDGET: usize = 64 << 10;
@@ -651,7 +614,8 @@ impl ArtClient {
         let buf = self.sc().node;
         ctx.read(node, buf.prefix(ty.read_bytes()));
         ctx.sync().await?;
-        let header = Header(ctx.local_u64(buf.word(NODE_HEADER as usize)));
+        let head: NodeHead = ctx.get_as(buf.prefix(NODE_HEAD));
+        let header = Header(head.header);
         let Some(hty) = header.ty() else {
             return Err(IndexError::Corrupt {
                 addr,
@@ -665,7 +629,7 @@ impl ArtClient {
             );
             ctx.sync().await?;
         }
-        let rev = GlobalAddr::from_raw(ctx.local_u64(buf.word(0)));
+        let rev = GlobalAddr::from_raw(head.rev);
         let d = header.depth();
         if hty == NodeType::Deleted
             || d > e
@@ -675,11 +639,8 @@ impl ArtClient {
             self.cache().remove(addr);
             return Ok(None);
         }
-        let n = hty.slots();
-        let mut slots = vec![0u64; n];
-        for (i, s) in slots.iter_mut().enumerate() {
-            *s = ctx.local_u64(buf.word(16 + 8 * i));
-        }
+        let mut slots = vec![0u64; hty.slots()];
+        ctx.get_local(buf.skip(NODE_SLOTS as usize), slots.as_mut_bytes());
         let v = Arc::new(NodeView::new(addr, header, rev, slots));
         self.cache().put(v.clone());
         Ok(Some(v))
@@ -1525,23 +1486,26 @@ impl ArtClient {
         for (i, &(d, plen)) in plan.iter().enumerate() {
             let rev = if i == 0 { v.addr } else { addrs[i - 1] };
             let header = Header::new(d, NodeType::N4, &tk[d..d + plen]);
-            let mut img = [0u64; NEW_NODE / 8];
-            img[0] = rev.raw();
-            img[1] = header.0;
+            let mut img = NewNode {
+                head: NodeHead {
+                    rev: rev.raw(),
+                    header: header.0,
+                },
+                slots: [0; 4],
+            };
             if i + 1 < plan.len() {
-                img[2] = Slot::node(tk[d + plen], NodeType::N4, addrs[i + 1])
+                img.slots[0] = Slot::node(tk[d + plen], NodeType::N4, addrs[i + 1])
                     .ok_or(ptr_err(addrs[i + 1]))?
                     .0;
             } else {
-                img[2] = Slot::leaf(tk1[q], old.units(), old.ptr())
+                img.slots[0] = Slot::leaf(tk1[q], old.units(), old.ptr())
                     .ok_or(ptr_err(old.ptr()))?
                     .0;
-                img[3] = Slot::leaf(tk[q], units, leaf).ok_or(ptr_err(leaf))?.0;
+                img.slots[1] = Slot::leaf(tk[q], units, leaf).ok_or(ptr_err(leaf))?.0;
             }
-            views.push(NodeView::new(addrs[i], header, rev, img[2..].to_vec()));
-            let bytes: Vec<u8> = img.iter().flat_map(|w| w.to_le_bytes()).collect();
+            views.push(NodeView::new(addrs[i], header, rev, img.slots.to_vec()));
             let piece = self.sc().chain.piece(i, Scratch::CHAIN_PIECE);
-            ctx.put_local(piece, &bytes);
+            ctx.put_as(piece, &img);
             ctx.write(self.t.remote(addrs[i])?, piece.prefix(NEW_NODE));
         }
         ctx.write(self.t.remote(leaf)?, self.sc().new.prefix(len));
@@ -1607,15 +1571,18 @@ impl ArtClient {
             addr,
             what: "address beyond 48 bits",
         };
-        let mut img = [0u64; NEW_NODE / 8];
-        img[0] = link.parent.raw();
-        img[1] = Header::new(d, NodeType::N4, &prefix).0;
-        img[2] = Slot::node(v.header.prefix(j), v.ty(), v.addr)
+        let mut img = NewNode {
+            head: NodeHead {
+                rev: link.parent.raw(),
+                header: Header::new(d, NodeType::N4, &prefix).0,
+            },
+            slots: [0; 4],
+        };
+        img.slots[0] = Slot::node(v.header.prefix(j), v.ty(), v.addr)
             .ok_or(ptr_err(v.addr))?
             .0;
-        let bytes: Vec<u8> = img.iter().flat_map(|w| w.to_le_bytes()).collect();
         let piece = self.sc().chain.piece(0, Scratch::CHAIN_PIECE);
-        ctx.put_local(piece, &bytes);
+        ctx.put_as(piece, &img);
         ctx.write(self.t.remote(m)?, piece.prefix(NEW_NODE));
         if m.node() != link.slot_addr.node() {
             ctx.sync().await?;
@@ -1700,7 +1667,7 @@ impl ArtClient {
         let addr = slot.ptr();
         let leaf = self.t.remote(addr)?;
         let len = self.t.leaf_cap();
-        let lock = leaf.add(len as u64 - 8);
+        let lock = leaf.add(lock_offset(len) as u64);
         let buf = self.sc().leaf.prefix(len);
         let owner = self.st.borrow().owner;
         // A writer that finds the lock taken spins on the same lock (the
@@ -1770,23 +1737,28 @@ impl ArtClient {
                 );
                 ctx.put_local(new, &img);
                 if self.t.cfg.rear_lock && self.t.in_order {
-                    ctx.write(leaf.add(LEAF_META), new.skip(8));
+                    ctx.write(leaf.add(LEAF_META), new.skip(LEAF_META as usize));
                 } else {
-                    ctx.write(leaf.add(LEAF_META), new.slice(8, len - 16));
+                    ctx.write(
+                        leaf.add(LEAF_META),
+                        new.slice(LEAF_META as usize, item_len(len)),
+                    );
                     if !self.t.cfg.rear_lock {
                         ctx.sync().await?;
                     }
-                    ctx.write(lock, new.word(len - 8));
+                    ctx.write(lock, new.word(lock_offset(len)));
                 }
             }
             None => {
-                ctx.set_local_u64(new.word(0), l.meta & !(META_VALID | META_REPLACED));
-                ctx.set_local_u64(new.word(8), 0);
-                ctx.write(leaf.add(LEAF_META), new.word(0));
+                // The meta word, then a free lock, staged in the buffer.
+                let (meta, free) = (new.word(0), new.word(8));
+                ctx.set_local_u64(meta, l.meta & !(META_VALID | META_REPLACED));
+                ctx.set_local_u64(free, 0);
+                ctx.write(leaf.add(LEAF_META), meta);
                 if !self.t.cfg.rear_lock {
                     ctx.sync().await?;
                 }
-                ctx.write(lock, new.word(8));
+                ctx.write(lock, free);
             }
         }
         ctx.sync().await?;
@@ -2027,7 +1999,8 @@ impl ArtClient {
                             }
                         }
                         Item::Node { addr, ty, e, path } => {
-                            let header = Header(ctx.local_u64(piece.word(NODE_HEADER as usize)));
+                            let head: NodeHead = ctx.get_as(piece.prefix(NODE_HEAD));
+                            let header = Header(head.header);
                             let Some(hty) = header.ty() else {
                                 return Err(IndexError::Corrupt {
                                     addr,
@@ -2061,8 +2034,11 @@ impl ArtClient {
                             {
                                 continue;
                             }
-                            let mut kids: Vec<Slot> = (0..hty.slots())
-                                .map(|i| Slot(ctx.local_u64(piece.word(16 + 8 * i))))
+                            let mut words = vec![0u64; hty.slots()];
+                            ctx.get_local(piece.skip(NODE_SLOTS as usize), words.as_mut_bytes());
+                            let mut kids: Vec<Slot> = words
+                                .into_iter()
+                                .map(Slot)
                                 .filter(|s| !s.is_empty())
                                 .filter(|s| {
                                     (lo_cmp == std::cmp::Ordering::Greater
