@@ -11,7 +11,7 @@ use dmkit_runtime::alloc::{BlockAlloc, MAX_UNITS};
 use dmkit_runtime::machine::{PerMachine, TicketLocks};
 use dmkit_runtime::{Ctx, Nanos};
 
-use crate::cache::{Cache, NodeView};
+use crate::cache::{Cache, NodeView, Reader};
 use crate::layout::*;
 use crate::rdwc::{self, Outcome, Role};
 use dmkit_runtime::{Local, LocalLayout};
@@ -346,9 +346,9 @@ impl ArtTree {
                 self.leaf_locks
                     .get(machine, || TicketLocks::new(LOCK_WORDS as usize, 0))
             }),
-            cache: self
-                .caches
-                .get(machine, || Cache::new(self.cfg.cache_bytes, self.root)),
+            cache: self.caches.get(machine, || {
+                Cache::new(self.cfg.cache_bytes, Some(self.root))
+            }),
             st: Rc::new(RefCell::new(ClientState {
                 buf: Vec::new(),
                 alloc: BlockAlloc::new(
@@ -743,7 +743,7 @@ impl ArtClient {
         tk: &[u8],
         f: impl FnOnce(&Arc<NodeView>, usize, Option<Link>) -> R,
     ) -> Option<R> {
-        let cache = self.cache().reader();
+        let cache: Reader<'_> = self.cache().reader();
         let mut v = cache.get(self.t.root)?;
         let (mut e, mut link) = (0, None);
         loop {
