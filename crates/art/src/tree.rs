@@ -6,7 +6,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use dmkit_fabric::{Fabric, GlobalAddr, NodeId, RemoteRef};
-use dmkit_index::{Creation, Home, IndexError, Retry, RetryPolicy};
+use dmkit_index::{
+    ClientStats, Creation, Entries, Home, IndexConfig, IndexError, MapClient, RemoteMap, Retry,
+    RetryPolicy, Shape,
+};
 use dmkit_runtime::alloc::{BlockAlloc, MAX_UNITS};
 use dmkit_runtime::machine::{PerMachine, TicketLocks};
 use dmkit_runtime::{Ctx, Nanos};
@@ -20,40 +23,112 @@ use zerocopy::{FromBytes, IntoBytes};
 /// The structure's kind: its roots are `art/NAME`.
 pub const KIND: &str = "art";
 
-/// Configuration of a tree (structure) and of its clients.
+/// Configuration of a tree (structure) and of its clients (cache, rear
+/// lock, chunk size, retries). With the `cli` feature it is a set of
+/// command-line flags (`clap::Args`): the switches and the cache are flags,
+/// the structural settings come from the workload ([`IndexConfig::fit`]).
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct ArtConfig {
     /// Longest key in bytes (stored in the tree; 1..=254).
+    #[cfg_attr(feature = "cli", arg(skip = ArtConfig::default().max_key))]
     pub max_key: usize,
     /// Longest value in bytes (stored in the tree).
+    #[cfg_attr(feature = "cli", arg(skip = ArtConfig::default().max_value))]
     pub max_value: usize,
-    /// In-place leaf updates under the leaf's lock (SMART's "update-in-place
-    /// leaf node"); off: out-of-place (RCU) leaves sized to their item,
-    /// replaced by CAS on the parent slot — the pure lock-free ART of §4.5,
-    /// and the form variable-size values take. Stored in the tree.
+    /// Radix tree: in-place leaf updates under the leaf lock (off:
+    /// out-of-place leaves swung by CAS).
+    ///
+    /// SMART's "update-in-place leaf node"; off, leaves are sized to their
+    /// item and replaced by CAS on the parent slot (RCU) — the pure
+    /// lock-free ART of §4.5, and the form variable-size values take.
+    /// Stored in the tree.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long = "in-place-leaf",
+            id = "art_in_place_leaf",
+            value_parser = dmkit_index::cli::parse_switch,
+            default_value = "on",
+            action = clap::ArgAction::Set
+        )
+    )]
     pub in_place: bool,
-    /// Release the leaf lock with the write-back (SMART's "rear embedded
-    /// lock"); off: a separate WRITE after the write-back completed (one
-    /// more round trip). In-place mode only.
+    /// Radix tree: release the leaf lock with the write-back.
+    ///
+    /// SMART's "rear embedded lock"; off, a separate WRITE releases it
+    /// after the write-back completed (one more round trip). In-place
+    /// leaves only.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long = "rear-lock",
+            id = "art_rear_lock",
+            value_parser = dmkit_index::cli::parse_switch,
+            default_value = "on",
+            action = clap::ArgAction::Set
+        )
+    )]
     pub rear_lock: bool,
-    /// Bytes of internal-node snapshots each compute machine caches, shared
-    /// by its clients (0: no cache).
+    /// Radix tree: bytes of internal nodes each compute machine caches,
+    /// shared by its threads (0 disables).
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long = "art-cache",
+            id = "art_cache",
+            value_parser = dmkit_index::cli::parse_size,
+            default_value = "64MiB"
+        )
+    )]
     pub cache_bytes: usize,
-    /// Lock-free internal nodes (SMART §4.1). Off: the baseline of Figure
-    /// 15 — every change of an internal node (insert into it, split, type
-    /// switch) first takes a lock on the node in a lock table on the memory
-    /// node (CAS with backoff) and releases it after (a WRITE): two more
-    /// round trips per change and serialised writers, as a lock-based ART
-    /// on disaggregated memory pays.
+    /// Radix tree: lock-free internal nodes (off: every internal-node change
+    /// under a remote node lock — Figure 15's baseline).
+    ///
+    /// SMART §4.1. Off, every change of an internal node (insert into it,
+    /// split, type switch) first takes a lock on the node in a lock table
+    /// on the memory node (CAS with backoff) and releases it after (a
+    /// WRITE): two more round trips per change and serialised writers, as a
+    /// lock-based ART on disaggregated memory pays.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long = "lock-free-internal",
+            id = "art_lock_free_internal",
+            value_parser = dmkit_index::cli::parse_switch,
+            default_value = "on",
+            action = clap::ArgAction::Set
+        )
+    )]
     pub lock_free_internal: bool,
-    /// Concurrent searches of one key on a client share one remote search
-    /// (§4.2; see [`crate::rdwc`] for when they may).
+    /// Radix tree: read delegation and write combining among a compute
+    /// machine's tasks.
+    ///
+    /// Concurrent searches of one key on a machine share one remote search
+    /// (§4.2; see [`crate::rdwc`] for when they may). The flag `--rdwc`
+    /// switches write combining with it: [`IndexConfig::fit`] copies this
+    /// switch to [`ArtConfig::write_combining`].
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long = "rdwc",
+            id = "art_rdwc",
+            value_parser = dmkit_index::cli::parse_switch,
+            default_value = "on",
+            action = clap::ArgAction::Set
+        )
+    )]
     pub read_delegation: bool,
-    /// Concurrent updates of one key on a client share one write-back.
+    /// Concurrent updates of one key on a machine share one write-back
+    /// (§4.2). No flag of its own: `--rdwc` sets it through
+    /// [`IndexConfig::fit`].
+    #[cfg_attr(feature = "cli", arg(skip = ArtConfig::default().write_combining))]
     pub write_combining: bool,
     /// Bytes a client asks the memory node for at a time for its nodes.
+    #[cfg_attr(feature = "cli", arg(skip = ArtConfig::default().chunk_bytes))]
     pub chunk_bytes: u64,
     /// How long an operation keeps retrying before it gives up.
+    #[cfg_attr(feature = "cli", arg(skip))]
     pub retry: RetryPolicy,
 }
 
@@ -71,6 +146,48 @@ impl Default for ArtConfig {
             chunk_bytes: 4 << 20,
             retry: RetryPolicy::default(),
         }
+    }
+}
+
+impl IndexConfig for ArtConfig {
+    /// Limits for the shape's keys and values (values of at least 8
+    /// bytes). The radix tree has no other structural setting a workload
+    /// decides. Switches stay as they are, but for one rule: write
+    /// combining follows read delegation (the command line's single
+    /// `--rdwc`, as the radix-tree paper's Figure 15 switches the two
+    /// together).
+    fn fit(&mut self, shape: &Shape) {
+        self.max_key = shape.max_key;
+        self.max_value = shape.max_value.max(8);
+        self.write_combining = self.read_delegation;
+    }
+
+    fn key_limits(&self) -> (usize, usize) {
+        (1, self.max_key)
+    }
+
+    fn max_value(&self) -> usize {
+        self.max_value
+    }
+
+    /// A leaf per key, twice (updates out of place, inserts of new keys),
+    /// and internal nodes of 2 KiB each (room for NODE_256): about one per
+    /// six keys of fixed length (random integers branch early), one and a
+    /// half per key for variable-length keys, whose long shared prefixes
+    /// split into chains; two node chunks per client and 64 MiB of slack.
+    /// (A node's memory is touched only where it is used.)
+    fn memory_estimate(&self, shape: &Shape) -> u64 {
+        let leaf = leaf_bytes(shape.max_key, shape.max_value.max(8)).next_multiple_of(64) as u64;
+        let node = NODE_BYTES.next_multiple_of(64) as u64;
+        let nodes = if shape.fixed_keys {
+            shape.keys.div_ceil(6)
+        } else {
+            shape.keys + shape.keys / 2
+        };
+        2 * shape.keys * leaf
+            + nodes * node
+            + shape.clients as u64 * 2 * self.chunk_bytes
+            + (64 << 20)
     }
 }
 
@@ -2154,8 +2271,162 @@ fn classify(l: &crate::layout::Item<'_>, key: &[u8]) -> LeafIs {
     }
 }
 
+impl RemoteMap for ArtTree {
+    const KIND: &'static str = KIND;
+    const ORDERED: bool = true;
+    type Config = ArtConfig;
+    type Client = ArtClient;
+
+    fn create(
+        fabric: Arc<dyn Fabric>,
+        name: &str,
+        cfg: ArtConfig,
+    ) -> Result<Arc<Self>, IndexError> {
+        ArtTree::create(fabric, name, cfg)
+    }
+    fn open(fabric: Arc<dyn Fabric>, name: &str, cfg: ArtConfig) -> Result<Arc<Self>, IndexError> {
+        ArtTree::open(fabric, name, cfg)
+    }
+    fn destroy(&self) -> Result<(), IndexError> {
+        ArtTree::destroy(self)
+    }
+    fn client_on(self: &Arc<Self>, machine: usize, id: u64) -> ArtClient {
+        ArtTree::client_on(self, machine, id)
+    }
+    fn local_layout(&self) -> &LocalLayout {
+        &self.layout
+    }
+    fn config(&self) -> &ArtConfig {
+        &self.cfg
+    }
+    fn name(&self) -> &str {
+        self.home.name()
+    }
+}
+
+impl MapClient for ArtClient {
+    async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
+        ArtClient::search(self, ctx, key).await
+    }
+    async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        ArtClient::insert(self, ctx, key, value).await
+    }
+    async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        ArtClient::update(self, ctx, key, value).await
+    }
+    async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, IndexError> {
+        ArtClient::delete(self, ctx, key).await
+    }
+    async fn scan(&self, ctx: &Ctx, from: &[u8], count: usize) -> Result<Entries, IndexError> {
+        ArtClient::scan(self, ctx, from, count).await
+    }
+    async fn entries(&self, ctx: &Ctx) -> Result<Entries, IndexError> {
+        ArtClient::entries(self, ctx).await
+    }
+    /// Cache hits and misses as the tree counts them (operations that
+    /// reached their leaf through cached nodes only, and the others);
+    /// splits of leaves and of headers.
+    fn stats(&self) -> ClientStats {
+        let c = self.counters();
+        ClientStats {
+            cache_hits: c.cache_hits,
+            cache_misses: c.cache_misses,
+            splits: c.leaf_splits + c.header_splits,
+        }
+    }
+    fn local_layout(&self) -> &LocalLayout {
+        &self.t.layout
+    }
+}
+
 #[allow(dead_code)]
 fn _assert_send_sync() {
     fn is<T: Send + Sync>() {}
     is::<ArtTree>();
+}
+
+#[cfg(all(test, feature = "cli"))]
+mod cli_tests {
+    use clap::{Args, FromArgMatches};
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> ArtConfig {
+        let cmd = ArtConfig::augment_args(clap::Command::new("t").no_binary_name(true));
+        cmd.clone().debug_assert();
+        let m = cmd.try_get_matches_from(args).expect("flags parse");
+        ArtConfig::from_arg_matches(&m).expect("a config")
+    }
+
+    #[test]
+    fn flags_keep_their_names_and_defaults() {
+        assert_eq!(parse(&[]), ArtConfig::default());
+        let mut c = parse(&[
+            "--art-cache",
+            "1MiB",
+            "--in-place-leaf",
+            "off",
+            "--rear-lock",
+            "off",
+            "--rdwc",
+            "off",
+            "--lock-free-internal",
+            "off",
+        ]);
+        assert_eq!(
+            (c.cache_bytes, c.in_place, c.rear_lock, c.read_delegation),
+            (1 << 20, false, false, false)
+        );
+        assert!(!c.lock_free_internal);
+        c.fit(&Shape {
+            keys: 1000,
+            max_key: 8,
+            fixed_keys: true,
+            max_value: 4,
+            clients: 2,
+        });
+        assert_eq!(
+            (c.write_combining, c.max_key, c.max_value),
+            (false, 8, 8),
+            "--rdwc switches write combining too"
+        );
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+
+    /// The sizing the YCSB harness used before the index layer
+    /// (`art_config`/`art_memory_estimate` in dmkit-bench): the simulated
+    /// figures depend on it bit for bit.
+    #[test]
+    fn fit_and_memory_estimate_are_the_harness_formulas() {
+        for (fixed, max_key, value, keys, clients) in
+            [(true, 8, 8, 1_000_000, 16), (false, 32, 100, 12_345, 3)]
+        {
+            let shape = Shape {
+                keys,
+                max_key,
+                fixed_keys: fixed,
+                max_value: value,
+                clients,
+            };
+            let mut c = ArtConfig::default();
+            c.fit(&shape);
+            assert_eq!((c.max_key, c.max_value), (max_key, value.max(8)));
+            let leaf = leaf_bytes(max_key, value.max(8)).next_multiple_of(64) as u64;
+            let nodes = if fixed {
+                keys.div_ceil(6)
+            } else {
+                keys + keys / 2
+            };
+            let want = 2 * keys * leaf + nodes * 2112 + clients as u64 * 2 * (4 << 20) + (64 << 20);
+            assert_eq!(c.memory_estimate(&shape), want);
+            assert_eq!(
+                (c.key_limits(), c.max_value()),
+                ((1, max_key), value.max(8))
+            );
+        }
+    }
 }
