@@ -1294,6 +1294,8 @@ impl ArtClient {
                 return Err(e);
             }
         }
+        // The change runs with the node's lock ours: taken here (CAS from
+        // free to `owner`) or handed over by a local predecessor.
         let r = f.await;
         let released = if local.hand_over(g) {
             Ok(())
@@ -1386,6 +1388,10 @@ impl ArtClient {
         };
         let mut img = Vec::new();
         encode_leaf(parent, key, value, kcap, vcap, &mut img);
+        assert!(
+            img.len() <= self.leaf_room(),
+            "a leaf image fits its buffer"
+        );
         let addr = self.alloc(ctx, img.len(), prefer, "allocating a leaf")?;
         ctx.put_local(self.sc().new, &img);
         let slot =
@@ -1393,6 +1399,7 @@ impl ArtClient {
                 addr,
                 what: "leaf address beyond 48 bits",
             })?;
+        assert!(slot.is_leaf() && slot.ptr() == addr && slot.pkey() == b);
         Ok((addr, slot, img.len()))
     }
 
@@ -1407,6 +1414,8 @@ impl ArtClient {
         cas_at: GlobalAddr,
     ) -> Result<(), IndexError> {
         ctx.write(self.t.remote(leaf)?, self.sc().new.prefix(len));
+        // The leaf is written before the CAS that publishes it: queued
+        // ahead of it on the CAS's queue pair, or completed.
         if leaf.node() != cas_at.node() {
             ctx.sync().await?;
         }
@@ -1424,6 +1433,10 @@ impl ArtClient {
         value: &[u8],
     ) -> Result<Next, IndexError> {
         let v = &p.v;
+        assert!(
+            p.fresh && v.find(b).is_none(),
+            "a normal insert goes where the node as read has no slot for its byte"
+        );
         let home = self.home_of(v.addr, b);
         let (leaf, slot, len) = self.new_leaf_slot(ctx, v.addr, home, b, key, value)?;
         let slots = v.slots();
@@ -1434,6 +1447,7 @@ impl ArtClient {
                 self.put_leaf(ctx, leaf, len, v.addr).await?;
                 written = true;
             }
+            assert!(i >= slots.len() || slots[i] == 0, "a CAS from empty");
             let t = ctx.cas(self.t.remote(v.slot_addr(i))?, 0, slot.0);
             ctx.sync().await?;
             let old = Slot(ctx.value(t));
@@ -1474,6 +1488,10 @@ impl ArtClient {
         link: Option<Link>,
     ) -> Result<(), IndexError> {
         let want = NodeType::fitting(idx);
+        assert!(
+            idx < MAX_SLOTS && want > v.ty(),
+            "only a slot past the visible ones is made visible"
+        );
         let header = self.t.remote(v.addr.add(NODE_HEADER))?;
         let mut h = v.header;
         let mut switched = false;
@@ -1520,6 +1538,10 @@ impl ArtClient {
         value: &[u8],
     ) -> Result<Next, IndexError> {
         let v = &p.v;
+        assert!(
+            old.is_leaf() && old.pkey() == b,
+            "a dead leaf is replaced in its slot, whose partial key never changes"
+        );
         let home = self.home_of(v.addr, b);
         let (leaf, slot, len) = self.new_leaf_slot(ctx, v.addr, home, b, key, value)?;
         self.put_leaf(ctx, leaf, len, v.addr).await?;
@@ -1566,6 +1588,12 @@ impl ArtClient {
             d += HEADER_PREFIX + 1;
         }
         plan.push((d, q - d));
+        assert!(
+            plan[0].0 == pos + 1
+                && plan.windows(2).all(|w| w[1].0 == w[0].0 + w[0].1 + 1)
+                && plan.iter().all(|&(_, n)| n <= HEADER_PREFIX),
+            "the chain holds the keys' common bytes from the slot's on, six a node"
+        );
         if plan.len() > MAX_CHAIN {
             return Err(IndexError::Corrupt {
                 addr: v.addr,
@@ -1634,6 +1662,10 @@ impl ArtClient {
             ctx.sync().await?;
         }
         let new = Slot::node(tk[pos], NodeType::N4, addrs[0]).ok_or(ptr_err(addrs[0]))?;
+        // The chain and the leaf are written (queued ahead on the slot's
+        // queue pair, or completed) before the CAS that publishes them,
+        // and the slot keeps its partial key.
+        assert_eq!(new.pkey(), old.pkey(), "a slot's partial key never changes");
         let t = ctx.cas(self.t.remote(v.slot_addr(idx))?, old.0, new.0);
         ctx.sync().await?;
         if ctx.value(t) != old.0 {
@@ -1677,6 +1709,10 @@ impl ArtClient {
             // Another header split of this node is between its two CASes.
             return Ok(Next::Conflict(Start::Top { use_cache: false }));
         }
+        assert!(
+            p.fresh && j < v.header.prefix_len(),
+            "a header splits at a partial key it holds, as read now"
+        );
         let m = self.alloc(
             ctx,
             NODE_BYTES,
@@ -1701,10 +1737,16 @@ impl ArtClient {
         let piece = self.sc().chain.piece(0, Scratch::CHAIN_PIECE);
         ctx.put_as(piece, &img);
         ctx.write(self.t.remote(m)?, piece.prefix(NEW_NODE));
+        // The new node is written before the CAS that publishes it.
         if m.node() != link.slot_addr.node() {
             ctx.sync().await?;
         }
         let new = Slot::node(link.slot.pkey(), NodeType::N4, m).ok_or(ptr_err(m))?;
+        assert_eq!(
+            new.pkey(),
+            link.slot.pkey(),
+            "a slot's partial key never changes"
+        );
         let t = ctx.cas(self.t.remote(link.slot_addr)?, link.slot.0, new.0);
         ctx.sync().await?;
         if ctx.value(t) != link.slot.0 {
@@ -1713,6 +1755,9 @@ impl ArtClient {
             return Ok(Next::Conflict(Start::Top { use_cache: false }));
         }
         let node = self.t.remote(v.addr)?;
+        // The node now hangs below the new one at position d + j: its
+        // header starts after the partial keys that moved and its slot's.
+        assert_eq!(v.header.cut(j).depth(), d + j + 1);
         let mut h = v.header;
         loop {
             let old = ctx.cas_sync(node.add(NODE_HEADER), h.0, h.cut(j).0).await?;
@@ -1822,6 +1867,9 @@ impl ArtClient {
             retry.lost(ctx)?;
             self.count(|c| c.lock_retries += 1);
         }
+        // The lock is ours (our CAS took it from free) and `buf` holds the
+        // leaf as read after that CAS (queue-pair order): every path below
+        // releases the lock exactly once.
         let word = self.sc().word;
         let Some(l) = self.decode(ctx, buf) else {
             ctx.set_local_u64(word, 0);
@@ -1851,6 +1899,10 @@ impl ArtClient {
                     self.t.cfg.kcap(),
                     self.t.cfg.max_value,
                     &mut img,
+                );
+                assert!(
+                    img.len() == len && img[lock_offset(len)..] == [0; LEAF_LOCK],
+                    "the write-back covers the whole leaf and ends with a free lock"
                 );
                 ctx.put_local(new, &img);
                 if self.t.cfg.rear_lock && self.t.in_order {
@@ -1901,6 +1953,10 @@ impl ArtClient {
             LeafIs::Replaced => return Ok(Locked::Retry),
             LeafIs::Dead | LeafIs::Other { .. } => return Ok(Locked::Absent),
         };
+        assert!(
+            l.valid() && l.meta & META_REPLACED == 0,
+            "only a live leaf is replaced"
+        );
         let parent = p.v.addr;
         let value = rdwc::close_take(wcb, own);
         let (leaf, units, len) = self.new_leaf(ctx, parent, key, &value)?;
@@ -1918,8 +1974,10 @@ impl ArtClient {
             self.free_unpublished(leaf, len);
             return Ok(Locked::Retry);
         }
-        // The leaf may have moved down by a leaf split meanwhile (to a slot
-        // with another partial key): find it.
+        // The new leaf is written (its WRITE completed with the CAS's
+        // batch) before a slot names it. The old leaf may have moved down
+        // by a leaf split meanwhile (to a slot with another partial key):
+        // find it.
         let (mut at, mut cur, mut owner) = (p.v.slot_addr(idx), slot, parent);
         let tk = self.tree_key(key);
         let mut retry = Retry::new("update", self.t.cfg.retry);
@@ -1928,6 +1986,10 @@ impl ArtClient {
                 addr: leaf,
                 what: "leaf address beyond 48 bits",
             })?;
+            assert!(
+                cur.ptr() == old_addr && new.pkey() == cur.pkey(),
+                "the slot swings from the replaced leaf, keeping its partial key"
+            );
             let old = ctx.cas_sync(self.t.remote(at)?, cur.0, new.0).await?;
             if old == cur.0 {
                 if owner != parent {
@@ -1968,6 +2030,7 @@ impl ArtClient {
             LeafIs::Replaced => return Ok(Locked::Retry),
             LeafIs::Dead | LeafIs::Other { .. } => return Ok(Locked::Absent),
         };
+        assert!(l.valid(), "only a live leaf is deleted");
         let addr = slot.ptr();
         let t = ctx.cas(
             self.t.remote(addr.add(LEAF_META))?,
