@@ -12,13 +12,17 @@ use dmkit_index::{
 };
 use dmkit_runtime::alloc::{BlockAlloc, MAX_UNITS};
 use dmkit_runtime::machine::{PerMachine, TicketLocks};
-use dmkit_runtime::{Ctx, Nanos};
+use dmkit_runtime::{Ctx, Local, LocalLayout, Nanos};
+use zerocopy::{FromBytes, IntoBytes};
+
+#[cfg(feature = "cli")]
+use clap::ArgAction::Set;
+#[cfg(feature = "cli")]
+use dmkit_index::cli::{parse_size as size, parse_switch as switch};
 
 use crate::cache::{Cache, NodeView, Reader};
 use crate::layout::*;
 use crate::rdwc::{self, Outcome, Role};
-use dmkit_runtime::{Local, LocalLayout};
-use zerocopy::{FromBytes, IntoBytes};
 
 /// The structure's kind: its roots are `art/NAME`.
 pub const KIND: &str = "art";
@@ -45,13 +49,7 @@ pub struct ArtConfig {
     /// Stored in the tree.
     #[cfg_attr(
         feature = "cli",
-        arg(
-            long = "in-place-leaf",
-            id = "art_in_place_leaf",
-            value_parser = dmkit_index::cli::parse_switch,
-            default_value = "on",
-            action = clap::ArgAction::Set
-        )
+        arg(long = "in-place-leaf", value_parser = switch, default_value = "on", action = Set)
     )]
     pub in_place: bool,
     /// Radix tree: release the leaf lock with the write-back.
@@ -61,25 +59,14 @@ pub struct ArtConfig {
     /// leaves only.
     #[cfg_attr(
         feature = "cli",
-        arg(
-            long = "rear-lock",
-            id = "art_rear_lock",
-            value_parser = dmkit_index::cli::parse_switch,
-            default_value = "on",
-            action = clap::ArgAction::Set
-        )
+        arg(long = "rear-lock", value_parser = switch, default_value = "on", action = Set)
     )]
     pub rear_lock: bool,
     /// Radix tree: bytes of internal nodes each compute machine caches,
     /// shared by its threads (0 disables).
     #[cfg_attr(
         feature = "cli",
-        arg(
-            long = "art-cache",
-            id = "art_cache",
-            value_parser = dmkit_index::cli::parse_size,
-            default_value = "64MiB"
-        )
+        arg(long = "art-cache", id = "art_cache", value_parser = size, default_value = "64MiB")
     )]
     pub cache_bytes: usize,
     /// Radix tree: lock-free internal nodes (off: every internal-node change
@@ -92,13 +79,7 @@ pub struct ArtConfig {
     /// lock-based ART on disaggregated memory pays.
     #[cfg_attr(
         feature = "cli",
-        arg(
-            long = "lock-free-internal",
-            id = "art_lock_free_internal",
-            value_parser = dmkit_index::cli::parse_switch,
-            default_value = "on",
-            action = clap::ArgAction::Set
-        )
+        arg(long = "lock-free-internal", value_parser = switch, default_value = "on", action = Set)
     )]
     pub lock_free_internal: bool,
     /// Radix tree: read delegation and write combining among a compute
@@ -110,13 +91,7 @@ pub struct ArtConfig {
     /// switch to [`ArtConfig::write_combining`].
     #[cfg_attr(
         feature = "cli",
-        arg(
-            long = "rdwc",
-            id = "art_rdwc",
-            value_parser = dmkit_index::cli::parse_switch,
-            default_value = "on",
-            action = clap::ArgAction::Set
-        )
+        arg(long = "rdwc", value_parser = switch, default_value = "on", action = Set)
     )]
     pub read_delegation: bool,
     /// Concurrent updates of one key on a machine share one write-back
@@ -238,6 +213,12 @@ pub struct TreeCounters {
     pub delegated_reads: u64,
     /// Updates carried by another task's write-back (write combining).
     pub combined_writes: u64,
+}
+
+/// [`IndexError::Corrupt`]: the bytes at `addr` are not the `what` the
+/// tree wrote there.
+fn corrupt(addr: GlobalAddr, what: &'static str) -> IndexError {
+    IndexError::Corrupt { addr, what }
 }
 
 /// Consecutive local hand-overs of a node lock (Sherman's HOCL bound).
@@ -395,13 +376,8 @@ impl ArtTree {
     ) -> Result<Arc<Self>, IndexError> {
         let (home, desc) =
             dmkit_index::lifecycle::open(fabric, KIND, name, DESC_MAGIC, DESC_BYTES as usize)?;
-        let corrupt = IndexError::Corrupt {
-            addr: home.desc(),
-            what: "tree descriptor",
-        };
-        let Ok((d, _)) = TreeDesc::read_from_prefix(&desc) else {
-            return Err(corrupt);
-        };
+        let (d, _) = TreeDesc::read_from_prefix(&desc)
+            .map_err(|_| corrupt(home.desc(), "tree descriptor"))?;
         let cfg = ArtConfig {
             max_key: d.max_key as usize,
             max_value: d.max_value as usize,
@@ -734,10 +710,7 @@ impl ArtClient {
         let head: NodeHead = ctx.get_as(buf.prefix(NODE_HEAD));
         let header = Header(head.header);
         let Some(hty) = header.ty() else {
-            return Err(IndexError::Corrupt {
-                addr,
-                what: "internal node header",
-            });
+            return Err(corrupt(addr, "internal node header"));
         };
         if hty > ty {
             ctx.read(
@@ -781,10 +754,7 @@ impl ArtClient {
             }
             self.count(|c| c.torn_reads += 1);
             if retry.attempts() >= TORN_LIMIT {
-                return Err(IndexError::Corrupt {
-                    addr,
-                    what: "leaf (checksum never matches)",
-                });
+                return Err(corrupt(addr, "leaf (checksum never matches)"));
             }
             retry.backoff(ctx).await?;
         }
@@ -797,10 +767,7 @@ impl ArtClient {
         }
         let n = slot.units() as usize * 64;
         if n == 0 || n > self.leaf_room() {
-            return Err(IndexError::Corrupt {
-                addr: slot.ptr(),
-                what: "leaf slot length",
-            });
+            return Err(corrupt(slot.ptr(), "leaf slot length"));
         }
         Ok(n)
     }
@@ -901,12 +868,7 @@ impl ArtClient {
                     .await?
                 {
                     Some(v) => (v, 0, None, true),
-                    None => {
-                        return Err(IndexError::Corrupt {
-                            addr: self.t.root,
-                            what: "root node",
-                        })
-                    }
+                    None => return Err(corrupt(self.t.root, "root node")),
                 },
             },
             Start::Node { addr, ty, e, link } => {
@@ -920,10 +882,7 @@ impl ArtClient {
             let step = match v.match_prefix(e, tk) {
                 Err(j) => Err(Kind::Mismatch(j)),
                 Ok(pos) if pos >= tk.len() => {
-                    return Err(IndexError::Corrupt {
-                        addr: v.addr,
-                        what: "internal node deeper than the key",
-                    })
+                    return Err(corrupt(v.addr, "internal node deeper than the key"))
                 }
                 Ok(pos) => match v.find(tk[pos]) {
                     None => Err(Kind::NoSlot { pos }),
@@ -1394,11 +1353,8 @@ impl ArtClient {
         );
         let addr = self.alloc(ctx, img.len(), prefer, "allocating a leaf")?;
         ctx.put_local(self.sc().new, &img);
-        let slot =
-            Slot::leaf(b, img.len().div_ceil(64) as u64, addr).ok_or(IndexError::Corrupt {
-                addr,
-                what: "leaf address beyond 48 bits",
-            })?;
+        let slot = Slot::leaf(b, img.len().div_ceil(64) as u64, addr)
+            .ok_or(corrupt(addr, "leaf address beyond 48 bits"))?;
         assert!(slot.is_leaf() && slot.ptr() == addr && slot.pkey() == b);
         Ok((addr, slot, img.len()))
     }
@@ -1471,10 +1427,10 @@ impl ArtClient {
             }
         }
         self.free_unpublished(leaf, len);
-        Err(IndexError::Corrupt {
-            addr: v.addr,
-            what: "internal node with 256 slots and none for a byte",
-        })
+        Err(corrupt(
+            v.addr,
+            "internal node with 256 slots and none for a byte",
+        ))
     }
 
     /// Makes slot `idx` of `v` visible: raises the header's type, then the
@@ -1574,10 +1530,7 @@ impl ArtClient {
         let v = &p.v;
         let tk1 = self.tree_key(other);
         let Some(q) = (pos + 1..tk.len()).find(|&i| tk[i] != tk1[i]) else {
-            return Err(IndexError::Corrupt {
-                addr: old.ptr(),
-                what: "two leaves for one key",
-            });
+            return Err(corrupt(old.ptr(), "two leaves for one key"));
         };
         // Plan the chain: each node takes up to 6 partial keys; a node that
         // cannot reach position q branches on the next common byte.
@@ -1595,20 +1548,20 @@ impl ArtClient {
             "the chain holds the keys' common bytes from the slot's on, six a node"
         );
         if plan.len() > MAX_CHAIN {
-            return Err(IndexError::Corrupt {
-                addr: v.addr,
-                what: "split chain longer than the key",
-            });
+            return Err(corrupt(v.addr, "split chain longer than the key"));
         }
+        let free_nodes = |addrs: &[GlobalAddr]| {
+            for &a in addrs {
+                self.free_unpublished(a, NODE_BYTES);
+            }
+        };
         let mut addrs = Vec::with_capacity(plan.len());
         let home = self.home_of(v.addr, tk[pos]);
         for _ in &plan {
             match self.alloc(ctx, NODE_BYTES, home, "allocating an internal node") {
                 Ok(a) => addrs.push(a),
                 Err(e) => {
-                    for &a in &addrs {
-                        self.free_unpublished(a, NODE_BYTES);
-                    }
+                    free_nodes(&addrs);
                     return Err(e);
                 }
             }
@@ -1617,16 +1570,11 @@ impl ArtClient {
         let (leaf, units, len) = match self.new_leaf(ctx, last, key, value) {
             Ok(x) => x,
             Err(e) => {
-                for &a in &addrs {
-                    self.free_unpublished(a, NODE_BYTES);
-                }
+                free_nodes(&addrs);
                 return Err(e);
             }
         };
-        let ptr_err = |addr| IndexError::Corrupt {
-            addr,
-            what: "address beyond 48 bits",
-        };
+        let ptr_err = |addr| corrupt(addr, "address beyond 48 bits");
         let mut views = Vec::with_capacity(plan.len());
         for (i, &(d, plen)) in plan.iter().enumerate() {
             let rev = if i == 0 { v.addr } else { addrs[i - 1] };
@@ -1669,9 +1617,7 @@ impl ArtClient {
         let t = ctx.cas(self.t.remote(v.slot_addr(idx))?, old.0, new.0);
         ctx.sync().await?;
         if ctx.value(t) != old.0 {
-            for &a in &addrs {
-                self.free_unpublished(a, NODE_BYTES);
-            }
+            free_nodes(&addrs);
             self.free_unpublished(leaf, len);
             return Ok(Next::Conflict(Self::again(p)));
         }
@@ -1700,10 +1646,7 @@ impl ArtClient {
         let v = &p.v;
         let d = v.header.depth();
         let Some(link) = p.link else {
-            return Err(IndexError::Corrupt {
-                addr: v.addr,
-                what: "root node with partial keys",
-            });
+            return Err(corrupt(v.addr, "root node with partial keys"));
         };
         if p.e != d {
             // Another header split of this node is between its two CASes.
@@ -1720,10 +1663,7 @@ impl ArtClient {
             "allocating an internal node",
         )?;
         let prefix: Vec<u8> = (0..j).map(|i| v.header.prefix(i)).collect();
-        let ptr_err = |addr| IndexError::Corrupt {
-            addr,
-            what: "address beyond 48 bits",
-        };
+        let ptr_err = |addr| corrupt(addr, "address beyond 48 bits");
         let mut img = NewNode {
             head: NodeHead {
                 rev: link.parent.raw(),
@@ -1767,10 +1707,7 @@ impl ArtClient {
             // Only the type can have changed (a concurrent type switch).
             h = Header(old);
             if h.depth() != d || h.prefix_len() != v.header.prefix_len() {
-                return Err(IndexError::Corrupt {
-                    addr: v.addr,
-                    what: "header changed under a header split",
-                });
+                return Err(corrupt(v.addr, "header changed under a header split"));
             }
         }
         let word = self.sc().word;
@@ -1875,10 +1812,7 @@ impl ArtClient {
             ctx.set_local_u64(word, 0);
             ctx.write(lock, word);
             ctx.sync().await?;
-            return Err(IndexError::Corrupt {
-                addr,
-                what: "leaf (checksum mismatch under its lock)",
-            });
+            return Err(corrupt(addr, "leaf (checksum mismatch under its lock)"));
         };
         if !l.valid() || l.key != key {
             ctx.set_local_u64(word, 0);
@@ -1982,10 +1916,8 @@ impl ArtClient {
         let tk = self.tree_key(key);
         let mut retry = Retry::new("update", self.t.cfg.retry);
         loop {
-            let new = Slot::leaf(cur.pkey(), units, leaf).ok_or(IndexError::Corrupt {
-                addr: leaf,
-                what: "leaf address beyond 48 bits",
-            })?;
+            let new = Slot::leaf(cur.pkey(), units, leaf)
+                .ok_or(corrupt(leaf, "leaf address beyond 48 bits"))?;
             assert!(
                 cur.ptr() == old_addr && new.pkey() == cur.pkey(),
                 "the slot swings from the replaced leaf, keeping its partial key"
@@ -2013,12 +1945,7 @@ impl ArtClient {
                     cur = slot;
                     owner = q.v.addr;
                 }
-                _ => {
-                    return Err(IndexError::Corrupt {
-                        addr: old_addr,
-                        what: "replaced leaf lost its slot",
-                    })
-                }
+                _ => return Err(corrupt(old_addr, "replaced leaf lost its slot")),
             }
         }
     }
@@ -2182,10 +2109,7 @@ impl ArtClient {
                             let head: NodeHead = ctx.get_as(piece.prefix(NODE_HEAD));
                             let header = Header(head.header);
                             let Some(hty) = header.ty() else {
-                                return Err(IndexError::Corrupt {
-                                    addr,
-                                    what: "internal node header",
-                                });
+                                return Err(corrupt(addr, "internal node header"));
                             };
                             let d = header.depth();
                             if hty == NodeType::Deleted || d > e || e - d > header.prefix_len() {
@@ -2414,28 +2338,22 @@ mod cli_tests {
 
     use super::*;
 
-    fn parse(args: &[&str]) -> ArtConfig {
+    fn parse(args: &str) -> ArtConfig {
         let cmd = ArtConfig::augment_args(clap::Command::new("t").no_binary_name(true));
         cmd.clone().debug_assert();
-        let m = cmd.try_get_matches_from(args).expect("flags parse");
+        let m = cmd
+            .try_get_matches_from(args.split_whitespace())
+            .expect("flags parse");
         ArtConfig::from_arg_matches(&m).expect("a config")
     }
 
     #[test]
     fn flags_keep_their_names_and_defaults() {
-        assert_eq!(parse(&[]), ArtConfig::default());
-        let mut c = parse(&[
-            "--art-cache",
-            "1MiB",
-            "--in-place-leaf",
-            "off",
-            "--rear-lock",
-            "off",
-            "--rdwc",
-            "off",
-            "--lock-free-internal",
-            "off",
-        ]);
+        assert_eq!(parse(""), ArtConfig::default());
+        let mut c = parse(
+            "--art-cache 1MiB --in-place-leaf off --rear-lock off --rdwc off \
+             --lock-free-internal off",
+        );
         assert_eq!(
             (c.cache_bytes, c.in_place, c.rear_lock, c.read_delegation),
             (1 << 20, false, false, false)

@@ -249,24 +249,15 @@ fn ranges_are_inclusive_and_never_leave_their_bounds() {
 fn bad_configurations_are_refused_before_anything_is_allocated() {
     let f = fabric(1, 64 << 20);
     let free0 = f.node_stats(0).unwrap().heap_free_bytes;
-    for bad in [
-        ArtConfig {
-            max_key: 300,
-            ..cfg(true, true)
-        },
-        ArtConfig {
-            max_key: 0,
-            ..cfg(true, true)
-        },
-        ArtConfig {
-            max_value: 9000,
-            ..cfg(true, true)
-        },
-        ArtConfig {
-            chunk_bytes: 4096,
-            ..cfg(true, true)
-        },
-    ] {
+    let bad: [fn(&mut ArtConfig); 4] = [
+        |c| c.max_key = 300,
+        |c| c.max_key = 0,
+        |c| c.max_value = 9000,
+        |c| c.chunk_bytes = 4096,
+    ];
+    for make_bad in bad {
+        let mut bad = cfg(true, true);
+        make_bad(&mut bad);
         let r = ArtTree::create(f.clone(), "x", bad);
         assert!(
             matches!(&r, Err(IndexError::Config { kind: "art", .. })),
