@@ -24,10 +24,14 @@
 //!  | reverse  |  header  |  slot 0  |  slot 1  | ... | slot 255 |
 //!  | pointer  |          |          |          |     |          |
 //!  +----------+----------+----------+----------+-----+----------+
+//!  <------ NodeHead ----->
+//!  <------------------ NewNode: 48 ----------------->
 //!  <---------- read: 16 + 8 · slots(type) bytes -------->
 //! ```
 //! The node type (NODE_4/16/48/256) says how many slots are *visible*; the
-//! space of all 256 is allocated, so the type switch happens in place.
+//! space of all 256 is allocated, so the type switch happens in place. A
+//! split writes only a new node's [`NewNode`] (head and four slots); the
+//! slots past them must be zero already, as a fresh chunk's bytes are.
 //!
 //! ## Header (pessimistic, 8 bytes, changed by CAS)
 //! ```text
@@ -111,7 +115,7 @@ pub struct TreeDesc {
     pub max_key: u64,
     /// Longest value.
     pub max_value: u64,
-    /// Bit 0: in-place leaves.
+    /// [`FLAG_IN_PLACE`].
     pub flags: u64,
     /// The node-lock table.
     pub locks: u64,
@@ -124,6 +128,9 @@ const _: () = assert!(size_of::<TreeDesc>() == 64);
 /// `DMKITAR2` word, 16-byte leaf heads; `DMKITART` trees had 24-byte
 /// ones).
 pub const DESC_MAGIC: Magic = Magic::new(b"dmART_", 3);
+
+/// [`TreeDesc::flags`]: the tree's leaves are updated in place.
+pub const FLAG_IN_PLACE: u64 = 1;
 
 /// Words of the node-lock table (hashed by node address).
 pub const LOCK_WORDS: u64 = 1 << 14;
@@ -165,7 +172,7 @@ pub const NODE_SLOTS: u64 = offset_of!(InternalNode, slots) as u64;
 pub const SLOT_BYTES: usize = size_of::<u64>();
 
 /// What a split writes of a new node: its head and first four slots (the
-/// rest of a freshly allocated node is zero).
+/// other slots must be zero already, as a fresh chunk's bytes are).
 #[repr(C)]
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,

@@ -339,7 +339,7 @@ impl ArtTree {
             root: root.raw(),
             max_key: cfg.max_key as u64,
             max_value: cfg.max_value as u64,
-            flags: cfg.in_place as u64,
+            flags: if cfg.in_place { FLAG_IN_PLACE } else { 0 },
             locks: locks.raw(),
             reserved: [0; 2],
         };
@@ -381,7 +381,7 @@ impl ArtTree {
         let cfg = ArtConfig {
             max_key: d.max_key as usize,
             max_value: d.max_value as usize,
-            in_place: d.flags & 1 != 0,
+            in_place: d.flags & FLAG_IN_PLACE != 0,
             ..cfg
         };
         cfg.validate()?;
