@@ -1,36 +1,41 @@
-//! The compute-side cache of internal nodes (SMART §4.3).
+//! The compute-side cache of internal nodes (SMART radix tree, OSDI'23
+//! §4.3), on the index layer's [`NodeCache`].
 //!
 //! One cache per compute machine, shared by all its workers (the paper's
 //! "one shared cache" per compute node; `ArtTree::client_on` hands it
-//! out, and it locks itself: traversals share a read lock, never held
-//! across an await). Each entry is
-//! the snapshot of one internal node as a traversal last read it: its address, header, reverse pointer and visible slots. Entries are
-//! found by node address, and a lookup walks them from the root along the
-//! key — the snapshots' own slots index the cache, as the paper's local ART
-//! indexes its entries by key prefix. Entries are `Arc`s: evicting or
-//! replacing one never frees a snapshot a task is still reading.
+//! out). The store — snapshots by node address under a byte budget,
+//! least-recently-used eviction with the root pinned, a sharded read lock
+//! that a traversal takes once and never holds across an await — is
+//! `dmkit_index::NodeCache`; this module is what the tree keeps in it:
+//! [`NodeView`], the snapshot of one internal node as a traversal last read
+//! it (address, header, reverse pointer and visible slots). A lookup walks
+//! the snapshots from the root along the key under one [`Reader`] — the
+//! snapshots' own slots index the cache, as the paper's local ART indexes
+//! its entries by key prefix — and clones one `Arc` at the end, none per
+//! level.
 //!
-//! Validation happens when a traversal leaves the cache (the reverse
-//! check): the first node read through a cached slot must name the cached
-//! node as its parent, sit at the depth the path implies and not be
-//! deleted; a leaf read through a cached slot must hold the key, valid.
-//! Anything else — including the absence of a key, which a snapshot can
-//! never prove — is decided on the node as read now.
+//! Validation is the tree's and happens when a traversal leaves the cache
+//! (the reverse check): the first node read through a cached slot must
+//! name the cached node as its parent, sit at the depth the path implies
+//! and not be deleted; a leaf read through a cached slot must hold the
+//! key, valid. Anything else — including the absence of a key, which a
+//! snapshot can never prove — is decided on the node as read now.
 //!
-//! The budget counts snapshot bytes (8 per slot plus a fixed overhead);
-//! when it is exceeded, the least recently used eighth is evicted (the root
-//! stays).
+//! A snapshot counts 8 bytes per slot it holds plus a fixed overhead
+//! against the budget ([`CachedNode::bytes`]).
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-
-use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteGuard};
 
 use dmkit_fabric::GlobalAddr;
-use dmkit_runtime::hash::IntMap;
+use dmkit_index::{CachedNode, NodeCache};
 
-use crate::layout::{Header, NodeType, Slot, NODE_SLOTS};
+use crate::layout::{Header, NodeType, Slot, NODE_SLOTS, SLOT_BYTES};
+
+/// One compute machine's cache of internal nodes: the root is pinned.
+pub type Cache = NodeCache<NodeView>;
+
+/// A read-locked view of a [`Cache`] for one traversal.
+pub type Reader<'a> = dmkit_index::cache::Reader<'a, NodeView, ()>;
 
 /// A snapshot of an internal node.
 #[derive(Debug, Clone)]
@@ -188,7 +193,13 @@ impl NodeView {
 
     /// Remote address of slot `i`.
     pub fn slot_addr(&self, i: usize) -> GlobalAddr {
-        self.addr.add(NODE_SLOTS + 8 * i as u64)
+        self.addr.add(NODE_SLOTS + (SLOT_BYTES * i) as u64)
+    }
+}
+
+impl CachedNode for NodeView {
+    fn addr(&self) -> GlobalAddr {
+        self.addr
     }
 
     fn bytes(&self) -> usize {
@@ -200,224 +211,34 @@ impl NodeView {
     }
 }
 
-struct Entry {
-    view: Arc<NodeView>,
-    /// The recency clock when the entry was last put or used.
-    used: AtomicU64,
-}
-
-impl Entry {
-    /// Marks the entry as used at `now`, writing only when that changes
-    /// its age: a warm traversal of the hot upper levels then reads the
-    /// shared entries without dirtying their cache lines.
-    fn touch(&self, now: u64) {
-        if self.used.load(Ordering::Relaxed) != now {
-            self.used.store(now, Ordering::Relaxed);
-        }
-    }
-}
-
-struct Inner {
-    bytes: usize,
-    /// Probed at every cached level of every operation: an integer hasher.
-    map: IntMap<GlobalAddr, Entry>,
-}
-
-/// One compute machine's cache, shared by its workers.
-///
-/// Lookups (the hot path: every operation walks the cached levels) take a
-/// read lock and clone one `Arc` at the end of the walk. The lock is
-/// sharded per thread (`crossbeam_utils::sync::ShardedLock`): a reader
-/// locks only its own shard, so the machine's threads do not pass one
-/// lock word's cache line between their cores twice per operation, as
-/// they did with one `RwLock`; a writer takes every shard; only snapshots
-/// read from remote memory (`put`) and invalidations (`remove`) take the
-/// write lock. Recency is a clock advanced by every `put`, so a lookup's
-/// mark is a plain store that is skipped when the entry is already
-/// current — eviction is least-recently-used at the granularity of puts.
-pub struct Cache {
-    budget: usize,
-    root: GlobalAddr,
-    clock: AtomicU64,
-    inner: ShardedLock<Inner>,
-}
-
-/// A read-locked view of the cache for one traversal.
-pub struct Reader<'a> {
-    now: u64,
-    inner: ShardedLockReadGuard<'a, Inner>,
-}
-
-impl Reader<'_> {
-    /// The snapshot at `addr`, without marking it used.
-    pub fn get(&self, addr: GlobalAddr) -> Option<&Arc<NodeView>> {
-        self.inner.map.get(&addr).map(|e| &e.view)
-    }
-
-    /// [`Reader::get`], marking the entry as used now (for eviction).
-    pub fn get_touch(&self, addr: GlobalAddr) -> Option<&Arc<NodeView>> {
-        let e = self.inner.map.get(&addr)?;
-        e.touch(self.now);
-        Some(&e.view)
-    }
-}
-
-impl Cache {
-    /// A cache of at most `budget` bytes (0: disabled).
-    pub fn new(budget: usize, root: GlobalAddr) -> Self {
-        Self {
-            budget,
-            root,
-            clock: AtomicU64::new(0),
-            inner: ShardedLock::new(Inner {
-                bytes: 0,
-                map: IntMap::default(),
-            }),
-        }
-    }
-
-    // A poisoned lock is taken over: every operation leaves the map and
-    // its byte count consistent before anything that could panic.
-    fn write(&self) -> ShardedLockWriteGuard<'_, Inner> {
-        self.inner.write().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Read access for a traversal; keep it across no await.
-    pub fn reader(&self) -> Reader<'_> {
-        Reader {
-            now: self.clock.load(Ordering::Relaxed),
-            inner: self.inner.read().unwrap_or_else(|p| p.into_inner()),
-        }
-    }
-
-    pub fn get(&self, addr: GlobalAddr) -> Option<Arc<NodeView>> {
-        self.reader().get(addr).cloned()
-    }
-
-    /// [`Cache::get`], marking the entry as used now (for eviction).
-    pub fn get_touch(&self, addr: GlobalAddr) -> Option<Arc<NodeView>> {
-        self.reader().get_touch(addr).cloned()
-    }
-
-    pub fn put(&self, view: Arc<NodeView>) {
-        self.put_all([view]);
-    }
-
-    /// Puts several snapshots under one lock.
-    pub fn put_all(&self, views: impl IntoIterator<Item = Arc<NodeView>>) {
-        if self.budget == 0 {
-            return;
-        }
-        let mut inner = self.write();
-        for view in views {
-            let now = self.clock.fetch_add(1, Ordering::Relaxed) + 1;
-            let add = view.bytes();
-            if let Some(old) = inner.map.insert(
-                view.addr,
-                Entry {
-                    view,
-                    used: AtomicU64::new(now),
-                },
-            ) {
-                inner.bytes -= old.view.bytes();
-            }
-            inner.bytes += add;
-            if inner.bytes > self.budget {
-                self.evict(&mut inner);
-            }
-        }
-    }
-
-    pub fn remove(&self, addr: GlobalAddr) {
-        self.remove_all([addr]);
-    }
-
-    /// Removes several snapshots under one lock.
-    pub fn remove_all(&self, addrs: impl IntoIterator<Item = GlobalAddr>) {
-        let mut inner = self.write();
-        for addr in addrs {
-            Self::remove_in(&mut inner, addr);
-        }
-    }
-
-    fn remove_in(inner: &mut Inner, addr: GlobalAddr) {
-        if let Some(old) = inner.map.remove(&addr) {
-            inner.bytes -= old.view.bytes();
-        }
-    }
-
-    fn evict(&self, inner: &mut Inner) {
-        let mut ages: Vec<(u64, GlobalAddr)> = inner
-            .map
-            .iter()
-            .filter(|(a, _)| **a != self.root)
-            .map(|(a, e)| (e.used.load(Ordering::Relaxed), *a))
-            .collect();
-        ages.sort_unstable();
-        let target = self.budget - self.budget / 8;
-        for (_, a) in ages {
-            if inner.bytes <= target {
-                break;
-            }
-            Self::remove_in(inner, a);
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.reader().inner.map.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    pub fn bytes(&self) -> usize {
-        self.reader().inner.bytes
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn view(i: u64, slots: usize) -> Arc<NodeView> {
-        Arc::new(NodeView::new(
-            GlobalAddr::new(0, 64 * i),
-            Header::new(0, NodeType::N4, &[]),
-            GlobalAddr::NULL,
-            vec![0; slots],
-        ))
-    }
-
+    /// The budget counts what a snapshot holds: a NODE_256 evicts more
+    /// than a NODE_4, and the root stays however old.
     #[test]
-    fn the_budget_holds_and_the_least_recent_go_first() {
+    fn the_root_is_pinned_and_wide_snapshots_count_more() {
+        let view = |i: u64, ty: NodeType| {
+            std::sync::Arc::new(NodeView::new(
+                GlobalAddr::new(0, 64 * i),
+                Header::new(0, ty, &[]),
+                GlobalAddr::NULL,
+                vec![0; ty.slots()],
+            ))
+        };
+        let (n4, n256) = (view(1, NodeType::N4), view(1, NodeType::N256));
+        assert!(n256.bytes() > 10 * n4.bytes());
         let root = GlobalAddr::new(0, 64);
-        let c = Cache::new(10 * 96, root);
-        c.put(view(1, 4)); // the root
+        let c = Cache::new(8 * n4.bytes(), Some(root));
+        c.put(n4);
         for i in 2..=20 {
-            c.put(view(i, 4));
-            c.get_touch(GlobalAddr::new(0, 64 * 2));
+            c.put(view(i, NodeType::N4));
         }
-        assert!(c.bytes() <= 10 * 96);
         assert!(c.get(root).is_some(), "the root stays");
-        assert!(
-            c.get(GlobalAddr::new(0, 128)).is_some(),
-            "a hot entry stays"
-        );
-        assert!(
-            c.get(GlobalAddr::new(0, 64 * 3)).is_none(),
-            "a cold one went"
-        );
-        let held = c.get(GlobalAddr::new(0, 64 * 20)).unwrap();
-        c.remove(held.addr);
-        assert_eq!(
-            held.slots().len(),
-            4,
-            "a removed snapshot lives on while held"
-        );
-        let off = Cache::new(0, root);
-        off.put(view(1, 4));
-        assert!(off.is_empty());
+        c.put(view(30, NodeType::N256));
+        assert!(c.get(root).is_some() && c.bytes() <= 8 * view(1, NodeType::N4).bytes());
+        assert!(c.reader().get(GlobalAddr::new(0, 64 * 20)).is_none());
     }
 
     #[test]

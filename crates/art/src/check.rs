@@ -16,6 +16,8 @@ use std::collections::HashMap;
 
 use dmkit_fabric::{GlobalAddr, NodeId, SyncQp};
 
+use zerocopy::FromBytes;
+
 use crate::layout::*;
 use crate::tree::ArtTree;
 
@@ -36,7 +38,7 @@ pub struct TreeReport {
 /// Checks `tree` (no operation may run meanwhile). The error names the
 /// first broken invariant and where.
 pub fn check_tree(tree: &ArtTree) -> Result<TreeReport, String> {
-    let f = tree.fabric.as_ref();
+    let f = tree.home.fabric().as_ref();
     let scratch = NODE_BYTES.max(tree.leaf_cap()).next_multiple_of(64);
     let mut qps: HashMap<NodeId, SyncQp> = HashMap::new();
     let mut read = |a: GlobalAddr, len: usize| -> Result<Vec<u8>, String> {
@@ -46,7 +48,7 @@ pub fn check_tree(tree: &ArtTree) -> Result<TreeReport, String> {
                 v.insert(SyncQp::new(f, a.node(), scratch).map_err(|e| e.to_string())?)
             }
         };
-        let rk = tree.rkey(a.node()).map_err(|e| e.to_string())?;
+        let rk = tree.home.rkey(a.node()).map_err(|e| e.to_string())?;
         qp.read(a, rk, len).map_err(|e| format!("reading {a}: {e}"))
     };
     let cfg = tree.config();
@@ -110,7 +112,9 @@ pub fn check_tree(tree: &ArtTree) -> Result<TreeReport, String> {
         let addr = slot.map_or(tree.root(), |s| s.ptr());
         let slot_ty = slot.and_then(|s| s.child_type());
         let b = read(addr, NODE_BYTES)?;
-        let h = Header(word(&b, 8));
+        let node =
+            InternalNode::read_from_bytes(&b).map_err(|_| format!("node {addr}: short read"))?;
+        let h = Header(node.head.header);
         let at = |what: String| format!("node {addr} (path {path:02x?}): {what}");
         let ty = h
             .ty()
@@ -124,7 +128,7 @@ pub fn check_tree(tree: &ArtTree) -> Result<TreeReport, String> {
                 h.depth()
             )));
         }
-        let rev = GlobalAddr::from_raw(word(&b, 0));
+        let rev = GlobalAddr::from_raw(node.head.rev);
         if rev != parent {
             return Err(at(format!("reverse pointer {rev} but parent {parent}")));
         }
@@ -143,8 +147,8 @@ pub fn check_tree(tree: &ArtTree) -> Result<TreeReport, String> {
         let mut seen = [false; 256];
         let mut kids = Vec::new();
         let mut highest = None;
-        for i in 0..MAX_SLOTS {
-            let s = Slot(word(&b, 16 + 8 * i));
+        for (i, &w) in node.slots.iter().enumerate() {
+            let s = Slot(w);
             if s.is_empty() {
                 continue;
             }

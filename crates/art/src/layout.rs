@@ -1,5 +1,21 @@
 //! Remote layouts of the radix tree (SMART, OSDI'23 §4.1.1, Figure 6) and
-//! the key encoding.
+//! the key encoding. Each fixed layout is a `#[repr(C)]` type
+//! ([`TreeDesc`], [`InternalNode`] and its [`NodeHead`], [`NewNode`],
+//! [`LeafHead`]) that the tree encodes and decodes through (`zerocopy`;
+//! words are little-endian); offsets come from the types.
+//!
+//! ## Descriptor
+//! ```text
+//!  0        8        16        24          32       40       48       64
+//!  +--------+--------+---------+-----------+--------+--------+--------+
+//!  | magic  | root   | max_key | max_value | flags  | locks  | (zero) |
+//!  +--------+--------+---------+-----------+--------+--------+--------+
+//! ```
+//! The block the tree's root `art/NAME` names; the root node follows it in
+//! the same chunk, then the node-lock table. `magic` is [`DESC_MAGIC`]
+//! (kind tag and layout version, see `dmkit_index::Magic`); `flags` bit 0:
+//! in-place leaves; `locks`: the node-lock table of [`LOCK_WORDS`] words
+//! (the baseline without lock-free internal nodes).
 //!
 //! ## Internal node (Figure 6a), with room for NODE_256 reserved
 //! ```text
@@ -8,10 +24,14 @@
 //!  | reverse  |  header  |  slot 0  |  slot 1  | ... | slot 255 |
 //!  | pointer  |          |          |          |     |          |
 //!  +----------+----------+----------+----------+-----+----------+
+//!  <------ NodeHead ----->
+//!  <------------------ NewNode: 48 ----------------->
 //!  <---------- read: 16 + 8 · slots(type) bytes -------->
 //! ```
 //! The node type (NODE_4/16/48/256) says how many slots are *visible*; the
-//! space of all 256 is allocated, so the type switch happens in place.
+//! space of all 256 is allocated, so the type switch happens in place. A
+//! split writes only a new node's [`NewNode`] (head and four slots); the
+//! slots past them must be zero already, as a fresh chunk's bytes are.
 //!
 //! ## Header (pessimistic, 8 bytes, changed by CAS)
 //! ```text
@@ -74,42 +94,123 @@
 //! another's) and keeps byte order (so scans return keys in order), which
 //! lets variable-length keys share one tree.
 
+use std::mem::{offset_of, size_of};
+
 use dmkit_fabric::GlobalAddr;
+use dmkit_index::Magic;
 use dmkit_runtime::hash::hash64;
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// The tree descriptor (see the module docs).
+#[repr(C)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct TreeDesc {
+    /// [`DESC_MAGIC`]'s word.
+    pub magic: u64,
+    /// The root node.
+    pub root: u64,
+    /// Longest key.
+    pub max_key: u64,
+    /// Longest value.
+    pub max_value: u64,
+    /// [`FLAG_IN_PLACE`].
+    pub flags: u64,
+    /// The node-lock table.
+    pub locks: u64,
+    pub reserved: [u64; 2],
+}
+const _: () = assert!(size_of::<TreeDesc>() == 64);
+
+/// The descriptor's magic: kind and layout version. Version 3 is the
+/// layout-versioned magic of the index layer (version 2 was the
+/// `DMKITAR2` word, 16-byte leaf heads; `DMKITART` trees had 24-byte
+/// ones).
+pub const DESC_MAGIC: Magic = Magic::new(b"dmART_", 3);
+
+/// [`TreeDesc::flags`]: the tree's leaves are updated in place.
+pub const FLAG_IN_PLACE: u64 = 1;
+
+/// Words of the node-lock table (hashed by node address).
+pub const LOCK_WORDS: u64 = 1 << 14;
 
 /// Slots reserved per internal node (NODE_256).
 pub const MAX_SLOTS: usize = 256;
-/// Bytes of an internal node: reverse pointer, header, 256 slots.
-pub const NODE_BYTES: usize = 16 + 8 * MAX_SLOTS;
-/// Offset of the header word.
-pub const NODE_HEADER: u64 = 8;
-/// Offset of slot 0.
-pub const NODE_SLOTS: u64 = 16;
-/// Partial keys a header holds.
-pub const HEADER_PREFIX: usize = 6;
-/// Leaf header words before the key: reverse pointer, meta.
-pub const LEAF_HEAD: usize = 16;
-/// Offset of the meta word in a leaf.
-pub const LEAF_META: u64 = 8;
-/// Longest key (the depth field is 8 bits and the tree key is one longer).
-pub const MAX_KEY_LIMIT: usize = 254;
+
+/// What precedes an internal node's slots.
+#[repr(C)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct NodeHead {
+    /// The parent (reverse pointer): the cache's reverse check.
+    pub rev: u64,
+    /// The [`Header`] word.
+    pub header: u64,
+}
 
 /// An internal node as it sits in remote memory.
 #[repr(C)]
+#[derive(Debug, Clone, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct InternalNode {
-    pub rev: u64,
-    pub header: u64,
+    pub head: NodeHead,
+    /// [`Slot`] words; the header's type says how many are visible.
     pub slots: [u64; MAX_SLOTS],
 }
-const _: () = assert!(std::mem::size_of::<InternalNode>() == NODE_BYTES);
+
+/// Bytes of an internal node: reverse pointer, header, 256 slots.
+pub const NODE_BYTES: usize = size_of::<InternalNode>();
+const _: () = assert!(NODE_BYTES == 16 + 8 * MAX_SLOTS);
+/// Bytes before the slots.
+pub const NODE_HEAD: usize = size_of::<NodeHead>();
+/// Offset of the header word.
+pub const NODE_HEADER: u64 = (offset_of!(InternalNode, head) + offset_of!(NodeHead, header)) as u64;
+/// Offset of slot 0.
+pub const NODE_SLOTS: u64 = offset_of!(InternalNode, slots) as u64;
+/// Bytes of a slot.
+pub const SLOT_BYTES: usize = size_of::<u64>();
+
+/// What a split writes of a new node: its head and first four slots (the
+/// other slots must be zero already, as a fresh chunk's bytes are).
+#[repr(C)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct NewNode {
+    pub head: NodeHead,
+    pub slots: [u64; 4],
+}
+
+/// Bytes a split writes per new node.
+pub const NEW_NODE: usize = size_of::<NewNode>();
+const _: () = assert!(NEW_NODE == 48 && offset_of!(NewNode, slots) as u64 == NODE_SLOTS);
+
+/// Partial keys a header holds.
+pub const HEADER_PREFIX: usize = 6;
 
 /// The fixed head of a leaf (key, value and the lock word follow).
 #[repr(C)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct LeafHead {
+    /// The parent (reverse pointer).
     pub rev: u64,
+    /// State bits, checksum and lengths (see the diagram).
     pub meta: u64,
 }
-const _: () = assert!(std::mem::size_of::<LeafHead>() == LEAF_HEAD);
+/// Bytes before a leaf's key: reverse pointer, meta.
+pub const LEAF_HEAD: usize = size_of::<LeafHead>();
+const _: () = assert!(LEAF_HEAD == 16);
+/// Offset of the meta word in a leaf (where the item a search reads
+/// starts).
+pub const LEAF_META: u64 = offset_of!(LeafHead, meta) as u64;
+/// Bytes of the rear lock, a leaf's last word.
+pub const LEAF_LOCK: usize = size_of::<u64>();
+
+/// Longest key (the depth field is 8 bits and the tree key is one longer).
+pub const MAX_KEY_LIMIT: usize = 254;
 
 /// Node types (the 5-bit `Type_node` field). 0 = deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -154,7 +255,7 @@ impl NodeType {
     }
     /// Bytes a READ of a node of this type fetches.
     pub fn read_bytes(self) -> usize {
-        16 + 8 * self.slots()
+        NODE_HEAD + SLOT_BYTES * self.slots()
     }
 }
 
@@ -262,20 +363,28 @@ pub const MAX_VALUE_LIMIT: usize = u16::MAX as usize;
 /// Bytes of a leaf holding a key of `k` and a value of `v` bytes (before
 /// rounding to 64-byte units).
 pub fn leaf_bytes(k: usize, v: usize) -> usize {
-    LEAF_HEAD + k.next_multiple_of(8) + v.next_multiple_of(8) + 8
+    LEAF_HEAD + k.next_multiple_of(8) + v.next_multiple_of(8) + LEAF_LOCK
 }
 
 /// Bytes a search reads of such a leaf: meta word, key and value (from
 /// [`LEAF_META`]; see [`decode_item`]).
 pub fn item_bytes(k: usize, v: usize) -> usize {
-    8 + k.next_multiple_of(8) + v.next_multiple_of(8)
+    META_BYTES + k.next_multiple_of(8) + v.next_multiple_of(8)
 }
+
+/// Bytes of the meta word.
+const META_BYTES: usize = size_of::<u64>();
 
 /// The item's bytes in a leaf region of `leaf_len` bytes (a whole leaf,
 /// padding included): all but the reverse pointer before [`LEAF_META`]
 /// and the lock word at the end.
 pub fn item_len(leaf_len: usize) -> usize {
-    leaf_len - LEAF_META as usize - 8
+    leaf_len - LEAF_META as usize - LEAF_LOCK
+}
+
+/// Offset of the rear lock in a leaf of `leaf_len` bytes.
+pub fn lock_offset(leaf_len: usize) -> usize {
+    leaf_len - LEAF_LOCK
 }
 
 const CHECKSUM_SEED: u64 = 0x5A27_1EAF_C0DE_0001;
@@ -303,12 +412,15 @@ pub fn encode_leaf(
     out.clear();
     out.resize(leaf_bytes(kcap, vcap), 0);
     let lens = key.len() as u64 | (value.len() as u64) << 8;
-    let meta = lens | checksum(lens, key, value) | META_VALID;
-    out[0..8].copy_from_slice(&rev.raw().to_le_bytes());
-    out[8..16].copy_from_slice(&meta.to_le_bytes());
-    out[LEAF_HEAD..LEAF_HEAD + key.len()].copy_from_slice(key);
-    let v0 = LEAF_HEAD + kcap.next_multiple_of(8);
-    out[v0..v0 + value.len()].copy_from_slice(value);
+    let head = LeafHead {
+        rev: rev.raw(),
+        meta: lens | checksum(lens, key, value) | META_VALID,
+    };
+    let (h, body) = out.split_at_mut(LEAF_HEAD);
+    h.copy_from_slice(head.as_bytes());
+    body[..key.len()].copy_from_slice(key);
+    let v0 = kcap.next_multiple_of(8);
+    body[v0..v0 + value.len()].copy_from_slice(value);
 }
 
 /// A leaf's item: what a search reads.
@@ -340,38 +452,32 @@ pub struct Leaf<'a> {
 /// `kcap`; `None` when torn (checksum mismatch) or garbage. `b` may run
 /// past the value (the lock word, padding).
 pub fn decode_item(b: &[u8], kcap: usize) -> Option<Item<'_>> {
-    if b.len() < 8 {
-        return None;
-    }
-    let meta = word(b, 0);
+    let (meta, body) = u64::read_from_prefix(b).ok()?;
     let lens = meta & META_LENS;
     let (k, v) = ((lens & 0xFF) as usize, (lens >> 8) as usize);
-    let v0 = 8 + kcap.next_multiple_of(8);
-    if k == 0 || k > kcap || v0 + v.next_multiple_of(8) > b.len() {
+    let v0 = kcap.next_multiple_of(8);
+    if k == 0 || k > kcap || v0 + v.next_multiple_of(8) > body.len() {
         return None;
     }
-    let key = &b[8..8 + k];
-    let value = &b[v0..v0 + v];
+    let key = &body[..k];
+    let value = &body[v0..v0 + v];
     (checksum(lens, key, value) == meta & META_SUM).then_some(Item { meta, key, value })
 }
 
 /// Decodes a whole leaf read into `b` (reverse pointer to lock word) whose
 /// key room is `kcap` bytes; `None` when torn or garbage.
 pub fn decode_leaf(b: &[u8], kcap: usize) -> Option<Leaf<'_>> {
-    if b.len() < LEAF_HEAD + 8 {
+    if b.len() < LEAF_HEAD + LEAF_LOCK {
         return None;
     }
+    let (head, _) = LeafHead::read_from_prefix(b).ok()?;
     let item = decode_item(&b[LEAF_META as usize..][..item_len(b.len())], kcap)?;
+    let lock = u64::read_from_bytes(&b[lock_offset(b.len())..]).ok()?;
     Some(Leaf {
-        rev: GlobalAddr::from_raw(word(b, 0)),
+        rev: GlobalAddr::from_raw(head.rev),
         item,
-        lock: word(b, b.len() - 8),
+        lock,
     })
-}
-
-/// The little-endian word at byte `at`.
-pub fn word(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 pub use dmkit_runtime::keys::tree_key;

@@ -1,9 +1,15 @@
 //! # dmkit-art — the SMART adaptive radix tree on disaggregated memory
 //!
 //! A radix tree whose nodes live on memory nodes and whose clients reach
-//! them with one-sided verbs only, after SMART (Luo et al., OSDI'23 §3–§4),
-//! running over the dmkit runtime (per-thread queue pairs, work-request
-//! throttling, conflict avoidance). Layouts are in [`layout`].
+//! them with one-sided verbs only, after "SMART: A High-Performance
+//! Adaptive Radix Tree for Disaggregated Memory" (Luo et al., OSDI'23,
+//! §3–§4), running over the dmkit runtime (per-thread queue pairs,
+//! work-request throttling, conflict avoidance) and standing on the index
+//! layer, `dmkit-index` (below). Layouts are in [`layout`].
+//!
+//! Not here: the runtime's verbs and backoff (`dmkit-runtime`), the
+//! lifecycle, retry budget, node cache and conformance suite every index
+//! shares (`dmkit-index`), the benchmarks (`dmkit-bench`).
 //!
 //! ## Hybrid concurrency control (§4.1)
 //! - **Internal nodes are lock-free.** Slots carry their partial key next
@@ -47,9 +53,10 @@
 //!   header splits is not done); the tree never shrinks.
 //!
 //! ## Cache (§4.3)
-//! [`cache`]: snapshots of internal nodes, one cache per compute machine
-//! under a byte budget, validated by the reverse check when a traversal
-//! leaves them.
+//! [`cache`]: snapshots of internal nodes in the index layer's
+//! `NodeCache`, one per compute machine under a byte budget with the root
+//! pinned, validated by the tree's reverse check when a traversal leaves
+//! them.
 //!
 //! ## Round trips (common path, warm cache)
 //! search 1 (the leaf); update 2 (lock + read, write-back + unlock);
@@ -68,18 +75,35 @@
 //! `read_delegation`, `write_combining` and the cache budget; `dmkit sim
 //! reproduce smart-art-fig15` switches them on one by one.
 //!
+//! ## The index layer
+//! [`ArtTree`] is a `dmkit_index::RemoteMap` (ordered) and [`ArtClient`] a
+//! `dmkit_index::MapClient`: the tree is created, opened and destroyed
+//! through the layer's descriptor lifecycle (root `art/NAME`, descriptor
+//! magic `dmART_`, layout version 3), its operations' task-local memory
+//! is declared once (`RemoteMap::local_layout`), every retry loop counts
+//! in a `dmkit_index::Retry` on the configuration's `RetryPolicy` and backs
+//! off through the runtime, and errors are the layer's [`IndexError`]. An
+//! operation refused or stopped before its publishing CAS (bad input,
+//! memory exhausted, retries spent) has changed nothing a reader can see:
+//! what it wrote stays unpublished. One that fails after it (a fabric
+//! error) leaves the tree consistent — a split half done is a state
+//! readers already step through — with its change possibly made. [`ArtConfig`] sizes
+//! itself for a workload (`dmkit_index::IndexConfig`) and, with the `cli`
+//! feature, its switches are command-line flags.
+//!
 //! ## Not (yet) here
 //! Reclamation of dead leaves (a deleted or replaced leaf is never reused;
 //! its memory returns when the tree is destroyed). A client that dies
-//! holding a leaf lock (or, in the baseline, a node lock) blocks it.
+//! holding a leaf lock (or, in the baseline, a node lock) blocks it: its
+//! waiters give up with `IndexError::GaveUp` once the retry policy is
+//! spent.
 
 pub mod cache;
 pub mod check;
-pub mod error;
 pub mod layout;
 pub mod rdwc;
 pub mod tree;
 
 pub use check::{check_tree, TreeReport};
-pub use error::ArtError;
-pub use tree::{ArtClient, ArtConfig, ArtTree, TreeCounters};
+pub use dmkit_index::IndexError;
+pub use tree::{ArtClient, ArtConfig, ArtTree, TreeCounters, KIND};

@@ -3,53 +3,108 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use dmkit_fabric::{Fabric, FabricError, GlobalAddr, NodeId, Rkey, SyncQp};
+use dmkit_fabric::{Fabric, GlobalAddr, NodeId, RemoteRef};
+use dmkit_index::{
+    ClientStats, Creation, Entries, Home, IndexConfig, IndexError, MapClient, RemoteMap, Retry,
+    RetryPolicy, Shape,
+};
 use dmkit_runtime::alloc::{BlockAlloc, MAX_UNITS};
 use dmkit_runtime::machine::{PerMachine, TicketLocks};
-use dmkit_runtime::{Ctx, Nanos};
+use dmkit_runtime::{Ctx, Local, LocalLayout, Nanos};
+use zerocopy::{FromBytes, IntoBytes};
 
-use crate::cache::{Cache, NodeView};
-use crate::error::ArtError;
+#[cfg(feature = "cli")]
+use clap::ArgAction::Set;
+#[cfg(feature = "cli")]
+use dmkit_index::cli::{parse_size as size, parse_switch as switch};
+
+use crate::cache::{Cache, NodeView, Reader};
 use crate::layout::*;
 use crate::rdwc::{self, Outcome, Role};
-use dmkit_fabric::RemoteRef;
-use dmkit_runtime::Local;
 
-/// Configuration of a tree (structure) and of its clients.
+/// The structure's kind: its roots are `art/NAME`.
+pub const KIND: &str = "art";
+
+/// Configuration of a tree (structure) and of its clients (cache, rear
+/// lock, chunk size, retries). With the `cli` feature it is a set of
+/// command-line flags (`clap::Args`): the switches and the cache are flags,
+/// the structural settings come from the workload ([`IndexConfig::fit`]).
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct ArtConfig {
     /// Longest key in bytes (stored in the tree; 1..=254).
+    #[cfg_attr(feature = "cli", arg(skip = ArtConfig::default().max_key))]
     pub max_key: usize,
     /// Longest value in bytes (stored in the tree).
+    #[cfg_attr(feature = "cli", arg(skip = ArtConfig::default().max_value))]
     pub max_value: usize,
-    /// In-place leaf updates under the leaf's lock (SMART's "update-in-place
-    /// leaf node"); off: out-of-place (RCU) leaves sized to their item,
-    /// replaced by CAS on the parent slot — the pure lock-free ART of §4.5,
-    /// and the form variable-size values take. Stored in the tree.
+    /// Radix tree: in-place leaf updates under the leaf lock (off:
+    /// out-of-place leaves swung by CAS).
+    ///
+    /// SMART's "update-in-place leaf node"; off, leaves are sized to their
+    /// item and replaced by CAS on the parent slot (RCU) — the pure
+    /// lock-free ART of §4.5, and the form variable-size values take.
+    /// Stored in the tree.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "in-place-leaf", value_parser = switch, default_value = "on", action = Set)
+    )]
     pub in_place: bool,
-    /// Release the leaf lock with the write-back (SMART's "rear embedded
-    /// lock"); off: a separate WRITE after the write-back completed (one
-    /// more round trip). In-place mode only.
+    /// Radix tree: release the leaf lock with the write-back.
+    ///
+    /// SMART's "rear embedded lock"; off, a separate WRITE releases it
+    /// after the write-back completed (one more round trip). In-place
+    /// leaves only.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "rear-lock", value_parser = switch, default_value = "on", action = Set)
+    )]
     pub rear_lock: bool,
-    /// Bytes of internal-node snapshots each compute machine caches, shared
-    /// by its clients (0: no cache).
+    /// Radix tree: bytes of internal nodes each compute machine caches,
+    /// shared by its threads (0 disables).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "art-cache", id = "art_cache", value_parser = size, default_value = "64MiB")
+    )]
     pub cache_bytes: usize,
-    /// Lock-free internal nodes (SMART §4.1). Off: the baseline of Figure
-    /// 15 — every change of an internal node (insert into it, split, type
-    /// switch) first takes a lock on the node in a lock table on the memory
-    /// node (CAS with backoff) and releases it after (a WRITE): two more
-    /// round trips per change and serialised writers, as a lock-based ART
-    /// on disaggregated memory pays.
+    /// Radix tree: lock-free internal nodes (off: every internal-node change
+    /// under a remote node lock — Figure 15's baseline).
+    ///
+    /// SMART §4.1. Off, every change of an internal node (insert into it,
+    /// split, type switch) first takes a lock on the node in a lock table
+    /// on the memory node (CAS with backoff) and releases it after (a
+    /// WRITE): two more round trips per change and serialised writers, as a
+    /// lock-based ART on disaggregated memory pays.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "lock-free-internal", value_parser = switch, default_value = "on", action = Set)
+    )]
     pub lock_free_internal: bool,
-    /// Concurrent searches of one key on a client share one remote search
-    /// (§4.2; see [`crate::rdwc`] for when they may).
+    /// Radix tree: read delegation and write combining among a compute
+    /// machine's tasks.
+    ///
+    /// Concurrent searches of one key on a machine share one remote search
+    /// (§4.2; see [`crate::rdwc`] for when they may). The flag `--rdwc`
+    /// switches write combining with it: [`IndexConfig::fit`] copies this
+    /// switch to [`ArtConfig::write_combining`].
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "rdwc", value_parser = switch, default_value = "on", action = Set)
+    )]
     pub read_delegation: bool,
-    /// Concurrent updates of one key on a client share one write-back.
+    /// Concurrent updates of one key on a machine share one write-back
+    /// (§4.2). No flag of its own: `--rdwc` sets it through
+    /// [`IndexConfig::fit`].
+    #[cfg_attr(feature = "cli", arg(skip = ArtConfig::default().write_combining))]
     pub write_combining: bool,
     /// Bytes a client asks the memory node for at a time for its nodes.
+    #[cfg_attr(feature = "cli", arg(skip = ArtConfig::default().chunk_bytes))]
     pub chunk_bytes: u64,
+    /// How long an operation keeps retrying before it gives up.
+    #[cfg_attr(feature = "cli", arg(skip))]
+    pub retry: RetryPolicy,
 }
 
 impl Default for ArtConfig {
@@ -64,13 +119,56 @@ impl Default for ArtConfig {
             read_delegation: true,
             write_combining: true,
             chunk_bytes: 4 << 20,
+            retry: RetryPolicy::default(),
         }
     }
 }
 
+impl IndexConfig for ArtConfig {
+    /// Limits for the shape's keys and values (values of at least 8
+    /// bytes). The radix tree has no other structural setting a workload
+    /// decides. Switches stay as they are, but for one rule: write
+    /// combining follows read delegation (the command line's single
+    /// `--rdwc`, as the radix-tree paper's Figure 15 switches the two
+    /// together).
+    fn fit(&mut self, shape: &Shape) {
+        self.max_key = shape.max_key;
+        self.max_value = shape.max_value.max(8);
+        self.write_combining = self.read_delegation;
+    }
+
+    fn key_limits(&self) -> (usize, usize) {
+        (1, self.max_key)
+    }
+
+    fn max_value(&self) -> usize {
+        self.max_value
+    }
+
+    /// A leaf per key, twice (updates out of place, inserts of new keys),
+    /// and internal nodes of 2 KiB each (room for NODE_256): about one per
+    /// six keys of fixed length (random integers branch early), one and a
+    /// half per key for variable-length keys, whose long shared prefixes
+    /// split into chains; two node chunks per client and 64 MiB of slack.
+    /// (A node's memory is touched only where it is used.)
+    fn memory_estimate(&self, shape: &Shape) -> u64 {
+        let leaf = leaf_bytes(shape.max_key, shape.max_value.max(8)).next_multiple_of(64) as u64;
+        let node = NODE_BYTES.next_multiple_of(64) as u64;
+        let nodes = if shape.fixed_keys {
+            shape.keys.div_ceil(6)
+        } else {
+            shape.keys + shape.keys / 2
+        };
+        2 * shape.keys * leaf
+            + nodes * node
+            + shape.clients as u64 * 2 * self.chunk_bytes
+            + (64 << 20)
+    }
+}
+
 impl ArtConfig {
-    fn validate(&self) -> Result<(), ArtError> {
-        let bad = |s: String| Err(ArtError::Config(s));
+    fn validate(&self) -> Result<(), IndexError> {
+        let bad = |s: String| Err(IndexError::config(KIND, s));
         if self.max_key == 0 || self.max_key > MAX_KEY_LIMIT {
             return bad(format!(
                 "max_key {} must be in 1..={MAX_KEY_LIMIT}",
@@ -117,89 +215,86 @@ pub struct TreeCounters {
     pub combined_writes: u64,
 }
 
-/// The tree descriptor, the block the tree's named root points to.
-///
-/// ```text
-///  0        8        16        24          32       40       48       64
-///  +--------+--------+---------+-----------+--------+--------+--------+
-///  | magic  | root   | max_key | max_value | flags  | locks  | (zero) |
-///  +--------+--------+---------+-----------+--------+--------+--------+
-/// flags: bit 0 = in-place leaves; locks: the node-lock table (baseline
-/// without lock-free internal nodes), LOCK_WORDS words
-/// ```
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TreeDesc {
-    pub magic: u64,
-    pub root: u64,
-    pub max_key: u64,
-    pub max_value: u64,
-    pub flags: u64,
-    pub locks: u64,
-    pub reserved: [u64; 2],
+/// [`IndexError::Corrupt`]: the bytes at `addr` are not the `what` the
+/// tree wrote there.
+fn corrupt(addr: GlobalAddr, what: &'static str) -> IndexError {
+    IndexError::Corrupt { addr, what }
 }
-const _: () = assert!(std::mem::size_of::<TreeDesc>() == 64);
-
-/// The descriptor's magic names the leaf layout: "DMKITART" trees had
-/// 24-byte leaf heads (a separate checksum word) and are refused.
-const DESC_MAGIC: u64 = u64::from_le_bytes(*b"DMKITAR2");
-const OLD_DESC_MAGIC: u64 = u64::from_le_bytes(*b"DMKITART");
-
-/// Words of the node-lock table (hashed by node address).
-pub const LOCK_WORDS: u64 = 1 << 14;
 
 /// Consecutive local hand-overs of a node lock (Sherman's HOCL bound).
 const NODE_LOCK_HANDOVER: u32 = 8;
 
-impl TreeDesc {
-    fn to_bytes(self) -> [u8; 64] {
-        let mut b = [0u8; 64];
-        for (i, w) in [
-            self.magic,
-            self.root,
-            self.max_key,
-            self.max_value,
-            self.flags,
-            self.locks,
-        ]
-        .iter()
-        .enumerate()
-        {
-            b[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
-        }
-        b
-    }
-    fn from_bytes(b: &[u8]) -> Self {
-        TreeDesc {
-            magic: word(b, 0),
-            root: word(b, 8),
-            max_key: word(b, 16),
-            max_value: word(b, 24),
-            flags: word(b, 32),
-            locks: word(b, 40),
-            reserved: [0; 2],
-        }
-    }
+/// The task-local memory of the tree's operations, declared once per tree
+/// (see [`dmkit_runtime::LocalLayout`]).
+#[derive(Debug, Clone, Copy)]
+struct Scratch {
+    /// An internal node as a traversal reads it (up to all 256 slots).
+    node: Local,
+    /// One word: a released lock, a reverse pointer.
+    word: Local,
+    /// A leaf read under its lock, or the item a search reads.
+    leaf: Local,
+    /// The image of a new or rewritten leaf.
+    new: Local,
+    /// The nodes one split writes, one piece of [`Scratch::CHAIN_PIECE`]
+    /// bytes each.
+    chain: Local,
+    /// The scan's window: one piece of `scan_item` bytes per node or leaf
+    /// fetched in a round.
+    scan: Local,
+    /// Bytes of a scan piece: a whole node or a whole leaf.
+    scan_item: usize,
 }
 
-fn root_name(name: &str) -> String {
-    format!("art/{name}")
+impl Scratch {
+    /// Bytes of a split's piece: a new node's image, padded.
+    const CHAIN_PIECE: usize = NEW_NODE.next_multiple_of(64);
+
+    /// The regions for leaves of `leaf_bytes` bytes. The scan's window
+    /// takes what the other regions leave of [`SCAN_BUDGET`]: 2 to
+    /// [`SCAN_WIDTH`] items.
+    fn declare(leaf_bytes: usize) -> (Self, LocalLayout) {
+        let leaf = leaf_bytes.next_multiple_of(64);
+        let mut l = LocalLayout::new();
+        let node = l.region("internal node", NODE_BYTES);
+        let word = l.region("word", 8);
+        let leaf_r = l.region("leaf", leaf);
+        let new = l.region("new leaf", leaf);
+        let chain = l.region("split chain", MAX_CHAIN * Self::CHAIN_PIECE);
+        let scan_item = leaf.max(NODE_BYTES.next_multiple_of(64));
+        let at = l.bytes().next_multiple_of(64);
+        let width = (SCAN_BUDGET.saturating_sub(at) / scan_item).clamp(2, SCAN_WIDTH);
+        let scan = l.region("scan window", width * scan_item);
+        let s = Scratch {
+            node,
+            word,
+            leaf: leaf_r,
+            new,
+            chain,
+            scan,
+            scan_item,
+        };
+        (s, l)
+    }
+
+    /// Items a scan fetches per round.
+    fn scan_width(&self) -> usize {
+        self.scan.len() / self.scan_item
+    }
 }
 
 /// A tree: what every client of it shares. `Send + Sync`; make one
 /// [`ArtClient`] per worker with [`ArtTree::client`].
 pub struct ArtTree {
-    pub(crate) fabric: Arc<dyn Fabric>,
-    name: String,
+    /// The tree's identity: fabric, nodes and keys, root, client chunks.
+    pub(crate) home: Home,
     pub(crate) cfg: ArtConfig,
-    desc: GlobalAddr,
     pub(crate) root: GlobalAddr,
     /// The node-lock table.
     locks: GlobalAddr,
-    nodes: Vec<NodeId>,
-    rkeys: Vec<Option<Rkey>>,
-    /// Chunks taken by this process's clients (freed by `destroy`).
-    chunks: Arc<Mutex<Vec<GlobalAddr>>>,
+    /// Task-local memory of the operations.
+    scratch: Scratch,
+    layout: LocalLayout,
     /// Whether one WRITE's words land in address order (rear lock).
     in_order: bool,
     /// Read-delegation and write-combining windows, one table per compute
@@ -216,142 +311,96 @@ pub struct ArtTree {
     leaf_locks: PerMachine<TicketLocks>,
 }
 
+/// Bytes of the descriptor's chunk before the node-lock table: the
+/// descriptor, then the root node.
+const ROOT_END: u64 = (DESC_BYTES + NODE_BYTES as u64).next_multiple_of(64);
+/// The root node sits right after the descriptor.
+const DESC_BYTES: u64 = std::mem::size_of::<TreeDesc>() as u64;
+
 impl ArtTree {
-    /// Creates tree `name` (descriptor and root node on the lowest memory
-    /// node; other nodes spread over the fabric by the clients'
-    /// allocators) and registers it as a named root.
+    /// Creates tree `name` (descriptor, root node and node-lock table in
+    /// one chunk on the lowest memory node; other nodes spread over the
+    /// fabric by the clients' allocators) and registers it as a named
+    /// root. Nothing is left behind if it fails.
     pub fn create(
         fabric: Arc<dyn Fabric>,
         name: &str,
         cfg: ArtConfig,
-    ) -> Result<Arc<Self>, ArtError> {
+    ) -> Result<Arc<Self>, IndexError> {
         cfg.validate()?;
-        let (home, nodes) = dmkit_fabric::home_node(fabric.as_ref())
-            .ok_or_else(|| ArtError::Config("fabric has no memory nodes".into()))?;
-        let rkeys = dmkit_fabric::heap_rkeys(fabric.as_ref(), &nodes)?;
-        let oom = |what| move |source| ArtError::OutOfMemory { what, source };
-        let root_end = (64 + NODE_BYTES as u64).next_multiple_of(64);
-        let (desc, _, _) = fabric
-            .alloc_chunk(home, root_end + 8 * LOCK_WORDS, true)
-            .map_err(oom("allocating the root"))?;
-        let root = desc.add(64);
-        let locks = desc.add(root_end);
-        let result = (|| {
-            let rk = rkeys[home as usize].expect("rkey of a listed node");
-            let mut qp = SyncQp::new(fabric.as_ref(), home, 64)?;
-            let header = Header::new(0, NodeType::N256, &[]);
-            qp.write_u64(root.add(NODE_HEADER), rk, header.0)?;
-            let d = TreeDesc {
-                magic: DESC_MAGIC,
-                root: root.raw(),
-                max_key: cfg.max_key as u64,
-                max_value: cfg.max_value as u64,
-                flags: cfg.in_place as u64,
-                locks: locks.raw(),
-                reserved: [0; 2],
-            };
-            qp.write(desc, rk, &d.to_bytes())?;
-            if !dmkit_fabric::claim_root(fabric.as_ref(), home, &root_name(name), desc.raw())? {
-                return Err(ArtError::AlreadyExists(name.into()));
-            }
-            Ok(())
-        })();
-        if let Err(e) = result {
-            let _ = fabric.free_chunk(desc);
-            return Err(e);
-        }
-        let in_order = fabric.caps().in_order_write;
-        Ok(Arc::new(Self {
-            fabric,
-            name: name.into(),
+        let mut c = Creation::begin(fabric, KIND, name, &[])?;
+        let desc = c.alloc(c.home(), ROOT_END + 8 * LOCK_WORDS, "allocating the root")?;
+        let root = desc.add(DESC_BYTES);
+        let locks = desc.add(ROOT_END);
+        let header = Header::new(0, NodeType::N256, &[]);
+        c.write(root.add(NODE_HEADER), header.0.as_bytes())?;
+        let d = TreeDesc {
+            magic: DESC_MAGIC.word(),
+            root: root.raw(),
+            max_key: cfg.max_key as u64,
+            max_value: cfg.max_value as u64,
+            flags: if cfg.in_place { FLAG_IN_PLACE } else { 0 },
+            locks: locks.raw(),
+            reserved: [0; 2],
+        };
+        c.write(desc, d.as_bytes())?;
+        let home = c.publish(desc)?;
+        Ok(Arc::new(Self::assemble(home, cfg, root, locks)))
+    }
+
+    fn assemble(home: Home, cfg: ArtConfig, root: GlobalAddr, locks: GlobalAddr) -> Self {
+        let in_order = home.fabric().caps().in_order_write;
+        let (scratch, layout) = Scratch::declare(leaf_bytes(cfg.kcap(), cfg.max_value));
+        Self {
+            home,
             cfg,
-            desc,
             root,
             locks,
-            nodes,
-            rkeys,
-            chunks: Arc::default(),
+            scratch,
+            layout,
             in_order,
             rdwc: PerMachine::default(),
             caches: PerMachine::default(),
             node_locks: PerMachine::default(),
             leaf_locks: PerMachine::default(),
-        }))
+        }
     }
 
     /// Opens tree `name`. Structural settings come from the tree; `cfg`
-    /// supplies the client-side ones (cache, rear lock, chunk size).
+    /// supplies the client-side ones (cache, rear lock, chunk size,
+    /// retries).
     pub fn open(
         fabric: Arc<dyn Fabric>,
         name: &str,
         cfg: ArtConfig,
-    ) -> Result<Arc<Self>, ArtError> {
-        let (home, nodes) = dmkit_fabric::home_node(fabric.as_ref())
-            .ok_or_else(|| ArtError::Config("fabric has no memory nodes".into()))?;
-        let rkeys = dmkit_fabric::heap_rkeys(fabric.as_ref(), &nodes)?;
-        let desc = dmkit_fabric::find_root(fabric.as_ref(), home, &root_name(name))?
-            .ok_or_else(|| ArtError::NoSuchTree(name.into()))?;
-        let mut qp = SyncQp::new(fabric.as_ref(), home, 64)?;
-        let d =
-            TreeDesc::from_bytes(&qp.read(desc, rkeys[home as usize].expect("home rkey"), 64)?);
-        if d.magic == OLD_DESC_MAGIC {
-            return Err(ArtError::Config(format!(
-                "tree {name:?} was made by an older dmkit (24-byte leaf heads); \
-                 destroy and rebuild it"
-            )));
-        }
-        if d.magic != DESC_MAGIC {
-            return Err(ArtError::Corrupt {
-                addr: desc,
-                what: "tree descriptor",
-            });
-        }
+    ) -> Result<Arc<Self>, IndexError> {
+        let (home, desc) =
+            dmkit_index::lifecycle::open(fabric, KIND, name, DESC_MAGIC, DESC_BYTES as usize)?;
+        let (d, _) = TreeDesc::read_from_prefix(&desc)
+            .map_err(|_| corrupt(home.desc(), "tree descriptor"))?;
         let cfg = ArtConfig {
             max_key: d.max_key as usize,
             max_value: d.max_value as usize,
-            in_place: d.flags & 1 != 0,
+            in_place: d.flags & FLAG_IN_PLACE != 0,
             ..cfg
         };
         cfg.validate()?;
-        let in_order = fabric.caps().in_order_write;
-        Ok(Arc::new(Self {
-            fabric,
-            name: name.into(),
-            cfg,
-            desc,
-            root: GlobalAddr::from_raw(d.root),
-            locks: GlobalAddr::from_raw(d.locks),
-            nodes,
-            rkeys,
-            chunks: Arc::default(),
-            in_order,
-            rdwc: PerMachine::default(),
-            caches: PerMachine::default(),
-            node_locks: PerMachine::default(),
-            leaf_locks: PerMachine::default(),
-        }))
+        let (root, locks) = (GlobalAddr::from_raw(d.root), GlobalAddr::from_raw(d.locks));
+        Ok(Arc::new(Self::assemble(home, cfg, root, locks)))
     }
 
-    /// Removes the tree: unregisters its name and frees the root and the
-    /// chunks this process's clients took (other processes free theirs by
-    /// calling this too, or lose them with the node). No client may use the
-    /// tree afterwards.
-    pub fn destroy(&self) -> Result<(), ArtError> {
-        let home = self.desc.node();
-        let name = root_name(&self.name);
-        if !dmkit_fabric::release_root(self.fabric.as_ref(), home, &name, self.desc.raw())? {
-            return Err(ArtError::NoSuchTree(self.name.clone()));
-        }
-        self.fabric.free_chunk(self.desc)?;
-        let chunks = std::mem::take(&mut *self.chunks.lock().unwrap_or_else(|p| p.into_inner()));
-        for c in chunks {
-            self.fabric.free_chunk(c)?;
-        }
-        Ok(())
+    /// Removes the tree: unregisters its name and frees its chunk (the
+    /// descriptor, root node and node-lock table) and the chunks this
+    /// process's clients took (other processes free theirs by calling this
+    /// too, or lose them with the node). No client may use the tree
+    /// afterwards.
+    pub fn destroy(&self) -> Result<(), IndexError> {
+        self.home.destroy(|| Ok([self.home.desc()]))
     }
 
+    /// The tree's name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.home.name()
     }
 
     /// The effective configuration.
@@ -390,24 +439,26 @@ impl ArtTree {
                 self.leaf_locks
                     .get(machine, || TicketLocks::new(LOCK_WORDS as usize, 0))
             }),
-            cache: self
-                .caches
-                .get(machine, || Cache::new(self.cfg.cache_bytes, self.root)),
+            cache: self.caches.get(machine, || {
+                Cache::new(self.cfg.cache_bytes, Some(self.root))
+            }),
             st: Rc::new(RefCell::new(ClientState {
                 buf: Vec::new(),
-                alloc: BlockAlloc::new(self.cfg.chunk_bytes, Nanos::MAX / 4, self.chunks.clone()),
+                alloc: BlockAlloc::new(
+                    self.cfg.chunk_bytes,
+                    Nanos::MAX / 4,
+                    self.home.client_chunks(),
+                ),
                 owner: id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
                 counters: TreeCounters::default(),
             })),
         }
     }
 
-    pub(crate) fn rkey(&self, node: NodeId) -> Result<Rkey, ArtError> {
-        self.rkeys
-            .get(node as usize)
-            .copied()
-            .flatten()
-            .ok_or(ArtError::Fabric(FabricError::NoSuchNode(node)))
+    /// The reference to `addr` (its node's heap key attached).
+    #[inline]
+    pub(crate) fn remote(&self, addr: GlobalAddr) -> Result<RemoteRef, IndexError> {
+        self.home.remote(addr)
     }
 
     /// Bytes of a leaf at full capacity (in-place leaves).
@@ -498,30 +549,18 @@ impl LeafCopy {
     }
 }
 
-// Task-local layout.
-const L_NODE: usize = 0;
-const L_WORD: usize = NODE_BYTES.next_multiple_of(64);
-const L_LEAF: usize = L_WORD + 64;
 /// Node images written by one split (a chain of at most this many nodes).
 const MAX_CHAIN: usize = MAX_KEY_LIMIT / (HEADER_PREFIX + 1) + 2;
-/// Bytes written per new node: reverse pointer, header, four slots.
-const NEW_NODE: usize = 16 + 8 * 4;
+/// Task-local bytes the scan's window is sized for, with the other
+/// regions (see [`Scratch`]).
+const SCAN_BUDGET: usize = 64 << 10;
+/// Most items a scan fetches in one round trip.
+const SCAN_WIDTH: usize = 32;
 /// How often a joiner checks its window (ns).
 const WAIT_NS: Nanos = 500;
-/// Attempts before an operation reports a livelock.
-const MAX_ATTEMPTS: u32 = 10_000;
-/// A lock spin gives up only after [`MAX_ATTEMPTS`] attempts *and* this
-/// much of its worker's time (ns): a spin lock is not fair, and behind
-/// sixteen machines' hand-over queues on slow memory nodes a waiter can
-/// lose 10,000 round trips in a row (50 ms on the radix-tree paper's
-/// testbed model) with every holder alive.
-const GIVE_UP_NS: Nanos = 1_000_000_000;
-
-/// Whether a spin that started at `t0` has tried long enough to call the
-/// lock's holder dead or the system livelocked.
-fn give_up(ctx: &Ctx, attempts: u32, t0: Nanos) -> bool {
-    attempts > MAX_ATTEMPTS && ctx.now().saturating_sub(t0) > GIVE_UP_NS
-}
+/// Torn reads of one leaf in a row after which its checksum is taken to
+/// never match (corrupt memory rather than a write-back in progress).
+const TORN_LIMIT: u32 = 1000;
 /// Attempts that may use the cache (later ones traverse from the root).
 const CACHED_ATTEMPTS: u32 = 3;
 
@@ -545,6 +584,17 @@ enum WriteMode {
     Delete,
 }
 
+impl WriteMode {
+    /// The operation's name (in a [`IndexError::GaveUp`]).
+    fn name(self) -> &'static str {
+        match self {
+            WriteMode::Insert => "insert",
+            WriteMode::Update => "update",
+            WriteMode::Delete => "delete",
+        }
+    }
+}
+
 impl ArtClient {
     pub fn tree(&self) -> &Arc<ArtTree> {
         &self.t
@@ -566,37 +616,23 @@ impl ArtClient {
         &self.cache
     }
 
-    fn leaf_cap(&self) -> usize {
-        self.t.leaf_cap().next_multiple_of(64)
-    }
-    fn l_new(&self) -> usize {
-        L_LEAF + self.leaf_cap()
-    }
-    fn l_img(&self) -> usize {
-        self.l_new() + self.leaf_cap()
-    }
-    fn l_scan(&self) -> usize {
-        self.l_img() + MAX_CHAIN * NEW_NODE.next_multiple_of(64)
-    }
-    fn scan_item(&self) -> usize {
-        self.leaf_cap().max(NODE_BYTES.next_multiple_of(64))
+    /// The task-local memory of the tree's operations.
+    #[inline(always)]
+    fn sc(&self) -> &Scratch {
+        &self.t.scratch
     }
 
-    /// Task-local bytes the tree needs.
-    pub fn local_bytes_needed(&self) -> usize {
-        self.l_scan() + 2 * self.scan_item()
+    /// Bytes of the largest leaf (in-place leaves: every leaf), in whole
+    /// 64-byte units.
+    fn leaf_room(&self) -> usize {
+        self.sc().leaf.len()
     }
 
-    fn check_key(&self, ctx: &Ctx, key: &[u8]) -> Result<(), ArtError> {
-        if key.is_empty() || key.len() > self.t.cfg.max_key {
-            return Err(ArtError::KeyLength {
-                len: key.len(),
-                max: self.t.cfg.max_key,
-            });
-        }
-        let need = self.local_bytes_needed();
+    /// Whether the task has the memory the tree declared.
+    fn check_local(&self, ctx: &Ctx) -> Result<(), IndexError> {
+        let need = self.t.layout.bytes();
         if ctx.local_len() < need {
-            return Err(ArtError::LocalMemory {
+            return Err(IndexError::LocalMemory {
                 have: ctx.local_len(),
                 need,
             });
@@ -604,9 +640,20 @@ impl ArtClient {
         Ok(())
     }
 
-    fn check_value(&self, value: &[u8]) -> Result<(), ArtError> {
+    fn check_key(&self, ctx: &Ctx, key: &[u8]) -> Result<(), IndexError> {
+        if key.is_empty() || key.len() > self.t.cfg.max_key {
+            return Err(IndexError::KeyLength {
+                len: key.len(),
+                min: 1,
+                max: self.t.cfg.max_key,
+            });
+        }
+        self.check_local(ctx)
+    }
+
+    fn check_value(&self, value: &[u8]) -> Result<(), IndexError> {
         if value.len() > self.t.cfg.max_value {
-            return Err(ArtError::ValueTooLarge {
+            return Err(IndexError::ValueTooLarge {
                 len: value.len(),
                 max: self.t.cfg.max_value,
             });
@@ -624,21 +671,19 @@ impl ArtClient {
         f(&mut self.st.borrow_mut().counters)
     }
 
-    /// After the `conflicts`-th lost race of an operation: counts it and
-    /// backs off (or gives up after [`MAX_ATTEMPTS`]).
-    async fn pause(&self, ctx: &Ctx, conflicts: u32) -> Result<(), ArtError> {
-        if conflicts > MAX_ATTEMPTS {
-            return Err(ArtError::TooManyRetries(conflicts));
-        }
+    /// A lost race of an operation that starts over: counts it in `retry`
+    /// (which gives up once the tree's [`RetryPolicy`] is spent) and backs
+    /// off through the runtime.
+    async fn pause(&self, ctx: &Ctx, retry: &mut Retry) -> Result<(), IndexError> {
+        retry.backoff(ctx).await?;
         self.count(|c| c.restarts += 1);
-        ctx.backoff().await;
         Ok(())
     }
 
-    /// Where to start after the `conflicts`-th restart.
-    fn top(conflicts: u32) -> Start {
+    /// Where to start over after the races `retry` counted.
+    fn top(retry: &Retry) -> Start {
         Start::Top {
-            use_cache: conflicts < CACHED_ATTEMPTS,
+            use_cache: retry.attempts() < CACHED_ATTEMPTS,
         }
     }
 
@@ -656,26 +701,25 @@ impl ArtClient {
         ty: NodeType,
         e: usize,
         expect_rev: Option<GlobalAddr>,
-    ) -> Result<Option<Arc<NodeView>>, ArtError> {
-        let rk = self.t.rkey(addr.node())?;
+    ) -> Result<Option<Arc<NodeView>>, IndexError> {
+        let node = self.t.remote(addr)?;
         let ty = ty.max(NodeType::N4);
-        ctx.read(RemoteRef::new(addr, rk), Local::at(L_NODE, ty.read_bytes()));
+        let buf = self.sc().node;
+        ctx.read(node, buf.prefix(ty.read_bytes()));
         ctx.sync().await?;
-        let header = Header(ctx.local_u64(Local::at(L_NODE + NODE_HEADER as usize, 8)));
+        let head: NodeHead = ctx.get_as(buf.prefix(NODE_HEAD));
+        let header = Header(head.header);
         let Some(hty) = header.ty() else {
-            return Err(ArtError::Corrupt {
-                addr,
-                what: "internal node header",
-            });
+            return Err(corrupt(addr, "internal node header"));
         };
         if hty > ty {
             ctx.read(
-                RemoteRef::new(addr.add(ty.read_bytes() as u64), rk),
-                Local::at(L_NODE + ty.read_bytes(), hty.read_bytes() - ty.read_bytes()),
+                node.add(ty.read_bytes() as u64),
+                buf.slice(ty.read_bytes(), hty.read_bytes() - ty.read_bytes()),
             );
             ctx.sync().await?;
         }
-        let rev = GlobalAddr::from_raw(ctx.local_u64(Local::at(L_NODE, 8)));
+        let rev = GlobalAddr::from_raw(head.rev);
         let d = header.depth();
         if hty == NodeType::Deleted
             || d > e
@@ -685,11 +729,8 @@ impl ArtClient {
             self.cache().remove(addr);
             return Ok(None);
         }
-        let n = hty.slots();
-        let mut slots = vec![0u64; n];
-        for (i, s) in slots.iter_mut().enumerate() {
-            *s = ctx.local_u64(Local::at(L_NODE + 16 + 8 * i, 8));
-        }
+        let mut slots = vec![0u64; hty.slots()];
+        ctx.get_local(buf.skip(NODE_SLOTS as usize), slots.as_mut_bytes());
         let v = Arc::new(NodeView::new(addr, header, rev, slots));
         self.cache().put(v.clone());
         Ok(Some(v))
@@ -697,53 +738,45 @@ impl ArtClient {
 
     /// Reads the leaf of `slot` and classifies it against `key`; re-reads
     /// a torn leaf (a write-back in progress).
-    async fn read_leaf(&self, ctx: &Ctx, slot: Slot, key: &[u8]) -> Result<LeafIs, ArtError> {
+    async fn read_leaf(&self, ctx: &Ctx, slot: Slot, key: &[u8]) -> Result<LeafIs, IndexError> {
         let addr = slot.ptr();
-        let rk = self.t.rkey(addr.node())?;
+        let leaf = self.t.remote(addr)?;
         // The item only: meta word, key and value (not the reverse pointer
         // before it nor the lock word after it; see `layout`).
         let len = item_len(self.leaf_len(slot)?);
-        let mut torn = 0u32;
+        let mut retry = Retry::new("leaf read", self.t.cfg.retry);
         loop {
-            ctx.read(
-                RemoteRef::new(addr.add(LEAF_META), rk),
-                Local::at(L_LEAF, len),
-            );
+            let item = self.sc().leaf.prefix(len);
+            ctx.read(leaf.add(LEAF_META), item);
             ctx.sync().await?;
-            if let Some(is) = self.with_item(ctx, L_LEAF, len, |l| l.map(|l| classify(&l, key))) {
+            if let Some(is) = self.with_item(ctx, item, |l| l.map(|l| classify(&l, key))) {
                 return Ok(is);
             }
-            torn += 1;
             self.count(|c| c.torn_reads += 1);
-            if torn > 1000 {
-                return Err(ArtError::Corrupt {
-                    addr,
-                    what: "leaf (checksum never matches)",
-                });
+            if retry.attempts() >= TORN_LIMIT {
+                return Err(corrupt(addr, "leaf (checksum never matches)"));
             }
-            ctx.backoff().await;
+            retry.backoff(ctx).await?;
         }
     }
 
     /// Bytes to read for the leaf of `slot`.
-    fn leaf_len(&self, slot: Slot) -> Result<usize, ArtError> {
+    fn leaf_len(&self, slot: Slot) -> Result<usize, IndexError> {
         if self.t.cfg.in_place {
             return Ok(self.t.leaf_cap());
         }
         let n = slot.units() as usize * 64;
-        if n == 0 || n > self.leaf_cap() {
-            return Err(ArtError::Corrupt {
-                addr: slot.ptr(),
-                what: "leaf slot length",
-            });
+        if n == 0 || n > self.leaf_room() {
+            return Err(corrupt(slot.ptr(), "leaf slot length"));
         }
         Ok(n)
     }
 
-    /// Decodes the item of a whole leaf read to task-local `off` (`len`
-    /// bytes, reverse pointer to lock word).
-    fn decode(&self, ctx: &Ctx, off: usize, len: usize) -> Option<LeafCopy> {
-        self.with_item(ctx, off + LEAF_META as usize, item_len(len), |l| {
+    /// Decodes the item of a whole leaf read into task-local `leaf`
+    /// (reverse pointer to lock word).
+    fn decode(&self, ctx: &Ctx, leaf: Local) -> Option<LeafCopy> {
+        let item = leaf.slice(LEAF_META as usize, item_len(leaf.len()));
+        self.with_item(ctx, item, |l| {
             l.map(|l| LeafCopy {
                 meta: l.meta,
                 key: l.key.to_vec(),
@@ -752,18 +785,18 @@ impl ArtClient {
         })
     }
 
-    /// Decodes the leaf item (meta word on) at task-local `off` through the
-    /// client's reusable buffer (no allocation on the search path).
+    /// Decodes the leaf item (meta word on) read into task-local `item`
+    /// through the client's reusable buffer (no allocation on the search
+    /// path).
     fn with_item<R>(
         &self,
         ctx: &Ctx,
-        off: usize,
-        len: usize,
+        item: Local,
         f: impl FnOnce(Option<crate::layout::Item<'_>>) -> R,
     ) -> R {
         let mut buf = std::mem::take(&mut self.st.borrow_mut().buf);
-        buf.resize(len, 0);
-        ctx.get_local(Local::at(off, buf.len()), &mut buf);
+        buf.resize(item.len(), 0);
+        ctx.get_local(item, &mut buf);
         let r = f(decode_item(&buf, self.t.cfg.kcap()));
         self.st.borrow_mut().buf = buf;
         r
@@ -794,7 +827,7 @@ impl ArtClient {
         tk: &[u8],
         f: impl FnOnce(&Arc<NodeView>, usize, Option<Link>) -> R,
     ) -> Option<R> {
-        let cache = self.cache().reader();
+        let cache: Reader<'_> = self.cache().reader();
         let mut v = cache.get(self.t.root)?;
         let (mut e, mut link) = (0, None);
         loop {
@@ -826,7 +859,7 @@ impl ArtClient {
     /// the leaf slot of the key's byte. Mismatches and missing slots are
     /// only reported from nodes read now; a leaf slot may come from a
     /// cached snapshot (`Pos::fresh` false). `None`: start over.
-    async fn descend(&self, ctx: &Ctx, tk: &[u8], from: Start) -> Result<Option<Pos>, ArtError> {
+    async fn descend(&self, ctx: &Ctx, tk: &[u8], from: Start) -> Result<Option<Pos>, IndexError> {
         let (mut v, mut e, mut link, mut fresh) = match from {
             Start::Top { use_cache } => match use_cache.then(|| self.cache_walk(tk)).flatten() {
                 Some((v, e, link)) => (v, e, link, false),
@@ -835,12 +868,7 @@ impl ArtClient {
                     .await?
                 {
                     Some(v) => (v, 0, None, true),
-                    None => {
-                        return Err(ArtError::Corrupt {
-                            addr: self.t.root,
-                            what: "root node",
-                        })
-                    }
+                    None => return Err(corrupt(self.t.root, "root node")),
                 },
             },
             Start::Node { addr, ty, e, link } => {
@@ -854,10 +882,7 @@ impl ArtClient {
             let step = match v.match_prefix(e, tk) {
                 Err(j) => Err(Kind::Mismatch(j)),
                 Ok(pos) if pos >= tk.len() => {
-                    return Err(ArtError::Corrupt {
-                        addr: v.addr,
-                        what: "internal node deeper than the key",
-                    })
+                    return Err(corrupt(v.addr, "internal node deeper than the key"))
                 }
                 Ok(pos) => match v.find(tk[pos]) {
                     None => Err(Kind::NoSlot { pos }),
@@ -936,7 +961,7 @@ impl ArtClient {
     // ---- operations ----------------------------------------------------
 
     /// The value of `key`, if present.
-    pub async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, ArtError> {
+    pub async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
         self.check_key(ctx, key)?;
         let _op = ctx.read_op("search").await;
         if !self.t.cfg.read_delegation {
@@ -991,16 +1016,15 @@ impl ArtClient {
         ctx: &Ctx,
         key: &[u8],
         w: Option<&rdwc::Shared>,
-    ) -> Result<Option<Vec<u8>>, ArtError> {
+    ) -> Result<Option<Vec<u8>>, IndexError> {
         let tk = self.tree_key(key);
-        let mut conflicts = 0;
+        let mut retry = Retry::new("search", self.t.cfg.retry);
         let mut from = Start::Top { use_cache: true };
         let mut cached_only = true;
         loop {
             let Some(p) = self.descend(ctx, &tk, from).await? else {
-                conflicts += 1;
-                self.pause(ctx, conflicts).await?;
-                from = Self::top(conflicts);
+                self.pause(ctx, &mut retry).await?;
+                from = Self::top(&retry);
                 cached_only = false;
                 continue;
             };
@@ -1016,8 +1040,7 @@ impl ArtClient {
                     return Ok(Some(l.value));
                 }
                 LeafIs::Replaced => {
-                    conflicts += 1;
-                    self.pause(ctx, conflicts).await?;
+                    self.pause(ctx, &mut retry).await?;
                     from = Start::Top { use_cache: false };
                     cached_only = false;
                 }
@@ -1046,7 +1069,7 @@ impl ArtClient {
     }
 
     /// Inserts `key` if absent; `false` (and no change) if present.
-    pub async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, ArtError> {
+    pub async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
         self.check_key(ctx, key)?;
         self.check_value(value)?;
         let _op = ctx.op("insert").await;
@@ -1054,7 +1077,7 @@ impl ArtClient {
     }
 
     /// Replaces the value of `key` if present; `false` if absent.
-    pub async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, ArtError> {
+    pub async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
         self.check_key(ctx, key)?;
         self.check_value(value)?;
         let _op = ctx.op("update").await;
@@ -1086,7 +1109,7 @@ impl ArtClient {
 
     /// Removes `key` if present: its leaf is marked deleted (the slot keeps
     /// pointing at it until an insert with that byte reuses the slot).
-    pub async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, ArtError> {
+    pub async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, IndexError> {
         self.check_key(ctx, key)?;
         let _op = ctx.op("delete").await;
         self.write(ctx, key, &[], WriteMode::Delete, None).await
@@ -1101,15 +1124,14 @@ impl ArtClient {
         value: &[u8],
         mode: WriteMode,
         wcb: Option<&rdwc::Shared>,
-    ) -> Result<bool, ArtError> {
+    ) -> Result<bool, IndexError> {
         let tk = self.tree_key(key);
-        let mut conflicts = 0;
+        let mut retry = Retry::new(mode.name(), self.t.cfg.retry);
         let mut from = Start::Top { use_cache: true };
         loop {
             let Some(p) = self.descend(ctx, &tk, from).await? else {
-                conflicts += 1;
-                self.pause(ctx, conflicts).await?;
-                from = Self::top(conflicts);
+                self.pause(ctx, &mut retry).await?;
+                from = Self::top(&retry);
                 continue;
             };
             if mode != WriteMode::Insert {
@@ -1131,8 +1153,7 @@ impl ArtClient {
                     Locked::Absent if p.fresh => return Ok(false),
                     Locked::Absent => from = Self::again(&p),
                     Locked::Retry => {
-                        conflicts += 1;
-                        self.pause(ctx, conflicts).await?;
+                        self.pause(ctx, &mut retry).await?;
                         from = Start::Top { use_cache: false };
                     }
                 }
@@ -1184,8 +1205,7 @@ impl ArtClient {
                 Next::Done => return Ok(true),
                 Next::Continue(s) => from = s,
                 Next::Conflict(s) => {
-                    conflicts += 1;
-                    self.pause(ctx, conflicts).await?;
+                    self.pause(ctx, &mut retry).await?;
                     from = s;
                 }
             }
@@ -1198,14 +1218,14 @@ impl ArtClient {
         &self,
         ctx: &Ctx,
         node: GlobalAddr,
-        f: impl std::future::Future<Output = Result<T, ArtError>>,
-    ) -> Result<T, ArtError> {
+        f: impl std::future::Future<Output = Result<T, IndexError>>,
+    ) -> Result<T, IndexError> {
         if self.t.cfg.lock_free_internal {
             return f.await;
         }
         let i = dmkit_runtime::hash::hash64(&node.raw().to_le_bytes(), 0x10C4) & (LOCK_WORDS - 1);
         let lock = self.t.locks.add(8 * i);
-        let rk = self.t.rkey(lock.node())?;
+        let lock = self.t.remote(lock)?;
         let owner = self.st.borrow().owner;
         // HOCL, as the paper applies it to its baselines (§5.1): queue on
         // the machine's local lock first; a local predecessor may hand the
@@ -1216,17 +1236,16 @@ impl ArtClient {
             .expect("clients of a tree with node locks have a local table");
         let g = local.acquire(ctx, i as usize).await;
         if !g.handed {
-            let mut tries = 0u32;
-            let t0 = ctx.now();
+            // `backoff_cas` backs off itself: the budget only counts.
+            let mut retry = Retry::new("node lock", self.t.cfg.retry);
             let got = loop {
-                match ctx.backoff_cas(RemoteRef::new(lock, rk), 0, owner).await {
+                match ctx.backoff_cas(lock, 0, owner).await {
                     Ok(0) => break Ok(()),
                     Ok(_) => {}
-                    Err(e) => break Err(ArtError::from(e)),
+                    Err(e) => break Err(IndexError::from(e)),
                 }
-                tries += 1;
-                if give_up(ctx, tries, t0) {
-                    break Err(ArtError::TooManyRetries(tries));
+                if let Err(e) = retry.lost(ctx) {
+                    break Err(e);
                 }
             };
             if let Err(e) = got {
@@ -1234,12 +1253,15 @@ impl ArtClient {
                 return Err(e);
             }
         }
+        // The change runs with the node's lock ours: taken here (CAS from
+        // free to `owner`) or handed over by a local predecessor.
         let r = f.await;
         let released = if local.hand_over(g) {
             Ok(())
         } else {
-            ctx.set_local_u64(Local::at(L_WORD, 8), 0);
-            ctx.write(RemoteRef::new(lock, rk), Local::at(L_WORD, 8));
+            let word = self.sc().word;
+            ctx.set_local_u64(word, 0);
+            ctx.write(lock, word);
             ctx.sync().await
         };
         local.release(g);
@@ -1258,7 +1280,7 @@ impl ArtClient {
     /// node served nothing (the radix-tree paper runs on two; §5.2 counts
     /// both nodes' IOPS).
     fn home_of(&self, parent: GlobalAddr, b: u8) -> NodeId {
-        let nodes = &self.t.nodes;
+        let nodes = self.t.home.nodes();
         if parent == self.t.root && nodes.len() > 1 {
             nodes[b as usize % nodes.len()]
         } else {
@@ -1273,18 +1295,18 @@ impl ArtClient {
         bytes: usize,
         prefer: NodeId,
         what: &'static str,
-    ) -> Result<GlobalAddr, ArtError> {
+    ) -> Result<GlobalAddr, IndexError> {
         let units = bytes.div_ceil(64) as u64;
         let mut st = self.st.borrow_mut();
         st.alloc
             .alloc(
-                self.t.fabric.as_ref(),
-                &self.t.nodes,
+                self.t.home.fabric().as_ref(),
+                self.t.home.nodes(),
                 prefer,
                 units,
                 ctx.now(),
             )
-            .map_err(|source| ArtError::OutOfMemory { what, source })
+            .map_err(|source| IndexError::OutOfMemory { what, source })
     }
 
     fn free_unpublished(&self, addr: GlobalAddr, bytes: usize) {
@@ -1302,7 +1324,7 @@ impl ArtClient {
         parent: GlobalAddr,
         key: &[u8],
         value: &[u8],
-    ) -> Result<(GlobalAddr, u64, usize), ArtError> {
+    ) -> Result<(GlobalAddr, u64, usize), IndexError> {
         self.new_leaf_slot(ctx, parent, parent.node(), 0, key, value)
             .map(|(a, s, len)| (a, s.units(), len))
     }
@@ -1317,7 +1339,7 @@ impl ArtClient {
         b: u8,
         key: &[u8],
         value: &[u8],
-    ) -> Result<(GlobalAddr, Slot, usize), ArtError> {
+    ) -> Result<(GlobalAddr, Slot, usize), IndexError> {
         let (kcap, vcap) = if self.t.cfg.in_place {
             (self.t.cfg.kcap(), self.t.cfg.max_value)
         } else {
@@ -1325,12 +1347,15 @@ impl ArtClient {
         };
         let mut img = Vec::new();
         encode_leaf(parent, key, value, kcap, vcap, &mut img);
+        assert!(
+            img.len() <= self.leaf_room(),
+            "a leaf image fits its buffer"
+        );
         let addr = self.alloc(ctx, img.len(), prefer, "allocating a leaf")?;
-        ctx.put_local(Local::at(self.l_new(), img.len()), &img);
-        let slot = Slot::leaf(b, img.len().div_ceil(64) as u64, addr).ok_or(ArtError::Corrupt {
-            addr,
-            what: "leaf address beyond 48 bits",
-        })?;
+        ctx.put_local(self.sc().new, &img);
+        let slot = Slot::leaf(b, img.len().div_ceil(64) as u64, addr)
+            .ok_or(corrupt(addr, "leaf address beyond 48 bits"))?;
+        assert!(slot.is_leaf() && slot.ptr() == addr && slot.pkey() == b);
         Ok((addr, slot, img.len()))
     }
 
@@ -1343,11 +1368,10 @@ impl ArtClient {
         leaf: GlobalAddr,
         len: usize,
         cas_at: GlobalAddr,
-    ) -> Result<(), ArtError> {
-        ctx.write(
-            RemoteRef::new(leaf, self.t.rkey(leaf.node())?),
-            Local::at(self.l_new(), len),
-        );
+    ) -> Result<(), IndexError> {
+        ctx.write(self.t.remote(leaf)?, self.sc().new.prefix(len));
+        // The leaf is written before the CAS that publishes it: queued
+        // ahead of it on the CAS's queue pair, or completed.
         if leaf.node() != cas_at.node() {
             ctx.sync().await?;
         }
@@ -1363,11 +1387,14 @@ impl ArtClient {
         b: u8,
         key: &[u8],
         value: &[u8],
-    ) -> Result<Next, ArtError> {
+    ) -> Result<Next, IndexError> {
         let v = &p.v;
+        assert!(
+            p.fresh && v.find(b).is_none(),
+            "a normal insert goes where the node as read has no slot for its byte"
+        );
         let home = self.home_of(v.addr, b);
         let (leaf, slot, len) = self.new_leaf_slot(ctx, v.addr, home, b, key, value)?;
-        let rk = self.t.rkey(v.addr.node())?;
         let slots = v.slots();
         let mut i = slots.iter().position(|&s| s == 0).unwrap_or(slots.len());
         let mut written = false;
@@ -1376,7 +1403,8 @@ impl ArtClient {
                 self.put_leaf(ctx, leaf, len, v.addr).await?;
                 written = true;
             }
-            let t = ctx.cas(RemoteRef::new(v.slot_addr(i), rk), 0, slot.0);
+            assert!(i >= slots.len() || slots[i] == 0, "a CAS from empty");
+            let t = ctx.cas(self.t.remote(v.slot_addr(i))?, 0, slot.0);
             ctx.sync().await?;
             let old = Slot(ctx.value(t));
             if old.is_empty() {
@@ -1399,10 +1427,10 @@ impl ArtClient {
             }
         }
         self.free_unpublished(leaf, len);
-        Err(ArtError::Corrupt {
-            addr: v.addr,
-            what: "internal node with 256 slots and none for a byte",
-        })
+        Err(corrupt(
+            v.addr,
+            "internal node with 256 slots and none for a byte",
+        ))
     }
 
     /// Makes slot `idx` of `v` visible: raises the header's type, then the
@@ -1414,19 +1442,17 @@ impl ArtClient {
         v: &NodeView,
         idx: usize,
         link: Option<Link>,
-    ) -> Result<(), ArtError> {
+    ) -> Result<(), IndexError> {
         let want = NodeType::fitting(idx);
-        let rk = self.t.rkey(v.addr.node())?;
+        assert!(
+            idx < MAX_SLOTS && want > v.ty(),
+            "only a slot past the visible ones is made visible"
+        );
+        let header = self.t.remote(v.addr.add(NODE_HEADER))?;
         let mut h = v.header;
         let mut switched = false;
         while h.ty().is_some_and(|t| t < want) {
-            let old = ctx
-                .cas_sync(
-                    RemoteRef::new(v.addr.add(NODE_HEADER), rk),
-                    h.0,
-                    h.with_type(want).0,
-                )
-                .await?;
+            let old = ctx.cas_sync(header, h.0, h.with_type(want).0).await?;
             if old == h.0 {
                 switched = true;
                 break;
@@ -1434,15 +1460,11 @@ impl ArtClient {
             h = Header(old);
         }
         if let Some(l) = link {
-            let prk = self.t.rkey(l.slot_addr.node())?;
+            let parent_slot = self.t.remote(l.slot_addr)?;
             let mut s = l.slot;
             while !s.is_leaf() && s.ptr() == v.addr && s.child_type().is_some_and(|t| t < want) {
                 let old = ctx
-                    .cas_sync(
-                        RemoteRef::new(l.slot_addr, prk),
-                        s.0,
-                        s.with_child_type(want).0,
-                    )
+                    .cas_sync(parent_slot, s.0, s.with_child_type(want).0)
                     .await?;
                 if old == s.0 {
                     break;
@@ -1470,16 +1492,16 @@ impl ArtClient {
         b: u8,
         key: &[u8],
         value: &[u8],
-    ) -> Result<Next, ArtError> {
+    ) -> Result<Next, IndexError> {
         let v = &p.v;
+        assert!(
+            old.is_leaf() && old.pkey() == b,
+            "a dead leaf is replaced in its slot, whose partial key never changes"
+        );
         let home = self.home_of(v.addr, b);
         let (leaf, slot, len) = self.new_leaf_slot(ctx, v.addr, home, b, key, value)?;
         self.put_leaf(ctx, leaf, len, v.addr).await?;
-        let t = ctx.cas(
-            RemoteRef::new(v.slot_addr(idx), self.t.rkey(v.addr.node())?),
-            old.0,
-            slot.0,
-        );
+        let t = ctx.cas(self.t.remote(v.slot_addr(idx))?, old.0, slot.0);
         ctx.sync().await?;
         if ctx.value(t) == old.0 {
             self.cache().remove(v.addr);
@@ -1504,14 +1526,11 @@ impl ArtClient {
         other: &[u8],
         key: &[u8],
         value: &[u8],
-    ) -> Result<Next, ArtError> {
+    ) -> Result<Next, IndexError> {
         let v = &p.v;
         let tk1 = self.tree_key(other);
         let Some(q) = (pos + 1..tk.len()).find(|&i| tk[i] != tk1[i]) else {
-            return Err(ArtError::Corrupt {
-                addr: old.ptr(),
-                what: "two leaves for one key",
-            });
+            return Err(corrupt(old.ptr(), "two leaves for one key"));
         };
         // Plan the chain: each node takes up to 6 partial keys; a node that
         // cannot reach position q branches on the next common byte.
@@ -1522,21 +1541,27 @@ impl ArtClient {
             d += HEADER_PREFIX + 1;
         }
         plan.push((d, q - d));
+        assert!(
+            plan[0].0 == pos + 1
+                && plan.windows(2).all(|w| w[1].0 == w[0].0 + w[0].1 + 1)
+                && plan.iter().all(|&(_, n)| n <= HEADER_PREFIX),
+            "the chain holds the keys' common bytes from the slot's on, six a node"
+        );
         if plan.len() > MAX_CHAIN {
-            return Err(ArtError::Corrupt {
-                addr: v.addr,
-                what: "split chain longer than the key",
-            });
+            return Err(corrupt(v.addr, "split chain longer than the key"));
         }
+        let free_nodes = |addrs: &[GlobalAddr]| {
+            for &a in addrs {
+                self.free_unpublished(a, NODE_BYTES);
+            }
+        };
         let mut addrs = Vec::with_capacity(plan.len());
         let home = self.home_of(v.addr, tk[pos]);
         for _ in &plan {
             match self.alloc(ctx, NODE_BYTES, home, "allocating an internal node") {
                 Ok(a) => addrs.push(a),
                 Err(e) => {
-                    for &a in &addrs {
-                        self.free_unpublished(a, NODE_BYTES);
-                    }
+                    free_nodes(&addrs);
                     return Err(e);
                 }
             }
@@ -1545,46 +1570,38 @@ impl ArtClient {
         let (leaf, units, len) = match self.new_leaf(ctx, last, key, value) {
             Ok(x) => x,
             Err(e) => {
-                for &a in &addrs {
-                    self.free_unpublished(a, NODE_BYTES);
-                }
+                free_nodes(&addrs);
                 return Err(e);
             }
         };
-        let ptr_err = |addr| ArtError::Corrupt {
-            addr,
-            what: "address beyond 48 bits",
-        };
+        let ptr_err = |addr| corrupt(addr, "address beyond 48 bits");
         let mut views = Vec::with_capacity(plan.len());
         for (i, &(d, plen)) in plan.iter().enumerate() {
             let rev = if i == 0 { v.addr } else { addrs[i - 1] };
             let header = Header::new(d, NodeType::N4, &tk[d..d + plen]);
-            let mut img = [0u64; NEW_NODE / 8];
-            img[0] = rev.raw();
-            img[1] = header.0;
+            let mut img = NewNode {
+                head: NodeHead {
+                    rev: rev.raw(),
+                    header: header.0,
+                },
+                slots: [0; 4],
+            };
             if i + 1 < plan.len() {
-                img[2] = Slot::node(tk[d + plen], NodeType::N4, addrs[i + 1])
+                img.slots[0] = Slot::node(tk[d + plen], NodeType::N4, addrs[i + 1])
                     .ok_or(ptr_err(addrs[i + 1]))?
                     .0;
             } else {
-                img[2] = Slot::leaf(tk1[q], old.units(), old.ptr())
+                img.slots[0] = Slot::leaf(tk1[q], old.units(), old.ptr())
                     .ok_or(ptr_err(old.ptr()))?
                     .0;
-                img[3] = Slot::leaf(tk[q], units, leaf).ok_or(ptr_err(leaf))?.0;
+                img.slots[1] = Slot::leaf(tk[q], units, leaf).ok_or(ptr_err(leaf))?.0;
             }
-            views.push(NodeView::new(addrs[i], header, rev, img[2..].to_vec()));
-            let bytes: Vec<u8> = img.iter().flat_map(|w| w.to_le_bytes()).collect();
-            let off = self.l_img() + i * NEW_NODE.next_multiple_of(64);
-            ctx.put_local(Local::at(off, bytes.len()), &bytes);
-            ctx.write(
-                RemoteRef::new(addrs[i], self.t.rkey(addrs[i].node())?),
-                Local::at(off, NEW_NODE),
-            );
+            views.push(NodeView::new(addrs[i], header, rev, img.slots.to_vec()));
+            let piece = self.sc().chain.piece(i, Scratch::CHAIN_PIECE);
+            ctx.put_as(piece, &img);
+            ctx.write(self.t.remote(addrs[i])?, piece.prefix(NEW_NODE));
         }
-        ctx.write(
-            RemoteRef::new(leaf, self.t.rkey(leaf.node())?),
-            Local::at(self.l_new(), len),
-        );
+        ctx.write(self.t.remote(leaf)?, self.sc().new.prefix(len));
         if addrs
             .iter()
             .chain([&leaf])
@@ -1593,25 +1610,21 @@ impl ArtClient {
             ctx.sync().await?;
         }
         let new = Slot::node(tk[pos], NodeType::N4, addrs[0]).ok_or(ptr_err(addrs[0]))?;
-        let t = ctx.cas(
-            RemoteRef::new(v.slot_addr(idx), self.t.rkey(v.addr.node())?),
-            old.0,
-            new.0,
-        );
+        // The chain and the leaf are written (queued ahead on the slot's
+        // queue pair, or completed) before the CAS that publishes them,
+        // and the slot keeps its partial key.
+        assert_eq!(new.pkey(), old.pkey(), "a slot's partial key never changes");
+        let t = ctx.cas(self.t.remote(v.slot_addr(idx))?, old.0, new.0);
         ctx.sync().await?;
         if ctx.value(t) != old.0 {
-            for &a in &addrs {
-                self.free_unpublished(a, NODE_BYTES);
-            }
+            free_nodes(&addrs);
             self.free_unpublished(leaf, len);
             return Ok(Next::Conflict(Self::again(p)));
         }
         // The old leaf's reverse pointer now names its new parent.
-        ctx.set_local_u64(Local::at(L_WORD, 8), last.raw());
-        ctx.write(
-            RemoteRef::new(old.ptr(), self.t.rkey(old.ptr().node())?),
-            Local::at(L_WORD, 8),
-        );
+        let word = self.sc().word;
+        ctx.set_local_u64(word, last.raw());
+        ctx.write(self.t.remote(old.ptr())?, word);
         ctx.sync().await?;
         self.cache().remove(v.addr);
         // The new nodes as published: a warm start for the cache
@@ -1629,19 +1642,20 @@ impl ArtClient {
     /// behind theirs) and readers that read the parent before see the old
     /// path, which is still complete: nothing was added below the new node
     /// yet, so no stale snapshot can miss a key.
-    async fn header_split(&self, ctx: &Ctx, p: &Pos, j: usize) -> Result<Next, ArtError> {
+    async fn header_split(&self, ctx: &Ctx, p: &Pos, j: usize) -> Result<Next, IndexError> {
         let v = &p.v;
         let d = v.header.depth();
         let Some(link) = p.link else {
-            return Err(ArtError::Corrupt {
-                addr: v.addr,
-                what: "root node with partial keys",
-            });
+            return Err(corrupt(v.addr, "root node with partial keys"));
         };
         if p.e != d {
             // Another header split of this node is between its two CASes.
             return Ok(Next::Conflict(Start::Top { use_cache: false }));
         }
+        assert!(
+            p.fresh && j < v.header.prefix_len(),
+            "a header splits at a partial key it holds, as read now"
+        );
         let m = self.alloc(
             ctx,
             NODE_BYTES,
@@ -1649,54 +1663,56 @@ impl ArtClient {
             "allocating an internal node",
         )?;
         let prefix: Vec<u8> = (0..j).map(|i| v.header.prefix(i)).collect();
-        let ptr_err = |addr| ArtError::Corrupt {
-            addr,
-            what: "address beyond 48 bits",
+        let ptr_err = |addr| corrupt(addr, "address beyond 48 bits");
+        let mut img = NewNode {
+            head: NodeHead {
+                rev: link.parent.raw(),
+                header: Header::new(d, NodeType::N4, &prefix).0,
+            },
+            slots: [0; 4],
         };
-        let mut img = [0u64; NEW_NODE / 8];
-        img[0] = link.parent.raw();
-        img[1] = Header::new(d, NodeType::N4, &prefix).0;
-        img[2] = Slot::node(v.header.prefix(j), v.ty(), v.addr)
+        img.slots[0] = Slot::node(v.header.prefix(j), v.ty(), v.addr)
             .ok_or(ptr_err(v.addr))?
             .0;
-        let bytes: Vec<u8> = img.iter().flat_map(|w| w.to_le_bytes()).collect();
-        ctx.put_local(Local::at(self.l_img(), bytes.len()), &bytes);
-        ctx.write(
-            RemoteRef::new(m, self.t.rkey(m.node())?),
-            Local::at(self.l_img(), NEW_NODE),
-        );
+        let piece = self.sc().chain.piece(0, Scratch::CHAIN_PIECE);
+        ctx.put_as(piece, &img);
+        ctx.write(self.t.remote(m)?, piece.prefix(NEW_NODE));
+        // The new node is written before the CAS that publishes it.
         if m.node() != link.slot_addr.node() {
             ctx.sync().await?;
         }
         let new = Slot::node(link.slot.pkey(), NodeType::N4, m).ok_or(ptr_err(m))?;
-        let prk = self.t.rkey(link.slot_addr.node())?;
-        let t = ctx.cas(RemoteRef::new(link.slot_addr, prk), link.slot.0, new.0);
+        assert_eq!(
+            new.pkey(),
+            link.slot.pkey(),
+            "a slot's partial key never changes"
+        );
+        let t = ctx.cas(self.t.remote(link.slot_addr)?, link.slot.0, new.0);
         ctx.sync().await?;
         if ctx.value(t) != link.slot.0 {
             self.free_unpublished(m, NODE_BYTES);
             self.cache().remove(link.parent);
             return Ok(Next::Conflict(Start::Top { use_cache: false }));
         }
-        let rk = self.t.rkey(v.addr.node())?;
+        let node = self.t.remote(v.addr)?;
+        // The node now hangs below the new one at position d + j: its
+        // header starts after the partial keys that moved and its slot's.
+        assert_eq!(v.header.cut(j).depth(), d + j + 1);
         let mut h = v.header;
         loop {
-            let old = ctx
-                .cas_sync(RemoteRef::new(v.addr.add(NODE_HEADER), rk), h.0, h.cut(j).0)
-                .await?;
+            let old = ctx.cas_sync(node.add(NODE_HEADER), h.0, h.cut(j).0).await?;
             if old == h.0 {
                 break;
             }
             // Only the type can have changed (a concurrent type switch).
             h = Header(old);
             if h.depth() != d || h.prefix_len() != v.header.prefix_len() {
-                return Err(ArtError::Corrupt {
-                    addr: v.addr,
-                    what: "header changed under a header split",
-                });
+                return Err(corrupt(v.addr, "header changed under a header split"));
             }
         }
-        ctx.set_local_u64(Local::at(L_WORD, 8), m.raw());
-        ctx.write(RemoteRef::new(v.addr, rk), Local::at(L_WORD, 8));
+        let word = self.sc().word;
+        ctx.set_local_u64(word, m.raw());
+        ctx.write(node, word);
         ctx.sync().await?;
         self.cache().remove_all([v.addr, link.parent]);
         self.st.borrow_mut().counters.header_splits += 1;
@@ -1728,7 +1744,7 @@ impl ArtClient {
         slot: Slot,
         key: &[u8],
         value: Option<(&[u8], Option<&rdwc::Shared>)>,
-    ) -> Result<Locked, ArtError> {
+    ) -> Result<Locked, IndexError> {
         let Some(q) = &self.leaf_locks else {
             return self.locked_leaf_remote(ctx, slot, key, value).await;
         };
@@ -1746,11 +1762,12 @@ impl ArtClient {
         slot: Slot,
         key: &[u8],
         value: Option<(&[u8], Option<&rdwc::Shared>)>,
-    ) -> Result<Locked, ArtError> {
+    ) -> Result<Locked, IndexError> {
         let addr = slot.ptr();
-        let rk = self.t.rkey(addr.node())?;
+        let leaf = self.t.remote(addr)?;
         let len = self.t.leaf_cap();
-        let lock_at = addr.add(len as u64 - 8);
+        let lock = leaf.add(lock_offset(len) as u64);
+        let buf = self.sc().leaf.prefix(len);
         let owner = self.st.borrow().owner;
         // A writer that finds the lock taken spins on the same lock (the
         // radix-tree paper's "busy waiting", §3 Challenge 1; its artifact
@@ -1766,45 +1783,44 @@ impl ArtClient {
         // update stream, one writer per compute machine after write
         // combining) those READs were a fifth of a memory node's verbs.
         // A contended acquisition pays one more round trip for its READ.
-        let mut attempts = 0u32;
-        let t0 = ctx.now();
+        //
+        // `cas_outcome` backs off: the budget only counts.
+        let mut retry = Retry::new("leaf lock", self.t.cfg.retry);
         loop {
-            let t = ctx.cas(RemoteRef::new(lock_at, rk), 0, owner);
-            if attempts == 0 {
-                ctx.read(RemoteRef::new(addr, rk), Local::at(L_LEAF, len));
+            let t = ctx.cas(lock, 0, owner);
+            if retry.attempts() == 0 {
+                ctx.read(leaf, buf);
             }
             ctx.sync().await?;
             let got = ctx.value(t) == 0;
             ctx.cas_outcome(got).await;
             if got {
-                if attempts > 0 {
-                    ctx.read(RemoteRef::new(addr, rk), Local::at(L_LEAF, len));
+                if retry.attempts() > 0 {
+                    ctx.read(leaf, buf);
                     ctx.sync().await?;
                 }
                 break;
             }
-            attempts += 1;
-            if give_up(ctx, attempts, t0) {
-                return Err(ArtError::TooManyRetries(attempts));
-            }
+            retry.lost(ctx)?;
             self.count(|c| c.lock_retries += 1);
         }
-        let Some(l) = self.decode(ctx, L_LEAF, len) else {
-            ctx.set_local_u64(Local::at(L_WORD, 8), 0);
-            ctx.write(RemoteRef::new(lock_at, rk), Local::at(L_WORD, 8));
+        // The lock is ours (our CAS took it from free) and `buf` holds the
+        // leaf as read after that CAS (queue-pair order): every path below
+        // releases the lock exactly once.
+        let word = self.sc().word;
+        let Some(l) = self.decode(ctx, buf) else {
+            ctx.set_local_u64(word, 0);
+            ctx.write(lock, word);
             ctx.sync().await?;
-            return Err(ArtError::Corrupt {
-                addr,
-                what: "leaf (checksum mismatch under its lock)",
-            });
+            return Err(corrupt(addr, "leaf (checksum mismatch under its lock)"));
         };
         if !l.valid() || l.key != key {
-            ctx.set_local_u64(Local::at(L_WORD, 8), 0);
-            ctx.write(RemoteRef::new(lock_at, rk), Local::at(L_WORD, 8));
+            ctx.set_local_u64(word, 0);
+            ctx.write(lock, word);
             ctx.sync().await?;
             return Ok(Locked::Absent);
         }
-        let new = self.l_new();
+        let new = self.sc().new.prefix(len);
         match value {
             Some((own, wcb)) => {
                 // The last moment to combine: joiners after this run alone.
@@ -1818,31 +1834,34 @@ impl ArtClient {
                     self.t.cfg.max_value,
                     &mut img,
                 );
-                ctx.put_local(Local::at(new, img.len()), &img);
+                assert!(
+                    img.len() == len && img[lock_offset(len)..] == [0; LEAF_LOCK],
+                    "the write-back covers the whole leaf and ends with a free lock"
+                );
+                ctx.put_local(new, &img);
                 if self.t.cfg.rear_lock && self.t.in_order {
-                    ctx.write(
-                        RemoteRef::new(addr.add(LEAF_META), rk),
-                        Local::at(new + 8, len - 8),
-                    );
+                    ctx.write(leaf.add(LEAF_META), new.skip(LEAF_META as usize));
                 } else {
                     ctx.write(
-                        RemoteRef::new(addr.add(LEAF_META), rk),
-                        Local::at(new + 8, len - 16),
+                        leaf.add(LEAF_META),
+                        new.slice(LEAF_META as usize, item_len(len)),
                     );
                     if !self.t.cfg.rear_lock {
                         ctx.sync().await?;
                     }
-                    ctx.write(RemoteRef::new(lock_at, rk), Local::at(new + len - 8, 8));
+                    ctx.write(lock, new.word(lock_offset(len)));
                 }
             }
             None => {
-                ctx.set_local_u64(Local::at(new, 8), l.meta & !(META_VALID | META_REPLACED));
-                ctx.set_local_u64(Local::at(new + 8, 8), 0);
-                ctx.write(RemoteRef::new(addr.add(LEAF_META), rk), Local::at(new, 8));
+                // The meta word, then a free lock, staged in the buffer.
+                let (meta, free) = (new.word(0), new.word(8));
+                ctx.set_local_u64(meta, l.meta & !(META_VALID | META_REPLACED));
+                ctx.set_local_u64(free, 0);
+                ctx.write(leaf.add(LEAF_META), meta);
                 if !self.t.cfg.rear_lock {
                     ctx.sync().await?;
                 }
-                ctx.write(RemoteRef::new(lock_at, rk), Local::at(new + 8, 8));
+                ctx.write(lock, free);
             }
         }
         ctx.sync().await?;
@@ -1862,23 +1881,23 @@ impl ArtClient {
         key: &[u8],
         own: &[u8],
         wcb: Option<&rdwc::Shared>,
-    ) -> Result<Locked, ArtError> {
+    ) -> Result<Locked, IndexError> {
         let l = match self.read_leaf(ctx, slot, key).await? {
             LeafIs::Live(l) => l,
             LeafIs::Replaced => return Ok(Locked::Retry),
             LeafIs::Dead | LeafIs::Other { .. } => return Ok(Locked::Absent),
         };
+        assert!(
+            l.valid() && l.meta & META_REPLACED == 0,
+            "only a live leaf is replaced"
+        );
         let parent = p.v.addr;
         let value = rdwc::close_take(wcb, own);
         let (leaf, units, len) = self.new_leaf(ctx, parent, key, &value)?;
         let old_addr = slot.ptr();
-        let rk = self.t.rkey(old_addr.node())?;
-        ctx.write(
-            RemoteRef::new(leaf, self.t.rkey(leaf.node())?),
-            Local::at(self.l_new(), len),
-        );
+        ctx.write(self.t.remote(leaf)?, self.sc().new.prefix(len));
         let t = ctx.cas(
-            RemoteRef::new(old_addr.add(LEAF_META), rk),
+            self.t.remote(old_addr.add(LEAF_META))?,
             l.meta,
             l.meta | META_REPLACED,
         );
@@ -1889,31 +1908,31 @@ impl ArtClient {
             self.free_unpublished(leaf, len);
             return Ok(Locked::Retry);
         }
-        // The leaf may have moved down by a leaf split meanwhile (to a slot
-        // with another partial key): find it.
+        // The new leaf is written (its WRITE completed with the CAS's
+        // batch) before a slot names it. The old leaf may have moved down
+        // by a leaf split meanwhile (to a slot with another partial key):
+        // find it.
         let (mut at, mut cur, mut owner) = (p.v.slot_addr(idx), slot, parent);
         let tk = self.tree_key(key);
-        for attempt in 1..=MAX_ATTEMPTS {
-            let new = Slot::leaf(cur.pkey(), units, leaf).ok_or(ArtError::Corrupt {
-                addr: leaf,
-                what: "leaf address beyond 48 bits",
-            })?;
-            let old = ctx
-                .cas_sync(RemoteRef::new(at, self.t.rkey(at.node())?), cur.0, new.0)
-                .await?;
+        let mut retry = Retry::new("update", self.t.cfg.retry);
+        loop {
+            let new = Slot::leaf(cur.pkey(), units, leaf)
+                .ok_or(corrupt(leaf, "leaf address beyond 48 bits"))?;
+            assert!(
+                cur.ptr() == old_addr && new.pkey() == cur.pkey(),
+                "the slot swings from the replaced leaf, keeping its partial key"
+            );
+            let old = ctx.cas_sync(self.t.remote(at)?, cur.0, new.0).await?;
             if old == cur.0 {
                 if owner != parent {
-                    ctx.set_local_u64(Local::at(L_WORD, 8), owner.raw());
-                    ctx.write_sync(
-                        RemoteRef::new(leaf, self.t.rkey(leaf.node())?),
-                        Local::at(L_WORD, 8),
-                    )
-                    .await?;
+                    let word = self.sc().word;
+                    ctx.set_local_u64(word, owner.raw());
+                    ctx.write_sync(self.t.remote(leaf)?, word).await?;
                 }
                 self.cache().remove(owner);
                 return Ok(Locked::Done);
             }
-            self.pause(ctx, attempt).await?;
+            self.pause(ctx, &mut retry).await?;
             let Some(q) = self
                 .descend(ctx, &tk, Start::Top { use_cache: false })
                 .await?
@@ -1926,27 +1945,22 @@ impl ArtClient {
                     cur = slot;
                     owner = q.v.addr;
                 }
-                _ => {
-                    return Err(ArtError::Corrupt {
-                        addr: old_addr,
-                        what: "replaced leaf lost its slot",
-                    })
-                }
+                _ => return Err(corrupt(old_addr, "replaced leaf lost its slot")),
             }
         }
-        Err(ArtError::TooManyRetries(MAX_ATTEMPTS))
     }
 
     /// Out-of-place mode: clears the leaf's valid bit by CAS.
-    async fn rcu_delete(&self, ctx: &Ctx, slot: Slot, key: &[u8]) -> Result<Locked, ArtError> {
+    async fn rcu_delete(&self, ctx: &Ctx, slot: Slot, key: &[u8]) -> Result<Locked, IndexError> {
         let l = match self.read_leaf(ctx, slot, key).await? {
             LeafIs::Live(l) => l,
             LeafIs::Replaced => return Ok(Locked::Retry),
             LeafIs::Dead | LeafIs::Other { .. } => return Ok(Locked::Absent),
         };
+        assert!(l.valid(), "only a live leaf is deleted");
         let addr = slot.ptr();
         let t = ctx.cas(
-            RemoteRef::new(addr.add(LEAF_META), self.t.rkey(addr.node())?),
+            self.t.remote(addr.add(LEAF_META))?,
             l.meta,
             l.meta & !META_VALID,
         );
@@ -1967,7 +1981,7 @@ impl ArtClient {
         ctx: &Ctx,
         from: &[u8],
         count: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ArtError> {
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, IndexError> {
         self.check_key(ctx, from)?;
         let _op = ctx.read_op("scan").await;
         let lo = self.tree_key(from);
@@ -1981,7 +1995,7 @@ impl ArtClient {
         ctx: &Ctx,
         lo: &[u8],
         hi: &[u8],
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ArtError> {
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, IndexError> {
         self.check_key(ctx, lo)?;
         self.check_key(ctx, hi)?;
         let _op = ctx.read_op("scan").await;
@@ -1990,14 +2004,8 @@ impl ArtClient {
     }
 
     /// Every entry, in key order (for tests and tools; quiescent trees).
-    pub async fn entries(&self, ctx: &Ctx) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ArtError> {
-        let need = self.local_bytes_needed();
-        if ctx.local_len() < need {
-            return Err(ArtError::LocalMemory {
-                have: ctx.local_len(),
-                need,
-            });
-        }
+    pub async fn entries(&self, ctx: &Ctx) -> Result<Vec<(Vec<u8>, Vec<u8>)>, IndexError> {
+        self.check_local(ctx)?;
         let lo = vec![0u8; self.t.cfg.max_key + 1];
         self.scan_tk(ctx, &lo, None, usize::MAX).await
     }
@@ -2012,9 +2020,10 @@ impl ArtClient {
         lo: &[u8],
         hi: Option<&[u8]>,
         count: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ArtError> {
-        let width = ((ctx.local_len() - self.l_scan()) / self.scan_item()).clamp(1, 32);
-        let mut restarts = 0u32;
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, IndexError> {
+        let sc = *self.sc();
+        let width = sc.scan_width();
+        let mut retry = Retry::new("scan", self.t.cfg.retry);
         'scan: loop {
             let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
             let mut items: std::collections::VecDeque<Item> = std::collections::VecDeque::new();
@@ -2060,20 +2069,14 @@ impl ArtClient {
                 }
                 let n = n.max(1);
                 for (i, it) in items.iter().take(n).enumerate() {
-                    let off = self.l_scan() + i * self.scan_item();
+                    let piece = sc.scan.piece(i, sc.scan_item);
                     match it {
                         Item::Node { addr, ty, .. } => {
-                            ctx.read(
-                                RemoteRef::new(*addr, self.t.rkey(addr.node())?),
-                                Local::at(off, ty.read_bytes()),
-                            );
+                            ctx.read(self.t.remote(*addr)?, piece.prefix(ty.read_bytes()));
                         }
                         Item::Leaf { slot } => {
                             let a = slot.ptr();
-                            ctx.read(
-                                RemoteRef::new(a, self.t.rkey(a.node())?),
-                                Local::at(off, self.leaf_len(*slot)?),
-                            );
+                            ctx.read(self.t.remote(a)?, piece.prefix(self.leaf_len(*slot)?));
                         }
                         Item::Ready(..) => {}
                     }
@@ -2082,12 +2085,12 @@ impl ArtClient {
                 let mut expanded: Vec<Item> = Vec::new();
                 for i in 0..n {
                     let it = items.pop_front().expect("n items");
-                    let off = self.l_scan() + i * self.scan_item();
+                    let piece = sc.scan.piece(i, sc.scan_item);
                     match it {
                         Item::Ready(..) => expanded.push(it),
                         Item::Leaf { slot } => {
                             let len = self.leaf_len(slot)?;
-                            match self.decode(ctx, off, len) {
+                            match self.decode(ctx, piece.prefix(len)) {
                                 None => {
                                     self.count(|c| c.torn_reads += 1);
                                     expanded.push(Item::Leaf { slot });
@@ -2103,21 +2106,14 @@ impl ArtClient {
                             }
                         }
                         Item::Node { addr, ty, e, path } => {
-                            let header =
-                                Header(ctx.local_u64(Local::at(off + NODE_HEADER as usize, 8)));
+                            let head: NodeHead = ctx.get_as(piece.prefix(NODE_HEAD));
+                            let header = Header(head.header);
                             let Some(hty) = header.ty() else {
-                                return Err(ArtError::Corrupt {
-                                    addr,
-                                    what: "internal node header",
-                                });
+                                return Err(corrupt(addr, "internal node header"));
                             };
                             let d = header.depth();
                             if hty == NodeType::Deleted || d > e || e - d > header.prefix_len() {
-                                restarts += 1;
-                                if restarts > MAX_ATTEMPTS {
-                                    return Err(ArtError::TooManyRetries(restarts));
-                                }
-                                self.pause(ctx, restarts.min(8) + 1).await?;
+                                self.pause(ctx, &mut retry).await?;
                                 continue 'scan;
                             }
                             if hty > ty {
@@ -2142,8 +2138,11 @@ impl ArtClient {
                             {
                                 continue;
                             }
-                            let mut kids: Vec<Slot> = (0..hty.slots())
-                                .map(|i| Slot(ctx.local_u64(Local::at(off + 16 + 8 * i, 8))))
+                            let mut words = vec![0u64; hty.slots()];
+                            ctx.get_local(piece.skip(NODE_SLOTS as usize), words.as_mut_bytes());
+                            let mut kids: Vec<Slot> = words
+                                .into_iter()
+                                .map(Slot)
                                 .filter(|s| !s.is_empty())
                                 .filter(|s| {
                                     (lo_cmp == std::cmp::Ordering::Greater
@@ -2259,22 +2258,71 @@ fn classify(l: &crate::layout::Item<'_>, key: &[u8]) -> LeafIs {
     }
 }
 
-impl dmkit_lincheck::stress::StressClient for ArtClient {
-    type Error = ArtError;
-    async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, ArtError> {
+impl RemoteMap for ArtTree {
+    const KIND: &'static str = KIND;
+    const ORDERED: bool = true;
+    type Config = ArtConfig;
+    type Client = ArtClient;
+
+    fn create(
+        fabric: Arc<dyn Fabric>,
+        name: &str,
+        cfg: ArtConfig,
+    ) -> Result<Arc<Self>, IndexError> {
+        ArtTree::create(fabric, name, cfg)
+    }
+    fn open(fabric: Arc<dyn Fabric>, name: &str, cfg: ArtConfig) -> Result<Arc<Self>, IndexError> {
+        ArtTree::open(fabric, name, cfg)
+    }
+    fn destroy(&self) -> Result<(), IndexError> {
+        ArtTree::destroy(self)
+    }
+    fn client_on(self: &Arc<Self>, machine: usize, id: u64) -> ArtClient {
+        ArtTree::client_on(self, machine, id)
+    }
+    fn local_layout(&self) -> &LocalLayout {
+        &self.layout
+    }
+    fn config(&self) -> &ArtConfig {
+        &self.cfg
+    }
+    fn name(&self) -> &str {
+        self.home.name()
+    }
+}
+
+impl MapClient for ArtClient {
+    async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
         ArtClient::search(self, ctx, key).await
     }
-    async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, ArtError> {
+    async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
         ArtClient::insert(self, ctx, key, value).await
     }
-    async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, ArtError> {
+    async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
         ArtClient::update(self, ctx, key, value).await
     }
-    async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, ArtError> {
+    async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, IndexError> {
         ArtClient::delete(self, ctx, key).await
     }
-    async fn entries(&self, ctx: &Ctx) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ArtError> {
+    async fn scan(&self, ctx: &Ctx, from: &[u8], count: usize) -> Result<Entries, IndexError> {
+        ArtClient::scan(self, ctx, from, count).await
+    }
+    async fn entries(&self, ctx: &Ctx) -> Result<Entries, IndexError> {
         ArtClient::entries(self, ctx).await
+    }
+    /// Cache hits and misses as the tree counts them (operations that
+    /// reached their leaf through cached nodes only, and the others);
+    /// splits of leaves and of headers.
+    fn stats(&self) -> ClientStats {
+        let c = self.counters();
+        ClientStats {
+            cache_hits: c.cache_hits,
+            cache_misses: c.cache_misses,
+            splits: c.leaf_splits + c.header_splits,
+        }
+    }
+    fn local_layout(&self) -> &LocalLayout {
+        &self.t.layout
     }
 }
 
@@ -2282,4 +2330,84 @@ impl dmkit_lincheck::stress::StressClient for ArtClient {
 fn _assert_send_sync() {
     fn is<T: Send + Sync>() {}
     is::<ArtTree>();
+}
+
+#[cfg(all(test, feature = "cli"))]
+mod cli_tests {
+    use clap::{Args, FromArgMatches};
+
+    use super::*;
+
+    fn parse(args: &str) -> ArtConfig {
+        let cmd = ArtConfig::augment_args(clap::Command::new("t").no_binary_name(true));
+        cmd.clone().debug_assert();
+        let m = cmd
+            .try_get_matches_from(args.split_whitespace())
+            .expect("flags parse");
+        ArtConfig::from_arg_matches(&m).expect("a config")
+    }
+
+    #[test]
+    fn flags_keep_their_names_and_defaults() {
+        assert_eq!(parse(""), ArtConfig::default());
+        let mut c = parse(
+            "--art-cache 1MiB --in-place-leaf off --rear-lock off --rdwc off \
+             --lock-free-internal off",
+        );
+        assert_eq!(
+            (c.cache_bytes, c.in_place, c.rear_lock, c.read_delegation),
+            (1 << 20, false, false, false)
+        );
+        assert!(!c.lock_free_internal);
+        c.fit(&Shape {
+            keys: 1000,
+            max_key: 8,
+            fixed_keys: true,
+            max_value: 4,
+            clients: 2,
+        });
+        assert_eq!(
+            (c.write_combining, c.max_key, c.max_value),
+            (false, 8, 8),
+            "--rdwc switches write combining too"
+        );
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+
+    /// The sizing the YCSB harness used before the index layer
+    /// (`art_config`/`art_memory_estimate` in dmkit-bench): the simulated
+    /// figures depend on it bit for bit.
+    #[test]
+    fn fit_and_memory_estimate_are_the_harness_formulas() {
+        for (fixed, max_key, value, keys, clients) in
+            [(true, 8, 8, 1_000_000, 16), (false, 32, 100, 12_345, 3)]
+        {
+            let shape = Shape {
+                keys,
+                max_key,
+                fixed_keys: fixed,
+                max_value: value,
+                clients,
+            };
+            let mut c = ArtConfig::default();
+            c.fit(&shape);
+            assert_eq!((c.max_key, c.max_value), (max_key, value.max(8)));
+            let leaf = leaf_bytes(max_key, value.max(8)).next_multiple_of(64) as u64;
+            let nodes = if fixed {
+                keys.div_ceil(6)
+            } else {
+                keys + keys / 2
+            };
+            let want = 2 * keys * leaf + nodes * 2112 + clients as u64 * 2 * (4 << 20) + (64 << 20);
+            assert_eq!(c.memory_estimate(&shape), want);
+            assert_eq!(
+                (c.key_limits(), c.max_value()),
+                ((1, max_key), value.max(8))
+            );
+        }
+    }
 }

@@ -1,33 +1,30 @@
-//! The radix tree on shm: sequential behaviour against a model (int and
-//! string keys, keys that are prefixes of each other, every split kind),
-//! both leaf modes, with and without the cache; the structural checker
-//! after each; linearizability under contention on threads; bad input and
-//! memory exhaustion; scans; round trips of a warm search.
+//! The radix tree on shm: the index layer's conformance suite (a
+//! sequential model, bad input, the lifecycle, ordered scans,
+//! linearizability on threads and processes), and what is the tree's own:
+//! a model run over keys that exercise every split kind (int and string
+//! keys, keys that are prefixes of each other) in both leaf modes, with
+//! and without the cache, and the structural checker after every run;
+//! linearizability under contention with node locks and out-of-place
+//! leaves; inclusive ranges; bad configurations, too little task memory
+//! and memory exhaustion; the round trips of a warm search; read
+//! delegation, write combining and the spinning leaf lock.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use dmkit_art::{check_tree, ArtConfig, ArtError, ArtTree};
-use dmkit_fabric::shm::{ShmConfig, ShmFabric};
-use dmkit_lincheck::stress::{self, on_worker, StressConfig};
+use dmkit_art::{check_tree, ArtClient, ArtConfig, ArtTree, IndexError};
+use dmkit_fabric::shm::ShmFabric;
+use dmkit_fabric::Fabric;
+use dmkit_index::conformance::{self, on_worker, stress, StressConfig};
+use dmkit_index::{MapClient, RemoteMap};
 use dmkit_lincheck::MapRet;
-use dmkit_memnode::NodeConfig;
 use dmkit_runtime::rng::Rng;
 use dmkit_runtime::{MonotonicClock, RuntimeConfig, Worker};
 
-const TESTKIT: &str = env!("CARGO_BIN_EXE_dmkit-art-testkit");
-
 fn fabric(nodes: u16, size: u64) -> Arc<ShmFabric> {
-    let cfgs: Vec<NodeConfig> = (0..nodes)
-        .map(|i| NodeConfig {
-            node_id: i,
-            size,
-            ..Default::default()
-        })
-        .collect();
-    Arc::new(ShmFabric::embedded(ShmConfig::default(), &cfgs).unwrap())
+    conformance::shm_fabric(nodes, size)
 }
 
 fn cfg(in_place: bool, cache: bool) -> ArtConfig {
@@ -40,6 +37,98 @@ fn cfg(in_place: bool, cache: bool) -> ArtConfig {
         ..Default::default()
     }
 }
+
+/// The child process of the multi-process tests: `conformance::run_processes`
+/// runs this test binary again with only this test selected. Run on its
+/// own it does nothing.
+#[test]
+#[ignore = "the multi-process tests' child; does nothing on its own"]
+fn conformance_child() {
+    conformance::child::<ArtTree>(ArtConfig::default());
+}
+
+// ---- the conformance suite ---------------------------------------------
+
+#[test]
+fn sequential_ops_match_the_conformance_model() {
+    let (model, client) =
+        conformance::sequential_model::<ArtTree>(fabric(2, 64 << 20), cfg(true, true), 1500, 6000);
+    assert!(model.len() > 500);
+    let s = client.stats();
+    assert!(s.splits > 10 && s.cache_hits > 0, "{s:?}");
+}
+
+#[test]
+fn bad_input_is_refused_and_changes_nothing() {
+    conformance::bad_input::<ArtTree>(fabric(1, 64 << 20), cfg(true, true));
+}
+
+#[test]
+fn the_lifecycle_keeps_its_promises() {
+    conformance::lifecycle::<ArtTree>(fabric(2, 64 << 20), cfg(true, true));
+}
+
+#[test]
+fn range_scans_follow_the_model() {
+    conformance::ordering::<ArtTree>(fabric(1, 64 << 20), cfg(true, true));
+    conformance::ordering::<ArtTree>(fabric(1, 64 << 20), cfg(false, false));
+}
+
+#[test]
+fn concurrent_threads_are_linearizable() {
+    let sc = StressConfig {
+        workers: 2,
+        tasks: 4,
+        ops_per_task: 600,
+        hot_keys: 6,
+        fill_percent: 20,
+        seed: 7,
+        client_base: 0,
+    };
+    let conflicts =
+        conformance::linearizable_threads::<ArtTree>(fabric(2, 256 << 20), cfg(true, true), &sc);
+    assert!(
+        conflicts > 50,
+        "hot keys must see failed inserts/updates: {conflicts}"
+    );
+}
+
+/// The multi-process check (`conformance::linearizable_processes`), with
+/// the structural checker on the tree the processes built.
+#[test]
+fn concurrent_processes_are_linearizable() {
+    let node = conformance::serve_node(128 << 20);
+    let f: Arc<dyn Fabric> = node.fabric.clone();
+    let tree = ArtTree::create(f.clone(), "procs", cfg(true, true)).unwrap();
+    let sc = StressConfig {
+        workers: 2,
+        tasks: 3,
+        ops_per_task: 800,
+        hot_keys: 5,
+        fill_percent: 30,
+        seed: 0,
+        client_base: 0,
+    };
+    let h = conformance::run_processes("conformance_child", &node, "procs", 3, &sc);
+    assert_eq!(h.len(), 3 * 2 * 3 * 800);
+    let conflicts = h
+        .iter()
+        .filter(|r| matches!(r.returned, Some((_, MapRet::Done(false)))))
+        .count();
+    assert!(
+        conflicts > 50,
+        "hot keys must see failed writes: {conflicts}"
+    );
+    conformance::final_check(f.as_ref(), &tree, sc.hot_keys, h);
+    let rep = check_tree(&tree).unwrap();
+    let (all, _) = on_worker(f.as_ref(), &tree.client(98), |ctx, c| async move {
+        c.entries(&ctx).await.unwrap()
+    });
+    assert_eq!(rep.entries, all);
+    tree.destroy().unwrap();
+}
+
+// ---- the tree's own ----------------------------------------------------
 
 /// Keys that exercise every path: 8-byte big-endian integers (dense
 /// prefixes, leaf splits at every depth), strings with long common
@@ -157,68 +246,67 @@ fn ranges_are_inclusive_and_never_leave_their_bounds() {
 }
 
 #[test]
-fn bad_input_is_refused_and_changes_nothing() {
+fn bad_configurations_are_refused_before_anything_is_allocated() {
     let f = fabric(1, 64 << 20);
-    let tree = ArtTree::create(f.clone(), "bad", cfg(true, true)).unwrap();
-    let client = tree.client(1);
-    on_worker(f.as_ref(), &client, |ctx, c| async move {
+    let free0 = f.node_stats(0).unwrap().heap_free_bytes;
+    let bad: [fn(&mut ArtConfig); 4] = [
+        |c| c.max_key = 300,
+        |c| c.max_key = 0,
+        |c| c.max_value = 9000,
+        |c| c.chunk_bytes = 4096,
+    ];
+    for make_bad in bad {
+        let mut bad = cfg(true, true);
+        make_bad(&mut bad);
+        let r = ArtTree::create(f.clone(), "x", bad);
+        assert!(
+            matches!(&r, Err(IndexError::Config { kind: "art", .. })),
+            "{:?}",
+            r.err()
+        );
+    }
+    assert_eq!(f.node_stats(0).unwrap().heap_free_bytes, free0);
+}
+
+#[test]
+fn too_little_task_memory_is_a_typed_error_that_changes_nothing() {
+    let f = fabric(1, 64 << 20);
+    let tree = ArtTree::create(f.clone(), "small", cfg(true, true)).unwrap();
+    on_worker(f.as_ref(), &tree.client(1), |ctx, c| async move {
         assert!(c.insert(&ctx, b"keep", b"v").await.unwrap());
-        let long = vec![b'x'; 25];
-        assert!(matches!(
-            c.insert(&ctx, &long, b"v").await,
-            Err(ArtError::KeyLength { len: 25, max: 24 })
-        ));
-        assert!(matches!(
-            c.search(&ctx, b"").await,
-            Err(ArtError::KeyLength { .. })
-        ));
-        assert!(matches!(
-            c.update(&ctx, b"keep", &[0; 33]).await,
-            Err(ArtError::ValueTooLarge { len: 33, max: 32 })
-        ));
-        assert_eq!(c.search(&ctx, b"keep").await.unwrap(), Some(b"v".to_vec()));
     });
-    let rep = check_tree(&tree).unwrap();
-    assert_eq!(rep.entries, vec![(b"keep".to_vec(), b"v".to_vec())]);
-    assert!(matches!(
-        ArtTree::create(f.clone(), "bad", cfg(true, true)),
-        Err(ArtError::AlreadyExists(_))
-    ));
-    assert!(matches!(
-        ArtTree::create(
-            f.clone(),
-            "x",
-            ArtConfig {
-                max_key: 300,
-                ..cfg(true, true)
-            }
-        ),
-        Err(ArtError::Config(_))
-    ));
-    assert!(matches!(
-        ArtTree::open(f.clone(), "nope", ArtConfig::default()),
-        Err(ArtError::NoSuchTree(_))
-    ));
-    // Too little task-local memory for the tree's buffers.
+    let need = tree.local_layout().bytes();
+    assert!(need <= 64 << 10, "the layout fits the task memory it had");
     let mut w = Worker::builder(f.as_ref())
         .clock(Arc::new(MonotonicClock))
         .config(RuntimeConfig::default())
-        .id(0)
         .tasks(1)
         .local_bytes(4096)
         .build()
         .unwrap();
     let c = tree.client(2);
-    let got = Rc::new(RefCell::new(None));
+    let got = Rc::new(RefCell::new(Vec::new()));
     let g = got.clone();
     w.spawn(move |ctx| async move {
-        *g.borrow_mut() = Some(c.search(&ctx, b"keep").await);
+        let r = c.search(&ctx, b"keep").await.map(|_| ());
+        g.borrow_mut().push(r);
+        let r = c.insert(&ctx, b"new", b"v").await.map(|_| ());
+        g.borrow_mut().push(r);
+        let r = c.entries(&ctx).await.map(|_| ());
+        g.borrow_mut().push(r);
     });
     w.run();
-    assert!(matches!(
-        got.borrow_mut().take(),
-        Some(Err(ArtError::LocalMemory { .. }))
-    ));
+    assert_eq!(got.borrow().len(), 3);
+    for r in got.borrow().iter() {
+        assert!(
+            matches!(r, Err(IndexError::LocalMemory { have: 4096, need: n }) if *n == need),
+            "{r:?}"
+        );
+    }
+    assert_eq!(
+        check_tree(&tree).unwrap().entries,
+        vec![(b"keep".to_vec(), b"v".to_vec())]
+    );
 }
 
 #[test]
@@ -241,7 +329,7 @@ fn exhausted_memory_is_a_typed_error_and_the_tree_stays_usable() {
             match c.insert(&ctx, &k, b"value").await {
                 Ok(true) => n += 1,
                 Ok(false) => panic!("fresh key reported present"),
-                Err(ArtError::OutOfMemory { .. }) => break,
+                Err(IndexError::OutOfMemory { .. }) => break,
                 Err(e) => panic!("unexpected {e}"),
             }
             assert!(n < 1_000_000, "never ran out");
@@ -297,10 +385,8 @@ fn a_warm_search_takes_one_round_trip() {
     assert!(s.counters.round_trips as f64 / s.count as f64 >= 2.0);
 }
 
-fn stress_threads(in_place: bool, seed: u64) {
-    stress_threads_with(cfg(in_place, true), seed)
-}
-
+/// The contended workload on threads, checked for linearizability, then
+/// the structural checker on the tree it left.
 fn stress_threads_with(mut c: ArtConfig, seed: u64) {
     let f = fabric(2, 256 << 20);
     c.max_value = 32;
@@ -316,26 +402,24 @@ fn stress_threads_with(mut c: ArtConfig, seed: u64) {
     };
     let h = stress::run(
         f.as_ref(),
+        tree.local_layout(),
         &|id| tree.client(id),
         &RuntimeConfig::default(),
         &sc,
     )
     .unwrap();
-    let reader = tree.client(9999);
-    let ((finals, scan), _) = on_worker(f.as_ref(), &reader, move |ctx, c| async move {
-        stress::final_reads(&ctx, &c, 6).await.unwrap()
-    });
-    if let Err(e) = stress::verify(h, finals, &scan) {
-        panic!("{e}");
-    }
+    conformance::final_check(f.as_ref(), &tree, sc.hot_keys, h);
     let rep = check_tree(&tree).unwrap();
-    assert_eq!(rep.leaves as usize, scan.len());
+    let (all, _) = on_worker(f.as_ref(), &tree.client(98), |ctx, c| async move {
+        c.entries(&ctx).await.unwrap()
+    });
+    assert_eq!(rep.entries, all);
 }
 
 #[test]
 fn concurrent_threads_are_linearizable_in_place() {
     for seed in 1..=3 {
-        stress_threads(true, seed);
+        stress_threads_with(cfg(true, true), seed);
     }
 }
 
@@ -355,43 +439,8 @@ fn concurrent_threads_are_linearizable_with_node_locks() {
 #[test]
 fn concurrent_threads_are_linearizable_out_of_place() {
     for seed in 1..=3 {
-        stress_threads(false, seed);
+        stress_threads_with(cfg(false, true), seed);
     }
-}
-
-#[test]
-fn concurrent_processes_are_linearizable() {
-    let node = stress::serve_node(128 << 20);
-    let f = node.fabric.clone();
-    let tree = ArtTree::create(f.clone(), "procs", cfg(true, true)).unwrap();
-    let sc = StressConfig {
-        workers: 2,
-        tasks: 3,
-        ops_per_task: 800,
-        hot_keys: 5,
-        fill_percent: 30,
-        seed: 0,
-        client_base: 0,
-    };
-    let h = stress::run_processes(TESTKIT, &node.socket, "procs", 3, &sc);
-    assert_eq!(h.len(), 3 * 2 * 3 * 800);
-    let conflicts = h
-        .iter()
-        .filter(|r| matches!(r.returned, Some((_, MapRet::Done(false)))))
-        .count();
-    assert!(
-        conflicts > 50,
-        "hot keys must see failed writes: {conflicts}"
-    );
-    let reader = tree.client(99);
-    let ((finals, scan), _) = on_worker(f.as_ref(), &reader, move |ctx, c| async move {
-        stress::final_reads(&ctx, &c, 5).await.unwrap()
-    });
-    if let Err(e) = stress::verify(h, finals, &scan) {
-        panic!("{e}");
-    }
-    let rep = check_tree(&tree).unwrap();
-    assert_eq!(rep.leaves as usize, scan.len());
 }
 
 /// Eight tasks of one worker on one key at once: their updates share
@@ -412,7 +461,7 @@ fn tasks_of_a_worker_combine_writes_and_delegate_reads() {
     });
     let found: Rc<RefCell<Vec<Option<Vec<u8>>>>> = Rc::default();
     let fd = found.clone();
-    stress::on_worker_tasks(f.as_ref(), &client, 8, move |t, ctx, c| {
+    conformance::on_worker_tasks(f.as_ref(), &client, 8, move |t, ctx, c| {
         let found = fd.clone();
         async move {
             for i in 0..200u64 {
@@ -441,7 +490,7 @@ fn tasks_of_a_worker_combine_writes_and_delegate_reads() {
     )
     .unwrap()
     .client(2);
-    stress::on_worker_tasks(f.as_ref(), &off, 8, |t, ctx, c| async move {
+    conformance::on_worker_tasks(f.as_ref(), &off, 8, |t, ctx, c| async move {
         for i in 0..50u64 {
             let v = format!("{t}.{i}");
             assert!(c.update(&ctx, b"k7", v.as_bytes()).await.unwrap());
@@ -470,19 +519,24 @@ fn a_writer_that_finds_the_leaf_locked_spins_on_that_leaf() {
         }
     });
     let last: Rc<RefCell<Vec<String>>> = Rc::default();
-    let l = last.clone();
-    stress::on_worker_tasks(f.as_ref(), &(a.clone(), b.clone()), 4, move |t, ctx, cs| {
-        let last = l.clone();
-        async move {
-            let c = if t % 2 == 0 { &cs.0 } else { &cs.1 };
+    let mut w = Worker::builder(f.as_ref())
+        .tasks(4)
+        .local(tree.local_layout())
+        .build()
+        .unwrap();
+    for t in 0..4 {
+        let c: ArtClient = if t % 2 == 0 { a.clone() } else { b.clone() };
+        let last = last.clone();
+        w.spawn(move |ctx| async move {
             let mut v = String::new();
             for i in 0..100u64 {
                 v = format!("{t}.{i}");
                 assert!(c.update(&ctx, b"k7", v.as_bytes()).await.unwrap());
             }
             last.borrow_mut().push(v);
-        }
-    });
+        });
+    }
+    w.run();
     let (ka, kb) = (a.counters(), b.counters());
     assert!(ka.lock_retries + kb.lock_retries > 0, "{ka:?} {kb:?}");
     assert_eq!(ka.restarts + kb.restarts, 0, "{ka:?} {kb:?}");
