@@ -33,6 +33,10 @@ pub const KIND: &str = "art";
 /// the structural settings come from the workload ([`IndexConfig::fit`]).
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
+#[cfg_attr(
+    feature = "cli",
+    command(next_help_heading = "Radix tree (--index art)")
+)]
 pub struct ArtConfig {
     /// Longest key in bytes (stored in the tree; 1..=254).
     #[cfg_attr(feature = "cli", arg(skip = ArtConfig::default().max_key))]
@@ -49,7 +53,7 @@ pub struct ArtConfig {
     /// Stored in the tree.
     #[cfg_attr(
         feature = "cli",
-        arg(long = "in-place-leaf", value_parser = switch, default_value = "on", action = Set)
+        arg(long = "in-place-leaf", value_name = "on|off", value_parser = switch, default_value = "on", action = Set)
     )]
     pub in_place: bool,
     /// Radix tree: release the leaf lock with the write-back.
@@ -59,14 +63,14 @@ pub struct ArtConfig {
     /// leaves only.
     #[cfg_attr(
         feature = "cli",
-        arg(long = "rear-lock", value_parser = switch, default_value = "on", action = Set)
+        arg(long = "rear-lock", value_name = "on|off", value_parser = switch, default_value = "on", action = Set)
     )]
     pub rear_lock: bool,
     /// Radix tree: bytes of internal nodes each compute machine caches,
     /// shared by its threads (0 disables).
     #[cfg_attr(
         feature = "cli",
-        arg(long = "art-cache", id = "art_cache", value_parser = size, default_value = "64MiB")
+        arg(long = "art-cache", id = "art_cache", value_name = "BYTES", value_parser = size, default_value = "64MiB")
     )]
     pub cache_bytes: usize,
     /// Radix tree: lock-free internal nodes (off: every internal-node change
@@ -79,19 +83,19 @@ pub struct ArtConfig {
     /// lock-based ART on disaggregated memory pays.
     #[cfg_attr(
         feature = "cli",
-        arg(long = "lock-free-internal", value_parser = switch, default_value = "on", action = Set)
+        arg(long = "lock-free-internal", value_name = "on|off", value_parser = switch, default_value = "on", action = Set)
     )]
     pub lock_free_internal: bool,
     /// Radix tree: read delegation and write combining among a compute
     /// machine's tasks.
     ///
     /// Concurrent searches of one key on a machine share one remote search
-    /// (§4.2; see [`crate::rdwc`] for when they may). The flag `--rdwc`
-    /// switches write combining with it: [`IndexConfig::fit`] copies this
-    /// switch to [`ArtConfig::write_combining`].
+    /// (§4.2; the rdwc module says when they may). The flag `--rdwc`
+    /// switches write combining with it: fitting the configuration to a
+    /// workload copies this switch to write_combining.
     #[cfg_attr(
         feature = "cli",
-        arg(long = "rdwc", value_parser = switch, default_value = "on", action = Set)
+        arg(long = "rdwc", value_name = "on|off", value_parser = switch, default_value = "on", action = Set)
     )]
     pub read_delegation: bool,
     /// Concurrent updates of one key on a machine share one write-back

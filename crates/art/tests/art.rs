@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use dmkit_art::{check_tree, ArtClient, ArtConfig, ArtTree, IndexError};
 use dmkit_fabric::shm::ShmFabric;
+use dmkit_fabric::ControlPlane;
 use dmkit_fabric::Fabric;
 use dmkit_index::conformance::{self, on_worker, stress, StressConfig};
 use dmkit_index::{MapClient, RemoteMap};

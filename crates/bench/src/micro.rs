@@ -546,6 +546,7 @@ type WorkerOutcome = (
 mod tests {
     use super::*;
     use dmkit_fabric::shm::{ShmConfig, ShmFabric};
+    use dmkit_fabric::ControlPlane;
     use dmkit_memnode::NodeConfig;
 
     /// An embedded 1 MiB memory node.

@@ -35,10 +35,11 @@ use std::rc::Rc;
 use dmkit_art::{ArtConfig, ArtTree};
 use dmkit_btree::{Btree, BtreeConfig};
 use dmkit_fabric::Fabric;
-use dmkit_lincheck::stress::{self, StressClient, StressConfig, StressRecord};
+use dmkit_index::conformance::stress::{self, StressConfig, StressRecord};
+use dmkit_index::{IndexError, MapClient, RemoteMap};
 use dmkit_race::{RaceConfig, RaceTable};
 use dmkit_runtime::lock::{LockConfig, RemoteLock};
-use dmkit_runtime::{RuntimeConfig, Worker};
+use dmkit_runtime::{LocalLayout, RuntimeConfig, Worker};
 use dmkit_sim::profile::AtomicOrder;
 use dmkit_sim::{Faults, Profile, Sim, SimConfig};
 
@@ -46,8 +47,8 @@ use crate::rng::Rng;
 use dmkit_fabric::RemoteRef;
 use dmkit_runtime::Local;
 
-/// Task-local bytes of each worker's tasks (the indexes' declared layouts
-/// replace it).
+/// Task-local bytes of the counters scenario's workers (it addresses them
+/// by hand).
 const LOCAL_BYTES: usize = 64 << 10;
 
 /// Scenario names.
@@ -348,10 +349,16 @@ fn race(seed: u64) -> Result<Passed, String> {
         hot_theta: 1 + r.below(8) as u32,
         hot_hold: 2_000 + r.below(50_000),
         hot_keys,
+        ..RaceConfig::default()
     };
     let hot = cfg.hot_keys.len();
     let table = RaceTable::create(f.clone(), "check", cfg).map_err(|e| e.to_string())?;
-    let (ops, now) = stress_on_sim(&mut sim, &|id| table.client_on((id % 2) as usize, id), &sc)?;
+    let (ops, now) = stress_on_sim(
+        &mut sim,
+        table.local_layout(),
+        &|id| table.client_on((id % 2) as usize, id),
+        &sc,
+    )?;
     let s = sim.stats();
     Ok(Passed {
         ops,
@@ -387,13 +394,14 @@ fn stress_shape(r: &mut Rng, seed: u64) -> StressConfig {
     }
 }
 
-fn stress_on_sim<C: StressClient>(
+fn stress_on_sim<C: MapClient>(
     sim: &mut Sim,
+    layout: &LocalLayout,
     client: &dyn Fn(u64) -> C,
     sc: &StressConfig,
 ) -> Result<(u64, u64), String> {
     let out: Rc<RefCell<Vec<StressRecord>>> = Rc::default();
-    let failed: Rc<RefCell<Option<C::Error>>> = Rc::default();
+    let failed: Rc<RefCell<Option<IndexError>>> = Rc::default();
     let rcfg = RuntimeConfig {
         op_stats: false,
         ..RuntimeConfig::default()
@@ -406,7 +414,7 @@ fn stress_on_sim<C: StressClient>(
                     .config(rcfg.clone())
                     .id(wi)
                     .tasks(sc.tasks)
-                    .local_bytes(LOCAL_BYTES)
+                    .local(layout)
                     .build()
             })
             .map_err(|e| e.to_string())?;
@@ -422,7 +430,7 @@ fn stress_on_sim<C: StressClient>(
     }
     // The final state, read by a fresh client on a virtual thread.
     type Finals<E> = Result<(Vec<StressRecord>, std::collections::HashMap<String, String>), E>;
-    let finals: Rc<RefCell<Option<Finals<C::Error>>>> = Rc::default();
+    let finals: Rc<RefCell<Option<Finals<IndexError>>>> = Rc::default();
     let th = sim
         .add_worker(0, |f: &dyn Fabric, clock| {
             Worker::builder(f)
@@ -430,7 +438,7 @@ fn stress_on_sim<C: StressClient>(
                 .config(rcfg.clone())
                 .id(999)
                 .tasks(1)
-                .local_bytes(LOCAL_BYTES)
+                .local(layout)
                 .build()
         })
         .map_err(|e| e.to_string())?;
@@ -465,11 +473,17 @@ fn art(seed: u64) -> Result<Passed, String> {
         read_delegation: r.below(3) != 0,
         write_combining: r.below(3) != 0,
         chunk_bytes: 256 << 10,
+        ..ArtConfig::default()
     };
     let sc = stress_shape(&mut r, seed);
     let tree = ArtTree::create(f.clone(), "check", cfg.clone()).map_err(|e| e.to_string())?;
     // Two windows tables (machines), each shared by several workers.
-    let run = stress_on_sim(&mut sim, &|id| tree.client_on((id % 2) as usize, id), &sc);
+    let run = stress_on_sim(
+        &mut sim,
+        tree.local_layout(),
+        &|id| tree.client_on((id % 2) as usize, id),
+        &sc,
+    );
     let rep = dmkit_art::check_tree(&tree).map_err(|e| format!("structure: {e}"))?;
     let (ops, now) = run.map_err(|e| format!("{e}\n(config {cfg:?})"))?;
     let s = sim.stats();
@@ -516,7 +530,12 @@ fn btree(seed: u64) -> Result<Passed, String> {
     };
     let sc = stress_shape(&mut r, seed);
     let tree = Btree::create(f.clone(), "check", cfg.clone()).map_err(|e| e.to_string())?;
-    let run = stress_on_sim(&mut sim, &|id| tree.client_on((id % 2) as usize, id), &sc);
+    let run = stress_on_sim(
+        &mut sim,
+        tree.local_layout(),
+        &|id| tree.client_on((id % 2) as usize, id),
+        &sc,
+    );
     let rep = dmkit_btree::check_tree(&tree).map_err(|e| format!("structure: {e}"))?;
     let (ops, now) = run.map_err(|e| format!("{e}\n(config {cfg:?})"))?;
     let s = sim.stats();

@@ -566,7 +566,6 @@ fn table1(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
 /// `published` is null.
 fn memsem_fig13(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
     use crate::ycsb::Workload;
-    use crate::ycsb_bench::HotSwitches;
     let threads = if opts.quick { 8 } else { 96 };
     let keys = if opts.quick { 20_000 } else { 1_000_000 };
     let shares: &[u64] = &[4, 8, 16, 32];
@@ -575,7 +574,7 @@ fn memsem_fig13(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError
     } else {
         &[1, 4, 16, 64]
     };
-    let run = |hot: HotSwitches, acc: &mut Acc| {
+    let run = |hot: HotArea, acc: &mut Acc| {
         ht_run(
             opts,
             &HtPoint {
@@ -592,22 +591,20 @@ fn memsem_fig13(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError
             acc,
         )
     };
-    let base = run(HotSwitches::default(), acc)?;
+    let base = run(HotArea::default(), acc)?;
     acc.push("no hot area", 0.0, base.mops, "Mops", None);
     for &d in shares {
-        let hot = HotSwitches {
+        let hot = HotArea {
             keys: (keys / d) as usize,
             theta: 16,
-            ..Default::default()
         };
         let r = run(hot, acc)?;
         acc.push("(a) hot share 1/x", d as f64, r.mops, "Mops", None);
     }
     for &theta in thetas {
-        let hot = HotSwitches {
+        let hot = HotArea {
             keys: (keys / 16) as usize,
             theta,
-            ..Default::default()
         };
         let r = run(hot, acc)?;
         acc.push("(b) write-back after θ", theta as f64, r.mops, "Mops", None);
@@ -637,7 +634,24 @@ struct HtPoint {
     conflict_avoid: Option<bool>,
     value_size: usize,
     /// The hash table's hot area (off by default).
-    hot: crate::ycsb_bench::HotSwitches,
+    hot: HotArea,
+}
+
+/// The hash table's hot area in a figure's run: its keys (0: none) and θ;
+/// blocks and holds as the table's defaults.
+#[derive(Clone, Copy)]
+struct HotArea {
+    keys: usize,
+    theta: u32,
+}
+
+impl Default for HotArea {
+    fn default() -> Self {
+        Self {
+            keys: 0,
+            theta: dmkit_race::RaceConfig::default().hot_theta,
+        }
+    }
 }
 
 fn ht_run(
@@ -677,10 +691,14 @@ fn ht_run(
         }),
         seed: opts.seed,
         runtime,
+        hot_keys: p.hot.keys,
+        race: dmkit_race::RaceConfig {
+            cache_entries: 0,
+            hot_theta: p.hot.theta,
+            ..Default::default()
+        },
         art: Default::default(),
         btree: Default::default(),
-        cache_entries: 0,
-        hot: p.hot,
     };
     sim_ycsb(opts, opts.profile.clone(), &cfg, SPLIT, acc)
 }
@@ -811,7 +829,7 @@ fn art_run(
     opts: &ReproOptions,
     w: crate::ycsb::Workload,
     t: usize,
-    art: crate::ycsb_bench::ArtSwitches,
+    art: dmkit_art::ArtConfig,
     acc: &mut Acc,
 ) -> Result<crate::ycsb_bench::YcsbResult, BenchError> {
     use crate::ycsb::KeyType;
@@ -823,10 +841,10 @@ fn art_run(
 const OSDI23_MN_MOPS: f64 = 45.0;
 
 /// The ordered index of a radix-tree-paper run.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum TreeIndex {
-    Art(crate::ycsb_bench::ArtSwitches),
-    Btree(crate::ycsb_bench::BtreeSwitches),
+    Art(dmkit_art::ArtConfig),
+    Btree(dmkit_btree::BtreeConfig),
 }
 
 /// [`art_run`] for either tree and a key type. Both trees run as the
@@ -895,49 +913,70 @@ fn tree_run(
         }),
         seed: opts.seed,
         runtime,
+        hot_keys: 0,
+        race: dmkit_race::RaceConfig {
+            cache_entries: 0,
+            ..Default::default()
+        },
         art,
         btree,
-        cache_entries: 0,
-        hot: Default::default(),
     };
     sim_ycsb(opts, profile, &cfg, SPLIT, acc)
 }
 
 fn art_fig15(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
     use crate::ycsb::Workload;
-    use crate::ycsb_bench::ArtSwitches;
+    use dmkit_art::ArtConfig;
     let t = if opts.quick { 2 } else { 24 };
-    let naive = ArtSwitches {
+    let naive = ArtConfig {
         cache_bytes: 64 << 20,
         in_place: false,
         rear_lock: false,
-        rdwc: false,
+        read_delegation: false,
+        write_combining: false,
         lock_free_internal: false,
+        ..ArtConfig::default()
     };
-    let lock_free = ArtSwitches {
+    let lock_free = ArtConfig {
         lock_free_internal: true,
-        ..naive
+        ..naive.clone()
     };
-    let in_place = ArtSwitches {
+    let in_place = ArtConfig {
         in_place: true,
-        ..lock_free
+        ..lock_free.clone()
     };
-    let rear = ArtSwitches {
+    let rear = ArtConfig {
         rear_lock: true,
-        ..in_place
+        ..in_place.clone()
     };
-    let rdwc = ArtSwitches { rdwc: true, ..rear };
+    let rdwc = ArtConfig {
+        read_delegation: true,
+        write_combining: true,
+        ..rear.clone()
+    };
     let steps = [
         (
             "+lock-free internal (load)",
             Workload::Load,
             naive,
-            lock_free,
+            lock_free.clone(),
             1.5,
         ),
-        ("+in-place leaf (b)", Workload::B, lock_free, in_place, 1.5),
-        ("+rear lock (a)", Workload::A, in_place, rear, 3.0),
-        ("+read delegation (c)", Workload::C, rear, rdwc, 1.1),
+        (
+            "+in-place leaf (b)",
+            Workload::B,
+            lock_free.clone(),
+            in_place.clone(),
+            1.5,
+        ),
+        ("+rear lock (a)", Workload::A, in_place, rear.clone(), 3.0),
+        (
+            "+read delegation (c)",
+            Workload::C,
+            rear.clone(),
+            rdwc.clone(),
+            1.1,
+        ),
         ("+write combining (a)", Workload::A, rear, rdwc, 1.1),
     ];
     for (i, (name, w, before, after, published)) in steps.into_iter().enumerate() {
@@ -971,7 +1010,7 @@ fn art_fig11(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
     ];
     // Sherman as the radix-tree paper ran it (§5.1): span 32, locks in
     // on-chip memory, HOCL; no speculative lookup (that is SMART-BT's).
-    let sherman = crate::ycsb_bench::BtreeSwitches {
+    let sherman = dmkit_btree::BtreeConfig {
         speculative: false,
         span: Some(32),
         ..Default::default()
@@ -984,7 +1023,7 @@ fn art_fig11(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
             let mut mops = [0.0; 2];
             for (i, (label, index)) in [
                 ("art", TreeIndex::Art(Default::default())),
-                ("sherman", TreeIndex::Btree(sherman)),
+                ("sherman", TreeIndex::Btree(sherman.clone())),
             ]
             .into_iter()
             .enumerate()
@@ -1047,7 +1086,7 @@ fn art_fig11(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
 /// lookup alone.
 fn fig12(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
     use crate::ycsb::{KeyType, Workload};
-    use crate::ycsb_bench::{BtreeSwitches, IndexKind, YcsbConfig};
+    use crate::ycsb_bench::{IndexKind, YcsbConfig};
     let (machines, threads) = if opts.quick { (2, 4) } else { (8, 94) };
     // Warm-up per workload (ms). Under YCSB's skew the hottest leaf's lock
     // is saturated on A and B, and in a closed loop its queue fills until
@@ -1094,18 +1133,21 @@ fn fig12(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
                 warmup: std::time::Duration::from_millis(if opts.quick { 1 } else { warmup_ms }),
                 seed: opts.seed,
                 runtime,
+                hot_keys: 0,
+                race: dmkit_race::RaceConfig {
+                    cache_entries: 0,
+                    ..Default::default()
+                },
                 art: Default::default(),
                 // As the artifact's B+tree (madsys-dev/smart btree.cpp):
                 // lock, read, write and unlock each a synchronous round
                 // trip; up to 8 local hand-overs (kMaxHandOverDepth).
-                btree: BtreeSwitches {
+                btree: dmkit_btree::BtreeConfig {
                     speculative: spec,
                     combine: false,
                     max_handover: 8,
                     ..Default::default()
                 },
-                cache_entries: 0,
-                hot: Default::default(),
             };
             let mem = MemoryShape {
                 nodes: machines,

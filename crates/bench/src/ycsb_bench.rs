@@ -16,6 +16,12 @@
 //! Each thread owns one worker (remote indexes) and one index client whose
 //! caches persist from the load phase into the run phase, as a long-lived
 //! SMART-HT client's would.
+//!
+//! The remote indexes are driven through the index layer's map contract
+//! alone ([`dmkit_index::RemoteMap`], [`dmkit_index::MapClient`]): each
+//! index's configuration carries its switches, sizes itself for the
+//! workload ([`dmkit_index::IndexConfig::fit`]) and estimates the memory it
+//! needs; the harness knows none of their internals.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -24,10 +30,11 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
-use dmkit_art::{ArtClient, ArtConfig, ArtTree};
-use dmkit_btree::{Btree, BtreeClient, BtreeConfig};
+use dmkit_art::{ArtConfig, ArtTree};
+use dmkit_btree::{Btree, BtreeConfig};
 use dmkit_fabric::Fabric;
-use dmkit_race::{RaceClient, RaceConfig, RaceTable};
+use dmkit_index::{ClientStats, IndexConfig, IndexError, MapClient, RemoteMap, Shape};
+use dmkit_race::{RaceConfig, RaceTable};
 use dmkit_runtime::{Clock, Counters, Ctx, MonotonicClock, RuntimeConfig, Worker};
 use dmkit_sim::{Sim, SimConfig};
 use hdrhistogram::Histogram;
@@ -37,10 +44,6 @@ use crate::micro::BenchError;
 use crate::ycsb::{
     default_distribution, key_bytes, Chooser, Distribution, Generator, KeyType, Workload, YcsbOp,
 };
-
-/// Task-local bytes of each worker's tasks (the indexes' declared layouts
-/// replace it).
-const LOCAL_BYTES: usize = 64 << 10;
 
 /// Which index the harness drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,97 +97,6 @@ impl std::str::FromStr for IndexKind {
 /// The indexes the harness runs.
 pub const INDEXES: &str = "race, local-hash, art, local-art, btree";
 
-/// The radix tree's switches (SMART OSDI'23; Figure 15's factors).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ArtSwitches {
-    /// Client cache of internal nodes per thread, bytes (0: off).
-    pub cache_bytes: usize,
-    /// In-place leaf updates under the rear lock (off: out-of-place leaves).
-    pub in_place: bool,
-    /// Release the leaf lock with the write-back.
-    pub rear_lock: bool,
-    /// Read delegation and write combining among a thread's tasks.
-    pub rdwc: bool,
-    /// Lock-free internal nodes (off: node locks, Figure 15's baseline).
-    pub lock_free_internal: bool,
-}
-
-impl Default for ArtSwitches {
-    fn default() -> Self {
-        Self {
-            cache_bytes: 64 << 20,
-            in_place: true,
-            rear_lock: true,
-            rdwc: true,
-            lock_free_internal: true,
-        }
-    }
-}
-
-/// The hash table's hot area (memory-semantics §IV-B; `dmkit_race::hot`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HotSwitches {
-    /// The likeliest keys of the run's distribution put in the hot area
-    /// (0: no hot area).
-    pub keys: usize,
-    /// Entries per block: 2^block_log2.
-    pub block_log2: u32,
-    /// θ: buffered modifications that force a block's write-back.
-    pub theta: u32,
-    /// Longest a machine keeps a block (ns).
-    pub hold_ns: u64,
-}
-
-impl Default for HotSwitches {
-    fn default() -> Self {
-        let r = RaceConfig::default();
-        Self {
-            keys: 0,
-            block_log2: r.hot_block_log2,
-            theta: r.hot_theta,
-            hold_ns: r.hot_hold,
-        }
-    }
-}
-
-/// The B+tree's switches (Sherman, SMART-BT; Figure 12's series).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BtreeSwitches {
-    /// Client cache of internal nodes per thread, bytes (0: off).
-    pub cache_bytes: usize,
-    /// SMART-BT's speculative lookup.
-    pub speculative: bool,
-    /// Sherman's hierarchical on-chip lock (local lock table, hand-over).
-    pub hocl: bool,
-    /// Lock tables in on-NIC device memory where the fabric has it.
-    pub on_chip_locks: bool,
-    /// Sherman's command combination (lock CAS + READ, WRITE + unlock in
-    /// one batch each); off: four round trips per write, as SMART's
-    /// artifact B+tree.
-    pub combine: bool,
-    /// HOCL: consecutive local hand-overs before a remote release.
-    pub max_handover: u32,
-    /// Node size in bytes (ignored with `span`).
-    pub node_bytes: usize,
-    /// Leaf entries per node (sets the node size).
-    pub span: Option<usize>,
-}
-
-impl Default for BtreeSwitches {
-    fn default() -> Self {
-        Self {
-            cache_bytes: 64 << 20,
-            speculative: true,
-            hocl: true,
-            on_chip_locks: true,
-            combine: true,
-            max_handover: BtreeConfig::default().max_handover,
-            node_bytes: 1024,
-            span: None,
-        }
-    }
-}
-
 /// A YCSB run.
 #[derive(Debug, Clone)]
 pub struct YcsbConfig {
@@ -213,14 +125,16 @@ pub struct YcsbConfig {
     pub warmup: Duration,
     pub seed: u64,
     pub runtime: RuntimeConfig,
-    /// Client cache entries per thread (race).
-    pub cache_entries: usize,
-    /// The hash table's hot area (race).
-    pub hot: HotSwitches,
-    /// The radix tree's switches (art).
-    pub art: ArtSwitches,
-    /// The B+tree's switches (btree).
-    pub btree: BtreeSwitches,
+    /// The hash table's hot area: the run's likeliest keys put in it (0:
+    /// no hot area; memory-semantics §IV-B).
+    pub hot_keys: usize,
+    /// The hash table's switches and client settings (race); its
+    /// structure is fitted to the workload.
+    pub race: RaceConfig,
+    /// The radix tree's (art).
+    pub art: ArtConfig,
+    /// The B+tree's (btree).
+    pub btree: BtreeConfig,
 }
 
 impl YcsbConfig {
@@ -312,7 +226,7 @@ fn validate(cfg: &YcsbConfig) -> Result<(), BenchError> {
     if cfg.index == IndexKind::LocalArt && cfg.key_type != KeyType::Int {
         return bad("local-art (congee) keys are 64-bit integers: use --key-type int".into());
     }
-    if cfg.hot.keys > 0 && cfg.index != IndexKind::Race {
+    if cfg.hot_keys > 0 && cfg.index != IndexKind::Race {
         return bad(format!(
             "--hot-keys is the hash table's hot area: use it with --index race, not {}",
             cfg.index.name()
@@ -327,137 +241,47 @@ fn validate(cfg: &YcsbConfig) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// Bytes of remote memory a race run needs (for sizing an embedded node).
-pub fn race_memory_estimate(cfg: &YcsbConfig) -> u64 {
-    let key = match cfg.key_type {
-        KeyType::Int => 8,
-        KeyType::String => 32,
-    };
-    let block = (16 + key + cfg.value_size).next_multiple_of(64) as u64;
-    let rc = race_config(cfg);
-    let sub = dmkit_race::layout::Geometry { groups: rc.groups }.bytes();
-    // Keys ×2 (inserts of D, blocks in quarantine), subtables at 2× the
-    // initial count (splits), a block chunk per thread and node.
-    2 * cfg.keys * block
-        + (2 << rc.initial_depth) * sub
-        + (cfg.threads * cfg.machines) as u64 * 2 * rc.chunk_bytes
-        + (64 << 20)
+/// What the run will put in its index.
+pub fn shape(cfg: &YcsbConfig) -> Shape {
+    Shape {
+        keys: cfg.keys,
+        max_key: match cfg.key_type {
+            KeyType::Int => 8,
+            KeyType::String => 32,
+        },
+        // Integer keys are all 8 bytes (a B+tree then stores them without
+        // a length byte, as Sherman stores 8-byte keys).
+        fixed_keys: cfg.key_type == KeyType::Int,
+        max_value: cfg.value_size,
+        clients: cfg.total_threads(),
+    }
+}
+
+/// `cfg` fitted to the run's workload.
+fn fitted<C: IndexConfig>(c: &C, run: &YcsbConfig) -> C {
+    let mut c = c.clone();
+    c.fit(&shape(run));
+    c
+}
+
+/// The hash table's configuration for the run: fitted, seeded with the
+/// run's seed (hot keys are picked when the table is made).
+fn race_config(cfg: &YcsbConfig) -> RaceConfig {
+    RaceConfig {
+        seed: cfg.seed,
+        ..fitted(&cfg.race, cfg)
+    }
 }
 
 /// Bytes of remote memory a run of `cfg.index` needs (for sizing an
-/// embedded or simulated node; local indexes need none beyond the
-/// estimate's floor).
+/// embedded or simulated node; the in-process peers need none beyond the
+/// hash table's estimate, which sizes their node too).
 pub fn memory_estimate(cfg: &YcsbConfig) -> u64 {
+    let s = shape(cfg);
     match cfg.index {
-        IndexKind::Art => art_memory_estimate(cfg),
-        IndexKind::Btree => btree_memory_estimate(cfg),
-        _ => race_memory_estimate(cfg),
-    }
-}
-
-/// Bytes of remote memory an art run needs (for sizing an embedded node):
-/// a leaf per key (twice: inserts of D), and internal nodes, 2 KiB each
-/// (NODE_256 room reserved): about one per 6 random integer keys, up to
-/// one per key for string keys whose long shared prefixes split into
-/// chains. (The node's memory is touched only where it is used.)
-pub fn art_memory_estimate(cfg: &YcsbConfig) -> u64 {
-    let ac = art_config(cfg);
-    let leaf = dmkit_art::layout::leaf_bytes(ac.max_key, ac.max_value).next_multiple_of(64) as u64;
-    let node = dmkit_art::layout::NODE_BYTES.next_multiple_of(64) as u64;
-    let nodes = match cfg.key_type {
-        KeyType::Int => cfg.keys.div_ceil(6),
-        KeyType::String => cfg.keys + cfg.keys / 2,
-    };
-    2 * cfg.keys * leaf
-        + nodes * node
-        + (cfg.threads * cfg.machines) as u64 * 2 * ac.chunk_bytes
-        + (64 << 20)
-}
-
-fn art_config(cfg: &YcsbConfig) -> ArtConfig {
-    ArtConfig {
-        max_key: match cfg.key_type {
-            KeyType::Int => 8,
-            KeyType::String => 32,
-        },
-        max_value: cfg.value_size.max(8),
-        in_place: cfg.art.in_place,
-        rear_lock: cfg.art.rear_lock,
-        cache_bytes: cfg.art.cache_bytes,
-        lock_free_internal: cfg.art.lock_free_internal,
-        read_delegation: cfg.art.rdwc,
-        write_combining: cfg.art.rdwc,
-        chunk_bytes: 4 << 20,
-    }
-}
-
-/// Bytes of remote memory a btree run needs: leaves at the fill a split
-/// leaves (half) for every key, twice (inserts of D), internal nodes and a
-/// chunk per thread, plus the lock tables.
-pub fn btree_memory_estimate(cfg: &YcsbConfig) -> u64 {
-    let bc = btree_config(cfg);
-    let Ok(g) = bc.geometry() else {
-        return 64 << 20;
-    };
-    let leaves = (2 * cfg.keys).div_ceil((g.leaf_span as u64 / 2).max(1));
-    (leaves + leaves / (g.inner_span as u64 / 2).max(1) + 1) * g.node_bytes as u64
-        + (cfg.threads * cfg.machines) as u64 * 2 * bc.chunk_bytes
-        + (64 << 20)
-}
-
-fn btree_config(cfg: &YcsbConfig) -> BtreeConfig {
-    BtreeConfig {
-        max_key: match cfg.key_type {
-            KeyType::Int => 8,
-            KeyType::String => 32,
-        },
-        // Integer keys are all 8 bytes: no length byte in the tree keys
-        // (Sherman stores 8-byte keys as they are).
-        fixed_keys: cfg.key_type == KeyType::Int,
-        max_value: cfg.value_size.max(8),
-        node_bytes: cfg.btree.node_bytes,
-        span: cfg.btree.span,
-        cache_bytes: cfg.btree.cache_bytes,
-        speculative: cfg.btree.speculative,
-        hocl: cfg.btree.hocl,
-        on_chip_locks: cfg.btree.on_chip_locks,
-        combine: cfg.btree.combine,
-        max_handover: cfg.btree.max_handover,
-        ..BtreeConfig::default()
-    }
-}
-
-fn create_btree(fabric: Arc<dyn Fabric>, cfg: &YcsbConfig) -> Result<Arc<Btree>, BenchError> {
-    Btree::create(fabric, &unique_name(), btree_config(cfg))
-        .map_err(|e| BenchError::Config(format!("btree: {e}")))
-}
-
-fn create_art(fabric: Arc<dyn Fabric>, cfg: &YcsbConfig) -> Result<Arc<ArtTree>, BenchError> {
-    ArtTree::create(fabric, &unique_name(), art_config(cfg))
-        .map_err(|e| BenchError::Config(format!("art: {e}")))
-}
-
-fn race_config(cfg: &YcsbConfig) -> RaceConfig {
-    let groups = 4096u64;
-    // Start with enough subtables for the keys at ~50 % load; inserts
-    // beyond that split online.
-    let slots = groups * 21;
-    let mut depth = 0;
-    while (slots << depth) < cfg.keys * 2 && depth < 12 {
-        depth += 1;
-    }
-    RaceConfig {
-        max_key: 32,
-        max_value: cfg.value_size.max(8),
-        groups,
-        initial_depth: depth,
-        max_depth: 18,
-        cache_entries: cfg.cache_entries,
-        seed: cfg.seed,
-        hot_block_log2: cfg.hot.block_log2,
-        hot_theta: cfg.hot.theta,
-        hot_hold: cfg.hot.hold_ns,
-        ..Default::default()
+        IndexKind::Art => fitted(&cfg.art, cfg).memory_estimate(&s),
+        IndexKind::Btree => fitted(&cfg.btree, cfg).memory_estimate(&s),
+        _ => race_config(cfg).memory_estimate(&s),
     }
 }
 
@@ -514,161 +338,6 @@ pub enum Platform {
     Sim(Box<SimConfig>),
 }
 
-/// What the harness needs from a remote index's per-worker client.
-#[allow(async_fn_in_trait)]
-pub trait IndexClient: Clone + 'static {
-    async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, String>;
-    /// Inserts if absent; `false` if present.
-    async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, String>;
-    /// Replaces if present; `false` if absent.
-    async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, String>;
-    /// Keys found scanning `count` keys from `from` (ordered indexes).
-    async fn scan(&self, ctx: &Ctx, from: &[u8], count: usize) -> Result<usize, String>;
-    /// (cache hits, cache misses, structural changes such as splits).
-    fn counters(&self) -> (u64, u64, u64);
-}
-
-impl IndexClient for RaceClient {
-    async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
-        RaceClient::search(self, ctx, key)
-            .await
-            .map_err(|e| e.to_string())
-    }
-    async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, String> {
-        RaceClient::insert(self, ctx, key, value)
-            .await
-            .map_err(|e| e.to_string())
-    }
-    async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, String> {
-        RaceClient::update(self, ctx, key, value)
-            .await
-            .map_err(|e| e.to_string())
-    }
-    async fn scan(&self, _: &Ctx, _: &[u8], _: usize) -> Result<usize, String> {
-        Err("race is a hash table: no range scans".into())
-    }
-    fn counters(&self) -> (u64, u64, u64) {
-        let c = RaceClient::counters(self);
-        (c.cache_hits, c.cache_misses, c.splits)
-    }
-}
-
-impl IndexClient for ArtClient {
-    async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
-        ArtClient::search(self, ctx, key)
-            .await
-            .map_err(|e| e.to_string())
-    }
-    async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, String> {
-        ArtClient::insert(self, ctx, key, value)
-            .await
-            .map_err(|e| e.to_string())
-    }
-    async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, String> {
-        ArtClient::update(self, ctx, key, value)
-            .await
-            .map_err(|e| e.to_string())
-    }
-    async fn scan(&self, ctx: &Ctx, from: &[u8], count: usize) -> Result<usize, String> {
-        ArtClient::scan(self, ctx, from, count)
-            .await
-            .map(|v| v.len())
-            .map_err(|e| e.to_string())
-    }
-    fn counters(&self) -> (u64, u64, u64) {
-        let c = ArtClient::counters(self);
-        (
-            c.cache_hits,
-            c.cache_misses,
-            c.leaf_splits + c.header_splits,
-        )
-    }
-}
-
-impl IndexClient for BtreeClient {
-    async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
-        BtreeClient::search(self, ctx, key)
-            .await
-            .map_err(|e| e.to_string())
-    }
-    async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, String> {
-        BtreeClient::insert(self, ctx, key, value)
-            .await
-            .map_err(|e| e.to_string())
-    }
-    async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, String> {
-        BtreeClient::update(self, ctx, key, value)
-            .await
-            .map_err(|e| e.to_string())
-    }
-    async fn scan(&self, ctx: &Ctx, from: &[u8], count: usize) -> Result<usize, String> {
-        BtreeClient::scan(self, ctx, from, count)
-            .await
-            .map(|v| v.len())
-            .map_err(|e| e.to_string())
-    }
-    fn counters(&self) -> (u64, u64, u64) {
-        let c = BtreeClient::counters(self);
-        (
-            c.cache_hits + c.spec_hits,
-            c.cache_misses,
-            c.leaf_splits + c.inner_splits,
-        )
-    }
-}
-
-impl RemoteIndex for Arc<Btree> {
-    type Client = BtreeClient;
-    fn client(&self, id: u64) -> BtreeClient {
-        Btree::client(self, id)
-    }
-    fn client_on(&self, machine: usize, id: u64) -> BtreeClient {
-        Btree::client_on(self, machine, id)
-    }
-    fn destroy(&self) -> Result<(), String> {
-        Btree::destroy(self).map_err(|e| format!("btree: {e}"))
-    }
-}
-
-impl RemoteIndex for Arc<ArtTree> {
-    type Client = ArtClient;
-    fn client(&self, id: u64) -> ArtClient {
-        ArtTree::client(self, id)
-    }
-    fn client_on(&self, machine: usize, id: u64) -> ArtClient {
-        ArtTree::client_on(self, machine, id)
-    }
-    fn destroy(&self) -> Result<(), String> {
-        ArtTree::destroy(self).map_err(|e| format!("art: {e}"))
-    }
-}
-
-/// A remote index the harness can create, hand out clients of, and remove.
-trait RemoteIndex {
-    type Client: IndexClient;
-    fn client(&self, id: u64) -> Self::Client;
-    /// A client on simulated compute machine `machine` (structures that
-    /// share state among a machine's clients, like HOCL, use it).
-    fn client_on(&self, machine: usize, id: u64) -> Self::Client {
-        let _ = machine;
-        self.client(id)
-    }
-    fn destroy(&self) -> Result<(), String>;
-}
-
-impl RemoteIndex for Arc<RaceTable> {
-    type Client = RaceClient;
-    fn client(&self, id: u64) -> RaceClient {
-        RaceTable::client(self, id)
-    }
-    fn client_on(&self, machine: usize, id: u64) -> RaceClient {
-        RaceTable::client_on(self, machine, id)
-    }
-    fn destroy(&self) -> Result<(), String> {
-        RaceTable::destroy(self).map_err(|e| format!("race: {e}"))
-    }
-}
-
 fn unique_name() -> String {
     static RUNS: AtomicU64 = AtomicU64::new(0);
     format!(
@@ -678,20 +347,47 @@ fn unique_name() -> String {
     )
 }
 
-fn create_race(fabric: Arc<dyn Fabric>, cfg: &YcsbConfig) -> Result<Arc<RaceTable>, BenchError> {
-    // The hot area's keys are picked here, not in `race_config`, which the
-    // memory estimate calls too (the estimate's two blocks per key already
-    // cover a hot entry and its key record).
-    let rc = RaceConfig {
+/// Creates the run's index with configuration `c` on `fabric`.
+fn create<M: RemoteMap>(fabric: Arc<dyn Fabric>, c: M::Config) -> Result<Arc<M>, BenchError> {
+    M::create(fabric, &unique_name(), c)
+        .map_err(|e| BenchError::Config(format!("{}: {e}", M::KIND)))
+}
+
+/// The hash table's configuration with its hot area: the run's likeliest
+/// keys (the memory estimate's two blocks per key already cover a hot
+/// entry and its key record).
+fn race_with_hot_area(cfg: &YcsbConfig) -> RaceConfig {
+    RaceConfig {
         hot_keys: chooser(cfg)
-            .hottest(cfg.keys, cfg.hot.keys)
+            .hottest(cfg.keys, cfg.hot_keys)
             .into_iter()
             .map(|k| key_bytes(cfg.key_type, k, cfg.seed))
             .collect(),
         ..race_config(cfg)
-    };
-    RaceTable::create(fabric, &unique_name(), rc)
-        .map_err(|e| BenchError::Config(format!("race: {e}")))
+    }
+}
+
+/// Creates the run's remote index of type `M` with configuration `c` on
+/// the platform, loads and runs it, and removes it.
+fn run_remote<M: RemoteMap>(
+    platform: Platform,
+    c: M::Config,
+    cfg: &YcsbConfig,
+    progress: Progress<'_>,
+) -> Result<(String, Vec<ThreadOut>, u64), BenchError> {
+    match platform {
+        Platform::Fabric(f) => {
+            let map = create::<M>(f.clone(), c)?;
+            let outs = on_threads(f.clone(), &map, cfg, progress)?;
+            Ok((f.backend().into(), outs, 0))
+        }
+        Platform::Sim(sc) => {
+            let sim = Sim::new(*sc)?;
+            let map = create::<M>(sim.dyn_fabric(), c)?;
+            let (outs, posted) = on_sim(sim, &map, cfg, progress)?;
+            Ok(("sim".into(), outs, posted))
+        }
+    }
 }
 
 /// Runs the benchmark.
@@ -706,49 +402,22 @@ pub fn run(
             "several compute machines exist only on the simulator".into(),
         ));
     }
-    let mut sim_verbs = 0;
-    let (backend, outs) = match (cfg.index, platform) {
-        (IndexKind::LocalHash, _) => (
+    let (backend, outs, sim_verbs) = match cfg.index {
+        IndexKind::LocalHash => (
             "local".to_string(),
             run_local(&LocalHash::new(cfg), cfg, progress),
+            0,
         ),
-        (IndexKind::LocalArt, _) => (
+        IndexKind::LocalArt => (
             "local".to_string(),
             run_local(&LocalArt::default(), cfg, progress),
+            0,
         ),
-        (IndexKind::Art, Platform::Fabric(f)) => {
-            let t = create_art(f.clone(), cfg)?;
-            (f.backend().into(), on_threads(f, &t, cfg, progress)?)
+        IndexKind::Race => {
+            run_remote::<RaceTable>(platform, race_with_hot_area(cfg), cfg, progress)?
         }
-        (IndexKind::Art, Platform::Sim(sc)) => {
-            let sim = Sim::new(*sc)?;
-            let t = create_art(sim.dyn_fabric(), cfg)?;
-            let (outs, posted) = on_sim(sim, &t, cfg, progress)?;
-            sim_verbs = posted;
-            ("sim".into(), outs)
-        }
-        (IndexKind::Btree, Platform::Fabric(f)) => {
-            let t = create_btree(f.clone(), cfg)?;
-            (f.backend().into(), on_threads(f, &t, cfg, progress)?)
-        }
-        (IndexKind::Btree, Platform::Sim(sc)) => {
-            let sim = Sim::new(*sc)?;
-            let t = create_btree(sim.dyn_fabric(), cfg)?;
-            let (outs, posted) = on_sim(sim, &t, cfg, progress)?;
-            sim_verbs = posted;
-            ("sim".into(), outs)
-        }
-        (IndexKind::Race, Platform::Fabric(f)) => {
-            let t = create_race(f.clone(), cfg)?;
-            (f.backend().into(), on_threads(f, &t, cfg, progress)?)
-        }
-        (IndexKind::Race, Platform::Sim(sc)) => {
-            let sim = Sim::new(*sc)?;
-            let t = create_race(sim.dyn_fabric(), cfg)?;
-            let (outs, posted) = on_sim(sim, &t, cfg, progress)?;
-            sim_verbs = posted;
-            ("sim".into(), outs)
-        }
+        IndexKind::Art => run_remote::<ArtTree>(platform, fitted(&cfg.art, cfg), cfg, progress)?,
+        IndexKind::Btree => run_remote::<Btree>(platform, fitted(&cfg.btree, cfg), cfg, progress)?,
     };
     let mut r = summarize(backend, cfg, &outs);
     r.sim_verbs = sim_verbs;
@@ -843,7 +512,7 @@ fn summarize(backend: String, cfg: &YcsbConfig, outs: &[ThreadOut]) -> YcsbResul
         cache_hit_rate: (remote && lookups > 0).then(|| hits as f64 / lookups as f64),
         splits: remote.then_some(splits),
         hot_keys: if cfg.index == IndexKind::Race {
-            cfg.hot.keys
+            cfg.hot_keys
         } else {
             0
         },
@@ -934,7 +603,7 @@ impl Tally {
 }
 
 /// The load phase of thread `ti`: its tasks insert their share of keys.
-fn spawn_load<C: IndexClient>(
+fn spawn_load<C: MapClient>(
     w: &mut Worker,
     client: &C,
     cfg: &YcsbConfig,
@@ -974,7 +643,7 @@ fn spawn_load<C: IndexClient>(
 
 /// The run phase of thread `ti`: its tasks run the workload until `deadline`
 /// (of the worker's clock).
-fn spawn_run<C: IndexClient>(
+fn spawn_run<C: MapClient>(
     w: &mut Worker,
     client: &C,
     cfg: &YcsbConfig,
@@ -1019,7 +688,7 @@ fn spawn_run<C: IndexClient>(
 }
 
 /// One YCSB operation; `Ok(false)` when the key was missing.
-async fn index_op<C: IndexClient>(
+async fn index_op<C: MapClient>(
     c: &C,
     ctx: &Ctx,
     op: YcsbOp,
@@ -1027,7 +696,7 @@ async fn index_op<C: IndexClient>(
     seed: u64,
     vs: usize,
     version: u64,
-) -> Result<bool, String> {
+) -> Result<bool, IndexError> {
     match op {
         YcsbOp::Read(k) => Ok(c.search(ctx, &key_bytes(kt, k, seed)).await?.is_some()),
         YcsbOp::Update(k) => {
@@ -1045,19 +714,26 @@ async fn index_op<C: IndexClient>(
             }
             c.update(ctx, &key, &value_for(vs, k, version)).await
         }
-        YcsbOp::Scan(k, n) => Ok(c.scan(ctx, &key_bytes(kt, k, seed), n as usize).await? > 0),
+        YcsbOp::Scan(k, n) => Ok(!c
+            .scan(ctx, &key_bytes(kt, k, seed), n as usize)
+            .await?
+            .is_empty()),
     }
 }
 
 /// A thread's figures for a phase: counters and client counters since the
 /// snapshots taken at its start.
-fn phase_out<C: IndexClient>(
+fn phase_out<C: MapClient>(
     w: &Worker,
     client: &C,
     tally: &Tally,
-    before: (&Counters, (u64, u64, u64)),
+    before: (&Counters, ClientStats),
 ) -> ThreadOut {
-    let (h, m, s) = client.counters();
+    let ClientStats {
+        cache_hits: h,
+        cache_misses: m,
+        splits: s,
+    } = client.stats();
     ThreadOut {
         ops: tally.done.get(),
         misses: tally.misses.get(),
@@ -1066,16 +742,16 @@ fn phase_out<C: IndexClient>(
         retry_hist: *tally.retry_hist.borrow(),
         thread_hist: *tally.thread_hist.borrow(),
         task_ops: tally.task_ops.borrow().clone(),
-        cache: (h - before.1 .0, m - before.1 .1),
+        cache: (h - before.1.cache_hits, m - before.1.cache_misses),
         splits: s,
         ..Default::default()
     }
 }
 
 /// Loads and runs on OS threads, one worker each, then removes the index.
-fn on_threads<I: RemoteIndex + Sync>(
+fn on_threads<M: RemoteMap>(
     fabric: Arc<dyn Fabric>,
-    index: &I,
+    index: &Arc<M>,
     cfg: &YcsbConfig,
     progress: Progress<'_>,
 ) -> Result<Vec<ThreadOut>, BenchError> {
@@ -1098,7 +774,7 @@ fn on_threads<I: RemoteIndex + Sync>(
                         .config(rcfg)
                         .id(ti)
                         .tasks(cfg.coros)
-                        .local_bytes(LOCAL_BYTES)
+                        .local(index.local_layout())
                         .build();
                     // Every thread reaches the barrier, failed or not.
                     let mut w = match made {
@@ -1125,7 +801,7 @@ fn on_threads<I: RemoteIndex + Sync>(
                     // Load.
                     let t0 = Instant::now();
                     let tally = Tally::new();
-                    let c0 = (w.stats().counters, client.counters());
+                    let c0 = (w.stats().counters, client.stats());
                     spawn_load(&mut w, &client, cfg, ti, loaded, &tally);
                     step(&mut w, "load", cfg.keys, &|| loaded.load(Ordering::Relaxed));
                     let mut out = phase_out(&w, &client, &tally, (&c0.0, c0.1));
@@ -1148,7 +824,7 @@ fn on_threads<I: RemoteIndex + Sync>(
                     let from = start + cfg.warmup.as_nanos() as u64;
                     let deadline = from + cfg.duration.as_nanos() as u64;
                     let tally = Tally::from(from);
-                    let mut c1 = (w.stats().counters, client.counters());
+                    let mut c1 = (w.stats().counters, client.stats());
                     spawn_run(&mut w, &client, cfg, ti, deadline, chooser, &tally);
                     if !cfg.warmup.is_zero() {
                         while w.live_tasks() > 0 && clock.now() < from {
@@ -1156,7 +832,7 @@ fn on_threads<I: RemoteIndex + Sync>(
                                 std::hint::spin_loop();
                             }
                         }
-                        c1 = (w.stats().counters, client.counters());
+                        c1 = (w.stats().counters, client.stats());
                     }
                     let ms = (cfg.warmup + cfg.duration).as_millis() as u64;
                     step(&mut w, "run", ms, &|| (clock.now() - start) / 1_000_000);
@@ -1177,7 +853,9 @@ fn on_threads<I: RemoteIndex + Sync>(
             .collect()
     });
     // Leave nothing behind on a memory node that outlives this run.
-    let destroyed = index.destroy().map_err(BenchError::Config);
+    let destroyed = index
+        .destroy()
+        .map_err(|e| BenchError::Config(format!("{}: {e}", M::KIND)));
     let outs = results.into_iter().collect::<Result<Vec<_>, _>>()?;
     destroyed?;
     Ok(outs)
@@ -1185,9 +863,9 @@ fn on_threads<I: RemoteIndex + Sync>(
 
 /// Loads and runs on the simulator's virtual threads: `cfg.threads` on each
 /// compute machine, one worker each. Times are virtual.
-fn on_sim<I: RemoteIndex>(
+fn on_sim<M: RemoteMap>(
     mut sim: Sim,
-    index: &I,
+    index: &Arc<M>,
     cfg: &YcsbConfig,
     progress: Progress<'_>,
 ) -> Result<(Vec<ThreadOut>, u64), BenchError> {
@@ -1205,12 +883,12 @@ fn on_sim<I: RemoteIndex>(
                 .config(rcfg.clone())
                 .id(ti)
                 .tasks(cfg.coros)
-                .local_bytes(LOCAL_BYTES)
+                .local(index.local_layout())
                 .build()
         })?;
         let client = index.client_on(machine, ti as u64);
         let tally = Tally::new();
-        let before = (sim.thread_stats(th).counters, client.counters());
+        let before = (sim.thread_stats(th).counters, client.stats());
         spawn_load(sim.worker_mut(th), &client, cfg, ti, &loaded, &tally);
         threads.push((th, client, tally, before));
     }
@@ -1282,7 +960,7 @@ fn on_sim<I: RemoteIndex>(
         .iter()
         .zip(tallies)
         .map(|((th, client, _, _), tally)| {
-            let before = (sim.thread_stats(*th).counters, client.counters());
+            let before = (sim.thread_stats(*th).counters, client.stats());
             (tally, before)
         })
         .collect();

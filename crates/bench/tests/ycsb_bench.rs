@@ -10,6 +10,7 @@ use dmkit_bench::ycsb_bench::{self, IndexKind, Platform, YcsbConfig};
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_fabric::Fabric;
 use dmkit_memnode::NodeConfig;
+use dmkit_race::RaceConfig;
 use dmkit_runtime::RuntimeConfig;
 
 fn cfg(index: IndexKind, workload: Workload, key_type: KeyType) -> YcsbConfig {
@@ -29,8 +30,11 @@ fn cfg(index: IndexKind, workload: Workload, key_type: KeyType) -> YcsbConfig {
         warmup: Duration::ZERO,
         seed: 3,
         runtime: RuntimeConfig::default(),
-        cache_entries: 512,
-        hot: Default::default(),
+        hot_keys: 0,
+        race: RaceConfig {
+            cache_entries: 512,
+            ..Default::default()
+        },
         art: Default::default(),
         btree: Default::default(),
     }
@@ -129,9 +133,10 @@ fn race_runs_with_a_hot_area() {
         (Workload::F, KeyType::Int),
     ] {
         let c = YcsbConfig {
-            hot: ycsb_bench::HotSwitches {
-                keys: 64,
-                block_log2: 2,
+            hot_keys: 64,
+            race: RaceConfig {
+                cache_entries: 512,
+                hot_block_log2: 2,
                 ..Default::default()
             },
             ..cfg(IndexKind::Race, w, kt)
@@ -162,10 +167,7 @@ fn scans_and_bad_settings_are_refused() {
         },
         // The hot area is the hash table's.
         YcsbConfig {
-            hot: ycsb_bench::HotSwitches {
-                keys: 10,
-                ..Default::default()
-            },
+            hot_keys: 10,
             ..cfg(IndexKind::Art, Workload::C, KeyType::Int)
         },
     ] {
@@ -268,7 +270,10 @@ fn retry_histograms_count_every_measured_operation() {
         distribution: Some(dmkit_bench::ycsb::Distribution::Uniform),
         duration: Duration::from_millis(2),
         warmup: Duration::from_millis(1),
-        cache_entries: 0,
+        race: RaceConfig {
+            cache_entries: 0,
+            ..Default::default()
+        },
         runtime: RuntimeConfig {
             conflict_avoid: false,
             ..RuntimeConfig::default()
@@ -314,7 +319,10 @@ fn fairness_figures_see_a_stranded_client() {
         distribution: Some(dmkit_bench::ycsb::Distribution::Uniform),
         duration: Duration::from_millis(2),
         warmup: Duration::from_millis(1),
-        cache_entries: 0,
+        race: RaceConfig {
+            cache_entries: 0,
+            ..Default::default()
+        },
         ..cfg(IndexKind::Race, Workload::C, KeyType::Int)
     };
     let r = ycsb_bench::run(sim_platform(2), &calm, &|_, _, _| {}).unwrap();

@@ -30,6 +30,7 @@ pub const KIND: &str = "btree";
 /// workload ([`IndexConfig::fit`]).
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
+#[cfg_attr(feature = "cli", command(next_help_heading = "B+tree (--index btree)"))]
 pub struct BtreeConfig {
     /// Longest key in bytes (stored in the tree; 1..=254).
     #[cfg_attr(feature = "cli", arg(skip = BtreeConfig::default().max_key))]

@@ -9,6 +9,7 @@ use dmkit_fabric::Fabric;
 
 use crate::args::targets;
 use crate::Res;
+use dmkit_fabric::ControlPlane;
 
 #[derive(Subcommand)]
 pub(crate) enum NodeCmd {

@@ -7,6 +7,28 @@
 //! conflict avoidance through `backoff_cas`) apply unchanged. Layouts are in
 //! [`layout`].
 //!
+//! ```
+//! use std::sync::Arc;
+//! use dmkit_fabric::shm::{ShmConfig, ShmFabric};
+//! use dmkit_index::{MapClient, RemoteMap};
+//! use dmkit_race::{RaceConfig, RaceTable};
+//! use dmkit_runtime::Worker;
+//!
+//! // An embedded 64 MiB memory node and a table on it.
+//! let node = dmkit_memnode::NodeConfig { size: 64 << 20, ..Default::default() };
+//! let fabric = Arc::new(ShmFabric::embedded(ShmConfig::default(), &[node]).unwrap());
+//! let table = RaceTable::create(fabric.clone(), "doc", RaceConfig::default()).unwrap();
+//! // A worker whose tasks have the memory the table declared.
+//! let mut worker = Worker::builder(fabric.as_ref()).local(table.local_layout()).build().unwrap();
+//! let client = table.client(1);
+//! worker.spawn(move |ctx| async move {
+//!     assert!(client.insert(&ctx, b"key", b"value").await.unwrap());
+//!     assert_eq!(client.search(&ctx, b"key").await.unwrap(), Some(b"value".to_vec()));
+//! });
+//! worker.run();
+//! table.destroy().unwrap();
+//! ```
+//!
 //! ## Structure
 //! A directory of subtables indexed by the low `global_depth` bits of the
 //! key's hash; each subtable is an array of bucket groups (main bucket,

@@ -30,6 +30,10 @@ pub const KIND: &str = "race";
 /// structural settings come from the workload ([`IndexConfig::fit`]).
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
+#[cfg_attr(
+    feature = "cli",
+    command(next_help_heading = "Hash table (--index race)")
+)]
 pub struct RaceConfig {
     /// Longest key in bytes (stored in the table; all clients share it).
     #[cfg_attr(feature = "cli", arg(skip = RaceConfig::default().max_key))]
@@ -50,7 +54,7 @@ pub struct RaceConfig {
     /// of two; 0 disables it; SMART-HT's cache).
     #[cfg_attr(
         feature = "cli",
-        arg(long = "cache", id = "race_cache", default_value_t = RaceConfig::default().cache_entries)
+        arg(long = "cache", id = "race_cache", value_name = "ENTRIES", default_value_t = RaceConfig::default().cache_entries)
     )]
     pub cache_entries: usize,
     /// How long a retired key-value block stays untouched before it is
@@ -81,10 +85,10 @@ pub struct RaceConfig {
     )]
     pub hot_theta: u32,
     /// Hash table: longest a compute machine keeps a hot block, however
-    /// busy (ns; flag: a duration).
+    /// busy (in ns; the flag takes a duration, e.g. 50us).
     #[cfg_attr(
         feature = "cli",
-        arg(long = "hot-hold", default_value = "50us", value_parser = dmkit_index::cli::parse_nanos)
+        arg(long = "hot-hold", value_name = "DURATION", default_value = "50us", value_parser = dmkit_index::cli::parse_nanos)
     )]
     pub hot_hold: Nanos,
     /// How long an operation keeps retrying before it gives up.

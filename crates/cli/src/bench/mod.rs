@@ -21,6 +21,8 @@ use crate::units::parse_size;
 use micro::MicroArgs;
 use ycsb::YcsbArgs;
 
+// The variants are parsed once per process: their size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub(crate) enum BenchCmd {
     /// One verb at random addresses of a region, per thread, in batches.

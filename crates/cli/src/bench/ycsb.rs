@@ -12,8 +12,6 @@ use dmkit_bench::ycsb_bench::{self, YcsbConfig, YcsbResult};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{open_fabric, Backend, FabricArgs, SwitchArgs};
-use crate::args::OnOff;
-use crate::units::parse_size;
 use crate::Res;
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -75,65 +73,19 @@ pub(crate) struct YcsbArgs {
     /// adaptation settle).
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     warmup: Duration,
-    /// Client cache entries per thread (race; 0 disables).
-    #[arg(long, default_value_t = 1 << 16)]
-    cache: usize,
     /// Hash table: put the run's N likeliest keys in a hot area served in
     /// blocks with IO consolidation (memory-semantics §IV-B; 0: off).
     #[arg(long, default_value_t = 0)]
     hot_keys: usize,
-    /// Hash table: hot entries per block, as a power of two.
-    #[arg(long, default_value_t = 3)]
-    hot_block_log2: u32,
-    /// Hash table: buffered modifications that force a hot block's write-back (θ).
-    #[arg(long, default_value_t = 16)]
-    hot_theta: u32,
-    /// Hash table: longest a compute machine keeps a hot block, however busy.
-    #[arg(long, default_value = "50us", value_parser = humantime::parse_duration)]
-    hot_hold: Duration,
-    /// Radix tree: bytes of internal nodes each compute machine caches, shared by its threads (0 disables).
-    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
-    art_cache: u64,
-    /// Radix tree: in-place leaf updates under the leaf lock (off:
-    /// out-of-place leaves swung by CAS).
-    #[arg(long, value_enum, default_value = "on")]
-    in_place_leaf: OnOff,
-    /// Radix tree: release the leaf lock with the write-back.
-    #[arg(long, value_enum, default_value = "on")]
-    rear_lock: OnOff,
-    /// Radix tree: read delegation and write combining among a thread's tasks.
-    #[arg(long, value_enum, default_value = "on")]
-    rdwc: OnOff,
-    /// Radix tree: lock-free internal nodes (off: every internal-node change
-    /// under a remote node lock — Figure 15's baseline).
-    #[arg(long, value_enum, default_value = "on")]
-    lock_free_internal: OnOff,
-    /// B+tree: bytes of internal nodes each compute machine caches, shared by its threads (0 disables).
-    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
-    btree_cache: u64,
-    /// B+tree: SMART-BT's speculative lookup (read one cached slot first).
-    #[arg(long, value_enum, default_value = "on")]
-    speculative: OnOff,
-    /// B+tree: Sherman's hierarchical locks (local lock table, hand-over).
-    #[arg(long, value_enum, default_value = "on")]
-    hocl: OnOff,
-    /// B+tree: lock tables in on-NIC device memory where the fabric has it.
-    #[arg(long, value_enum, default_value = "on")]
-    on_chip_locks: OnOff,
-    /// B+tree: Sherman's command combination — lock CAS with the node READ,
-    /// entry WRITE with the unlock, one round trip each (off: SMART's
-    /// artifact B+tree, four round trips per write).
-    #[arg(long, value_enum, default_value = "on")]
-    combine: OnOff,
-    /// B+tree: HOCL hand-overs to local waiters before a remote release.
-    #[arg(long, default_value_t = 4)]
-    max_handover: u32,
-    /// B+tree: node size.
-    #[arg(long, default_value = "1KiB", value_parser = parse_size)]
-    btree_node: u64,
-    /// B+tree: leaf entries per node (sets the node size; Sherman's span).
-    #[arg(long)]
-    btree_span: Option<usize>,
+    /// The hash table's switches (its own flags: dmkit_race::RaceConfig).
+    #[command(flatten)]
+    race: dmkit_race::RaceConfig,
+    /// The radix tree's switches (dmkit_art::ArtConfig).
+    #[command(flatten)]
+    art: dmkit_art::ArtConfig,
+    /// The B+tree's switches (dmkit_btree::BtreeConfig).
+    #[command(flatten)]
+    btree: dmkit_btree::BtreeConfig,
     #[command(flatten)]
     switches: SwitchArgs,
     #[arg(long, default_value_t = 1)]
@@ -177,30 +129,10 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
         warmup: a.warmup,
         seed: a.seed,
         runtime: a.switches.runtime_config(a.seed)?,
-        cache_entries: a.cache,
-        hot: ycsb_bench::HotSwitches {
-            keys: a.hot_keys,
-            block_log2: a.hot_block_log2,
-            theta: a.hot_theta,
-            hold_ns: a.hot_hold.as_nanos() as u64,
-        },
-        art: ycsb_bench::ArtSwitches {
-            cache_bytes: a.art_cache as usize,
-            in_place: a.in_place_leaf == OnOff::On,
-            rear_lock: a.rear_lock == OnOff::On,
-            rdwc: a.rdwc == OnOff::On,
-            lock_free_internal: a.lock_free_internal == OnOff::On,
-        },
-        btree: ycsb_bench::BtreeSwitches {
-            cache_bytes: a.btree_cache as usize,
-            speculative: a.speculative == OnOff::On,
-            hocl: a.hocl == OnOff::On,
-            on_chip_locks: a.on_chip_locks == OnOff::On,
-            combine: a.combine == OnOff::On,
-            max_handover: a.max_handover,
-            node_bytes: a.btree_node as usize,
-            span: a.btree_span,
-        },
+        hot_keys: a.hot_keys,
+        race: a.race,
+        art: a.art,
+        btree: a.btree,
     };
     let needed = ycsb_bench::memory_estimate(&cfg);
     let platform = match a.fabric.backend {
