@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use dmkit_art::{ArtConfig, ArtTree};
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
-use dmkit_index::{IndexError, RemoteMap};
+use dmkit_index::{IndexError, MapClient, RemoteMap};
 use dmkit_memnode::NodeConfig;
 use dmkit_runtime::Worker;
 

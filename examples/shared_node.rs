@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use dmkit_fabric::shm::{ShmConfig, ShmFabric, Target};
-use dmkit_index::{IndexError, RemoteMap};
+use dmkit_index::{IndexError, MapClient, RemoteMap};
 use dmkit_race::{RaceConfig, RaceTable};
 use dmkit_runtime::Worker;
 

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use dmkit_fabric::{Fabric, GlobalAddr, NodeId, RemoteRef};
 use dmkit_index::{
-    ClientStats, Creation, Entries, Home, IndexConfig, IndexError, MapClient, RemoteMap, Retry,
-    RetryPolicy, Shape,
+    ClientStats, Creation, Home, IndexConfig, IndexError, MapClient, RemoteMap, Retry, RetryPolicy,
+    Shape,
 };
 use dmkit_runtime::alloc::{BlockAlloc, MAX_UNITS};
 use dmkit_runtime::machine::{PerMachine, TicketLocks};
@@ -964,45 +964,6 @@ impl ArtClient {
 
     // ---- operations ----------------------------------------------------
 
-    /// The value of `key`, if present.
-    pub async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
-        self.check_key(ctx, key)?;
-        let _op = ctx.read_op("search").await;
-        if !self.t.cfg.read_delegation {
-            return self.search_in(ctx, key, None).await;
-        }
-        // A warm search has nothing to delegate (see `rdwc::Table::quiet`):
-        // its leaf READ alone, as `search_in` would post it. Anything but
-        // the live key there takes the full path below.
-        if self.rdwc.quiet(key) {
-            if let Some(slot) = self.cached_leaf_slot(&self.tree_key(key)) {
-                if let LeafIs::Live(l) = self.read_leaf(ctx, slot, key).await? {
-                    self.note_cache(true);
-                    return Ok(Some(l.value));
-                }
-            }
-        }
-        let role = self.rdwc.enter(key, rdwc::Kind::Read, &[]);
-        match role {
-            Role::Lead(w) => {
-                let r = self.search_in(ctx, key, Some(&w)).await;
-                self.rdwc.leave(key, &w, || match &r {
-                    Ok(Some(v)) => Outcome::Found(v.clone()),
-                    _ => Outcome::Redo,
-                });
-                r
-            }
-            Role::Join(w) => {
-                if let Outcome::Found(v) = self.wait(ctx, &w).await {
-                    self.count(|c| c.delegated_reads += 1);
-                    return Ok(Some(v));
-                }
-                self.search_in(ctx, key, None).await
-            }
-            Role::Alone => self.search_in(ctx, key, None).await,
-        }
-    }
-
     /// Waits for the leader of window `w` to publish its outcome.
     async fn wait(&self, ctx: &Ctx, w: &rdwc::Shared) -> Outcome {
         loop {
@@ -1070,53 +1031,6 @@ impl ArtClient {
                 c.cache_misses += 1
             }
         });
-    }
-
-    /// Inserts `key` if absent; `false` (and no change) if present.
-    pub async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        self.check_key(ctx, key)?;
-        self.check_value(value)?;
-        let _op = ctx.op("insert").await;
-        self.write(ctx, key, value, WriteMode::Insert, None).await
-    }
-
-    /// Replaces the value of `key` if present; `false` if absent.
-    pub async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        self.check_key(ctx, key)?;
-        self.check_value(value)?;
-        let _op = ctx.op("update").await;
-        if !self.t.cfg.write_combining {
-            return self.write(ctx, key, value, WriteMode::Update, None).await;
-        }
-        let role = self.rdwc.enter(key, rdwc::Kind::Write, value);
-        match role {
-            Role::Lead(w) => {
-                let r = self
-                    .write(ctx, key, value, WriteMode::Update, Some(&w))
-                    .await;
-                self.rdwc.leave(key, &w, || match r {
-                    Ok(true) => Outcome::Written,
-                    _ => Outcome::Redo,
-                });
-                r
-            }
-            Role::Join(w) => {
-                if let Outcome::Written = self.wait(ctx, &w).await {
-                    self.count(|c| c.combined_writes += 1);
-                    return Ok(true);
-                }
-                self.write(ctx, key, value, WriteMode::Update, None).await
-            }
-            Role::Alone => self.write(ctx, key, value, WriteMode::Update, None).await,
-        }
-    }
-
-    /// Removes `key` if present: its leaf is marked deleted (the slot keeps
-    /// pointing at it until an insert with that byte reuses the slot).
-    pub async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, IndexError> {
-        self.check_key(ctx, key)?;
-        let _op = ctx.op("delete").await;
-        self.write(ctx, key, &[], WriteMode::Delete, None).await
     }
 
     /// Insert, update or delete; an update takes its value from the
@@ -1976,22 +1890,6 @@ impl ArtClient {
 
     // ---- scans ---------------------------------------------------------
 
-    /// Up to `count` entries with keys ≥ `from`, in key order. Not atomic
-    /// with concurrent writes (as in the paper, §4.4): a range that nobody
-    /// writes during the scan is returned exactly; keys outside the range
-    /// never are.
-    pub async fn scan(
-        &self,
-        ctx: &Ctx,
-        from: &[u8],
-        count: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, IndexError> {
-        self.check_key(ctx, from)?;
-        let _op = ctx.read_op("scan").await;
-        let lo = self.tree_key(from);
-        self.scan_tk(ctx, &lo, None, count).await
-    }
-
     /// Every entry with `lo <= key <= hi`, in key order (same guarantees
     /// as [`ArtClient::scan`]).
     pub async fn range(
@@ -2005,13 +1903,6 @@ impl ArtClient {
         let _op = ctx.read_op("scan").await;
         let (lo, hi) = (self.tree_key(lo), self.tree_key(hi));
         self.scan_tk(ctx, &lo, Some(&hi), usize::MAX).await
-    }
-
-    /// Every entry, in key order (for tests and tools; quiescent trees).
-    pub async fn entries(&self, ctx: &Ctx) -> Result<Vec<(Vec<u8>, Vec<u8>)>, IndexError> {
-        self.check_local(ctx)?;
-        let lo = vec![0u8; self.t.cfg.max_key + 1];
-        self.scan_tk(ctx, &lo, None, usize::MAX).await
     }
 
     /// The ordered walk: a list of pending items in key order, whose first
@@ -2296,23 +2187,108 @@ impl RemoteMap for ArtTree {
 }
 
 impl MapClient for ArtClient {
+    /// The value of `key`, if present.
     async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
-        ArtClient::search(self, ctx, key).await
+        self.check_key(ctx, key)?;
+        let _op = ctx.read_op("search").await;
+        if !self.t.cfg.read_delegation {
+            return self.search_in(ctx, key, None).await;
+        }
+        // A warm search has nothing to delegate (see `rdwc::Table::quiet`):
+        // its leaf READ alone, as `search_in` would post it. Anything but
+        // the live key there takes the full path below.
+        if self.rdwc.quiet(key) {
+            if let Some(slot) = self.cached_leaf_slot(&self.tree_key(key)) {
+                if let LeafIs::Live(l) = self.read_leaf(ctx, slot, key).await? {
+                    self.note_cache(true);
+                    return Ok(Some(l.value));
+                }
+            }
+        }
+        let role = self.rdwc.enter(key, rdwc::Kind::Read, &[]);
+        match role {
+            Role::Lead(w) => {
+                let r = self.search_in(ctx, key, Some(&w)).await;
+                self.rdwc.leave(key, &w, || match &r {
+                    Ok(Some(v)) => Outcome::Found(v.clone()),
+                    _ => Outcome::Redo,
+                });
+                r
+            }
+            Role::Join(w) => {
+                if let Outcome::Found(v) = self.wait(ctx, &w).await {
+                    self.count(|c| c.delegated_reads += 1);
+                    return Ok(Some(v));
+                }
+                self.search_in(ctx, key, None).await
+            }
+            Role::Alone => self.search_in(ctx, key, None).await,
+        }
     }
+    /// Inserts `key` if absent; `false` (and no change) if present.
     async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        ArtClient::insert(self, ctx, key, value).await
+        self.check_key(ctx, key)?;
+        self.check_value(value)?;
+        let _op = ctx.op("insert").await;
+        self.write(ctx, key, value, WriteMode::Insert, None).await
     }
+    /// Replaces the value of `key` if present; `false` if absent.
     async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        ArtClient::update(self, ctx, key, value).await
+        self.check_key(ctx, key)?;
+        self.check_value(value)?;
+        let _op = ctx.op("update").await;
+        if !self.t.cfg.write_combining {
+            return self.write(ctx, key, value, WriteMode::Update, None).await;
+        }
+        let role = self.rdwc.enter(key, rdwc::Kind::Write, value);
+        match role {
+            Role::Lead(w) => {
+                let r = self
+                    .write(ctx, key, value, WriteMode::Update, Some(&w))
+                    .await;
+                self.rdwc.leave(key, &w, || match r {
+                    Ok(true) => Outcome::Written,
+                    _ => Outcome::Redo,
+                });
+                r
+            }
+            Role::Join(w) => {
+                if let Outcome::Written = self.wait(ctx, &w).await {
+                    self.count(|c| c.combined_writes += 1);
+                    return Ok(true);
+                }
+                self.write(ctx, key, value, WriteMode::Update, None).await
+            }
+            Role::Alone => self.write(ctx, key, value, WriteMode::Update, None).await,
+        }
     }
+    /// Removes `key` if present: its leaf is marked deleted (the slot keeps
+    /// pointing at it until an insert with that byte reuses the slot).
     async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, IndexError> {
-        ArtClient::delete(self, ctx, key).await
+        self.check_key(ctx, key)?;
+        let _op = ctx.op("delete").await;
+        self.write(ctx, key, &[], WriteMode::Delete, None).await
     }
-    async fn scan(&self, ctx: &Ctx, from: &[u8], count: usize) -> Result<Entries, IndexError> {
-        ArtClient::scan(self, ctx, from, count).await
+    /// Up to `count` entries with keys ≥ `from`, in key order. Not atomic
+    /// with concurrent writes (as in the paper, §4.4): a range that nobody
+    /// writes during the scan is returned exactly; keys outside the range
+    /// never are.
+    async fn scan(
+        &self,
+        ctx: &Ctx,
+        from: &[u8],
+        count: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, IndexError> {
+        self.check_key(ctx, from)?;
+        let _op = ctx.read_op("scan").await;
+        let lo = self.tree_key(from);
+        self.scan_tk(ctx, &lo, None, count).await
     }
-    async fn entries(&self, ctx: &Ctx) -> Result<Entries, IndexError> {
-        ArtClient::entries(self, ctx).await
+    /// Every entry, in key order (for tests and tools; quiescent trees).
+    async fn entries(&self, ctx: &Ctx) -> Result<Vec<(Vec<u8>, Vec<u8>)>, IndexError> {
+        self.check_local(ctx)?;
+        let lo = vec![0u8; self.t.cfg.max_key + 1];
+        self.scan_tk(ctx, &lo, None, usize::MAX).await
     }
     /// Cache hits and misses as the tree counts them (operations that
     /// reached their leaf through cached nodes only, and the others);

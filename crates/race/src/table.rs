@@ -1124,42 +1124,6 @@ impl RaceClient {
         }
     }
 
-    /// Looks `key` up: one round trip on a cache hit, two otherwise.
-    pub async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
-        self.check_key(ctx, key)?;
-        let _op = ctx.read_op("search").await;
-        if let Some((h, rank)) = self.hot_rank(key) {
-            return Ok(self.hot_op(ctx, h, rank, HotOp::Search).await?.before);
-        }
-        let h = self.hash(key);
-        if let Some((slot_addr, w)) = self.cache_get(&h) {
-            let slot = Slot(w);
-            let cand = self.cand(0, slot)?;
-            let t0 = ctx.now();
-            ctx.read(self.t.remote(slot_addr)?, self.sc().slot);
-            ctx.read(self.t.remote(slot.block())?, cand);
-            ctx.sync().await?;
-            if ctx.local_u64(self.sc().slot) == w && !self.stalled(ctx, t0) {
-                let hit = self.with_block(ctx, cand, |b| {
-                    b.and_then(|(k, v)| (k == key).then(|| v.to_vec()))
-                });
-                if let Some(v) = hit {
-                    self.st.borrow_mut().counters.cache_hits += 1;
-                    return Ok(Some(v));
-                }
-            }
-            self.cache_drop(&h);
-        }
-        self.st.borrow_mut().counters.cache_misses += 1;
-        match self.locate(ctx, key, &h, true).await? {
-            Locate::Found(slot_addr, slot, value, _) => {
-                self.cache_put(&h, slot_addr, slot.0);
-                Ok(Some(value))
-            }
-            Locate::Absent => Ok(None),
-        }
-    }
-
     /// Allocates and fills (locally, in the `new` region) the block for
     /// `key`/`value`.
     fn new_block(
@@ -1186,28 +1150,6 @@ impl RaceClient {
         };
         ctx.put_local(self.sc().new, &img);
         Ok((addr, units))
-    }
-
-    /// Inserts `key` if absent; `Ok(false)` if it was present (unchanged).
-    pub async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        self.check_key(ctx, key)?;
-        self.check_value(value)?;
-        let _op = ctx.op("insert").await;
-        if let Some((h, rank)) = self.hot_rank(key) {
-            return Ok(self
-                .hot_op(ctx, h, rank, HotOp::Insert(value))
-                .await?
-                .applied);
-        }
-        let h = self.hash(key);
-        let sub = self.subtable(ctx, &h).await?;
-        let (block, units) = self.new_block(ctx, key, value, sub.node())?;
-        let r = self.insert_block(ctx, key, &h, block, units).await;
-        if !matches!(r, Ok(true)) {
-            // Never published: reusable at once.
-            self.st.borrow_mut().alloc.free_now(block, units);
-        }
-        r
     }
 
     /// Publishes the fresh block (`units` × 64 B at `block`, its image in
@@ -1330,47 +1272,6 @@ impl RaceClient {
             // Another key took the slot (it shares the bucket, not our lock).
             retry.again(ctx)?;
         }
-    }
-
-    /// Replaces the value of `key` if present; `Ok(false)` if absent.
-    pub async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        self.check_key(ctx, key)?;
-        self.check_value(value)?;
-        let _op = ctx.op("update").await;
-        if let Some((h, rank)) = self.hot_rank(key) {
-            return Ok(self
-                .hot_op(ctx, h, rank, HotOp::Update(value))
-                .await?
-                .applied);
-        }
-        let h = self.hash(key);
-        let prefer = match self.cache_get(&h) {
-            Some((a, _)) => a.node(),
-            None => self.subtable(ctx, &h).await?.node(),
-        };
-        let (block, units) = self.new_block(ctx, key, value, prefer)?;
-        let new = Slot::new(h.fp(), units, block).ok_or_else(|| {
-            IndexError::config(
-                KIND,
-                format!("block address {block} does not fit a 48-bit pointer"),
-            )
-        })?;
-        let r = self.replace(ctx, key, &h, Some((block, new))).await;
-        if !matches!(r, Ok(true)) {
-            self.st.borrow_mut().alloc.free_now(block, units);
-        }
-        r
-    }
-
-    /// Removes `key`; `Ok(false)` if it was absent.
-    pub async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, IndexError> {
-        self.check_key(ctx, key)?;
-        let _op = ctx.op("delete").await;
-        if let Some((h, rank)) = self.hot_rank(key) {
-            return Ok(self.hot_op(ctx, h, rank, HotOp::Delete).await?.applied);
-        }
-        let h = self.hash(key);
-        self.replace(ctx, key, &h, None).await
     }
 
     /// CASes the key's slot to `new` (a fresh block) or to empty.
@@ -1793,12 +1694,115 @@ impl RaceClient {
         }
         Ok(())
     }
+}
 
+impl MapClient for RaceClient {
+    /// Looks `key` up: one round trip on a cache hit, two otherwise.
+    async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
+        self.check_key(ctx, key)?;
+        let _op = ctx.read_op("search").await;
+        if let Some((h, rank)) = self.hot_rank(key) {
+            return Ok(self.hot_op(ctx, h, rank, HotOp::Search).await?.before);
+        }
+        let h = self.hash(key);
+        if let Some((slot_addr, w)) = self.cache_get(&h) {
+            let slot = Slot(w);
+            let cand = self.cand(0, slot)?;
+            let t0 = ctx.now();
+            ctx.read(self.t.remote(slot_addr)?, self.sc().slot);
+            ctx.read(self.t.remote(slot.block())?, cand);
+            ctx.sync().await?;
+            if ctx.local_u64(self.sc().slot) == w && !self.stalled(ctx, t0) {
+                let hit = self.with_block(ctx, cand, |b| {
+                    b.and_then(|(k, v)| (k == key).then(|| v.to_vec()))
+                });
+                if let Some(v) = hit {
+                    self.st.borrow_mut().counters.cache_hits += 1;
+                    return Ok(Some(v));
+                }
+            }
+            self.cache_drop(&h);
+        }
+        self.st.borrow_mut().counters.cache_misses += 1;
+        match self.locate(ctx, key, &h, true).await? {
+            Locate::Found(slot_addr, slot, value, _) => {
+                self.cache_put(&h, slot_addr, slot.0);
+                Ok(Some(value))
+            }
+            Locate::Absent => Ok(None),
+        }
+    }
+    /// Inserts `key` if absent; `Ok(false)` if it was present (unchanged).
+    async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        self.check_key(ctx, key)?;
+        self.check_value(value)?;
+        let _op = ctx.op("insert").await;
+        if let Some((h, rank)) = self.hot_rank(key) {
+            return Ok(self
+                .hot_op(ctx, h, rank, HotOp::Insert(value))
+                .await?
+                .applied);
+        }
+        let h = self.hash(key);
+        let sub = self.subtable(ctx, &h).await?;
+        let (block, units) = self.new_block(ctx, key, value, sub.node())?;
+        let r = self.insert_block(ctx, key, &h, block, units).await;
+        if !matches!(r, Ok(true)) {
+            // Never published: reusable at once.
+            self.st.borrow_mut().alloc.free_now(block, units);
+        }
+        r
+    }
+    /// Replaces the value of `key` if present; `Ok(false)` if absent.
+    async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        self.check_key(ctx, key)?;
+        self.check_value(value)?;
+        let _op = ctx.op("update").await;
+        if let Some((h, rank)) = self.hot_rank(key) {
+            return Ok(self
+                .hot_op(ctx, h, rank, HotOp::Update(value))
+                .await?
+                .applied);
+        }
+        let h = self.hash(key);
+        let prefer = match self.cache_get(&h) {
+            Some((a, _)) => a.node(),
+            None => self.subtable(ctx, &h).await?.node(),
+        };
+        let (block, units) = self.new_block(ctx, key, value, prefer)?;
+        let new = Slot::new(h.fp(), units, block).ok_or_else(|| {
+            IndexError::config(
+                KIND,
+                format!("block address {block} does not fit a 48-bit pointer"),
+            )
+        })?;
+        let r = self.replace(ctx, key, &h, Some((block, new))).await;
+        if !matches!(r, Ok(true)) {
+            self.st.borrow_mut().alloc.free_now(block, units);
+        }
+        r
+    }
+    /// Removes `key`; `Ok(false)` if it was absent.
+    async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, IndexError> {
+        self.check_key(ctx, key)?;
+        let _op = ctx.op("delete").await;
+        if let Some((h, rank)) = self.hot_rank(key) {
+            return Ok(self.hot_op(ctx, h, rank, HotOp::Delete).await?.applied);
+        }
+        let h = self.hash(key);
+        self.replace(ctx, key, &h, None).await
+    }
+    async fn scan(&self, _: &Ctx, _: &[u8], _: usize) -> Result<Entries, IndexError> {
+        Err(IndexError::Unsupported {
+            kind: KIND,
+            what: "range scans (a hash table keeps no key order)",
+        })
+    }
     /// Every live key-value pair, read subtable by subtable, with structural
     /// checks (magic, bucket headers, no duplicate keys). Meant for a
     /// quiescent table (tests, tools); concurrent writers make it a fuzzy
     /// snapshot.
-    pub async fn entries(&self, ctx: &Ctx) -> Result<Entries, IndexError> {
+    async fn entries(&self, ctx: &Ctx) -> Result<Entries, IndexError> {
         let dir = self.t.remote(self.t.dir)?;
         let sc = *self.sc();
         let geo = self.t.geo;
@@ -1890,30 +1894,6 @@ impl RaceClient {
             }
         }
         Ok(out)
-    }
-}
-
-impl MapClient for RaceClient {
-    async fn search(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
-        RaceClient::search(self, ctx, key).await
-    }
-    async fn insert(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        RaceClient::insert(self, ctx, key, value).await
-    }
-    async fn update(&self, ctx: &Ctx, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        RaceClient::update(self, ctx, key, value).await
-    }
-    async fn delete(&self, ctx: &Ctx, key: &[u8]) -> Result<bool, IndexError> {
-        RaceClient::delete(self, ctx, key).await
-    }
-    async fn scan(&self, _: &Ctx, _: &[u8], _: usize) -> Result<Entries, IndexError> {
-        Err(IndexError::Unsupported {
-            kind: KIND,
-            what: "range scans (a hash table keeps no key order)",
-        })
-    }
-    async fn entries(&self, ctx: &Ctx) -> Result<Entries, IndexError> {
-        RaceClient::entries(self, ctx).await
     }
     fn stats(&self) -> ClientStats {
         let c = self.counters();

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use dmkit_fabric::shm::ShmFabric;
 use dmkit_fabric::ControlPlane;
 use dmkit_index::conformance::{self, on_worker, stress, StressConfig, StressRecord};
-use dmkit_index::{IndexError, RemoteMap};
+use dmkit_index::{IndexError, MapClient, RemoteMap};
 use dmkit_lincheck::{check, MapOp, MapRet};
 use dmkit_race::{RaceConfig, RaceTable};
 use dmkit_runtime::RuntimeConfig;
