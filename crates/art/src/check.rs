@@ -12,6 +12,7 @@
 //! parent, slot length matching the leaf, lock free. Keys come out in
 //! order.
 
+use dmkit_index::RemoteMap;
 use std::collections::HashMap;
 
 use dmkit_fabric::{GlobalAddr, NodeId, SyncQp};

@@ -322,36 +322,6 @@ const ROOT_END: u64 = (DESC_BYTES + NODE_BYTES as u64).next_multiple_of(64);
 const DESC_BYTES: u64 = std::mem::size_of::<TreeDesc>() as u64;
 
 impl ArtTree {
-    /// Creates tree `name` (descriptor, root node and node-lock table in
-    /// one chunk on the lowest memory node; other nodes spread over the
-    /// fabric by the clients' allocators) and registers it as a named
-    /// root. Nothing is left behind if it fails.
-    pub fn create(
-        fabric: Arc<dyn Fabric>,
-        name: &str,
-        cfg: ArtConfig,
-    ) -> Result<Arc<Self>, IndexError> {
-        cfg.validate()?;
-        let mut c = Creation::begin(fabric, KIND, name, &[])?;
-        let desc = c.alloc(c.home(), ROOT_END + 8 * LOCK_WORDS, "allocating the root")?;
-        let root = desc.add(DESC_BYTES);
-        let locks = desc.add(ROOT_END);
-        let header = Header::new(0, NodeType::N256, &[]);
-        c.write(root.add(NODE_HEADER), header.0.as_bytes())?;
-        let d = TreeDesc {
-            magic: DESC_MAGIC.word(),
-            root: root.raw(),
-            max_key: cfg.max_key as u64,
-            max_value: cfg.max_value as u64,
-            flags: if cfg.in_place { FLAG_IN_PLACE } else { 0 },
-            locks: locks.raw(),
-            reserved: [0; 2],
-        };
-        c.write(desc, d.as_bytes())?;
-        let home = c.publish(desc)?;
-        Ok(Arc::new(Self::assemble(home, cfg, root, locks)))
-    }
-
     fn assemble(home: Home, cfg: ArtConfig, root: GlobalAddr, locks: GlobalAddr) -> Self {
         let in_order = home.fabric().caps().in_order_write;
         let (scratch, layout) = Scratch::declare(leaf_bytes(cfg.kcap(), cfg.max_value));
@@ -370,93 +340,9 @@ impl ArtTree {
         }
     }
 
-    /// Opens tree `name`. Structural settings come from the tree; `cfg`
-    /// supplies the client-side ones (cache, rear lock, chunk size,
-    /// retries).
-    pub fn open(
-        fabric: Arc<dyn Fabric>,
-        name: &str,
-        cfg: ArtConfig,
-    ) -> Result<Arc<Self>, IndexError> {
-        let (home, desc) =
-            dmkit_index::lifecycle::open(fabric, KIND, name, DESC_MAGIC, DESC_BYTES as usize)?;
-        let (d, _) = TreeDesc::read_from_prefix(&desc)
-            .map_err(|_| corrupt(home.desc(), "tree descriptor"))?;
-        let cfg = ArtConfig {
-            max_key: d.max_key as usize,
-            max_value: d.max_value as usize,
-            in_place: d.flags & FLAG_IN_PLACE != 0,
-            ..cfg
-        };
-        cfg.validate()?;
-        let (root, locks) = (GlobalAddr::from_raw(d.root), GlobalAddr::from_raw(d.locks));
-        Ok(Arc::new(Self::assemble(home, cfg, root, locks)))
-    }
-
-    /// Removes the tree: unregisters its name and frees its chunk (the
-    /// descriptor, root node and node-lock table) and the chunks this
-    /// process's clients took (other processes free theirs by calling this
-    /// too, or lose them with the node). No client may use the tree
-    /// afterwards.
-    pub fn destroy(&self) -> Result<(), IndexError> {
-        self.home.destroy(|| Ok([self.home.desc()]))
-    }
-
-    /// The tree's name.
-    pub fn name(&self) -> &str {
-        self.home.name()
-    }
-
-    /// The effective configuration.
-    pub fn config(&self) -> &ArtConfig {
-        &self.cfg
-    }
-
     /// The root node's address.
     pub fn root(&self) -> GlobalAddr {
         self.root
-    }
-
-    /// A client for one worker of compute machine 0 (see
-    /// [`ArtTree::client_on`]).
-    pub fn client(self: &Arc<Self>, id: u64) -> ArtClient {
-        self.client_on(0, id)
-    }
-
-    /// A client for one worker on compute machine `machine` (its tasks
-    /// share the client's allocator; every client of the machine shares the
-    /// cache of internal nodes and the read-delegation and write-combining
-    /// windows). `id` names lock holders; make it unique among the tree's
-    /// live clients.
-    pub fn client_on(self: &Arc<Self>, machine: usize, id: u64) -> ArtClient {
-        ArtClient {
-            t: self.clone(),
-            rdwc: self.rdwc.get(machine, rdwc::Table::default),
-            node_locks: (!self.cfg.lock_free_internal).then(|| {
-                self.node_locks.get(machine, || {
-                    TicketLocks::new(LOCK_WORDS as usize, NODE_LOCK_HANDOVER)
-                })
-            }),
-            // No hand-over: the rear lock is released by the leaf's
-            // write-back itself, so only the queue part of HOCL applies.
-            leaf_locks: (!self.cfg.write_combining).then(|| {
-                self.leaf_locks
-                    .get(machine, || TicketLocks::new(LOCK_WORDS as usize, 0))
-            }),
-            cache: self.caches.get(machine, || {
-                Cache::new(self.cfg.cache_bytes, Some(self.root))
-            }),
-            st: Rc::new(RefCell::new(ClientState {
-                buf: Vec::new(),
-                alloc: BlockAlloc::new(
-                    self.cfg.chunk_bytes,
-                    Nanos::MAX / 4,
-                    self.home.client_chunks(),
-                ),
-                owner: id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
-                counters: TreeCounters::default(),
-            })),
-        }
     }
 
     /// The reference to `addr` (its node's heap key attached).
@@ -634,14 +520,7 @@ impl ArtClient {
 
     /// Whether the task has the memory the tree declared.
     fn check_local(&self, ctx: &Ctx) -> Result<(), IndexError> {
-        let need = self.t.layout.bytes();
-        if ctx.local_len() < need {
-            return Err(IndexError::LocalMemory {
-                have: ctx.local_len(),
-                need,
-            });
-        }
-        Ok(())
+        dmkit_index::check_local(ctx, &self.t.layout)
     }
 
     fn check_key(&self, ctx: &Ctx, key: &[u8]) -> Result<(), IndexError> {
@@ -2159,21 +2038,95 @@ impl RemoteMap for ArtTree {
     type Config = ArtConfig;
     type Client = ArtClient;
 
+    /// Creates tree `name` (descriptor, root node and node-lock table in
+    /// one chunk on the lowest memory node; other nodes spread over the
+    /// fabric by the clients' allocators) and registers it as a named
+    /// root. Nothing is left behind if it fails.
     fn create(
         fabric: Arc<dyn Fabric>,
         name: &str,
         cfg: ArtConfig,
     ) -> Result<Arc<Self>, IndexError> {
-        ArtTree::create(fabric, name, cfg)
+        cfg.validate()?;
+        let mut c = Creation::begin(fabric, KIND, name, &[])?;
+        let desc = c.alloc(c.home(), ROOT_END + 8 * LOCK_WORDS, "allocating the root")?;
+        let root = desc.add(DESC_BYTES);
+        let locks = desc.add(ROOT_END);
+        let header = Header::new(0, NodeType::N256, &[]);
+        c.write(root.add(NODE_HEADER), header.0.as_bytes())?;
+        let d = TreeDesc {
+            magic: DESC_MAGIC.word(),
+            root: root.raw(),
+            max_key: cfg.max_key as u64,
+            max_value: cfg.max_value as u64,
+            flags: if cfg.in_place { FLAG_IN_PLACE } else { 0 },
+            locks: locks.raw(),
+            reserved: [0; 2],
+        };
+        c.write(desc, d.as_bytes())?;
+        let home = c.publish(desc)?;
+        Ok(Arc::new(Self::assemble(home, cfg, root, locks)))
     }
+    /// Opens tree `name`. Structural settings come from the tree; `cfg`
+    /// supplies the client-side ones (cache, rear lock, chunk size,
+    /// retries).
     fn open(fabric: Arc<dyn Fabric>, name: &str, cfg: ArtConfig) -> Result<Arc<Self>, IndexError> {
-        ArtTree::open(fabric, name, cfg)
+        let (home, desc) =
+            dmkit_index::lifecycle::open(fabric, KIND, name, DESC_MAGIC, DESC_BYTES as usize)?;
+        let (d, _) = TreeDesc::read_from_prefix(&desc)
+            .map_err(|_| corrupt(home.desc(), "tree descriptor"))?;
+        let cfg = ArtConfig {
+            max_key: d.max_key as usize,
+            max_value: d.max_value as usize,
+            in_place: d.flags & FLAG_IN_PLACE != 0,
+            ..cfg
+        };
+        cfg.validate()?;
+        let (root, locks) = (GlobalAddr::from_raw(d.root), GlobalAddr::from_raw(d.locks));
+        Ok(Arc::new(Self::assemble(home, cfg, root, locks)))
     }
+    /// Removes the tree: unregisters its name and frees its chunk (the
+    /// descriptor, root node and node-lock table) and the chunks this
+    /// process's clients took (other processes free theirs by calling this
+    /// too, or lose them with the node). No client may use the tree
+    /// afterwards.
     fn destroy(&self) -> Result<(), IndexError> {
-        ArtTree::destroy(self)
+        self.home.destroy(|| Ok([self.home.desc()]))
     }
+    /// A client for one worker on compute machine `machine` (its tasks
+    /// share the client's allocator; every client of the machine shares the
+    /// cache of internal nodes and the read-delegation and write-combining
+    /// windows). `id` names lock holders; make it unique among the tree's
+    /// live clients.
     fn client_on(self: &Arc<Self>, machine: usize, id: u64) -> ArtClient {
-        ArtTree::client_on(self, machine, id)
+        ArtClient {
+            t: self.clone(),
+            rdwc: self.rdwc.get(machine, rdwc::Table::default),
+            node_locks: (!self.cfg.lock_free_internal).then(|| {
+                self.node_locks.get(machine, || {
+                    TicketLocks::new(LOCK_WORDS as usize, NODE_LOCK_HANDOVER)
+                })
+            }),
+            // No hand-over: the rear lock is released by the leaf's
+            // write-back itself, so only the queue part of HOCL applies.
+            leaf_locks: (!self.cfg.write_combining).then(|| {
+                self.leaf_locks
+                    .get(machine, || TicketLocks::new(LOCK_WORDS as usize, 0))
+            }),
+            cache: self.caches.get(machine, || {
+                Cache::new(self.cfg.cache_bytes, Some(self.root))
+            }),
+            st: Rc::new(RefCell::new(ClientState {
+                buf: Vec::new(),
+                alloc: BlockAlloc::new(
+                    self.cfg.chunk_bytes,
+                    Nanos::MAX / 4,
+                    self.home.client_chunks(),
+                ),
+                owner: id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+                counters: TreeCounters::default(),
+            })),
+        }
     }
     fn local_layout(&self) -> &LocalLayout {
         &self.layout

@@ -17,10 +17,8 @@ use std::sync::Arc;
 use dmkit_art::{check_tree, ArtClient, ArtConfig, ArtTree, IndexError};
 use dmkit_fabric::shm::ShmFabric;
 use dmkit_fabric::ControlPlane;
-use dmkit_fabric::Fabric;
 use dmkit_index::conformance::{self, on_worker, stress, StressConfig};
 use dmkit_index::{MapClient, RemoteMap};
-use dmkit_lincheck::MapRet;
 use dmkit_runtime::rng::Rng;
 use dmkit_runtime::{MonotonicClock, RuntimeConfig, Worker};
 
@@ -86,8 +84,14 @@ fn concurrent_threads_are_linearizable() {
         seed: 7,
         client_base: 0,
     };
-    let conflicts =
-        conformance::linearizable_threads::<ArtTree>(fabric(2, 256 << 20), cfg(true, true), &sc);
+    let conflicts = conformance::linearizable_threads::<ArtTree>(
+        fabric(2, 256 << 20),
+        cfg(true, true),
+        &sc,
+        |_, t| {
+            check_tree(t).unwrap();
+        },
+    );
     assert!(
         conflicts > 50,
         "hot keys must see failed inserts/updates: {conflicts}"
@@ -98,9 +102,6 @@ fn concurrent_threads_are_linearizable() {
 /// the structural checker on the tree the processes built.
 #[test]
 fn concurrent_processes_are_linearizable() {
-    let node = conformance::serve_node(128 << 20);
-    let f: Arc<dyn Fabric> = node.fabric.clone();
-    let tree = ArtTree::create(f.clone(), "procs", cfg(true, true)).unwrap();
     let sc = StressConfig {
         workers: 2,
         tasks: 3,
@@ -110,23 +111,24 @@ fn concurrent_processes_are_linearizable() {
         seed: 0,
         client_base: 0,
     };
-    let h = conformance::run_processes("conformance_child", &node, "procs", 3, &sc);
-    assert_eq!(h.len(), 3 * 2 * 3 * 800);
-    let conflicts = h
-        .iter()
-        .filter(|r| matches!(r.returned, Some((_, MapRet::Done(false)))))
-        .count();
+    let conflicts = conformance::linearizable_processes::<ArtTree>(
+        "conformance_child",
+        128 << 20,
+        cfg(true, true),
+        3,
+        &sc,
+        |f, tree| {
+            let rep = check_tree(tree).unwrap();
+            let (all, _) = on_worker(f, &tree.client(98), |ctx, c| async move {
+                c.entries(&ctx).await.unwrap()
+            });
+            assert_eq!(rep.entries, all);
+        },
+    );
     assert!(
         conflicts > 50,
         "hot keys must see failed writes: {conflicts}"
     );
-    conformance::final_check(f.as_ref(), &tree, sc.hot_keys, h);
-    let rep = check_tree(&tree).unwrap();
-    let (all, _) = on_worker(f.as_ref(), &tree.client(98), |ctx, c| async move {
-        c.entries(&ctx).await.unwrap()
-    });
-    assert_eq!(rep.entries, all);
-    tree.destroy().unwrap();
 }
 
 // ---- the tree's own ----------------------------------------------------

@@ -590,15 +590,9 @@ impl BtreeClient {
         Retry::new(op, self.t.cfg.retry)
     }
 
+    /// Whether the task has the memory the tree declared.
     fn check_local(&self, ctx: &Ctx) -> Result<(), IndexError> {
-        let need = self.t.layout.bytes();
-        if ctx.local_len() < need {
-            return Err(IndexError::LocalMemory {
-                have: ctx.local_len(),
-                need,
-            });
-        }
-        Ok(())
+        dmkit_index::check_local(ctx, &self.t.layout)
     }
 
     /// The tree key of `key`, or why it is refused.

@@ -14,13 +14,12 @@ use std::sync::Arc;
 use dmkit_btree::layout::{DescHead, LOCK_WORDS};
 use dmkit_btree::{check_tree, Btree, BtreeClient, BtreeConfig, IndexError};
 use dmkit_fabric::shm::ShmFabric;
-use dmkit_fabric::{ControlPlane, Fabric, GlobalAddr, SyncQp};
-use dmkit_index::conformance::{self, on_worker, stress, StressConfig};
+use dmkit_fabric::{ControlPlane, GlobalAddr, SyncQp};
+use dmkit_index::conformance::{self, on_worker, StressConfig};
 use dmkit_index::{MapClient, RemoteMap, RetryPolicy};
-use dmkit_lincheck::MapRet;
 use dmkit_runtime::hash::fmix64;
 use dmkit_runtime::rng::Rng;
-use dmkit_runtime::{RuntimeConfig, Worker};
+use dmkit_runtime::Worker;
 use zerocopy::FromBytes;
 
 fn fabric(nodes: u16, size: u64) -> Arc<ShmFabric> {
@@ -501,11 +500,8 @@ fn warm_searches_read_one_leaf_or_one_slot() {
 }
 
 /// The suite's contended workload on threads, checked for
-/// linearizability, then the tree's structural checker (the suite's
-/// `linearizable_threads` destroys the map before it could run).
+/// linearizability, then the tree's structural checker.
 fn stress_threads(c: BtreeConfig, seed: u64) {
-    let f = fabric(2, 256 << 20);
-    let tree = Btree::create(f.clone(), "stress", c).unwrap();
     let sc = StressConfig {
         workers: 2,
         tasks: 4,
@@ -515,20 +511,13 @@ fn stress_threads(c: BtreeConfig, seed: u64) {
         seed,
         client_base: 0,
     };
-    let h = stress::run(
-        f.as_ref(),
-        tree.local_layout(),
-        &|id| tree.client(id),
-        &RuntimeConfig::default(),
-        &sc,
-    )
-    .unwrap();
-    conformance::final_check(f.as_ref(), &tree, sc.hot_keys, h);
-    let rep = check_tree(&tree).unwrap();
-    assert!(
-        rep.height >= 3,
-        "splits must happen during the run: {rep:?}"
-    );
+    conformance::linearizable_threads::<Btree>(fabric(2, 256 << 20), c, &sc, |_, tree| {
+        let rep = check_tree(tree).unwrap();
+        assert!(
+            rep.height >= 3,
+            "splits must happen during the run: {rep:?}"
+        );
+    });
 }
 
 #[test]
@@ -555,9 +544,6 @@ fn concurrent_threads_are_linearizable_without_hocl_or_cache() {
 /// `conformance_child`), with the structural check after.
 #[test]
 fn concurrent_processes_are_linearizable() {
-    let node = conformance::serve_node(128 << 20);
-    let f: Arc<dyn Fabric> = node.fabric.clone();
-    let tree = Btree::create(f.clone(), "procs", small(true, true)).unwrap();
     let sc = StressConfig {
         workers: 2,
         tasks: 3,
@@ -567,19 +553,21 @@ fn concurrent_processes_are_linearizable() {
         seed: 0,
         client_base: 0,
     };
-    let h = conformance::run_processes("conformance_child", &node, "procs", 3, &sc);
-    assert_eq!(h.len(), 3 * 2 * 3 * 800);
-    let conflicts = h
-        .iter()
-        .filter(|r| matches!(r.returned, Some((_, MapRet::Done(false)))))
-        .count();
+    let conflicts = conformance::linearizable_processes::<Btree>(
+        "conformance_child",
+        128 << 20,
+        small(true, true),
+        3,
+        &sc,
+        |_, tree| {
+            let rep = check_tree(tree).unwrap();
+            assert!(rep.height >= 3, "{rep:?}");
+        },
+    );
     assert!(
         conflicts > 50,
         "hot keys must see failed writes: {conflicts}"
     );
-    conformance::final_check(f.as_ref(), &tree, sc.hot_keys, h);
-    let rep = check_tree(&tree).unwrap();
-    assert!(rep.height >= 3, "{rep:?}");
 }
 
 /// An uncontended update takes two round trips with Sherman's command

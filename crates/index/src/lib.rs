@@ -53,5 +53,5 @@ pub mod retry;
 pub use cache::{CachedNode, NodeCache, SideIndex};
 pub use error::IndexError;
 pub use lifecycle::{Creation, Home, Magic};
-pub use map::{ClientStats, Entries, IndexConfig, MapClient, RemoteMap, Shape};
+pub use map::{check_local, ClientStats, Entries, IndexConfig, MapClient, RemoteMap, Shape};
 pub use retry::{Retry, RetryPolicy};

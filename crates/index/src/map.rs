@@ -59,6 +59,21 @@ pub trait MapClient: Clone + 'static {
     fn local_layout(&self) -> &LocalLayout;
 }
 
+/// Whether the task behind `ctx` has the task-local memory `layout`
+/// declares: [`IndexError::LocalMemory`] if its worker was built without
+/// it (the check every operation makes before it touches a region).
+#[inline]
+pub fn check_local(ctx: &Ctx, layout: &LocalLayout) -> Result<(), IndexError> {
+    let need = layout.bytes();
+    if ctx.local_len() < need {
+        return Err(IndexError::LocalMemory {
+            have: ctx.local_len(),
+            need,
+        });
+    }
+    Ok(())
+}
+
 /// What a workload will put in an index, for sizing it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shape {

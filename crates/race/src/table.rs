@@ -376,11 +376,47 @@ fn subtable_image(geo: Geometry, depth: u32, suffix: u64, from: u64, len: usize)
 }
 
 impl RaceTable {
+    fn assemble(home: Home, cfg: RaceConfig, dir: GlobalAddr, hot: Option<HotArea>) -> Self {
+        let (scratch, layout) = Scratch::declare(block_bytes(cfg.max_key, cfg.max_value));
+        Self {
+            home,
+            geo: Geometry { groups: cfg.groups },
+            cfg,
+            dir,
+            scratch,
+            layout,
+            hot: hot.map(Arc::new),
+            hot_local: PerMachine::default(),
+        }
+    }
+
+    /// The hot area, if the table has one.
+    pub fn hot(&self) -> Option<&HotArea> {
+        self.hot.as_deref()
+    }
+
+    /// The reference to `addr` (its node's heap key attached).
+    #[inline]
+    fn remote(&self, addr: GlobalAddr) -> Result<RemoteRef, IndexError> {
+        self.home.remote(addr)
+    }
+
+    fn block_cap(&self) -> usize {
+        block_bytes(self.cfg.max_key, self.cfg.max_value)
+    }
+}
+
+impl RemoteMap for RaceTable {
+    const KIND: &'static str = KIND;
+    const ORDERED: bool = false;
+    type Config = RaceConfig;
+    type Client = RaceClient;
+
     /// Creates table `name` on the fabric's memory nodes (directory on the
     /// lowest node id, subtables spread over all nodes) and registers it as
     /// a named root, so other processes can [`RemoteMap::open`] it. Nothing
     /// is left behind if it fails.
-    pub fn create(
+    fn create(
         fabric: Arc<dyn Fabric>,
         name: &str,
         cfg: RaceConfig,
@@ -431,29 +467,10 @@ impl RaceTable {
         let home = c.publish(dir)?;
         Ok(Arc::new(Self::assemble(home, cfg, dir, hot)))
     }
-
-    fn assemble(home: Home, cfg: RaceConfig, dir: GlobalAddr, hot: Option<HotArea>) -> Self {
-        let (scratch, layout) = Scratch::declare(block_bytes(cfg.max_key, cfg.max_value));
-        Self {
-            home,
-            geo: Geometry { groups: cfg.groups },
-            cfg,
-            dir,
-            scratch,
-            layout,
-            hot: hot.map(Arc::new),
-            hot_local: PerMachine::default(),
-        }
-    }
-
     /// Opens table `name`. Structural settings (geometry, limits, seed) come
     /// from the table; `cfg` supplies the client-side ones (cache, grace,
     /// chunk size, retries).
-    pub fn open(
-        fabric: Arc<dyn Fabric>,
-        name: &str,
-        cfg: RaceConfig,
-    ) -> Result<Arc<Self>, IndexError> {
+    fn open(fabric: Arc<dyn Fabric>, name: &str, cfg: RaceConfig) -> Result<Arc<Self>, IndexError> {
         let (mut home, desc) = dmkit_index::lifecycle::open(
             fabric,
             KIND,
@@ -498,12 +515,11 @@ impl RaceTable {
         };
         Ok(Arc::new(Self::assemble(home, cfg, dir, hot)))
     }
-
     /// Removes the table: unregisters its name, frees its directory,
     /// subtables and hot area, and the block chunks this process's clients
     /// took (other processes free theirs by calling this too, or lose them
     /// with the node). No client may use the table afterwards.
-    pub fn destroy(&self) -> Result<(), IndexError> {
+    fn destroy(&self) -> Result<(), IndexError> {
         self.home.destroy(|| {
             let home = self.dir.node();
             let rk = self.home.rkey(home)?;
@@ -522,28 +538,12 @@ impl RaceTable {
                 .collect::<Vec<_>>())
         })
     }
-
-    /// The table's name.
-    pub fn name(&self) -> &str {
-        self.home.name()
-    }
-
-    /// The effective configuration.
-    pub fn config(&self) -> &RaceConfig {
-        &self.cfg
-    }
-
-    /// The hot area, if the table has one.
-    pub fn hot(&self) -> Option<&HotArea> {
-        self.hot.as_deref()
-    }
-
     /// A client for one worker on compute machine `machine` (its tasks
     /// share the client's caches and block allocator; the clients of one
     /// machine share its side of the hot area). `id` distinguishes lock
     /// holders; make it unique among the table's live clients (e.g.
     /// process id × workers + worker).
-    pub fn client_on(self: &Arc<Self>, machine: usize, id: u64) -> RaceClient {
+    fn client_on(self: &Arc<Self>, machine: usize, id: u64) -> RaceClient {
         RaceClient {
             t: self.clone(),
             hot: self.hot.as_ref().map(|area| HotClient {
@@ -571,45 +571,6 @@ impl RaceTable {
                 counters: TableCounters::default(),
             })),
         }
-    }
-
-    /// A client for one worker of compute machine 0.
-    pub fn client(self: &Arc<Self>, id: u64) -> RaceClient {
-        self.client_on(0, id)
-    }
-
-    /// The reference to `addr` (its node's heap key attached).
-    #[inline]
-    fn remote(&self, addr: GlobalAddr) -> Result<RemoteRef, IndexError> {
-        self.home.remote(addr)
-    }
-
-    fn block_cap(&self) -> usize {
-        block_bytes(self.cfg.max_key, self.cfg.max_value)
-    }
-}
-
-impl RemoteMap for RaceTable {
-    const KIND: &'static str = KIND;
-    const ORDERED: bool = false;
-    type Config = RaceConfig;
-    type Client = RaceClient;
-
-    fn create(
-        fabric: Arc<dyn Fabric>,
-        name: &str,
-        cfg: RaceConfig,
-    ) -> Result<Arc<Self>, IndexError> {
-        RaceTable::create(fabric, name, cfg)
-    }
-    fn open(fabric: Arc<dyn Fabric>, name: &str, cfg: RaceConfig) -> Result<Arc<Self>, IndexError> {
-        RaceTable::open(fabric, name, cfg)
-    }
-    fn destroy(&self) -> Result<(), IndexError> {
-        RaceTable::destroy(self)
-    }
-    fn client_on(self: &Arc<Self>, machine: usize, id: u64) -> RaceClient {
-        RaceTable::client_on(self, machine, id)
     }
     fn local_layout(&self) -> &LocalLayout {
         &self.layout
@@ -771,14 +732,7 @@ impl RaceClient {
                 max: self.t.cfg.max_key,
             });
         }
-        let need = self.t.layout.bytes();
-        if ctx.local_len() < need {
-            return Err(IndexError::LocalMemory {
-                have: ctx.local_len(),
-                need,
-            });
-        }
-        Ok(())
+        dmkit_index::check_local(ctx, &self.t.layout)
     }
 
     /// The hot area and `key`'s rank in it, when the table has a hot area

@@ -325,8 +325,12 @@ fn concurrent_threads_are_linearizable_while_the_table_splits() {
         seed: 42,
         client_base: 0,
     };
-    let conflicts =
-        conformance::linearizable_threads::<RaceTable>(fabric(2, 64 << 20), small(), &sc);
+    let conflicts = conformance::linearizable_threads::<RaceTable>(
+        fabric(2, 64 << 20),
+        small(),
+        &sc,
+        |_, _| {},
+    );
     assert!(
         conflicts > 50,
         "hot keys must see failed inserts/updates: {conflicts}"
@@ -350,6 +354,7 @@ fn concurrent_processes_are_linearizable_while_the_table_splits() {
         small(),
         3,
         &sc,
+        |_, _| {},
     );
 }
 
@@ -495,7 +500,14 @@ fn hot_area_across_processes_is_linearizable() {
         seed: 3,
         client_base: 0,
     };
-    conformance::linearizable_processes::<RaceTable>("conformance_child", 64 << 20, cfg, 3, &sc);
+    conformance::linearizable_processes::<RaceTable>(
+        "conformance_child",
+        64 << 20,
+        cfg,
+        3,
+        &sc,
+        |_, _| {},
+    );
 }
 
 /// One machine's tasks hammering one hot key pass its block from task to

@@ -401,9 +401,10 @@ pub fn ordering<M: RemoteMap>(f: Arc<dyn Fabric>, cfg: M::Config) {
 
 /// The contended workload of `sc` on worker threads of this process,
 /// checked for linearizability with the final state of every hot key and
-/// the full scan. Destroys the map. Returns how many inserts, updates and
-/// deletes found their key in the other state (a measure of contention:
-/// a run without any tested nothing).
+/// the full scan; then `after` (e.g. a structural checker) looks at the
+/// quiescent map before it is destroyed. Returns how many inserts,
+/// updates and deletes found their key in the other state (a measure of
+/// contention: a run without any tested nothing).
 ///
 /// # Panics
 /// On an operation error or a history that is not linearizable.
@@ -411,6 +412,7 @@ pub fn linearizable_threads<M: RemoteMap>(
     f: Arc<dyn Fabric>,
     cfg: M::Config,
     sc: &StressConfig,
+    after: impl FnOnce(&dyn Fabric, &Arc<M>),
 ) -> usize {
     let map = M::create(f.clone(), "conformance-lin", cfg).expect("create");
     let h = stress::run(
@@ -422,13 +424,19 @@ pub fn linearizable_threads<M: RemoteMap>(
     )
     .unwrap_or_else(|e| panic!("stress run failed: {e}"));
     assert!(h.len() >= sc.workers * sc.tasks * sc.ops_per_task);
-    let conflicts = h
-        .iter()
-        .filter(|r| matches!(r.returned, Some((_, dmkit_lincheck::MapRet::Done(false)))))
-        .count();
+    let conflicts = conflicts(&h);
     final_check(f.as_ref(), &map, sc.hot_keys, h);
+    after(f.as_ref(), &map);
     map.destroy().expect("destroy");
     conflicts
+}
+
+/// Inserts, updates and deletes of a history that found their key in the
+/// other state.
+pub fn conflicts(h: &[StressRecord]) -> usize {
+    h.iter()
+        .filter(|r| matches!(r.returned, Some((_, dmkit_lincheck::MapRet::Done(false)))))
+        .count()
 }
 
 /// Reads every hot key and the whole map from a quiescent map and checks
@@ -612,7 +620,9 @@ pub fn child<M: RemoteMap>(cfg: M::Config) {
 }
 
 /// The contended workload in `procs` child processes sharing a served
-/// memory node (see [`run_processes`]), checked for linearizability.
+/// memory node (see [`run_processes`]), checked for linearizability; then
+/// `after` looks at the quiescent map before it is destroyed. Returns the
+/// history's [`conflicts`].
 ///
 /// # Panics
 /// If a child fails or the merged history is not linearizable.
@@ -622,12 +632,16 @@ pub fn linearizable_processes<M: RemoteMap>(
     cfg: M::Config,
     procs: u32,
     sc: &StressConfig,
-) {
+    after: impl FnOnce(&dyn Fabric, &Arc<M>),
+) -> usize {
     let node = serve_node(node_size);
     let f: Arc<dyn Fabric> = node.fabric.clone();
     let map = M::create(f.clone(), "conformance-procs", cfg).expect("create");
     let h = run_processes(child_test, &node, "conformance-procs", procs, sc);
     assert!(h.len() >= procs as usize * sc.workers * sc.tasks * sc.ops_per_task);
+    let conflicts = conflicts(&h);
     final_check(f.as_ref(), &map, sc.hot_keys, h);
+    after(f.as_ref(), &map);
     map.destroy().expect("destroy");
+    conflicts
 }
