@@ -62,6 +62,9 @@ pub struct MachineClock {
     rng: SimRng,
     /// Periods drawn so far (period `k` covers `[k·period, (k+1)·period)`).
     periods: Vec<Period>,
+    /// The last (virtual instant, reading) read: where
+    /// [`MachineClock::earliest`] starts looking.
+    last: (Time, Time),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -101,6 +104,7 @@ impl MachineClock {
             period: faults.clock_period_ns.max(1),
             rng: SimRng::new(seed ^ salt ^ 0xC10C_C10C_C10C_C10C),
             periods: Vec::new(),
+            last: (0, 0),
         };
         let offset = clock.anywhere();
         let rate = clock.rate();
@@ -163,7 +167,9 @@ impl MachineClock {
         let k = (t / self.period) as usize;
         self.extend(k);
         let start = k as Time * self.period;
-        self.at(&self.periods[k], start, t - start) as Time
+        let r = self.at(&self.periods[k], start, t - start) as Time;
+        self.last = (t, r);
+        r
     }
 
     /// The first virtual instant at which the clock reads at least
@@ -179,17 +185,33 @@ impl MachineClock {
         if hi / self.period > (self.periods.len() + LOOKAHEAD) as Time {
             return reading - b;
         }
-        // Invariant: read(hi) ≥ reading; read(t) < reading for t ≤ lo,
-        // unless lo = 0 and read(0) already reaches it.
-        if self.read(lo) >= reading {
-            return lo;
+        // Invariant: read(hi) ≥ reading; read(t) < reading for t ≤ lo
+        // (read(lo) ≤ lo + bound < reading), unless lo = 0 and read(0)
+        // already reaches it.
+        if lo == 0 && self.read(0) >= reading {
+            return 0;
         }
+        // The clock mostly runs at virtual time's rate: guess from the
+        // offset of the last reading, step by the distance still to go
+        // (two reads usually settle it), and halve the bracket once that
+        // stops closing it (a creep, a jump).
+        let (t0, r0) = self.last;
+        let mut guess = (reading as i64 - (r0 as i64 - t0 as i64)).max(0) as Time;
+        let mut step = 0;
         while hi - lo > 1 {
-            let mid = lo + (hi - lo) / 2;
-            if self.read(mid) >= reading {
-                hi = mid;
+            let t = if step < 4 {
+                guess.clamp(lo + 1, hi - 1)
             } else {
-                lo = mid;
+                lo + (hi - lo) / 2
+            };
+            step += 1;
+            let r = self.read(t);
+            if r >= reading {
+                hi = t;
+                guess = t - (r - reading).min(t);
+            } else {
+                lo = t;
+                guess = t + (reading - r);
             }
         }
         hi
