@@ -28,6 +28,18 @@
 //! timings are settled at execution rather than at the post, are checked
 //! with the same workloads; so does whether accesses stall behind the
 //! atomics on their words ([`atomic_stalls_of`]).
+//!
+//! Clocks: the workers run on two compute machines, and each machine reads
+//! a clock of its own that drifts and jumps within a bound drawn per seed
+//! ([`clock_skew_of`]) below what the code under test assumes
+//! ([`skew_bound`]): the counters' lock has a skew allowance of 200 µs;
+//! RACE's grace period of 2 ms tolerates 250 µs (see [`skew_bound`]); the
+//! radix tree and the B+tree use no clock for correctness and get up to a
+//! millisecond. The recorded histories are timed with those clocks, so
+//! before they are checked each timestamp is mapped back to virtual time
+//! ([`Sim::virtual_at`]), widened to every instant the reading could have
+//! been taken at — the checker's view of real time stays sound. A seed's
+//! report (`--seed N`) names its clocks.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -71,17 +83,82 @@ pub struct Passed {
 /// Runs scenario `name` with `seed`: `Ok` if every check held, `Err` with
 /// what failed otherwise.
 pub fn run(name: &str, seed: u64) -> Result<Passed, String> {
-    match name {
+    let out = match name {
         "counters" => counters(seed),
         "race" => race(seed),
         "art" => art(seed),
         "btree" => btree(seed),
-        _ => Err(format!(
-            "no scenario {name:?}; scenarios: {}",
-            SCENARIOS.join(", ")
-        )),
+        _ => {
+            return Err(format!(
+                "no scenario {name:?}; scenarios: {}",
+                SCENARIOS.join(", ")
+            ))
+        }
+    };
+    let clocks = clock_note(&clock_skew_of(seed, skew_bound(name)));
+    match out {
+        Ok(mut p) => {
+            p.shape = format!("{}; {clocks}", p.shape);
+            Ok(p)
+        }
+        Err(why) => Err(format!("{why}\n({clocks})")),
     }
 }
+
+/// The skew allowance of the counters scenario's lock (ns).
+const LOCK_SKEW: u64 = 200_000;
+
+/// The grace period of the race scenario's table (ns).
+const RACE_GRACE: u64 = 2_000_000;
+
+/// The largest clock offset scenario `name` is checked with (ns): what its
+/// code assumes.
+/// - `counters`: the lock's skew allowance (its lease rule holds while
+///   offsets stay within it: clocks then disagree by at most twice it).
+/// - `race`: an eighth of the grace period. Blocks are quarantined for
+///   `grace` on the retiring client's clock and readers give up after
+///   `grace / 2` on theirs; with offsets within `±B` either measurement
+///   can be off by `2B` (a jump from one end to the other), so the rule
+///   holds while `grace / 2 + 2B ≤ grace − 2B`. (The hot area's lock has a
+///   100 ms lease and lets go of a block at half of it.)
+/// - `art`, `btree`: no clock decides anything there (no leases, freed
+///   nodes are never reused); a millisecond, an NTP-disciplined cluster.
+pub fn skew_bound(name: &str) -> u64 {
+    match name {
+        "counters" => LOCK_SKEW,
+        "race" => RACE_GRACE / 8,
+        _ => 1_000_000,
+    }
+}
+
+/// The clocks of seed `seed`'s run, within `bound` ns: the consistency
+/// faults plus a skew of a quarter to all of `bound`, drifting up to
+/// 200 ppm, jumping with probability 0, 0.02 or 0.1 per period of 20 to
+/// 500 µs. (From a generator of its own, so the scenario's other draws,
+/// and hence its workload, do not depend on it.)
+pub fn clock_skew_of(seed: u64, bound: u64) -> Faults {
+    let mut r = Rng::new(seed ^ 0xC10C_5EED_0000_0000);
+    let skew = bound / 4 + r.below(bound - bound / 4 + 1);
+    let drift = r.below(201) as f64;
+    let jump = [0.0, 0.02, 0.1][r.below(3) as usize];
+    let period = 20_000 + r.below(480_001);
+    Faults::consistency().with_clock_skew(skew, drift, jump, period)
+}
+
+/// The clocks of `f`, for a report.
+fn clock_note(f: &Faults) -> String {
+    format!(
+        "clocks within ±{:.1} µs (drift ≤ {} ppm, jump probability {} per {:.0} µs period)",
+        f.clock_skew_ns as f64 / 1e3,
+        f.clock_drift_ppm,
+        f.clock_jump,
+        f.clock_period_ns as f64 / 1e3
+    )
+}
+
+/// Compute machines of every scenario; worker `i` runs on machine
+/// `i % MACHINES` (the map clients' `client_on(id % 2)` say the same).
+const MACHINES: usize = 2;
 
 /// What [`run_seeds`] found.
 #[derive(Debug, Clone, PartialEq)]
@@ -171,19 +248,20 @@ pub fn atomic_order_of(seed: u64) -> AtomicOrder {
     }
 }
 
-fn sim_for(seed: u64, r: &mut Rng) -> Result<Sim, String> {
+fn sim_for(seed: u64, r: &mut Rng, skew_bound: u64) -> Result<Sim, String> {
     let mut profile = Profile::cx6();
     profile.responder.atomic_order = atomic_order_of(seed);
     profile.responder.atomic_stalls_access = atomic_stalls_of(seed);
     Sim::new(SimConfig {
         profile,
+        compute_machines: MACHINES,
         memory_nodes: 2,
         memory_bytes: 96 << 20,
         // Chunks take whole translation pages: the scenarios' small
         // subtables would each hold 2 MiB with huge pages.
         page_size: 4096,
         seed,
-        faults: Faults::consistency(),
+        faults: clock_skew_of(seed, skew_bound),
         // Half the seeds run without in-order placement: torn WRITEs then
         // land in any word order.
         in_order_write: r.below(2) == 0,
@@ -197,7 +275,7 @@ fn counters(seed: u64) -> Result<Passed, String> {
     let threads = 2 + r.below(4) as usize;
     let tasks = 1 + r.below(4) as usize;
     let ops = 100 + r.below(200);
-    let mut sim = sim_for(seed, &mut r)?;
+    let mut sim = sim_for(seed, &mut r, skew_bound("counters"))?;
     let f = sim.dyn_fabric();
     let e = |e: dmkit_fabric::FabricError| e.to_string();
     let (counters, _, ck) = f.alloc_chunk(0, 4096, true).map_err(e)?;
@@ -210,6 +288,7 @@ fn counters(seed: u64) -> Result<Passed, String> {
     let lock = RemoteLock::new(
         RemoteRef::new(lockmem, lk),
         LockConfig {
+            skew: LOCK_SKEW,
             backoff_min: 500,
             backoff_max: 20_000,
             ..LockConfig::default()
@@ -217,7 +296,7 @@ fn counters(seed: u64) -> Result<Passed, String> {
     );
     for t in 0..threads {
         let th = sim
-            .add_worker(0, |f: &dyn Fabric, clock| {
+            .add_worker(t % MACHINES, |f: &dyn Fabric, clock| {
                 Worker::builder(f)
                     .clock(clock)
                     .config(RuntimeConfig::default())
@@ -319,7 +398,7 @@ fn counters(seed: u64) -> Result<Passed, String> {
 
 fn race(seed: u64) -> Result<Passed, String> {
     let mut r = Rng::new(seed);
-    let mut sim = sim_for(seed, &mut r)?;
+    let mut sim = sim_for(seed, &mut r, skew_bound("race"))?;
     let f = sim.dyn_fabric();
     let groups = 1 + r.below(4);
     let cache_entries = if r.below(2) == 0 { 0 } else { 256 };
@@ -342,7 +421,7 @@ fn race(seed: u64) -> Result<Passed, String> {
         initial_depth: 0,
         max_depth: 10,
         cache_entries,
-        grace: 2_000_000,
+        grace: RACE_GRACE,
         chunk_bytes: 256 << 10,
         seed,
         hot_block_log2: r.below(3) as u32,
@@ -408,7 +487,7 @@ fn stress_on_sim<C: MapClient>(
     };
     for wi in 0..sc.workers {
         let th = sim
-            .add_worker(0, |f: &dyn Fabric, clock| {
+            .add_worker(wi % MACHINES, |f: &dyn Fabric, clock| {
                 Worker::builder(f)
                     .clock(clock)
                     .config(rcfg.clone())
@@ -453,15 +532,39 @@ fn stress_on_sim<C: MapClient>(
         .take()
         .ok_or("the final reads did not finish")?
         .map_err(|e| e.to_string())?;
-    let h = out.borrow().clone();
+    // Timed with each machine's clock: back to virtual time.
+    let worker_machine =
+        |client: u32| (client as usize - sc.client_base as usize) / sc.tasks % MACHINES;
+    let h = in_virtual_time(sim, out.borrow().clone(), worker_machine);
+    let fin = in_virtual_time(sim, fin, |_| 0);
     let ops = h.len() as u64;
     stress::verify(h, fin, &scan)?;
     Ok((ops, o.now))
 }
 
+/// `records`, timed with the clocks of the machines their clients ran on
+/// (`machine(client)`), with each call moved to the earliest virtual
+/// instant its reading could have been taken at and each return to the
+/// latest: every operation's interval in virtual time contains its true
+/// one, so an order the checker infers from them is a real one.
+fn in_virtual_time(
+    sim: &Sim,
+    mut records: Vec<StressRecord>,
+    machine: impl Fn(u32) -> usize,
+) -> Vec<StressRecord> {
+    for r in &mut records {
+        let m = machine(r.client);
+        r.invoked = sim.virtual_at(m, r.invoked);
+        if let Some((ret, _)) = &mut r.returned {
+            *ret = sim.virtual_at(m, *ret + 1) - 1;
+        }
+    }
+    records
+}
+
 fn art(seed: u64) -> Result<Passed, String> {
     let mut r = Rng::new(seed);
-    let mut sim = sim_for(seed, &mut r)?;
+    let mut sim = sim_for(seed, &mut r, skew_bound("art"))?;
     let f = sim.dyn_fabric();
     let cfg = ArtConfig {
         max_key: 32,
@@ -513,7 +616,7 @@ fn art(seed: u64) -> Result<Passed, String> {
 
 fn btree(seed: u64) -> Result<Passed, String> {
     let mut r = Rng::new(seed);
-    let mut sim = sim_for(seed, &mut r)?;
+    let mut sim = sim_for(seed, &mut r, skew_bound("btree"))?;
     let f = sim.dyn_fabric();
     let cfg = BtreeConfig {
         max_key: 32,
@@ -586,6 +689,29 @@ mod tests {
                 shape: String::new(),
             })
         }
+    }
+
+    #[test]
+    fn every_seed_skews_the_clocks_within_its_scenarios_bound() {
+        for name in SCENARIOS {
+            let bound = skew_bound(name);
+            let mut seen = std::collections::HashSet::new();
+            for seed in 0..500 {
+                let f = clock_skew_of(seed, bound);
+                assert!(f.validate().is_ok());
+                assert!(
+                    (bound / 4..=bound).contains(&f.clock_skew_ns),
+                    "{name} {seed}"
+                );
+                seen.insert(f.clock_skew_ns);
+            }
+            assert!(seen.len() > 400, "{name}: skews vary by seed");
+        }
+        assert!(skew_bound("race") * 8 <= RACE_GRACE);
+        assert!(skew_bound("counters") <= LOCK_SKEW);
+        // A seed's report names its clocks.
+        let p = run("counters", 3).expect("seed 3 passes");
+        assert!(p.shape.contains("clocks within ±"), "{}", p.shape);
     }
 
     #[test]

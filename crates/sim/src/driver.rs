@@ -11,13 +11,14 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_fabric::{Capabilities, Fabric, FabricError};
 use dmkit_memnode::NodeConfig;
 use dmkit_runtime::{Clock, Nanos, Worker, WorkerStats};
 
+use crate::clock::{MachineClock, SkewedClock};
 use crate::engine::{Core, SimStats, ThreadId, Time};
 use crate::fabric::{Shared, SimFabric};
 use crate::faults::Faults;
@@ -62,6 +63,8 @@ impl Default for SimConfig {
 }
 
 /// Virtual time for the runtime: the current virtual thread's CPU clock.
+/// (Under the clock-skew fault, workers read their machine's clock
+/// instead: [`Sim::machine_clock`].)
 #[derive(Debug, Clone)]
 pub struct SimClock(Arc<AtomicU64>);
 
@@ -83,6 +86,20 @@ struct VThread {
     cursor: Time,
 }
 
+/// A machine clock, locked (poisoning cannot happen: it guards plain
+/// arithmetic).
+fn lock(c: &Mutex<MachineClock>) -> std::sync::MutexGuard<'_, MachineClock> {
+    c.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// [`Sim::virtual_at`] over the machines' clocks `clocks` (empty: no skew).
+fn virtual_at(clocks: &[Arc<Mutex<MachineClock>>], machine: usize, reading: Nanos) -> Time {
+    match clocks.get(machine) {
+        None => reading,
+        Some(c) => lock(c).earliest(reading),
+    }
+}
+
 /// What [`Sim::run_until`] ended with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunOutcome {
@@ -99,6 +116,9 @@ pub struct Sim {
     core: Arc<Shared>,
     fabric: Arc<SimFabric>,
     clock: Arc<SimClock>,
+    /// Each machine's own clock under the clock-skew fault (empty when it
+    /// is off: every machine reads `clock`).
+    machine_clocks: Vec<Arc<Mutex<MachineClock>>>,
     /// By thread id; `None` once cleared.
     threads: Vec<Option<VThread>>,
     wake: BinaryHeap<Reverse<(Time, ThreadId)>>,
@@ -182,8 +202,13 @@ impl Sim {
             };
             core.place_node(i as u16, m, shift);
         }
+        let machine_clocks = (0..machines)
+            .filter_map(|m| MachineClock::new(&cfg.faults, cfg.seed, m))
+            .map(|c| Arc::new(Mutex::new(c)))
+            .collect();
         let core = Arc::new(Shared::new(core));
         Ok(Self {
+            machine_clocks,
             fabric: Arc::new(SimFabric {
                 core: core.clone(),
                 inner,
@@ -209,9 +234,42 @@ impl Sim {
         self.fabric.clone()
     }
 
-    /// The virtual clock (give it to workers).
+    /// The virtual clock: virtual time itself, as the current virtual
+    /// thread sees it. Workers get their machine's clock
+    /// ([`Sim::machine_clock`]), which is this one unless the clock-skew
+    /// fault is on.
     pub fn clock(&self) -> Arc<dyn Clock> {
         self.clock.clone()
+    }
+
+    /// The clock the workers of `machine` read: virtual time, or under the
+    /// clock-skew fault ([`Faults::clock_skew_ns`]) the machine's own
+    /// drifting clock ([`crate::clock`]).
+    pub fn machine_clock(&self, machine: usize) -> Arc<dyn Clock> {
+        match self.machine_clocks.get(machine) {
+            None => self.clock.clone(),
+            Some(c) => Arc::new(SkewedClock {
+                tick: self.clock.0.clone(),
+                clock: c.clone(),
+            }),
+        }
+    }
+
+    /// What `machine`'s clock reads at virtual instant `t` (`t` itself
+    /// without the clock-skew fault).
+    pub fn clock_reading(&self, machine: usize, t: Time) -> Nanos {
+        match self.machine_clocks.get(machine) {
+            None => t,
+            Some(c) => lock(c).read(t),
+        }
+    }
+
+    /// The first virtual instant at which `machine`'s clock reads at least
+    /// `reading` (`reading` itself without the clock-skew fault): when a
+    /// timer set on that clock fires, or — for a reading taken there — the
+    /// earliest instant it can have been taken at.
+    pub fn virtual_at(&self, machine: usize, reading: Nanos) -> Time {
+        virtual_at(&self.machine_clocks, machine, reading)
     }
 
     /// Current virtual time.
@@ -238,7 +296,7 @@ impl Sim {
             (th, c.now)
         });
         self.clock.0.store(now, Ordering::Release);
-        let made = make(self.fabric.as_ref(), self.clock.clone());
+        let made = make(self.fabric.as_ref(), self.machine_clock(machine));
         let now = self.core.with(|c| {
             c.set_current(None);
             c.now
@@ -389,7 +447,12 @@ impl Sim {
             let next = if vt.worker.has_ready() {
                 Some(cursor)
             } else {
-                match (next_completion, vt.worker.next_timer()) {
+                // (A timer is set on the machine's clock.)
+                let timer = vt
+                    .worker
+                    .next_timer()
+                    .map(|r| virtual_at(&self.machine_clocks, vt.machine, r));
+                match (next_completion, timer) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 }

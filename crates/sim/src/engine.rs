@@ -831,6 +831,309 @@ fn defer(
     }
 }
 
+// The stages of a post, in the order a request meets them (the crate
+// docs' numbering). Each is a function of the state it touches, inlined
+// into [`Core::post`]: the arithmetic is the one the post always did,
+// operation for operation, so results are the same to the bit.
+
+/// Stages 1–2: the posting thread's CPU builds the post's `wrs` work
+/// requests (from `caller`, its CPU time, × `cpu_factor`, its SMT
+/// slowdown), then holds the queue pair's lock (a shared queue pair) and
+/// the doorbell register's spinlock to ring it, spinning while another
+/// thread holds either. Returns (when the doorbell has rung and the locks
+/// are released, the time spent spinning). (The doorbell is looked up in
+/// `machines` after the queue pair's lock, not passed in: a slice borrowed
+/// before the lock's call stays live across it, which cost the post five
+/// instructions, callgrind.)
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn ring_doorbell(
+    p: &Profile,
+    machines: &mut [Machine],
+    machine: usize,
+    qp: &mut Qp,
+    thread: Option<ThreadId>,
+    caller: f64,
+    cpu_factor: f64,
+    wrs: usize,
+    now: f64,
+) -> (f64, f64) {
+    let mut at = caller + cpu_factor * (p.cpu.post_ns + wrs as f64 * p.cpu.post_wr_ns);
+    let mut spin = 0.0;
+    if let Some(lock) = qp.lock.as_mut() {
+        let (release, waited) = lock.acquire(thread, at, now, p);
+        at = release;
+        spin += waited;
+    }
+    let (release, waited) = machines[machine].dbs[qp.db].acquire(thread, at, now, p);
+    spin += waited;
+    (release, spin)
+}
+
+/// The timing terms of a request of `kind` and `len` bytes, from the
+/// per-kind cache `shapes` (recomputed when the length changes).
+#[inline(always)]
+fn shape_of(
+    shapes: &mut [Shape; 5],
+    p: &Profile,
+    slots: &Slots,
+    kind: VerbKind,
+    len: usize,
+) -> Shape {
+    let cached = &mut shapes[kind as usize];
+    if cached.key != len as u64 + 1 {
+        *cached = Shape::of(p, slots, kind, len);
+    }
+    *cached
+}
+
+/// Stage 3, the requester NIC: the request's WQE, fetched by `fetched`,
+/// waits for its queue pair's turn (round-robin arbitration between send
+/// queues: while `n` queue pairs are backlogged, each is served at most
+/// every `n` slots, so a deeper queue pair gets no larger share of a
+/// saturated NIC), then for the send-queue units, which serve it at the
+/// message rate or its PCIe bytes (WQE, CQE, data, and — beyond
+/// `wqe_cache` outstanding requests — expected WQE-cache misses),
+/// whichever is slower. Returns when it leaves the NIC, and its queue
+/// pair.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn send_queue<'q>(
+    p: &Profile,
+    slots: &Slots,
+    tx: &mut Tx,
+    qps: &'q mut [Qp],
+    qi: usize,
+    stats: &mut SimStats,
+    shape: &Shape,
+    fetched: f64,
+) -> (f64, &'q mut Qp) {
+    tx.outstanding += 1;
+    let outstanding = tx.outstanding as i64 as f64;
+    let miss = if outstanding > p.nic.wqe_cache {
+        (1.0 - p.nic.wqe_cache / outstanding).min(p.nic.max_miss)
+    } else {
+        0.0
+    };
+    let pcie = shape.pcie_base + miss * p.nic.miss_bytes;
+    let service = fmax(slots.nic, pcie / p.nic.pcie_gbs);
+    let turn = fmax(fetched, qps[qi].nic_free);
+    expire_backlog(tx, qps, turn);
+    let qp = &mut qps[qi];
+    let turns = tx.backlogged + u32::from(!qp.in_backlog);
+    let start = fmax(turn, tx.req_free);
+    tx.req_free = start + service;
+    let depart = start + service;
+    qp.nic_free = fmax(turn + service * turns as f64, depart);
+    if !qp.in_backlog {
+        qp.in_backlog = true;
+        tx.backlogged += 1;
+    }
+    stats.pcie_bytes += pcie;
+    stats.wqe_misses += miss;
+    (depart, qp)
+}
+
+/// Stage 4, the request's packets: the requester's uplink, the switch,
+/// the target's downlink (`serialise` ns on each link, `half_wire` ns of
+/// propagation on each side of the switch). Returns when the request has
+/// arrived at the target's NIC.
+#[inline(always)]
+fn request_link(tx: &mut Tx, rx: &mut Rx, depart: f64, serialise: f64, half_wire: f64) -> f64 {
+    let uplink = fmax(depart, tx.up_free);
+    tx.up_free = uplink + serialise;
+    let downlink = fmax(uplink + serialise + half_wire, rx.down_free);
+    rx.down_free = downlink + serialise;
+    downlink + serialise + half_wire
+}
+
+/// Stage 5a, the responder's execution unit (its service time `service`)
+/// and translation cache (the entry of `wr`'s remote page, pages of
+/// `2^page_shift` bytes; a miss costs `mtt_miss_ns`). Returns when the
+/// request, having arrived at `arrive`, may access memory.
+#[inline(always)]
+fn responder_admit(
+    p: &Profile,
+    rx: &mut Rx,
+    stats: &mut SimStats,
+    arrive: f64,
+    service: f64,
+    wr: &WorkRequest,
+    page_shift: u32,
+) -> f64 {
+    let start = fmax(arrive, rx.resp_free);
+    rx.resp_free = start + service;
+    let page = wr.remote.offset() >> page_shift;
+    // (A mask for the profiles' power-of-two caches: a division here sat
+    // in every request's critical path.)
+    let entries = rx.mtt.len();
+    let slot = if entries.is_power_of_two() {
+        (page as usize) & (entries - 1)
+    } else {
+        (page as usize) % entries
+    };
+    let mtt_miss = if rx.mtt[slot] != page + 1 {
+        rx.mtt[slot] = page + 1;
+        stats.mtt_misses += 1;
+        p.responder.mtt_miss_ns
+    } else {
+        0.0
+    };
+    start + mtt_miss
+}
+
+/// Stage 5b for a READ or WRITE admitted at `admitted`: the DMA to host
+/// memory, after the atomics booked on its words when accesses stall
+/// behind them (`atomic_stalls_access`). Returns its execution instant.
+#[inline(always)]
+fn access_instant(
+    p: &Profile,
+    addr_free: &IntMap<u64, f64>,
+    line_free: &IntMap<u64, f64>,
+    kind: VerbKind,
+    wr: &WorkRequest,
+    len: usize,
+    admitted: f64,
+) -> f64 {
+    let dma = if kind == VerbKind::Read {
+        p.responder.dma_read_ns
+    } else {
+        p.responder.dma_write_ns
+    };
+    let mut at = admitted;
+    if p.responder.atomic_stalls_access && len > 0 && !line_free.is_empty() {
+        at = atomic_fence(addr_free, line_free, wr.remote.raw(), len, at);
+    }
+    at + dma
+}
+
+/// Stage 5b for an atomic admitted at `admitted`: it reads its word (a
+/// DMA), then takes a slot of the atomic unit (its aggregate rate) and its
+/// turn at its address (`atomic_ns`, or `atomic_nic_ns` in device memory
+/// `on_nic`). Under the `post` order both are booked now and the result is
+/// (its execution instant, `None`); under an arbitrated order only the
+/// unit's slot is, and the result is (when it reaches its address,
+/// `Some((address, hold))`) for [`Core::arbitrate`] to settle.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn atomic_instant(
+    p: &Profile,
+    slots: &Slots,
+    rx: &mut Rx,
+    addr_free: &mut IntMap<u64, f64>,
+    line_free: &mut IntMap<u64, f64>,
+    arbitrated: bool,
+    on_nic: Option<(u64, u64)>,
+    wr: &WorkRequest,
+    admitted: f64,
+) -> (f64, Option<(u64, f64)>) {
+    let ready = admitted + p.responder.dma_read_ns;
+    let addr = wr.remote.raw();
+    let in_device_memory = on_nic.is_some_and(|(a, b)| (a..b).contains(&wr.remote.offset()));
+    let hold = if in_device_memory {
+        p.responder.atomic_nic_ns
+    } else {
+        p.responder.atomic_ns
+    };
+    if arbitrated {
+        // Which waiting atomic goes next is decided when the address
+        // frees (`Core::arbitrate`); the unit's aggregate rate still
+        // paces arrivals.
+        let slot = ready.max(rx.atomic_free);
+        rx.atomic_free = slot + slots.atomic;
+        return (slot, Some((addr, hold)));
+    }
+    let start = ready
+        .max(rx.atomic_free)
+        .max(addr_free.get(&addr).copied().unwrap_or(0.0));
+    // The unit's next slot: after this atomic's execution (one FIFO unit)
+    // or after its arrival (only its address waits).
+    let slot = if p.responder.atomic_head_of_line {
+        start
+    } else {
+        ready.max(rx.atomic_free)
+    };
+    rx.atomic_free = slot + slots.atomic;
+    addr_free.insert(addr, start + hold);
+    if p.responder.atomic_stalls_access {
+        let line = line_free.entry(addr >> 6).or_insert(0.0);
+        *line = fmax(*line, start + hold);
+    }
+    (start + hold, None)
+}
+
+/// The faults that move a request's execution instant `exec`: the
+/// cross-queue-pair reordering shift and a random delay.
+#[inline(always)]
+fn fault_shift(faults: &Faults, rng: &mut SimRng, stats: &mut SimStats, exec: f64) -> f64 {
+    let mut exec = exec;
+    if faults.reorder_ns > 0 {
+        exec += rng.below(faults.reorder_ns + 1) as f64;
+    }
+    if faults.delay > 0.0 && rng.chance(faults.delay) {
+        exec += rng.below(faults.delay_ns + 1) as f64;
+        stats.delayed += 1;
+    }
+    exec
+}
+
+/// A request whose post settled its execution and completion: what
+/// [`enqueue`] records of it.
+struct Settled<'a> {
+    h: u32,
+    wr: &'a WorkRequest,
+    batch: u64,
+    index: u32,
+    exec: f64,
+    cq: f64,
+    cut: Option<Cut>,
+    spread: f64,
+    wire: u64,
+}
+
+/// The end of a post for request `s` of handle `handle` (stage 6's
+/// instants already computed): its pieces' instants and sequence numbers,
+/// its memory effect queued (on the heap when nothing of the handle waits
+/// to land before it), and its entry with its completion instant.
+#[inline(always)]
+fn enqueue(
+    stats: &mut SimStats,
+    next_seq: &mut u64,
+    effects: &mut BinaryHeap<Reverse<Effect>>,
+    handle: &mut Handle,
+    s: Settled<'_>,
+) {
+    stats.wire_bytes += s.wire;
+    stats.posted += 1;
+    let mut cut = s.cut;
+    let pieces = cut.as_ref().map_or(1, |c| c.n);
+    if let Some(c) = &mut cut {
+        stats.torn += 1;
+        c.land(s.exec, s.spread);
+    }
+    let seq = *next_seq + 1;
+    *next_seq += pieces as u64;
+    let at = to_time(s.exec);
+    if handle.next_apply == handle.head + handle.entries.len() as u64 {
+        effects.push(Reverse(piece_effect(at, cut.as_ref(), seq, 0, s.h)));
+    }
+    handle.entries.push_back(Entry {
+        wr: *s.wr,
+        batch: s.batch,
+        index: s.index,
+        cq_at: to_time(s.cq),
+        at,
+        seq,
+        cut: cut.map(Box::new),
+        applied: 0,
+        value: 0,
+        error: None,
+    });
+    if s.wr.signaled {
+        handle.deliverable += 1;
+    }
+}
+
 impl Core {
     pub fn new(
         p: Profile,
@@ -1082,7 +1385,13 @@ impl Core {
     }
 
     /// Posts `batch` on handle `h`: computes every request's timing, queues
-    /// its effect, and records its completion.
+    /// its effect, and records its completion. The stages a request goes
+    /// through (the crate docs' numbering) are the functions it calls:
+    /// [`ring_doorbell`] (CPU and locks), the WQE fetch, [`send_queue`]
+    /// (requester NIC), [`request_link`], [`responder_admit`] then
+    /// [`access_instant`] or [`atomic_instant`] (responder), the faults
+    /// ([`fault_shift`], [`tear`]), then either [`defer`] (an arbitrated
+    /// atomic, or a request behind one) or [`respond`] and [`enqueue`].
     ///
     /// The state a request touches (its queue pair, its machine's
     /// requester, its target's responder, its handle) is borrowed once
@@ -1096,7 +1405,7 @@ impl Core {
         if batch.is_empty() {
             return Ok(());
         }
-        let f = self.cpu_factor();
+        let cpu_factor = self.cpu_factor();
         let caller = from_time(self.caller_time());
         let now = from_time(self.now);
         let Core {
@@ -1122,63 +1431,55 @@ impl Core {
             stats,
             ..
         } = self;
-        let hd = &mut handles[hi];
-        let qi = hd.qp;
-        let q = &mut qps[qi];
-        if q.lost_at.is_some() {
-            return Err(PostError::Disconnected(hd.node));
+        let handle = &mut handles[hi];
+        let qi = handle.qp;
+        let qp = &mut qps[qi];
+        if qp.lost_at.is_some() {
+            return Err(PostError::Disconnected(handle.node));
         }
-        hd.exec.begin_post(batch.len())?;
-        hd.stats.doorbells += 1;
+        handle.exec.begin_post(batch.len())?;
+        handle.stats.doorbells += 1;
         stats.doorbells += 1;
-        let k = batch.len();
-        // CPU: the post itself, then the queue pair's lock (shared QPs) and
-        // the doorbell's spinlock, spinning while another thread holds them.
-        let mut t = caller + f * (p.cpu.post_ns + k as f64 * p.cpu.post_wr_ns);
-        let mut spin = 0.0;
-        let thread = hd.thread;
-        let (machine, target) = (q.machine, q.target);
-        if let Some(lock) = q.lock.as_mut() {
-            let (rel, s) = lock.acquire(thread, t, now, p);
-            t = rel;
-            spin += s;
-        }
-        let (rel, s) = machines[machine].dbs[q.db].acquire(thread, t, now, p);
-        t = rel;
-        spin += s;
+        let wrs = batch.len();
+        let thread = handle.thread;
+        let (machine, target) = (qp.machine, qp.target);
+        let (rung, spin) = ring_doorbell(
+            p, machines, machine, qp, thread, caller, cpu_factor, wrs, now,
+        );
         stats.lock_spin_ns += spin;
         if current.is_some() {
-            *cursor = to_time(t) + 1;
+            *cursor = to_time(rung) + 1;
             clock.store(*cursor, Ordering::Release);
         }
         // Disconnect fault: this post and everything in flight fail.
         if faults.disconnect > 0.0 && rng.chance(faults.disconnect) {
-            q.lost_at = Some(to_time(t));
+            qp.lost_at = Some(to_time(rung));
             stats.disconnects += 1;
         }
-        let arrival = t + p.nic.fetch_ns;
-        let batch_id = q.next_batch;
-        q.next_batch += 1;
+        // The NIC fetches the post's WQEs once the doorbell has rung.
+        let fetched = rung + p.nic.fetch_ns;
+        let batch_id = qp.next_batch;
+        qp.next_batch += 1;
         if !batch.sges().is_empty() {
-            hd.sges.insert(batch_id, batch.sges().to_vec());
+            handle.sges.insert(batch_id, batch.sges().to_vec());
         }
         let loopback = target == machine;
         let half_wire = if loopback { 0.0 } else { p.link.wire_ns / 2.0 };
-        let node = hd.node;
-        let shift = hd.shift;
+        let node = handle.node;
+        let page_shift = handle.shift;
         // The requester side of this machine and the responder side of
         // the target: disjoint halves, also when the two are one machine.
-        let (m, tm) = if loopback {
-            let mm = &mut machines[machine];
-            (&mut mm.tx, &mut mm.rx)
+        let (tx, rx) = if loopback {
+            let both = &mut machines[machine];
+            (&mut both.tx, &mut both.rx)
         } else {
-            let [a, b] = machines
+            let [requester, responder] = machines
                 .get_disjoint_mut([machine, target])
                 .expect("a queue pair's machines exist");
-            (&mut a.tx, &mut b.rx)
+            (&mut requester.tx, &mut responder.rx)
         };
         // (Most runs place nothing in device memory: skip the lookup.)
-        let on_nic_range = if device_mem.is_empty() {
+        let on_nic = if device_mem.is_empty() {
             None
         } else {
             device_mem.get(&node).copied()
@@ -1186,128 +1487,29 @@ impl Core {
         for (index, wr) in batch.requests().iter().enumerate() {
             let kind = wr.kind();
             let len = wr.len();
-            let sh = &mut shapes[kind as usize];
-            if sh.key != len as u64 + 1 {
-                *sh = Shape::of(p, slots, kind, len);
-            }
-            let sh = *sh;
-            // Requester: WQE processing, bounded by the message rate and
-            // by PCIe bytes (WQE fetch, CQE, data, WQE-cache misses).
-            m.outstanding += 1;
-            let o = m.outstanding as i64 as f64;
-            let miss = if o > p.nic.wqe_cache {
-                (1.0 - p.nic.wqe_cache / o).min(p.nic.max_miss)
-            } else {
-                0.0
+            let shape = shape_of(shapes, p, slots, kind, len);
+            let (depart, qp) = send_queue(p, slots, tx, qps, qi, stats, &shape, fetched);
+            let arrive = request_link(tx, rx, depart, shape.ser, half_wire);
+            let admitted = responder_admit(p, rx, stats, arrive, shape.rsvc, wr, page_shift);
+            let (exec, held) = match kind {
+                VerbKind::Read | VerbKind::Write => (
+                    access_instant(p, addr_free, line_free, kind, wr, len, admitted),
+                    None,
+                ),
+                _ => atomic_instant(
+                    p,
+                    slots,
+                    rx,
+                    addr_free,
+                    line_free,
+                    *arbitrated,
+                    on_nic,
+                    wr,
+                    admitted,
+                ),
             };
-            let pcie = sh.pcie_base + miss * p.nic.miss_bytes;
-            let svc = fmax(slots.nic, pcie / p.nic.pcie_gbs);
-            // Round-robin arbitration between send queues: while `n` queue
-            // pairs are backlogged, each is served at most every `n` slots,
-            // so a deeper queue pair gets no larger share of a saturated NIC.
-            let q_start = fmax(arrival, qps[qi].nic_free);
-            expire_backlog(m, qps, q_start);
-            let q = &mut qps[qi];
-            let turns = m.backlogged + u32::from(!q.in_backlog);
-            let start = fmax(q_start, m.req_free);
-            m.req_free = start + svc;
-            let depart = start + svc;
-            q.nic_free = fmax(q_start + svc * turns as f64, depart);
-            if !q.in_backlog {
-                q.in_backlog = true;
-                m.backlogged += 1;
-            }
-            stats.pcie_bytes += pcie;
-            stats.wqe_misses += miss;
-            // Request packets: uplink, switch, downlink.
-            let ser = sh.ser;
-            let u = fmax(depart, m.up_free);
-            m.up_free = u + ser;
-            let d = fmax(u + ser + half_wire, tm.down_free);
-            tm.down_free = d + ser;
-            let arrive = d + ser + half_wire;
-            // Responder: execution unit, translation cache, memory access.
-            let r = fmax(arrive, tm.resp_free);
-            tm.resp_free = r + sh.rsvc;
-            let page = wr.remote.offset() >> shift;
-            // (A mask for the profiles' power-of-two caches: a division
-            // here sat in every request's critical path.)
-            let entries = tm.mtt.len();
-            let slot = if entries.is_power_of_two() {
-                (page as usize) & (entries - 1)
-            } else {
-                (page as usize) % entries
-            };
-            let mtt_miss = if tm.mtt[slot] != page + 1 {
-                tm.mtt[slot] = page + 1;
-                stats.mtt_misses += 1;
-                p.responder.mtt_miss_ns
-            } else {
-                0.0
-            };
-            let mut held = None;
-            let mut exec = match kind {
-                VerbKind::Read | VerbKind::Write => {
-                    let dma = if kind == VerbKind::Read {
-                        p.responder.dma_read_ns
-                    } else {
-                        p.responder.dma_write_ns
-                    };
-                    let mut at = r + mtt_miss;
-                    if p.responder.atomic_stalls_access && len > 0 && !line_free.is_empty() {
-                        at = atomic_fence(addr_free, line_free, wr.remote.raw(), len, at);
-                    }
-                    at + dma
-                }
-                _ => {
-                    let ready = r + mtt_miss + p.responder.dma_read_ns;
-                    let addr = wr.remote.raw();
-                    let on_nic =
-                        on_nic_range.is_some_and(|(a, b)| (a..b).contains(&wr.remote.offset()));
-                    let hold = if on_nic {
-                        p.responder.atomic_nic_ns
-                    } else {
-                        p.responder.atomic_ns
-                    };
-                    if *arbitrated {
-                        // Which waiting atomic goes next is decided when the
-                        // address frees (`Core::arbitrate`); the unit's
-                        // aggregate rate still paces arrivals.
-                        let slot = ready.max(tm.atomic_free);
-                        tm.atomic_free = slot + slots.atomic;
-                        held = Some((addr, hold));
-                        slot
-                    } else {
-                        let a = ready
-                            .max(tm.atomic_free)
-                            .max(addr_free.get(&addr).copied().unwrap_or(0.0));
-                        // The unit's next slot: after this atomic's execution
-                        // (one FIFO unit) or after its arrival (only its
-                        // address waits).
-                        let slot = if p.responder.atomic_head_of_line {
-                            a
-                        } else {
-                            ready.max(tm.atomic_free)
-                        };
-                        tm.atomic_free = slot + slots.atomic;
-                        addr_free.insert(addr, a + hold);
-                        if p.responder.atomic_stalls_access {
-                            let line = line_free.entry(addr >> 6).or_insert(0.0);
-                            *line = fmax(*line, a + hold);
-                        }
-                        a + hold
-                    }
-                }
-            };
-            // Faults that move the execution instant.
-            if faults.reorder_ns > 0 {
-                exec += rng.below(faults.reorder_ns + 1) as f64;
-            }
-            if faults.delay > 0.0 && rng.chance(faults.delay) {
-                exec += rng.below(faults.delay_ns + 1) as f64;
-                stats.delayed += 1;
-            }
-            let mut cut = tear(faults, rng, *in_order_write, wr);
+            let exec = fault_shift(faults, rng, stats, exec);
+            let cut = tear(faults, rng, *in_order_write, wr);
             let spread = match &cut {
                 Some(_) => faults.torn_spread_ns.max(1) as f64,
                 None => 0.0,
@@ -1320,7 +1522,7 @@ impl Core {
                     stats,
                     next_seq,
                     &mut pending[qi],
-                    hd,
+                    handle,
                     Deferred {
                         h,
                         wr,
@@ -1330,49 +1532,36 @@ impl Core {
                         atomic: held,
                         cut,
                         spread,
-                        shape: &sh,
+                        shape: &shape,
                     },
                 );
                 continue;
             }
             // One queue pair's requests take effect in posting order.
-            exec = fmax(exec, q.last_exec + 1.0);
-            let cq = respond(p, q, m, tm, exec, spread, sh.rser, half_wire);
-            stats.wire_bytes += sh.wire;
-            stats.posted += 1;
-            let n = cut.as_ref().map_or(1, |c| c.n);
-            if let Some(c) = &mut cut {
-                stats.torn += 1;
-                c.land(exec, spread);
-            }
-            let seq = *next_seq + 1;
-            *next_seq += n as u64;
-            let at = to_time(exec);
-            // Nothing of this handle waits to land: its first piece joins
-            // the heap.
-            if hd.next_apply == hd.head + hd.entries.len() as u64 {
-                effects.push(Reverse(piece_effect(at, cut.as_ref(), seq, 0, h)));
-            }
-            hd.entries.push_back(Entry {
-                wr: *wr,
-                batch: batch_id,
-                index: index as u32,
-                cq_at: to_time(cq),
-                at,
-                seq,
-                cut: cut.map(Box::new),
-                applied: 0,
-                value: 0,
-                error: None,
-            });
-            if wr.signaled {
-                hd.deliverable += 1;
-            }
+            let exec = fmax(exec, qp.last_exec + 1.0);
+            let cq = respond(p, qp, tx, rx, exec, spread, shape.rser, half_wire);
+            enqueue(
+                stats,
+                next_seq,
+                effects,
+                handle,
+                Settled {
+                    h,
+                    wr,
+                    batch: batch_id,
+                    index: index as u32,
+                    exec,
+                    cq,
+                    cut,
+                    spread,
+                    wire: shape.wire,
+                },
+            );
         }
-        let q = &qps[qi];
-        if q.in_backlog {
-            m.backlog_ends
-                .push(Reverse((to_time(q.nic_free), qi as u32)));
+        let qp = &qps[qi];
+        if qp.in_backlog {
+            tx.backlog_ends
+                .push(Reverse((to_time(qp.nic_free), qi as u32)));
         }
         batch.clear();
         if self.arbitrated
@@ -1386,7 +1575,6 @@ impl Core {
         }
         Ok(())
     }
-
     /// Executes what can execute at the head of queue pair `qi`'s pending
     /// requests: requests behind no atomic run at once; an atomic at the
     /// head starts waiting at its address.

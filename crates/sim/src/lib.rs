@@ -82,9 +82,20 @@
 //! ## Faults
 //! [`Faults`]: torn READ/WRITE at 8-byte granularity (ascending when the
 //! device declares in-order placement, any order otherwise), delays,
-//! cross-queue-pair reordering, lost connections — each a switch, all
-//! drawn from the seed.
+//! cross-queue-pair reordering, lost connections, and clock skew — each a
+//! switch, all drawn from the seed.
+//!
+//! Clock skew ([`clock`]): with `clock_skew_ns = B`, each machine's workers
+//! read a clock of their own, virtual time plus an offset that drifts
+//! (`clock_drift_ppm`) and jumps (`clock_jump` per `clock_period_ns`)
+//! within `±B`, clamped so it never goes backwards. Lock leases and RACE's
+//! grace period assume such a bound; `dmkit sim check` draws one per seed
+//! within what the code under test assumes. Workers' timers are set on
+//! their machine's clock; [`Sim::virtual_at`] maps a reading back to
+//! virtual time (a history checker's timestamps, say). Off, every machine
+//! reads virtual time and nothing changes.
 
+pub mod clock;
 pub mod driver;
 pub mod engine;
 pub mod fabric;
@@ -92,6 +103,7 @@ pub mod faults;
 pub mod profile;
 pub mod rng;
 
+pub use clock::MachineClock;
 pub use driver::{RunOutcome, Sim, SimClock, SimConfig};
 pub use engine::{SimStats, ThreadId, Time};
 pub use fabric::{SimFabric, SimQp};
