@@ -475,7 +475,7 @@ enum WriteMode {
 }
 
 impl WriteMode {
-    /// The operation's name (in a [`IndexError::GaveUp`]).
+    /// The operation's name (in a [`IndexError::Timeout`]).
     fn name(self) -> &'static str {
         match self {
             WriteMode::Insert => "insert",

@@ -111,6 +111,16 @@ pub const DIR_LOCK: u64 = std::mem::offset_of!(DirHeader, lock) as u64;
 pub const DIR_ENTRIES: u64 = std::mem::size_of::<DirHeader>() as u64;
 
 /// Header of a subtable.
+///
+/// ```text
+///  0       8       16       24           32       40           48        64
+///  +-------+-------+--------+------------+--------+------------+---------+
+///  | magic | depth | suffix | split lock | groups | split      | (0, 0)  |
+///  +-------+-------+--------+------------+--------+------------+---------+
+///  split lock: a lease lock word (owner 16 | deadline µs 48), 0 = free
+///  split: the split in progress, for whoever must finish it if its
+///         splitter dies ([`SplitRecord`]); 0 = none
+/// ```
 #[repr(C)]
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
@@ -122,12 +132,69 @@ pub struct SubtableHeader {
     /// Held (nonzero) while the subtable splits; inserters back off.
     pub split_lock: u64,
     pub groups: u64,
-    pub _reserved: [u64; 3],
+    /// The split in progress ([`SplitRecord`]), 0 = none.
+    pub split: u64,
+    pub _reserved: [u64; 2],
 }
 const _: () = assert!(std::mem::size_of::<SubtableHeader>() == 64);
 
 pub const SUB_DEPTH: u64 = std::mem::offset_of!(SubtableHeader, depth) as u64;
 pub const SUB_SPLIT_LOCK: u64 = std::mem::offset_of!(SubtableHeader, split_lock) as u64;
+pub const SUB_SPLIT: u64 = std::mem::offset_of!(SubtableHeader, split) as u64;
+
+/// How far a split got, kept in its old subtable's header so that whoever
+/// breaks the split lock of a splitter that died finishes the split.
+///
+/// ```text
+///  63       56 55    48 47                                           0
+///  +----------+--------+---------------------------------------------+
+///  | depth+1  | phase  |  the new subtable (Ptr48)                   |
+///  +----------+--------+---------------------------------------------+
+/// ```
+/// The top byte and the pointer are the new subtable's directory entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitRecord(pub u64);
+
+/// The phases of a split, in order (a split record's phase field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum SplitPhase {
+    /// The new subtable is initialised; movers are being frozen and
+    /// copied, headers flipped. Nobody can reach the new subtable yet:
+    /// all of it may be redone.
+    Copying = 1,
+    /// Copied and flipped; the directory is being published. The new
+    /// subtable may be reachable through some entries: nothing may be
+    /// copied into it again.
+    Publishing = 2,
+    /// Published; the frozen originals are being cleared.
+    Clearing = 3,
+}
+
+impl SplitRecord {
+    /// The record of a split into `new_entry` (the new subtable's
+    /// directory entry) at `phase`.
+    pub fn new(new_entry: u64, phase: SplitPhase) -> SplitRecord {
+        SplitRecord(new_entry & !(0xFF << 48) | (phase as u64) << 48)
+    }
+    /// The new subtable's directory entry.
+    pub fn new_entry(self) -> u64 {
+        self.0 & !(0xFF << 48)
+    }
+    /// The split's phase (`None`: no split, or garbage).
+    pub fn phase(self) -> Option<SplitPhase> {
+        match (self.0 >> 48) as u8 {
+            1 => Some(SplitPhase::Copying),
+            2 => Some(SplitPhase::Publishing),
+            3 => Some(SplitPhase::Clearing),
+            _ => None,
+        }
+    }
+    /// The depth of the subtable before the split.
+    pub fn depth(self) -> u32 {
+        ((self.0 >> 56) as u32).saturating_sub(1)
+    }
+}
 /// Insert locks start right after the header.
 pub const SUB_LOCKS: u64 = std::mem::size_of::<SubtableHeader>() as u64;
 
