@@ -553,6 +553,27 @@ impl Sim {
         self.threads.iter().flatten().count()
     }
 
+    /// Kills compute machine `machine` now, as a crash would: its threads
+    /// stop for good — their tasks are dropped where they stand, with
+    /// whatever remote locks they held — and the requests they had posted
+    /// still execute (they are on the wire) but complete to no one.
+    /// Requests a task had only queued are lost. Returns how many threads
+    /// died.
+    pub fn kill_machine(&mut self, machine: usize) -> usize {
+        let mut n = 0;
+        for t in &mut self.threads {
+            if t.as_ref().is_some_and(|v| v.machine == machine) {
+                let v = t.take().expect("checked above");
+                if v.done {
+                    self.finished -= 1;
+                }
+                drop(v);
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// Drops every worker (and its queue pairs) — e.g. before reading the
     /// final memory with fresh clients. Thread ids are not reused.
     pub fn clear_workers(&mut self) {
