@@ -12,7 +12,8 @@
 //! - [`layout`]: `#[repr(C)]` tables shared with clients through the control memfd.
 //! - [`memory`]: sealed memfds and their mappings.
 //! - [`node`]: the node itself.
-//! - [`proto`]: the RPC messages and their framing.
+//! - [`proto`]: the control RPC messages and their framing.
+//! - [`rpc`]: services on the node's worker threads (the RPC channel).
 //! - [`server`]: the Unix-socket server handing out memfds by `SCM_RIGHTS`.
 
 pub mod alloc;
@@ -21,8 +22,9 @@ pub mod layout;
 pub mod memory;
 pub mod node;
 pub mod proto;
+pub mod rpc;
 pub mod server;
 
 pub use error::{NodeError, RpcError};
-pub use node::{MemNode, NodeConfig, SessionId};
+pub use node::{MemNode, NodeConfig, SessionId, DEFAULT_RPC_WORKERS};
 pub use proto::{NodeLayout, NodeStats, RegionInfo, Request, Response};

@@ -25,6 +25,7 @@ use crate::error::{NodeError, RpcError};
 use crate::layout::{self, ControlHeader, PageEntry, RegionEntry, MAX_REGIONS, PAGE_VALID};
 use crate::memory::{create_sealed_memfd, Mapping};
 use crate::proto::{NodeLayout, NodeStats, RegionInfo, Request, Response};
+use crate::rpc::{RpcHost, Service, ServiceId};
 
 /// Most named roots a node keeps.
 pub const MAX_ROOTS: usize = 1024;
@@ -39,7 +40,15 @@ pub struct NodeConfig {
     pub page_size: u64,
     /// Extra memory pages kept for remapping.
     pub spare_pages: u64,
+    /// Worker threads serving RPC channels ([`crate::rpc`]); 0: none, and
+    /// at most [`crate::layout::MAX_WORKER_BELLS`]. They start with the
+    /// first channel.
+    pub rpc_workers: usize,
 }
+
+/// Default [`NodeConfig::rpc_workers`]: two, so a node and a client fit a
+/// 2-core machine (idle workers sleep; see [`crate::rpc`]).
+pub const DEFAULT_RPC_WORKERS: usize = 2;
 
 impl Default for NodeConfig {
     fn default() -> Self {
@@ -48,6 +57,7 @@ impl Default for NodeConfig {
             size: 1 << 30,
             page_size: 4096,
             spare_pages: 64,
+            rpc_workers: DEFAULT_RPC_WORKERS,
         }
     }
 }
@@ -102,6 +112,8 @@ pub struct MemNode {
     /// place instead of punched out of the memfd, which would leave the
     /// NIC's pinned pages detached from the file.
     pinned: AtomicBool,
+    /// Services and RPC workers.
+    rpc: RpcHost,
 }
 
 impl MemNode {
@@ -127,6 +139,13 @@ impl MemNode {
             return Err(NodeError::Config(
                 "node size exceeds the 48-bit offset space".into(),
             ));
+        }
+        if cfg.rpc_workers > crate::layout::MAX_WORKER_BELLS {
+            return Err(NodeError::Config(format!(
+                "{} RPC workers: at most {}",
+                cfg.rpc_workers,
+                crate::layout::MAX_WORKER_BELLS
+            )));
         }
         let phys_pages = remote_pages + cfg.spare_pages;
         if phys_pages > layout::PAGE_INDEX_MASK {
@@ -176,6 +195,7 @@ impl MemNode {
             counters: Counters::default(),
             shutdown: AtomicBool::new(false),
             pinned: AtomicBool::new(false),
+            rpc: RpcHost::new(cfg.rpc_workers),
         };
         node.init_control();
         node.heap = node.register_region(heap_base, node.heap.len, layout::access::ALL)?;
@@ -435,6 +455,40 @@ impl MemNode {
             .flatten()
     }
 
+    /// Registers `service` under `id` (any time; workers pick it up on
+    /// their next call). `false` if the id is taken ([`crate::rpc::ECHO`]
+    /// is, from the start).
+    pub fn register_service<S: Service>(&self, id: ServiceId, service: S) -> bool {
+        self.rpc.register(id, service)
+    }
+
+    /// The registered services, by id.
+    pub fn services(&self) -> Vec<(ServiceId, &'static str)> {
+        self.rpc.services()
+    }
+
+    /// How many RPC worker threads the node runs (0: no RPC channel).
+    pub fn rpc_workers(&self) -> usize {
+        self.rpc.workers()
+    }
+
+    pub(crate) fn rpc_host(&self) -> &RpcHost {
+        &self.rpc
+    }
+
+    /// Opens an RPC channel for `session`: a memfd with a request ring and
+    /// a reply ring of `slots` slots of `max_message` bytes, served by one
+    /// of the node's worker threads ([`crate::rpc::ring`]). The first
+    /// channel starts the workers.
+    pub fn open_rpc_channel(
+        self: &Arc<Self>,
+        session: SessionId,
+        slots: u32,
+        max_message: u32,
+    ) -> Result<crate::rpc::RpcChannelGrant, RpcError> {
+        self.rpc.pool.open(self, session, slots, max_message)
+    }
+
     /// Starts a client session.
     pub fn open_session(&self) -> SessionId {
         let mut inner = self.lock();
@@ -471,6 +525,9 @@ impl MemNode {
         self.counters
             .sessions_reaped
             .fetch_add(1, Ordering::Relaxed);
+        drop(inner);
+        // Its RPC channels go too, and services hear of it.
+        self.rpc.pool.session_closed(session);
         bytes
     }
 
@@ -503,6 +560,7 @@ impl MemNode {
         self.header()
             .state
             .store(layout::NODE_CLOSED, Ordering::Release);
+        self.rpc.pool.wake_all();
     }
 
     /// Serves one RPC request of `session`. Never panics on client input.
@@ -525,6 +583,11 @@ impl MemNode {
                 self.request_shutdown();
                 Ok(Response::ShuttingDown)
             }
+            // A channel's memfd travels beside the answer: only transports
+            // that pass descriptors serve this (the Unix-socket server).
+            Request::OpenRpcChannel { .. } => Err(RpcError::Unsupported(
+                "RPC channels are opened over the node's Unix socket or in process".into(),
+            )),
         };
         res.unwrap_or_else(|e| {
             self.counters.rpc_errors.fetch_add(1, Ordering::Relaxed);
@@ -609,6 +672,9 @@ impl MemNode {
     pub fn stats(&self) -> NodeStats {
         let inner = self.lock();
         let c = &self.counters;
+        let [rpc_requests, rpc_failures, rpc_malformed, rpc_messages] = self.rpc.totals();
+        let [rpc_channels, rpc_channels_total, rpc_channels_reclaimed, rpc_channels_broken] =
+            self.rpc.pool.channel_counts();
         let (mut session_b, mut persistent_b) = (0, 0);
         for ch in inner.chunks.values() {
             if ch.owner.is_some() {
@@ -641,7 +707,24 @@ impl MemNode {
             refused_connections: c.refused_connections.load(Ordering::Relaxed),
             pages_remapped: c.pages_remapped.load(Ordering::Relaxed),
             spare_pages_free: inner.spare_free.len() as u64,
+            rpc_workers: self.rpc.workers() as u64,
+            rpc_channels,
+            rpc_channels_total,
+            rpc_channels_reclaimed,
+            rpc_channels_broken,
+            rpc_requests,
+            rpc_failures,
+            rpc_malformed,
+            rpc_messages,
         }
+    }
+}
+
+impl Drop for MemNode {
+    fn drop(&mut self) {
+        // The RPC workers hold the node weakly: stop them (all but the
+        // calling thread, if a worker dropped the last reference).
+        self.rpc.pool.stop();
     }
 }
 

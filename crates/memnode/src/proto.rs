@@ -20,8 +20,9 @@ use crate::error::RpcError;
 pub const MAX_FRAME: u32 = 64 * 1024;
 /// Protocol magic in [`Hello`].
 pub const PROTO_MAGIC: u64 = u64::from_le_bytes(*b"DMKITRPC");
-/// Protocol version in [`Hello`].
-pub const PROTO_VERSION: u32 = 1;
+/// Protocol version in [`Hello`]. (2: RPC channels; the worker count in
+/// [`Welcome`].)
+pub const PROTO_VERSION: u32 = 2;
 /// Length of an authentication token in bytes (hex-encoded in the token file).
 pub const TOKEN_LEN: usize = 32;
 
@@ -78,6 +79,8 @@ pub struct Welcome {
     pub layout: NodeLayout,
     /// The region covering the node's allocatable memory (chunks live in it).
     pub heap: RegionInfo,
+    /// The node's RPC worker threads (0: it serves no RPC channel).
+    pub rpc_workers: u32,
 }
 
 /// Requests of the RPC service.
@@ -106,19 +109,37 @@ pub enum Request {
     ListRegions,
     Stats,
     Shutdown,
+    /// Open an RPC channel of `slots` slots of `max_message` bytes; the
+    /// answer [`Response::RpcChannel`] carries its memfd as `SCM_RIGHTS`.
+    OpenRpcChannel {
+        /// Slots of each ring.
+        slots: u32,
+        /// Largest request or reply payload.
+        max_message: u32,
+    },
 }
 
 /// Answers of the RPC service.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {
-    Chunk { offset: u64, len: u64, rkey: u32 },
-    Freed { len: u64 },
+    Chunk {
+        offset: u64,
+        len: u64,
+        rkey: u32,
+    },
+    Freed {
+        len: u64,
+    },
     Root(Option<u64>),
-    RootSet { previous: Option<u64> },
+    RootSet {
+        previous: Option<u64>,
+    },
     Regions(Vec<RegionInfo>),
     Stats(NodeStats),
     ShuttingDown,
     Error(RpcError),
+    /// A channel opened (its memfd travels with this frame).
+    RpcChannel(crate::rpc::ring::ChannelGeometry),
 }
 
 /// Statistics of a memory node. One-sided verbs never reach the node's CPU,
@@ -149,6 +170,24 @@ pub struct NodeStats {
     pub refused_connections: u64,
     pub pages_remapped: u64,
     pub spare_pages_free: u64,
+    /// RPC worker threads the node runs.
+    pub rpc_workers: u64,
+    /// RPC channels open now.
+    pub rpc_channels: u64,
+    /// RPC channels opened since the node started.
+    pub rpc_channels_total: u64,
+    /// Channels closed by their client or reclaimed with its session.
+    pub rpc_channels_reclaimed: u64,
+    /// Channels dropped because their counters were corrupt.
+    pub rpc_channels_broken: u64,
+    /// RPC requests served (calls run, including failed ones).
+    pub rpc_requests: u64,
+    /// RPC requests answered with a failure.
+    pub rpc_failures: u64,
+    /// RPC requests whose slot could not be read.
+    pub rpc_malformed: u64,
+    /// Messages between RPC workers.
+    pub rpc_messages: u64,
 }
 
 fn codec() -> impl Options {

@@ -1,0 +1,712 @@
+//! The shm transport's worker threads: each polls the rings of the
+//! channels assigned to it ([`super::ring`]), runs the calls on its
+//! [`RpcWorker`], and routes messages and completions between workers.
+//!
+//! Threads start with the node's first channel and live as long as the
+//! node (they hold it weakly, and strongly only while awake), so services'
+//! per-worker state survives clients coming and going. Channels go to
+//! workers round robin; a channel is served by one worker only, which is
+//! what keeps its requests in order.
+//!
+//! **Idle policy.** A worker that found nothing to do spins for
+//! [`SPIN`], then sets its [`WorkerBell`](crate::layout::WorkerBell)
+//! (`sleeping = 1`), checks its channels and inbox once more, and blocks in
+//! `futex(FUTEX_WAIT)` on the bell. A client posts a request by storing
+//! `req_tail`, then loads the bell (both sequentially consistent: either
+//! the worker's re-check sees the request, or the client sees the bell) and
+//! issues `FUTEX_WAKE` only if it is set. So a system call happens only on
+//! the idle → busy transition, never per request under load, and an idle
+//! node burns no core (on a 2-core machine the spinning window is what a
+//! request arriving right after the last one saves). The wait has a
+//! timeout ([`NAP`]) as a backstop: a channel whose client died between
+//! posting and waking is still noticed.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::ring::{
+    futex_wait, futex_wake, ChannelGeometry, RingView, CHANNEL_BROKEN, CHANNEL_CLOSED,
+};
+use super::{CallKey, CallOutcome, Outgoing, RpcFailure, RpcWorker, ServiceId, WorkerId};
+use crate::error::RpcError;
+use crate::layout::{WorkerBell, MAX_WORKER_BELLS, WORKER_BELLS_OFFSET};
+use crate::memory::{create_sealed_memfd, Mapping};
+use crate::node::{MemNode, SessionId};
+
+/// How long an idle worker keeps polling before it blocks.
+pub const SPIN: Duration = Duration::from_micros(50);
+/// Longest block of an idle worker (then it looks again).
+pub const NAP: Duration = Duration::from_millis(200);
+/// Requests a worker takes from one channel before it looks at the next.
+const BUDGET: u64 = 32;
+
+/// What a client needs to use a new channel: its geometry, the memfd (for
+/// another process, by `SCM_RIGHTS`) and the node's mapping of it (for an
+/// embedded client).
+#[derive(Debug)]
+pub struct RpcChannelGrant {
+    /// The channel's geometry.
+    pub geometry: ChannelGeometry,
+    /// The channel memfd.
+    pub fd: OwnedFd,
+    /// The node's mapping of it.
+    pub mapping: Arc<Mapping>,
+}
+
+/// What a worker receives from the rest of the node.
+enum Envelope {
+    Channel(Box<Chan>),
+    SessionClosed(SessionId),
+    Message {
+        service: ServiceId,
+        from: WorkerId,
+        msg: Box<dyn std::any::Any + Send>,
+    },
+    Complete {
+        call: CallKey,
+        result: Result<Vec<u8>, RpcFailure>,
+    },
+}
+
+#[derive(Default)]
+struct Inbox {
+    q: Mutex<Vec<Envelope>>,
+    any: AtomicBool,
+}
+
+/// What the workers and the node share.
+pub(crate) struct PoolShared {
+    workers: usize,
+    inboxes: Vec<Inbox>,
+    stop: AtomicBool,
+    control: Arc<Mapping>,
+    pub(crate) open: AtomicU64,
+    pub(crate) total: AtomicU64,
+    pub(crate) reclaimed: AtomicU64,
+    pub(crate) broken: AtomicU64,
+}
+
+impl PoolShared {
+    fn bell(&self, w: WorkerId) -> &AtomicU32 {
+        assert!(w < MAX_WORKER_BELLS);
+        // SAFETY: the bells lie inside the control mapping's first 8 KiB
+        // (layout.rs asserts it), which the node keeps mapped while this
+        // struct holds its Arc; `sleeping` is an atomic.
+        unsafe {
+            &(*(self.control.as_ptr().add(WORKER_BELLS_OFFSET + 64 * w) as *const WorkerBell))
+                .sleeping
+        }
+    }
+
+    /// Wakes worker `w` if it sleeps or is about to.
+    fn wake(&self, w: WorkerId) {
+        let bell = self.bell(w);
+        if bell.load(Ordering::SeqCst) != 0 {
+            futex_wake(bell);
+        }
+    }
+
+    fn post(&self, w: WorkerId, e: Envelope) {
+        let inbox = &self.inboxes[w];
+        inbox.q.lock().unwrap_or_else(|p| p.into_inner()).push(e);
+        inbox.any.store(true, Ordering::SeqCst);
+        self.wake(w);
+    }
+
+    fn wake_all(&self) {
+        for w in 0..self.workers {
+            futex_wake(self.bell(w));
+        }
+    }
+}
+
+struct Pool {
+    shared: Arc<PoolShared>,
+    threads: Vec<JoinHandle<()>>,
+    next_worker: usize,
+    next_channel: u64,
+}
+
+/// The node's worker threads, once started.
+#[derive(Default)]
+pub(crate) struct PoolSlot {
+    inner: Mutex<Option<Pool>>,
+}
+
+impl PoolSlot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Pool>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn shared(&self) -> Option<Arc<PoolShared>> {
+        self.lock().as_ref().map(|p| p.shared.clone())
+    }
+
+    /// (open, opened in all, reclaimed, broken) channels.
+    pub(crate) fn channel_counts(&self) -> [u64; 4] {
+        self.shared().map_or([0; 4], |s| {
+            [
+                s.open.load(Ordering::Relaxed),
+                s.total.load(Ordering::Relaxed),
+                s.reclaimed.load(Ordering::Relaxed),
+                s.broken.load(Ordering::Relaxed),
+            ]
+        })
+    }
+
+    /// Opens a channel of `session` on `node`: a fresh memfd with an
+    /// initialised header, handed to the next worker (the pool starts
+    /// with the first channel).
+    pub(crate) fn open(
+        &self,
+        node: &Arc<MemNode>,
+        session: SessionId,
+        slots: u32,
+        max_message: u32,
+    ) -> Result<RpcChannelGrant, RpcError> {
+        ChannelGeometry::check(slots, max_message).map_err(RpcError::BadChannel)?;
+        if node.is_shutting_down() {
+            return Err(RpcError::ShuttingDown);
+        }
+        let workers = node.rpc_host().workers();
+        if workers == 0 {
+            return Err(RpcError::Unsupported(
+                "this memory node runs no RPC workers".into(),
+            ));
+        }
+        let mut slot = self.lock();
+        if slot.is_none() {
+            *slot = Some(start(node, workers)?);
+        }
+        let pool = slot.as_mut().expect("started above");
+        let geometry = ChannelGeometry {
+            channel: pool.next_channel,
+            worker: pool.next_worker as u32,
+            slots,
+            max_message,
+        };
+        let name = std::ffi::CString::new(format!(
+            "dmkit-node{}-rpc{}",
+            node.layout().node_id,
+            geometry.channel
+        ))
+        .expect("no NUL");
+        let fd =
+            create_sealed_memfd(&name, geometry.len()).map_err(|e| RpcError::Io(e.to_string()))?;
+        let mapping = Arc::new(
+            Mapping::map(fd.as_fd(), geometry.len(), true)
+                .map_err(|e| RpcError::Io(e.to_string()))?,
+        );
+        let ring = RingView::init(mapping.clone(), geometry).map_err(RpcError::BadChannel)?;
+        pool.next_channel += 1;
+        pool.next_worker = (pool.next_worker + 1) % workers;
+        pool.shared.open.fetch_add(1, Ordering::Relaxed);
+        pool.shared.total.fetch_add(1, Ordering::Relaxed);
+        pool.shared.post(
+            geometry.worker as usize,
+            Envelope::Channel(Box::new(Chan {
+                ring,
+                geo: geometry,
+                session,
+                head: 0,
+                rep_tail: 0,
+                backlog: VecDeque::new(),
+            })),
+        );
+        Ok(RpcChannelGrant {
+            geometry,
+            fd,
+            mapping,
+        })
+    }
+
+    /// Tells every worker that `session` ended.
+    pub(crate) fn session_closed(&self, session: SessionId) {
+        if let Some(s) = self.shared() {
+            for w in 0..s.workers {
+                s.post(w, Envelope::SessionClosed(session));
+            }
+        }
+    }
+
+    /// Wakes every worker (shutdown: they close their channels and exit).
+    pub(crate) fn wake_all(&self) {
+        if let Some(s) = self.shared() {
+            s.wake_all();
+        }
+    }
+
+    /// Stops the workers and waits for them (but the calling one, when the
+    /// node is dropped on a worker thread).
+    pub(crate) fn stop(&self) {
+        let Some(pool) = self.lock().take() else {
+            return;
+        };
+        pool.shared.stop.store(true, Ordering::SeqCst);
+        pool.shared.wake_all();
+        let me = std::thread::current().id();
+        for t in pool.threads {
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+fn start(node: &Arc<MemNode>, workers: usize) -> Result<Pool, RpcError> {
+    assert!(
+        workers <= MAX_WORKER_BELLS,
+        "NodeConfig checks the worker count"
+    );
+    let shared = Arc::new(PoolShared {
+        workers,
+        inboxes: (0..workers).map(|_| Inbox::default()).collect(),
+        stop: AtomicBool::new(false),
+        control: node.control_mapping(),
+        open: AtomicU64::new(0),
+        total: AtomicU64::new(0),
+        reclaimed: AtomicU64::new(0),
+        broken: AtomicU64::new(0),
+    });
+    let mut threads = Vec::with_capacity(workers);
+    for w in 0..workers {
+        let (weak, sh) = (Arc::downgrade(node), shared.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("dmkit-rpc-{}-{w}", node.layout().node_id))
+            .spawn(move || Worker::new(w, sh).run(weak));
+        match spawned {
+            Ok(t) => threads.push(t),
+            Err(e) => {
+                shared.stop.store(true, Ordering::SeqCst);
+                shared.wake_all();
+                for t in threads {
+                    let _ = t.join();
+                }
+                return Err(RpcError::Io(format!("spawning RPC worker {w}: {e}")));
+            }
+        }
+    }
+    Ok(Pool {
+        shared,
+        threads,
+        next_worker: 0,
+        next_channel: 1,
+    })
+}
+
+/// A reply not yet in the ring: deferred, or behind one.
+struct Pending {
+    seq: u64,
+    id: u64,
+    service: ServiceId,
+    /// (status, payload) once known.
+    reply: Option<(u16, Vec<u8>)>,
+}
+
+/// A channel as its worker keeps it.
+struct Chan {
+    ring: RingView,
+    /// The node's copy of the geometry (never read back from the ring).
+    geo: ChannelGeometry,
+    session: SessionId,
+    /// Requests consumed.
+    head: u64,
+    /// Replies posted.
+    rep_tail: u64,
+    /// Replies waiting for an earlier one (or for ring space), in order.
+    backlog: VecDeque<Pending>,
+}
+
+/// What serving a channel found.
+enum Served {
+    /// Requests taken or replies written.
+    Work(usize),
+    /// The client closed it.
+    Closed,
+    /// Its counters are corrupt.
+    Broken,
+}
+
+impl Chan {
+    /// Room in the reply ring, or `None` if the client's counter is corrupt.
+    fn reply_room(&self) -> Option<u64> {
+        let head = self.ring.header().rep_head.load(Ordering::Acquire);
+        let used = self.rep_tail.wrapping_sub(head);
+        (used <= self.geo.slots as u64).then(|| self.geo.slots as u64 - used)
+    }
+
+    fn put_reply(&mut self, id: u64, service: ServiceId, status: u16, payload: &[u8]) {
+        self.ring
+            .write_reply(self.rep_tail, id, service, status, payload);
+        self.rep_tail += 1;
+    }
+
+    /// Writes the backlog's ready prefix while the ring has room; returns
+    /// how many replies it wrote (`None`: corrupt counters).
+    fn flush(&mut self) -> Option<usize> {
+        let mut room = self.reply_room()?;
+        let mut n = 0;
+        while room > 0 && self.backlog.front().is_some_and(|p| p.reply.is_some()) {
+            let p = self.backlog.pop_front().expect("front exists");
+            let (status, payload) = p.reply.expect("checked");
+            self.put_reply(p.id, p.service, status, &payload);
+            room -= 1;
+            n += 1;
+        }
+        if n > 0 {
+            self.ring
+                .header()
+                .rep_tail
+                .store(self.rep_tail, Ordering::Release);
+        }
+        Some(n)
+    }
+
+    /// Whether the client posted something or closed the channel.
+    fn has_work(&self) -> bool {
+        let h = self.ring.header();
+        h.req_tail.load(Ordering::SeqCst) != self.head
+            || h.client_closed.load(Ordering::SeqCst) != 0
+    }
+}
+
+/// One worker thread.
+struct Worker {
+    w: WorkerId,
+    sh: Arc<PoolShared>,
+    chans: Vec<Chan>,
+    rpc: Option<RpcWorker>,
+    /// Messages and completions addressed to this worker by itself.
+    local: VecDeque<Envelope>,
+    request: Vec<u8>,
+    reply: Vec<u8>,
+}
+
+impl Worker {
+    fn new(w: WorkerId, sh: Arc<PoolShared>) -> Self {
+        Self {
+            w,
+            sh,
+            chans: Vec::new(),
+            rpc: None,
+            local: VecDeque::new(),
+            request: Vec::new(),
+            reply: Vec::new(),
+        }
+    }
+
+    fn run(mut self, node: Weak<MemNode>) {
+        loop {
+            let Some(n) = node.upgrade() else { break };
+            if !self.serve_until_idle(&n) {
+                break;
+            }
+            drop(n);
+            // Sleep: announce it, look once more, block.
+            let bell = self.sh.bell(self.w);
+            bell.store(1, Ordering::SeqCst);
+            let busy = self.sh.stop.load(Ordering::SeqCst)
+                || self.sh.inboxes[self.w].any.load(Ordering::SeqCst)
+                || !self.local.is_empty()
+                || self.chans.iter().any(Chan::has_work);
+            if !busy {
+                futex_wait(bell, 1, NAP);
+            }
+            bell.store(0, Ordering::SeqCst);
+        }
+        self.close_all(CHANNEL_CLOSED);
+    }
+
+    /// Serves until nothing happened for [`SPIN`]; `false` when the
+    /// worker must exit (the node stops).
+    fn serve_until_idle(&mut self, n: &MemNode) -> bool {
+        if self.rpc.is_none() {
+            self.rpc = Some(RpcWorker::new(n, self.w, self.sh.workers));
+        }
+        let mut idle_since: Option<Instant> = None;
+        let mut rounds = 0u32;
+        loop {
+            if self.sh.stop.load(Ordering::Acquire) || n.is_shutting_down() {
+                return false;
+            }
+            let work = self.round(n);
+            if work > 0 {
+                idle_since = None;
+                continue;
+            }
+            rounds = rounds.wrapping_add(1);
+            std::hint::spin_loop();
+            if rounds.is_multiple_of(64) {
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= SPIN {
+                    return true;
+                }
+            }
+        }
+    }
+
+    /// One pass over the inbox and every channel; returns the work done.
+    fn round(&mut self, n: &MemNode) -> usize {
+        let mut work = self.drain_inbox(n);
+        let mut i = 0;
+        while i < self.chans.len() {
+            match self.serve(n, i) {
+                Served::Work(k) => {
+                    work += k;
+                    i += 1;
+                }
+                Served::Closed => {
+                    self.drop_chan(i, CHANNEL_CLOSED);
+                    self.sh.reclaimed.fetch_add(1, Ordering::Relaxed);
+                    work += 1;
+                }
+                Served::Broken => {
+                    self.drop_chan(i, CHANNEL_BROKEN);
+                    self.sh.broken.fetch_add(1, Ordering::Relaxed);
+                    work += 1;
+                }
+            }
+        }
+        work + self.route(n)
+    }
+
+    fn rpc(&mut self) -> &mut RpcWorker {
+        self.rpc.as_mut().expect("made before the first round")
+    }
+
+    fn drain_inbox(&mut self, n: &MemNode) -> usize {
+        let inbox = &self.sh.inboxes[self.w];
+        let mut got: Vec<Envelope> = Vec::new();
+        if inbox.any.load(Ordering::Acquire) {
+            inbox.any.store(false, Ordering::SeqCst);
+            got = std::mem::take(&mut *inbox.q.lock().unwrap_or_else(|p| p.into_inner()));
+        }
+        let mut work = got.len() + self.local.len();
+        let local = std::mem::take(&mut self.local);
+        for e in local.into_iter().chain(got) {
+            match e {
+                Envelope::Channel(c) => self.chans.push(*c),
+                Envelope::SessionClosed(s) => {
+                    let mut i = 0;
+                    while i < self.chans.len() {
+                        if self.chans[i].session == s {
+                            self.drop_chan(i, CHANNEL_CLOSED);
+                            self.sh.reclaimed.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            i += 1;
+                        }
+                    }
+                    self.rpc().session_closed(n, s);
+                }
+                Envelope::Message { service, from, msg } => {
+                    self.rpc().message(n, service, from, msg);
+                }
+                Envelope::Complete { call, result } => self.complete(call, result),
+            }
+        }
+        work += self.route(n);
+        work
+    }
+
+    /// Carries what the services sent: messages to their workers,
+    /// completions to the worker of their call.
+    fn route(&mut self, _n: &MemNode) -> usize {
+        let Some(rpc) = self.rpc.as_mut() else {
+            return 0;
+        };
+        if !rpc.has_outgoing() {
+            return 0;
+        }
+        let out = rpc.take_outgoing();
+        let k = out.len();
+        for o in out {
+            match o {
+                Outgoing::Message {
+                    to,
+                    service,
+                    from,
+                    msg,
+                } => {
+                    let e = Envelope::Message { service, from, msg };
+                    if to == self.w {
+                        self.local.push_back(e);
+                    } else {
+                        self.sh.post(to, e);
+                    }
+                }
+                Outgoing::Complete { token, result } => {
+                    if token.worker() == self.w {
+                        self.complete(token.call(), result);
+                    } else {
+                        self.sh.post(
+                            token.worker(),
+                            Envelope::Complete {
+                                call: token.call(),
+                                result,
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        k
+    }
+
+    /// The answer of a deferred call of one of this worker's channels.
+    fn complete(&mut self, call: CallKey, result: Result<Vec<u8>, RpcFailure>) {
+        let failed = result.is_err();
+        let Some(c) = self
+            .chans
+            .iter_mut()
+            .find(|c| c.geo.channel == call.channel)
+        else {
+            return; // the channel is gone: nobody waits for the answer
+        };
+        let Some(p) = c
+            .backlog
+            .iter_mut()
+            .find(|p| p.seq == call.seq && p.reply.is_none())
+        else {
+            return;
+        };
+        let max = c.geo.max_message as usize;
+        p.reply = Some(match result {
+            Ok(bytes) if bytes.len() <= max => (super::status::OK, bytes),
+            Ok(bytes) => RpcFailure::TooLarge {
+                len: bytes.len(),
+                max,
+            }
+            .encode(max),
+            Err(f) => f.encode(max),
+        });
+        if failed {
+            self.rpc().note_failure();
+        }
+    }
+
+    /// Takes up to [`BUDGET`] requests of channel `i` and writes what
+    /// replies it can.
+    fn serve(&mut self, n: &MemNode, i: usize) -> Served {
+        let c = &self.chans[i];
+        let h = c.ring.header();
+        if h.client_closed.load(Ordering::Acquire) != 0 {
+            return Served::Closed;
+        }
+        let slots = c.geo.slots as u64;
+        let tail = h.req_tail.load(Ordering::Acquire);
+        let posted = tail.wrapping_sub(c.head);
+        if posted > slots {
+            return Served::Broken;
+        }
+        let Some(mut work) = self.chans[i].flush() else {
+            return Served::Broken;
+        };
+        let take = posted.min(BUDGET);
+        for _ in 0..take {
+            // A node shutting down serves nothing more: the rest fail so.
+            if n.is_shutting_down() {
+                break;
+            }
+            let c = &mut self.chans[i];
+            // A well-behaved client has at most `slots` calls unanswered.
+            if c.backlog.len() as u64 >= slots {
+                break;
+            }
+            let seq = c.head;
+            let max = c.geo.max_message as usize;
+            let key = CallKey {
+                channel: c.geo.channel,
+                seq,
+            };
+            let (id, service, outcome) = match c.ring.read_request(seq, &mut self.request) {
+                Ok(head) => {
+                    let rpc = self.rpc.as_mut().expect("made before the first round");
+                    let outcome = rpc.call(
+                        n,
+                        c.session,
+                        key,
+                        head.service,
+                        &self.request,
+                        &mut self.reply,
+                    );
+                    (head.id, head.service, outcome)
+                }
+                Err(head) => {
+                    self.rpc.as_ref().expect("made").note_malformed();
+                    let f = RpcFailure::Malformed(format!(
+                        "request of {} B in a channel of {max} B messages",
+                        head.len
+                    ));
+                    (head.id, head.service, CallOutcome::Replied(Err(f)))
+                }
+            };
+            c.head += 1;
+            let reply = match outcome {
+                CallOutcome::Deferred => None,
+                CallOutcome::Replied(Ok(())) if self.reply.len() <= max => {
+                    Some((super::status::OK, None))
+                }
+                CallOutcome::Replied(Ok(())) => {
+                    let (s, p) = RpcFailure::TooLarge {
+                        len: self.reply.len(),
+                        max,
+                    }
+                    .encode(max);
+                    Some((s, Some(p)))
+                }
+                CallOutcome::Replied(Err(f)) => {
+                    let (s, p) = f.encode(max);
+                    Some((s, Some(p)))
+                }
+            };
+            match reply {
+                // The common case: nothing ahead of it, room in the ring.
+                Some((status, payload))
+                    if c.backlog.is_empty() && c.reply_room().is_some_and(|r| r > 0) =>
+                {
+                    let bytes = payload.as_deref().unwrap_or(&self.reply);
+                    c.put_reply(id, service, status, bytes);
+                    c.ring
+                        .header()
+                        .rep_tail
+                        .store(c.rep_tail, Ordering::Release);
+                }
+                Some((status, payload)) => c.backlog.push_back(Pending {
+                    seq,
+                    id,
+                    service,
+                    reply: Some((status, payload.unwrap_or_else(|| self.reply.clone()))),
+                }),
+                None => c.backlog.push_back(Pending {
+                    seq,
+                    id,
+                    service,
+                    reply: None,
+                }),
+            }
+            work += 1;
+        }
+        let c = &mut self.chans[i];
+        c.ring.header().req_head.store(c.head, Ordering::Release);
+        match c.flush() {
+            Some(k) => Served::Work(work + k),
+            None => Served::Broken,
+        }
+    }
+
+    fn drop_chan(&mut self, i: usize, state: u32) {
+        let c = self.chans.swap_remove(i);
+        c.ring.header().state.store(state, Ordering::Release);
+        self.sh.open.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    fn close_all(&mut self, state: u32) {
+        while !self.chans.is_empty() {
+            self.drop_chan(self.chans.len() - 1, state);
+        }
+    }
+}
