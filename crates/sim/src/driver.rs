@@ -159,6 +159,7 @@ impl Sim {
             rtt: None,
             max_batch: p.limits.max_batch,
             max_inline: p.limits.max_inline,
+            ..ShmConfig::default()
         };
         let nodes: Vec<NodeConfig> = (0..cfg.memory_nodes)
             .map(|i| NodeConfig {
@@ -178,6 +179,7 @@ impl Sim {
             max_sge: p.limits.max_sge,
             on_nic_memory: p.limits.device_memory > 0,
             explicit_doorbells: true,
+            rpc_workers: 0,
         };
         let machines = if cfg.colocated {
             cfg.compute_machines

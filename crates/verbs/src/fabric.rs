@@ -213,6 +213,7 @@ impl VerbsFabric {
             max_sge: sizes.sge as usize,
             on_nic_memory: false,
             explicit_doorbells: thread_domains,
+            rpc_workers: 0,
         };
         Ok(VerbsFabric {
             dev,
