@@ -98,6 +98,7 @@ fn main() -> ExitCode {
         Cmd::Bench(b) => match *b {
             BenchCmd::Micro(a) => bench::micro::bench_micro(a),
             BenchCmd::Ycsb(a) => bench::ycsb::bench_ycsb(a),
+            BenchCmd::Rpc(a) => bench::rpc::bench_rpc(a),
         },
         Cmd::Plot(a) => plot::plot(a),
         Cmd::Sim(SimCmd::Reproduce(a)) => sim::sim_reproduce(a),

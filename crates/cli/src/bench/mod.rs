@@ -3,6 +3,7 @@
 //! runtime switches, and opening the fabric those flags describe.
 
 pub(crate) mod micro;
+pub(crate) mod rpc;
 pub(crate) mod ycsb;
 
 use std::path::PathBuf;
@@ -29,6 +30,8 @@ pub(crate) enum BenchCmd {
     Micro(MicroArgs),
     /// YCSB on an index: load, then run a workload for --duration.
     Ycsb(YcsbArgs),
+    /// Echo round trips through a memory node's RPC workers.
+    Rpc(rpc::RpcArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
