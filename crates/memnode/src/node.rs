@@ -489,6 +489,24 @@ impl MemNode {
         self.rpc.pool.open(self, session, slots, max_message)
     }
 
+    /// Hands a channel of another transport (the verbs backend's queue
+    /// pairs) to the node's workers: `make(channel id, worker)` builds it
+    /// once the worker is chosen (a transport that polls a completion
+    /// queue makes it the worker's). The channel belongs to `session` and
+    /// carries messages of at most `max_message` bytes. Returns the
+    /// channel's id and its worker.
+    pub fn attach_rpc_channel(
+        self: &Arc<Self>,
+        session: SessionId,
+        max_message: usize,
+        make: impl FnOnce(
+            u64,
+            crate::rpc::WorkerId,
+        ) -> Result<Box<dyn crate::rpc::NodeChannel>, RpcError>,
+    ) -> Result<(u64, crate::rpc::WorkerId), RpcError> {
+        self.rpc.pool.attach(self, session, max_message, make)
+    }
+
     /// Starts a client session.
     pub fn open_session(&self) -> SessionId {
         let mut inner = self.lock();

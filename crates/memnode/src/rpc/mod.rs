@@ -43,7 +43,7 @@
 pub(crate) mod pool;
 pub mod ring;
 
-pub use pool::{RpcChannelGrant, NAP, SPIN};
+pub use pool::{Incoming, NodeChannel, RpcChannelGrant, MAX_NAP, NAP, SPIN};
 
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};

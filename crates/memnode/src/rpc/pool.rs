@@ -1,6 +1,7 @@
-//! The shm transport's worker threads: each polls the rings of the
-//! channels assigned to it ([`super::ring`]), runs the calls on its
-//! [`RpcWorker`], and routes messages and completions between workers.
+//! The node's worker threads: each polls the channels assigned to it —
+//! shm rings ([`super::ring`]) or any transport's [`NodeChannel`] (the
+//! verbs backend's queue pairs) — runs the calls on its [`RpcWorker`], and
+//! routes messages and completions between workers.
 //!
 //! Threads start with the node's first channel and live as long as the
 //! node (they hold it weakly, and strongly only while awake), so services'
@@ -19,7 +20,10 @@
 //! node burns no core (on a 2-core machine the spinning window is what a
 //! request arriving right after the last one saves). The wait has a
 //! timeout ([`NAP`]) as a backstop: a channel whose client died between
-//! posting and waking is still noticed.
+//! posting and waking is still noticed. A worker that serves a channel
+//! whose client cannot ring the bell (a remote client over verbs) naps
+//! instead: 16 µs, doubling while nothing comes, up to [`MAX_NAP`] — a
+//! remote request waits at most that long for an idle worker.
 
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, OwnedFd};
@@ -41,6 +45,11 @@ use crate::node::{MemNode, SessionId};
 pub const SPIN: Duration = Duration::from_micros(50);
 /// Longest block of an idle worker (then it looks again).
 pub const NAP: Duration = Duration::from_millis(200);
+/// Longest nap of an idle worker that serves a channel whose client cannot
+/// wake it.
+pub const MAX_NAP: Duration = Duration::from_millis(1);
+/// First nap of such a worker.
+const FIRST_NAP: Duration = Duration::from_micros(16);
 /// Requests a worker takes from one channel before it looks at the next.
 const BUDGET: u64 = 32;
 
@@ -55,6 +64,146 @@ pub struct RpcChannelGrant {
     pub fd: OwnedFd,
     /// The node's mapping of it.
     pub mapping: Arc<Mapping>,
+}
+
+/// What a channel's transport found when a worker asked for the next
+/// request ([`NodeChannel::next`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Incoming {
+    /// Nothing arrived.
+    None,
+    /// A request to `service`; its payload is in the buffer given.
+    Request {
+        /// The caller's id.
+        id: u64,
+        /// The service called.
+        service: ServiceId,
+    },
+    /// A request that cannot be read (its length exceeds the channel's):
+    /// answered as malformed.
+    Malformed {
+        /// The caller's id (as written).
+        id: u64,
+        /// The service (as written).
+        service: ServiceId,
+        /// The length it claimed.
+        len: usize,
+    },
+    /// The client closed the channel.
+    Closed,
+    /// The client broke the protocol (counters, a transport error): the
+    /// node drops the channel.
+    Broken,
+}
+
+/// What a node worker needs of one channel's transport. The shm rings
+/// implement it here; another transport (the verbs backend's queue pairs)
+/// implements it and hands its channels to the node's workers with
+/// [`MemNode::attach_rpc_channel`]. A channel is served by one worker
+/// thread only, which calls these in turn.
+pub trait NodeChannel: Send {
+    /// The next request that arrived, its payload copied into `payload`
+    /// (cleared first).
+    fn next(&mut self, payload: &mut Vec<u8>) -> Incoming;
+
+    /// How many replies can be written now (`None`: the channel is broken).
+    fn reply_room(&mut self) -> Option<usize>;
+
+    /// Writes one reply (only when [`NodeChannel::reply_room`] said there
+    /// is room; `payload` fits the channel's `max_message`).
+    fn put_reply(&mut self, id: u64, service: ServiceId, status: u16, payload: &[u8]);
+
+    /// Makes what was consumed and written so far visible to the client.
+    fn publish(&mut self);
+
+    /// The node drops the channel; `broken`: because its client broke the
+    /// protocol (else: the node shuts down or the session ended).
+    fn close(&mut self, broken: bool);
+
+    /// Whether something may be waiting (a worker's last look before it
+    /// sleeps).
+    fn has_work(&mut self) -> bool;
+
+    /// Whether the client wakes a sleeping worker through its bell (shm).
+    /// A worker with a channel that cannot naps briefly instead.
+    fn rings_bell(&self) -> bool;
+}
+
+/// The shm rings as a [`NodeChannel`].
+struct RingChannel {
+    ring: RingView,
+    /// Requests consumed.
+    head: u64,
+    /// Replies posted.
+    rep_tail: u64,
+    slots: u64,
+}
+
+impl NodeChannel for RingChannel {
+    fn next(&mut self, payload: &mut Vec<u8>) -> Incoming {
+        let h = self.ring.header();
+        if h.client_closed.load(Ordering::Acquire) != 0 {
+            return Incoming::Closed;
+        }
+        let tail = h.req_tail.load(Ordering::Acquire);
+        let posted = tail.wrapping_sub(self.head);
+        if posted > self.slots {
+            return Incoming::Broken;
+        }
+        if posted == 0 {
+            return Incoming::None;
+        }
+        let read = self.ring.read_request(self.head, payload);
+        self.head += 1;
+        match read {
+            Ok(head) => Incoming::Request {
+                id: head.id,
+                service: head.service,
+            },
+            Err(head) => Incoming::Malformed {
+                id: head.id,
+                service: head.service,
+                len: head.len as usize,
+            },
+        }
+    }
+
+    fn reply_room(&mut self) -> Option<usize> {
+        let head = self.ring.header().rep_head.load(Ordering::Acquire);
+        let used = self.rep_tail.wrapping_sub(head);
+        (used <= self.slots).then(|| (self.slots - used) as usize)
+    }
+
+    fn put_reply(&mut self, id: u64, service: ServiceId, status: u16, payload: &[u8]) {
+        self.ring
+            .write_reply(self.rep_tail, id, service, status, payload);
+        self.rep_tail += 1;
+    }
+
+    fn publish(&mut self) {
+        let h = self.ring.header();
+        h.req_head.store(self.head, Ordering::Release);
+        h.rep_tail.store(self.rep_tail, Ordering::Release);
+    }
+
+    fn close(&mut self, broken: bool) {
+        let state = if broken {
+            CHANNEL_BROKEN
+        } else {
+            CHANNEL_CLOSED
+        };
+        self.ring.header().state.store(state, Ordering::Release);
+    }
+
+    fn has_work(&mut self) -> bool {
+        let h = self.ring.header();
+        h.req_tail.load(Ordering::SeqCst) != self.head
+            || h.client_closed.load(Ordering::SeqCst) != 0
+    }
+
+    fn rings_bell(&self) -> bool {
+        true
+    }
 }
 
 /// What a worker receives from the rest of the node.
@@ -158,9 +307,8 @@ impl PoolSlot {
         })
     }
 
-    /// Opens a channel of `session` on `node`: a fresh memfd with an
-    /// initialised header, handed to the next worker (the pool starts
-    /// with the first channel).
+    /// Opens a shm channel of `session` on `node`: a fresh memfd with an
+    /// initialised header, handed to the next worker.
     pub(crate) fn open(
         &self,
         node: &Arc<MemNode>,
@@ -169,6 +317,49 @@ impl PoolSlot {
         max_message: u32,
     ) -> Result<RpcChannelGrant, RpcError> {
         ChannelGeometry::check(slots, max_message).map_err(RpcError::BadChannel)?;
+        let mut grant = None;
+        self.attach(node, session, max_message as usize, |channel, worker| {
+            let geometry = ChannelGeometry {
+                channel,
+                worker: worker as u32,
+                slots,
+                max_message,
+            };
+            let name =
+                std::ffi::CString::new(format!("dmkit-node{}-rpc{channel}", node.layout().node_id))
+                    .expect("no NUL");
+            let fd = create_sealed_memfd(&name, geometry.len())
+                .map_err(|e| RpcError::Io(e.to_string()))?;
+            let mapping = Arc::new(
+                Mapping::map(fd.as_fd(), geometry.len(), true)
+                    .map_err(|e| RpcError::Io(e.to_string()))?,
+            );
+            let ring = RingView::init(mapping.clone(), geometry).map_err(RpcError::BadChannel)?;
+            grant = Some(RpcChannelGrant {
+                geometry,
+                fd,
+                mapping,
+            });
+            Ok(Box::new(RingChannel {
+                ring,
+                head: 0,
+                rep_tail: 0,
+                slots: slots as u64,
+            }))
+        })?;
+        Ok(grant.expect("made by attach's callback"))
+    }
+
+    /// Hands a channel of `session` to the next worker (the pool starts
+    /// with the first channel): `make(channel id, worker)` builds its
+    /// transport. Returns the channel's id and its worker.
+    pub(crate) fn attach(
+        &self,
+        node: &Arc<MemNode>,
+        session: SessionId,
+        max_message: usize,
+        make: impl FnOnce(u64, WorkerId) -> Result<Box<dyn NodeChannel>, RpcError>,
+    ) -> Result<(u64, WorkerId), RpcError> {
         if node.is_shutting_down() {
             return Err(RpcError::ShuttingDown);
         }
@@ -183,45 +374,24 @@ impl PoolSlot {
             *slot = Some(start(node, workers)?);
         }
         let pool = slot.as_mut().expect("started above");
-        let geometry = ChannelGeometry {
-            channel: pool.next_channel,
-            worker: pool.next_worker as u32,
-            slots,
-            max_message,
-        };
-        let name = std::ffi::CString::new(format!(
-            "dmkit-node{}-rpc{}",
-            node.layout().node_id,
-            geometry.channel
-        ))
-        .expect("no NUL");
-        let fd =
-            create_sealed_memfd(&name, geometry.len()).map_err(|e| RpcError::Io(e.to_string()))?;
-        let mapping = Arc::new(
-            Mapping::map(fd.as_fd(), geometry.len(), true)
-                .map_err(|e| RpcError::Io(e.to_string()))?,
-        );
-        let ring = RingView::init(mapping.clone(), geometry).map_err(RpcError::BadChannel)?;
+        let (channel, worker) = (pool.next_channel, pool.next_worker);
+        let io = make(channel, worker)?;
         pool.next_channel += 1;
         pool.next_worker = (pool.next_worker + 1) % workers;
         pool.shared.open.fetch_add(1, Ordering::Relaxed);
         pool.shared.total.fetch_add(1, Ordering::Relaxed);
         pool.shared.post(
-            geometry.worker as usize,
+            worker,
             Envelope::Channel(Box::new(Chan {
-                ring,
-                geo: geometry,
+                io,
+                key: channel,
+                max: max_message,
                 session,
-                head: 0,
-                rep_tail: 0,
+                seq: 0,
                 backlog: VecDeque::new(),
             })),
         );
-        Ok(RpcChannelGrant {
-            geometry,
-            fd,
-            mapping,
-        })
+        Ok((channel, worker))
     }
 
     /// Tells every worker that `session` ended.
@@ -309,15 +479,14 @@ struct Pending {
 
 /// A channel as its worker keeps it.
 struct Chan {
-    ring: RingView,
-    /// The node's copy of the geometry (never read back from the ring).
-    geo: ChannelGeometry,
+    io: Box<dyn NodeChannel>,
+    key: u64,
+    /// The channel's largest message.
+    max: usize,
     session: SessionId,
-    /// Requests consumed.
-    head: u64,
-    /// Replies posted.
-    rep_tail: u64,
-    /// Replies waiting for an earlier one (or for ring space), in order.
+    /// Requests taken (the next one's position in the channel).
+    seq: u64,
+    /// Replies waiting for an earlier one (or for room), in order.
     backlog: VecDeque<Pending>,
 }
 
@@ -327,50 +496,24 @@ enum Served {
     Work(usize),
     /// The client closed it.
     Closed,
-    /// Its counters are corrupt.
+    /// Its client broke the protocol.
     Broken,
 }
 
 impl Chan {
-    /// Room in the reply ring, or `None` if the client's counter is corrupt.
-    fn reply_room(&self) -> Option<u64> {
-        let head = self.ring.header().rep_head.load(Ordering::Acquire);
-        let used = self.rep_tail.wrapping_sub(head);
-        (used <= self.geo.slots as u64).then(|| self.geo.slots as u64 - used)
-    }
-
-    fn put_reply(&mut self, id: u64, service: ServiceId, status: u16, payload: &[u8]) {
-        self.ring
-            .write_reply(self.rep_tail, id, service, status, payload);
-        self.rep_tail += 1;
-    }
-
-    /// Writes the backlog's ready prefix while the ring has room; returns
-    /// how many replies it wrote (`None`: corrupt counters).
+    /// Writes the backlog's ready prefix while there is room; returns how
+    /// many replies it wrote (`None`: broken).
     fn flush(&mut self) -> Option<usize> {
-        let mut room = self.reply_room()?;
+        let mut room = self.io.reply_room()?;
         let mut n = 0;
         while room > 0 && self.backlog.front().is_some_and(|p| p.reply.is_some()) {
             let p = self.backlog.pop_front().expect("front exists");
             let (status, payload) = p.reply.expect("checked");
-            self.put_reply(p.id, p.service, status, &payload);
+            self.io.put_reply(p.id, p.service, status, &payload);
             room -= 1;
             n += 1;
         }
-        if n > 0 {
-            self.ring
-                .header()
-                .rep_tail
-                .store(self.rep_tail, Ordering::Release);
-        }
         Some(n)
-    }
-
-    /// Whether the client posted something or closed the channel.
-    fn has_work(&self) -> bool {
-        let h = self.ring.header();
-        h.req_tail.load(Ordering::SeqCst) != self.head
-            || h.client_closed.load(Ordering::SeqCst) != 0
     }
 }
 
@@ -400,10 +543,13 @@ impl Worker {
     }
 
     fn run(mut self, node: Weak<MemNode>) {
+        let mut nap = FIRST_NAP;
         loop {
             let Some(n) = node.upgrade() else { break };
-            if !self.serve_until_idle(&n) {
-                break;
+            match self.serve_until_idle(&n) {
+                None => break,
+                Some(true) => nap = FIRST_NAP,
+                Some(false) => {}
             }
             drop(n);
             // Sleep: announce it, look once more, block.
@@ -412,30 +558,39 @@ impl Worker {
             let busy = self.sh.stop.load(Ordering::SeqCst)
                 || self.sh.inboxes[self.w].any.load(Ordering::SeqCst)
                 || !self.local.is_empty()
-                || self.chans.iter().any(Chan::has_work);
+                || self.chans.iter_mut().any(|c| c.io.has_work());
             if !busy {
-                futex_wait(bell, 1, NAP);
+                // Clients that cannot ring the bell: nap briefly, longer
+                // while nothing comes.
+                if self.chans.iter().all(|c| c.io.rings_bell()) {
+                    futex_wait(bell, 1, NAP);
+                } else {
+                    futex_wait(bell, 1, nap);
+                    nap = (nap * 2).min(MAX_NAP);
+                }
             }
             bell.store(0, Ordering::SeqCst);
         }
-        self.close_all(CHANNEL_CLOSED);
+        self.close_all(false);
     }
 
-    /// Serves until nothing happened for [`SPIN`]; `false` when the
-    /// worker must exit (the node stops).
-    fn serve_until_idle(&mut self, n: &MemNode) -> bool {
+    /// Serves until nothing happened for [`SPIN`]; `None` when the worker
+    /// must exit (the node stops), else whether there was any work.
+    fn serve_until_idle(&mut self, n: &MemNode) -> Option<bool> {
         if self.rpc.is_none() {
             self.rpc = Some(RpcWorker::new(n, self.w, self.sh.workers));
         }
         let mut idle_since: Option<Instant> = None;
         let mut rounds = 0u32;
+        let mut worked = false;
         loop {
             if self.sh.stop.load(Ordering::Acquire) || n.is_shutting_down() {
-                return false;
+                return None;
             }
             let work = self.round(n);
             if work > 0 {
                 idle_since = None;
+                worked = true;
                 continue;
             }
             rounds = rounds.wrapping_add(1);
@@ -443,7 +598,7 @@ impl Worker {
             if rounds.is_multiple_of(64) {
                 let since = *idle_since.get_or_insert_with(Instant::now);
                 if since.elapsed() >= SPIN {
-                    return true;
+                    return Some(worked);
                 }
             }
         }
@@ -460,12 +615,12 @@ impl Worker {
                     i += 1;
                 }
                 Served::Closed => {
-                    self.drop_chan(i, CHANNEL_CLOSED);
+                    self.drop_chan(i, false);
                     self.sh.reclaimed.fetch_add(1, Ordering::Relaxed);
                     work += 1;
                 }
                 Served::Broken => {
-                    self.drop_chan(i, CHANNEL_BROKEN);
+                    self.drop_chan(i, true);
                     self.sh.broken.fetch_add(1, Ordering::Relaxed);
                     work += 1;
                 }
@@ -494,7 +649,7 @@ impl Worker {
                     let mut i = 0;
                     while i < self.chans.len() {
                         if self.chans[i].session == s {
-                            self.drop_chan(i, CHANNEL_CLOSED);
+                            self.drop_chan(i, false);
                             self.sh.reclaimed.fetch_add(1, Ordering::Relaxed);
                         } else {
                             i += 1;
@@ -559,11 +714,7 @@ impl Worker {
     /// The answer of a deferred call of one of this worker's channels.
     fn complete(&mut self, call: CallKey, result: Result<Vec<u8>, RpcFailure>) {
         let failed = result.is_err();
-        let Some(c) = self
-            .chans
-            .iter_mut()
-            .find(|c| c.geo.channel == call.channel)
-        else {
+        let Some(c) = self.chans.iter_mut().find(|c| c.key == call.channel) else {
             return; // the channel is gone: nobody waits for the answer
         };
         let Some(p) = c
@@ -573,7 +724,7 @@ impl Worker {
         else {
             return;
         };
-        let max = c.geo.max_message as usize;
+        let max = c.max;
         p.reply = Some(match result {
             Ok(bytes) if bytes.len() <= max => (super::status::OK, bytes),
             Ok(bytes) => RpcFailure::TooLarge {
@@ -591,60 +742,47 @@ impl Worker {
     /// Takes up to [`BUDGET`] requests of channel `i` and writes what
     /// replies it can.
     fn serve(&mut self, n: &MemNode, i: usize) -> Served {
-        let c = &self.chans[i];
-        let h = c.ring.header();
-        if h.client_closed.load(Ordering::Acquire) != 0 {
-            return Served::Closed;
-        }
-        let slots = c.geo.slots as u64;
-        let tail = h.req_tail.load(Ordering::Acquire);
-        let posted = tail.wrapping_sub(c.head);
-        if posted > slots {
-            return Served::Broken;
-        }
         let Some(mut work) = self.chans[i].flush() else {
             return Served::Broken;
         };
-        let take = posted.min(BUDGET);
-        for _ in 0..take {
+        for _ in 0..BUDGET {
             // A node shutting down serves nothing more: the rest fail so.
             if n.is_shutting_down() {
                 break;
             }
             let c = &mut self.chans[i];
-            // A well-behaved client has at most `slots` calls unanswered.
-            if c.backlog.len() as u64 >= slots {
+            // A well-behaved client has at most a channel's capacity of
+            // calls unanswered; a backlog that long waits for the client.
+            if c.backlog.len() >= 4096 {
                 break;
             }
-            let seq = c.head;
-            let max = c.geo.max_message as usize;
-            let key = CallKey {
-                channel: c.geo.channel,
-                seq,
-            };
-            let (id, service, outcome) = match c.ring.read_request(seq, &mut self.request) {
-                Ok(head) => {
+            let max = c.max;
+            let (id, service, outcome) = match c.io.next(&mut self.request) {
+                Incoming::None => break,
+                Incoming::Closed => return Served::Closed,
+                Incoming::Broken => return Served::Broken,
+                Incoming::Request { id, service } => {
+                    let seq = c.seq;
+                    c.seq += 1;
+                    let key = CallKey {
+                        channel: c.key,
+                        seq,
+                    };
                     let rpc = self.rpc.as_mut().expect("made before the first round");
-                    let outcome = rpc.call(
-                        n,
-                        c.session,
-                        key,
-                        head.service,
-                        &self.request,
-                        &mut self.reply,
-                    );
-                    (head.id, head.service, outcome)
+                    let outcome =
+                        rpc.call(n, c.session, key, service, &self.request, &mut self.reply);
+                    (id, service, outcome)
                 }
-                Err(head) => {
+                Incoming::Malformed { id, service, len } => {
+                    c.seq += 1;
                     self.rpc.as_ref().expect("made").note_malformed();
                     let f = RpcFailure::Malformed(format!(
-                        "request of {} B in a channel of {max} B messages",
-                        head.len
+                        "request of {len} B in a channel of {max} B messages"
                     ));
-                    (head.id, head.service, CallOutcome::Replied(Err(f)))
+                    (id, service, CallOutcome::Replied(Err(f)))
                 }
             };
-            c.head += 1;
+            let seq = c.seq - 1;
             let reply = match outcome {
                 CallOutcome::Deferred => None,
                 CallOutcome::Replied(Ok(())) if self.reply.len() <= max => {
@@ -664,16 +802,12 @@ impl Worker {
                 }
             };
             match reply {
-                // The common case: nothing ahead of it, room in the ring.
+                // The common case: nothing ahead of it, room to write it.
                 Some((status, payload))
-                    if c.backlog.is_empty() && c.reply_room().is_some_and(|r| r > 0) =>
+                    if c.backlog.is_empty() && c.io.reply_room().is_some_and(|r| r > 0) =>
                 {
                     let bytes = payload.as_deref().unwrap_or(&self.reply);
-                    c.put_reply(id, service, status, bytes);
-                    c.ring
-                        .header()
-                        .rep_tail
-                        .store(c.rep_tail, Ordering::Release);
+                    c.io.put_reply(id, service, status, bytes);
                 }
                 Some((status, payload)) => c.backlog.push_back(Pending {
                     seq,
@@ -691,22 +825,124 @@ impl Worker {
             work += 1;
         }
         let c = &mut self.chans[i];
-        c.ring.header().req_head.store(c.head, Ordering::Release);
-        match c.flush() {
+        let flushed = c.flush();
+        c.io.publish();
+        match flushed {
             Some(k) => Served::Work(work + k),
             None => Served::Broken,
         }
     }
 
-    fn drop_chan(&mut self, i: usize, state: u32) {
-        let c = self.chans.swap_remove(i);
-        c.ring.header().state.store(state, Ordering::Release);
+    fn drop_chan(&mut self, i: usize, broken: bool) {
+        let mut c = self.chans.swap_remove(i);
+        c.io.close(broken);
         self.sh.open.fetch_sub(1, Ordering::Relaxed);
     }
 
-    fn close_all(&mut self, state: u32) {
+    fn close_all(&mut self, broken: bool) {
         while !self.chans.is_empty() {
-            self.drop_chan(self.chans.len() - 1, state);
+            self.drop_chan(self.chans.len() - 1, broken);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::NodeConfig;
+
+    /// An in-process transport whose client cannot ring the bell.
+    #[derive(Default)]
+    struct Wire {
+        requests: VecDeque<(u64, ServiceId, Vec<u8>)>,
+        replies: Vec<(u64, u16, Vec<u8>)>,
+        closed: Option<bool>,
+    }
+
+    struct Fake(Arc<Mutex<Wire>>);
+
+    impl NodeChannel for Fake {
+        fn next(&mut self, payload: &mut Vec<u8>) -> Incoming {
+            match self.0.lock().unwrap().requests.pop_front() {
+                None => Incoming::None,
+                Some((id, service, p)) => {
+                    *payload = p;
+                    Incoming::Request { id, service }
+                }
+            }
+        }
+        fn reply_room(&mut self) -> Option<usize> {
+            Some(1)
+        }
+        fn put_reply(&mut self, id: u64, _: ServiceId, status: u16, payload: &[u8]) {
+            self.0
+                .lock()
+                .unwrap()
+                .replies
+                .push((id, status, payload.to_vec()));
+        }
+        fn publish(&mut self) {}
+        fn close(&mut self, broken: bool) {
+            self.0.lock().unwrap().closed = Some(broken);
+        }
+        fn has_work(&mut self) -> bool {
+            !self.0.lock().unwrap().requests.is_empty()
+        }
+        fn rings_bell(&self) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn a_transport_without_bells_is_served_within_a_nap() {
+        let node = MemNode::new(NodeConfig {
+            size: 1 << 20,
+            rpc_workers: 1,
+            ..Default::default()
+        })
+        .unwrap();
+        let wire = Arc::new(Mutex::new(Wire::default()));
+        let w2 = wire.clone();
+        let s = node.open_session();
+        let (id, worker) = node
+            .attach_rpc_channel(s, 64, move |_, _| Ok(Box::new(Fake(w2))))
+            .unwrap();
+        assert_eq!((id, worker), (1, 0));
+        for round in 0..3u64 {
+            // Let the worker fall asleep, then post without a bell.
+            std::thread::sleep(SPIN * 4 + MAX_NAP * 3);
+            let t0 = Instant::now();
+            wire.lock()
+                .unwrap()
+                .requests
+                .push_back((round, super::super::ECHO, vec![round as u8; 3]));
+            while wire.lock().unwrap().replies.len() <= round as usize {
+                assert!(t0.elapsed() < Duration::from_secs(5));
+                std::thread::yield_now();
+            }
+            // At most one nap, plus scheduling noise.
+            assert!(t0.elapsed() < MAX_NAP * 50, "{:?}", t0.elapsed());
+        }
+        // A reply too large for the channel is a typed failure.
+        wire.lock()
+            .unwrap()
+            .requests
+            .push_back((9, super::super::ECHO, vec![0; 100]));
+        let t0 = Instant::now();
+        while wire.lock().unwrap().replies.len() < 4 {
+            assert!(t0.elapsed() < Duration::from_secs(5));
+            std::thread::yield_now();
+        }
+        let w = wire.lock().unwrap();
+        assert_eq!(w.replies[0], (0, super::super::status::OK, vec![0; 3]));
+        assert_eq!(w.replies[3].1, super::super::status::TOO_LARGE);
+        drop(w);
+        node.close_session(s);
+        let t0 = Instant::now();
+        while wire.lock().unwrap().closed.is_none() {
+            assert!(t0.elapsed() < Duration::from_secs(5));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(wire.lock().unwrap().closed, Some(false));
     }
 }
