@@ -912,10 +912,11 @@ mod tests {
             // Let the worker fall asleep, then post without a bell.
             std::thread::sleep(SPIN * 4 + MAX_NAP * 3);
             let t0 = Instant::now();
-            wire.lock()
-                .unwrap()
-                .requests
-                .push_back((round, super::super::ECHO, vec![round as u8; 3]));
+            wire.lock().unwrap().requests.push_back((
+                round,
+                super::super::ECHO,
+                vec![round as u8; 3],
+            ));
             while wire.lock().unwrap().replies.len() <= round as usize {
                 assert!(t0.elapsed() < Duration::from_secs(5));
                 std::thread::yield_now();
