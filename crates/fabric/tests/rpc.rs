@@ -411,3 +411,81 @@ fn control_plane_still_counts_sessions() {
     let st = f.node_stats(0).unwrap();
     assert_eq!((st.rpc_channels, st.rpc_workers), (1, 2));
 }
+
+/// A service whose calls are finished by the *other* worker's background
+/// work ([`Service::poll`]) through the service's own queues, not the
+/// node's messages: the worker that took the call must wake its sleeping
+/// peer ([`Service::wake_peers`]), or the answer waits for the peer's
+/// timed wake-up ([`dmkit_memnode::rpc::NAP`]).
+/// Calls handed to a worker: their tokens and requests.
+type Handed = std::sync::Mutex<Vec<(Deferred, Vec<u8>)>>;
+
+#[derive(Default)]
+struct Handoff {
+    queues: [Handed; 2],
+    pending: std::sync::atomic::AtomicU64,
+}
+
+impl Service for Handoff {
+    type Worker = WorkerId;
+    type Message = ();
+    fn name(&self) -> &'static str {
+        "handoff"
+    }
+    fn start_worker(&self, w: WorkerId, _: usize) -> WorkerId {
+        w
+    }
+    fn handle(
+        &self,
+        cx: &mut WorkerCtx<'_, Self>,
+        request: &[u8],
+        _reply: &mut Vec<u8>,
+    ) -> Result<(), ServiceError> {
+        let t = cx.defer();
+        let other = 1 - *cx.state();
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        self.queues[other]
+            .lock()
+            .unwrap()
+            .push((t, request.to_vec()));
+        Ok(())
+    }
+    fn poll(&self, cx: &mut WorkerCtx<'_, Self>) -> bool {
+        let me = *cx.state();
+        let got = std::mem::take(&mut *self.queues[me].lock().unwrap());
+        for (t, mut bytes) in got.iter().cloned() {
+            bytes.push(me as u8);
+            cx.complete(t, Ok(bytes));
+            self.pending.fetch_sub(1, Ordering::SeqCst);
+        }
+        !got.is_empty()
+    }
+    fn wake_peers(&self, _: &WorkerId) -> bool {
+        self.pending.load(Ordering::SeqCst) > 0
+    }
+}
+
+#[test]
+fn background_work_of_a_service_wakes_its_sleeping_peer() {
+    let f = embedded(2);
+    let node = f.embedded_node(0).unwrap();
+    assert!(node.register_service(6, Handoff::default()));
+    let mut ch = f.connect_rpc_channel(0).unwrap();
+    let (mine, other) = (ch.worker() as u8, 1 - ch.worker() as u8);
+    // The first call makes both workers' states (the peer's on its poll
+    // only once it has served something: give it a channel of its own).
+    let mut peer = f.connect_rpc_channel(0).unwrap();
+    assert_eq!(peer.worker() as u8, other);
+    assert_eq!(peer.call(6, b"p"), Ok(vec![b'p', mine]));
+    let mut fast = 0;
+    for round in 0..5u8 {
+        // Both workers fall asleep (blocked for up to NAP).
+        std::thread::sleep(dmkit_memnode::rpc::SPIN * 20 + Duration::from_millis(5));
+        let t0 = Instant::now();
+        assert_eq!(ch.call(6, &[round]), Ok(vec![round, other]));
+        if t0.elapsed() < dmkit_memnode::rpc::NAP / 2 {
+            fast += 1;
+        }
+    }
+    assert!(fast >= 4, "{fast} of 5 calls answered well within a nap");
+}

@@ -314,6 +314,38 @@ pub trait Service: Send + Sync + 'static {
     fn session_closed(&self, cx: &mut WorkerCtx<'_, Self>, session: SessionId) {
         let _ = (cx, session);
     }
+
+    /// Background work of this worker's state (CoRM's worker stepping its
+    /// peers' messages, its parked operations and a compaction it leads):
+    /// called on every round of a worker that has state for the service,
+    /// between requests; it may [`WorkerCtx::complete`] deferred calls.
+    /// Returns whether anything happened. Default: nothing.
+    ///
+    /// The node's worker threads (shm, verbs) poll; the simulator's modelled
+    /// cores do not yet, so a service that finishes calls only in `poll`
+    /// does not answer there.
+    fn poll(&self, cx: &mut WorkerCtx<'_, Self>) -> bool {
+        let _ = cx;
+        false
+    }
+
+    /// Whether `state` has work in progress that only [`Service::poll`]
+    /// advances: while it says so, its worker does not block. Default:
+    /// never.
+    fn busy(&self, state: &Self::Worker) -> bool {
+        let _ = state;
+        false
+    }
+
+    /// Whether work for *other* workers is pending in the service's own
+    /// channels (CoRM's messages between its workers): the worker wakes
+    /// sleeping peers (a system call only where one sleeps). Must turn
+    /// false once the peers took the work, or they are woken in a loop.
+    /// Default: never.
+    fn wake_peers(&self, state: &Self::Worker) -> bool {
+        let _ = state;
+        false
+    }
 }
 
 /// What the transport knows of the running call or message.
@@ -434,6 +466,9 @@ trait Erased: Send + Sync {
         msg: Box<dyn Any + Send>,
     );
     fn session_closed(&self, env: Env<'_>, state: &mut (dyn Any + Send), session: SessionId);
+    fn poll(&self, env: Env<'_>, state: &mut (dyn Any + Send)) -> bool;
+    fn busy(&self, state: &(dyn Any + Send)) -> bool;
+    fn wake_peers(&self, state: &(dyn Any + Send)) -> bool;
 }
 
 impl<S: Service> Erased for S {
@@ -481,6 +516,25 @@ impl<S: Service> Erased for S {
             .downcast_mut::<S::Worker>()
             .expect("a service's worker state is the one it made");
         Service::session_closed(self, &mut WorkerCtx::<S> { env, state }, session);
+    }
+
+    fn poll(&self, env: Env<'_>, state: &mut (dyn Any + Send)) -> bool {
+        let state = state
+            .downcast_mut::<S::Worker>()
+            .expect("a service's worker state is the one it made");
+        Service::poll(self, &mut WorkerCtx::<S> { env, state })
+    }
+
+    fn busy(&self, state: &(dyn Any + Send)) -> bool {
+        state
+            .downcast_ref::<S::Worker>()
+            .is_some_and(|s| Service::busy(self, s))
+    }
+
+    fn wake_peers(&self, state: &(dyn Any + Send)) -> bool {
+        state
+            .downcast_ref::<S::Worker>()
+            .is_some_and(|s| Service::wake_peers(self, s))
     }
 }
 
@@ -698,6 +752,62 @@ impl RpcWorker {
                 svc.session_closed(env, state.as_mut(), session)
             }));
         }
+    }
+
+    /// Runs every service's [`Service::poll`] on this worker (making the
+    /// worker's state of a service that has none yet: background work, such
+    /// as a peer's messages, may reach a worker before any call does);
+    /// returns whether any did something. Never panics on a service's panic
+    /// (that poll is lost, the worker goes on).
+    pub fn poll(&mut self, node: &MemNode) -> bool {
+        self.refresh(node);
+        let (worker, workers) = (self.id, self.workers);
+        let mut any = false;
+        for i in 0..self.table.by_id.len() {
+            let Some((svc, state)) = service_state(
+                &self.table,
+                &mut self.states,
+                i as ServiceId,
+                worker,
+                workers,
+            ) else {
+                continue;
+            };
+            let env = Env {
+                node,
+                worker,
+                workers,
+                service: i as ServiceId,
+                session: 0,
+                call: None,
+                deferred: false,
+                outbox: &mut self.outbox,
+                charged: &mut self.charged,
+            };
+            any |=
+                catch_unwind(AssertUnwindSafe(|| svc.poll(env, state.as_mut()))).unwrap_or(false);
+        }
+        any
+    }
+
+    /// Whether a service's state on this worker has work in progress
+    /// ([`Service::busy`]): the worker must not block.
+    pub fn busy(&self) -> bool {
+        self.any_state(|svc, st| svc.busy(st))
+    }
+
+    /// Whether a service has work pending for other workers
+    /// ([`Service::wake_peers`]): the transport wakes sleeping ones.
+    pub fn wake_peers(&self) -> bool {
+        self.any_state(|svc, st| svc.wake_peers(st))
+    }
+
+    fn any_state(&self, f: impl Fn(&dyn Erased, &(dyn Any + Send)) -> bool) -> bool {
+        self.states.iter().enumerate().any(|(i, st)| {
+            st.as_ref()
+                .zip(self.table.get(i as ServiceId))
+                .is_some_and(|(st, svc)| f(svc.as_ref(), st.as_ref()))
+        })
     }
 
     /// Whether the services left something for the transport to carry.

@@ -24,6 +24,12 @@
 //! whose client cannot ring the bell (a remote client over verbs) naps
 //! instead: 16 µs, doubling while nothing comes, up to [`MAX_NAP`] — a
 //! remote request waits at most that long for an idle worker.
+//!
+//! A service with background work ([`super::Service::poll`]) is polled on
+//! every round; while it is [`busy`](super::Service::busy) its worker does
+//! not block, and while it has work for other workers
+//! ([`wake_peers`](super::Service::wake_peers)) the worker wakes the
+//! sleeping ones.
 
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, OwnedFd};
@@ -266,6 +272,14 @@ impl PoolShared {
         self.wake(w);
     }
 
+    /// Wakes every worker but `me` that sleeps or is about to.
+    fn wake_others(&self, me: WorkerId) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        for w in (0..self.workers).filter(|&w| w != me) {
+            self.wake(w);
+        }
+    }
+
     fn wake_all(&self) {
         for w in 0..self.workers {
             futex_wake(self.bell(w));
@@ -299,10 +313,10 @@ impl PoolSlot {
     pub(crate) fn channel_counts(&self) -> [u64; 4] {
         self.shared().map_or([0; 4], |s| {
             [
-                s.open.load(Ordering::Relaxed),
-                s.total.load(Ordering::Relaxed),
-                s.reclaimed.load(Ordering::Relaxed),
-                s.broken.load(Ordering::Relaxed),
+                s.open.load(Ordering::SeqCst),
+                s.total.load(Ordering::SeqCst),
+                s.reclaimed.load(Ordering::SeqCst),
+                s.broken.load(Ordering::SeqCst),
             ]
         })
     }
@@ -517,6 +531,17 @@ impl Chan {
     }
 }
 
+/// Why a worker drops a channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gone {
+    /// Its client closed it, or its session ended.
+    Reclaimed,
+    /// Its client broke the protocol.
+    Broken,
+    /// The node stops.
+    Shutdown,
+}
+
 /// One worker thread.
 struct Worker {
     w: WorkerId,
@@ -558,6 +583,7 @@ impl Worker {
             let busy = self.sh.stop.load(Ordering::SeqCst)
                 || self.sh.inboxes[self.w].any.load(Ordering::SeqCst)
                 || !self.local.is_empty()
+                || self.rpc.as_ref().is_some_and(RpcWorker::busy)
                 || self.chans.iter_mut().any(|c| c.io.has_work());
             if !busy {
                 // Clients that cannot ring the bell: nap briefly, longer
@@ -571,7 +597,7 @@ impl Worker {
             }
             bell.store(0, Ordering::SeqCst);
         }
-        self.close_all(false);
+        self.close_all();
     }
 
     /// Serves until nothing happened for [`SPIN`]; `None` when the worker
@@ -595,6 +621,14 @@ impl Worker {
             }
             rounds = rounds.wrapping_add(1);
             std::hint::spin_loop();
+            if self.rpc.as_ref().is_some_and(RpcWorker::busy) {
+                // A service's work in progress: not idle.
+                idle_since = None;
+                if rounds.is_multiple_of(64) {
+                    std::thread::yield_now();
+                }
+                continue;
+            }
             if rounds.is_multiple_of(64) {
                 let since = *idle_since.get_or_insert_with(Instant::now);
                 if since.elapsed() >= SPIN {
@@ -615,18 +649,25 @@ impl Worker {
                     i += 1;
                 }
                 Served::Closed => {
-                    self.drop_chan(i, false);
-                    self.sh.reclaimed.fetch_add(1, Ordering::Relaxed);
+                    self.drop_chan(i, Gone::Reclaimed);
                     work += 1;
                 }
                 Served::Broken => {
-                    self.drop_chan(i, true);
-                    self.sh.broken.fetch_add(1, Ordering::Relaxed);
+                    self.drop_chan(i, Gone::Broken);
                     work += 1;
                 }
             }
         }
-        work + self.route(n)
+        if self.rpc().poll(n) {
+            work += 1;
+        }
+        let work = work + self.route(n);
+        // Services with work between workers (CoRM's messages): a peer
+        // that went to sleep must run its part.
+        if self.rpc.as_ref().is_some_and(RpcWorker::wake_peers) {
+            self.sh.wake_others(self.w);
+        }
+        work
     }
 
     fn rpc(&mut self) -> &mut RpcWorker {
@@ -649,8 +690,7 @@ impl Worker {
                     let mut i = 0;
                     while i < self.chans.len() {
                         if self.chans[i].session == s {
-                            self.drop_chan(i, false);
-                            self.sh.reclaimed.fetch_add(1, Ordering::Relaxed);
+                            self.drop_chan(i, Gone::Reclaimed);
                         } else {
                             i += 1;
                         }
@@ -833,15 +873,22 @@ impl Worker {
         }
     }
 
-    fn drop_chan(&mut self, i: usize, broken: bool) {
+    /// Drops channel `i`, counted as `why` before it leaves the open
+    /// count (a reader that sees it gone sees it counted).
+    fn drop_chan(&mut self, i: usize, why: Gone) {
         let mut c = self.chans.swap_remove(i);
-        c.io.close(broken);
-        self.sh.open.fetch_sub(1, Ordering::Relaxed);
+        c.io.close(why == Gone::Broken);
+        match why {
+            Gone::Reclaimed => self.sh.reclaimed.fetch_add(1, Ordering::SeqCst),
+            Gone::Broken => self.sh.broken.fetch_add(1, Ordering::SeqCst),
+            Gone::Shutdown => 0,
+        };
+        self.sh.open.fetch_sub(1, Ordering::SeqCst);
     }
 
-    fn close_all(&mut self, broken: bool) {
+    fn close_all(&mut self) {
         while !self.chans.is_empty() {
-            self.drop_chan(self.chans.len() - 1, broken);
+            self.drop_chan(self.chans.len() - 1, Gone::Shutdown);
         }
     }
 }
