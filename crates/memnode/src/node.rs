@@ -106,6 +106,8 @@ pub struct MemNode {
     /// place instead of punched out of the memfd, which would leave the
     /// NIC's pinned pages detached from the file.
     pinned: AtomicBool,
+    /// The CoRM store's accounting, if a store runs on this node.
+    corm: Mutex<Option<std::sync::Weak<crate::corm::Accounting>>>,
 }
 
 impl MemNode {
@@ -180,6 +182,7 @@ impl MemNode {
             counters: Counters::default(),
             shutdown: AtomicBool::new(false),
             pinned: AtomicBool::new(false),
+            corm: Mutex::new(None),
         };
         node.init_control();
         node.heap = node.register_region(heap_base, node.heap.len, layout::access::ALL)?;
@@ -554,6 +557,21 @@ impl MemNode {
         Ok(())
     }
 
+    /// Attaches the accounting of the node's CoRM store, reported in
+    /// [`NodeStats::corm`]. One store per node: a second attach is refused.
+    pub fn attach_corm(&self, acct: Arc<crate::corm::Accounting>) -> Result<(), RpcError> {
+        let mut slot = self.corm.lock().unwrap_or_else(|p| p.into_inner());
+        match &*slot {
+            Some(a) if a.strong_count() > 0 => Err(RpcError::BadFrame(
+                "a CoRM store is already attached to this node".into(),
+            )),
+            _ => {
+                *slot = Some(Arc::downgrade(&acct));
+                Ok(())
+            }
+        }
+    }
+
     /// Starts a client session.
     pub fn open_session(&self) -> SessionId {
         let mut inner = self.lock();
@@ -760,6 +778,13 @@ impl MemNode {
             refused_connections: c.refused_connections.load(Ordering::Relaxed),
             pages_remapped: c.pages_remapped.load(Ordering::Relaxed),
             spare_pages_free: inner.spare_free.len() as u64,
+            corm: self
+                .corm
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .and_then(std::sync::Weak::upgrade)
+                .map(|a| Box::new(a.snapshot())),
         }
     }
 }

@@ -20,8 +20,10 @@ use crate::error::RpcError;
 pub const MAX_FRAME: u32 = 64 * 1024;
 /// Protocol magic in [`Hello`].
 pub const PROTO_MAGIC: u64 = u64::from_le_bytes(*b"DMKITRPC");
-/// Protocol version in [`Hello`].
-pub const PROTO_VERSION: u32 = 1;
+/// Protocol version in [`Hello`]. Version 2: [`NodeStats`] gained its
+/// `corm` section (bincode encodes fields by position, so a version-1 peer
+/// could not decode the longer stats).
+pub const PROTO_VERSION: u32 = 2;
 /// Length of an authentication token in bytes (hex-encoded in the token file).
 pub const TOKEN_LEN: usize = 32;
 
@@ -149,6 +151,10 @@ pub struct NodeStats {
     pub refused_connections: u64,
     pub pages_remapped: u64,
     pub spare_pages_free: u64,
+    /// The CoRM object store's accounting, when the node runs one
+    /// ([`crate::corm`]): active memory, live bytes, per-class
+    /// fragmentation, compaction counters.
+    pub corm: Option<Box<crate::corm::CormStats>>,
 }
 
 fn codec() -> impl Options {
