@@ -26,7 +26,9 @@
 //! - [`CormStats`]: memory accounting (active memory, live bytes, per-class
 //!   fragmentation, compaction counters), reported in `NodeStats::corm`.
 //! - [`Cluster`]: one thread playing every worker, deterministically.
-//! - [`prob`]: the §3.4 compaction probability.
+//! - [`trace`]: allocation traces (Fig. 17's synthetic ones, Redis-like
+//!   t1–t3 of §4.4.3) replayed on the real allocator; [`prob`]: the §3.4
+//!   compaction probability.
 //!
 //! Not here: the RPC transport, the client's `direct_read`/`scan_read`
 //! (they use [`decode`] and [`scan_block`]), benchmarks.
@@ -34,6 +36,7 @@
 pub mod class;
 pub mod layout;
 pub mod prob;
+pub mod trace;
 
 mod block;
 mod check;
