@@ -64,7 +64,7 @@ pub(crate) struct Compaction {
 
 impl Worker {
     /// [`super::Op::Compact`]: starts a compaction this worker leads, which
-    /// answers the operation when it ends; waits while another runs.
+    /// answers the operation when it ends; starts after the one running, if any.
     pub(crate) fn compact_op(&mut self, job: &mut Job, classes: Option<Vec<u8>>) -> Step {
         let n = self.sh.classes.len();
         let classes = classes.unwrap_or_else(|| (0..n as u8).collect());
@@ -74,7 +74,7 @@ impl Worker {
         if self.start_compaction(classes, Trigger::Manual, Some(job.origin())) {
             Step::Forwarded
         } else {
-            Step::Retry
+            Step::WaitCompaction
         }
     }
 

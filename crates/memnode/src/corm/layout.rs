@@ -79,7 +79,8 @@
 //! naming it after the object moved, §3.2), its in-block part the *offset
 //! hint* (corrected by the RPC calls and by [`scan_block`]). `gen` is the
 //! home block's incarnation: an address the node released and handed out
-//! again (§3.3) has a new generation, so an old pointer to it is refused.
+//! again (§3.3) has a new generation, so an old pointer to it is refused
+//! (8 bits: a pointer that outlived 255 reuses of its address is not).
 //! `class` is the size class, `rkey` the key of the store's read-only region.
 
 use std::mem::size_of;

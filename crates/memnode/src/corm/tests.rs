@@ -705,3 +705,33 @@ fn a_client_cannot_free_the_stores_range_and_pages_come_back() {
     }
     assert!(n.stats().corm.is_none());
 }
+
+#[test]
+fn two_mib_pages_take_two_mib_blocks() {
+    let n = MemNode::new(NodeConfig {
+        size: 64 << 20,
+        page_size: 2 << 20,
+        spare_pages: 0,
+        ..Default::default()
+    })
+    .unwrap();
+    let mut cf = cfg(2, Strategy::Hybrid(16), Correction::Scan);
+    cf.virtual_bytes = 32 << 20;
+    cf.block_size = 1 << 20;
+    assert!(
+        Cluster::new(n.clone(), cf.clone()).is_err(),
+        "blocks are whole pages"
+    );
+    cf.block_size = 2 << 20;
+    let mut c = Cluster::new(n, cf).unwrap();
+    assert_eq!(
+        c.store().classes().get(0).unwrap().slot_size,
+        32,
+        "at most 2^16 slots"
+    );
+    let objs = fragment(&mut c, 3000, 2000, 5, 21);
+    let r = compact(&mut c, 0);
+    assert!(r.blocks_freed > 0, "{r:?}");
+    all_readable(&mut c, &objs);
+    c.check().unwrap();
+}
