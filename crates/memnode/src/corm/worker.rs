@@ -452,8 +452,8 @@ impl Worker {
         }
     }
 
-    /// Whether this worker has nothing in progress (no parked operation, no
-    /// compaction, no result left untaken).
+    /// Whether this worker has nothing in progress: no parked operation and
+    /// no compaction it leads.
     pub fn idle(&self) -> bool {
         self.runnable.is_empty()
             && self.waiting.is_empty()
