@@ -12,8 +12,9 @@
 //!    the directory) when the blocks arrive.
 //! 3. **Merging**, least-utilised source first: for the emptiest block `A`,
 //!    the fullest block `B` with room for `A`'s objects and no id in common
-//!    (offset-based classes: no offset in common) absorbs it; a source no
-//!    block can take is set aside. A merge:
+//!    (offset-based classes: no offset in common) absorbs it (among the
+//!    first `candidates_per_source` with room); a source no block can take
+//!    is set aside. A merge:
 //!    - marks `A`'s addresses *moving* in the directory (odd sequence);
 //!    - locks each of `A`'s objects (header's compaction bit: one-sided
 //!      readers retry, writers wait);
@@ -237,10 +238,16 @@ impl Worker {
             // …into the fullest one that can take it.
             let need = self.blocks[&a].count();
             let src = &self.blocks[&a];
+            let tries = match sh.cfg.policy.candidates_per_source {
+                0 => usize::MAX,
+                n => n,
+            };
             let b = self.not_full[c as usize]
                 .range((need, 0)..)
                 .map(|&(_, p)| p)
-                .find(|&p| p != a && !cj.failed.contains(&p) && self.blocks[&p].can_absorb(src));
+                .filter(|&p| p != a && !cj.failed.contains(&p))
+                .take(tries)
+                .find(|&p| self.blocks[&p].can_absorb(src));
             match b {
                 Some(b) => {
                     self.merge(a, b);

@@ -32,6 +32,10 @@ pub struct Policy {
     /// Merges the leader performs per step before it serves other work
     /// (0 = all at once, as the paper's Fig. 16 run).
     pub merges_per_step: usize,
+    /// Destinations tried per source block, fullest first (0 = all, as
+    /// CoRM's leader does). Bounds a compaction of many blocks that mostly
+    /// clash: without it, O(blocks²) id comparisons.
+    pub candidates_per_source: usize,
 }
 
 impl Default for Policy {
@@ -41,6 +45,7 @@ impl Default for Policy {
             on_alloc_failure: true,
             collect_max_fill: 1.0,
             merges_per_step: 64,
+            candidates_per_source: 1024,
         }
     }
 }

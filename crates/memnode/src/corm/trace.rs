@@ -517,6 +517,7 @@ fn pass(
             on_alloc_failure: false,
             collect_max_fill: 1.0,
             merges_per_step: 0,
+            candidates_per_source: Policy::default().candidates_per_source,
         },
         virtual_bytes: vblocks * bs,
         max_active_bytes: None,
