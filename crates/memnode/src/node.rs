@@ -66,6 +66,10 @@ impl Default for NodeConfig {
 /// Identifier of a client session (one per connection or embedded client).
 pub type SessionId = u64;
 
+/// Owner of the ranges services inside the node reserve: no client session
+/// ever gets this id (sessions count up from 1), so none can free them.
+const INTERNAL_OWNER: SessionId = SessionId::MAX;
+
 #[derive(Debug, Clone, Copy)]
 struct ChunkRec {
     len: u64,
@@ -115,6 +119,8 @@ pub struct MemNode {
     pinned: AtomicBool,
     /// Services and RPC workers.
     rpc: RpcHost,
+    /// The CoRM store's accounting, if a store runs on this node.
+    corm: Mutex<Option<std::sync::Weak<crate::corm::Accounting>>>,
 }
 
 impl MemNode {
@@ -197,6 +203,7 @@ impl MemNode {
             shutdown: AtomicBool::new(false),
             pinned: AtomicBool::new(false),
             rpc: RpcHost::new(cfg.rpc_workers),
+            corm: Mutex::new(None),
         };
         node.init_control();
         node.heap = node.register_region(heap_base, node.heap.len, layout::access::ALL)?;
@@ -353,9 +360,19 @@ impl MemNode {
             return Err(RpcError::BadPage(remote_page));
         }
         let mut inner = self.lock();
-        let new = inner.spare_free.pop().ok_or(RpcError::NoSparePage)?;
+        // Pages of an internal range (the CoRM store) move only by their
+        // owner's remapping: their memory pages are not spare pages.
+        let offset = remote_page << self.layout.page_shift;
+        let internal = inner
+            .chunks
+            .range(..=offset)
+            .next_back()
+            .is_some_and(|(&o, c)| c.owner == Some(INTERNAL_OWNER) && offset < o + c.len);
         let entry = self.page_entry(remote_page);
-        let old = entry.get().expect("node keeps every remote page mapped");
+        let Some(old) = entry.get().filter(|_| !internal) else {
+            return Err(RpcError::BadPage(remote_page));
+        };
+        let new = inner.spare_free.pop().ok_or(RpcError::NoSparePage)?;
         let ps = self.layout.page_size() as usize;
         let words = ps / 8;
         // SAFETY: old and new are memory page indices < phys_pages, so both page
@@ -385,43 +402,45 @@ impl MemNode {
         let first = offset >> shift;
         let end = (offset + len) >> shift;
         let mut run: Option<(u64, u64)> = None; // (first memory page, count)
-        let punch = |(p, n): (u64, u64)| {
-            // Failure (e.g. an old kernel without hole punching on memfds) only
-            // costs residency and zeroing; fall back to zeroing by hand.
-            let r = nix::fcntl::fallocate(
-                self.data_fd.as_raw_fd(),
-                nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
-                    | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
-                (p << shift) as i64,
-                (n << shift) as i64,
-            );
-            if r.is_err() {
-                self.zero_pages(p, n);
-            }
-        };
-        let punch = |r: (u64, u64)| {
-            if self.pinned.load(Ordering::Acquire) {
-                self.zero_pages(r.0, r.1);
-            } else {
-                punch(r);
-            }
-        };
         for page in first..end {
-            let phys = self
-                .page_entry(page)
-                .get()
-                .expect("node keeps every remote page mapped");
+            // Every page of a chunk is mapped; a page some internal user
+            // (the CoRM store) left unmapped has no memory to release.
+            let Some(phys) = self.page_entry(page).get() else {
+                continue;
+            };
             run = match run {
                 Some((p, n)) if p + n == phys => Some((p, n + 1)),
-                Some(r) => {
-                    punch(r);
+                Some((p, n)) => {
+                    self.discard_run(p, n);
                     Some((phys, 1))
                 }
                 None => Some((phys, 1)),
             };
         }
-        if let Some(r) = run {
-            punch(r);
+        if let Some((p, n)) = run {
+            self.discard_run(p, n);
+        }
+    }
+
+    /// Returns memory pages `[first, first+count)` to the OS (hole punch),
+    /// or zeroes them in place when the memory is pinned by a NIC.
+    fn discard_run(&self, first: u64, count: u64) {
+        if self.pinned.load(Ordering::Acquire) {
+            self.zero_pages(first, count);
+            return;
+        }
+        let shift = self.layout.page_shift;
+        // Failure (e.g. an old kernel without hole punching on memfds) only
+        // costs residency and zeroing; fall back to zeroing by hand.
+        let r = nix::fcntl::fallocate(
+            self.data_fd.as_raw_fd(),
+            nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
+                | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
+            (first << shift) as i64,
+            (count << shift) as i64,
+        );
+        if r.is_err() {
+            self.zero_pages(first, count);
         }
     }
 
@@ -506,6 +525,124 @@ impl MemNode {
         ) -> Result<Box<dyn crate::rpc::NodeChannel>, RpcError>,
     ) -> Result<(u64, crate::rpc::WorkerId), RpcError> {
         self.rpc.pool.attach(self, session, max_message, make)
+    }
+
+    /// Reserves `len` bytes (rounded up to whole pages) of the remote space
+    /// for a service inside the node (the CoRM store, [`crate::corm`]):
+    /// a chunk no client session owns, so no client can free it
+    /// ([`RpcError::NotOwner`]); [`MemNode::release_internal`] returns it.
+    pub fn reserve_internal(&self, len: u64) -> Result<(u64, u64), RpcError> {
+        if len == 0 || len > self.heap.len {
+            return Err(RpcError::BadLength(len));
+        }
+        let mut inner = self.lock();
+        let Some((offset, len)) = inner.alloc.alloc(len) else {
+            return Err(RpcError::OutOfMemory {
+                requested: len,
+                largest_free: inner.alloc.largest_free(),
+            });
+        };
+        let owner = Some(INTERNAL_OWNER);
+        inner.chunks.insert(offset, ChunkRec { len, owner });
+        Ok((offset, len))
+    }
+
+    /// Frees a range [`MemNode::reserve_internal`] returned. The caller
+    /// restores the identity translation of its pages first
+    /// ([`MemNode::remap_pages`]), as every chunk starts with it.
+    pub fn release_internal(&self, offset: u64) -> Result<u64, RpcError> {
+        self.free_chunk(INTERNAL_OWNER, offset).map(|r| match r {
+            Response::Freed { len } => len,
+            _ => unreachable!("free_chunk answers Freed"),
+        })
+    }
+
+    /// Points remote pages `[remote_first, +count)` at memory pages
+    /// `[data_first, +count)`. Several remote pages may share one memory
+    /// page (CoRM §3.1.2: after compaction the source block's addresses
+    /// reach the destination block's memory). Each entry changes with one
+    /// atomic store, in ascending page order; a reader translates each page
+    /// when it touches it, so it sees every page either before or after
+    /// its change (what readers do mid-remap is the caller's protocol:
+    /// `corm::compact` locks the objects first).
+    pub fn remap_pages(
+        &self,
+        remote_first: u64,
+        data_first: u64,
+        count: u64,
+    ) -> Result<(), RpcError> {
+        let l = self.layout;
+        if remote_first
+            .checked_add(count)
+            .is_none_or(|e| e > l.remote_pages)
+        {
+            return Err(RpcError::BadPage(remote_first));
+        }
+        if data_first
+            .checked_add(count)
+            .is_none_or(|e| e > l.phys_pages)
+        {
+            return Err(RpcError::BadPage(data_first));
+        }
+        for i in 0..count {
+            self.page_entry(remote_first + i)
+                .0
+                .store(PAGE_VALID | (data_first + i), Ordering::Release);
+        }
+        self.header().generation.fetch_add(1, Ordering::AcqRel);
+        self.counters
+            .pages_remapped
+            .fetch_add(count, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Invalidates the translation of remote pages `[remote_first, +count)`:
+    /// a verb touching them fails with "page not mapped" (the shm analogue
+    /// of an RNIC translation fault). CoRM uses it for released addresses.
+    pub fn unmap_pages(&self, remote_first: u64, count: u64) -> Result<(), RpcError> {
+        if remote_first
+            .checked_add(count)
+            .is_none_or(|e| e > self.layout.remote_pages)
+        {
+            return Err(RpcError::BadPage(remote_first));
+        }
+        for i in 0..count {
+            self.page_entry(remote_first + i)
+                .0
+                .store(0, Ordering::Release);
+        }
+        self.header().generation.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Returns memory pages `[data_first, +count)` to the OS (hole punch;
+    /// zeroed in place when pinned): every mapping reads zeros there and
+    /// they stop being resident. The caller guarantees no remote page it
+    /// still hands out maps them.
+    pub fn discard_data_pages(&self, data_first: u64, count: u64) -> Result<(), RpcError> {
+        if data_first
+            .checked_add(count)
+            .is_none_or(|e| e > self.layout.phys_pages)
+        {
+            return Err(RpcError::BadPage(data_first));
+        }
+        self.discard_run(data_first, count);
+        Ok(())
+    }
+
+    /// Attaches the accounting of the node's CoRM store, reported in
+    /// [`NodeStats::corm`]. One store per node: a second attach is refused.
+    pub fn attach_corm(&self, acct: Arc<crate::corm::Accounting>) -> Result<(), RpcError> {
+        let mut slot = self.corm.lock().unwrap_or_else(|p| p.into_inner());
+        match &*slot {
+            Some(a) if a.strong_count() > 0 => Err(RpcError::BadFrame(
+                "a CoRM store is already attached to this node".into(),
+            )),
+            _ => {
+                *slot = Some(Arc::downgrade(&acct));
+                Ok(())
+            }
+        }
     }
 
     /// Starts a client session.
@@ -735,6 +872,13 @@ impl MemNode {
             rpc_failures,
             rpc_malformed,
             rpc_messages,
+            corm: self
+                .corm
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .and_then(std::sync::Weak::upgrade)
+                .map(|a| Box::new(a.snapshot())),
         }
     }
 }

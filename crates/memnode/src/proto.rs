@@ -20,8 +20,9 @@ use crate::error::RpcError;
 pub const MAX_FRAME: u32 = 64 * 1024;
 /// Protocol magic in [`Hello`].
 pub const PROTO_MAGIC: u64 = u64::from_le_bytes(*b"DMKITRPC");
-/// Protocol version in [`Hello`]. (2: RPC channels; the worker count in
-/// [`Welcome`].)
+/// Protocol version in [`Hello`]. Version 2: RPC channels (the worker
+/// count in [`Welcome`]) and [`NodeStats`]'s `corm` section (bincode
+/// encodes fields by position, so a version-1 peer could not decode them).
 pub const PROTO_VERSION: u32 = 2;
 /// Length of an authentication token in bytes (hex-encoded in the token file).
 pub const TOKEN_LEN: usize = 32;
@@ -151,6 +152,9 @@ pub enum Request {
 
 /// Answers of the RPC service.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+// `Stats` is the big one (RPC and CoRM counters): a control-plane answer,
+// moved once per frame, not worth a box at every call site.
+#[allow(clippy::large_enum_variant)]
 pub enum Response {
     /// Answer to `AllocChunk`: a zeroed chunk inside the heap region.
     Chunk {
@@ -260,6 +264,10 @@ pub struct NodeStats {
     pub rpc_malformed: u64,
     /// Messages between RPC workers.
     pub rpc_messages: u64,
+    /// The CoRM object store's accounting, when the node runs one
+    /// ([`crate::corm`]): active memory, live bytes, per-class
+    /// fragmentation, compaction counters.
+    pub corm: Option<Box<crate::corm::CormStats>>,
 }
 
 fn codec() -> impl Options {
