@@ -30,12 +30,15 @@
 //!   t1–t3 of §4.4.3) replayed on the real allocator; [`prob`]: the §3.4
 //!   compaction probability.
 //!
-//! Not here: the RPC transport, the client's `direct_read`/`scan_read`
-//! (they use [`decode`] and [`scan_block`]), benchmarks.
+//! - [`service`]: the store as a service of the node's RPC workers.
+//!
+//! Not here: the client's `direct_read`/`scan_read` (crate `dmkit-corm`;
+//! they use [`decode`] and [`scan_block`]), benchmarks.
 
 pub mod class;
 pub mod layout;
 pub mod prob;
+pub mod service;
 pub mod trace;
 
 mod block;
