@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use dmkit_corm::{CormClient, CormError};
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
-use dmkit_fabric::{Fabric, RpcChannel};
+use dmkit_fabric::Fabric;
 use dmkit_memnode::corm::class::Strategy;
 use dmkit_memnode::corm::service::{encode_request, CormRequest, CormService, CORM};
 use dmkit_memnode::corm::{Correction, ObjError, Op, Policy, StoreConfig};
