@@ -11,6 +11,7 @@
 //! - [`ycsb`]: YCSB key choosers, workloads and key types;
 //!   [`ycsb_bench`]: the harness that loads and runs an index with them.
 
+pub mod corm_bench;
 pub mod micro;
 pub mod plot;
 pub mod rng;

@@ -103,6 +103,7 @@ fn main() -> ExitCode {
             BenchCmd::Micro(a) => bench::micro::bench_micro(a),
             BenchCmd::Ycsb(a) => bench::ycsb::bench_ycsb(a),
             BenchCmd::Rpc(a) => bench::rpc::bench_rpc(a),
+            BenchCmd::Corm(a) => bench::corm_bench::bench_corm(a),
         },
         Cmd::Plot(a) => plot::plot(a),
         Cmd::Sim(SimCmd::Reproduce(a)) => sim::sim_reproduce(a),
