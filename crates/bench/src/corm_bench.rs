@@ -6,8 +6,8 @@
 //! The store runs on an embedded shm node whose RPC workers serve it
 //! (one store worker each). A loader allocates and writes `objects`
 //! objects of `size` bytes; then each client thread (a runtime worker with
-//! `coros` tasks) picks objects uniformly at random and reads or writes
-//! them in a closed loop. Operations that end inside the measured window
+//! `coros` tasks) picks objects (uniformly, or by YCSB's scrambled
+//! zipfian of skew `zipf`) and reads or writes them in a closed loop. Operations that end inside the measured window
 //! count; latencies go into an HDR histogram. A direct read that finds
 //! another object at the pointer's offset (the object moved) counts as a
 //! failed direct read and is retried as a scan read, which corrects the
@@ -33,6 +33,8 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::micro::BenchError;
+use crate::rng::Rng;
+use crate::ycsb::{fnv64, Zipfian};
 
 /// How reads go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +66,9 @@ pub struct CormBenchConfig {
     pub objects: usize,
     /// Payload bytes of each object.
     pub size: u32,
+    /// Zipfian skew of the key choice (YCSB's scrambled zipfian; 0 =
+    /// uniform).
+    pub zipf: f64,
     /// Client threads.
     pub threads: usize,
     /// Tasks per client thread.
@@ -89,6 +94,8 @@ pub struct CormBenchResult {
     pub objects: usize,
     /// Payload bytes per object.
     pub size: u32,
+    /// Zipfian skew (0 = uniform).
+    pub zipf: f64,
     /// Client threads.
     pub threads: usize,
     /// Tasks per thread.
@@ -140,6 +147,9 @@ pub fn run(cfg: &CormBenchConfig) -> Result<CormBenchResult, BenchError> {
         return Err(BenchError::Config(
             "--threads, --coros, --objects and --workers must be at least 1".into(),
         ));
+    }
+    if !(0.0..1.0).contains(&cfg.zipf) {
+        return Err(BenchError::Config("--zipf is a skew in [0, 1)".into()));
     }
     if cfg.read_percent > 100 {
         return Err(BenchError::Config("a read share above 100 %".into()));
@@ -244,9 +254,16 @@ pub fn run(cfg: &CormBenchConfig) -> Result<CormBenchResult, BenchError> {
                         let buf = Local::at(0, block as usize);
                         let mut seed = mix(cfg.seed ^ ((id as u64) << 32) ^ t as u64);
                         let payload = value(seed, cfg.size as usize);
+                        let mut rng = Rng::new(seed);
+                        let zipf =
+                            (cfg.zipf > 0.0).then(|| Zipfian::new(mine.len() as u64, cfg.zipf));
                         while !flags.1.load(Ordering::Relaxed) {
                             seed = mix(seed.wrapping_add(0x9e37_79b9_7f4a_7c15));
-                            let k = (seed % mine.len() as u64) as usize;
+                            let k = match &zipf {
+                                // Scrambled: hot ranks spread over the objects.
+                                Some(z) => (fnv64(z.next(&mut rng)) % mine.len() as u64) as usize,
+                                None => (seed % mine.len() as u64) as usize,
+                            };
                             let read = (seed >> 32) % 100 < u64::from(cfg.read_percent);
                             let t0 = ctx.now();
                             let mut moved = false;
@@ -315,6 +332,7 @@ pub fn run(cfg: &CormBenchConfig) -> Result<CormBenchResult, BenchError> {
         workload: format!("{}:{}", cfg.read_percent, 100 - cfg.read_percent),
         objects: cfg.objects,
         size: cfg.size,
+        zipf: cfg.zipf,
         threads: cfg.threads,
         coros: cfg.coros,
         workers: cfg.workers,

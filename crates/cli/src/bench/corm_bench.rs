@@ -36,6 +36,9 @@ pub(crate) struct CormBenchArgs {
     /// Payload bytes per object.
     #[arg(long, default_value = "32", value_parser = parse_size)]
     size: u64,
+    /// Zipfian skew of the key choice (YCSB's scrambled zipfian; 0 = uniform).
+    #[arg(long, default_value_t = 0.99)]
+    zipf: f64,
     /// Client threads.
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -92,6 +95,7 @@ pub(crate) fn bench_corm(a: CormBenchArgs) -> Res {
         read_percent: read_percent(&a.workload)?,
         objects: a.objects,
         size: u32::try_from(a.size).map_err(|_| "--size too large")?,
+        zipf: a.zipf,
         threads: a.threads,
         coros: a.coros,
         workers: a.workers,
