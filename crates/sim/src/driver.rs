@@ -49,6 +49,9 @@ pub struct SimConfig {
     /// Whether the simulated device promises in-order placement inside one
     /// WRITE (data structures then rely on it; torn faults respect it).
     pub in_order_write: bool,
+    /// RPC worker cores per memory node, instead of the profile's
+    /// `rpc.cores` (0: no RPC channel).
+    pub rpc_workers: Option<usize>,
 }
 
 impl Default for SimConfig {
@@ -63,6 +66,7 @@ impl Default for SimConfig {
             seed: 1,
             faults: Faults::default(),
             in_order_write: true,
+            rpc_workers: None,
         }
     }
 }
@@ -164,6 +168,7 @@ impl Sim {
             rtt: None,
             max_batch: p.limits.max_batch,
             max_inline: p.limits.max_inline,
+            ..ShmConfig::default()
         };
         let nodes: Vec<NodeConfig> = (0..cfg.memory_nodes)
             .map(|i| NodeConfig {
@@ -183,6 +188,7 @@ impl Sim {
             max_sge: p.limits.max_sge,
             on_nic_memory: p.limits.device_memory > 0,
             explicit_doorbells: true,
+            rpc_workers: cfg.rpc_workers.unwrap_or(p.rpc.cores as usize),
         };
         let machines = if cfg.colocated {
             cfg.compute_machines
@@ -198,6 +204,9 @@ impl Sim {
             cfg.seed,
             tick.clone(),
         );
+        core.rpc_cores = caps.rpc_workers;
+        core.rpc_max_message = shm.rpc_max_message as usize;
+        core.rpc_capacity = shm.rpc_slots as usize;
         let shift = cfg.page_size.trailing_zeros();
         for i in 0..cfg.memory_nodes {
             let m = if cfg.colocated {
@@ -372,14 +381,14 @@ impl Sim {
         let _active = core.activate();
         // Arbitrated atomics: an arbitration decides when requests complete,
         // so it runs before any step that comes after it.
-        let mut arbitration = self.core.with(|c| c.next_arbitration());
+        let mut arbitration = self.core.with(|c| c.next_event());
         loop {
             let next = self.wake.peek().map(|w| w.0 .0);
             if let Some(a) = arbitration {
                 if a <= end && next.is_none_or(|t| a <= t) {
                     let woken = self.core.with(|c| {
                         c.apply_until(a);
-                        arbitration = c.next_arbitration();
+                        arbitration = c.next_event();
                         std::mem::take(&mut c.woken)
                     });
                     self.wake_all(woken);
@@ -433,7 +442,7 @@ impl Sim {
                 c.set_current(None);
                 let now = c.now;
                 self.clock.0.store(now, Ordering::Release);
-                arbitration = c.next_arbitration();
+                arbitration = c.next_event();
                 (c.cursor, c.next_completion(th), !c.woken.is_empty())
             });
             vt.cursor = cursor;
@@ -518,6 +527,12 @@ impl Sim {
     /// Worker steps taken so far.
     pub fn steps(&self) -> u64 {
         self.steps
+    }
+
+    /// Counters of the RPC path (zero without a channel).
+    pub fn rpc_stats(&self) -> crate::RpcSimStats {
+        self.core
+            .with(|c| c.rpc.as_ref().map(|r| r.stats()).unwrap_or_default())
     }
 
     /// Engine counters.
