@@ -6,6 +6,8 @@
 //!
 //! - [`micro`]: one verb at uniformly random addresses of a region, per
 //!   thread, in batches (SMART §3's verbs micro-benchmark shape).
+//! - [`vector_io`]: the memory-semantics study's vector IO (SP, doorbell
+//!   batching, SGL) beside local `pwritev`/`preadv`.
 //! - [`ycsb`]: YCSB key choosers, workloads and key types;
 //!   [`ycsb_bench`]: the harness that loads and runs an index with them.
 
@@ -15,6 +17,7 @@ pub mod rng;
 pub mod sim_check;
 pub mod sim_micro;
 pub mod sim_repro;
+pub mod vector_io;
 pub mod ycsb;
 pub mod ycsb_bench;
 

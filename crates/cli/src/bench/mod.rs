@@ -3,6 +3,7 @@
 //! runtime switches, and opening the fabric those flags describe.
 
 pub(crate) mod micro;
+pub(crate) mod vector_io;
 pub(crate) mod ycsb;
 
 use std::path::PathBuf;
@@ -19,6 +20,7 @@ use crate::args::{
 };
 use crate::units::parse_size;
 use micro::MicroArgs;
+use vector_io::VectorIoArgs;
 use ycsb::YcsbArgs;
 
 // The variants are parsed once per process: their size does not matter.
@@ -29,6 +31,9 @@ pub(crate) enum BenchCmd {
     Micro(MicroArgs),
     /// YCSB on an index: load, then run a workload for --duration.
     Ycsb(YcsbArgs),
+    /// Vector IO (memory-semantics §III-A/B): SP, doorbell batching and
+    /// SGL beside local pwritev/preadv; random vs sequential.
+    VectorIo(VectorIoArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
