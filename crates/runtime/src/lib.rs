@@ -17,6 +17,9 @@
 //! [`lock`] adds the remote spinlock (with a lease) and the FAA sequencer of
 //! the memory-semantics study (§III-E).
 //!
+//! [`consolidate`] is IO consolidation (memory-semantics §III-C): a hint
+//! that a remote region is hot, and its write-back buffer.
+//!
 //! Vector IO (memory-semantics §III-A): doorbell batches are a task's
 //! `post`; [`Ctx::read_v`]/[`Ctx::write_v`] are scatter/gather requests;
 //! [`Ctx::write_packed`] is software packing.
@@ -28,6 +31,7 @@ pub mod alloc;
 pub mod backoff;
 pub mod clock;
 pub mod config;
+pub mod consolidate;
 pub mod ctx;
 pub mod hash;
 pub mod keys;
