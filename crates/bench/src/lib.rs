@@ -6,11 +6,14 @@
 //!
 //! - [`micro`]: one verb at uniformly random addresses of a region, per
 //!   thread, in batches (SMART §3's verbs micro-benchmark shape).
+//! - [`io_consolidation`]: the study's IO consolidation (Fig. 8): native
+//!   32-byte WRITEs against the runtime's write-back buffer.
 //! - [`vector_io`]: the memory-semantics study's vector IO (SP, doorbell
 //!   batching, SGL) beside local `pwritev`/`preadv`.
 //! - [`ycsb`]: YCSB key choosers, workloads and key types;
 //!   [`ycsb_bench`]: the harness that loads and runs an index with them.
 
+pub mod io_consolidation;
 pub mod micro;
 pub mod plot;
 pub mod rng;

@@ -99,6 +99,7 @@ fn main() -> ExitCode {
             BenchCmd::Micro(a) => bench::micro::bench_micro(a),
             BenchCmd::Ycsb(a) => bench::ycsb::bench_ycsb(a),
             BenchCmd::VectorIo(a) => bench::vector_io::bench_vector_io(a),
+            BenchCmd::IoConsolidation(a) => bench::consolidation::bench_consolidation(a),
         },
         Cmd::Plot(a) => plot::plot(a),
         Cmd::Sim(SimCmd::Reproduce(a)) => sim::sim_reproduce(a),

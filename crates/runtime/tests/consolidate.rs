@@ -26,6 +26,9 @@ fn fabric() -> ShmFabric {
     .unwrap()
 }
 
+/// (remote bytes after a write, the write, whether it wrote back)
+type Seen = Vec<(Vec<u8>, Vec<u8>, bool)>;
+
 fn raw() -> RuntimeConfig {
     RuntimeConfig {
         throttle: false,
@@ -49,34 +52,32 @@ fn a_read_after_a_buffered_write_returns_it_and_theta_writes_back() {
         theta: 4,
         lease: u64::MAX / 2,
     };
-    let wb = Rc::new(RefCell::new(WriteBuffer::hint(region, 1024, cfg).unwrap()));
+    let stats = Rc::new(std::cell::Cell::new(None));
     let mut w = Worker::builder(&f)
         .config(raw())
         .local_bytes(1024)
         .build()
         .unwrap();
-    let seen: Rc<RefCell<Vec<(Vec<u8>, Vec<u8>, bool)>>> = Rc::default();
-    let (wb2, seen2) = (wb.clone(), seen.clone());
+    let seen: Rc<RefCell<Seen>> = Rc::default();
+    let (stats2, seen2) = (stats.clone(), seen.clone());
     let f2 = Arc::new(fabric_handle(&f));
     w.spawn(move |ctx| async move {
         let scratch = Local::at(0, 1024);
+        let mut b = WriteBuffer::hint(region, 1024, cfg).unwrap();
         for i in 0..4u8 {
             let data = [i + 1; 32];
             let at = 100 * i as usize;
-            let flushed = {
-                let mut b = wb2.borrow_mut();
-                let flushed = b.write(&ctx, scratch, at, &data).await.unwrap();
-                let mut back = [0u8; 32];
-                b.read(&ctx, scratch, at, &mut back).await.unwrap();
-                assert_eq!(back, data, "a read after a buffered write returns it");
-                flushed
-            };
+            let flushed = b.write(&ctx, scratch, at, &data).await.unwrap();
+            let mut back = [0u8; 32];
+            b.read(&ctx, scratch, at, &mut back).await.unwrap();
+            assert_eq!(back, data, "a read after a buffered write returns it");
             // What remote memory holds at that point.
             let rem = f2.read(region, 1024);
             seen2
                 .borrow_mut()
                 .push((rem[at..at + 32].to_vec(), data.to_vec(), flushed));
         }
+        stats2.set(Some(b.stats()));
     });
     w.run();
     let seen = seen.borrow();
@@ -96,7 +97,7 @@ fn a_read_after_a_buffered_write_returns_it_and_theta_writes_back() {
             .iter()
             .all(|&b| b == i as u8 + 1));
     }
-    let s = wb.borrow().stats();
+    let s = stats.get().expect("the task finished");
     assert_eq!((s.writes, s.reads, s.flushes, s.loads), (4, 4, 1, 1));
     // One span from the first to the last changed byte.
     assert_eq!(s.bytes_flushed, 332);
@@ -137,6 +138,8 @@ fn a_lease_expiry_writes_back() {
     w.spawn(move |ctx| async move {
         let mut wb = WriteBuffer::hint(region, 256, cfg).unwrap();
         let scratch = Local::at(0, 256);
+        // Nothing is buffered before the region was loaded once.
+        assert_eq!(wb.try_write(&ctx, 0, b"x"), None);
         assert!(!wb.write(&ctx, scratch, 8, b"buffered").await.unwrap());
         assert_eq!(&peek.read(region, 16)[8..16], &[0; 8]);
         // Not yet: the lease has 10 µs.
@@ -146,13 +149,24 @@ fn a_lease_expiry_writes_back() {
         assert!(wb.expired(ctx.now()));
         assert!(wb.tick(&ctx, scratch).await.unwrap(), "the lease ran out");
         assert_eq!(&peek.read(region, 16)[8..16], b"buffered");
-        // A write that finds the lease run out writes back with it.
+        // Writes after the lease ran out stay buffered until the next tick.
         assert!(!wb.write(&ctx, scratch, 0, b"first---").await.unwrap());
         ctx.sleep(20_000).await;
-        assert!(wb.write(&ctx, scratch, 16, b"late----").await.unwrap());
+        assert!(!wb.write(&ctx, scratch, 16, b"late----").await.unwrap());
+        assert_eq!(
+            &peek.read(region, 24)[..],
+            b"\0\0\0\0\0\0\0\0buffered\0\0\0\0\0\0\0\0"
+        );
+        assert!(wb.tick(&ctx, scratch).await.unwrap());
         assert_eq!(&peek.read(region, 24)[..], b"first---bufferedlate----");
+        // Loaded: a write is a copy.
+        assert_eq!(wb.try_write(&ctx, 0, b"F"), Some(false));
+        let mut back = [0u8; 8];
+        wb.read(&ctx, scratch, 0, &mut back).await.unwrap();
+        assert_eq!(&back, b"First---");
+        assert!(wb.flush(&ctx, scratch).await.unwrap());
         let s = wb.stats();
-        assert_eq!((s.flushes, s.lease_flushes, s.loads), (2, 2, 1));
+        assert_eq!((s.flushes, s.lease_flushes, s.loads), (3, 2, 1), "{s:?}");
         log2.borrow_mut().push("done".into());
     });
     let mut guard = 0;

@@ -2,6 +2,7 @@
 //! the fabric flags (backend, memory nodes, simulated cluster), SMART's
 //! runtime switches, and opening the fabric those flags describe.
 
+pub(crate) mod consolidation;
 pub(crate) mod micro;
 pub(crate) mod vector_io;
 pub(crate) mod ycsb;
@@ -19,6 +20,7 @@ use crate::args::{
     load_profile, parse_atomic_order, parse_listen, targets, Listen, OnOff, RdmaArgs,
 };
 use crate::units::parse_size;
+use consolidation::ConsolidationArgs;
 use micro::MicroArgs;
 use vector_io::VectorIoArgs;
 use ycsb::YcsbArgs;
@@ -34,6 +36,9 @@ pub(crate) enum BenchCmd {
     /// Vector IO (memory-semantics §III-A/B): SP, doorbell batching and
     /// SGL beside local pwritev/preadv; random vs sequential.
     VectorIo(VectorIoArgs),
+    /// IO consolidation (memory-semantics §III-C): small writes into hot
+    /// regions, native vs the runtime's write-back buffer, θ swept.
+    IoConsolidation(ConsolidationArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
