@@ -17,6 +17,9 @@
 //! [`lock`] adds the remote spinlock (with a lease) and the FAA sequencer of
 //! the memory-semantics study (§III-E).
 //!
+//! [`numa`] is the study's NUMA side (§III-D): the host's sockets, pinning
+//! and memory binding (feature `hwloc`), and the proxy-socket queue.
+//!
 //! [`consolidate`] is IO consolidation (memory-semantics §III-C): a hint
 //! that a remote region is hot, and its write-back buffer.
 //!
@@ -38,6 +41,7 @@ pub mod keys;
 pub mod local;
 pub mod lock;
 pub mod machine;
+pub mod numa;
 pub mod rng;
 pub mod stats;
 pub mod throttle;

@@ -44,6 +44,9 @@ pub struct SimConfig {
     /// Whether the simulated device promises in-order placement inside one
     /// WRITE (data structures then rely on it; torn faults respect it).
     pub in_order_write: bool,
+    /// Sockets, NIC ports and their crossings (`crate::numa`); `None`: one
+    /// socket per machine, nothing crosses (the default).
+    pub numa: Option<crate::numa::NumaLayout>,
 }
 
 impl Default for SimConfig {
@@ -58,6 +61,7 @@ impl Default for SimConfig {
             seed: 1,
             faults: Faults::default(),
             in_order_write: true,
+            numa: None,
         }
     }
 }
@@ -179,10 +183,24 @@ impl Sim {
             on_nic_memory: p.limits.device_memory > 0,
             explicit_doorbells: true,
         };
+        // With sockets, a memory machine holds one node per socket.
+        let per_machine = cfg.numa.as_ref().map_or(1, |l| l.sockets as usize);
+        if let Some(l) = &cfg.numa {
+            let bad = |reason: String| FabricError::Connect {
+                target: "sim".into(),
+                reason,
+            };
+            l.validate().map_err(|e| bad(format!("NUMA layout: {e}")))?;
+            if cfg.colocated {
+                return Err(bad(
+                    "a NUMA layout needs memory machines of their own".into()
+                ));
+            }
+        }
         let machines = if cfg.colocated {
             cfg.compute_machines
         } else {
-            cfg.compute_machines + cfg.memory_nodes
+            cfg.compute_machines + cfg.memory_nodes.div_ceil(per_machine)
         };
         let tick = Arc::new(AtomicU64::new(0));
         let mut core = Core::new(
@@ -198,9 +216,12 @@ impl Sim {
             let m = if cfg.colocated {
                 i
             } else {
-                cfg.compute_machines + i
+                cfg.compute_machines + i / per_machine
             };
             core.place_node(i as u16, m, shift);
+        }
+        if let Some(l) = &cfg.numa {
+            core.set_numa(l.clone());
         }
         let machine_clocks = (0..machines)
             .filter_map(|m| MachineClock::new(&cfg.faults, cfg.seed, m))
@@ -285,12 +306,25 @@ impl Sim {
         machine: usize,
         make: impl FnOnce(&dyn Fabric, Arc<dyn Clock>) -> Result<Worker, E>,
     ) -> Result<ThreadId, E> {
+        self.add_worker_on(machine, 0, make)
+    }
+
+    /// [`Sim::add_worker`] for a thread on `socket` of its machine (what
+    /// its queue pairs cross depends on it: [`crate::numa`]; without a
+    /// NUMA layout the socket changes nothing).
+    pub fn add_worker_on<E>(
+        &mut self,
+        machine: usize,
+        socket: u32,
+        make: impl FnOnce(&dyn Fabric, Arc<dyn Clock>) -> Result<Worker, E>,
+    ) -> Result<ThreadId, E> {
         let (th, now) = self.core.with(|c| {
             assert!(
                 machine < c.machine_count(),
                 "machine {machine} does not exist"
             );
             let th = c.add_thread(machine);
+            c.set_thread_socket(th, socket);
             c.set_current(Some(th));
             c.cursor = c.now;
             (th, c.now)

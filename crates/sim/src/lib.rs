@@ -100,6 +100,7 @@ pub mod driver;
 pub mod engine;
 pub mod fabric;
 pub mod faults;
+pub mod numa;
 pub mod profile;
 pub mod rng;
 
@@ -108,4 +109,5 @@ pub use driver::{RunOutcome, Sim, SimClock, SimConfig};
 pub use engine::{SimStats, ThreadId, Time};
 pub use fabric::{SimFabric, SimQp};
 pub use faults::Faults;
+pub use numa::{NumaLayout, NumaModel, PortRule};
 pub use profile::Profile;

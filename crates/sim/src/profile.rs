@@ -23,6 +23,10 @@ pub struct Profile {
     pub link: LinkModel,
     pub responder: ResponderModel,
     pub limits: Limits,
+    /// Crossing the inter-socket link (used only with a NUMA layout,
+    /// `crate::numa`; absent: Table II of the memory-semantics study).
+    #[serde(default)]
+    pub numa: crate::numa::NumaModel,
 }
 
 /// The compute blade's CPUs. Every CPU cost is charged to the virtual thread
@@ -372,6 +376,18 @@ impl Profile {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(format!("{name} must be ≥ 0, got {v}"));
             }
+        }
+        if !(self.numa.cross_ns.is_finite() && self.numa.cross_ns >= 0.0) {
+            return Err(format!(
+                "numa.cross_ns must be ≥ 0, got {}",
+                self.numa.cross_ns
+            ));
+        }
+        if !(self.numa.cross_bw > 0.0 && self.numa.cross_bw <= 1.0) {
+            return Err(format!(
+                "numa.cross_bw must be in (0, 1], got {}",
+                self.numa.cross_bw
+            ));
         }
         if self.nic.max_miss > 1.0 {
             return Err(format!("nic.max_miss {} must be ≤ 1", self.nic.max_miss));
