@@ -6,6 +6,8 @@
 //!
 //! - [`micro`]: one verb at uniformly random addresses of a region, per
 //!   thread, in batches (SMART §3's verbs micro-benchmark shape).
+//! - [`atomics`]: the study's remote atomics (Fig. 10): spinlock and
+//!   sequencer, local vs remote (vs RPC), with and without backoff.
 //! - [`io_consolidation`]: the study's IO consolidation (Fig. 8): native
 //!   32-byte WRITEs against the runtime's write-back buffer.
 //! - [`vector_io`]: the memory-semantics study's vector IO (SP, doorbell
@@ -13,6 +15,7 @@
 //! - [`ycsb`]: YCSB key choosers, workloads and key types;
 //!   [`ycsb_bench`]: the harness that loads and runs an index with them.
 
+pub mod atomics;
 pub mod io_consolidation;
 pub mod micro;
 pub mod plot;

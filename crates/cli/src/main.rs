@@ -100,6 +100,7 @@ fn main() -> ExitCode {
             BenchCmd::Ycsb(a) => bench::ycsb::bench_ycsb(a),
             BenchCmd::VectorIo(a) => bench::vector_io::bench_vector_io(a),
             BenchCmd::IoConsolidation(a) => bench::consolidation::bench_consolidation(a),
+            BenchCmd::Atomics(a) => bench::atomics::bench_atomics(a),
         },
         Cmd::Plot(a) => plot::plot(a),
         Cmd::Sim(SimCmd::Reproduce(a)) => sim::sim_reproduce(a),

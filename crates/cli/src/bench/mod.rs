@@ -2,6 +2,7 @@
 //! the fabric flags (backend, memory nodes, simulated cluster), SMART's
 //! runtime switches, and opening the fabric those flags describe.
 
+pub(crate) mod atomics;
 pub(crate) mod consolidation;
 pub(crate) mod micro;
 pub(crate) mod vector_io;
@@ -20,6 +21,7 @@ use crate::args::{
     load_profile, parse_atomic_order, parse_listen, targets, Listen, OnOff, RdmaArgs,
 };
 use crate::units::parse_size;
+use atomics::AtomicsArgs;
 use consolidation::ConsolidationArgs;
 use micro::MicroArgs;
 use vector_io::VectorIoArgs;
@@ -39,6 +41,9 @@ pub(crate) enum BenchCmd {
     /// IO consolidation (memory-semantics §III-C): small writes into hot
     /// regions, native vs the runtime's write-back buffer, θ swept.
     IoConsolidation(ConsolidationArgs),
+    /// Remote atomics (memory-semantics §III-E): spinlock and sequencer,
+    /// local vs remote (vs RPC), with and without backoff.
+    Atomics(AtomicsArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
