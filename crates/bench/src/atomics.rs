@@ -310,6 +310,9 @@ async fn remote_op(
     }
 }
 
+/// A remote thread's operations and failed attempts, or its error.
+type Outcome = Result<(u64, u64), FabricError>;
+
 fn run_remote(fabric: &dyn Fabric, c: &AtomicsConfig) -> Result<AtomicsResult, AtomicsError> {
     let node = *fabric
         .nodes()
@@ -330,8 +333,7 @@ fn run_remote(fabric: &dyn Fabric, c: &AtomicsConfig) -> Result<AtomicsResult, A
                         .id(t)
                         .local_bytes(64)
                         .build()?;
-                    let out: Arc<std::sync::Mutex<Option<Result<(u64, u64), FabricError>>>> =
-                        Arc::default();
+                    let out: Arc<std::sync::Mutex<Option<Outcome>>> = Arc::default();
                     let (out2, c2, stop2) = (out.clone(), c.clone(), stop.clone());
                     wk.spawn(move |ctx| async move {
                         let zero = Local::at(0, 8);
