@@ -8,6 +8,8 @@
 //!   thread, in batches (SMART §3's verbs micro-benchmark shape).
 //! - [`atomics`]: the study's remote atomics (Fig. 10): spinlock and
 //!   sequencer, local vs remote (vs RPC), with and without backoff.
+//! - [`hashtable`]: the study's hash-table breakdown (Fig. 12) as YCSB
+//!   runs of the RACE table.
 //! - [`io_consolidation`]: the study's IO consolidation (Fig. 8): native
 //!   32-byte WRITEs against the runtime's write-back buffer.
 //! - [`vector_io`]: the memory-semantics study's vector IO (SP, doorbell
@@ -16,6 +18,7 @@
 //!   [`ycsb_bench`]: the harness that loads and runs an index with them.
 
 pub mod atomics;
+pub mod hashtable;
 pub mod io_consolidation;
 pub mod micro;
 pub mod plot;

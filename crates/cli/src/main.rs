@@ -13,6 +13,7 @@
 //! flags and helpers several commands share, `units` byte sizes. This file
 //! is the command tree, the dispatch and the exit status.
 
+mod app;
 mod args;
 mod bench;
 mod memnode;
@@ -67,6 +68,10 @@ enum Cmd {
     /// The deterministic RNIC simulator: reproduce the papers' figures.
     #[command(subcommand)]
     Sim(SimCmd),
+    /// The memory-semantics study's applications: shuffle, join, log, and
+    /// the hash table's breakdown.
+    #[command(subcommand)]
+    App(app::AppCmd),
 }
 
 /// A closed standard output (`dmkit … | head`) ends the program quietly
@@ -103,6 +108,7 @@ fn main() -> ExitCode {
             BenchCmd::Atomics(a) => bench::atomics::bench_atomics(a),
         },
         Cmd::Plot(a) => plot::plot(a),
+        Cmd::App(a) => app::app(a),
         Cmd::Sim(SimCmd::Reproduce(a)) => sim::sim_reproduce(a),
         Cmd::Sim(SimCmd::Speed(a)) => sim::sim_speed(a),
         Cmd::Sim(SimCmd::Check(a)) => sim::sim_check(a),

@@ -117,6 +117,8 @@ pub struct RunOutcome {
 
 /// A simulation: its fabric, clock and virtual threads.
 pub struct Sim {
+    /// Sockets per machine (1 without a NUMA layout).
+    sockets: u32,
     core: Arc<Shared>,
     fabric: Arc<SimFabric>,
     clock: Arc<SimClock>,
@@ -229,6 +231,7 @@ impl Sim {
             .collect();
         let core = Arc::new(Shared::new(core));
         Ok(Self {
+            sockets: per_machine as u32,
             machine_clocks,
             fabric: Arc::new(SimFabric {
                 core: core.clone(),
@@ -243,6 +246,11 @@ impl Sim {
             finished: 0,
             steps: 0,
         })
+    }
+
+    /// Sockets per machine (1 unless a NUMA layout gives more).
+    pub fn sockets(&self) -> u32 {
+        self.sockets
     }
 
     /// The fabric (give it to data structures and workers).
