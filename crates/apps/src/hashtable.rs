@@ -40,9 +40,13 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Step {
+    /// The study's baseline: no optimisation.
     Basic,
+    /// + NUMA: a port per socket, matched connections.
     Numa,
+    /// + IO consolidation: the hot keys in race's hot area.
     Consolidation,
+    /// + atomics: backoff on the hot locks and CAS retries.
     Atomics,
 }
 

@@ -40,7 +40,9 @@ pub struct JoinConfig {
     pub outer: u64,
     /// Bytes per tuple in remote memory (≥ 32).
     pub entry: usize,
+    /// How the partition phase pushes.
     pub push: PushParams,
+    /// Seed of the relations' keys.
     pub seed: u64,
 }
 
@@ -71,7 +73,9 @@ pub fn outer_chunk(seed: u64, i: usize, n: u64, executors: usize, inner: u64) ->
 /// What a join produced: rows and a checksum of the joined pairs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct JoinOut {
+    /// Joined rows.
     pub rows: u64,
+    /// Order-independent checksum of the joined pairs.
     pub checksum: u64,
 }
 

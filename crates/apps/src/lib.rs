@@ -43,26 +43,40 @@ use serde::Serialize;
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
     #[error(transparent)]
+    /// A verb failed.
     Fabric(#[from] FabricError),
     #[error("invalid configuration: {0}")]
+    /// The configuration cannot run.
     Config(String),
     /// A stage did not complete: some executor did not hand it off (it died
     /// or failed). Its output is incomplete; rerun the stage.
     #[error("stage {stage} epoch {epoch}: {done} of {expected} executors handed off before the deadline")]
     Incomplete {
+        /// The stage's name.
         stage: String,
+        /// Its epoch (one per run of it).
         epoch: u64,
+        /// Sources that handed the epoch off.
         done: u64,
+        /// Sources that take part.
         expected: u64,
     },
     /// An executor was stopped on purpose (tests of mid-stage failure).
     #[error("executor {0} was killed mid-stage")]
     Killed(usize),
     #[error("a partition's buffer is full ({need} entries for {capacity})")]
-    Full { need: u64, capacity: u64 },
+    /// A partition's buffer is too small.
+    Full {
+        /// Entries that had to fit.
+        need: u64,
+        /// Entries the buffer holds.
+        capacity: u64,
+    },
     #[error("the output differs from the input: {0}")]
+    /// The correctness check failed.
     Mismatch(String),
     #[error(transparent)]
+    /// Opening or creating a remote root failed.
     Index(#[from] dmkit_index::IndexError),
 }
 
@@ -105,15 +119,21 @@ impl std::str::FromStr for Method {
 /// What an application run reports (`dmkit app … --json`).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct AppResult {
+    /// The application ("shuffle", "join", "log").
     pub app: String,
+    /// The backend ("shm", "sim").
     pub backend: String,
+    /// How batches are written (none, doorbell, sp, sgl).
     pub method: String,
+    /// Entries per batch.
     pub batch: usize,
+    /// Executors (sources, writers).
     pub executors: usize,
     /// Records (entries, tuples, log records) the run moved.
     pub records: u64,
     /// Wall seconds (virtual seconds on the simulator).
     pub seconds: f64,
+    /// Records per second (virtual on the simulator).
     pub records_per_s: f64,
     /// Bytes written to remote memory per record (payload and metadata).
     pub bytes_per_record: f64,

@@ -47,11 +47,15 @@ pub const LOG_MAGIC: u64 = u64::from_le_bytes(*b"DMLOG001");
     Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
 )]
 pub struct LogHead {
+    /// `LOG_MAGIC`; an opener refuses a log without it.
     pub magic: u64,
+    /// Slots in the log.
     pub capacity: u64,
+    /// Bytes per slot.
     pub entry: u64,
     /// Slots reserved so far (the sequencer).
     pub tail: u64,
+    /// Zero; pads the head to 64 bytes.
     pub _reserved: [u64; 4],
 }
 const _: () = assert!(std::mem::size_of::<LogHead>() == 64);
@@ -69,6 +73,7 @@ pub fn hole_tag() -> u64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Log {
     head: RemoteRef,
+    /// Slots in the log.
     pub capacity: u64,
     /// Bytes per slot.
     pub entry: usize,
@@ -162,11 +167,13 @@ impl Log {
 /// How writers append.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppendParams {
+    /// How a batch of records is written.
     pub method: Method,
     /// Records per reservation (1 with [`Method::None`]).
     pub batch: usize,
     /// Posts in flight before the writer waits.
     pub depth: usize,
+    /// The device's scatter/gather limit.
     pub max_sge: usize,
     /// How long after its reservation a batch may still be written.
     pub lease: Nanos,
@@ -196,6 +203,7 @@ impl WriterMem {
 /// What a writer did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AppendStats {
+    /// Records written.
     pub records: u64,
     /// Records reserved and never written (a dead writer's, or past the
     /// lease).
@@ -296,7 +304,13 @@ pub async fn append(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Read {
     /// A record: its writer and sequence number.
-    Record { writer: u16, seq: u64 },
+    /// Which writer wrote it, and its sequence number there.
+    Record {
+        /// The writer.
+        writer: u16,
+        /// Its sequence number at that writer.
+        seq: u64,
+    },
     /// A hole (filled by this reader or another).
     Hole,
 }
@@ -400,7 +414,9 @@ pub struct LogConfig {
     pub records: u64,
     /// Bytes per record (slot).
     pub entry: usize,
+    /// How writers append.
     pub append: AppendParams,
+    /// Seed of the records' payloads.
     pub seed: u64,
 }
 

@@ -33,8 +33,11 @@ pub enum Platform {
     /// Virtual threads of a simulation: executor `i` on compute machine
     /// `i % machines`, socket `(i / machines) % sockets`.
     Sim {
+        /// The simulation.
         sim: Box<Sim>,
+        /// Compute machines.
         machines: usize,
+        /// Sockets per machine.
         sockets: u32,
     },
 }
@@ -42,10 +45,15 @@ pub enum Platform {
 /// Bytes and verbs the executors of a run moved (their workers' counters).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Traffic {
+    /// Bytes WRITTEN (payload).
     pub bytes_written: u64,
+    /// Bytes READ.
     pub bytes_read: u64,
+    /// WRITE requests.
     pub writes: u64,
+    /// Atomic verbs (CAS, FAA).
     pub atomics: u64,
+    /// Doorbells rung.
     pub doorbells: u64,
 }
 

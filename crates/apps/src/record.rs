@@ -22,8 +22,11 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
     Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
 )]
 pub struct EntryHead {
+    /// The entry's key.
     pub key: u64,
+    /// Its tag (see [`tag`]: epoch, writer and a field).
     pub tag: u64,
+    /// A checksum of key, tag and payload: a torn entry fails it.
     pub check: u64,
 }
 const _: () = assert!(std::mem::size_of::<EntryHead>() == 24);
@@ -86,7 +89,15 @@ pub enum Found {
     /// Never written (all of the head zero).
     Empty,
     /// A complete entry: key, tag, the payload's first word.
-    Entry { key: u64, tag: u64, value: u64 },
+    /// A complete entry: key, tag, the payload's first word.
+    Entry {
+        /// The key.
+        key: u64,
+        /// The tag.
+        tag: u64,
+        /// The payload's first word.
+        value: u64,
+    },
     /// Written partly, or damaged.
     Torn,
 }

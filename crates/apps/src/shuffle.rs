@@ -54,9 +54,13 @@ pub const STAGE_MAGIC: u64 = u64::from_le_bytes(*b"DMSHUFL1");
     Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
 )]
 pub struct StageHead {
+    /// `STAGE_MAGIC`; an opener refuses a stage without it.
     pub magic: u64,
+    /// The current epoch (one per run of the stage).
     pub epoch: u64,
+    /// Sources (`n`).
     pub sources: u64,
+    /// Partitions (`m`).
     pub parts: u64,
     /// Bytes per entry.
     pub entry: u64,
@@ -64,6 +68,7 @@ pub struct StageHead {
     pub capacity: u64,
     /// Sources that handed the current epoch off.
     pub done: u64,
+    /// Zero; pads the head to 64 bytes.
     pub _reserved: u64,
 }
 const _: () = assert!(std::mem::size_of::<StageHead>() == 64);
@@ -82,10 +87,13 @@ pub fn part_of(key: u64, parts: usize) -> usize {
 /// A shuffle stage: where its head and partition buffers are.
 #[derive(Debug, Clone)]
 pub struct Stage {
+    /// The stage's name (its root's name is `shuffle/NAME`).
     pub name: String,
     head: RemoteRef,
     bufs: Vec<RemoteRef>,
+    /// Sources (`n`).
     pub sources: usize,
+    /// Partitions (`m`).
     pub parts: usize,
     /// Bytes per entry.
     pub entry: usize,
@@ -406,6 +414,7 @@ impl StageRefs {
 /// How a source pushes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PushParams {
+    /// How a batch of entries is written.
     pub method: Method,
     /// Entries per batch (1 with [`Method::None`]).
     pub batch: usize,
@@ -446,8 +455,11 @@ impl SourceMem {
 /// What a source did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PushStats {
+    /// Entries pushed.
     pub entries: u64,
+    /// Work requests posted.
     pub requests: u64,
+    /// Posts (doorbells) made.
     pub posts: u64,
 }
 
@@ -635,7 +647,9 @@ pub struct ShuffleConfig {
     pub records: u64,
     /// Bytes per entry.
     pub entry: usize,
+    /// How sources push.
     pub push: PushParams,
+    /// Seed of the entries' keys.
     pub seed: u64,
 }
 

@@ -79,7 +79,9 @@ pub enum AtomicsError {
     #[error(
         "the RPC-based {0:?} needs the RPC channel to memory-node workers, which this build does not have yet"
     )]
+    /// The RPC-based series, whose channel is not in this build.
     RpcNotBuilt(Primitive),
+    /// The run itself failed.
     #[error(transparent)]
     Bench(#[from] BenchError),
 }
@@ -93,9 +95,13 @@ impl From<FabricError> for AtomicsError {
 /// One point.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AtomicsConfig {
+    /// The primitive measured.
     pub primitive: Primitive,
+    /// Where the primitive lives.
     pub place: Place,
+    /// Whether failed attempts back off exponentially.
     pub backoff: bool,
+    /// Threads, all machines together.
     pub threads: usize,
     /// Measured window (wall or virtual time).
     pub duration: Duration,
@@ -127,14 +133,21 @@ impl AtomicsConfig {
 /// What a point measured.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct AtomicsResult {
+    /// The backend it ran on ("shm", "sim", "verbs").
     pub backend: String,
+    /// The primitive measured.
     pub primitive: String,
+    /// Where the primitive lives.
     pub place: String,
+    /// Whether failed attempts back off exponentially.
     pub backoff: bool,
+    /// Threads, all machines together.
     pub threads: usize,
     /// Operations (lock: acquire + release; sequencer: numbers) in the window.
     pub ops: u64,
+    /// Length of the measured window in seconds.
     pub seconds: f64,
+    /// Million operations per second, all threads.
     pub mops: f64,
     /// Failed attempts per operation (lock), whole run.
     pub failures_per_op: f64,

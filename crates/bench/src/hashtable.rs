@@ -15,18 +15,23 @@ use crate::ycsb_bench::{self, IndexKind, Platform, YcsbConfig, YcsbResult};
 /// The shape of a breakdown run.
 #[derive(Debug, Clone)]
 pub struct HashtableRun {
+    /// Keys loaded into the table.
     pub keys: u64,
     /// Threads per front end (per compute machine on the simulator).
     pub threads: usize,
     /// Front ends (compute machines on the simulator; 1 on shm).
     pub front_ends: usize,
+    /// Tasks (coroutines) per thread.
     pub coros: usize,
     /// Hot keys of the IO-consolidation steps (the likeliest ones).
     pub hot_keys: usize,
     /// θ of the hot area.
     pub theta: u32,
+    /// Measured window.
     pub duration: std::time::Duration,
+    /// Unmeasured run before the window.
     pub warmup: std::time::Duration,
+    /// Seed of keys, workload and simulator.
     pub seed: u64,
 }
 

@@ -36,11 +36,13 @@ pub struct ConsolidationPoint {
     pub region: usize,
     /// Hot regions per thread.
     pub regions: usize,
+    /// Threads, all machines together.
     pub threads: usize,
     /// Measured window (wall or virtual time).
     pub duration: Duration,
     /// Longest a write stays buffered.
     pub lease: Duration,
+    /// Seed of the addresses (and of the simulator).
     pub seed: u64,
 }
 
@@ -70,15 +72,21 @@ impl ConsolidationPoint {
 /// What a point measured.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ConsolidationResult {
+    /// The backend it ran on ("shm", "sim", "verbs").
     pub backend: String,
     /// θ, or 0 for the native path.
     pub theta: u32,
+    /// Bytes per write (entry).
     pub size: usize,
+    /// Bytes per hot region.
     pub region: usize,
+    /// Hot regions per thread.
     pub regions: usize,
+    /// Threads, all machines together.
     pub threads: usize,
     /// Writes completed in the window.
     pub writes: u64,
+    /// Length of the measured window in seconds.
     pub seconds: f64,
     /// Million writes per second, all threads.
     pub mops: f64,

@@ -121,7 +121,9 @@ impl std::str::FromStr for Pattern {
 /// One measured point.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VectorIoConfig {
+    /// How a batch is posted.
     pub method: Method,
+    /// Whether batches are written or read.
     pub direction: Direction,
     /// Entries per batch.
     pub batch: usize,
@@ -131,9 +133,11 @@ pub struct VectorIoConfig {
     pub threads: usize,
     /// Bytes of the remote region the batches land in.
     pub region_size: u64,
+    /// Where in the region successive batches land.
     pub pattern: Pattern,
     /// Measured window (shm/verbs: wall time; simulator: virtual time).
     pub duration: Duration,
+    /// Seed of the addresses (and of the simulator).
     pub seed: u64,
 }
 
@@ -182,16 +186,25 @@ pub const MAX_ENTRY: usize = 64 << 10;
 /// What a point measured.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct VectorIoResult {
+    /// The backend it ran on ("shm", "sim", "verbs").
     pub backend: String,
+    /// How a batch is posted.
     pub method: String,
+    /// Whether batches are written or read.
     pub direction: String,
+    /// Where in the region successive batches land.
     pub pattern: String,
+    /// Entries per batch.
     pub batch: usize,
+    /// Bytes per entry.
     pub size: usize,
+    /// Threads, all machines together.
     pub threads: usize,
+    /// Bytes of the remote region the batches land in.
     pub region_size: u64,
     /// Entries moved in the window.
     pub entries: u64,
+    /// Length of the measured window in seconds.
     pub seconds: f64,
     /// Million entries per second, all threads.
     pub mops: f64,
@@ -210,9 +223,13 @@ pub struct VectorIoResult {
 /// The local vector-IO baseline of a point.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct LocalResult {
+    /// Entries moved in the window.
     pub entries: u64,
+    /// Length of the measured window in seconds.
     pub seconds: f64,
+    /// Million entries per second, all threads.
     pub mops: f64,
+    /// Payload gigabytes per second.
     pub gbytes_per_s: f64,
 }
 
@@ -660,6 +677,7 @@ pub fn local_vectored(cfg: &VectorIoConfig) -> Result<LocalResult, String> {
 /// The simulated cluster of [`run_sim`].
 #[derive(Debug, Clone)]
 pub struct SimShape {
+    /// The device profile.
     pub profile: dmkit_sim::Profile,
     /// Translation page size of the memory node (the study's region is
     /// 4 KiB-paged `posix_memalign` memory; Fig. 6's translation-cache

@@ -83,18 +83,28 @@ impl Default for ConsolidationConfig {
 /// Why a consolidated access failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ConsolidateError {
+    /// A verb on the region or its lock failed.
     #[error(transparent)]
     Fabric(#[from] FabricError),
+    /// The region's remote lock could not be taken or released.
     #[error(transparent)]
     Lock(#[from] LockError),
+    /// The region cannot be consolidated (misaligned, too large, empty).
     #[error("hot region at {addr} of {len} B: {why}")]
     Region {
+        /// The region's first byte.
         addr: GlobalAddr,
+        /// Its length in bytes.
         len: usize,
+        /// What is wrong with it.
         why: &'static str,
     },
+    /// A flush or release of a region this worker does not hold.
     #[error("hot region at {addr} held locally without its remote lock")]
-    NotHeld { addr: GlobalAddr },
+    NotHeld {
+        /// The region's first byte.
+        addr: GlobalAddr,
+    },
 }
 
 /// Largest hot region.

@@ -32,10 +32,18 @@ use crate::local::Local;
 /// Why a NUMA operation could not be done.
 #[derive(Debug, thiserror::Error)]
 pub enum NumaError {
+    /// The operation is not available here (platform, build, topology).
     #[error("{0}")]
     Unsupported(String),
+    /// A socket index past the host's sockets.
     #[error("socket {socket} does not exist (the host has {sockets})")]
-    NoSuchSocket { socket: usize, sockets: usize },
+    NoSuchSocket {
+        /// The socket asked for.
+        socket: usize,
+        /// Sockets the host has.
+        sockets: usize,
+    },
+    /// hwloc reported an error.
     #[error("hwloc: {0}")]
     Hwloc(String),
 }
@@ -43,13 +51,16 @@ pub enum NumaError {
 /// One socket: its id and the logical CPUs on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Socket {
+    /// The socket's index (hwloc's package index).
     pub id: usize,
+    /// Its logical CPUs (OS indices).
     pub cpus: Vec<usize>,
 }
 
 /// The host's sockets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Topology {
+    /// The sockets, by index.
     pub sockets: Vec<Socket>,
     /// Where the description came from ("hwloc", "sysfs", "fallback").
     pub source: &'static str,
@@ -239,17 +250,35 @@ mod hw {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProxyOp {
     /// READ `len` bytes at `src`.
-    Read { src: RemoteRef, len: usize },
+    Read {
+        /// Where to read.
+        src: RemoteRef,
+        /// Bytes to read.
+        len: usize,
+    },
     /// WRITE `data` to `dst`.
-    Write { dst: RemoteRef, data: Vec<u8> },
+    Write {
+        /// Where to write.
+        dst: RemoteRef,
+        /// The bytes written.
+        data: Vec<u8>,
+    },
     /// CAS of the word at `at`.
     Cas {
+        /// The 8-byte word.
         at: RemoteRef,
+        /// The value it must hold.
         expected: u64,
+        /// The value it gets if so.
         desired: u64,
     },
     /// FAA of the word at `at`.
-    Faa { at: RemoteRef, add: u64 },
+    Faa {
+        /// The 8-byte word.
+        at: RemoteRef,
+        /// Added to it.
+        add: u64,
+    },
 }
 
 impl ProxyOp {

@@ -74,6 +74,7 @@ pub struct NumaLayout {
     /// The study's testbed: one dual-port ConnectX-3 on socket 1's PCIe,
     /// `[1, 1]`; the dual-NIC setting of its Fig. 9: `[0, 1]`.
     pub ports: Vec<u32>,
+    /// Which port a thread's connections go through.
     pub rule: PortRule,
 }
 
