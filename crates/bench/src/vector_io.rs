@@ -730,7 +730,12 @@ pub fn run_sim(cfg: &VectorIoConfig, shape: &SimShape) -> Result<VectorIoResult,
         let span = cfg.region_size / 64;
         sim.worker_mut(th).spawn(move |ctx| async move {
             let mut heap = entry_heap(plan.batch, plan.size);
-            let mut cursor = Cursor::new(&plan, seed, t as u64 * span / 8);
+            // Threads start an eighth of the region apart, plus one 4 KiB
+            // page each: an eighth of a power-of-two region is a multiple
+            // of the device's direct-mapped translation cache, and without
+            // the page every thread's sequential stream would evict the
+            // others' entry from the same slot.
+            let mut cursor = Cursor::new(&plan, seed, t as u64 * (span / 8 + 64));
             while ctx.now() < end {
                 if one_batch(&ctx, &plan, &mem, &mut heap, &mut cursor)
                     .await
