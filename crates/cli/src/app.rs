@@ -63,6 +63,10 @@ struct Where {
     /// Bytes per memory node (shm: the embedded node; sim: each node).
     #[arg(long, default_value = "1GiB", value_parser = parse_size)]
     mem_size: u64,
+    /// shm: a network round trip added to every completion (e.g. 2us),
+    /// the regime batching is for; none by default.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    rtt: Option<Duration>,
     /// Simulator: device profile (the study's hardware: cx3-56g).
     #[arg(long, default_value = "cx3-56g")]
     profile: String,
@@ -90,8 +94,11 @@ impl Where {
                         ..Default::default()
                     })
                     .collect();
-                let f =
-                    ShmFabric::embedded(ShmConfig::default(), &nodes).map_err(|e| e.to_string())?;
+                let shm = ShmConfig {
+                    rtt: self.rtt,
+                    ..ShmConfig::default()
+                };
+                let f = ShmFabric::embedded(shm, &nodes).map_err(|e| e.to_string())?;
                 Ok(Platform::Threads(Arc::new(f) as Arc<dyn Fabric>))
             }
             AppBackend::Sim => {
