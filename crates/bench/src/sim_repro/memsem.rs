@@ -461,6 +461,21 @@ fn fig12(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
     Ok("x: front ends (compute machines); 100 % updates of 64 B values, zipfian 0.99".into())
 }
 
+/// Two sockets per machine: the testbed's NIC (both ports on socket 1,
+/// every connection through the first) or, NUMA-aware, a port per socket
+/// with matched connections.
+fn two_sockets(aware: bool) -> dmkit_sim::NumaLayout {
+    dmkit_sim::NumaLayout {
+        sockets: 2,
+        ports: if aware { vec![0, 1] } else { vec![1, 1] },
+        rule: if aware {
+            dmkit_sim::PortRule::Matched
+        } else {
+            dmkit_sim::PortRule::First
+        },
+    }
+}
+
 /// The simulated cluster of an application run.
 fn app_sim(
     opts: &ReproOptions,
@@ -576,7 +591,8 @@ fn fig15(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
 
 /// Fig. 16: the join, the partition phase unbatched (the naive distributed
 /// join) vs SGL and SP batches of 16, executors swept (the study: 10.3×
-/// over the naive distributed join with every optimisation).
+/// over the naive distributed join with every optimisation), and SP with
+/// and without NUMA awareness on two-socket machines (the study: 12–30 %).
 fn fig16(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
     let execs: &[usize] = if opts.quick { &[8] } else { &[4, 8, 16] };
     let tuples = if opts.quick { 5_000 } else { 20_000 };
@@ -609,6 +625,38 @@ fn fig16(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
                 );
             }
         }
+        // NUMA: two sockets per machine, executors alternating; the
+        // testbed's NIC on socket 1 against a port per socket (the study:
+        // NUMA awareness 12–30 %).
+        let mut numa = [0.0; 2];
+        for (k, aware) in [false, true].into_iter().enumerate() {
+            let cfg = dmkit_apps::join::JoinConfig {
+                executors: n,
+                inner: tuples,
+                outer: tuples,
+                entry: 32,
+                push: push_params(opts, AppMethod::Sp, 16),
+                seed: opts.seed,
+            };
+            let sim = app_sim(opts, 4, Some(two_sockets(aware)));
+            numa[k] = app_run(acc, move || {
+                let mut p = Platform::sim(sim).map_err(app_err)?;
+                dmkit_apps::join::run(&mut p, &cfg).map_err(app_err)
+            });
+            let s = if aware {
+                "sp, 2 sockets, NUMA-aware"
+            } else {
+                "sp, 2 sockets*"
+            };
+            acc.push(s, n as f64, numa[k], "Mops", None);
+        }
+        acc.push(
+            "NUMA-aware / not",
+            n as f64,
+            numa[1] / numa[0].max(1e-12),
+            "x",
+            None,
+        );
     }
     Ok("x: executors; tuples joined per second (R and S), batches of 16; the study's single-machine baseline is the host (`dmkit app join`)".into())
 }
@@ -626,15 +674,7 @@ fn fig19(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
     let records = if opts.quick { 5_000 } else { 20_000 };
     for &n in writers {
         for aware in [false, true] {
-            let numa = dmkit_sim::NumaLayout {
-                sockets: 2,
-                ports: if aware { vec![0, 1] } else { vec![1, 1] },
-                rule: if aware {
-                    dmkit_sim::PortRule::Matched
-                } else {
-                    dmkit_sim::PortRule::First
-                },
-            };
+            let numa = two_sockets(aware);
             let series = if aware { "sp" } else { "sp*" };
             let mut base = 0.0;
             for &b in batches {
