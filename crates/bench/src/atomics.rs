@@ -533,8 +533,10 @@ mod tests {
         for p in [Primitive::Lock, Primitive::Sequencer] {
             for place in [Place::Local, Place::Remote] {
                 for backoff in [false, true] {
+                    // (Long enough that three spinning threads on a loaded
+                    // two-core host all get scheduled within the window.)
                     let c = AtomicsConfig {
-                        duration: Duration::from_millis(30),
+                        duration: Duration::from_millis(200),
                         ..AtomicsConfig::new(p, place, backoff, 3)
                     };
                     let r = run(&f, &c).unwrap();
