@@ -182,7 +182,7 @@ pub struct MicroResult {
 /// A per-thread progress counter on its own cache lines.
 #[repr(align(128))]
 #[derive(Default)]
-pub struct Padded(AtomicU64);
+pub struct Padded(pub(crate) AtomicU64);
 
 /// Why a benchmark could not run.
 #[derive(Debug, thiserror::Error)]

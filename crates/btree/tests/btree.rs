@@ -435,13 +435,18 @@ fn a_held_lock_times_writers_out_and_a_dead_holders_is_broken() {
         assert_eq!(c.search(&ctx, b"k").await.unwrap(), Some(b"v".to_vec()));
     });
     // A dead holder: its lease ended at 1 µs of the clock.
-    qp.write_u64(lock, rk, dmkit_runtime::lock::pack(7, 1)).unwrap();
+    qp.write_u64(lock, rk, dmkit_runtime::lock::pack(7, 1))
+        .unwrap();
     on_worker(f.as_ref(), &tree.client(3), |ctx, c| async move {
         assert!(c.update(&ctx, b"k", b"w").await.unwrap());
         assert_eq!(c.search(&ctx, b"k").await.unwrap(), Some(b"w".to_vec()));
         assert_eq!(c.counters().leases_broken, 1);
     });
-    assert_eq!(qp.read_u64(lock, rk).unwrap(), 0, "released after the update");
+    assert_eq!(
+        qp.read_u64(lock, rk).unwrap(),
+        0,
+        "released after the update"
+    );
 }
 
 /// Table 1 and SMART-BT §5.2: a search without speculation reads a whole

@@ -13,6 +13,7 @@
 //! flags and helpers several commands share, `units` byte sizes. This file
 //! is the command tree, the dispatch and the exit status.
 
+mod app;
 mod args;
 mod bench;
 mod corm;
@@ -71,6 +72,10 @@ enum Cmd {
     /// The CoRM object store: replay allocation traces on its allocator.
     #[command(subcommand)]
     Corm(corm::CormCmd),
+    /// The memory-semantics study's applications: shuffle, join, log, and
+    /// the hash table's breakdown.
+    #[command(subcommand)]
+    App(app::AppCmd),
 }
 
 /// A closed standard output (`dmkit … | head`) ends the program quietly
@@ -104,8 +109,12 @@ fn main() -> ExitCode {
             BenchCmd::Ycsb(a) => bench::ycsb::bench_ycsb(a),
             BenchCmd::Rpc(a) => bench::rpc::bench_rpc(a),
             BenchCmd::Corm(a) => bench::corm_bench::bench_corm(a),
+            BenchCmd::VectorIo(a) => bench::vector_io::bench_vector_io(a),
+            BenchCmd::IoConsolidation(a) => bench::consolidation::bench_consolidation(a),
+            BenchCmd::Atomics(a) => bench::atomics::bench_atomics(a),
         },
         Cmd::Plot(a) => plot::plot(a),
+        Cmd::App(a) => app::app(a),
         Cmd::Sim(SimCmd::Reproduce(a)) => sim::sim_reproduce(a),
         Cmd::Sim(SimCmd::Speed(a)) => sim::sim_speed(a),
         Cmd::Sim(SimCmd::Check(a)) => sim::sim_check(a),

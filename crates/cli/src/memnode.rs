@@ -36,11 +36,24 @@ pub(crate) struct MemnodeArgs {
     /// start with the first channel and sleep when idle.
     #[arg(long, default_value_t = dmkit_memnode::DEFAULT_RPC_WORKERS)]
     workers: usize,
+    /// Bind the node's memory to this socket — the NIC's (memory-semantics
+    /// §III-D; needs a build with --features dmkit/hwloc). On a
+    /// single-socket host the flag is refused: there is nothing to bind.
+    #[arg(long)]
+    numa_socket: Option<usize>,
     #[command(flatten)]
     rdma: RdmaArgs,
 }
 
 pub(crate) fn memnode(a: MemnodeArgs) -> Res {
+    if let Some(socket) = a.numa_socket {
+        // Before the node touches its memory: its pages follow the policy.
+        let topo = dmkit_runtime::numa::Topology::detect();
+        if let Some(why) = topo.proxy_reason() {
+            return Err(format!("--numa-socket {socket}: {why}"));
+        }
+        dmkit_runtime::numa::bind_memory_to(socket).map_err(|e| format!("--numa-socket: {e}"))?;
+    }
     let node = MemNode::new(NodeConfig {
         node_id: a.node_id,
         size: a.size,

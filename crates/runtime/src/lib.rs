@@ -21,6 +21,11 @@
 //! (`ctx.call(node, service, bytes).await`, or typed with
 //! `ctx.call_typed::<S>(node, &request).await`) over the fabric's RPC
 //! channel, counted apart from verbs.
+//! [`numa`] is the study's NUMA side (§III-D): the host's sockets, pinning
+//! and memory binding (feature `hwloc`), and the proxy-socket queue.
+//!
+//! [`consolidate`] is IO consolidation (memory-semantics §III-C): a hint
+//! that a remote region is hot, and its write-back buffer.
 //!
 //! Vector IO (memory-semantics §III-A): doorbell batches are a task's
 //! `post`; [`Ctx::read_v`]/[`Ctx::write_v`] are scatter/gather requests;
@@ -33,12 +38,14 @@ pub mod alloc;
 pub mod backoff;
 pub mod clock;
 pub mod config;
+pub mod consolidate;
 pub mod ctx;
 pub mod hash;
 pub mod keys;
 pub mod local;
 pub mod lock;
 pub mod machine;
+pub mod numa;
 pub mod rng;
 pub mod rpc;
 pub mod stats;

@@ -52,6 +52,9 @@ pub struct SimConfig {
     /// RPC worker cores per memory node, instead of the profile's
     /// `rpc.cores` (0: no RPC channel).
     pub rpc_workers: Option<usize>,
+    /// Sockets, NIC ports and their crossings (`crate::numa`); `None`: one
+    /// socket per machine, nothing crosses (the default).
+    pub numa: Option<crate::numa::NumaLayout>,
 }
 
 impl Default for SimConfig {
@@ -67,6 +70,7 @@ impl Default for SimConfig {
             faults: Faults::default(),
             in_order_write: true,
             rpc_workers: None,
+            numa: None,
         }
     }
 }
@@ -122,6 +126,8 @@ pub struct RunOutcome {
 
 /// A simulation: its fabric, clock and virtual threads.
 pub struct Sim {
+    /// Sockets per machine (1 without a NUMA layout).
+    sockets: u32,
     core: Arc<Shared>,
     fabric: Arc<SimFabric>,
     clock: Arc<SimClock>,
@@ -190,10 +196,24 @@ impl Sim {
             explicit_doorbells: true,
             rpc_workers: cfg.rpc_workers.unwrap_or(p.rpc.cores as usize),
         };
+        // With sockets, a memory machine holds one node per socket.
+        let per_machine = cfg.numa.as_ref().map_or(1, |l| l.sockets as usize);
+        if let Some(l) = &cfg.numa {
+            let bad = |reason: String| FabricError::Connect {
+                target: "sim".into(),
+                reason,
+            };
+            l.validate().map_err(|e| bad(format!("NUMA layout: {e}")))?;
+            if cfg.colocated {
+                return Err(bad(
+                    "a NUMA layout needs memory machines of their own".into()
+                ));
+            }
+        }
         let machines = if cfg.colocated {
             cfg.compute_machines
         } else {
-            cfg.compute_machines + cfg.memory_nodes
+            cfg.compute_machines + cfg.memory_nodes.div_ceil(per_machine)
         };
         let tick = Arc::new(AtomicU64::new(0));
         let mut core = Core::new(
@@ -212,9 +232,12 @@ impl Sim {
             let m = if cfg.colocated {
                 i
             } else {
-                cfg.compute_machines + i
+                cfg.compute_machines + i / per_machine
             };
             core.place_node(i as u16, m, shift);
+        }
+        if let Some(l) = &cfg.numa {
+            core.set_numa(l.clone());
         }
         let machine_clocks = (0..machines)
             .filter_map(|m| MachineClock::new(&cfg.faults, cfg.seed, m))
@@ -222,6 +245,7 @@ impl Sim {
             .collect();
         let core = Arc::new(Shared::new(core));
         Ok(Self {
+            sockets: per_machine as u32,
             machine_clocks,
             fabric: Arc::new(SimFabric {
                 core: core.clone(),
@@ -236,6 +260,11 @@ impl Sim {
             finished: 0,
             steps: 0,
         })
+    }
+
+    /// Sockets per machine (1 unless a NUMA layout gives more).
+    pub fn sockets(&self) -> u32 {
+        self.sockets
     }
 
     /// The fabric (give it to data structures and workers).
@@ -299,12 +328,25 @@ impl Sim {
         machine: usize,
         make: impl FnOnce(&dyn Fabric, Arc<dyn Clock>) -> Result<Worker, E>,
     ) -> Result<ThreadId, E> {
+        self.add_worker_on(machine, 0, make)
+    }
+
+    /// [`Sim::add_worker`] for a thread on `socket` of its machine (what
+    /// its queue pairs cross depends on it: [`crate::numa`]; without a
+    /// NUMA layout the socket changes nothing).
+    pub fn add_worker_on<E>(
+        &mut self,
+        machine: usize,
+        socket: u32,
+        make: impl FnOnce(&dyn Fabric, Arc<dyn Clock>) -> Result<Worker, E>,
+    ) -> Result<ThreadId, E> {
         let (th, now) = self.core.with(|c| {
             assert!(
                 machine < c.machine_count(),
                 "machine {machine} does not exist"
             );
             let th = c.add_thread(machine);
+            c.set_thread_socket(th, socket);
             c.set_current(Some(th));
             c.cursor = c.now;
             (th, c.now)

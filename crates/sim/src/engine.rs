@@ -24,6 +24,7 @@ use dmkit_fabric::hint::prefetch;
 use dmkit_runtime::hash::IntMap;
 
 use crate::faults::Faults;
+use crate::numa::{NumaLayout, CROSS_LOCAL, CROSS_REMOTE};
 use crate::profile::{AtomicOrder, Profile};
 use crate::rng::SimRng;
 
@@ -346,6 +347,9 @@ struct Qp {
     failed_batch: u64,
     /// Instant the connection was lost.
     lost_at: Option<Time>,
+    /// Which of its ends cross the inter-socket link (`crate::numa`; 0
+    /// without a NUMA layout).
+    cross: u8,
 }
 
 /// A request whose execution instant is not known when it is posted: an
@@ -537,13 +541,16 @@ fn respond(
     spread: f64,
     rser: f64,
     half_wire: f64,
+    extra: f64,
 ) -> f64 {
     q.last_exec = exec + spread;
     let u2 = fmax(exec + spread, tm.up_resp_free);
     tm.up_resp_free = u2 + rser;
     let d2 = fmax(u2 + rser + half_wire, m.down_resp_free);
     m.down_resp_free = d2 + rser;
-    let cq = fmax(d2 + rser + half_wire + p.nic.deliver_ns, q.last_cq);
+    // (`extra`: the completion's DMA crossing sockets, `crate::numa`; 0
+    // otherwise, which adds exactly nothing.)
+    let cq = fmax(d2 + rser + half_wire + p.nic.deliver_ns + extra, q.last_cq);
     q.last_cq = cq;
     cq
 }
@@ -633,6 +640,9 @@ pub(crate) struct Core {
     pub(crate) rpc_cores: usize,
     pub(crate) rpc_max_message: usize,
     pub(crate) rpc_capacity: usize,
+    /// Sockets (`crate::numa`), if modelled, and each thread's socket.
+    numa: Option<NumaLayout>,
+    thread_socket: Vec<u32>,
 }
 
 /// Forgets the queue pairs of requester `m` that stopped waiting for its
@@ -1211,7 +1221,19 @@ impl Core {
             rpc_cores: 0,
             rpc_max_message: 4096,
             rpc_capacity: 64,
+            numa: None,
+            thread_socket: Vec::new(),
         }
+    }
+
+    /// Models sockets with `layout` (before any thread connects).
+    pub fn set_numa(&mut self, layout: NumaLayout) {
+        self.numa = Some(layout);
+    }
+
+    /// Puts thread `t` on `socket` (before it connects).
+    pub fn set_thread_socket(&mut self, t: ThreadId, socket: u32) {
+        self.thread_socket[t as usize] = socket;
     }
 
     pub fn place_node(&mut self, node: NodeId, machine: usize, page_shift: u32) {
@@ -1234,6 +1256,7 @@ impl Core {
     pub fn add_thread(&mut self, machine: usize) -> ThreadId {
         let id = self.threads.len() as ThreadId;
         self.threads.push(machine);
+        self.thread_socket.push(0);
         self.thread_handles.push(Vec::new());
         let m = &mut self.machines[machine];
         let active = m.active + 1;
@@ -1308,6 +1331,7 @@ impl Core {
             next_batch: 1,
             failed_batch: 0,
             lost_at: None,
+            cross: 0,
         };
         let default_db = |m: &mut Machine, p: &Profile| {
             let low = p.doorbell.low_latency;
@@ -1376,6 +1400,12 @@ impl Core {
                 qi
             }
         };
+        if let Some(layout) = &self.numa {
+            let socket = thread.map_or(0, |t| self.thread_socket[t as usize]);
+            if self.qps[qp].cross == 0 {
+                self.qps[qp].cross = layout.crossings(socket, node);
+            }
+        }
         let shift = self.page_shift.get(&node).copied().unwrap_or(21);
         self.handles.push(Handle {
             qp,
@@ -1494,7 +1524,16 @@ impl Core {
             stats.disconnects += 1;
         }
         // The NIC fetches the post's WQEs once the doorbell has rung.
-        let fetched = rung + p.nic.fetch_ns;
+        let mut fetched = rung + p.nic.fetch_ns;
+        // Across sockets (`crate::numa`): the doorbell's MMIO write and the
+        // WQE's DMA read each cross the link; the completion's DMA too.
+        let cross = qp.cross;
+        let cross_local = if cross & CROSS_LOCAL != 0 {
+            fetched += 2.0 * p.numa.cross_ns;
+            p.numa.cross_ns
+        } else {
+            0.0
+        };
         let batch_id = qp.next_batch;
         qp.next_batch += 1;
         if !batch.sges().is_empty() {
@@ -1527,7 +1566,22 @@ impl Core {
             let shape = shape_of(shapes, p, slots, kind, len);
             let (depart, qp) = send_queue(p, slots, tx, qps, qi, stats, &shape, fetched);
             let arrive = request_link(tx, rx, depart, shape.ser, half_wire);
-            let admitted = responder_admit(p, rx, stats, arrive, shape.rsvc, wr, page_shift);
+            let rsvc = if cross & CROSS_REMOTE != 0 {
+                // The responder's DMA crosses to the other socket's memory.
+                let (_, _, payload) = kind_bytes(kind, len);
+                fmax(
+                    slots.responder,
+                    payload / (p.responder.pcie_gbs * p.numa.cross_bw),
+                )
+            } else {
+                shape.rsvc
+            };
+            let admitted = responder_admit(p, rx, stats, arrive, rsvc, wr, page_shift);
+            let admitted = if cross & CROSS_REMOTE != 0 {
+                admitted + p.numa.cross_ns
+            } else {
+                admitted
+            };
             let (exec, held) = match kind {
                 VerbKind::Read | VerbKind::Write => (
                     access_instant(p, addr_free, line_free, kind, wr, len, admitted),
@@ -1576,7 +1630,17 @@ impl Core {
             }
             // One queue pair's requests take effect in posting order.
             let exec = fmax(exec, qp.last_exec + 1.0);
-            let cq = respond(p, qp, tx, rx, exec, spread, shape.rser, half_wire);
+            let cq = respond(
+                p,
+                qp,
+                tx,
+                rx,
+                exec,
+                spread,
+                shape.rser,
+                half_wire,
+                cross_local,
+            );
             enqueue(
                 stats,
                 next_seq,
@@ -1730,7 +1794,12 @@ impl Core {
                 .expect("a queue pair's machines exist");
             (&mut a.tx, &mut b.rx)
         };
-        let cq = respond(p, q, m, tm, exec, spread, pd.rser, half_wire);
+        let extra = if q.cross & CROSS_LOCAL != 0 {
+            p.numa.cross_ns
+        } else {
+            0.0
+        };
+        let cq = respond(p, q, m, tm, exec, spread, pd.rser, half_wire, extra);
         let hi = pd.h as usize;
         let hd = &mut self.handles[hi];
         let pos = (pd.idx - hd.head) as usize;

@@ -35,6 +35,10 @@ pub struct Profile {
     /// of [`RpcModel`]; nothing but the RPC path reads it).
     #[serde(default)]
     pub rpc: RpcModel,
+    /// Crossing the inter-socket link (used only with a NUMA layout,
+    /// `crate::numa`; absent: Table II of the memory-semantics study).
+    #[serde(default)]
+    pub numa: crate::numa::NumaModel,
 }
 
 /// A memory node's CPU on the RPC path ([`crate::rpc`] has the model).
@@ -428,6 +432,18 @@ impl Profile {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(format!("{name} must be ≥ 0, got {v}"));
             }
+        }
+        if !(self.numa.cross_ns.is_finite() && self.numa.cross_ns >= 0.0) {
+            return Err(format!(
+                "numa.cross_ns must be ≥ 0, got {}",
+                self.numa.cross_ns
+            ));
+        }
+        if !(self.numa.cross_bw > 0.0 && self.numa.cross_bw <= 1.0) {
+            return Err(format!(
+                "numa.cross_bw must be in (0, 1], got {}",
+                self.numa.cross_bw
+            ));
         }
         if self.nic.max_miss > 1.0 {
             return Err(format!("nic.max_miss {} must be ≤ 1", self.nic.max_miss));
