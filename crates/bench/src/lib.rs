@@ -13,6 +13,7 @@ pub mod micro;
 pub mod plot;
 pub mod rng;
 pub mod sim_check;
+pub mod sim_check_swordbox;
 pub mod sim_micro;
 pub mod sim_repro;
 pub mod ycsb;

@@ -21,6 +21,8 @@
 //! - `btree` — the B+tree, the same workload and checks, with small nodes
 //!   (so splits happen at every level during the run), HOCL, cache and
 //!   speculative lookup drawn from the seed, and its structural checker.
+//! - `clover`, `swordbox-locks` — Clover through SwordBox's steering, and
+//!   the B+tree's locks through CAS→WRITE: see [`crate::sim_check_swordbox`].
 //!
 //! Every scenario runs on the ConnectX-6 profile; the responder's order
 //! among atomics waiting for one address follows the seed too (see
@@ -64,7 +66,14 @@ use dmkit_runtime::Local;
 const LOCAL_BYTES: usize = 64 << 10;
 
 /// Scenario names.
-pub const SCENARIOS: [&str; 4] = ["counters", "race", "art", "btree"];
+pub const SCENARIOS: [&str; 6] = [
+    "counters",
+    "race",
+    "art",
+    "btree",
+    "clover",
+    "swordbox-locks",
+];
 
 /// What a passing run did.
 #[derive(Debug, Clone)]
@@ -88,6 +97,8 @@ pub fn run(name: &str, seed: u64) -> Result<Passed, String> {
         "race" => race(seed),
         "art" => art(seed),
         "btree" => btree(seed),
+        "clover" => crate::sim_check_swordbox::clover(seed),
+        "swordbox-locks" => crate::sim_check_swordbox::locks(seed),
         _ => {
             return Err(format!(
                 "no scenario {name:?}; scenarios: {}",
@@ -127,6 +138,7 @@ pub fn skew_bound(name: &str) -> u64 {
     match name {
         "counters" => LOCK_SKEW,
         "race" => RACE_GRACE / 8,
+        "clover" => crate::sim_check_swordbox::CLOVER_GRACE / 8,
         _ => 1_000_000,
     }
 }
@@ -158,7 +170,7 @@ fn clock_note(f: &Faults) -> String {
 
 /// Compute machines of every scenario; worker `i` runs on machine
 /// `i % MACHINES` (the map clients' `client_on(id % 2)` say the same).
-const MACHINES: usize = 2;
+pub(crate) const MACHINES: usize = 2;
 
 /// What [`run_seeds`] found.
 #[derive(Debug, Clone, PartialEq)]
@@ -461,7 +473,7 @@ fn race(seed: u64) -> Result<Passed, String> {
 /// client and checks it all (`stress::verify`). Returns (operations, the
 /// virtual time at the end of the workload).
 /// A map scenario's workload shape, drawn from the seed's generator.
-fn stress_shape(r: &mut Rng, seed: u64) -> StressConfig {
+pub(crate) fn stress_shape(r: &mut Rng, seed: u64) -> StressConfig {
     StressConfig {
         workers: 2 + r.below(3) as usize,
         tasks: 1 + r.below(5) as usize,
@@ -473,7 +485,7 @@ fn stress_shape(r: &mut Rng, seed: u64) -> StressConfig {
     }
 }
 
-fn stress_on_sim<C: MapClient>(
+pub(crate) fn stress_on_sim<C: MapClient>(
     sim: &mut Sim,
     layout: &LocalLayout,
     client: &dyn Fn(u64) -> C,
@@ -547,7 +559,7 @@ fn stress_on_sim<C: MapClient>(
 /// instant its reading could have been taken at and each return to the
 /// latest: every operation's interval in virtual time contains its true
 /// one, so an order the checker infers from them is a real one.
-fn in_virtual_time(
+pub(crate) fn in_virtual_time(
     sim: &Sim,
     mut records: Vec<StressRecord>,
     machine: impl Fn(u32) -> usize,

@@ -118,7 +118,10 @@ fn check_chain(
         if !visited.insert(at) {
             return Err(format!("entry {slot}: the chain loops back to {at}"));
         }
-        let b = read(at, read_len)?;
+        // In two pieces: a READ of a whole version is what a switch that
+        // steers Clover's READs recognises (and would move).
+        let mut b = read(at, HEADER)?;
+        b.extend(read(at.add(HEADER as u64), read_len - HEADER)?);
         let v = Version::decode(&b).ok_or_else(|| {
             format!(
                 "entry {slot}: {at} (version {} of the chain) is not a valid version",

@@ -314,6 +314,54 @@ impl CloverKv {
         self.linked.load(Ordering::Relaxed)
     }
 
+    /// The key ids (directory entries) of `keys`, `None` for a key without
+    /// a chain, read synchronously from a store nobody changes meanwhile
+    /// (what a switch's control plane installs for partial steering).
+    pub fn key_ids(&self, keys: &[Vec<u8>]) -> Result<Vec<Option<u64>>, IndexError> {
+        let home = self.home.home();
+        let rk = self.home.rkey(home)?;
+        let mut qp = self.home.sync_qp(home, 1 << 12)?;
+        let slots = self.cfg.dir_slots;
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            let h = crate::hint::KeyHash::of(key, self.cfg.seed);
+            let mut found = None;
+            let mut probed = 0;
+            'probe: while probed < slots {
+                let from = (h.h1 + probed) & (slots - 1);
+                let n = PROBE_WINDOW.min(slots - from);
+                let w = qp.read(self.dir.add(DIR_ENTRY * from), rk, (n * DIR_ENTRY) as usize)?;
+                for i in 0..n as usize {
+                    let (e, _) =
+                        DirEntry::read_from_prefix(&w[i * DIR_ENTRY as usize..]).map_err(|_| {
+                            IndexError::Corrupt {
+                                addr: self.dir,
+                                what: "clover directory entry",
+                            }
+                        })?;
+                    if !e.used() {
+                        break 'probe;
+                    }
+                    if e.fp() != h.fp() {
+                        continue;
+                    }
+                    // In two pieces: a whole version's READ is what a
+                    // steering switch would move.
+                    let at = e.head_addr();
+                    let mut b = qp.read(at, rk, HEADER)?;
+                    b.extend(qp.read(at.add(HEADER as u64), rk, self.cfg.read_bytes() - HEADER)?);
+                    if Version::decode(&b).is_some_and(|v| v.key == *key) {
+                        found = Some(from + i as u64);
+                        break 'probe;
+                    }
+                }
+                probed += n;
+            }
+            out.push(found);
+        }
+        Ok(out)
+    }
+
     /// Starts the embedded metadata server thread (once).
     fn start_mds_thread(self: &Arc<Self>) -> Result<(), IndexError> {
         let mut slot = self.mds_thread.lock().unwrap_or_else(|p| p.into_inner());

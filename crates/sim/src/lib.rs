@@ -9,7 +9,7 @@
 //! is broken by a sequence number.
 //!
 //! Not here: the figures' workloads (`dmkit-bench`'s `sim_repro`), the
-//! switch policies of SwordBox (the SwordBox issue).
+//! switch's policy (`dmkit-switch`; [`switch`] puts it in the network).
 //!
 //! ## The model (specification: SMART §2.2, §3, §6.1, §6.3; memory-semantics
 //! §II-B; SwordBox §3)
@@ -102,6 +102,7 @@ pub mod fabric;
 pub mod faults;
 pub mod profile;
 pub mod rng;
+pub mod switch;
 
 pub use clock::MachineClock;
 pub use driver::{RunOutcome, Sim, SimClock, SimConfig};
@@ -109,3 +110,4 @@ pub use engine::{SimStats, ThreadId, Time};
 pub use fabric::{SimFabric, SimQp};
 pub use faults::Faults;
 pub use profile::Profile;
+pub use switch::{SwitchMode, SwitchModel, SwitchSimStats};

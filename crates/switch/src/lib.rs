@@ -46,7 +46,7 @@ pub mod policy;
 pub use packet::{
     Action, ConnId, Delivery, Dest, Forward, Request, RespKind, Response, Token, Verb,
 };
-pub use policy::{mux_conn, Steer, Switch, SwitchConfig, SwitchStats};
+pub use policy::{mux_conn, Mux, Steer, Switch, SwitchConfig, SwitchStats};
 
 #[cfg(test)]
 mod tests;

@@ -129,8 +129,6 @@ pub enum Action {
     Muxed,
     /// A retransmission: forwarded exactly as the original was.
     Retransmission,
-    /// A Clover append made to fail (quiet period after a restart).
-    Quiet,
 }
 
 /// What to send on: the connection, sequence number and (possibly
@@ -150,6 +148,9 @@ pub struct Forward {
     /// learns its version is linked before the versions it was linked
     /// behind are).
     pub after: Option<Token>,
+    /// Not to be sent before this instant (the quiet period after a
+    /// restart).
+    pub not_before: Option<u64>,
 }
 
 /// A response on a connection, as it comes back from a memory node.

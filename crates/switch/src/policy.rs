@@ -8,8 +8,11 @@
 //!   ring of its incoming connection; a request whose sequence number has
 //!   an entry is a *retransmission* and is forwarded exactly as the
 //!   original was (same outgoing connection, sequence number and rewrite).
-//! - **Multiplexing** (`mux`, §4.1, §4.5): requests to lock words go out
-//!   on one shared connection per memory node, with their own outgoing
+//! - **Multiplexing** (`mux`, §4.1, §4.5): requests to lock words
+//!   ([`Mux::Locks`], the paper's lock micro-benchmark) or every request
+//!   to the node ([`Mux::Node`], what a structure that orders its lock
+//!   with its other verbs on one connection needs) go out on one shared
+//!   connection per memory node, with their own outgoing
 //!   sequence numbers and a map entry in that connection's ring. A
 //!   (coalesced, cumulative) ACK on it is demultiplexed into one ACK per
 //!   client connection it covers; a go-back-N NAK is broadcast to every
@@ -28,9 +31,10 @@
 //!   successor is still in flight); one that expects the key in the
 //!   predicted tail's state is predicted to succeed and moves the
 //!   prediction to its new version. An address → key table (hashed,
-//!   collisions replace the old entry) recognises READs of a key's
-//!   versions and steers them to the key's last *acknowledged* version
-//!   (`ReadWrite`). Misses pass unmodified. **Partial steering**: only the
+//!   collisions replace the old entry; a WRITE to an address removes it,
+//!   for a reclaimed block written anew is another key's) recognises READs
+//!   of a key's versions and steers them to the key's last *acknowledged*
+//!   version (`ReadWrite`). Misses pass unmodified. **Partial steering**: only the
 //!   keys of `steer_keys`, when given.
 //!
 //! ## Learning, ordered completion, failures (§4.5)
@@ -44,8 +48,10 @@
 //! and forwarded as before, which repairs the chain; if the client died,
 //! the control plane re-sends the switch's outstanding appends
 //! ([`Switch::stalled`], [`Switch::control_ack`]). A restart forgets
-//! everything: keys become unknown, locks uncached — performance drops for
-//! a while, nothing else. A predicted append that fails (no rule lets it
+//! everything: keys become unknown, locks uncached, and appends wait out a
+//! quiet period — performance drops for a while, nothing else. (A restart
+//! while a lost append awaits its retransmission is the double failure
+//! SwordBox defers, §4.5: the retransmission finds no record.) A predicted append that fails (no rule lets it
 //! in this model; counted as `mispredictions`) makes its key unknown again.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -87,6 +93,24 @@ impl std::fmt::Display for Steer {
     }
 }
 
+/// Which requests the switch multiplexes onto one connection per memory
+/// node (§4.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mux {
+    /// None: every request stays on its client's connection.
+    #[default]
+    Off,
+    /// Requests to lock words (what the paper's CAS→WRITE micro-benchmark
+    /// multiplexes). A client's other requests stay on its connection, so
+    /// the node may execute them out of the client's order relative to its
+    /// lock operations: a structure that relies on that order (a node's
+    /// write-back before its unlock, Sherman's) is not safe with it.
+    Locks,
+    /// Every request to the node: one order for all of them, each client's
+    /// order kept (the shared connection carries everything).
+    Node,
+}
+
 /// The switch's techniques and tables.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SwitchConfig {
@@ -99,8 +123,8 @@ pub struct SwitchConfig {
     pub clover_read_len: u32,
     /// Entries of the address → key table.
     pub addr_slots: usize,
-    /// Multiplex requests to lock words onto one connection per node.
-    pub mux: bool,
+    /// Which requests go onto one shared connection per memory node.
+    pub mux: Mux,
     /// Replace CASes on lock words by WRITEs (needs `mux`).
     pub cas_to_write: bool,
     /// Lock words: `[start, end)` address ranges.
@@ -109,11 +133,12 @@ pub struct SwitchConfig {
     /// pass unmodified).
     pub ring: usize,
     /// After a restart, for this long (the unit of `now`), Clover appends
-    /// are made to fail (their compare operand can match no word): what
-    /// the switch forwarded before it forgot everything lands first, so no
-    /// append it lets through unmodified can take a tail that a forgotten
-    /// prediction was sent to. At least the longest time a request spends
-    /// between switch and execution.
+    /// are held back ([`Forward::not_before`]; a switch that cannot hold a
+    /// packet drops it and forwards the client's retransmission as
+    /// recorded): what the switch forwarded before it forgot everything
+    /// lands first, so no append it lets through unmodified can take a
+    /// tail that a forgotten prediction was sent to. At least the longest
+    /// time a request spends between switch and execution.
     pub quiet: u64,
 }
 
@@ -124,7 +149,7 @@ impl Default for SwitchConfig {
             steer_keys: None,
             clover_read_len: 0,
             addr_slots: 1 << 14,
-            mux: false,
+            mux: Mux::Off,
             cas_to_write: false,
             lock_ranges: Vec::new(),
             ring: 1024,
@@ -144,7 +169,7 @@ pub struct SwitchStats {
     pub muxed: u64,
     /// CASes replaced by WRITEs.
     pub cas_to_write: u64,
-    /// Appends made to fail in the quiet period after a restart.
+    /// Appends held back in the quiet period after a restart.
     pub quieted: u64,
     /// Append CASes predicted to succeed (at the predicted tail).
     pub predicted: u64,
@@ -230,7 +255,7 @@ struct Lock {
 
 /// A shared outgoing connection to one memory node.
 #[derive(Debug, Default)]
-struct Mux {
+struct Shared {
     next: u64,
     acked: u64,
     /// Entries past `acked`, in order of outgoing sequence number.
@@ -240,15 +265,16 @@ struct Mux {
 /// The switch's soft state.
 #[derive(Debug, Default)]
 struct State {
-    /// Map entries of incoming connections, by sequence number.
-    sent: HashMap<ConnId, HashMap<u64, Entry>>,
+    /// Map entries of incoming connections: a ring each, indexed by
+    /// sequence number modulo its size (SwordBox §4.1).
+    sent: HashMap<ConnId, Vec<Option<Entry>>>,
     keys: HashMap<u64, KeyState>,
     /// Clover appends in flight: token → key.
     appends: HashMap<Token, u64>,
     /// address → key, hashed (0 = empty).
     table: Vec<(u64, u64)>,
     locks: HashMap<u64, Lock>,
-    mux: HashMap<Dest, Mux>,
+    mux: HashMap<Dest, Shared>,
     /// Responses held per client connection (in order), each with the
     /// append it waits for.
     held: HashMap<ConnId, VecDeque<(Delivery, Option<Token>)>>,
@@ -261,12 +287,12 @@ pub struct Switch {
     steer_keys: Option<HashSet<u64>>,
     st: State,
     stats: SwitchStats,
-    /// Appends fail until then (after a restart).
+    /// Appends are held until then (after a restart).
     quiet_until: u64,
 }
 
-/// The compare operand of an append made to fail: no next word is all
-/// ones (an empty word's tag is not, a link's top bit is clear).
+/// A compare operand no Clover next word equals (an empty word's tag is
+/// not all ones, a link's top bit is clear).
 pub const NEVER: u64 = u64::MAX;
 
 /// The outgoing connection id of memory node `dest`'s shared connection
@@ -319,8 +345,14 @@ impl Switch {
         }
     }
 
+    /// Installs the lock words' ranges (known once the structure that
+    /// owns them exists).
+    pub fn set_lock_ranges(&mut self, ranges: Vec<(u64, u64)>) {
+        self.cfg.lock_ranges = ranges;
+    }
+
     /// The switch restarts at `now`: every table is lost (its configuration
-    /// stays), and appends fail for the quiet period.
+    /// stays), and appends are held for the quiet period.
     pub fn restart(&mut self, now: u64) {
         self.quiet_until = now.saturating_add(self.cfg.quiet);
         self.st = State::default();
@@ -348,6 +380,14 @@ impl Switch {
         *slot = (addr, key);
     }
 
+    fn table_forget(&mut self, addr: u64) {
+        let n = self.st.table.len();
+        let slot = &mut self.st.table[(mix(addr) % n as u64) as usize];
+        if slot.0 == addr {
+            *slot = (0, 0);
+        }
+    }
+
     fn table_get(&self, addr: u64) -> Option<u64> {
         let n = self.st.table.len();
         let (a, k) = self.st.table[(mix(addr) % n as u64) as usize];
@@ -359,11 +399,11 @@ impl Switch {
     pub fn on_request(&mut self, req: &Request, now: u64) -> Forward {
         self.stats.requests += 1;
         let tok = req.token();
-        if let Some(e) = self.st.sent.get(&req.conn).and_then(|r| r.get(&req.psn)) {
+        if let Some(fwd) = self.sent(tok).map(|e| e.fwd) {
             self.stats.retransmissions += 1;
             return Forward {
                 action: Action::Retransmission,
-                ..e.fwd
+                ..fwd
             };
         }
         let pass = Forward {
@@ -372,25 +412,14 @@ impl Switch {
             verb: req.verb,
             action: Action::Pass,
             after: None,
+            not_before: None,
         };
         let addr = req.verb.addr();
-        let fwd = if self.cfg.mux && self.is_lock(addr) {
+        let lock = self.cfg.mux != Mux::Off && self.is_lock(addr);
+        let mut fwd = if lock {
             self.lock_request(req)
         } else {
             match req.verb {
-                Verb::Cas {
-                    addr,
-                    compare,
-                    swap,
-                } if now < self.quiet_until && clover::empty(compare).is_some() => Forward {
-                    verb: Verb::Cas {
-                        addr,
-                        compare: NEVER,
-                        swap,
-                    },
-                    action: Action::Quiet,
-                    ..pass
-                },
                 Verb::Cas {
                     addr,
                     compare,
@@ -410,9 +439,33 @@ impl Switch {
                 {
                     self.read(addr, pass)
                 }
+                Verb::Write { addr, .. } if self.cfg.steer == Steer::ReadWrite => {
+                    // A block written anew (a reclaimed version reused) is no
+                    // longer the key's the table says: forget it until an
+                    // append names it again.
+                    self.table_forget(addr);
+                    pass
+                }
                 _ => pass,
             }
         };
+        if now < self.quiet_until {
+            if let Verb::Cas { compare, .. } = req.verb {
+                if clover::empty(compare).is_some() {
+                    // After a restart: not before the quiet period ends.
+                    fwd.not_before = Some(self.quiet_until);
+                    self.stats.quieted += 1;
+                }
+            }
+        }
+        if self.cfg.mux == Mux::Node && !lock {
+            // Onto the shared connection, rewritten as decided.
+            fwd.conn = mux_conn(req.dest);
+            fwd.psn = self.mux_seq(req.dest);
+            if fwd.action == Action::Pass {
+                fwd.action = Action::Muxed;
+            }
+        }
         match fwd.action {
             Action::Pass => self.stats.passed += 1,
             Action::Muxed => self.stats.muxed += 1,
@@ -425,24 +478,23 @@ impl Switch {
             }
             Action::SteeredDoomedCas { .. } => self.stats.steered_doomed += 1,
             Action::SteeredRead { .. } => self.stats.steered_reads += 1,
-            Action::Quiet => self.stats.quieted += 1,
             _ => {}
         }
         let cas = match req.verb {
             Verb::Cas { compare, swap, .. } => Some((compare, swap)),
             _ => None,
         };
-        let ring = self.cfg.ring.max(1) as u64;
-        let sent = self.st.sent.entry(req.conn).or_default();
-        sent.retain(|&p, _| p + ring > req.psn);
-        sent.insert(
-            req.psn,
-            Entry {
-                token: tok,
-                fwd,
-                cas,
-            },
-        );
+        let ring = self.cfg.ring.max(1);
+        let sent = self
+            .st
+            .sent
+            .entry(req.conn)
+            .or_insert_with(|| vec![None; ring]);
+        sent[(req.psn % ring as u64) as usize] = Some(Entry {
+            token: tok,
+            fwd,
+            cas,
+        });
         if fwd.conn == mux_conn(req.dest) {
             self.st
                 .mux
@@ -461,9 +513,7 @@ impl Switch {
     /// A request to a lock word: onto the node's shared connection; a CAS
     /// on a cached word becomes a WRITE of its outcome.
     fn lock_request(&mut self, req: &Request) -> Forward {
-        let m = self.st.mux.entry(req.dest).or_default();
-        m.next += 1;
-        let psn = m.next;
+        let psn = self.mux_seq(req.dest);
         let lock = self.st.locks.entry(req.verb.addr()).or_default();
         let mut fwd = Forward {
             conn: mux_conn(req.dest),
@@ -471,6 +521,7 @@ impl Switch {
             verb: req.verb,
             action: Action::Muxed,
             after: None,
+            not_before: None,
         };
         match req.verb {
             Verb::Cas {
@@ -504,6 +555,21 @@ impl Switch {
             Verb::Read { .. } => {}
         }
         fwd
+    }
+
+    /// The next sequence number of `dest`'s shared connection.
+    fn mux_seq(&mut self, dest: Dest) -> u64 {
+        let m = self.st.mux.entry(dest).or_default();
+        m.next += 1;
+        m.next
+    }
+
+    /// The map entry of request `tok`, if its connection's ring still has it.
+    fn sent(&self, tok: Token) -> Option<&Entry> {
+        let ring = self.st.sent.get(&tok.conn)?;
+        ring[(tok.psn % ring.len() as u64) as usize]
+            .as_ref()
+            .filter(|e| e.token == tok)
     }
 
     /// A Clover append of a steered key.
@@ -684,13 +750,7 @@ impl Switch {
     /// acknowledgement (the client's own response, if it ever comes, is
     /// delivered as usual). Returns the client responses it releases.
     pub fn control_ack(&mut self, tok: Token, old: u64) -> Vec<Delivery> {
-        let ok = match self
-            .st
-            .sent
-            .get(&tok.conn)
-            .and_then(|r| r.get(&tok.psn))
-            .and_then(|e| e.cas)
-        {
+        let ok = match self.sent(tok).and_then(|e| e.cas) {
             Some((compare, _)) => old == compare,
             None => return Vec::new(),
         };
@@ -793,12 +853,7 @@ impl Switch {
             kind: resp.kind,
         };
         if let RespKind::Atomic { old } = resp.kind {
-            let cas = self
-                .st
-                .sent
-                .get(&tok.conn)
-                .and_then(|r| r.get(&tok.psn))
-                .and_then(|e| e.cas);
+            let cas = self.sent(tok).and_then(|e| e.cas);
             if let Some((compare, _)) = cas {
                 let wait = self.waits_for(tok);
                 let released = self.append_done(tok, old == compare);
@@ -847,6 +902,22 @@ impl Switch {
             let last = e.fwd.psn == resp.psn;
             let kind = match (e.fwd.action, e.fwd.verb, resp.kind) {
                 (Action::CasToWrite { prior }, _, _) => Some(RespKind::Atomic { old: prior }),
+                (_, Verb::Cas { .. }, RespKind::Atomic { old })
+                    if last && self.st.appends.contains_key(&e.token) =>
+                {
+                    // A Clover append on the shared connection.
+                    let compare = e.cas.map_or(NEVER, |c| c.0);
+                    let wait = self.waits_for(e.token);
+                    let released = self.append_done(e.token, old == compare);
+                    let d = Delivery {
+                        conn: e.token.conn,
+                        psn: e.token.psn,
+                        kind: RespKind::Atomic { old },
+                    };
+                    self.deliver(d, wait, out);
+                    out.extend(self.release(&released));
+                    continue;
+                }
                 (_, Verb::Cas { .. }, RespKind::Atomic { old }) if last => {
                     self.lock_settled(&e, old);
                     Some(RespKind::Atomic { old })

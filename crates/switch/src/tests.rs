@@ -369,7 +369,7 @@ fn retransmissions_are_forwarded_as_their_originals() {
 
 fn locks() -> Switch {
     Switch::new(SwitchConfig {
-        mux: true,
+        mux: Mux::Locks,
         cas_to_write: true,
         lock_ranges: vec![(1 << 20, (1 << 20) + 4096)],
         ..SwitchConfig::default()
@@ -693,19 +693,24 @@ fn a_restart_loses_only_performance() {
     m.version(256);
     let inflight = sw.on_request(&append(1, 1, 64, 256), 0);
     sw.restart(1_000);
-    // In the quiet period an append cannot succeed, even on the tail its
-    // forgotten predecessor was sent to.
+    // In the quiet period an append waits, unmodified, until it ends: the
+    // append sent before the restart (to the same tail) lands first.
     m.version(320);
     let q = sw.on_request(&append(2, 1, 128, 320), 1_050);
-    assert_eq!((q.action, q.verb.addr()), (Action::Quiet, 128));
     assert_eq!(
-        run(&mut sw, &mut m, &q)[0].kind,
-        RespKind::Atomic {
-            old: empty_word(K, true)
-        }
+        (q.action, q.verb.addr(), q.not_before),
+        (Action::Pass, 128, Some(1_100))
     );
-    // The append in flight still lands where it was sent.
     run(&mut sw, &mut m, &inflight);
+    let d = run(&mut sw, &mut m, &q);
+    assert_eq!(
+        d[0].kind,
+        RespKind::Atomic {
+            old: link(256, true)
+        },
+        "it lost to the forgotten one"
+    );
+    assert_eq!(sw.stats().quieted, 1);
     // Forgotten: a READ passes, an append passes (and teaches again).
     assert_eq!(sw.on_request(&read(2, 2, 64), 1_100).action, Action::Pass);
     let f = sw.on_request(&append(2, 3, 256, 320), 1_100);
@@ -980,4 +985,55 @@ fn clovers_words_are_read_as_dmkit_clover_writes_them() {
         None,
         "NEVER matches no next word"
     );
+}
+
+#[test]
+fn node_multiplexing_carries_every_request_and_still_steers() {
+    let mut sw = Switch::new(SwitchConfig {
+        steer: Steer::Write,
+        mux: Mux::Node,
+        ..SwitchConfig::default()
+    });
+    let mut m = Memory::default();
+    m.version(64);
+    m.version(128);
+    let f = sw.on_request(&append(1, 1, 64, 128), 0);
+    assert_eq!((f.conn, f.psn, f.action), (mux_conn(0), 1, Action::Muxed));
+    run(&mut sw, &mut m, &f);
+    assert_eq!(
+        sw.stats().learned,
+        1,
+        "its response came back on the shared connection"
+    );
+    let r = sw.on_request(&read(2, 1, 4096), 0);
+    assert_eq!((r.conn, r.psn), (mux_conn(0), 2));
+    m.version(256);
+    let s = sw.on_request(&append(3, 1, 64, 256), 0);
+    assert_eq!((s.conn, s.psn, s.verb.addr()), (mux_conn(0), 3, 128));
+    assert_eq!(s.action, Action::SteeredCas { from: 64 });
+}
+
+#[test]
+fn a_block_written_anew_is_forgotten_by_the_address_table() {
+    let mut sw = steering(Steer::ReadWrite);
+    let mut m = Memory::default();
+    learnt(&mut sw, &mut m, 64, 128);
+    m.version(256);
+    let f = sw.on_request(&append(1, 1, 128, 256), 0);
+    run(&mut sw, &mut m, &f);
+    assert_eq!(sw.on_request(&read(2, 1, 64), 0).verb.addr(), 256);
+    // 64 is reclaimed and reused for another key's version: its READs
+    // must not be steered to key K's tail.
+    let w = Request {
+        conn: 3,
+        psn: 1,
+        dest: 0,
+        verb: Verb::Write {
+            addr: 64,
+            len: 184,
+            word: None,
+        },
+    };
+    assert_eq!(sw.on_request(&w, 0).action, Action::Pass);
+    assert_eq!(sw.on_request(&read(2, 2, 64), 0).action, Action::Pass);
 }
