@@ -16,6 +16,7 @@ pub mod sim_check;
 pub mod sim_check_swordbox;
 pub mod sim_micro;
 pub mod sim_repro;
+pub mod sim_repro_swordbox;
 pub mod ycsb;
 pub mod ycsb_bench;
 

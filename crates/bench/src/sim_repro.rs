@@ -93,6 +93,10 @@
 //!   compute node × 96 threads × 8 tasks, 2 memory nodes). The study gives
 //!   no absolute points for it (`published` is null).
 //!
+//! Specification: SwordBox, NSDI'24 submission: `swordbox-fig5`, `-fig10`,
+//! `-fig11`, `-fig12`, `-fig13`, `-fig14` and `-sherman`, described in
+//! [`crate::sim_repro_swordbox`].
+//!
 //! Throttled runs use Algorithm 1's candidate list, `C_max` ∈ {4, 6, 8,
 //! 10, 12} (line 17), unless told otherwise. The runtime's default list adds
 //! "unlimited"; with it, Table 1's dynamic run falls to ≈72 Mops: per-thread
@@ -177,7 +181,7 @@ impl Default for ReproOptions {
 }
 
 /// Figures this build reproduces.
-pub const FIGURES: [&str; 9] = [
+pub const FIGURES: [&str; 16] = [
     "smart-fig3a",
     "smart-fig4a",
     "smart-table1",
@@ -187,21 +191,36 @@ pub const FIGURES: [&str; 9] = [
     "smart-art-fig11",
     "smart-art-fig15",
     "memsem-fig13",
+    "swordbox-fig5",
+    "swordbox-fig10",
+    "swordbox-fig11",
+    "swordbox-fig12",
+    "swordbox-fig13",
+    "swordbox-fig14",
+    "swordbox-sherman",
 ];
 
 /// Progress callback: `(runs done, runs total)`.
 pub type Progress<'a> = &'a dyn Fn(usize, usize);
 
+/// A run of a figure's own making: its values and the work requests it
+/// simulated.
+pub(crate) type ValuesRun = Box<dyn FnOnce() -> Result<(Vec<f64>, u64), BenchError> + Send>;
+
 /// A simulation run a figure asks for.
-enum Job {
+pub(crate) enum Job {
     Micro(Box<SimMicroConfig>),
     Ycsb(Box<(dmkit_sim::SimConfig, crate::ycsb_bench::YcsbConfig)>),
+    /// A run of a figure's own making: its values and the work requests it
+    /// simulated.
+    Values(ValuesRun),
 }
 
 /// What a [`Job`] measured.
-enum Outcome {
+pub(crate) enum Outcome {
     Micro(Box<sim_micro::SimMicroResult>),
     Ycsb(Box<crate::ycsb_bench::YcsbResult>),
+    Values(Vec<f64>),
 }
 
 impl Job {
@@ -214,6 +233,11 @@ impl Job {
                 crate::ycsb_bench::run(platform, &cfg, &|_, _, _| {})
                     .map(|r| Outcome::Ycsb(Box::new(r)))
             }
+            // (The verbs ride in the last value.)
+            Job::Values(f) => f().map(|(mut v, verbs)| {
+                v.push(verbs as f64);
+                Outcome::Values(v)
+            }),
         }
     }
 }
@@ -226,14 +250,21 @@ enum Pass {
     Replay(std::vec::IntoIter<Outcome>),
 }
 
-struct Acc {
+pub(crate) struct Acc {
     rows: Vec<Row>,
     verbs: u64,
     pass: Pass,
 }
 
 impl Acc {
-    fn push(&mut self, series: &str, x: f64, value: f64, unit: &str, published: Option<f64>) {
+    pub(crate) fn push(
+        &mut self,
+        series: &str,
+        x: f64,
+        value: f64,
+        unit: &str,
+        published: Option<f64>,
+    ) {
         self.rows.push(Row {
             series: series.into(),
             x,
@@ -247,7 +278,7 @@ impl Acc {
     /// caller answers a default result), its outcome in the second (the
     /// figure asks for the same runs in the same order), its requests
     /// counted.
-    fn ask(&mut self, job: impl FnOnce() -> Job) -> Option<Outcome> {
+    pub(crate) fn ask(&mut self, job: impl FnOnce() -> Job) -> Option<Outcome> {
         match &mut self.pass {
             Pass::Plan(jobs) => {
                 jobs.push(job());
@@ -258,6 +289,7 @@ impl Acc {
                 self.verbs += match &o {
                     Outcome::Micro(r) => r.verbs,
                     Outcome::Ycsb(r) => r.sim_verbs,
+                    Outcome::Values(v) => v.last().copied().unwrap_or(0.0) as u64,
                 };
                 Some(o)
             }
@@ -346,6 +378,7 @@ fn figure(name: &str, opts: &ReproOptions, acc: &mut Acc) -> Result<(String, f64
         "smart-art-fig11" => (art_fig11(opts, acc)?, 1.0),
         "smart-art-fig15" => (art_fig15(opts, acc)?, 1.0),
         "memsem-fig13" => (memsem_fig13(opts, acc)?, 1.0),
+        n if n.starts_with("swordbox-") => (crate::sim_repro_swordbox::figure(n, opts, acc)?, 1.0),
         _ => {
             return Err(BenchError::Config(format!(
                 "no figure {name:?}; this build reproduces: {}",
@@ -420,7 +453,7 @@ fn run(cfg: &SimMicroConfig, acc: &mut Acc) -> Result<sim_micro::SimMicroResult,
     match acc.ask(|| Job::Micro(Box::new(cfg.clone()))) {
         None => Ok(Default::default()),
         Some(Outcome::Micro(r)) => Ok(*r),
-        Some(Outcome::Ycsb(_)) => unreachable!("the replay asks for the planned runs"),
+        Some(_) => unreachable!("the replay asks for the planned runs"),
     }
 }
 
@@ -699,16 +732,17 @@ fn ht_run(
         },
         art: Default::default(),
         btree: Default::default(),
+        clover: Default::default(),
     };
     sim_ycsb(opts, opts.profile.clone(), &cfg, SPLIT, acc)
 }
 
 /// Where the memory nodes of a simulated YCSB run are.
 #[derive(Clone, Copy)]
-struct MemoryShape {
-    nodes: usize,
+pub(crate) struct MemoryShape {
+    pub(crate) nodes: usize,
     /// Memory node `i` on compute machine `i` (Sherman's setup).
-    colocated: bool,
+    pub(crate) colocated: bool,
 }
 
 /// Two memory nodes of their own (SMART-HT's and the radix tree's setup).
@@ -720,7 +754,7 @@ const SPLIT: MemoryShape = MemoryShape {
 /// Runs YCSB run `cfg` on the simulator: `cfg.machines` compute machines
 /// on `profile`, memory nodes as `mem` says, sized for the index, 2 MiB
 /// pages.
-fn sim_ycsb(
+pub(crate) fn sim_ycsb(
     opts: &ReproOptions,
     profile: Profile,
     cfg: &crate::ycsb_bench::YcsbConfig,
@@ -741,7 +775,7 @@ fn sim_ycsb(
     match acc.ask(|| Job::Ycsb(Box::new((sim, cfg.clone())))) {
         None => Ok(Default::default()),
         Some(Outcome::Ycsb(r)) => Ok(*r),
-        Some(Outcome::Micro(_)) => unreachable!("the replay asks for the planned runs"),
+        Some(_) => unreachable!("the replay asks for the planned runs"),
     }
 }
 
@@ -920,6 +954,7 @@ fn tree_run(
         },
         art,
         btree,
+        clover: Default::default(),
     };
     sim_ycsb(opts, profile, &cfg, SPLIT, acc)
 }
@@ -1148,6 +1183,7 @@ fn fig12(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
                     max_handover: 8,
                     ..Default::default()
                 },
+                clover: Default::default(),
             };
             let mem = MemoryShape {
                 nodes: machines,

@@ -37,6 +37,7 @@ fn cfg(index: IndexKind, workload: Workload, key_type: KeyType) -> YcsbConfig {
         },
         art: Default::default(),
         btree: Default::default(),
+        clover: Default::default(),
     }
 }
 

@@ -15,6 +15,7 @@
 
 mod args;
 mod bench;
+mod clover_mds;
 mod memnode;
 mod node;
 mod plot;
@@ -67,6 +68,8 @@ enum Cmd {
     /// The deterministic RNIC simulator: reproduce the papers' figures.
     #[command(subcommand)]
     Sim(SimCmd),
+    /// Clover's metadata server for a store, in a process of its own.
+    CloverMds(clover_mds::CloverMdsArgs),
 }
 
 /// A closed standard output (`dmkit … | head`) ends the program quietly
@@ -105,6 +108,7 @@ fn main() -> ExitCode {
         Cmd::Sim(SimCmd::Check(a)) => sim::sim_check(a),
         Cmd::Node(NodeCmd::Stats(a)) => node::node_stats(a),
         Cmd::Node(NodeCmd::Shutdown(a)) => node::node_shutdown(a),
+        Cmd::CloverMds(a) => clover_mds::clover_mds(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

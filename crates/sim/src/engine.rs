@@ -1562,9 +1562,9 @@ impl Core {
                 ),
             };
             let exec = fault_shift(faults, rng, stats, exec);
-            let exec = match (&passed, switch.as_deref_mut()) {
-                (Some(ps), Some(s)) => s.execute_at(ps, exec),
-                _ => exec,
+            let (exec, late) = match (&passed, switch.as_deref_mut()) {
+                (Some(ps), Some(s)) => s.execute_at(ps, exec, qp.last_exec),
+                _ => (exec, false),
             };
             let cut = tear(faults, rng, *in_order_write, wr);
             let spread = match &cut {
@@ -1601,11 +1601,16 @@ impl Core {
                 _ => fmax(exec, qp.last_exec + 1.0),
             };
             let last_exec = qp.last_exec;
+            let links = (tx.down_resp_free, rx.up_resp_free);
             let cq = respond(p, qp, tx, rx, exec, spread, shape.rser, half_wire);
             let cq = match (&passed, switch.as_deref_mut()) {
                 (Some(ps), Some(s)) => {
                     if !ps.keeps_qp_order() {
                         qp.last_exec = last_exec;
+                    }
+                    if late {
+                        // (See `SwitchStage::execute_at`.)
+                        (tx.down_resp_free, rx.up_resp_free) = links;
                     }
                     // `enqueue` numbers the effect `*next_seq + 1`.
                     let cq = s.complete(ps, *next_seq + 1, exec, spread, cq);

@@ -24,10 +24,11 @@
 //!   ... reorderings of up to 13 requests"): a request's execution is
 //!   delayed by a uniform `0..reorder_ns` with probability `reorder`, so
 //!   requests of *different* connections may execute out of the switch's
-//!   order. One connection's requests keep their order (RC), and so do two
-//!   requests to the same 64-byte line (the host's memory ordering of one
-//!   device's accesses to a line): a CAS steered to a new version never
-//!   overtakes the WRITE that made it.
+//!   order. One connection's requests keep their order (RC), and no
+//!   request overtakes an earlier WRITE to its 64-byte line (the NIC
+//!   orders a read of a line after a posted write to it): a CAS steered to
+//!   a new version never overtakes the WRITE that made it. READs and
+//!   atomics of other connections are free to pass each other.
 //! - **Losses** between switch and server: with probability `loss` a
 //!   request is lost; its client's NIC retransmits it `rto_ns` later
 //!   through the switch (which forwards it as the original) and it
@@ -161,7 +162,6 @@ pub struct SwitchSimStats {
 /// A request the policy handled, until its effect is applied.
 #[derive(Debug, Clone, Copy)]
 struct Track {
-    token: Token,
     fwd: Forward,
 }
 
@@ -205,8 +205,11 @@ pub(crate) struct SwitchStage {
     line_exec: IntMap<u64, f64>,
     /// Requests the policy tracks, by their effect's sequence number.
     tracked: IntMap<u64, Track>,
-    /// Completions of requests by token (ordered completion).
+    /// Completions of requests by token (ordered completion), kept until
+    /// the switch's time passes them (a later request's completion cannot
+    /// come before one that has).
     cq: HashMap<Token, f64>,
+    cq_expiry: std::collections::BinaryHeap<std::cmp::Reverse<(u64, Token)>>,
     /// Responses that passed the switch, in order, not yet shown to the
     /// policy: (when, response).
     responses: VecDeque<(f64, Response)>,
@@ -265,6 +268,7 @@ impl SwitchStage {
             line_exec: IntMap::default(),
             tracked: IntMap::default(),
             cq: HashMap::new(),
+            cq_expiry: std::collections::BinaryHeap::new(),
             responses: VecDeque::new(),
             next_restart,
             half_wire,
@@ -286,8 +290,17 @@ impl SwitchStage {
     }
 
     /// Shows the policy the responses that passed the switch by `t`, and
-    /// restarts it if one is due.
+    /// restarts it if one is due; forgets completions before `t`.
     fn catch_up(&mut self, t: f64) {
+        while let Some(std::cmp::Reverse((at, tok))) = self.cq_expiry.peek().copied() {
+            if at as f64 >= t {
+                break;
+            }
+            self.cq_expiry.pop();
+            if self.cq.get(&tok).is_some_and(|c| c.ceil() as u64 == at) {
+                self.cq.remove(&tok);
+            }
+        }
         while self.responses.front().is_some_and(|(at, _)| *at <= t) {
             let (_, r) = self.responses.pop_front().expect("front exists");
             let _ = self.policy.on_response(&r);
@@ -408,15 +421,28 @@ impl SwitchStage {
     }
 
     /// After the switch: reordering, loss, and the orders that hold
-    /// (the outgoing connection's, the line's). Returns the execution
-    /// instant.
-    pub(crate) fn execute_at(&mut self, p: &Passed, exec: f64) -> f64 {
+    /// (the outgoing connection's, the WRITEs' lines). Returns the
+    /// execution instant and whether the request executes late (reordered,
+    /// or lost and retransmitted): its response then must not hold back
+    /// those of requests that executed before it — the engine's links are
+    /// FIFOs in the order it meets requests, and a late response would
+    /// block the node's uplink for everything met after it, which a
+    /// reordering NIC does not do.
+    ///
+    /// `qp_last` is the client queue pair's last execution: a request that
+    /// keeps its client's order follows it before it takes its place on a
+    /// shared connection (else the shared connection's order would not be
+    /// the order of its execution).
+    pub(crate) fn execute_at(&mut self, p: &Passed, exec: f64, qp_last: f64) -> (f64, bool) {
         let mut exec = exec;
+        let mut late = false;
         if self.m.reorder > 0.0 && self.rng.chance(self.m.reorder) {
             exec += self.rng.below(self.m.reorder_ns + 1) as f64;
             self.stats.reordered += 1;
+            late = true;
         }
         if self.m.loss > 0.0 && self.rng.chance(self.m.loss) {
+            late = true;
             // Lost; the retransmission passes the switch again (forwarded as
             // the original) and executes a timeout later.
             exec += self.m.rto_ns as f64;
@@ -433,6 +459,9 @@ impl SwitchStage {
                 "a retransmission is forwarded as its original"
             );
         }
+        if p.qp_order {
+            exec = exec.max(qp_last + 1.0);
+        }
         if p.fwd.conn != p.token.conn {
             let last = self.mux_exec.entry(p.fwd.conn).or_insert(0.0);
             exec = exec.max(*last + 1.0);
@@ -443,7 +472,7 @@ impl SwitchStage {
                 exec = exec.max(*l + 1.0);
             }
         }
-        exec
+        (exec, late)
     }
 
     /// The request's completion `cq` (as the engine computed it), held
@@ -457,10 +486,13 @@ impl SwitchStage {
         spread: f64,
         cq: f64,
     ) -> f64 {
-        // Its lines are taken until its last piece has landed.
-        for line in lines(&p.wr) {
-            let l = self.line_exec.entry(line).or_insert(0.0);
-            *l = l.max(exec + spread);
+        // A WRITE's lines: nothing later may execute there before its last
+        // piece has landed.
+        if p.wr.kind() == VerbKind::Write {
+            for line in lines(&p.wr) {
+                let l = self.line_exec.entry(line).or_insert(0.0);
+                *l = l.max(exec + spread);
+            }
         }
         let mut cq = cq;
         if self.m.mode == SwitchMode::Dpdk {
@@ -472,13 +504,9 @@ impl SwitchStage {
         let tracked = matches!(p.fwd.verb, Verb::Cas { .. }) || p.fwd.conn != p.token.conn;
         if tracked {
             self.cq.insert(p.token, cq);
-            self.tracked.insert(
-                seq,
-                Track {
-                    token: p.token,
-                    fwd: p.fwd,
-                },
-            );
+            self.cq_expiry
+                .push(std::cmp::Reverse((cq.ceil() as u64, p.token)));
+            self.tracked.insert(seq, Track { fwd: p.fwd });
         }
         cq
     }
@@ -490,7 +518,6 @@ impl SwitchStage {
         let Some(t) = self.tracked.remove(&seq) else {
             return;
         };
-        self.cq.remove(&t.token);
         let kind = match (t.fwd.action, t.fwd.verb, value) {
             (Action::CasToWrite { prior }, _, Some(old)) => {
                 if old != prior {

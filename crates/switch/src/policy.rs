@@ -33,8 +33,9 @@
 //!   prediction to its new version. An address → key table (hashed,
 //!   collisions replace the old entry; a WRITE to an address removes it,
 //!   for a reclaimed block written anew is another key's) recognises READs
-//!   of a key's versions and steers them to the key's last *acknowledged*
-//!   version (`ReadWrite`). Misses pass unmodified. **Partial steering**: only the
+//!   of a key's versions and steers them to the key's predicted tail
+//!   (`ReadWrite`), their responses held until that version's append is
+//!   released (its link may not have landed when the READ does). Misses pass unmodified. **Partial steering**: only the
 //!   keys of `steer_keys`, when given.
 //!
 //! ## Learning, ordered completion, failures (§4.5)
@@ -271,6 +272,8 @@ struct State {
     keys: HashMap<u64, KeyState>,
     /// Clover appends in flight: token → key.
     appends: HashMap<Token, u64>,
+    /// Predicted appends whose responses are not released yet.
+    unreleased: HashSet<Token>,
     /// address → key, hashed (0 = empty).
     table: Vec<(u64, u64)>,
     locks: HashMap<u64, Lock>,
@@ -613,15 +616,20 @@ impl Switch {
                 };
                 if pred.present != pre {
                     // The key is not in the state the operation expects:
-                    // it fails at the predicted tail, changing nothing.
+                    // it fails at the predicted tail, changing nothing —
+                    // and its response, which tells the client the state
+                    // of a version that may not be linked yet, waits for
+                    // that version's append.
                     self.st.appends.remove(&tok);
                     return Forward {
                         verb,
                         action: Action::SteeredDoomedCas { from: target },
+                        after: pending.back().map(|p| p.token),
                         ..pass
                     };
                 }
                 let after = pending.back().map(|p| p.token);
+                self.st.unreleased.insert(tok);
                 pending.push_back(Pending {
                     token: tok,
                     new,
@@ -650,16 +658,20 @@ impl Switch {
             return pass;
         }
         match self.st.keys.get(&key) {
-            Some(KeyState::Known { visible, .. }) if visible.addr != addr => {
+            Some(KeyState::Known { pred, pending, .. }) if pred.addr != addr => {
                 let Verb::Read { len, .. } = pass.verb else {
                     unreachable!("a read")
                 };
+                // To the predicted tail, its response held until that
+                // version's append is released (before it, the version may
+                // not be linked yet).
                 Forward {
                     verb: Verb::Read {
-                        addr: visible.addr,
+                        addr: pred.addr,
                         len,
                     },
                     action: Action::SteeredRead { from: addr },
+                    after: pending.back().map(|p| p.token),
                     ..pass
                 }
             }
@@ -703,6 +715,7 @@ impl Switch {
                     while pending.front().is_some_and(|p| p.acked) {
                         let p = pending.pop_front().expect("front exists");
                         *visible = p.new;
+                        self.st.unreleased.remove(&p.token);
                         released.push(p.token);
                     }
                 }
@@ -713,6 +726,7 @@ impl Switch {
                     if let KeyState::Known { pending, .. } = st {
                         for p in pending.drain(..) {
                             self.st.appends.remove(&p.token);
+                            self.st.unreleased.remove(&p.token);
                             released.push(p.token);
                         }
                     }
@@ -799,6 +813,14 @@ impl Switch {
         }
     }
 
+    /// The predicted append request `tok` was forwarded behind, if its
+    /// response is not released yet.
+    fn after_of(&self, tok: Token) -> Option<Token> {
+        self.sent(tok)
+            .and_then(|e| e.fwd.after)
+            .filter(|t| self.st.unreleased.contains(t))
+    }
+
     /// Queues `d` behind the responses held on its connection (or behind
     /// `wait`), or returns it at once.
     fn deliver(&mut self, d: Delivery, wait: Option<Token>, out: &mut Vec<Delivery>) {
@@ -855,14 +877,16 @@ impl Switch {
         if let RespKind::Atomic { old } = resp.kind {
             let cas = self.sent(tok).and_then(|e| e.cas);
             if let Some((compare, _)) = cas {
-                let wait = self.waits_for(tok);
+                let wait = self.waits_for(tok).or_else(|| self.after_of(tok));
                 let released = self.append_done(tok, old == compare);
                 self.deliver(d, wait, out);
                 out.extend(self.release(&released));
                 return;
             }
         }
-        self.deliver(d, None, out);
+        // A READ steered to a predicted version waits for its append.
+        let wait = self.after_of(tok);
+        self.deliver(d, wait, out);
     }
 
     /// A response on a shared connection: demultiplexed to every client

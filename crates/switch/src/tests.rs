@@ -236,29 +236,51 @@ fn an_append_expecting_the_other_state_is_steered_to_fail() {
             old: empty_word(K, true)
         }
     );
+    // Its response waited for nothing: the predicted tail is acknowledged.
+    assert_eq!(f.after, None);
+    // While an append is predicted, a doomed one's response waits for it.
+    m.version(384);
+    let a = sw.on_request(&append(3, 1, 64, 384), 0);
+    let doomed = sw.on_request(&cas(4, 1, 64, K, false, 448, true), 0);
+    assert_eq!(
+        (doomed.verb.addr(), doomed.after),
+        (384, Some(Token { conn: 3, psn: 1 }))
+    );
+    assert!(run(&mut sw, &mut m, &doomed).is_empty(), "held");
+    assert_eq!(run(&mut sw, &mut m, &a).len(), 2);
     // The prediction did not move.
     m.version(320);
     let f = sw.on_request(&append(2, 1, 64, 320), 0);
-    assert_eq!(f.verb.addr(), 128);
+    assert_eq!(f.verb.addr(), 384);
 }
 
 #[test]
-fn reads_go_to_the_last_acknowledged_version() {
+fn reads_go_to_the_predicted_tail_and_wait_for_its_append() {
     let mut sw = steering(Steer::ReadWrite);
     let mut m = Memory::default();
     learnt(&mut sw, &mut m, 64, 128);
     m.version(256);
     let f = sw.on_request(&append(1, 1, 128, 256), 0);
-    // Not acknowledged yet: a READ of the old head goes to 128, not 256
-    // (whose link may not have landed).
+    // Not acknowledged yet: a READ of the old head goes to 256, and its
+    // response waits for the append's.
     let r = sw.on_request(&read(2, 1, 64), 0);
     assert_eq!(
         (r.verb.addr(), r.action),
-        (128, Action::SteeredRead { from: 64 })
+        (256, Action::SteeredRead { from: 64 })
     );
-    run(&mut sw, &mut m, &f);
+    assert_eq!(r.after, Some(Token { conn: 1, psn: 1 }));
+    m.exec(&r.verb);
+    let d = sw.on_response(&Response {
+        conn: 2,
+        psn: 1,
+        kind: RespKind::Read,
+    });
+    assert!(d.is_empty(), "held: {d:?}");
+    let d = run(&mut sw, &mut m, &f);
+    assert_eq!(d.iter().map(|d| d.conn).collect::<Vec<_>>(), vec![1, 2]);
+    // Acknowledged: no wait.
     let r = sw.on_request(&read(2, 2, 64), 0);
-    assert_eq!(r.verb.addr(), 256);
+    assert_eq!((r.verb.addr(), r.after), (256, None));
     // A READ of another length, or of an address never seen, passes.
     let r = sw.on_request(
         &Request {

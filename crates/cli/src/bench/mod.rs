@@ -2,6 +2,7 @@
 //! the fabric flags (backend, memory nodes, simulated cluster), SMART's
 //! runtime switches, and opening the fabric those flags describe.
 
+pub(crate) mod clover;
 pub(crate) mod micro;
 pub(crate) mod ycsb;
 
