@@ -95,7 +95,7 @@
 //! Reclamation of dead leaves (a deleted or replaced leaf is never reused;
 //! its memory returns when the tree is destroyed). A client that dies
 //! holding a leaf lock (or, in the baseline, a node lock) blocks it: its
-//! waiters give up with `IndexError::GaveUp` once the retry policy is
+//! waiters give up with `IndexError::Timeout` once the retry policy is
 //! spent.
 
 pub mod cache;

@@ -77,7 +77,7 @@
 //! ([`dmkit_index::RemoteMap::local_layout`]), errors are the layer's
 //! [`IndexError`], and every retry loop counts its lost races in a
 //! [`dmkit_index::Retry`] and backs off through the runtime, giving up
-//! with [`IndexError::GaveUp`] after [`BtreeConfig::retry`].
+//! with [`IndexError::Timeout`] after [`BtreeConfig::retry`].
 //! [`BtreeConfig`] sizes itself for a workload
 //! ([`dmkit_index::IndexConfig`]).
 //!

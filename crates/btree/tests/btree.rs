@@ -421,7 +421,7 @@ fn a_dead_lock_holder_makes_writers_give_up() {
         assert!(
             matches!(
                 r,
-                Err(IndexError::GaveUp {
+                Err(IndexError::Timeout {
                     op: "node lock",
                     attempts: 21..,
                     ..

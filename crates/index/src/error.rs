@@ -103,12 +103,13 @@ pub enum IndexError {
         need: usize,
     },
     /// An operation lost its race more often, and for longer, than its
-    /// retry budget allows (a livelock, or a lock whose holder is gone).
+    /// retry budget allows: a lock whose holder is alive but slow (a dead
+    /// holder's lease is broken long before), or a livelock.
     #[error(
-        "{op} gave up after {attempts} attempts in {elapsed_ns} ns \
-         (livelock, or a lock holder that died; see RetryPolicy)"
+        "{op} timed out after {attempts} attempts in {elapsed_ns} ns \
+         (a lock held by a slow client, or a livelock; see RetryPolicy)"
     )]
-    GaveUp {
+    Timeout {
         /// The operation.
         op: &'static str,
         /// Lost races counted.

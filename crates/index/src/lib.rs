@@ -14,6 +14,8 @@
 //! - [`retry`]: an operation's retry budget on the runtime's backoff, so
 //!   the conflict-avoidance switch governs every structure's retries
 //!   (SMART, ASPLOS'24 §4.3) and the limits are configuration;
+//! - [`lease`]: leases on every lock a structure takes, so a client that
+//!   dies holding one never blocks it for ever;
 //! - [`cache`]: the byte-budget cache of remote nodes one compute machine
 //!   shares (the radix tree's and the B+tree's; each keeps its validation
 //!   rule);
@@ -38,20 +40,20 @@
 //! # Ok(()) }
 //! ```
 
-#![warn(missing_docs)]
-
 pub mod cache;
 #[cfg(feature = "cli")]
 pub mod cli;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod error;
+pub mod lease;
 pub mod lifecycle;
 pub mod map;
 pub mod retry;
 
 pub use cache::{CachedNode, NodeCache, SideIndex};
 pub use error::IndexError;
+pub use lease::LeaseConfig;
 pub use lifecycle::{Creation, Home, Magic};
 pub use map::{check_local, ClientStats, Entries, IndexConfig, MapClient, RemoteMap, Shape};
 pub use retry::{Retry, RetryPolicy};

@@ -6,7 +6,7 @@
 //! backoff, so `--conflict-avoid` switches it for every structure). The
 //! budget is configuration ([`RetryPolicy`], part of each structure's
 //! config), not a constant: an operation gives up with
-//! [`IndexError::GaveUp`] once it has lost more than `max_attempts` races
+//! [`IndexError::Timeout`] once it has lost more than `max_attempts` races
 //! *and* spent more than `give_up_after` of its worker's time — a spin
 //! lock is not fair, and behind many machines' hand-over queues on slow
 //! memory nodes a live waiter can lose thousands of rounds in a row, so a
@@ -64,7 +64,7 @@ impl Retry {
         self.attempts
     }
 
-    /// Counts a lost race; [`IndexError::GaveUp`] once the budget is spent.
+    /// Counts a lost race; [`IndexError::Timeout`] once the budget is spent.
     pub fn lost(&mut self, ctx: &Ctx) -> Result<(), IndexError> {
         if self.attempts == 0 {
             self.since = ctx.now();
@@ -75,7 +75,7 @@ impl Retry {
         }
         let elapsed = ctx.now().saturating_sub(self.since);
         if elapsed > self.policy.give_up_after {
-            return Err(IndexError::GaveUp {
+            return Err(IndexError::Timeout {
                 op: self.op,
                 attempts: self.attempts,
                 elapsed_ns: elapsed,

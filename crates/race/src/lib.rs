@@ -123,7 +123,7 @@
 //! returns an error has changed nothing visible: a table at `max_depth`
 //! whose buckets are full returns [`IndexError::Full`] for that insert and
 //! stays usable. Retry loops give up after the table's
-//! [`dmkit_index::RetryPolicy`] with [`IndexError::GaveUp`].
+//! [`dmkit_index::RetryPolicy`] with [`IndexError::Timeout`].
 //!
 //! ## The index layer
 //! [`RaceTable`] is a [`dmkit_index::RemoteMap`] and [`RaceClient`] a

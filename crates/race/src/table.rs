@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use dmkit_fabric::{Fabric, GlobalAddr, NodeId, RemoteRef};
 use dmkit_index::{
-    ClientStats, Creation, Entries, Home, IndexConfig, IndexError, MapClient, RemoteMap, Retry,
-    RetryPolicy, Shape,
+    ClientStats, Creation, Entries, Home, IndexConfig, IndexError, LeaseConfig, MapClient,
+    RemoteMap, Retry, RetryPolicy, Shape,
 };
 use dmkit_runtime::alloc::BlockAlloc;
 use dmkit_runtime::machine::PerMachine;
@@ -94,6 +94,10 @@ pub struct RaceConfig {
     /// How long an operation keeps retrying before it gives up.
     #[cfg_attr(feature = "cli", arg(skip))]
     pub retry: RetryPolicy,
+    /// Leases of the table's locks (insert, split, directory and hot-block
+    /// locks): how long a client that died blocks one.
+    #[cfg_attr(feature = "cli", arg(skip))]
+    pub lease: LeaseConfig,
 }
 
 impl Default for RaceConfig {
@@ -113,6 +117,7 @@ impl Default for RaceConfig {
             hot_theta: 16,
             hot_hold: 50_000,
             retry: RetryPolicy::default(),
+            lease: LeaseConfig::default(),
         }
     }
 }
@@ -185,6 +190,9 @@ impl RaceConfig {
                 self.initial_depth, self.max_depth
             ));
         }
+        self.lease
+            .validate()
+            .map_err(|why| IndexError::config(KIND, why))?;
         self.validate_hot()
     }
 
@@ -206,10 +214,10 @@ impl RaceConfig {
         if self.hot_theta == 0 {
             return bad("hot_theta must be at least 1".into());
         }
-        if self.hot_hold.saturating_mul(2) >= HOT_LEASE {
+        if self.hot_hold.saturating_mul(2) >= self.lease.lease {
             return bad(format!(
-                "hot_hold {} ns must be under half the hot lock's lease ({HOT_LEASE} ns)",
-                self.hot_hold
+                "hot_hold {} ns must be under half the locks' lease ({} ns)",
+                self.hot_hold, self.lease.lease
             ));
         }
         if self.hot_keys.len() > MAX_HOT_KEYS {
@@ -238,13 +246,10 @@ impl RaceConfig {
         HotParams {
             theta: self.hot_theta,
             hold: self.hot_hold,
-            lease: HOT_LEASE,
+            lease: self.lease.lease,
         }
     }
 }
-
-/// Lease of a hot block's remote lock: how long a crashed holder blocks it.
-const HOT_LEASE: Nanos = 100_000_000;
 
 /// Operation counters of the table's own making (beyond the runtime's).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -272,6 +277,11 @@ pub struct TableCounters {
     pub hot_handovers: u64,
     /// Hot block write-backs.
     pub hot_flushes: u64,
+    /// Expired leases this client broke (of clients that died holding an
+    /// insert, split or directory lock).
+    pub leases_broken: u64,
+    /// Splits this client finished for a splitter that died.
+    pub splits_resumed: u64,
 }
 
 /// The task-local memory of the table's operations, declared once per
@@ -289,6 +299,8 @@ struct Scratch {
     /// Words written by splits and directory updates.
     e1: Local,
     e2: Local,
+    /// A split's record ([`SplitRecord`]).
+    rec: Local,
     /// The subtable header, read after the buckets.
     hdr: Local,
     /// The block being inserted or written.
@@ -312,6 +324,7 @@ impl Scratch {
             zero: l.region("zero word", 8),
             e1: l.region("split word 1", 8),
             e2: l.region("split word 2", 8),
+            rec: l.region("split record", 8),
             hdr: l.region("subtable header", std::mem::size_of::<SubtableHeader>()),
             new: l.region("new block", block_cap),
             cand: l.region("candidate blocks", CAND_MAX * block_cap),
@@ -355,7 +368,8 @@ fn subtable_image(geo: Geometry, depth: u32, suffix: u64, from: u64, len: usize)
         suffix,
         split_lock: 0,
         groups: geo.groups,
-        _reserved: [0; 3],
+        split: 0,
+        _reserved: [0; 2],
     };
     if from < SUB_LOCKS {
         // The header lies in one piece (pieces are at least 4 KiB).
@@ -567,7 +581,7 @@ impl RemoteMap for RaceTable {
                     self.cfg.grace,
                     self.home.client_chunks(),
                 ),
-                owner: id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+                owner: dmkit_index::lease::owner_of(id),
                 counters: TableCounters::default(),
             })),
         }
@@ -592,7 +606,8 @@ struct ClientState {
     /// Scratch for decoding blocks.
     buf: Vec<u8>,
     alloc: BlockAlloc,
-    owner: u64,
+    /// This client's owner id in lock words.
+    owner: u16,
     counters: TableCounters,
 }
 
@@ -652,6 +667,23 @@ impl<T: Copy + Default, const N: usize> Few<T, N> {
 /// Slots in two combined buckets.
 const COMB_SLOTS: usize = 2 * SLOTS_PER_BUCKET;
 
+/// One split's directory change: suffix·0 → `old_entry`, suffix·1 →
+/// `new_entry`, for a subtable of local depth `depth` before the split.
+#[derive(Clone, Copy)]
+struct Publish {
+    depth: u32,
+    suffix: u64,
+    old_entry: u64,
+    new_entry: u64,
+}
+
+/// A lock this client holds under a lease (see [`RaceClient::keep`]).
+struct Held {
+    lock: RemoteRef,
+    word: std::cell::Cell<u64>,
+    what: &'static str,
+}
+
 /// What the two combined buckets showed.
 struct Scan {
     /// Every bucket covers the key, at the depth the subtable header showed
@@ -659,6 +691,8 @@ struct Scan {
     headers_ok: bool,
     /// The subtable's split lock was held (inserters back off).
     splitting: bool,
+    /// The split lock's word as read (a lease; 0 = free).
+    split_lock: u64,
     cands: Few<(GlobalAddr, Slot), { 2 * COMB_SLOTS }>,
     /// Empty slots per combined bucket, main bucket first.
     empties: [Few<GlobalAddr, COMB_SLOTS>; 2],
@@ -929,6 +963,7 @@ impl RaceClient {
         let mut s = Scan {
             headers_ok: !header || head.magic == SUBTABLE_MAGIC,
             splitting: header && head.split_lock != 0,
+            split_lock: if header { head.split_lock } else { 0 },
             cands: Few::new(),
             empties: [Few::new(), Few::new()],
             occupied: [0, 0],
@@ -962,6 +997,44 @@ impl RaceClient {
             }
         }
         s
+    }
+
+    /// Swaps lock word `held` at `lock` for `to` (0: free it) by CAS —
+    /// breaking an expired lease, or letting go of one's own lock that may
+    /// have been broken; returns whether it swapped.
+    async fn break_lock(
+        &self,
+        ctx: &Ctx,
+        lock: RemoteRef,
+        held: u64,
+        to: u64,
+    ) -> Result<bool, IndexError> {
+        let swapped = ctx.cas_sync(lock, held, to).await? == held;
+        if swapped && dmkit_index::lease::owner_in(held) != self.st.borrow().owner {
+            self.st.borrow_mut().counters.leases_broken += 1;
+        }
+        Ok(swapped)
+    }
+
+    /// Keeps the lease of `held` before a step that writes under it: free
+    /// while enough of it is left (no round trip), renewed by CAS when not;
+    /// [`IndexError::LeaseLost`] when another client broke it (this worker
+    /// stalled past its lease: whoever broke it finishes the work).
+    async fn keep(&self, ctx: &Ctx, held: &Held) -> Result<(), IndexError> {
+        let lease = self.t.cfg.lease;
+        let word = held.word.get();
+        if lease.holds(ctx, word) {
+            return Ok(());
+        }
+        let fresh = lease.word(ctx, self.st.borrow().owner);
+        if ctx.cas_sync(held.lock, word, fresh).await? != word {
+            return Err(IndexError::LeaseLost(format!(
+                "{} at {} broken by another client",
+                held.what, held.lock.addr
+            )));
+        }
+        held.word.set(fresh);
+        Ok(())
     }
 
     /// Where candidate block `i` of a round lands: the block `slot` names,
@@ -1029,6 +1102,7 @@ impl RaceClient {
     ) -> Result<Locate, IndexError> {
         let mut retry = Retry::new("lookup", self.t.cfg.retry);
         let mut header = !optimistic;
+        let mut stuck = None;
         loop {
             let sub = self.subtable(ctx, h).await?;
             let t0 = ctx.now();
@@ -1039,6 +1113,7 @@ impl RaceClient {
                 // A stale directory: refreshed, then read again at once;
                 // the next stale read backs off.
                 self.st.borrow_mut().counters.stale_reads += 1;
+                self.unstick(ctx, sub, &mut stuck).await?;
                 self.refresh(ctx, h).await?;
                 if retry.attempts() > 0 {
                     retry.backoff(ctx).await?;
@@ -1067,6 +1142,7 @@ impl RaceClient {
                     // A split is moving the key: wait for the directory.
                     self.st.borrow_mut().counters.stale_reads += 1;
                     retry.backoff(ctx).await?;
+                    self.unstick(ctx, sub, &mut stuck).await?;
                     self.refresh(ctx, h).await?;
                 }
                 Fetch::Found {
@@ -1076,6 +1152,34 @@ impl RaceClient {
                 } => return Ok(Locate::Found(slot_addr, slot, value, t0)),
             }
         }
+    }
+
+    /// A lookup that keeps finding `sub` mid-split (stale headers, frozen
+    /// slots) for longer than a lease checks the split lock, and finishes
+    /// the split of a splitter whose lease ran out. `since`: when the
+    /// lookup first found it so. Nothing is read before a lease has passed,
+    /// so lookups that meet a live split cost what they did.
+    async fn unstick(
+        &self,
+        ctx: &Ctx,
+        sub: GlobalAddr,
+        since: &mut Option<Nanos>,
+    ) -> Result<(), IndexError> {
+        let lease = self.t.cfg.lease;
+        let now = ctx.now();
+        let first = *since.get_or_insert(now);
+        if now.saturating_sub(first) <= lease.lease {
+            return Ok(());
+        }
+        *since = Some(now);
+        let word = self.sc().word;
+        ctx.read_sync(self.t.remote(sub)?.add(SUB_SPLIT_LOCK), word)
+            .await?;
+        let held = ctx.local_u64(word);
+        if lease.expired(ctx, held) {
+            self.split(ctx, sub).await?;
+        }
+        Ok(())
     }
 
     /// Allocates and fills (locally, in the `new` region) the block for
@@ -1146,10 +1250,19 @@ impl RaceClient {
                 written = true;
             }
             let t0 = ctx.now();
-            let lt = ctx.cas(lock, 0, owner);
+            let lease = self.t.cfg.lease;
+            let mine = lease.word_at(t0, owner);
+            let lt = ctx.cas(lock, 0, mine);
             self.queue_combs(ctx, sub_r, h, true);
             ctx.sync().await?;
-            if ctx.value(lt) != 0 {
+            let held = ctx.value(lt);
+            if held != 0 {
+                // Another insert into these buckets holds it. One that died
+                // is broken free: an insert lock guards nothing that can be
+                // left half-done (the slot CAS is the insert itself).
+                if lease.expired(ctx, held) {
+                    self.break_lock(ctx, lock, held, 0).await?;
+                }
                 retry.backoff(ctx).await?;
                 continue;
             }
@@ -1166,6 +1279,10 @@ impl RaceClient {
                 if !scan.headers_ok {
                     self.st.borrow_mut().counters.stale_reads += 1;
                     self.refresh(ctx, h).await?;
+                }
+                if scan.splitting && lease.expired(ctx, scan.split_lock) {
+                    // The splitter died: finish its split.
+                    self.split(ctx, sub).await?;
                 }
                 retry.backoff(ctx).await?;
                 continue;
@@ -1208,6 +1325,14 @@ impl RaceClient {
                 retry.lost(ctx)?;
                 continue;
             };
+            if !lease.holds(ctx, mine) {
+                // Too little of the lease is left to publish (this worker
+                // stalled): let go — by CAS, the lock may be someone
+                // else's by now — and start over.
+                self.break_lock(ctx, lock, mine, 0).await?;
+                retry.lost(ctx)?;
+                continue;
+            }
             // (3) The slot CAS and the unlock travel in one batch to one
             // node, so the unlock takes effect after the CAS.
             assert!(written, "a slot may name only a block already written");
@@ -1321,17 +1446,32 @@ impl RaceClient {
 
     /// Splits subtable `sub` (when no other client is splitting it):
     /// freeze the keys that move, copy them to the new subtable, flip the
-    /// old buckets' headers, publish in the directory, release.
+    /// old buckets' headers, publish in the directory, release. A split
+    /// lock whose lease expired is broken, and the dead splitter's split
+    /// finished (its record in the subtable's header says how far it got).
     async fn split(&self, ctx: &Ctx, sub: GlobalAddr) -> Result<(), IndexError> {
         let sub_r = self.t.remote(sub)?;
-        let owner = self.st.borrow().owner;
+        let (owner, lease) = (self.st.borrow().owner, self.t.cfg.lease);
         let lock = sub_r.add(SUB_SPLIT_LOCK);
-        if ctx.cas_sync(lock, 0, owner).await? != 0 {
+        let mine = lease.word(ctx, owner);
+        let held = ctx.cas_sync(lock, 0, mine).await?;
+        if held != 0
+            && !(lease.expired(ctx, held) && self.break_lock(ctx, lock, held, mine).await?)
+        {
             // Someone else splits it; let them finish.
             ctx.backoff().await;
             return Ok(());
         }
-        let r = self.split_locked(ctx, sub_r).await;
+        let held = Held {
+            lock,
+            word: mine.into(),
+            what: "a subtable's split lock",
+        };
+        let r = self.split_locked(ctx, sub_r, &held).await;
+        if let Err(IndexError::LeaseLost(_)) = r {
+            // The lock is another client's now, and so is the split.
+            return Ok(());
+        }
         let zero = self.sc().zero;
         ctx.set_local_u64(zero, 0);
         ctx.write(lock, zero);
@@ -1343,19 +1483,33 @@ impl RaceClient {
     }
 
     /// The split proper, under the subtable's split lock (steps 1–7 of the
-    /// crate docs).
-    async fn split_locked(&self, ctx: &Ctx, sub_r: RemoteRef) -> Result<(), IndexError> {
-        let (geo, sc) = (self.t.geo, *self.sc());
+    /// crate docs): a fresh split, or the rest of one whose splitter died.
+    async fn split_locked(
+        &self,
+        ctx: &Ctx,
+        sub_r: RemoteRef,
+        held: &Held,
+    ) -> Result<(), IndexError> {
+        let sc = *self.sc();
         let sub = sub_r.addr;
         ctx.read_sync(sub_r, sc.hdr).await?;
         let head: SubtableHeader = ctx.get_as(sc.hdr);
-        let (depth, suffix) = (head.depth as u32, head.suffix);
-        if head.magic != SUBTABLE_MAGIC || depth > MAX_DEPTH_LIMIT {
-            return Err(IndexError::Corrupt {
-                addr: sub,
-                what: "subtable header",
-            });
+        let corrupt = || IndexError::Corrupt {
+            addr: sub,
+            what: "subtable header",
+        };
+        if head.magic != SUBTABLE_MAGIC || head.depth > MAX_DEPTH_LIMIT as u64 {
+            return Err(corrupt());
         }
+        if head.split != 0 {
+            let rec = SplitRecord(head.split);
+            let phase = rec.phase().ok_or_else(corrupt)?;
+            self.st.borrow_mut().counters.splits_resumed += 1;
+            return self
+                .resume_split(ctx, sub_r, head.suffix, rec, phase, held)
+                .await;
+        }
+        let (depth, suffix) = (head.depth as u32, head.suffix);
         if depth >= self.t.cfg.max_depth {
             return Err(IndexError::Full {
                 kind: KIND,
@@ -1368,7 +1522,6 @@ impl RaceClient {
         let suffix2 = suffix | 1 << depth;
         // 1. The new subtable, fully initialised before anyone can see it.
         let new = self.alloc_subtable(suffix2)?;
-        let new_r = self.t.remote(new)?;
         let Some(new_entry) = dir_entry(depth + 1, new) else {
             let _ = self.t.home.fabric().free_chunk(new);
             return Err(IndexError::config(
@@ -1376,6 +1529,8 @@ impl RaceClient {
                 format!("subtable address {new} does not fit a 48-bit pointer"),
             ));
         };
+        let new_r = self.t.remote(new)?;
+        let geo = self.t.geo;
         let mut at = 0;
         while at < geo.bytes() {
             let n = (geo.bytes() - at).min(SCRATCH as u64) as usize;
@@ -1383,11 +1538,40 @@ impl RaceClient {
             ctx.write_sync(new_r.add(at), sc.bulk.prefix(n)).await?;
             at += n as u64;
         }
+        // The record goes out ahead of step 2's first READ (queue-pair
+        // order): whoever finds this split's splitter dead finishes it.
+        self.queue_record(ctx, sub_r, SplitRecord::new(new_entry, SplitPhase::Copying));
+        self.copy_and_publish(ctx, sub_r, (suffix, depth), new_entry, false, held)
+            .await
+    }
+
+    /// Queues a WRITE of the split record `rec` into `sub`'s header.
+    fn queue_record(&self, ctx: &Ctx, sub_r: RemoteRef, rec: SplitRecord) {
+        let w = self.sc().rec;
+        ctx.set_local_u64(w, rec.0);
+        ctx.write(sub_r.add(SUB_SPLIT), w);
+    }
+
+    /// Split steps 2–7 into the initialised, unpublished subtable of
+    /// `new_entry` (`resumed`: some of them may have been done by a
+    /// splitter that died — all of them may be redone, as nobody can reach
+    /// the new subtable before step 6).
+    async fn copy_and_publish(
+        &self,
+        ctx: &Ctx,
+        sub_r: RemoteRef,
+        (suffix, depth): (u64, u32),
+        new_entry: u64,
+        resumed: bool,
+        held: &Held,
+    ) -> Result<(), IndexError> {
+        let (geo, sc) = (self.t.geo, *self.sc());
+        let new_r = self.t.remote(unptr48(new_entry))?;
         // 2. Wait out inserters that took a lock before the split lock was set;
         //    later ones see the split lock and back off without writing.
         self.drain_insert_locks(ctx, sub_r).await?;
         // 3. Freeze the slots whose keys move, group by group.
-        let moved = self.freeze_movers(ctx, sub_r, depth).await?;
+        let moved = self.freeze_movers(ctx, sub_r, depth, resumed).await?;
         // 4. Copy the frozen keys to the same positions in the new subtable.
         for piece in moved.chunks(SCRATCH / 8) {
             for (i, &(off, w)) in piece.iter().enumerate() {
@@ -1400,7 +1584,9 @@ impl RaceClient {
             }
             ctx.sync().await?;
         }
-        // 5. Old buckets now cover one more suffix bit.
+        // 5. Old buckets now cover one more suffix bit; the record says the
+        //    copy is done (same queue pair: it lands after the copies' sync
+        //    and the flips).
         ctx.set_local_u64(sc.e1, bucket_header(depth + 1, suffix));
         ctx.set_local_u64(sc.e2, (depth + 1) as u64);
         ctx.write(sub_r.add(SUB_DEPTH), sc.e2);
@@ -1410,20 +1596,91 @@ impl RaceClient {
                 ctx.sync().await?;
             }
         }
+        self.queue_record(
+            ctx,
+            sub_r,
+            SplitRecord::new(new_entry, SplitPhase::Publishing),
+        );
         ctx.sync().await?;
         // 6. Publish.
-        let old_entry = dir_entry(depth + 1, sub).expect("an existing subtable's address fits");
-        self.publish(ctx, depth, suffix, old_entry, new_entry)
-            .await?;
-        // 7. Clear the frozen originals. Readers that read them before the
-        //    flip fail their header check (see `queue_combs`) and retry.
-        ctx.set_local_u64(sc.zero, 0);
+        let old_entry =
+            dir_entry(depth + 1, sub_r.addr).expect("an existing subtable's address fits");
+        let p = Publish {
+            depth,
+            suffix,
+            old_entry,
+            new_entry,
+        };
+        self.publish(ctx, p, Some(held), false).await?;
+        // 7. Clear the frozen originals.
+        self.clear_frozen(ctx, sub_r, new_entry, &moved, held).await
+    }
+
+    /// The rest of a split whose splitter died, from the phase its record
+    /// names (see [`SplitPhase`] for what each may redo).
+    async fn resume_split(
+        &self,
+        ctx: &Ctx,
+        sub_r: RemoteRef,
+        suffix: u64,
+        rec: SplitRecord,
+        phase: SplitPhase,
+        held: &Held,
+    ) -> Result<(), IndexError> {
+        let (depth, new_entry) = (rec.depth(), rec.new_entry());
+        if phase == SplitPhase::Copying {
+            return self
+                .copy_and_publish(ctx, sub_r, (suffix, depth), new_entry, true, held)
+                .await;
+        }
+        let moved = self.frozen_slots(ctx, sub_r).await?;
+        if phase == SplitPhase::Publishing {
+            // Some entries may name the new subtable already, and it may
+            // have changed (even split) since: only entries that still name
+            // the old subtable are set.
+            let old_entry =
+                dir_entry(depth + 1, sub_r.addr).expect("an existing subtable's address fits");
+            let p = Publish {
+                depth,
+                suffix,
+                old_entry,
+                new_entry,
+            };
+            self.publish(ctx, p, Some(held), true).await?;
+        }
+        self.clear_frozen(ctx, sub_r, new_entry, &moved, held).await
+    }
+
+    /// Split step 7: clears the frozen originals (`moved`) of the split
+    /// into `new_entry`, then queues the clearing of the record (the
+    /// caller's unlock posts it). Readers that read the originals before
+    /// the flip fail their header check (see `queue_combs`) and retry.
+    async fn clear_frozen(
+        &self,
+        ctx: &Ctx,
+        sub_r: RemoteRef,
+        new_entry: u64,
+        moved: &[(u64, u64)],
+        held: &Held,
+    ) -> Result<(), IndexError> {
+        let zero = self.sc().zero;
+        ctx.set_local_u64(zero, 0);
+        self.queue_record(
+            ctx,
+            sub_r,
+            SplitRecord::new(new_entry, SplitPhase::Clearing),
+        );
         for piece in moved.chunks(128) {
+            // A slot cleared after the split lock passed on could be a
+            // fresh insert's.
+            self.keep(ctx, held).await?;
             for &(off, _) in piece {
-                ctx.write(sub_r.add(off), sc.zero);
+                ctx.write(sub_r.add(off), zero);
             }
             ctx.sync().await?;
         }
+        // The record's clearing rides in the unlock's batch (see `split`).
+        ctx.write(sub_r.add(SUB_SPLIT), zero);
         Ok(())
     }
 
@@ -1466,9 +1723,21 @@ impl RaceClient {
                 }
                 ctx.read_sync(sub_r.add(geo.lock_at(start as u64)), bulk.prefix(n * 8))
                     .await?;
+                let mut dead = Vec::new();
                 for i in 0..n {
-                    if ctx.local_u64(bulk.word(8 * i)) == 0 {
+                    let w = ctx.local_u64(bulk.word(8 * i));
+                    if w == 0 {
                         clear[start + i] = true;
+                    } else if self.t.cfg.lease.expired(ctx, w) {
+                        dead.push((start + i, w));
+                    }
+                }
+                // Inserters that died holding their lock: broken free (an
+                // insert lock guards nothing left half-done).
+                for (c, w) in dead {
+                    let lock = sub_r.add(geo.lock_at(c as u64));
+                    if self.break_lock(ctx, lock, w, 0).await? {
+                        clear[c] = true;
                     }
                 }
             }
@@ -1481,12 +1750,15 @@ impl RaceClient {
 
     /// Split step 3: freezes every slot whose key has bit `depth` of its
     /// hash set; returns their offsets in the subtable and their words as
-    /// they were when frozen (without the M bit).
+    /// they were when frozen (without the M bit). `resumed`: a splitter
+    /// that died froze some already (only a split freezes slots, so every
+    /// frozen slot is one of this split's movers).
     async fn freeze_movers(
         &self,
         ctx: &Ctx,
         sub_r: RemoteRef,
         depth: u32,
+        resumed: bool,
     ) -> Result<Vec<(u64, u64)>, IndexError> {
         let (geo, bulk) = (self.t.geo, self.sc().bulk);
         let prefix = (BLOCK_HEADER + self.t.cfg.max_key).next_multiple_of(8);
@@ -1505,9 +1777,11 @@ impl RaceClient {
                 let bucket: Bucket = ctx.get_as(piece.piece(b as usize, BUCKET_BYTES as usize));
                 for (j, &w) in bucket.slots.iter().enumerate() {
                     let s = Slot(w);
+                    let off = piece_at + b * BUCKET_BYTES + BUCKET_SLOTS as u64 + 8 * j as u64;
                     if !s.is_empty() && !s.moved() {
-                        let off = b * BUCKET_BYTES + BUCKET_SLOTS as u64 + 8 * j as u64;
-                        live.push((piece_at + off, s));
+                        live.push((off, s));
+                    } else if resumed && s.moved() {
+                        moved.push((off, s.thawed().0));
                     }
                 }
             }
@@ -1556,28 +1830,83 @@ impl RaceClient {
         Ok(moved)
     }
 
+    /// The frozen slots of `sub` (offset, word without the M bit): the
+    /// movers of a split whose splitter died after freezing them.
+    async fn frozen_slots(
+        &self,
+        ctx: &Ctx,
+        sub_r: RemoteRef,
+    ) -> Result<Vec<(u64, u64)>, IndexError> {
+        let (geo, bulk) = (self.t.geo, self.sc().bulk);
+        let per_piece = (SCRATCH as u64 / GROUP_BYTES).max(1);
+        let mut moved = Vec::new();
+        let mut g0 = 0;
+        while g0 < geo.groups {
+            let ng = per_piece.min(geo.groups - g0);
+            let piece_at = geo.groups_at() + g0 * GROUP_BYTES;
+            let piece = bulk.prefix((ng * GROUP_BYTES) as usize);
+            ctx.read_sync(sub_r.add(piece_at), piece).await?;
+            for b in 0..ng * 3 {
+                let bucket: Bucket = ctx.get_as(piece.piece(b as usize, BUCKET_BYTES as usize));
+                for (j, &w) in bucket.slots.iter().enumerate() {
+                    if Slot(w).moved() {
+                        let off = piece_at + b * BUCKET_BYTES + BUCKET_SLOTS as u64 + 8 * j as u64;
+                        moved.push((off, Slot(w).thawed().0));
+                    }
+                }
+            }
+            g0 += ng;
+        }
+        Ok(moved)
+    }
+
     /// Points the directory's entries of suffix·0 at the old subtable and
-    /// suffix·1 at the new one, doubling the directory when needed.
+    /// suffix·1 at the new one, doubling the directory when needed, under
+    /// the directory lock (a lease: a dead holder's lock is broken, and
+    /// what it left is whole — entries are single WRITEs, the doubling
+    /// copies before it raises the depth, so redoing either is safe).
+    ///
+    /// `careful` (resuming a dead splitter's publish): only entries that
+    /// still name the old subtable are set — others may name the new one
+    /// already, or a subtable split from it since.
     async fn publish(
         &self,
         ctx: &Ctx,
-        depth: u32,
-        suffix: u64,
-        old_entry: u64,
-        new_entry: u64,
+        p: Publish,
+        split: Option<&Held>,
+        careful: bool,
     ) -> Result<(), IndexError> {
         let dir = self.t.remote(self.t.dir)?;
-        let owner = self.st.borrow().owner;
+        let lock = dir.add(DIR_LOCK);
+        let (owner, lease) = (self.st.borrow().owner, self.t.cfg.lease);
         let mut retry = Retry::new("split", self.t.cfg.retry);
-        while ctx.cas_sync(dir.add(DIR_LOCK), 0, owner).await? != 0 {
+        let mine = loop {
+            let mine = lease.word(ctx, owner);
+            let held = ctx.cas_sync(lock, 0, mine).await?;
+            if held == 0
+                || (lease.expired(ctx, held) && self.break_lock(ctx, lock, held, mine).await?)
+            {
+                break mine;
+            }
             retry.backoff(ctx).await?;
-        }
+        };
+        let dir_held = Held {
+            lock,
+            word: mine.into(),
+            what: "the directory lock",
+        };
         let r = self
-            .publish_locked(ctx, depth, suffix, old_entry, new_entry)
+            .publish_locked(ctx, p, [split, Some(&dir_held)], careful)
             .await;
+        if let Err(IndexError::LeaseLost(_)) = r {
+            if dir_held.word.get() != mine || ctx.cas_sync(lock, mine, 0).await? != mine {
+                // Not ours to release any more (or released by CAS now).
+            }
+            return r;
+        }
         let zero = self.sc().zero;
         ctx.set_local_u64(zero, 0);
-        ctx.write(dir.add(DIR_LOCK), zero);
+        ctx.write(lock, zero);
         let unlocked = ctx.sync().await;
         r?;
         Ok(unlocked?)
@@ -1586,13 +1915,25 @@ impl RaceClient {
     async fn publish_locked(
         &self,
         ctx: &Ctx,
-        depth: u32,
-        suffix: u64,
-        old_entry: u64,
-        new_entry: u64,
+        p: Publish,
+        held: [Option<&Held>; 2],
+        careful: bool,
     ) -> Result<(), IndexError> {
+        let Publish {
+            depth,
+            suffix,
+            old_entry,
+            new_entry,
+        } = p;
         let dir = self.t.remote(self.t.dir)?;
         let sc = *self.sc();
+        let keep = async |ctx| {
+            for h in held.into_iter().flatten() {
+                self.keep(ctx, h).await?;
+            }
+            Ok::<(), IndexError>(())
+        };
+        keep(ctx).await?;
         ctx.read_sync(dir.add(DIR_GLOBAL_DEPTH), sc.word).await?;
         let mut g = ctx.local_u64(sc.word) as u32;
         if depth > g || g > self.t.cfg.max_depth {
@@ -1610,28 +1951,57 @@ impl RaceClient {
                 let entries = sc.bulk.prefix(8 * k);
                 ctx.read_sync(dir.add(DIR_ENTRIES + 8 * start as u64), entries)
                     .await?;
+                keep(ctx).await?;
                 ctx.write_sync(dir.add(DIR_ENTRIES + 8 * (n + start) as u64), entries)
                     .await?;
             }
             g += 1;
+            keep(ctx).await?;
             ctx.set_local_u64(sc.word, g as u64);
             ctx.write_sync(dir.add(DIR_GLOBAL_DEPTH), sc.word).await?;
         }
         assert!(depth < g, "the split's suffix bit is within the directory");
-        ctx.set_local_u64(sc.e1, old_entry);
-        ctx.set_local_u64(sc.e2, new_entry);
         let step = 1u64 << (depth + 1);
         let suffix2 = suffix | 1 << depth;
+        // Careful: which entries still name the old subtable.
+        let stale = if careful {
+            let old_sub = unptr48(old_entry);
+            let n = 1usize << g;
+            let per = SCRATCH / 8;
+            let mut stale = std::collections::HashSet::new();
+            for start in (0..n).step_by(per) {
+                let k = per.min(n - start);
+                ctx.read_sync(
+                    dir.add(DIR_ENTRIES + 8 * start as u64),
+                    sc.bulk.prefix(8 * k),
+                )
+                .await?;
+                for j in 0..k {
+                    if unptr48(ctx.local_u64(sc.bulk.word(8 * j))) == old_sub {
+                        stale.insert((start + j) as u64);
+                    }
+                }
+            }
+            Some(stale)
+        } else {
+            None
+        };
+        keep(ctx).await?;
+        ctx.set_local_u64(sc.e1, old_entry);
+        ctx.set_local_u64(sc.e2, new_entry);
         let mut queued = 0;
         let mut st_updates = Vec::new();
         for (first, src, e) in [(suffix, sc.e1, old_entry), (suffix2, sc.e2, new_entry)] {
             let mut i = first;
             while i < 1 << g {
-                ctx.write(dir.add(DIR_ENTRIES + 8 * i), src);
-                st_updates.push((i as usize, e));
-                queued += 1;
-                if queued % 128 == 0 {
-                    ctx.sync().await?;
+                if stale.as_ref().is_none_or(|s| s.contains(&i)) {
+                    ctx.write(dir.add(DIR_ENTRIES + 8 * i), src);
+                    st_updates.push((i as usize, e));
+                    queued += 1;
+                    if queued % 128 == 0 {
+                        ctx.sync().await?;
+                        keep(ctx).await?;
+                    }
                 }
                 i += step;
             }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use dmkit_fabric::shm::ShmFabric;
 use dmkit_fabric::ControlPlane;
 use dmkit_index::conformance::{self, on_worker, stress, StressConfig, StressRecord};
-use dmkit_index::{IndexError, MapClient, RemoteMap};
+use dmkit_index::{IndexError, LeaseConfig, MapClient, RemoteMap};
 use dmkit_lincheck::{check, MapOp, MapRet};
 use dmkit_race::{RaceConfig, RaceTable};
 use dmkit_runtime::RuntimeConfig;
@@ -25,6 +25,7 @@ fn small() -> RaceConfig {
         max_value: 64,
         grace: 1_000_000,
         chunk_bytes: 256 << 10,
+        lease: long_lease(),
         ..Default::default()
     }
 }
@@ -41,8 +42,20 @@ fn key(i: u64) -> Vec<u8> {
 fn conformance_child() {
     conformance::child::<RaceTable>(RaceConfig {
         grace: 2_000_000,
+        lease: long_lease(),
         ..Default::default()
     });
+}
+
+/// A lease for the stress tests: threads and processes on a loaded two-core CI
+/// machine may be descheduled for far longer than the 100 ms default, and
+/// a live holder that loses its lease fails its operation (`LeaseLost`) —
+/// right, but not what those tests are about.
+fn long_lease() -> LeaseConfig {
+    LeaseConfig {
+        lease: 5_000_000_000,
+        ..LeaseConfig::default()
+    }
 }
 
 #[test]
@@ -578,7 +591,7 @@ fn hot_area_bad_input_is_refused() {
             ..hot(&[b"a"])
         },
         RaceConfig {
-            hot_hold: 60_000_000,
+            hot_hold: long_lease().lease / 2 + 1,
             ..hot(&[b"a"])
         },
     ] {

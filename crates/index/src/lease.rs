@@ -1,0 +1,135 @@
+//! Leases on the locks a remote structure takes: a client that dies
+//! holding one never blocks it for ever.
+//!
+//! Every lock word an index takes in remote memory (RACE's insert, split
+//! and directory locks, the radix tree's leaf and node locks, the B+tree's
+//! node locks) holds its owner and the deadline of its lease — the format
+//! of `dmkit_runtime::lock` (the memory-semantics study's remote spinlock,
+//! §III-E, with a lease):
+//!
+//! ```text
+//!  63            48 47                                           0
+//! +----------------+----------------------------------------------+
+//! |  owner (16)    |  lease deadline, µs of the shared clock (48) |
+//! +----------------+----------------------------------------------+
+//! 0 = free; a held lock has owner ≠ 0.
+//! ```
+//!
+//! The rules ([`LeaseConfig`]):
+//! - acquire: CAS `0 → (owner, now + lease)`, as before the lease: the
+//!   common path is the same one CAS;
+//! - a waiter that reads a held word whose deadline passed more than
+//!   `skew` ago may *break* it — CAS `old → (me, now + lease)`, so one
+//!   breaker wins — and must then *repair* what the dead holder may have
+//!   left half-done before it goes on (each structure says how);
+//! - a holder publishes its last write only while [`LeaseConfig::holds`]
+//!   says enough of its lease is left; otherwise it backs out and tries
+//!   again. Release stays a WRITE of 0 batched with the data.
+//!
+//! What it assumes: the clients' clocks disagree by at most `skew` (one
+//! host: `CLOCK_MONOTONIC`, `skew` may be 0; across machines a bound, the
+//! same assumption as RACE's grace period), and a live holder is not
+//! stalled for longer than `lease − margin` between its check and its
+//! write landing (the default 100 ms lease against operations of
+//! microseconds).
+
+use dmkit_runtime::lock::{pack, unpack};
+use dmkit_runtime::{Ctx, Nanos};
+
+/// How long a lock is held before others may break it, and the clock
+/// disagreement allowed between clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseConfig {
+    /// Length of a lease (ns).
+    pub lease: Nanos,
+    /// Bound on the disagreement of the clients' clocks (ns): a lease is
+    /// broken only `skew` after its deadline, and a holder stops `skew`
+    /// before it.
+    pub skew: Nanos,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        Self {
+            lease: 100_000_000,
+            skew: 1_000_000,
+        }
+    }
+}
+
+/// The part of a lease a holder keeps in hand: it publishes only while
+/// more than a quarter of the lease is left.
+const MARGIN_DIV: Nanos = 4;
+
+impl LeaseConfig {
+    /// The word of a lock that `owner` takes now.
+    #[inline]
+    pub fn word(&self, ctx: &Ctx, owner: u16) -> u64 {
+        self.word_at(ctx.now(), owner)
+    }
+
+    /// The word of a lock that `owner` takes at `now` (a clock reading the
+    /// caller already has).
+    #[inline]
+    pub fn word_at(&self, now: Nanos, owner: u16) -> u64 {
+        pack(owner.max(1), (now + self.lease) / 1000)
+    }
+
+    /// Whether the lease of held word `word` ended more than `skew` ago
+    /// (a free word, 0, is not expired: it is free).
+    #[inline]
+    pub fn expired(&self, ctx: &Ctx, word: u64) -> bool {
+        if word == 0 {
+            return false;
+        }
+        let (_, deadline_us) = unpack(word);
+        ctx.now() / 1000 > deadline_us + self.skew / 1000
+    }
+
+    /// Whether a holder of `word` may still publish: more than a quarter of
+    /// the lease left before `deadline − skew`.
+    #[inline]
+    pub fn holds(&self, ctx: &Ctx, word: u64) -> bool {
+        let (_, deadline_us) = unpack(word);
+        let end = (deadline_us * 1000).saturating_sub(self.skew);
+        ctx.now() + self.lease / MARGIN_DIV < end
+    }
+
+    /// Checks the configuration: a lease longer than twice the skew.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.lease == 0 || self.lease <= 2 * self.skew {
+            return Err(format!(
+                "lease {} ns must be positive and more than twice the clock skew {} ns",
+                self.lease, self.skew
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A lock owner id from a client id (non-zero; two live clients may share
+/// one: mutual exclusion comes from the CAS, the owner only names who held
+/// a word for reports and repairs).
+pub fn owner_of(id: u64) -> u16 {
+    let h = dmkit_runtime::hash::fmix64(id ^ 0x0D15_EA5E);
+    (h % 65_535) as u16 + 1
+}
+
+/// The owner of a held lock word (0 for a free one).
+pub fn owner_in(word: u64) -> u16 {
+    unpack(word).0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owners_are_never_zero() {
+        for id in 0..10_000 {
+            assert_ne!(owner_of(id), 0);
+        }
+        assert!(LeaseConfig::default().validate().is_ok());
+        assert!(LeaseConfig { lease: 10, skew: 5 }.validate().is_err());
+    }
+}
