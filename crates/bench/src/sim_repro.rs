@@ -365,6 +365,10 @@ pub fn reproduce(
                 "{}, link at 100 Gb, memory nodes at {OSDI23_MN_MOPS} M verbs/s",
                 opts.profile.name
             )
+        } else if name.starts_with("swordbox-") {
+            // SwordBox's figures run on its testbed's device, whatever the
+            // options' profile.
+            crate::sim_repro_swordbox::profile_name()
         } else {
             opts.profile.name.clone()
         },

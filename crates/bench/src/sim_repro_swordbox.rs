@@ -79,6 +79,11 @@ fn cx5() -> Result<Profile, BenchError> {
     Profile::builtin("cx5-100g").map_err(BenchError::Config)
 }
 
+/// The name of the device the figures run on.
+pub(crate) fn profile_name() -> String {
+    cx5().map_or_else(|e| format!("cx5-100g ({e})"), |p| p.name)
+}
+
 /// Client threads spread over machines of at most 56 (the testbed's).
 fn spread(total: usize) -> (usize, usize) {
     let machines = total.div_ceil(56).clamp(1, 7);
