@@ -208,7 +208,13 @@ fn fig5(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
         // of the READs, WRITEs and CASes posted, those not wasted by a
         // failed CAS or a READ of a superseded version.
         let requests = 100.0 * (1.0 - ratio(r.retries_per_op, r.verbs_per_op));
-        acc.push("requests that succeeded", t as f64, requests, "%", published);
+        acc.push(
+            "requests that succeeded",
+            t as f64,
+            requests,
+            "%",
+            published,
+        );
         acc.push("throughput", t as f64, r.mops, "Mops", None);
     }
     Ok("client threads (YCSB A, 1,024 keys, zipf 0.99; published: an upper bound)".into())
