@@ -37,6 +37,8 @@
 //!   (their "replaced" mark has no lease: a client that dies between
 //!   marking a leaf and swinging its slot blocks the key until the retry
 //!   budget gives a typed timeout).
+//! - `clover`, `swordbox-locks` — Clover through SwordBox's steering, and
+//!   the B+tree's locks through CAS→WRITE: see [`crate::sim_check_swordbox`].
 //!
 //! Every scenario runs on the ConnectX-6 profile; the responder's order
 //! among atomics waiting for one address follows the seed too (see
@@ -80,7 +82,7 @@ use dmkit_runtime::Local;
 const LOCAL_BYTES: usize = 64 << 10;
 
 /// Scenario names.
-pub const SCENARIOS: [&str; 7] = [
+pub const SCENARIOS: [&str; 9] = [
     "counters",
     "race",
     "art",
@@ -88,12 +90,14 @@ pub const SCENARIOS: [&str; 7] = [
     "crash-race",
     "crash-art",
     "crash-btree",
+    "clover",
+    "swordbox-locks",
 ];
 
 /// A crash scenario's plan: compute machine 1 dies at virtual time `at`
 /// (ns), with every task of its workers where it stands.
 #[derive(Debug, Clone, Copy)]
-struct Crash {
+pub(crate) struct Crash {
     at: u64,
 }
 
@@ -144,6 +148,8 @@ pub fn run(name: &str, seed: u64) -> Result<Passed, String> {
         "crash-race" => race(seed, Some(crash_of(seed))),
         "crash-art" => art(seed, Some(crash_of(seed))),
         "crash-btree" => btree(seed, Some(crash_of(seed))),
+        "clover" => crate::sim_check_swordbox::clover(seed),
+        "swordbox-locks" => crate::sim_check_swordbox::locks(seed),
         _ => {
             return Err(format!(
                 "no scenario {name:?}; scenarios: {}",
@@ -186,6 +192,7 @@ pub fn skew_bound(name: &str) -> u64 {
         "counters" => LOCK_SKEW,
         "race" => RACE_GRACE / 8,
         n if n.starts_with("crash-") => CRASH_SKEW,
+        "clover" => crate::sim_check_swordbox::CLOVER_GRACE / 8,
         _ => 1_000_000,
     }
 }
@@ -217,7 +224,7 @@ fn clock_note(f: &Faults) -> String {
 
 /// Compute machines of every scenario; worker `i` runs on machine
 /// `i % MACHINES` (the map clients' `client_on(id % 2)` say the same).
-const MACHINES: usize = 2;
+pub(crate) const MACHINES: usize = 2;
 
 /// What [`run_seeds`] found.
 #[derive(Debug, Clone, PartialEq)]
@@ -537,7 +544,7 @@ fn race(seed: u64, crash: Option<Crash>) -> Result<Passed, String> {
 /// client and checks it all (`stress::verify`). Returns (operations, the
 /// virtual time at the end of the workload).
 /// A map scenario's workload shape, drawn from the seed's generator.
-fn stress_shape(r: &mut Rng, seed: u64) -> StressConfig {
+pub(crate) fn stress_shape(r: &mut Rng, seed: u64) -> StressConfig {
     StressConfig {
         workers: 2 + r.below(3) as usize,
         tasks: 1 + r.below(5) as usize,
@@ -550,11 +557,11 @@ fn stress_shape(r: &mut Rng, seed: u64) -> StressConfig {
 }
 
 /// What a map scenario's run did.
-struct MapRun {
+pub(crate) struct MapRun {
     /// Operations checked.
-    ops: u64,
+    pub(crate) ops: u64,
     /// Virtual time at the end of the workload.
-    now: u64,
+    pub(crate) now: u64,
     /// With a crash: (when, threads killed, operations they left pending).
     crash: Option<(u64, usize, usize)>,
 }
@@ -572,7 +579,7 @@ impl MapRun {
     }
 }
 
-fn stress_on_sim<C: MapClient>(
+pub(crate) fn stress_on_sim<C: MapClient>(
     sim: &mut Sim,
     layout: &LocalLayout,
     client: &dyn Fn(u64) -> C,
@@ -663,7 +670,7 @@ fn stress_on_sim<C: MapClient>(
 /// instant its reading could have been taken at and each return to the
 /// latest: every operation's interval in virtual time contains its true
 /// one, so an order the checker infers from them is a real one.
-fn in_virtual_time(
+pub(crate) fn in_virtual_time(
     sim: &Sim,
     mut records: Vec<StressRecord>,
     machine: impl Fn(u32) -> usize,

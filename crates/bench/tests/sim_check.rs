@@ -54,10 +54,22 @@ fn btree_is_linearizable_under_faults() {
     seeds("btree", 150);
 }
 
+/// Seeds cover no switch, write and read-write steering (seed mod 3),
+/// each with no failure, losses and restarts (seed / 3 mod 3).
+#[test]
+fn clover_is_linearizable_through_the_switch_under_faults() {
+    seeds("clover", 90);
+}
+
+#[test]
+fn cas_to_write_keeps_the_btrees_locks_under_faults() {
+    seeds("swordbox-locks", 60);
+}
+
 #[test]
 fn every_scenario_is_known_and_unknown_ones_are_refused() {
     assert!(run("nonsense", 1).unwrap_err().contains("counters"));
-    assert_eq!(SCENARIOS.len(), 7);
+    assert_eq!(SCENARIOS.len(), 9);
 }
 
 /// Runs `n` seeds of crash scenario `scenario` (machine 1 killed mid-run;

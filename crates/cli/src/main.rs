@@ -16,6 +16,7 @@
 mod app;
 mod args;
 mod bench;
+mod clover_mds;
 mod corm;
 mod memnode;
 mod node;
@@ -76,6 +77,8 @@ enum Cmd {
     /// the hash table's breakdown.
     #[command(subcommand)]
     App(app::AppCmd),
+    /// Clover's metadata server for a store, in a process of its own.
+    CloverMds(clover_mds::CloverMdsArgs),
 }
 
 /// A closed standard output (`dmkit … | head`) ends the program quietly
@@ -121,6 +124,7 @@ fn main() -> ExitCode {
         Cmd::Node(NodeCmd::Stats(a)) => node::node_stats(a),
         Cmd::Node(NodeCmd::Shutdown(a)) => node::node_shutdown(a),
         Cmd::Corm(c) => corm::corm(c),
+        Cmd::CloverMds(a) => clover_mds::clover_mds(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,6 +3,7 @@
 //! runtime switches, and opening the fabric those flags describe.
 
 pub(crate) mod atomics;
+pub(crate) mod clover;
 pub(crate) mod consolidation;
 pub(crate) mod corm_bench;
 pub(crate) mod micro;

@@ -35,7 +35,8 @@ pub(crate) struct YcsbArgs {
     #[command(flatten)]
     fabric: FabricArgs,
     /// Index: race (remote hash table), art (remote radix tree), btree
-    /// (remote B+tree), or the in-process peers local-hash and local-art.
+    /// (remote B+tree), clover (Clover's key-value store), or the in-process
+    /// peers local-hash and local-art.
     #[arg(long, default_value = "race")]
     index: ycsb_bench::IndexKind,
     /// Workload: load, a, b, c, d, e or f.
@@ -86,6 +87,9 @@ pub(crate) struct YcsbArgs {
     /// The B+tree's switches (dmkit_btree::BtreeConfig).
     #[command(flatten)]
     btree: dmkit_btree::BtreeConfig,
+    /// Clover's switches and SwordBox's steering of it.
+    #[command(flatten)]
+    clover: super::clover::CloverArgs,
     #[command(flatten)]
     switches: SwitchArgs,
     #[arg(long, default_value_t = 1)]
@@ -133,6 +137,7 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
         race: a.race,
         art: a.art,
         btree: a.btree,
+        clover: a.clover.bench()?,
     };
     let needed = ycsb_bench::memory_estimate(&cfg);
     let platform = match a.fabric.backend {
@@ -168,6 +173,17 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
         b.finish_and_clear();
     }
     print_ycsb(&r);
+    if r.index == "clover" {
+        println!(
+            "clover: steer {}, {:.3} CAS failures/op, {:.1} B/op, p99 read {:.2} us, p99 write {:.2} us, first-try share {:.3}",
+            r.steer.as_deref().unwrap_or("none (no switch)"),
+            r.cas_failures_per_op,
+            r.bytes_per_op,
+            r.p99_read_us,
+            r.p99_write_us,
+            r.retry_histogram.first().copied().unwrap_or(0.0)
+        );
+    }
     if let Some(path) = &a.json {
         let text = serde_json::to_string_pretty(&r).expect("result serialises");
         std::fs::write(path, text + "\n")
