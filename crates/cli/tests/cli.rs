@@ -707,3 +707,34 @@ fn ycsb_on_clover_with_and_without_the_switch() {
     assert!(r["bytes_per_op"].as_f64().unwrap() > 0.0, "{r}");
     assert!(r["cas_failures_per_op"].as_f64().is_some(), "{r}");
 }
+
+/// `dmkit memnode` ends cleanly on SIGTERM and on SIGINT: exit status 0,
+/// its socket and token file removed, a last log line (issue: memnode's
+/// lifecycle).
+#[test]
+fn memnode_shuts_down_cleanly_on_a_signal() {
+    for sig in ["-TERM", "-INT"] {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("n.sock");
+        let target = format!("unix:{}", sock.display());
+        let node = Command::new(DMKIT)
+            .args(["memnode", "--size", "16MiB", "--listen", &target])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for(&sock);
+        let token = dmkit_memnode_token(&sock);
+        wait_for(&token);
+        let killed = Command::new("kill")
+            .args([sig, &node.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let out = node.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{sig}: {:?} {err}", out.status);
+        assert!(err.contains("shut down"), "{sig}: {err}");
+        assert!(!sock.exists(), "{sig}: the socket outlived the node");
+        assert!(!token.exists(), "{sig}: the token outlived the node");
+    }
+}
