@@ -21,6 +21,8 @@
 //! - `btree` — the B+tree, the same workload and checks, with small nodes
 //!   (so splits happen at every level during the run), HOCL, cache and
 //!   speculative lookup drawn from the seed, and its structural checker.
+//! - `txn` — transactions with a coordinator crashed at a step of commit,
+//!   recovered by the others and a final pass (`crate::txn_check`).
 //!
 //! Every scenario runs on the ConnectX-6 profile; the responder's order
 //! among atomics waiting for one address follows the seed too (see
@@ -64,7 +66,7 @@ use dmkit_runtime::Local;
 const LOCAL_BYTES: usize = 64 << 10;
 
 /// Scenario names.
-pub const SCENARIOS: [&str; 4] = ["counters", "race", "art", "btree"];
+pub const SCENARIOS: [&str; 5] = ["counters", "race", "art", "btree", "txn"];
 
 /// What a passing run did.
 #[derive(Debug, Clone)]
@@ -88,6 +90,7 @@ pub fn run(name: &str, seed: u64) -> Result<Passed, String> {
         "race" => race(seed),
         "art" => art(seed),
         "btree" => btree(seed),
+        "txn" => crate::txn_check::txn(seed),
         _ => {
             return Err(format!(
                 "no scenario {name:?}; scenarios: {}",
@@ -126,6 +129,7 @@ const RACE_GRACE: u64 = 2_000_000;
 pub fn skew_bound(name: &str) -> u64 {
     match name {
         "counters" => LOCK_SKEW,
+        "txn" => crate::txn_check::SKEW_BOUND,
         "race" => RACE_GRACE / 8,
         _ => 1_000_000,
     }
@@ -158,7 +162,7 @@ fn clock_note(f: &Faults) -> String {
 
 /// Compute machines of every scenario; worker `i` runs on machine
 /// `i % MACHINES` (the map clients' `client_on(id % 2)` say the same).
-const MACHINES: usize = 2;
+pub(crate) const MACHINES: usize = 2;
 
 /// What [`run_seeds`] found.
 #[derive(Debug, Clone, PartialEq)]
@@ -248,7 +252,7 @@ pub fn atomic_order_of(seed: u64) -> AtomicOrder {
     }
 }
 
-fn sim_for(seed: u64, r: &mut Rng, skew_bound: u64) -> Result<Sim, String> {
+pub(crate) fn sim_for(seed: u64, r: &mut Rng, skew_bound: u64) -> Result<Sim, String> {
     let mut profile = Profile::cx6();
     profile.responder.atomic_order = atomic_order_of(seed);
     profile.responder.atomic_stalls_access = atomic_stalls_of(seed);

@@ -744,7 +744,11 @@ fn decode_catalog(w: &[u64]) -> Option<Catalog> {
         let payload = next()? as usize;
         let capacity = next()?;
         let buckets = next()?;
-        if payload == 0 || !payload.is_multiple_of(8) || buckets == 0 || !buckets.is_multiple_of(n as u64) {
+        if payload == 0
+            || !payload.is_multiple_of(8)
+            || buckets == 0
+            || !buckets.is_multiple_of(n as u64)
+        {
             return None;
         }
         let mut bases = Vec::new();

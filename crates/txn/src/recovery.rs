@@ -337,12 +337,13 @@ pub struct RecoveryReport {
 }
 
 impl Database {
-    /// The recovery pass: recovers every coordinator's log whose lease
-    /// ended, then breaks the expired locks left on clean records. Runs
-    /// on a worker of its own on the calling thread, as coordinator
-    /// `self.coordinator(..)` (it takes an id). Call it when the
-    /// coordinators that might hold locks are dead and their leases
-    /// (plus the skew) have passed.
+    /// The recovery pass on a real fabric (shm, verbs): recovers every
+    /// coordinator's log whose lease ended ([`recover_logs`], on a worker
+    /// of its own on the calling thread, as a coordinator with a fresh
+    /// id), then breaks the expired locks left on clean records
+    /// ([`Database::break_stale_locks`]). Call it when the coordinators
+    /// that might hold locks are dead and their leases (plus the skew)
+    /// have passed.
     pub fn recover_all(self: &Arc<Self>) -> Result<RecoveryReport, TxnError> {
         let cache = crate::txn::addr_cache();
         let mut coord = self.coordinator(&cache)?;
@@ -351,54 +352,74 @@ impl Database {
             .build()?;
         let out = std::rc::Rc::new(std::cell::RefCell::new(None));
         let o = out.clone();
-        let db = self.clone();
+        let owners = self.coordinators_taken()?;
         w.spawn(move |ctx| async move {
-            let r = async {
-                let mut rep = RecoveryReport::default();
-                let owners = db.coordinators_taken()?;
-                for owner in 1..=owners {
-                    match coord.recover_owner(&ctx, owner).await? {
-                        Recovered::RolledBack { txn } => rep.rolled_back.push(txn),
-                        Recovered::RolledForward { txn } => rep.rolled_forward.push(txn),
-                        Recovered::Busy => rep.busy.push(owner),
-                        Recovered::Nothing => {}
-                    }
-                }
-                rep.restored = std::mem::take(&mut coord.restored);
-                rep.locks_broken = db.break_expired_locks(&ctx, &rep.busy).await?;
-                Ok::<_, TxnError>(rep)
-            }
-            .await;
+            let r = recover_logs(&mut coord, &ctx, owners).await;
             *o.borrow_mut() = Some(r);
         });
         w.run();
         let r = out.borrow_mut().take().expect("the recovery task finished");
-        r
+        let mut rep = r?;
+        let now = dmkit_runtime::Clock::now(&dmkit_runtime::MonotonicClock);
+        rep.locks_broken = self.break_stale_locks(now, &rep.busy)?;
+        Ok(rep)
     }
 
-    /// Breaks every expired lock on a clean record whose owner is not in
-    /// `busy` (its log settled): such a lock guards nothing written.
-    async fn break_expired_locks(&self, ctx: &Ctx, busy: &[u16]) -> Result<u64, TxnError> {
+    /// Breaks every lock whose lease ended more than the skew before
+    /// `now` (the clients' clock) on a clean record, unless its owner is
+    /// in `busy` (its log not settled): such a lock guards nothing
+    /// written. Control path, for a quiescent database after
+    /// [`recover_logs`].
+    pub fn break_stale_locks(
+        &self,
+        now: dmkit_runtime::Nanos,
+        busy: &[u16],
+    ) -> Result<u64, TxnError> {
         let mut n = 0;
+        let skew_us = self.cfg.lease.skew / 1000;
         for t in 0..self.tables.len() {
+            let info = &self.tables[t];
             for row in self.scan(t as TableId)? {
+                let (owner, deadline_us) = dmkit_runtime::lock::unpack(row.lock);
                 if row.lock == 0
                     || row.version.dirty()
-                    || !self.cfg.lease.expired(ctx, row.lock)
-                    || busy.contains(&dmkit_index::lease::owner_in(row.lock))
+                    || now / 1000 <= deadline_us + skew_us
+                    || busy.contains(&owner)
                 {
                     continue;
                 }
-                let info = &self.tables[t];
-                let at = self.remote(
-                    self.slot_addr(info, row.slot, 0)
-                        .add(layout::lock_offset(info.payload) as u64),
-                )?;
-                if ctx.cas_sync(at, row.lock, 0).await? == row.lock {
+                let at = self
+                    .slot_addr(info, row.slot, 0)
+                    .add(layout::lock_offset(info.payload) as u64);
+                let mut qp = self.home.sync_qp(at.node(), 64)?;
+                if qp.cas(at, self.home.rkey(at.node())?, row.lock, 0)? == row.lock {
                     n += 1;
                 }
             }
         }
         Ok(n)
     }
+}
+
+/// Recovers the logs of coordinators `1..=owners`
+/// ([`Database::coordinators_taken`]) whose lease ended, as `coord` on
+/// task `ctx` (any backend; on the simulator, spawn it on a virtual
+/// thread). The report's `locks_broken` is left 0: break the stale locks
+/// after with [`Database::break_stale_locks`].
+pub async fn recover_logs(
+    coord: &mut Coordinator,
+    ctx: &Ctx,
+    owners: u16,
+) -> Result<RecoveryReport, TxnError> {
+    let mut rep = RecoveryReport::default();
+    for owner in 1..=owners {
+        match coord.recover_owner(ctx, owner).await? {
+            Recovered::RolledBack { txn } => rep.rolled_back.push(txn),
+            Recovered::RolledForward { txn } => rep.rolled_forward.push(txn),
+            Recovered::Busy => rep.busy.push(owner),
+            Recovered::Nothing => {}
+        }
+    }
+    rep.restored = std::mem::take(&mut coord.restored);
+    Ok(rep)
 }

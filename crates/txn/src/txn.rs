@@ -196,6 +196,15 @@ impl Coordinator {
             .unwrap_or_default()
     }
 
+    /// The id of the transaction begun last (0 before the first).
+    pub fn last_txn(&self) -> u64 {
+        if self.seq == 0 {
+            0
+        } else {
+            (self.id as u64) << 40 | self.seq
+        }
+    }
+
     /// Whether it stopped for good (crashed or lost a lease).
     pub fn is_dead(&self) -> bool {
         self.dead.is_some()
