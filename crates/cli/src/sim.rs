@@ -27,7 +27,7 @@ pub(crate) enum SimCmd {
 
 #[derive(Args)]
 pub(crate) struct CheckArgs {
-    /// Scenario: counters, race.
+    /// Scenario: counters, race, art, btree, txn.
     #[arg(long)]
     scenario: String,
     /// How many seeds to run (from --first).

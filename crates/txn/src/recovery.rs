@@ -303,12 +303,16 @@ impl Coordinator {
                 ctx.write(rec, image);
                 ctx.write(self.tail_ref(&e.head, r)?.add(8), src);
             }
-            self.restored.push(Restore {
-                table: e.head.table_id() as TableId,
-                slot: e.head.slot,
-                version: restored.number(),
-                same_as: old.number(),
-            });
+            if restored.number() != old.number() {
+                // (An insert rolled back to an empty slot restores
+                // nothing a reader could have seen.)
+                self.restored.push(Restore {
+                    table: e.head.table_id() as TableId,
+                    slot: e.head.slot,
+                    version: restored.number(),
+                    same_as: old.number(),
+                });
+            }
         }
         ctx.sync().await?;
         let zero = db.local.zero;

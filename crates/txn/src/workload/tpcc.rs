@@ -205,10 +205,15 @@ impl Tpcc {
                     .collect::<Result<_, _>>()?;
                 t.exec().await?;
                 if t.exists(order) || t.exists(no) || ols.iter().any(|&l| t.exists(l)) {
+                    // The district was read before a NewOrder that took
+                    // `o` committed (without hitchhiked locking it is read
+                    // unlocked): an inconsistent read OCC's validation
+                    // would refuse. Abort and retry; a real duplicate
+                    // shows in `check` (condition 2: d_next_o_id − 1 is
+                    // the largest order id).
                     t.abort().await?;
-                    return Err(TxnError::Config(format!(
-                        "order {w}/{d}/{o} exists already"
-                    )));
+                    ctx.backoff().await;
+                    return Err(TxnError::Abort(crate::AbortReason::Validation));
                 }
                 for (k, &(i, sw, qty)) in lines.iter().enumerate() {
                     let (it, st) = its[k];
