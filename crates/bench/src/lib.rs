@@ -15,6 +15,7 @@ pub mod rng;
 pub mod sim_check;
 pub mod sim_micro;
 pub mod sim_repro;
+pub mod txn_bench;
 pub mod txn_check;
 pub mod ycsb;
 pub mod ycsb_bench;

@@ -98,6 +98,7 @@ fn main() -> ExitCode {
         Cmd::Bench(b) => match *b {
             BenchCmd::Micro(a) => bench::micro::bench_micro(a),
             BenchCmd::Ycsb(a) => bench::ycsb::bench_ycsb(a),
+            BenchCmd::Txn(a) => bench::txn::bench_txn(a),
         },
         Cmd::Plot(a) => plot::plot(a),
         Cmd::Sim(SimCmd::Reproduce(a)) => sim::sim_reproduce(a),

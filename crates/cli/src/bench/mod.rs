@@ -3,6 +3,7 @@
 //! runtime switches, and opening the fabric those flags describe.
 
 pub(crate) mod micro;
+pub(crate) mod txn;
 pub(crate) mod ycsb;
 
 use std::path::PathBuf;
@@ -29,6 +30,8 @@ pub(crate) enum BenchCmd {
     Micro(MicroArgs),
     /// YCSB on an index: load, then run a workload for --duration.
     Ycsb(YcsbArgs),
+    /// Transactions (SmallBank, TATP, TPC-C) on FORD's one-sided OCC.
+    Txn(txn::TxnArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
