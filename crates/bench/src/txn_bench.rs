@@ -14,8 +14,15 @@
 //! transaction from its first attempt (p50, p99), and the runtime's round
 //! trips and bytes per committed transaction.
 //!
+//! With `read_only` only the workload's read-only types are drawn; with
+//! `local_peer` (TATP) the same read-only transactions also run, before
+//! the remote run and for as long, on a local in-process peer: the loaded
+//! records (the same bytes: key, payload, lock, version) copied into a
+//! concurrent in-memory map, each transaction doing the same look-ups,
+//! copies and checks.
+//!
 //! Not here: the simulator (its workers run on virtual threads; see
-//! `dmkit sim check --scenario txn`), and a local in-process peer.
+//! `dmkit sim check --scenario txn`).
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -77,6 +84,10 @@ pub struct TxnBenchConfig {
     pub runtime: RuntimeConfig,
     /// Seed of the drawn transactions and the population.
     pub seed: u64,
+    /// Draw only the workload's read-only transaction types.
+    pub read_only: bool,
+    /// TATP: also run the local in-process peer (read-only types).
+    pub local_peer: bool,
 }
 
 /// Per transaction type.
@@ -135,6 +146,13 @@ pub struct TxnResult {
     pub coalescent_commit: bool,
     /// Copies of every record.
     pub replicas: usize,
+    /// Only read-only types were drawn.
+    pub read_only: bool,
+    /// The local peer's attempted transactions per second (TATP,
+    /// read-only types, same threads and duration), if it ran.
+    pub local_attempted_per_s: Option<f64>,
+    /// `attempted_per_s` over the local peer's.
+    pub vs_local: Option<f64>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -176,7 +194,11 @@ pub fn run_txn(fabric: Arc<dyn Fabric>, cfg: &TxnBenchConfig) -> Result<TxnResul
             if s != 0 {
                 w.subscribers = s;
             }
-            run_with(fabric, cfg, w)
+            let peer = cfg.local_peer.then(|| {
+                let w2 = w;
+                Box::new(move |db: &Database| local_tatp(db, &w2, cfg)) as Peer<'_>
+            });
+            run_peer(fabric, cfg, w, peer)
         }
         TxnWorkload::Tpcc => {
             let mut w = Tpcc {
@@ -191,15 +213,30 @@ pub fn run_txn(fabric: Arc<dyn Fabric>, cfg: &TxnBenchConfig) -> Result<TxnResul
     }
 }
 
+type Peer<'a> = Box<dyn FnOnce(&Database) -> Result<f64, String> + 'a>;
+
 fn run_with<W: Workload + 'static>(
     fabric: Arc<dyn Fabric>,
     cfg: &TxnBenchConfig,
     w: W,
 ) -> Result<TxnResult, String> {
+    if cfg.local_peer {
+        return Err("the local peer runs TATP only".into());
+    }
+    run_peer(fabric, cfg, w, None)
+}
+
+fn run_peer<W: Workload + 'static>(
+    fabric: Arc<dyn Fabric>,
+    cfg: &TxnBenchConfig,
+    w: W,
+    peer: Option<Peer<'_>>,
+) -> Result<TxnResult, String> {
     let e = |e: TxnError| e.to_string();
     let db = Database::create(fabric, "bench-txn", cfg.txn.clone(), &w.tables()).map_err(e)?;
     let out = (|| {
         w.load(&db).map_err(e)?;
+        let local = peer.map(|p| p(&db)).transpose()?;
         let w = Arc::new(w);
         let start = Instant::now();
         let end = start + cfg.duration;
@@ -274,6 +311,9 @@ fn run_with<W: Workload + 'static>(
             backup_reads: cfg.txn.backup_reads,
             coalescent_commit: cfg.txn.coalescent_commit,
             replicas: cfg.txn.replicas,
+            read_only: cfg.read_only,
+            local_attempted_per_s: local,
+            vs_local: local.map(|l| attempted as f64 / secs / l),
         })
     })();
     db.destroy().map_err(e)?;
@@ -305,6 +345,7 @@ fn thread<W: Workload + 'static>(
     let effect = Rc::new(Cell::new(0i64));
     let lat = Rc::new(RefCell::new(histogram()));
     let failure: Rc<RefCell<Option<String>>> = Rc::default();
+    let read_only = cfg.read_only;
     for k in 0..cfg.coros {
         let mut coord = db.coordinator(&cache).map_err(|e| e.to_string())?;
         let (w, attempted, committed, aborts, effect, lat, failure) = (
@@ -319,7 +360,10 @@ fn thread<W: Workload + 'static>(
         let mut rng = Rng::new(cfg.seed.wrapping_mul(1_000_003) + (ti * 1000 + k) as u64 + 1);
         wk.spawn(move |ctx| async move {
             while Instant::now() < end {
-                let tx = w.draw(&mut rng);
+                let mut tx = w.draw(&mut rng);
+                while read_only && !w.read_only(&tx) {
+                    tx = w.draw(&mut rng);
+                }
                 let kind = w.kind(&tx);
                 let t0 = Instant::now();
                 loop {
@@ -356,4 +400,74 @@ fn thread<W: Workload + 'static>(
         failure: failure.borrow_mut().take(),
     };
     Ok(out)
+}
+
+/// The local peer: TATP's read-only transactions on the loaded records
+/// copied into a concurrent map (table, key) → record bytes; `threads`
+/// threads for `duration`. Returns attempted transactions per second.
+fn local_tatp(db: &Database, w: &Tatp, cfg: &TxnBenchConfig) -> Result<f64, String> {
+    use dmkit_txn::workload::tatp::{
+        cf_key, sf_key, TatpTxn, ACCESS_INFO, CALL_FORWARDING, SPECIAL_FACILITY, SUBSCRIBER,
+    };
+    let map: dashmap::DashMap<(u16, u64), Vec<u8>> = dashmap::DashMap::new();
+    for t in 0..db.table_count() as u16 {
+        for r in db.scan(t).map_err(|e| e.to_string())? {
+            if r.version.present() {
+                // The record's bytes as the remote layout holds them.
+                let mut rec = r.key.to_le_bytes().to_vec();
+                rec.extend_from_slice(&r.payload);
+                rec.extend_from_slice(&r.lock.to_le_bytes());
+                rec.extend_from_slice(&r.version.0.to_le_bytes());
+                map.insert((t, r.key), rec);
+            }
+        }
+    }
+    let word = |rec: &[u8], k: usize| {
+        u64::from_le_bytes(rec[8 + 8 * k..16 + 8 * k].try_into().expect("8 bytes"))
+    };
+    // A look-up copies the record out, as a READ does.
+    let get = |t: u16, k: u64| map.get(&(t, k)).map(|r| r.value().clone());
+    let start = Instant::now();
+    let end = start + cfg.duration;
+    let total: u64 = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..cfg.threads)
+            .map(|ti| {
+                let get = &get;
+                s.spawn(move || {
+                    let mut rng = Rng::new(cfg.seed.wrapping_mul(7_000_001) + ti as u64 + 1);
+                    let mut n = 0u64;
+                    let mut found = 0u64;
+                    while Instant::now() < end {
+                        let mut tx = w.draw(&mut rng);
+                        while !w.read_only(&tx) {
+                            tx = w.draw(&mut rng);
+                        }
+                        let ok = match tx {
+                            TatpTxn::GetSubscriberData { s } => get(SUBSCRIBER, s).is_some(),
+                            TatpTxn::GetNewDestination { s, sf, start, end } => {
+                                let f = get(SPECIAL_FACILITY, sf_key(s, sf));
+                                let cfs: Vec<_> = [0u64, 8, 16]
+                                    .into_iter()
+                                    .filter(|&st| st <= start)
+                                    .map(|st| get(CALL_FORWARDING, cf_key(s, sf, st)))
+                                    .collect();
+                                f.is_some_and(|f| word(&f, 0) == 1)
+                                    && cfs.iter().flatten().any(|c| end < word(c, 0))
+                            }
+                            TatpTxn::GetAccessData { s, ai } => {
+                                get(ACCESS_INFO, dmkit_txn::workload::tatp::ai_key(s, ai)).is_some()
+                            }
+                            _ => unreachable!("read-only types only"),
+                        };
+                        found += ok as u64;
+                        n += 1;
+                    }
+                    std::hint::black_box(found);
+                    n
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("peer thread")).sum()
+    });
+    Ok(total as f64 / start.elapsed().as_secs_f64())
 }

@@ -52,6 +52,14 @@ pub(crate) struct TxnArgs {
     coalescent_commit: OnOff,
     #[command(flatten)]
     switches: SwitchArgs,
+    /// Draw only the workload's read-only transaction types.
+    #[arg(long)]
+    read_only: bool,
+    /// TATP: also run the read-only types on the local in-process peer
+    /// (the loaded records in a concurrent map), before the remote run
+    /// and for as long; reports the ratio.
+    #[arg(long)]
+    local_peer: bool,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Write the result as JSON to this file.
@@ -75,6 +83,8 @@ pub(crate) fn bench_txn(a: TxnArgs) -> Res {
         },
         runtime: a.switches.runtime_config(a.seed)?,
         seed: a.seed,
+        read_only: a.read_only,
+        local_peer: a.local_peer,
     };
     let fabric: Arc<dyn Fabric> = match a.fabric.backend {
         Backend::Sim => {
@@ -146,6 +156,9 @@ fn print_txn(r: &TxnResult) {
         r.bytes_per_txn,
         r.invariants_ok
     );
+    if let (Some(l), Some(x)) = (r.local_attempted_per_s, r.vs_local) {
+        println!("  local peer: {l:.0} txn/s; remote/local {x:.3}");
+    }
     for t in &r.types {
         println!(
             "  {:<22} attempted {:>9} committed {:>9} abort rate {:.3}",
