@@ -13,8 +13,11 @@ use dmkit_index::conformance::shm_fabric;
 use dmkit_runtime::{Ctx, Worker};
 use dmkit_txn::{addr_cache, Database, Row, TableSpec, TxnConfig, TxnError};
 
-/// Every table's rows (slot, key, payload, version, lock).
-fn image(db: &Database) -> Vec<Vec<(u64, u64, Vec<u8>, u64, u64)>> {
+/// A row: slot, key, payload, version, lock.
+type Image = (u64, u64, Vec<u8>, u64, u64);
+
+/// Every table's rows.
+fn image(db: &Database) -> Vec<Vec<Image>> {
     (0..db.table_count() as u16)
         .map(|t| {
             db.scan(t)
