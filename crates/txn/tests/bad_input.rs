@@ -165,14 +165,15 @@ fn an_unknown_key_reads_as_absent_and_bad_tables_are_refused() {
         TableSpec::new("huge", (1 << 20) + 1, 4),
         TableSpec::new("empty", 8, 0),
     ] {
-        let e = Database::create(
+        let r = Database::create(
             shm_fabric(1, 16 << 20),
             "bad-4",
             TxnConfig::default(),
             &[spec],
-        )
-        .err()
-        .expect("refused");
+        );
+        let Err(e) = r else {
+            panic!("a bad table spec was accepted");
+        };
         assert!(matches!(e, TxnError::Config(_)), "{e}");
     }
 }
