@@ -647,11 +647,14 @@ impl Database {
                         .map_err(|e| e.to_string())?;
                     if let Some(at) = primary.iter().zip(&backup).position(|(a, b)| a != b) {
                         let slot = at / info.rec;
+                        let rec = |b: &[u8]| words_of(&b[slot * info.rec..(slot + 1) * info.rec]);
                         return Err(format!(
                             "table {} shard {s}: replica {r} differs from the primary at byte {at} \
-                             (record {slot} of the shard, byte {} of it)",
+                             (record {slot} of the shard, byte {} of it): words {:x?} vs {:x?}",
                             info.name,
-                            at % info.rec
+                            at % info.rec,
+                            rec(&primary),
+                            rec(&backup)
                         ));
                     }
                 }

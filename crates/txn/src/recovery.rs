@@ -21,7 +21,8 @@
 //!    anything is changed, so a recoverer that dies is followed by one
 //!    that does the same.
 //! 3. **Apply**, for each record still locked by the dead owner: forward
-//!    cleans the dirty version on every replica; back writes the old key
+//!    cleans the dirty version on every replica (and, for a record already
+//!    unlocked, a backup the unlock had not reached yet, by CAS); back writes the old key
 //!    and payload and then a *new* version (old + 2: versions never
 //!    return to a value a reader may have validated against; an insert
 //!    into an empty slot goes back to empty) on every replica touched or
@@ -272,7 +273,21 @@ impl Coordinator {
         let mut held = Vec::new();
         for (i, (e, (lock, vs))) in entries.iter().zip(&states).enumerate() {
             if *lock == 0 || !dead.contains(&dmkit_index::lease::owner_in(*lock)) {
-                continue; // settled already (released, or restored and freed)
+                // Settled already (released, or restored and freed) — but
+                // an unlock writes backups and the primary on different
+                // queue pairs, which complete in any order: the primary
+                // may be clean and free while a backup is still dirty.
+                // Clean such a backup by CAS, so a later writer's version
+                // there is never overwritten.
+                if d == LogState::RollForward {
+                    let new = Version(e.head.new);
+                    for (r, v) in vs.iter().enumerate().skip(1) {
+                        if *v == new.dirtied() {
+                            ctx.cas(self.tail_ref(&e.head, r)?.add(8), v.0, new.0);
+                        }
+                    }
+                }
+                continue;
             }
             held.push(i);
             let t = &db.tables[e.head.table_id() as usize];
