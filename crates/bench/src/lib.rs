@@ -6,12 +6,16 @@
 //!
 //! - [`micro`]: one verb at uniformly random addresses of a region, per
 //!   thread, in batches (SMART §3's verbs micro-benchmark shape).
+//! - [`rpc`]: echo round trips through a memory node's worker threads
+//!   (the RPC baseline).
 //! - [`ycsb`]: YCSB key choosers, workloads and key types;
 //!   [`ycsb_bench`]: the harness that loads and runs an index with them.
 
+pub mod corm_bench;
 pub mod micro;
 pub mod plot;
 pub mod rng;
+pub mod rpc;
 pub mod sim_check;
 pub mod sim_micro;
 pub mod sim_repro;

@@ -15,6 +15,7 @@
 
 mod args;
 mod bench;
+mod corm;
 mod memnode;
 mod node;
 mod plot;
@@ -67,6 +68,9 @@ enum Cmd {
     /// The deterministic RNIC simulator: reproduce the papers' figures.
     #[command(subcommand)]
     Sim(SimCmd),
+    /// The CoRM object store: replay allocation traces on its allocator.
+    #[command(subcommand)]
+    Corm(corm::CormCmd),
 }
 
 /// A closed standard output (`dmkit … | head`) ends the program quietly
@@ -99,6 +103,8 @@ fn main() -> ExitCode {
             BenchCmd::Micro(a) => bench::micro::bench_micro(a),
             BenchCmd::Ycsb(a) => bench::ycsb::bench_ycsb(a),
             BenchCmd::Txn(a) => bench::txn::bench_txn(a),
+            BenchCmd::Rpc(a) => bench::rpc::bench_rpc(a),
+            BenchCmd::Corm(a) => bench::corm_bench::bench_corm(a),
         },
         Cmd::Plot(a) => plot::plot(a),
         Cmd::Sim(SimCmd::Reproduce(a)) => sim::sim_reproduce(a),
@@ -106,6 +112,7 @@ fn main() -> ExitCode {
         Cmd::Sim(SimCmd::Check(a)) => sim::sim_check(a),
         Cmd::Node(NodeCmd::Stats(a)) => node::node_stats(a),
         Cmd::Node(NodeCmd::Shutdown(a)) => node::node_shutdown(a),
+        Cmd::Corm(c) => corm::corm(c),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -32,6 +32,10 @@ pub(crate) struct MemnodeArgs {
     /// Spare memory pages for run-time remapping.
     #[arg(long, default_value_t = 64)]
     spare_pages: u64,
+    /// Worker threads serving RPC channels (0: none; at most 32). They
+    /// start with the first channel and sleep when idle.
+    #[arg(long, default_value_t = dmkit_memnode::DEFAULT_RPC_WORKERS)]
+    workers: usize,
     #[command(flatten)]
     rdma: RdmaArgs,
 }
@@ -42,6 +46,7 @@ pub(crate) fn memnode(a: MemnodeArgs) -> Res {
         size: a.size,
         page_size: a.page_size,
         spare_pages: a.spare_pages,
+        rpc_workers: a.workers,
     })
     .map_err(|e| e.to_string())?;
     match &a.listen {
@@ -52,10 +57,11 @@ pub(crate) fn memnode(a: MemnodeArgs) -> Res {
                 .unwrap_or_else(|| default_token_path(path));
             let server = Server::bind(node, path, &token).map_err(|e| e.to_string())?;
             log(format_args!(
-                "dmkit memnode: node {} serving {} (pages {}) on unix:{}; token file {}",
+                "dmkit memnode: node {} serving {} (pages {}, {} RPC workers) on unix:{}; token file {}",
                 a.node_id,
                 format_size(a.size),
                 format_size(a.page_size),
+                a.workers,
                 path.display(),
                 token.display()
             ));

@@ -17,6 +17,11 @@
 //! [`lock`] adds the remote spinlock (with a lease) and the FAA sequencer of
 //! the memory-semantics study (§III-E).
 //!
+//! [`rpc`]: tasks call services on the memory nodes' worker threads
+//! (`ctx.call(node, service, bytes).await`, or typed with
+//! `ctx.call_typed::<S>(node, &request).await`) over the fabric's RPC
+//! channel, counted apart from verbs.
+//!
 //! Vector IO (memory-semantics §III-A): doorbell batches are a task's
 //! `post`; [`Ctx::read_v`]/[`Ctx::write_v`] are scatter/gather requests;
 //! [`Ctx::write_packed`] is software packing.
@@ -35,6 +40,7 @@ pub mod local;
 pub mod lock;
 pub mod machine;
 pub mod rng;
+pub mod rpc;
 pub mod stats;
 pub mod throttle;
 pub mod worker;
@@ -44,5 +50,6 @@ pub use config::RuntimeConfig;
 pub use ctx::{Ctx, OpGuard, Ticket};
 pub use local::{Local, LocalLayout};
 pub use lock::{LockConfig, LockError, LockGuard, RemoteLock, Sequencer};
+pub use rpc::{Call, CallError, Echo};
 pub use stats::{Counters, OpStats, WorkerStats};
 pub use worker::{Worker, WorkerBuilder};

@@ -49,6 +49,9 @@ pub struct SimConfig {
     /// Whether the simulated device promises in-order placement inside one
     /// WRITE (data structures then rely on it; torn faults respect it).
     pub in_order_write: bool,
+    /// RPC worker cores per memory node, instead of the profile's
+    /// `rpc.cores` (0: no RPC channel).
+    pub rpc_workers: Option<usize>,
 }
 
 impl Default for SimConfig {
@@ -63,6 +66,7 @@ impl Default for SimConfig {
             seed: 1,
             faults: Faults::default(),
             in_order_write: true,
+            rpc_workers: None,
         }
     }
 }
@@ -164,6 +168,7 @@ impl Sim {
             rtt: None,
             max_batch: p.limits.max_batch,
             max_inline: p.limits.max_inline,
+            ..ShmConfig::default()
         };
         let nodes: Vec<NodeConfig> = (0..cfg.memory_nodes)
             .map(|i| NodeConfig {
@@ -183,6 +188,7 @@ impl Sim {
             max_sge: p.limits.max_sge,
             on_nic_memory: p.limits.device_memory > 0,
             explicit_doorbells: true,
+            rpc_workers: cfg.rpc_workers.unwrap_or(p.rpc.cores as usize),
         };
         let machines = if cfg.colocated {
             cfg.compute_machines
@@ -198,6 +204,9 @@ impl Sim {
             cfg.seed,
             tick.clone(),
         );
+        core.rpc_cores = caps.rpc_workers;
+        core.rpc_max_message = shm.rpc_max_message as usize;
+        core.rpc_capacity = shm.rpc_slots as usize;
         let shift = cfg.page_size.trailing_zeros();
         for i in 0..cfg.memory_nodes {
             let m = if cfg.colocated {
@@ -372,14 +381,14 @@ impl Sim {
         let _active = core.activate();
         // Arbitrated atomics: an arbitration decides when requests complete,
         // so it runs before any step that comes after it.
-        let mut arbitration = self.core.with(|c| c.next_arbitration());
+        let mut arbitration = self.core.with(|c| c.next_event());
         loop {
             let next = self.wake.peek().map(|w| w.0 .0);
             if let Some(a) = arbitration {
                 if a <= end && next.is_none_or(|t| a <= t) {
                     let woken = self.core.with(|c| {
                         c.apply_until(a);
-                        arbitration = c.next_arbitration();
+                        arbitration = c.next_event();
                         std::mem::take(&mut c.woken)
                     });
                     self.wake_all(woken);
@@ -433,7 +442,7 @@ impl Sim {
                 c.set_current(None);
                 let now = c.now;
                 self.clock.0.store(now, Ordering::Release);
-                arbitration = c.next_arbitration();
+                arbitration = c.next_event();
                 (c.cursor, c.next_completion(th), !c.woken.is_empty())
             });
             vt.cursor = cursor;
@@ -520,6 +529,12 @@ impl Sim {
         self.steps
     }
 
+    /// Counters of the RPC path (zero without a channel).
+    pub fn rpc_stats(&self) -> crate::RpcSimStats {
+        self.core
+            .with(|c| c.rpc.as_ref().map(|r| r.stats()).unwrap_or_default())
+    }
+
     /// Engine counters.
     pub fn stats(&self) -> SimStats {
         self.core.with(|c| c.stats)
@@ -551,6 +566,27 @@ impl Sim {
     /// Number of live virtual threads.
     pub fn thread_count(&self) -> usize {
         self.threads.iter().flatten().count()
+    }
+
+    /// Kills compute machine `machine` now, as a crash would: its threads
+    /// stop for good — their tasks are dropped where they stand, with
+    /// whatever remote locks they held — and the requests they had posted
+    /// still execute (they are on the wire) but complete to no one.
+    /// Requests a task had only queued are lost. Returns how many threads
+    /// died.
+    pub fn kill_machine(&mut self, machine: usize) -> usize {
+        let mut n = 0;
+        for t in &mut self.threads {
+            if t.as_ref().is_some_and(|v| v.machine == machine) {
+                let v = t.take().expect("checked above");
+                if v.done {
+                    self.finished -= 1;
+                }
+                drop(v);
+                n += 1;
+            }
+        }
+        n
     }
 
     /// Drops every worker (and its queue pairs) — e.g. before reading the

@@ -234,7 +234,7 @@ fn book(
 }
 
 /// One machine: CPUs, one RNIC (requester and responder), one switch port.
-struct Machine {
+pub(crate) struct Machine {
     /// Busy virtual threads (for the SMT slowdown).
     active: u32,
     cpu_factor: f64,
@@ -248,17 +248,17 @@ struct Machine {
     /// Shared / multiplexed queue pairs: (node, group size) → (qp, users).
     groups: HashMap<(NodeId, usize), Vec<(usize, usize)>>,
     /// The machine as a requester (its own posts).
-    tx: Tx,
+    pub(crate) tx: Tx,
     /// The machine as a responder (requests it serves).
-    rx: Rx,
+    pub(crate) rx: Rx,
 }
 
 /// A machine's requester side: send-queue units, outstanding requests, and
 /// the port's links in the directions its own requests use. Kept apart
 /// from [`Rx`] so a post borrows its machine's requester and its target's
 /// responder at once, also when they are the same machine (loopback).
-struct Tx {
-    req_free: f64,
+pub(crate) struct Tx {
+    pub(crate) req_free: f64,
     /// Queue pairs with requests waiting for the send-queue units, and
     /// when each stops waiting (lazily expired; stale entries skipped).
     backlogged: u32,
@@ -274,17 +274,17 @@ struct Tx {
     /// requests and serves them (colocated memory nodes, Sherman's setup).
     /// Here: requests out, responses in.
     up_free: f64,
-    down_resp_free: f64,
+    pub(crate) down_resp_free: f64,
 }
 
 /// A machine's responder side: execution unit, atomic unit, translation
 /// cache, and the links its served requests use (requests in, responses
 /// out).
-struct Rx {
+pub(crate) struct Rx {
     down_free: f64,
-    resp_free: f64,
+    pub(crate) resp_free: f64,
     atomic_free: f64,
-    up_resp_free: f64,
+    pub(crate) up_resp_free: f64,
     /// Direct-mapped translation cache: remote page + 1 per entry (0 = empty).
     mtt: Vec<u64>,
 }
@@ -574,7 +574,7 @@ pub(crate) struct Core {
     slots: Slots,
     pub faults: Faults,
     pub in_order_write: bool,
-    machines: Vec<Machine>,
+    pub(crate) machines: Vec<Machine>,
     /// Memory node id → machine.
     node_machine: HashMap<NodeId, usize>,
     /// Memory node id → translation page shift.
@@ -615,7 +615,7 @@ pub(crate) struct Core {
     thread_handles: Vec<Vec<u32>>,
     /// The thread being stepped ([`Core::set_current`]), and its CPU time
     /// position.
-    current: Option<ThreadId>,
+    pub(crate) current: Option<ThreadId>,
     /// The CPU cost multiplier of `current` (1 for the external caller),
     /// kept with it: looking it up through the thread's machine on every
     /// charge and post cost two dependent loads each time.
@@ -626,6 +626,13 @@ pub(crate) struct Core {
     pub clock: Arc<AtomicU64>,
     pub rng: SimRng,
     pub stats: SimStats,
+    /// The RPC path ([`crate::rpc`]), made with the first channel (so runs
+    /// without one take none of its branches).
+    pub(crate) rpc: Option<Box<crate::rpc::RpcSim>>,
+    /// Worker cores per memory node, and the channels' limits.
+    pub(crate) rpc_cores: usize,
+    pub(crate) rpc_max_message: usize,
+    pub(crate) rpc_capacity: usize,
 }
 
 /// Forgets the queue pairs of requester `m` that stopped waiting for its
@@ -959,7 +966,13 @@ fn send_queue<'q>(
 /// propagation on each side of the switch). Returns when the request has
 /// arrived at the target's NIC.
 #[inline(always)]
-fn request_link(tx: &mut Tx, rx: &mut Rx, depart: f64, serialise: f64, half_wire: f64) -> f64 {
+pub(crate) fn request_link(
+    tx: &mut Tx,
+    rx: &mut Rx,
+    depart: f64,
+    serialise: f64,
+    half_wire: f64,
+) -> f64 {
     let uplink = fmax(depart, tx.up_free);
     tx.up_free = uplink + serialise;
     let downlink = fmax(uplink + serialise + half_wire, rx.down_free);
@@ -1194,6 +1207,10 @@ impl Core {
             clock,
             rng: SimRng::new(seed),
             stats: SimStats::default(),
+            rpc: None,
+            rpc_cores: 0,
+            rpc_max_message: 4096,
+            rpc_capacity: 64,
         }
     }
 
@@ -1734,8 +1751,12 @@ impl Core {
         }
     }
 
-    /// Whether a completion of thread `t` waits for an arbitration.
+    /// Whether a completion of thread `t` waits for an arbitration, or
+    /// one of its RPC replies for the node's cores.
     pub fn awaits_arbitration(&self, t: ThreadId) -> bool {
+        if self.rpc.as_ref().is_some_and(|r| r.awaits(t)) {
+            return true;
+        }
         self.arbitrated
             && self.thread_handles[t as usize].iter().any(|&h| {
                 self.handles[h as usize]
@@ -1750,9 +1771,38 @@ impl Core {
         self.arbitrations.peek().map(|r| r.0 .0)
     }
 
+    /// When the next event that may decide a completion is due: an
+    /// arbitration, or an event of the RPC path (the driver runs them
+    /// before any step that comes after them).
+    pub fn next_event(&self) -> Option<Time> {
+        let a = self.next_arbitration();
+        match self.rpc.as_ref().and_then(|r| r.next_event()) {
+            Some(r) => Some(a.map_or(r, |a| a.min(r))),
+            None => a,
+        }
+    }
+
+    /// Applies every memory effect due at or before `t`, running the RPC
+    /// path's events in time order with them (an event after the effects
+    /// of its instant), and moves the engine's time there.
+    pub fn apply_until(&mut self, t: Time) {
+        if self.rpc.is_some() {
+            while let Some(at) = self
+                .rpc
+                .as_ref()
+                .and_then(|r| r.next_event())
+                .filter(|&at| at <= t)
+            {
+                self.apply_effects_and_arbitrations(at);
+                self.run_rpc_event();
+            }
+        }
+        self.apply_effects_and_arbitrations(t);
+    }
+
     /// Applies every memory effect due at or before `t` and moves the
     /// engine's time there (never backwards).
-    pub fn apply_until(&mut self, t: Time) {
+    fn apply_effects_and_arbitrations(&mut self, t: Time) {
         // Arbitrations first when one is due before the next effect (an
         // arbitration only schedules effects after its own instant).
         while let Some(&Reverse((at, addr))) = self.arbitrations.peek() {
@@ -2005,7 +2055,7 @@ impl Core {
         }
         // Not known before an arbitration: the next thing that happens.
         let effect = self.effects.peek().map(|e| e.0.at());
-        let arbitration = self.next_arbitration();
+        let arbitration = self.next_event();
         match (effect, arbitration) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -2042,9 +2092,9 @@ impl Core {
         }
     }
 
-    /// When thread `t` next has a completion to reap.
+    /// When thread `t` next has a completion (or an RPC reply) to reap.
     pub fn next_completion(&self, t: ThreadId) -> Option<Time> {
-        let mut best: Option<Time> = None;
+        let mut best: Option<Time> = self.rpc.as_ref().and_then(|r| r.next_reply(t));
         for &h in &self.thread_handles[t as usize] {
             let hd = &self.handles[h as usize];
             if hd.deliverable == 0 {
@@ -2067,7 +2117,7 @@ impl Core {
 /// The larger of two model times (never NaN; cheaper than `f64::max`,
 /// which must handle NaN — 15 % of a post in a profile).
 #[inline(always)]
-fn fmax(a: f64, b: f64) -> f64 {
+pub(crate) fn fmax(a: f64, b: f64) -> f64 {
     if a > b {
         a
     } else {
@@ -2112,13 +2162,13 @@ fn from_time(t: Time) -> f64 {
 /// every instant below 2^63 ns, one instruction instead of `u64`'s
 /// compare-and-adjust sequence.
 #[inline(always)]
-fn to_time(x: f64) -> Time {
+pub(crate) fn to_time(x: f64) -> Time {
     (x as i64).max(0) as Time
 }
 
 /// Packets of a message of `payload` bytes (at least one).
 #[inline]
-fn packets(payload: f64, mtu: f64) -> f64 {
+pub(crate) fn packets(payload: f64, mtu: f64) -> f64 {
     if payload <= mtu {
         1.0
     } else {

@@ -2,7 +2,9 @@
 //! the fabric flags (backend, memory nodes, simulated cluster), SMART's
 //! runtime switches, and opening the fabric those flags describe.
 
+pub(crate) mod corm_bench;
 pub(crate) mod micro;
+pub(crate) mod rpc;
 pub(crate) mod txn;
 pub(crate) mod ycsb;
 
@@ -32,6 +34,10 @@ pub(crate) enum BenchCmd {
     Ycsb(YcsbArgs),
     /// Transactions (SmallBank, TATP, TPC-C) on FORD's one-sided OCC.
     Txn(txn::TxnArgs),
+    /// Echo round trips through a memory node's RPC workers.
+    Rpc(rpc::RpcArgs),
+    /// Object reads and writes on a CoRM store: one-sided or RPC reads.
+    Corm(corm_bench::CormBenchArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
