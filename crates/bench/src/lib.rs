@@ -34,6 +34,8 @@ pub mod sim_check_swordbox;
 pub mod sim_micro;
 pub mod sim_repro;
 pub mod sim_repro_swordbox;
+pub mod txn_bench;
+pub mod txn_check;
 pub mod vector_io;
 pub mod ycsb;
 pub mod ycsb_bench;

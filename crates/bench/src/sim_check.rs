@@ -21,6 +21,8 @@
 //! - `btree` — the B+tree, the same workload and checks, with small nodes
 //!   (so splits happen at every level during the run), HOCL, cache and
 //!   speculative lookup drawn from the seed, and its structural checker.
+//! - `txn` — transactions with a coordinator crashed at a step of commit,
+//!   recovered by the others and a final pass (`crate::txn_check`).
 //! - `crash-race`, `crash-art`, `crash-btree` — the same, with compute
 //!   machine 1 killed at an instant drawn from the seed ([`Sim::kill_machine`]:
 //!   its tasks stop where they stand, holding whatever locks they held;
@@ -82,7 +84,7 @@ use dmkit_runtime::Local;
 const LOCAL_BYTES: usize = 64 << 10;
 
 /// Scenario names.
-pub const SCENARIOS: [&str; 9] = [
+pub const SCENARIOS: [&str; 10] = [
     "counters",
     "race",
     "art",
@@ -92,6 +94,7 @@ pub const SCENARIOS: [&str; 9] = [
     "crash-btree",
     "clover",
     "swordbox-locks",
+    "txn",
 ];
 
 /// A crash scenario's plan: compute machine 1 dies at virtual time `at`
@@ -150,6 +153,7 @@ pub fn run(name: &str, seed: u64) -> Result<Passed, String> {
         "crash-btree" => btree(seed, Some(crash_of(seed))),
         "clover" => crate::sim_check_swordbox::clover(seed),
         "swordbox-locks" => crate::sim_check_swordbox::locks(seed),
+        "txn" => crate::txn_check::txn(seed),
         _ => {
             return Err(format!(
                 "no scenario {name:?}; scenarios: {}",
@@ -190,6 +194,7 @@ const RACE_GRACE: u64 = 2_000_000;
 pub fn skew_bound(name: &str) -> u64 {
     match name {
         "counters" => LOCK_SKEW,
+        "txn" => crate::txn_check::SKEW_BOUND,
         "race" => RACE_GRACE / 8,
         n if n.starts_with("crash-") => CRASH_SKEW,
         "clover" => crate::sim_check_swordbox::CLOVER_GRACE / 8,
@@ -315,7 +320,7 @@ pub fn atomic_order_of(seed: u64) -> AtomicOrder {
     }
 }
 
-fn sim_for(seed: u64, r: &mut Rng, skew_bound: u64) -> Result<Sim, String> {
+pub(crate) fn sim_for(seed: u64, r: &mut Rng, skew_bound: u64) -> Result<Sim, String> {
     let mut profile = Profile::cx6();
     profile.responder.atomic_order = atomic_order_of(seed);
     profile.responder.atomic_stalls_access = atomic_stalls_of(seed);

@@ -110,6 +110,7 @@ fn main() -> ExitCode {
         Cmd::Bench(b) => match *b {
             BenchCmd::Micro(a) => bench::micro::bench_micro(a),
             BenchCmd::Ycsb(a) => bench::ycsb::bench_ycsb(a),
+            BenchCmd::Txn(a) => bench::txn::bench_txn(a),
             BenchCmd::Rpc(a) => bench::rpc::bench_rpc(a),
             BenchCmd::Corm(a) => bench::corm_bench::bench_corm(a),
             BenchCmd::VectorIo(a) => bench::vector_io::bench_vector_io(a),
