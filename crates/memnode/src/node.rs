@@ -817,6 +817,12 @@ impl MemNode {
                 });
             }
         }
+        // 0 releases the name: it leaves the table (so released names never
+        // fill it), and reads as never set.
+        if value == 0 {
+            inner.roots.remove(&name);
+            return Ok(Response::RootSet { previous: current });
+        }
         if current.is_none() && inner.roots.len() >= MAX_ROOTS {
             return Err(RpcError::RootTableFull(MAX_ROOTS));
         }
@@ -1004,6 +1010,45 @@ mod tests {
             Response::Error(RpcError::OutOfMemory { .. })
         ));
         assert_eq!(n.stats().rpc_errors, 4);
+    }
+
+    /// A released root (set to 0) leaves the table: 2,000 claims and
+    /// releases of distinct names (twice the table) all succeed, and a
+    /// released name is free to claim again.
+    #[test]
+    fn released_roots_leave_the_table() {
+        let n = small();
+        let s = n.open_session();
+        let set = |name: &str, v, e| {
+            n.handle(
+                s,
+                Request::SetRoot {
+                    name: name.into(),
+                    value: v,
+                    expected: e,
+                },
+            )
+        };
+        for i in 0..2 * MAX_ROOTS + 48 {
+            let name = format!("ht/t{i}");
+            assert_eq!(
+                set(&name, 7, Some(None)),
+                Response::RootSet { previous: None }
+            );
+            assert_eq!(
+                set(&name, 0, Some(Some(7))),
+                Response::RootSet { previous: Some(7) }
+            );
+            assert_eq!(
+                n.handle(s, Request::GetRoot { name: name.clone() }),
+                Response::Root(None)
+            );
+        }
+        assert_eq!(n.stats().roots, 0);
+        assert_eq!(
+            set("ht/t0", 9, Some(None)),
+            Response::RootSet { previous: None }
+        );
     }
 
     #[test]
