@@ -4,11 +4,15 @@
 //! [`dmkit_fabric::Fabric`] and report JSON-serialisable results. The CLI
 //! adds flags, tables and progress bars; this crate does the measuring.
 //!
+//! - [`harness`]: the measurement discipline every benchmark follows
+//!   (start barrier, one global window, counting inside it, repeats,
+//!   provenance); new benchmarks call it.
 //! - [`micro`]: one verb at uniformly random addresses of a region, per
 //!   thread, in batches (SMART §3's verbs micro-benchmark shape).
 //! - [`ycsb`]: YCSB key choosers, workloads and key types;
 //!   [`ycsb_bench`]: the harness that loads and runs an index with them.
 
+pub mod harness;
 pub mod micro;
 pub mod plot;
 pub mod rng;

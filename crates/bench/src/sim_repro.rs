@@ -211,8 +211,7 @@ impl Job {
             Job::Ycsb(b) => {
                 let (sim, cfg) = *b;
                 let platform = crate::ycsb_bench::Platform::Sim(Box::new(sim));
-                crate::ycsb_bench::run(platform, &cfg, &|_, _, _| {})
-                    .map(|r| Outcome::Ycsb(Box::new(r)))
+                crate::ycsb_bench::run(platform, &cfg, &|_| {}).map(|r| Outcome::Ycsb(Box::new(r)))
             }
         }
     }
@@ -1035,7 +1034,7 @@ fn art_fig11(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
                 acc.push(
                     &format!("{label} {name} p99"),
                     clients,
-                    r.p99_us,
+                    r.latency.p99_us,
                     "us",
                     None,
                 );

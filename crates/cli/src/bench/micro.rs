@@ -50,6 +50,13 @@ pub(crate) struct MicroArgs {
     /// How long to measure.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     duration: Duration,
+    /// Unmeasured time between the start barrier and the measured window.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    warmup: Duration,
+    /// Iteration mode (perftest's -n): each thread runs this many measured
+    /// requests instead of a --duration window.
+    #[arg(short = 'n', long)]
+    iters: Option<u64>,
     /// Run through the runtime with this many tasks per thread (SMART's
     /// coroutines), each posting --depth requests and awaiting sync.
     #[arg(long)]
@@ -92,6 +99,8 @@ pub(crate) fn bench_micro(a: MicroArgs) -> Res {
         threads: a.threads,
         batch: a.batch,
         duration: a.duration,
+        warmup: a.warmup,
+        iters: a.iters,
         seed: a.seed,
         signal: match a.signal {
             SignalArg::All => Signal::All,

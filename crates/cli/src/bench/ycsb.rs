@@ -156,11 +156,11 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
         );
         b
     });
-    let progress = |phase: &'static str, done: u64, total: u64| {
+    let progress = |u: ycsb_bench::Update| {
         if let Some(b) = &bar {
-            b.set_message(phase);
-            b.set_length(total);
-            b.set_position(done);
+            b.set_message(u.phase);
+            b.set_length(u.total);
+            b.set_position(u.done);
         }
     };
     let r = ycsb_bench::run(platform, &cfg, &progress).map_err(|e| e.to_string())?;
@@ -194,8 +194,8 @@ fn print_ycsb(r: &YcsbResult) {
         r.coros,
         r.keys,
         r.mops,
-        r.p50_us,
-        r.p99_us,
+        r.latency.p50_us,
+        r.latency.p99_us,
         r.round_trips_per_op,
         r.verbs_per_op,
         r.bytes_read_per_op,
