@@ -40,8 +40,13 @@ pub type Reader<'a> = dmkit_index::cache::Reader<'a, NodeView, ()>;
 /// A snapshot of an internal node.
 #[derive(Debug, Clone)]
 pub struct NodeView {
+    /// Remote address of the node.
     pub addr: GlobalAddr,
+    /// The node's header when it was read (depth, type, partial keys).
     pub header: Header,
+    /// The node's reverse pointer when it was read: its parent's address. A
+    /// cached child is used only if this names the node the traversal came from
+    /// (the reverse check of SMART, OSDI'23 §4.3).
     pub rev: GlobalAddr,
     /// The visible slots (as many as the header's type says).
     slots: Slots,
@@ -83,6 +88,9 @@ fn unpack(b: usize, t: u64) -> (usize, u64) {
 }
 
 impl NodeView {
+    /// A snapshot of the node at `addr` from its header, reverse pointer and
+    /// visible slots (as many as the header's type says), indexed for lookup by
+    /// partial key.
     pub fn new(addr: GlobalAddr, header: Header, rev: GlobalAddr, slots: Vec<u64>) -> Self {
         let slots = if slots.len() <= 16 {
             let mut words = [0u64; 16];

@@ -25,6 +25,7 @@ use crate::tree::ArtTree;
 /// What the checker saw.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TreeReport {
+    /// Internal nodes reachable from the root, the root included.
     pub internal_nodes: u64,
     /// Live (valid) leaves: the tree's entries.
     pub leaves: u64,

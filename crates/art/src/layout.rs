@@ -119,6 +119,7 @@ pub struct TreeDesc {
     pub flags: u64,
     /// The node-lock table.
     pub locks: u64,
+    /// Zero; pads the descriptor to 64 bytes.
     pub reserved: [u64; 2],
 }
 const _: () = assert!(size_of::<TreeDesc>() == 64);
@@ -154,6 +155,7 @@ pub struct NodeHead {
 #[repr(C)]
 #[derive(Debug, Clone, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct InternalNode {
+    /// Reverse pointer and header.
     pub head: NodeHead,
     /// [`Slot`] words; the header's type says how many are visible.
     pub slots: [u64; MAX_SLOTS],
@@ -178,7 +180,9 @@ pub const SLOT_BYTES: usize = size_of::<u64>();
     Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
 )]
 pub struct NewNode {
+    /// Reverse pointer (the new node's parent) and header.
     pub head: NodeHead,
+    /// The first four slots: all a NODE_4 shows.
     pub slots: [u64; 4],
 }
 
@@ -216,14 +220,21 @@ pub const MAX_KEY_LIMIT: usize = 254;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum NodeType {
+    /// A node unlinked from the tree; a cached copy of it is stale.
     Deleted = 0,
+    /// NODE_4: 4 visible slots.
     N4 = 1,
+    /// NODE_16: 16 visible slots.
     N16 = 2,
+    /// NODE_48: 48 visible slots.
     N48 = 3,
+    /// NODE_256: all 256 slots visible.
     N256 = 4,
 }
 
 impl NodeType {
+    /// The type of the 5-bit field value `b`; `None` for a value no node type
+    /// has (a torn or garbage word).
     pub fn from_bits(b: u64) -> Option<NodeType> {
         Some(match b {
             0 => NodeType::Deleted,
@@ -264,6 +275,8 @@ impl NodeType {
 pub struct Header(pub u64);
 
 impl Header {
+    /// A header for a node of type `ty` whose matching starts at key position
+    /// `depth` (≤ 255), holding up to [`HEADER_PREFIX`] partial keys.
     pub fn new(depth: usize, ty: NodeType, prefix: &[u8]) -> Header {
         assert!(depth <= 255 && prefix.len() <= HEADER_PREFIX);
         let mut w = depth as u64 | (ty as u64) << 8 | (prefix.len() as u64) << 13;
@@ -272,6 +285,7 @@ impl Header {
         }
         Header(w)
     }
+    /// Key position (bits 7..0) where this node's matching starts.
     pub fn depth(self) -> usize {
         (self.0 & 0xFF) as usize
     }
@@ -279,12 +293,16 @@ impl Header {
     pub fn ty(self) -> Option<NodeType> {
         NodeType::from_bits(self.0 >> 8 & 0x1F)
     }
+    /// Partial keys held in the header (bits 15..13), 0..=[`HEADER_PREFIX`].
     pub fn prefix_len(self) -> usize {
         (self.0 >> 13 & 0x7) as usize
     }
+    /// Partial key `i` (byte `depth + i` of the tree key), the byte at bit
+    /// 16 + 8i.
     pub fn prefix(self, i: usize) -> u8 {
         (self.0 >> (16 + 8 * i)) as u8
     }
+    /// The same header with the type field (bits 12..8) set to `ty`.
     pub fn with_type(self, ty: NodeType) -> Header {
         Header(self.0 & !(0x1F << 8) | (ty as u64) << 8)
     }
@@ -313,23 +331,32 @@ pub struct Slot(pub u64);
 const LEAF_BIT: u64 = 1 << 55;
 
 impl Slot {
+    /// A slot for a leaf of `units` · 64 bytes (1..=127) at `leaf` under
+    /// partial key `pkey`; `None` if `leaf` has no ptr48 form (not 64-byte
+    /// aligned, or beyond node 255 or 64 TiB).
     pub fn leaf(pkey: u8, units: u64, leaf: GlobalAddr) -> Option<Slot> {
         assert!((1..=127).contains(&units), "leaf of {units} units");
         Some(Slot(
             (pkey as u64) << 56 | LEAF_BIT | units << 48 | leaf.to_ptr48()?,
         ))
     }
+    /// A slot for an internal node of type `ty` at `node` under partial key
+    /// `pkey`; `None` if `node` has no ptr48 form.
     pub fn node(pkey: u8, ty: NodeType, node: GlobalAddr) -> Option<Slot> {
         Some(Slot(
             (pkey as u64) << 56 | (ty as u64) << 48 | node.to_ptr48()?,
         ))
     }
+    /// Whether the word is 0 (a free slot).
     pub fn is_empty(self) -> bool {
         self.0 == 0
     }
+    /// The partial key (bits 63..56): the key byte this slot branches on. Never
+    /// changes once set.
     pub fn pkey(self) -> u8 {
         (self.0 >> 56) as u8
     }
+    /// Whether the `L` bit (55) is set: the child is a leaf.
     pub fn is_leaf(self) -> bool {
         self.0 & LEAF_BIT != 0
     }
@@ -341,9 +368,12 @@ impl Slot {
     pub fn child_type(self) -> Option<NodeType> {
         NodeType::from_bits(self.0 >> 48 & 0x1F)
     }
+    /// The same node slot with its child-type field (bits 52..48) set to `ty`,
+    /// as a node type switch writes it into the parent.
     pub fn with_child_type(self, ty: NodeType) -> Slot {
         Slot(self.0 & !(0x1F << 48) | (ty as u64) << 48)
     }
+    /// The child's address (bits 47..0, a ptr48).
     pub fn ptr(self) -> GlobalAddr {
         GlobalAddr::from_ptr48(self.0)
     }
@@ -351,6 +381,8 @@ impl Slot {
 
 /// Leaf state bits in the meta word.
 pub const META_VALID: u64 = 1 << 63;
+/// Meta bit 62: an out-of-place update wrote a new leaf and replaced this one
+/// in its slot; a reader that finds it restarts.
 pub const META_REPLACED: u64 = 1 << 62;
 /// Key and value lengths in the meta word.
 const META_LENS: u64 = (1 << 24) - 1;
@@ -426,15 +458,21 @@ pub fn encode_leaf(
 /// A leaf's item: what a search reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Item<'a> {
+    /// The leaf's meta word: valid (63), replaced (62), checksum (55..24),
+    /// value length (23..8), key length (7..0).
     pub meta: u64,
+    /// The key (its stored length).
     pub key: &'a [u8],
+    /// The value (its stored length).
     pub value: &'a [u8],
 }
 
 impl Item<'_> {
+    /// Whether the valid bit is set (cleared by a delete).
     pub fn valid(&self) -> bool {
         self.meta & META_VALID != 0
     }
+    /// Whether the replaced bit is set (out-of-place leaves only).
     pub fn replaced(&self) -> bool {
         self.meta & META_REPLACED != 0
     }
@@ -443,8 +481,13 @@ impl Item<'_> {
 /// A whole decoded leaf.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leaf<'a> {
+    /// The reverse pointer: the address of the node whose slot points at this
+    /// leaf.
     pub rev: GlobalAddr,
+    /// Meta word, key and value.
     pub item: Item<'a>,
+    /// The rear embedded lock (the leaf's last word; 0 = free), taken for
+    /// in-place updates (SMART, OSDI'23 §4.1.2).
     pub lock: u64,
 }
 

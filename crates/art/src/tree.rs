@@ -204,14 +204,24 @@ impl ArtConfig {
 pub struct TreeCounters {
     /// Operations that reached their leaf through cached nodes only.
     pub cache_hits: u64,
+    /// Searches that are not cache hits: they read an internal node from remote
+    /// memory, restarted, or found no leaf for the key.
     pub cache_misses: u64,
+    /// Leaf splits (SMART, OSDI'23 §4.1.2): an insert met a leaf of another key
+    /// and linked new internal nodes holding both.
     pub leaf_splits: u64,
+    /// Header splits (SMART, OSDI'23 §4.1.2): an insert's key left a node's
+    /// in-header partial keys, so a new NODE_4 went above it.
     pub header_splits: u64,
+    /// In-place node type switches (SMART, OSDI'23 §4.1.2) to a larger type,
+    /// e.g. NODE_4 → NODE_16.
     pub type_switches: u64,
     /// Restarts after a stale cache entry or a concurrent change.
     pub restarts: u64,
     /// Failed attempts at a leaf's lock (each retried on the same leaf).
     pub lock_retries: u64,
+    /// Leaf reads whose checksum failed (a write in progress); each is read
+    /// again.
     pub torn_reads: u64,
     /// Searches answered by another task's search (read delegation).
     pub delegated_reads: u64,
@@ -486,6 +496,7 @@ impl WriteMode {
 }
 
 impl ArtClient {
+    /// The tree this client works on.
     pub fn tree(&self) -> &Arc<ArtTree> {
         &self.t
     }

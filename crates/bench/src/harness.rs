@@ -183,6 +183,7 @@ pub struct Arrival<'a> {
 }
 
 impl<'a> Arrival<'a> {
+    /// A place at `window`'s barrier, not yet taken.
     pub fn new(window: &'a Window) -> Self {
         Self {
             window,
@@ -303,7 +304,9 @@ pub fn histogram() -> Histogram<u64> {
 /// One worker's counted operations and their latencies.
 #[derive(Clone)]
 pub struct Recorder {
+    /// Operations counted.
     pub ops: u64,
+    /// Their latencies, nanoseconds ([`histogram`]'s bounds).
     pub hist: Histogram<u64>,
 }
 
@@ -314,6 +317,7 @@ impl Default for Recorder {
 }
 
 impl Recorder {
+    /// Nothing recorded yet.
     pub fn new() -> Self {
         Self {
             ops: 0,
@@ -329,6 +333,7 @@ impl Recorder {
         let _ = self.hist.record_n(latency_ns.max(1), n);
     }
 
+    /// Adds another worker's operations and latencies.
     pub fn merge(&mut self, o: &Recorder) {
         self.ops += o.ops;
         self.hist.add(&o.hist).expect("same bounds");
@@ -338,16 +343,24 @@ impl Recorder {
 /// Latency percentiles in microseconds (perftest's and YCSB's columns).
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
 pub struct Latency {
+    /// Fastest operation.
     pub min_us: f64,
+    /// Mean.
     pub avg_us: f64,
+    /// Median.
     pub p50_us: f64,
+    /// 95th percentile.
     pub p95_us: f64,
+    /// 99th percentile.
     pub p99_us: f64,
+    /// 99.9th percentile.
     pub p999_us: f64,
+    /// Slowest operation.
     pub max_us: f64,
 }
 
 impl Latency {
+    /// The percentiles of `h` (nanoseconds); all zero when it is empty.
     pub fn of(h: &Histogram<u64>) -> Self {
         if h.is_empty() {
             return Self::default();
@@ -368,16 +381,22 @@ impl Latency {
 /// Mean and spread of repeated measurements.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct Spread {
+    /// Measurements.
     pub n: usize,
+    /// Their mean.
     pub mean: f64,
     /// Sample standard deviation (0 for one value).
     pub stddev: f64,
+    /// The smallest.
     pub min: f64,
+    /// The largest.
     pub max: f64,
+    /// Every measurement, in the order taken.
     pub values: Vec<f64>,
 }
 
 impl Spread {
+    /// The spread of `values` (all zero when there are none).
     pub fn of(values: &[f64]) -> Self {
         let n = values.len();
         if n == 0 {
@@ -428,10 +447,11 @@ pub struct Host {
     pub cores: usize,
     /// Logical CPUs online.
     pub cpus: usize,
-    /// Physical memory (MemTotal) and what was available when the run
-    /// started (MemAvailable), bytes.
+    /// Physical memory (MemTotal), bytes.
     pub memory_bytes: u64,
+    /// What was available when the run started (MemAvailable), bytes.
     pub memory_available_bytes: u64,
+    /// The operating system (`linux`).
     pub os: String,
 }
 
@@ -450,6 +470,7 @@ pub fn available_memory() -> Option<u64> {
 }
 
 impl Host {
+    /// The machine this process runs on.
     pub fn this() -> Self {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let cpu_model = cpuinfo
@@ -481,14 +502,18 @@ pub struct Provenance {
     /// dmkit's version and the commit it was built from (`unknown` when
     /// built outside git; uncommitted changes are not detected).
     pub version: String,
+    /// `git rev-parse HEAD` when built (`DMKIT_COMMIT` overrides).
     pub commit: String,
     /// The full command line, as typed.
     pub command: Vec<String>,
+    /// The machine.
     pub host: Host,
+    /// The seed of the run's random streams.
     pub seed: u64,
     /// The measured window and the warm-up before it, seconds (virtual
     /// seconds on the simulator; 0 where a benchmark has no window).
     pub duration_s: f64,
+    /// The warm-up before the window, seconds.
     pub warmup_s: f64,
     /// A quick (smoke) run: fewer points, shorter windows; not for papers.
     pub quick: bool,
@@ -499,6 +524,8 @@ pub struct Provenance {
 }
 
 impl Provenance {
+    /// This process's provenance for a run of `seed`, `duration` after
+    /// `warmup`, quick or not (one measurement per point).
     pub fn new(seed: u64, duration: Duration, warmup: Duration, quick: bool) -> Self {
         Self {
             version: env!("CARGO_PKG_VERSION").into(),
@@ -516,6 +543,7 @@ impl Provenance {
         }
     }
 
+    /// The same with `n` measurements per point.
     pub fn repeat(mut self, n: usize) -> Self {
         self.repeat = n;
         self

@@ -32,21 +32,26 @@ use dmkit_runtime::Local;
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct MicroConfig {
+    /// The verb every request uses.
     pub verb: VerbKind,
     /// Bytes per READ/WRITE (atomics are always 8).
     pub size: usize,
     /// Bytes of the region addresses are drawn from.
     pub region_size: u64,
+    /// OS threads, each with its own queue pair (or handle, by `qp_policy`) to
+    /// node 0.
     pub threads: usize,
     /// Requests per batch (one doorbell).
     pub batch: usize,
-    /// The measured window (ignored with `iters`).
+    /// Wall-clock length of the measured window (after the region is
+    /// written once; ignored with `iters`).
     pub duration: Duration,
     /// Unmeasured time between the start barrier and the window.
     pub warmup: Duration,
     /// Iteration mode: each thread runs this many counted requests (a
     /// multiple of its batch or depth, rounded up) instead of a timed window.
     pub iters: Option<u64>,
+    /// Seed of the address streams (each thread and task derives its own).
     pub seed: u64,
     /// Signal every request, or only the last of each batch (selective
     /// signaling; the rest complete implicitly in queue-pair order).
@@ -118,19 +123,29 @@ pub struct RuntimeMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Signal {
+    /// Every request of a batch is signaled: one completion each.
     All,
+    /// Only a batch's last request is signaled (selective signaling); the
+    /// others complete implicitly in queue-pair order.
     Last,
 }
 
 /// Result of one run.
 #[derive(Debug, Clone, Serialize)]
 pub struct MicroResult {
+    /// The fabric backend's name (`shm`, `sim`, `verbs`).
     pub backend: String,
+    /// The verb's name (`read`, `write`, `cas`, `masked-cas`, `faa`).
     pub verb: String,
+    /// Bytes per request (8 for atomics).
     pub size: usize,
+    /// Bytes of the region the addresses were drawn from.
     pub region_size: u64,
+    /// OS threads that posted.
     pub threads: usize,
+    /// Requests per batch (one doorbell each).
     pub batch: usize,
+    /// Which requests were signaled.
     pub signal: Signal,
     /// Thread → queue pair mapping.
     pub qp_policy: String,
@@ -142,18 +157,27 @@ pub struct MicroResult {
     pub depth: Option<usize>,
     /// Runtime switches (runtime mode).
     pub thread_aware: Option<bool>,
+    /// Adaptive work-request throttling (SMART, ASPLOS'24 §4.2) on or off
+    /// (runtime mode).
     pub throttle: Option<bool>,
+    /// Conflict avoidance (SMART, ASPLOS'24 §4.3) on or off (runtime mode).
     pub conflict_avoid: Option<bool>,
     /// Final C_max per worker (runtime mode with throttling; u32::MAX = unlimited).
     pub c_max: Vec<u32>,
     /// Runtime counters summed over workers (runtime mode): round trips,
     /// doorbells, posts deferred by the throttle, failed CAS, retries.
     pub round_trips: Option<u64>,
+    /// Posts the throttle deferred for lack of credits.
     pub throttled_posts: Option<u64>,
+    /// CAS through `backoff_cas` that failed; 0 here, as the benchmark
+    /// issues plain `cas`.
     pub cas_failures: Option<u64>,
+    /// Retries the runtime counted ([`dmkit_runtime::Counters::retries`]).
     pub retries: Option<u64>,
+    /// Requests completed by all threads, counted per finished batch (raw) or
+    /// task round (runtime).
     pub ops: u64,
-    /// The measured window's length (see [`crate::harness`]).
+    /// Wall-clock seconds of the measured window (see [`crate::harness`]).
     pub seconds: f64,
     /// Unmeasured time before it.
     pub warmup_s: f64,
@@ -177,8 +201,11 @@ pub struct MicroResult {
     pub oversubscribed: Option<String>,
     /// Operations of each thread.
     pub per_thread_ops: Vec<u64>,
+    /// Doorbells rung (batches posted), all threads.
     pub doorbells: u64,
+    /// Payload bytes READ, all threads.
     pub bytes_read: u64,
+    /// Payload bytes written, all threads.
     pub bytes_written: u64,
 }
 
@@ -190,8 +217,11 @@ pub struct Padded(pub AtomicU64);
 /// Why a benchmark could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
+    /// The configuration cannot run (e.g. a per-thread-doorbell policy on a
+    /// backend without doorbell registers); the message says what to change.
     #[error("invalid benchmark configuration: {0}")]
     Config(String),
+    /// The fabric failed (setup or a verb).
     #[error(transparent)]
     Fabric(#[from] FabricError),
 }

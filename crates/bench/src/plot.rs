@@ -12,8 +12,11 @@ use crate::ycsb_bench::YcsbResult;
 /// One measured point of a series.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Point {
+    /// The series (line) the point belongs to, e.g. "art c sim".
     pub series: String,
+    /// Position on the x axis (threads, for YCSB results).
     pub x: f64,
+    /// Position on the y axis (Mops, for YCSB results).
     pub y: f64,
 }
 
@@ -50,8 +53,11 @@ impl Point {
 /// A line chart.
 #[derive(Debug, Clone)]
 pub struct Chart {
+    /// Drawn above the plot area.
     pub title: String,
+    /// Label of the x axis.
     pub x_label: String,
+    /// Label of the y axis.
     pub y_label: String,
     /// Series name → points sorted by x.
     pub series: BTreeMap<String, Vec<(f64, f64)>>,

@@ -75,6 +75,7 @@ pub struct Passed {
     pub virtual_ns: u64,
     /// Faults injected (torn, delayed).
     pub torn: u64,
+    /// Requests the `delay` fault held back.
     pub delayed: u64,
     /// The run's shape, for the report.
     pub shape: String,
@@ -166,6 +167,7 @@ pub struct Seeds {
     /// Operations checked and torn requests injected, over the seeds that
     /// passed.
     pub ops: u64,
+    /// Torn requests injected, over the seeds that passed.
     pub torn: u64,
     /// The smallest failing seed and what failed.
     pub failure: Option<(u64, String)>,

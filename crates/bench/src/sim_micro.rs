@@ -36,8 +36,11 @@ use dmkit_runtime::Local;
 /// uniformly from `[min, max]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ThreadSchedule {
+    /// Length of one interval in virtual ns.
     pub interval_ns: u64,
+    /// Fewest active threads.
     pub min: usize,
+    /// Most active threads (at most the configuration's `threads`).
     pub max: usize,
 }
 
@@ -52,11 +55,13 @@ impl ThreadSchedule {
 /// One run.
 #[derive(Debug, Clone)]
 pub struct SimMicroConfig {
+    /// The device model.
     pub profile: Profile,
     /// Compute machines, each running `threads` virtual threads.
     pub machines: usize,
     /// Memory nodes; each thread's READs go to all of them in turn.
     pub memory_nodes: usize,
+    /// Virtual threads per compute machine, each a runtime worker.
     pub threads: usize,
     /// Tasks per thread.
     pub tasks: usize,
@@ -66,8 +71,13 @@ pub struct SimMicroConfig {
     /// Ring a doorbell per READ (`ibv_post_send` per request, as SMART's
     /// bench tool) instead of one per task round (doorbell batching).
     pub doorbell_per_request: bool,
+    /// Bytes per READ.
     pub size: usize,
+    /// Bytes of the region the READ addresses are drawn from, on each memory
+    /// node.
     pub region_bytes: u64,
+    /// How threads map to queue pairs and doorbells (SMART, ASPLOS'24 §3.1,
+    /// Fig. 3a).
     pub policy: QpPolicy,
     /// Adaptive work-request throttling (SMART §4.2) on or off.
     pub throttle: bool,
@@ -80,9 +90,14 @@ pub struct SimMicroConfig {
     /// Virtual time before measuring (lets the `C_max` tuner finish its
     /// first update phase).
     pub warmup_ns: u64,
+    /// Virtual ns measured after the warm-up.
     pub measure_ns: u64,
+    /// Seed of the simulation and of the address streams.
     pub seed: u64,
+    /// A changing number of active threads (SMART, ASPLOS'24 §6.3, Table 1);
+    /// `None`: all threads active throughout.
     pub schedule: Option<ThreadSchedule>,
+    /// Faults to inject (none by default).
     pub faults: Faults,
 }
 
@@ -116,17 +131,27 @@ impl SimMicroConfig {
 /// What a run measured.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct SimMicroResult {
+    /// Compute machines.
     pub machines: usize,
+    /// Memory nodes.
     pub memory_nodes: usize,
+    /// Virtual threads per compute machine.
     pub threads: usize,
+    /// Tasks per thread.
     pub tasks: usize,
+    /// READs per task round.
     pub depth: usize,
+    /// The queue-pair policy's name.
     pub policy: String,
+    /// Whether adaptive throttling was on.
     pub throttle: bool,
     /// READs completed in the window, per virtual second (millions).
     pub mops: f64,
+    /// READs completed inside the measured window.
     pub ops: u64,
+    /// Virtual seconds simulated, warm-up included.
     pub virtual_seconds: f64,
+    /// Wall-clock seconds the simulation took.
     pub wall_seconds: f64,
     /// Simulated work requests per wall-clock second.
     pub sim_verbs_per_wall_second: f64,
@@ -138,6 +163,7 @@ pub struct SimMicroResult {
     pub c_max: Vec<u32>,
     /// Worker steps the simulator took (one virtual thread scheduled once).
     pub steps: u64,
+    /// The simulator's counters over the whole run, warm-up included.
     pub stats: SimStats,
 }
 

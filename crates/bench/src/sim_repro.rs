@@ -112,9 +112,15 @@ use crate::sim_micro::{self, SimMicroConfig, ThreadSchedule};
 /// One reproduced data point.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Row {
+    /// The curve the point belongs to (e.g. a queue-pair policy, or "SMART-HT
+    /// a").
     pub series: String,
+    /// The x coordinate, in the figure's `x_label` unit.
     pub x: f64,
+    /// The reproduced value, in `unit`.
     pub value: f64,
+    /// Unit of `value` and `published`: "Mops", "B/wr", "B/op", "retries/op",
+    /// "us", "x" (a speed-up).
     pub unit: String,
     /// The paper's value at this point, if it states one.
     pub published: Option<f64>,
@@ -123,14 +129,19 @@ pub struct Row {
 /// A reproduced figure.
 #[derive(Debug, Clone, Serialize)]
 pub struct Figure {
+    /// The figure's name, e.g. `smart-fig3a`.
     pub figure: String,
+    /// The device profile's name.
     pub profile: String,
+    /// Seed of every run of the figure.
     pub seed: u64,
+    /// Time scale applied (`smart-table1` only; 1 for the others).
     pub time_scale: f64,
     /// Candidate `C_max` values of the throttled series.
     pub tuner_candidates: Vec<u32>,
     /// Runs executed at once (each on its own OS thread, one core each).
     pub jobs: usize,
+    /// Wall-clock seconds the whole figure took.
     pub wall_seconds: f64,
     /// Simulated work requests per wall-clock second over the whole figure
     /// (all jobs together).
@@ -140,14 +151,18 @@ pub struct Figure {
     /// Simulated work requests per second of one core (the simulator's own
     /// speed, whatever `jobs` was).
     pub sim_verbs_per_core_second: f64,
+    /// What the x coordinates are, with their unit.
     pub x_label: String,
+    /// The data points, series by series.
     pub rows: Vec<Row>,
 }
 
 /// How to reproduce.
 #[derive(Debug, Clone)]
 pub struct ReproOptions {
+    /// The device model the figure runs on.
     pub profile: Profile,
+    /// Seed of every run; the same binary and seed give bit-identical rows.
     pub seed: u64,
     /// Fewer points and shorter windows (tests, smoke runs).
     pub quick: bool,

@@ -146,9 +146,15 @@ fn zipfian_cached(items: u64, theta: f64) -> Zipfian {
 /// Key distributions by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Distribution {
+    /// Every existing key equally likely.
     Uniform,
+    /// Zipfian over key numbers, key 0 hottest (the generator of Gray et
+    /// al., SIGMOD'94, that YCSB uses).
     Zipfian,
+    /// YCSB's scrambled zipfian: zipfian ranks scattered over the key space by
+    /// FNV.
     Scrambled,
+    /// The most recently inserted keys hottest (workload D).
     Latest,
 }
 
@@ -205,23 +211,35 @@ impl Chooser {
 /// One operation of a workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum YcsbOp {
+    /// Read the value of the key with this number.
     Read(u64),
+    /// Overwrite the value of an existing key.
     Update(u64),
+    /// Insert a new key (each client inserts disjoint key numbers).
     Insert(u64),
     /// Scan `len` keys from a start key.
     Scan(u64, u32),
+    /// Read a key's value, then write it back modified (workload F).
     ReadModifyWrite(u64),
 }
 
 /// The standard workloads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workload {
+    /// 100 % inserts: loads the keys.
     Load,
+    /// 50 % reads, 50 % updates (update heavy).
     A,
+    /// 95 % reads, 5 % updates (read mostly).
     B,
+    /// 100 % reads (read only).
     C,
+    /// 95 % reads, 5 % inserts, latest keys hottest (read latest).
     D,
+    /// 95 % scans of 1..=100 keys, 5 % inserts (short ranges; ordered indexes
+    /// only).
     E,
+    /// 50 % reads, 50 % read-modify-writes.
     F,
     /// 100 % updates (not a YCSB workload: SMART §6.3's conflict-avoidance
     /// experiment, Fig. 14).

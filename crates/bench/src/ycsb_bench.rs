@@ -50,14 +50,20 @@ use crate::ycsb::{
 /// Which index the harness drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IndexKind {
+    /// RACE extendible hashing on the fabric (`dmkit-race`).
     Race,
+    /// An in-process concurrent hash map: the peer without a network.
     LocalHash,
+    /// The SMART radix tree on the fabric (`dmkit-art`).
     Art,
+    /// An in-process concurrent radix tree: the peer without a network.
     LocalArt,
+    /// The Sherman-style B-link tree on the fabric (`dmkit-btree`).
     Btree,
 }
 
 impl IndexKind {
+    /// Its name on the command line and in results.
     pub fn name(self) -> &'static str {
         match self {
             IndexKind::Race => "race",
@@ -102,8 +108,11 @@ pub const INDEXES: &str = "race, local-hash, art, local-art, btree";
 /// A YCSB run.
 #[derive(Debug, Clone)]
 pub struct YcsbConfig {
+    /// The index to drive.
     pub index: IndexKind,
+    /// The operation mix.
     pub workload: Workload,
+    /// Keys loaded before the run phase.
     pub keys: u64,
     /// Threads (per compute machine on the simulator).
     pub threads: usize,
@@ -111,13 +120,17 @@ pub struct YcsbConfig {
     pub machines: usize,
     /// Tasks per thread (remote indexes).
     pub coros: usize,
+    /// Zipfian skew θ (YCSB's default 0.99); unused by the uniform
+    /// distribution.
     pub theta: f64,
     /// Key distribution; `None` = the workload's standard one.
     pub distribution: Option<Distribution>,
     /// Scrambled zipfian only: draw ranks over this many items (default:
     /// YCSB's 10¹⁰) — a small table with a bigger table's hot-key shares.
     pub zipf_items: Option<u64>,
+    /// How key numbers become key bytes.
     pub key_type: KeyType,
+    /// Bytes of every value.
     pub value_size: usize,
     /// Measured time of the run phase.
     pub duration: Duration,
@@ -125,7 +138,9 @@ pub struct YcsbConfig {
     /// not counted (lets contention, throttling and conflict avoidance
     /// reach their steady state).
     pub warmup: Duration,
+    /// Seed of the operation streams (each client derives its own).
     pub seed: u64,
+    /// The runtime's switches and parameters (remote indexes).
     pub runtime: RuntimeConfig,
     /// The hash table's hot area: the run's likeliest keys put in it (0:
     /// no hot area; memory-semantics §IV-B).
@@ -150,25 +165,40 @@ impl YcsbConfig {
 /// (the load itself for `workload load`).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct YcsbResult {
+    /// Where the index ran: the fabric backend's name, `sim`, or `local` for
+    /// the in-process peers.
     pub backend: String,
+    /// The index's name ([`IndexKind::name`]).
     pub index: String,
+    /// The workload, lower case (`a` … `f`, `u`, `load`).
     pub workload: String,
+    /// Threads per compute machine.
     pub threads: usize,
     /// Compute machines (the simulator; 1 otherwise).
     pub machines: usize,
+    /// Tasks per thread (1 for the in-process peers).
     pub coros: usize,
+    /// Keys loaded.
     pub keys: u64,
+    /// `int` or `string`.
     pub key_type: String,
+    /// Bytes per value.
     pub value_size: usize,
+    /// The zipfian θ configured.
     pub zipf: f64,
+    /// The key distribution used, lower case.
     pub distribution: String,
+    /// Operations completed in the measured window, all threads.
     pub ops: u64,
-    /// The measured window's length (virtual on the simulator).
+    /// Length of the measured window in seconds (one global window on OS
+    /// threads, see [`crate::harness`]; virtual time on the simulator).
     pub seconds: f64,
-    /// Unmeasured run before it.
+    /// Unmeasured run before it, seconds.
     pub warmup_s: f64,
+    /// `ops / seconds` in millions of operations per second.
     pub mops: f64,
-    /// Latency of every measured operation, microseconds.
+    /// Latency of every measured operation, start to completion, in µs
+    /// (virtual time on the simulator): min, avg, p50, p95, p99, p99.9, max.
     #[serde(flatten)]
     pub latency: Latency,
     /// The same per operation type (read, update, insert, scan,
@@ -183,10 +213,17 @@ pub struct YcsbResult {
     pub interrupted: bool,
     /// Set when more polling threads ran than the process has cores.
     pub oversubscribed: Option<String>,
+    /// `sync` calls that waited for posted work, per operation: the operation's
+    /// round trips.
     pub round_trips_per_op: f64,
+    /// Verbs (READ, WRITE, CAS, FAA) queued per operation.
     pub verbs_per_op: f64,
+    /// Payload bytes READ per operation.
     pub bytes_read_per_op: f64,
+    /// Payload bytes written per operation.
     pub bytes_written_per_op: f64,
+    /// Retries per operation (failed `backoff_cas` plus retries the index
+    /// reported).
     pub retries_per_op: f64,
     /// Share of measured operations that retried 0, 1, …, 7 and 8 or more
     /// times; empty for the in-process peers.
@@ -209,11 +246,15 @@ pub struct YcsbResult {
     /// Operations that found nothing to read/update (should be 0 after a
     /// complete load).
     pub misses: u64,
+    /// Wall-clock (or virtual) seconds of the load phase, the slowest thread's.
     pub load_seconds: f64,
+    /// `keys / load_seconds` in millions of inserts per second.
     pub load_mops: f64,
     /// Runtime switches (remote indexes).
     pub thread_aware: bool,
+    /// Adaptive work-request throttling (SMART, ASPLOS'24 §4.2) on or off.
     pub throttle: bool,
+    /// Conflict avoidance (SMART, ASPLOS'24 §4.3) on or off.
     pub conflict_avoid: bool,
     /// Client cache hit rate of the measured phase (race).
     pub cache_hit_rate: Option<f64>,
@@ -229,7 +270,9 @@ pub struct YcsbResult {
 /// One operation type's measured figures.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct OpTypeStats {
+    /// Operations of this type counted in the window.
     pub count: u64,
+    /// Their latency, µs.
     #[serde(flatten)]
     pub latency: Latency,
 }
@@ -239,8 +282,9 @@ pub struct OpTypeStats {
 pub struct Sample {
     /// End of the interval, seconds since the window opened.
     pub t_s: f64,
-    /// Operations completed in the interval, and their rate.
+    /// Operations completed in the interval.
     pub ops: u64,
+    /// Their rate, millions per second.
     pub mops: f64,
 }
 
@@ -249,9 +293,13 @@ pub struct Sample {
 /// the window so far (OS threads).
 #[derive(Debug, Clone, Copy)]
 pub struct Update {
+    /// `load` or `run`.
     pub phase: &'static str,
+    /// Keys loaded, or milliseconds run.
     pub done: u64,
+    /// Keys to load, or milliseconds of warm-up plus window.
     pub total: u64,
+    /// Operations counted in the window so far (OS threads).
     pub ops: u64,
     /// Still in the warm-up.
     pub warming_up: bool,
@@ -995,8 +1043,11 @@ fn between(
 /// loaded index (the workload's key space and values stay).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Point {
+    /// Threads measured (the first of the loaded ones).
     pub threads: usize,
+    /// Tasks per thread.
     pub coros: usize,
+    /// Zipfian θ.
     pub theta: f64,
 }
 

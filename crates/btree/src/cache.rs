@@ -18,17 +18,30 @@ use crate::layout::{Fence, Node};
 /// What a traversal keeps of an internal node (or, uncached, of a leaf).
 #[derive(Debug, Clone)]
 pub struct Snapshot {
+    /// Remote address of the node.
     pub addr: GlobalAddr,
+    /// Level of the node: 0 for a leaf, its parents 1, and so on up to the
+    /// root.
     pub level: u8,
+    /// Lower fence: the node holds tree keys `>= lo`.
     pub lo: Fence,
+    /// Upper fence: the node holds tree keys `< hi`.
     pub hi: Fence,
+    /// The right sibling (null for the rightmost node of its level), the B-link
+    /// pointer a traversal follows when a key is at or above `hi`.
     pub sibling: GlobalAddr,
+    /// Internal nodes: the child for tree keys below `keys[0]`.
     pub leftmost: GlobalAddr,
+    /// Internal nodes: the separator tree keys, ascending (empty for a leaf).
     pub keys: Vec<Vec<u8>>,
+    /// Internal nodes: `children[i]` holds the tree keys from `keys[i]` up to
+    /// the next key.
     pub children: Vec<GlobalAddr>,
 }
 
 impl Snapshot {
+    /// The snapshot of node image `n`, read from `addr` (a leaf keeps only its
+    /// header fields).
     pub fn of(addr: GlobalAddr, n: &Node<'_>) -> Self {
         let (keys, children) = if n.is_leaf() {
             (Vec::new(), Vec::new())
@@ -141,12 +154,16 @@ impl SpecCache {
     fn tag(&self, way: usize) -> u64 {
         self.words[2 * way].load(Ordering::Relaxed)
     }
+    /// The leaf-slot address last recorded for tree key `tk`, if its set still
+    /// holds it (a guess: the speculative read checks the key it finds).
     pub fn get(&self, tk: &[u8]) -> Option<GlobalAddr> {
         let (i, h) = self.at(tk)?;
         (i..i + 2)
             .find(|&w| self.tag(w) == h)
             .map(|w| GlobalAddr::from_raw(self.words[2 * w + 1].load(Ordering::Relaxed)))
     }
+    /// Records that tree key `tk` lives in the leaf slot at `slot`, evicting
+    /// one of its set's two ways if both are taken.
     pub fn put(&self, tk: &[u8], slot: GlobalAddr) {
         let Some((i, h)) = self.at(tk) else {
             return;
@@ -159,6 +176,7 @@ impl SpecCache {
         self.words[2 * w].store(h, Ordering::Relaxed);
         self.words[2 * w + 1].store(slot.raw(), Ordering::Relaxed);
     }
+    /// Forgets tree key `tk` (after a delete, or a guess that proved wrong).
     pub fn remove(&self, tk: &[u8]) {
         if let Some((i, h)) = self.at(tk) {
             for w in i..i + 2 {
@@ -174,6 +192,7 @@ impl SpecCache {
             .filter(|&w| self.tag(w) != 0)
             .count()
     }
+    /// Whether no entry is held (always, for a table of capacity 0).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

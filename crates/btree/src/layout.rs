@@ -102,7 +102,10 @@ pub struct DescHead {
     pub root: u64,
     /// The key limit, with [`FIXED_KEYS`].
     pub max_key: u64,
+    /// Largest value in bytes, at most [`MAX_VALUE_LIMIT`]; every leaf slot has
+    /// room for it.
     pub max_value: u64,
+    /// Bytes of every node (a multiple of 64; 1 KiB by default).
     pub node_bytes: u64,
     /// Lock tables that follow: one per memory node.
     pub nlocks: u64,
@@ -154,15 +157,19 @@ const FLAG_LO_INF: u64 = 1;
 const FLAG_HI_INF: u64 = 2;
 
 impl NodeHead {
+    /// The node version (meta bits 63..32), bumped by every whole-node write.
     pub fn version(&self) -> u32 {
         (self.meta >> 32) as u32
     }
     fn checksum(&self) -> u32 {
         self.meta as u32
     }
+    /// The node's level (info bits 7..0): 0 for a leaf.
     pub fn level(&self) -> u8 {
         self.info as u8
     }
+    /// Slots in use (info bits 23..8); kept for internal nodes, whose slots are
+    /// sorted; 0 in leaves, which are unsorted and scanned whole.
     pub fn count(&self) -> usize {
         ((self.info >> 8) & 0xFFFF) as usize
     }
@@ -199,6 +206,7 @@ impl SlotMeta {
                 | (vlen as u64) << SLOT_VLEN_SHIFT,
         )
     }
+    /// Whether the valid bit (63) is set: the slot holds an entry.
     pub fn valid(self) -> bool {
         self.0 & SLOT_VALID != 0
     }
@@ -232,8 +240,11 @@ fn meta_of(slot: &[u8]) -> SlotMeta {
 /// A fence: a tree key or an infinity.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Fence {
+    /// Below every key: the lower fence of each level's leftmost node.
     NegInf,
+    /// A tree key.
     Key(Vec<u8>),
+    /// Above every key: the upper fence of each level's rightmost node.
     PosInf,
 }
 
@@ -265,7 +276,9 @@ pub fn tree_key_bytes(max_key: usize, fixed_keys: bool) -> usize {
 /// The sizes that follow from a tree's key and value limits and node size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
+    /// Longest key in bytes, 1..=[`MAX_KEY_LIMIT`].
     pub max_key: usize,
+    /// Largest value in bytes, at most [`MAX_VALUE_LIMIT`].
     pub max_value: usize,
     /// Every key is exactly `max_key` bytes: tree keys are the keys.
     pub fixed_keys: bool,
@@ -276,12 +289,18 @@ pub struct Geometry {
     pub f: usize,
     /// Bytes of a leaf's value field (max_value padded to 8).
     pub v: usize,
+    /// Bytes of every node (a multiple of 64).
     pub node_bytes: usize,
     /// Bytes of the header: [`NodeHead`] and two fences.
     pub head: usize,
+    /// Bytes of a leaf slot: meta word, tree key field, value field.
     pub leaf_slot: usize,
+    /// Bytes of an internal slot: meta word, tree key field, child pointer.
     pub inner_slot: usize,
+    /// Slots per leaf: what fits in `node_bytes` after the header (at least 2).
     pub leaf_span: usize,
+    /// Slots per internal node: what fits in `node_bytes` after the header (at
+    /// least 3).
     pub inner_span: usize,
 }
 
@@ -347,6 +366,7 @@ impl Geometry {
         (FENCES + 2 * f + span * (SLOT_KEY + f + v)).next_multiple_of(64)
     }
 
+    /// Bytes of a leaf slot (`leaf`) or of an internal slot.
     pub fn slot_bytes(&self, leaf: bool) -> usize {
         if leaf {
             self.leaf_slot
@@ -354,6 +374,7 @@ impl Geometry {
             self.inner_slot
         }
     }
+    /// Slots per leaf (`leaf`) or per internal node.
     pub fn span(&self, leaf: bool) -> usize {
         if leaf {
             self.leaf_span
@@ -381,19 +402,29 @@ impl Geometry {
 /// The header fields of a node to build.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeadFields {
+    /// Node version; whole-node writes bump it and seal every slot with its low
+    /// 15 bits.
     pub version: u32,
+    /// 0 for a leaf, its parent's level plus one above.
     pub level: u8,
+    /// Internal nodes: slots in use; leaves: 0.
     pub count: u16,
+    /// The right sibling (null: none).
     pub sibling: GlobalAddr,
+    /// Internal nodes: the child left of the first key (null for a leaf).
     pub leftmost: GlobalAddr,
+    /// Lower fence (inclusive).
     pub lo: Fence,
+    /// Upper fence (exclusive).
     pub hi: Fence,
 }
 
 /// A node image in local memory (read or being built), its header decoded.
 #[derive(Debug, Clone)]
 pub struct Node<'a> {
+    /// The tree's geometry, which gives every offset in the image.
     pub g: &'a Geometry,
+    /// The image's bytes, at least `g.node_bytes` long.
     pub b: &'a [u8],
     head: NodeHead,
 }
@@ -408,29 +439,38 @@ pub enum Torn {
 }
 
 impl<'a> Node<'a> {
+    /// A view of the node image `b` (its header decoded, nothing checked: see
+    /// [`Node::check`]).
     pub fn new(g: &'a Geometry, b: &'a [u8]) -> Self {
         debug_assert!(b.len() >= g.node_bytes);
         let (head, _) = NodeHead::read_from_prefix(b).expect("a node image holds its header");
         Node { g, b, head }
     }
+    /// The node version from the header's meta word.
     pub fn version(&self) -> u32 {
         self.head.version()
     }
+    /// The node's level: 0 for a leaf.
     pub fn level(&self) -> u8 {
         self.head.level()
     }
+    /// Whether the node is a leaf (level 0).
     pub fn is_leaf(&self) -> bool {
         self.level() == 0
     }
+    /// The header's slot count (internal nodes; 0 in leaves).
     pub fn count(&self) -> usize {
         self.head.count()
     }
+    /// The right sibling (null: the rightmost node of its level).
     pub fn sibling(&self) -> GlobalAddr {
         GlobalAddr::from_raw(self.head.sibling)
     }
+    /// Internal nodes: the child left of the first key.
     pub fn leftmost(&self) -> GlobalAddr {
         GlobalAddr::from_raw(self.head.leftmost)
     }
+    /// The lower fence (allocates a copy of the key).
     pub fn lo(&self) -> Fence {
         if self.head.flags() & FLAG_LO_INF != 0 {
             Fence::NegInf
@@ -438,6 +478,7 @@ impl<'a> Node<'a> {
             Fence::Key(self.b[self.g.lo_at()].to_vec())
         }
     }
+    /// The upper fence (allocates a copy of the key).
     pub fn hi(&self) -> Fence {
         if self.head.flags() & FLAG_HI_INF != 0 {
             Fence::PosInf
@@ -459,9 +500,11 @@ impl<'a> Node<'a> {
         let o = self.g.slot_off(leaf, i);
         &self.b[o..o + self.g.slot_bytes(leaf)]
     }
+    /// The meta word of slot `i` (unchecked).
     pub fn slot_meta(&self, i: usize) -> SlotMeta {
         meta_of(self.slot(i))
     }
+    /// Whether slot `i`'s valid bit is set (its checksum unchecked).
     pub fn slot_valid(&self, i: usize) -> bool {
         self.slot_meta(i).valid()
     }

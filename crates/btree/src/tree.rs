@@ -210,19 +210,27 @@ impl IndexConfig for BtreeConfig {
 pub struct TreeCounters {
     /// Lookups that found their leaf through a cached level-1 node.
     pub cache_hits: u64,
+    /// Lookups that found no cached level-1 node covering their key and
+    /// descended from the root (or the cache is off).
     pub cache_misses: u64,
     /// Searches answered by the speculative read of one slot.
     pub spec_hits: u64,
     /// Speculative reads that did not validate (fell back).
     pub spec_misses: u64,
+    /// Leaf splits: a full leaf split into two, the new right half linked as
+    /// its sibling.
     pub leaf_splits: u64,
+    /// Internal node splits (an insert into a full parent).
     pub inner_splits: u64,
+    /// New roots installed above a split root (the tree grew a level).
     pub root_grows: u64,
     /// Moves right along sibling pointers (a split not yet in the parent,
     /// or a stale cached parent).
     pub sibling_hops: u64,
     /// Restarts from the root (a stale cache entry).
     pub restarts: u64,
+    /// Node reads refused as torn (header checksum, or a slot of another
+    /// version or with a bad checksum); each is read again.
     pub torn_reads: u64,
     /// Remote locks taken over from a local holder (HOCL) instead of CAS.
     pub handovers: u64,

@@ -179,12 +179,22 @@ impl std::fmt::Display for QpPolicy {
 pub struct QpStats {
     /// Batches posted (one doorbell each).
     pub doorbells: u64,
+    /// READs executed, scatter/gather ones included (the verbs backend counts a
+    /// request when it hands it to the NIC, the others when it took effect).
     pub reads: u64,
+    /// WRITEs executed, scatter/gather and inline ones included (counted when
+    /// [`QpStats::reads`] are).
     pub writes: u64,
+    /// Plain CAS executed, successful or not (a CAS that finds another value
+    /// still completes).
     pub cas: u64,
+    /// Masked CAS executed, successful or not.
     pub masked_cas: u64,
+    /// FAA executed.
     pub faa: u64,
+    /// Payload bytes of the counted READs.
     pub bytes_read: u64,
+    /// Payload bytes of the counted WRITEs.
     pub bytes_written: u64,
     /// Requests that failed (flushed ones not included).
     pub errors: u64,

@@ -11,10 +11,15 @@ use crate::local::Lkey;
 /// The verb of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum VerbKind {
+    /// RDMA READ (one remote range into local memory).
     Read,
+    /// RDMA WRITE (local memory into one remote range).
     Write,
+    /// 8-byte compare-and-swap.
     Cas,
+    /// 8-byte masked compare-and-swap (mlx5's extended atomics).
     MaskedCas,
+    /// 8-byte fetch-and-add.
     Faa,
 }
 
@@ -41,8 +46,11 @@ impl VerbKind {
 /// region registered under `lkey` on the posting queue pair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LocalRef {
+    /// The local memory, as registered on the posting queue pair.
     pub lkey: Lkey,
+    /// Bytes to move.
     pub len: u32,
+    /// Start of the range, in bytes from the start of the local memory.
     pub offset: u64,
 }
 
@@ -58,8 +66,11 @@ impl LocalRef {
 /// batch's entry table ([`Batch::sges`]), `len` bytes in total.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sgl {
+    /// Index of the first entry in the batch's entry table.
     pub first: u32,
+    /// Number of entries, 1 ..= [`crate::Capabilities::max_sge`].
     pub count: u32,
+    /// Sum of the entries' lengths in bytes: the size of the remote range.
     pub len: u32,
 }
 
@@ -67,31 +78,58 @@ pub struct Sgl {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
     /// READ `local.len` remote bytes into `local`.
-    Read { local: LocalRef },
+    Read {
+        /// Where the bytes land; its length is the READ's.
+        local: LocalRef,
+    },
     /// WRITE `local` to remote memory. `inline` asks the backend to copy the
     /// payload into the work request at post time, so the local bytes may be
     /// reused at once (limited by [`crate::Capabilities::max_inline`]).
-    Write { local: LocalRef, inline: bool },
+    Write {
+        /// The bytes to write; its length is the WRITE's.
+        local: LocalRef,
+        /// Copy the payload at post time (at most `max_inline` bytes).
+        inline: bool,
+    },
     /// 8-byte compare-and-swap; completes with the old value.
-    Cas { expected: u64, desired: u64 },
+    Cas {
+        /// The value the word must hold for the swap to happen.
+        expected: u64,
+        /// The value stored if it does.
+        desired: u64,
+    },
     /// Masked compare-and-swap (mlx5 semantics): succeeds iff
     /// `old & compare_mask == compare & compare_mask`, then stores
     /// `(old & !swap_mask) | (swap & swap_mask)`; completes with the old value.
     MaskedCas {
+        /// Expected value, compared on the bits of `compare_mask`.
         compare: u64,
+        /// Bits that take part in the comparison.
         compare_mask: u64,
+        /// New value, stored on the bits of `swap_mask`.
         swap: u64,
+        /// Bits that the swap replaces.
         swap_mask: u64,
     },
     /// 8-byte fetch-and-add (wrapping); completes with the old value.
-    Faa { add: u64 },
+    Faa {
+        /// Added to the word, modulo 2^64 (a two's-complement negative
+        /// subtracts).
+        add: u64,
+    },
     /// Vector READ: one remote range scattered into several local pieces,
     /// in order (RDMA READ with a scatter/gather list; memory-semantics
     /// §III-A "SGL"). Built with [`Batch::read_v`].
-    ReadV { sgl: Sgl },
+    ReadV {
+        /// The local pieces, in the batch's entry table.
+        sgl: Sgl,
+    },
     /// Vector WRITE: several local pieces gathered into one remote range.
     /// Built with [`Batch::write_v`].
-    WriteV { sgl: Sgl },
+    WriteV {
+        /// The local pieces, in the batch's entry table.
+        sgl: Sgl,
+    },
 }
 
 /// One work request.
@@ -99,12 +137,16 @@ pub enum Op {
 pub struct WorkRequest {
     /// Caller's identifier, echoed in the completion.
     pub wr_id: u64,
+    /// Remote address: memory node id (16 bits) | byte offset (48 bits); 8-byte
+    /// aligned for atomics.
     pub remote: GlobalAddr,
+    /// Key of the remote region the address lies in.
     pub rkey: Rkey,
     /// Signaled requests produce a completion; unsignaled ones only do when
     /// they fail or are flushed (as on an RC queue pair). Their effects —
     /// including READ data in local memory — happen either way.
     pub signaled: bool,
+    /// The verb and its operands.
     pub op: Op,
 }
 
@@ -397,6 +439,7 @@ impl Batch {
 /// hot path; the details of a failure, which is rare, live behind the box).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Completion {
+    /// The [`WorkRequest::wr_id`] of the request this completes.
     pub wr_id: u64,
     /// Old value for atomics, bytes moved for READ/WRITE; or the failed
     /// request, named by its batch position, id, verb and address.

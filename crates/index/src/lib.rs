@@ -40,8 +40,6 @@
 //! # Ok(()) }
 //! ```
 
-#![warn(missing_docs)]
-
 pub mod cache;
 #[cfg(feature = "cli")]
 pub mod cli;

@@ -11,6 +11,7 @@ use crate::model::{step, Value};
 /// sub-history of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation<K, V> {
+    /// The key whose operations admit no sequential order that respects real time.
     pub key: K,
     /// Operations of the minimal violating sub-history, by invocation time.
     pub ops: Vec<Record<K, V>>,

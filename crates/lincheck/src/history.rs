@@ -10,9 +10,16 @@ use crate::model::{MapOp, MapRet};
 /// happened after it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record<K, V> {
+    /// The client (thread or task) that issued the operation; shown in
+    /// reports, the check itself orders by time only.
     pub client: u32,
+    /// The key the operation touched; the check runs key by key (a map is
+    /// linearizable iff each key is).
     pub key: K,
+    /// The operation and its argument.
     pub op: MapOp<V>,
+    /// Logical time of the invocation, from the recorder's global counter
+    /// (starts at 1).
     pub invoked: u64,
     /// `None` for a pending operation (no return observed).
     pub returned: Option<(u64, MapRet<V>)>,

@@ -21,8 +21,12 @@ pub enum MapOp<V> {
 /// What an operation returned.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum MapRet<V> {
+    /// What a [`MapOp::Search`] returned: the value, or `None` if absent.
     Found(Option<V>),
+    /// What a [`MapOp::Insert`], [`MapOp::Update`] or [`MapOp::Delete`]
+    /// returned: whether it took effect.
     Done(bool),
+    /// What an [`MapOp::Upsert`] returned (nothing).
     Unit,
 }
 

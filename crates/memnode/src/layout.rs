@@ -48,14 +48,26 @@ pub const PAGE_TABLE_OFFSET: usize = 8192;
 /// signal cannot set it; its clients learn of it at their next RPC.)
 #[repr(C)]
 pub struct ControlHeader {
+    /// [`CONTROL_MAGIC`]; a client refuses a control memfd without it.
     pub magic: u64,
+    /// [`LAYOUT_VERSION`] of the writer; a client refuses any other.
     pub version: u64,
+    /// Memory node id (the high 16 bits of a `GlobalAddr` into this node),
+    /// widened to 64 bits.
     pub node_id: u64,
+    /// log2 of the translation page size: 12 (4 KiB) or 21 (2 MiB).
     pub page_shift: u64,
+    /// Pages of the remote address space, i.e. entries of the page table.
     pub remote_pages: u64,
+    /// Pages of the data memfd: the remote pages plus the spare pages that page
+    /// migration moves remote pages to.
     pub phys_pages: u64,
+    /// Bumped by every change to the region or page table, so a client can tell
+    /// its cached view went stale.
     pub generation: AtomicU64,
+    /// [`NODE_SERVING`] or [`NODE_CLOSED`].
     pub state: AtomicU64,
+    /// Zero; pads the header to one 4096-byte page.
     pub _reserved: [u64; 504],
 }
 
@@ -67,9 +79,13 @@ const _: () = assert!(std::mem::size_of::<ControlHeader>() == 4096);
 
 /// Access rights of a registered region (bit flags in [`RegionEntry::key_word`]).
 pub mod access {
+    /// The region may be the source of a READ.
     pub const READ: u64 = 1;
+    /// The region may be the target of a WRITE.
     pub const WRITE: u64 = 2;
+    /// The region may be the target of CAS, masked CAS and FAA.
     pub const ATOMIC: u64 = 4;
+    /// All three rights.
     pub const ALL: u64 = READ | WRITE | ATOMIC;
 }
 
@@ -90,9 +106,15 @@ pub mod access {
 /// and accept the entry only if both key loads agree and are valid.
 #[repr(C)]
 pub struct RegionEntry {
+    /// Bits 63 (valid), 34..32 (access) and 31..0 (rkey: random:24 | slot:8); 0
+    /// while the slot is empty or being rewritten.
     pub key_word: AtomicU64,
+    /// Start of the region, a byte offset in the node's remote address space
+    /// (page aligned).
     pub base: AtomicU64,
+    /// Length of the region in bytes (whole pages).
     pub len: AtomicU64,
+    /// Zero; pads the entry to 32 bytes.
     pub _reserved: u64,
 }
 const _: () = assert!(std::mem::size_of::<RegionEntry>() == 32);

@@ -32,6 +32,7 @@ pub const MAX_ROOTS: usize = 1024;
 /// Configuration of a memory node.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
+    /// Memory node id: the high 16 bits of every `GlobalAddr` into this node.
     pub node_id: u16,
     /// Remote address space in bytes (rounded up to whole pages).
     pub size: u64,

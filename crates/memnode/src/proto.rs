@@ -28,14 +28,20 @@ pub const TOKEN_LEN: usize = 32;
 /// First frame a client sends.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Hello {
+    /// [`PROTO_MAGIC`]; anything else closes the connection as an
+    /// authentication failure.
     pub magic: u64,
+    /// [`PROTO_VERSION`] of the client; the node refuses any other.
     pub version: u32,
+    /// The secret of the node's token file (mode 0600), compared in constant
+    /// time.
     pub token: [u8; TOKEN_LEN],
 }
 
 /// Geometry of a memory node, sent in [`Welcome`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeLayout {
+    /// Memory node id: the high 16 bits of every `GlobalAddr` into this node.
     pub node_id: u16,
     /// log2 of the translation page size (12 = 4 KiB, 21 = 2 MiB).
     pub page_shift: u8,
@@ -48,12 +54,17 @@ pub struct NodeLayout {
 }
 
 impl NodeLayout {
+    /// Translation page size in bytes (4096 or 2 MiB).
     pub fn page_size(&self) -> u64 {
         1 << self.page_shift
     }
+    /// Size of the remote address space in bytes (`remote_pages` pages; offsets
+    /// below it are addressable).
     pub fn remote_len(&self) -> u64 {
         self.remote_pages << self.page_shift
     }
+    /// Size of the data memfd in bytes (`phys_pages` pages, spare pages
+    /// included).
     pub fn data_len(&self) -> u64 {
         self.phys_pages << self.page_shift
     }
@@ -62,9 +73,12 @@ impl NodeLayout {
 /// A registered region as reported to clients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RegionInfo {
+    /// The region's remote key, checked on every one-sided request; its low
+    /// byte is the protection-table slot, the rest random.
     pub rkey: u32,
     /// Byte offset of the region in the node's remote address space.
     pub base: u64,
+    /// Length of the region in bytes.
     pub len: u64,
     /// Bit set of [`crate::layout::access`].
     pub access: u64,
@@ -74,7 +88,10 @@ pub struct RegionInfo {
 /// descriptor of the control memfd travel with it as `SCM_RIGHTS`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Welcome {
+    /// The session this connection opened; its non-persistent chunks are freed
+    /// when it ends.
     pub session: u64,
+    /// The node's geometry, needed to map the two memfds.
     pub layout: NodeLayout,
     /// The region covering the node's allocatable memory (chunks live in it).
     pub heap: RegionInfo,
@@ -86,38 +103,73 @@ pub enum Request {
     /// Allocate a page-aligned chunk. `persistent = false` chunks belong to
     /// the calling session and are freed when it ends (including a crash).
     AllocChunk {
+        /// Bytes wanted; the node rounds up to whole pages.
         len: u64,
+        /// Whether the chunk outlives the calling session.
         persistent: bool,
     },
     /// Free a chunk by its start offset.
     FreeChunk {
+        /// Start offset of the chunk, as [`Response::Chunk`] returned it.
         offset: u64,
     },
+    /// Read a named root (a well-known word, typically a data structure's
+    /// descriptor address, by which clients find each other's structures).
     GetRoot {
+        /// 1..=64 bytes of `[A-Za-z0-9_./-]`.
         name: String,
     },
     /// Set a named root; with `expected`, only if the current value matches
     /// (`Some(None)` = only if absent).
     SetRoot {
+        /// 1..=64 bytes of `[A-Za-z0-9_./-]`.
         name: String,
+        /// The new value (opaque to the node).
         value: u64,
+        /// Compare-and-set condition; `None` sets unconditionally.
         expected: Option<Option<u64>>,
     },
+    /// List the registered regions (the protection table's valid slots).
     ListRegions,
+    /// A snapshot of [`NodeStats`].
     Stats,
+    /// Stop serving: the node marks itself closed, so clients' verbs fail from
+    /// then on.
     Shutdown,
 }
 
 /// Answers of the RPC service.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {
-    Chunk { offset: u64, len: u64, rkey: u32 },
-    Freed { len: u64 },
+    /// Answer to `AllocChunk`: a zeroed chunk inside the heap region.
+    Chunk {
+        /// Start of the chunk, a page-aligned byte offset (never 0).
+        offset: u64,
+        /// Length in bytes: the request rounded up to whole pages.
+        len: u64,
+        /// The heap region's rkey, which covers the chunk.
+        rkey: u32,
+    },
+    /// Answer to `FreeChunk`: the chunk is free and its memory zeroed
+    /// (hole-punched, or cleared in place when a NIC pins it).
+    Freed {
+        /// Bytes freed (the chunk's whole length).
+        len: u64,
+    },
+    /// Answer to `GetRoot`: the value, or `None` if unset.
     Root(Option<u64>),
-    RootSet { previous: Option<u64> },
+    /// Answer to `SetRoot`: it was written.
+    RootSet {
+        /// The value it replaced (`None` if it was unset).
+        previous: Option<u64>,
+    },
+    /// Answer to `ListRegions`.
     Regions(Vec<RegionInfo>),
+    /// Answer to `Stats`.
     Stats(NodeStats),
+    /// Answer to `Shutdown`: the node stops accepting connections.
     ShuttingDown,
+    /// The request failed; nothing changed.
     Error(RpcError),
 }
 
@@ -125,29 +177,57 @@ pub enum Response {
 /// so there are no verb counters here (see the fabric's per-QP statistics).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeStats {
+    /// Memory node id.
     pub node_id: u16,
+    /// Translation page size in bytes.
     pub page_size: u64,
+    /// Size of the remote address space in bytes.
     pub remote_bytes: u64,
+    /// Size of the heap region chunks are carved from (the remote space less
+    /// its first page, so offset 0 stays null).
     pub heap_bytes: u64,
+    /// Heap bytes not allocated to any chunk.
     pub heap_free_bytes: u64,
+    /// Largest free extent of the heap in bytes: the biggest chunk that can be
+    /// allocated now.
     pub heap_largest_free: u64,
+    /// Chunks allocated now.
     pub chunks: u64,
+    /// Bytes of the allocated chunks (whole pages), `session_chunk_bytes +
+    /// persistent_chunk_bytes`.
     pub chunk_bytes: u64,
+    /// Bytes of chunks owned by a session (freed when it ends).
     pub session_chunk_bytes: u64,
+    /// Bytes of chunks allocated as persistent (outlive their session).
     pub persistent_chunk_bytes: u64,
+    /// Valid protection-table slots (the heap region included), at most
+    /// [`crate::layout::MAX_REGIONS`].
     pub regions: u64,
+    /// Named roots set.
     pub roots: u64,
+    /// Sessions open now.
     pub sessions_active: u64,
+    /// Sessions opened since the node started.
     pub sessions_total: u64,
+    /// Sessions ended since the node started, by a clean close or a dead
+    /// connection alike.
     pub sessions_reaped: u64,
+    /// Session-owned chunks freed because their session ended.
     pub chunks_reclaimed: u64,
+    /// RPC requests handled, failed ones included (this `Stats` request too).
     pub rpcs: u64,
+    /// RPC requests answered with [`Response::Error`].
     pub rpc_errors: u64,
+    /// Frames after the handshake that were unreadable, too long or not a
+    /// [`Request`].
     pub bad_frames: u64,
+    /// Handshakes refused: no [`Hello`], or a bad magic, version or token.
     pub auth_failures: u64,
     /// Connections dropped because no thread could serve them.
     pub refused_connections: u64,
+    /// Remote pages moved to another memory page (page migration).
     pub pages_remapped: u64,
+    /// Spare memory pages left for page migration.
     pub spare_pages_free: u64,
 }
 

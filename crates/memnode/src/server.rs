@@ -106,6 +106,8 @@ fn unhex(s: &str) -> Option<[u8; TOKEN_LEN]> {
     Some(out)
 }
 
+/// Compares two tokens in constant time (no early exit on the first differing
+/// byte).
 pub fn token_eq(a: &[u8; TOKEN_LEN], b: &[u8; TOKEN_LEN]) -> bool {
     // Constant time: no early exit on the first differing byte.
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0

@@ -101,6 +101,7 @@ pub const MAX_HOT_BLOCK_LOG2: u32 = 10;
     Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
 )]
 pub struct HotDirHeader {
+    /// [`HOT_MAGIC`] ("RACEHOT1"); a client refuses a hot directory without it.
     pub magic: u64,
     /// Hot keys.
     pub keys: u64,
@@ -112,6 +113,7 @@ pub struct HotDirHeader {
     pub entry_stride: u64,
     /// Memory nodes the blocks are spread over.
     pub nodes: u64,
+    /// Zero; pads the header to 64 bytes.
     pub _reserved: [u64; 2],
 }
 const _: () = assert!(std::mem::size_of::<HotDirHeader>() == 64);

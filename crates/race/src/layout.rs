@@ -89,13 +89,21 @@ pub const SUBTABLE_MAGIC: u64 = u64::from_le_bytes(*b"RACESUB1");
     Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
 )]
 pub struct DirHeader {
+    /// [`DIR_MAGIC`]'s word: kind tag "dmRACE" and layout version 2.
     pub magic: u64,
+    /// Low hash bits that index the directory now: entries `0..2^global_depth`
+    /// are live. Grows by one when a subtable at this depth splits (RACE,
+    /// USENIX ATC'21; extendible hashing).
     pub global_depth: u64,
     /// Held (nonzero) while a split publishes into the directory.
     pub lock: u64,
+    /// Deepest a suffix can get: the directory has room for 2^max_depth
+    /// entries, at most 2^[`MAX_DEPTH_LIMIT`].
     pub max_depth: u64,
     /// Bucket groups per subtable.
     pub groups: u64,
+    /// Seed of the key hash [`KeyHash::of`]; fixed at creation so every client
+    /// hashes alike.
     pub seed: u64,
     /// Memory nodes the table was created on (informational).
     pub nodes: u64,
@@ -106,6 +114,8 @@ const _: () = assert!(std::mem::size_of::<DirHeader>() == 64);
 
 /// Byte offsets inside [`DirHeader`].
 pub const DIR_GLOBAL_DEPTH: u64 = std::mem::offset_of!(DirHeader, global_depth) as u64;
+/// Byte offset of [`DirHeader::lock`], the word a split takes (CAS 0 → owner)
+/// while it publishes into the directory.
 pub const DIR_LOCK: u64 = std::mem::offset_of!(DirHeader, lock) as u64;
 /// Directory entries start right after the header.
 pub const DIR_ENTRIES: u64 = std::mem::size_of::<DirHeader>() as u64;
@@ -126,20 +136,28 @@ pub const DIR_ENTRIES: u64 = std::mem::size_of::<DirHeader>() as u64;
     Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
 )]
 pub struct SubtableHeader {
+    /// [`SUBTABLE_MAGIC`] ("RACESUB1").
     pub magic: u64,
+    /// Local depth: how many low hash bits all of this subtable's keys share.
     pub depth: u64,
+    /// Those `depth` low bits of the hash, the subtable's suffix.
     pub suffix: u64,
     /// Held (nonzero) while the subtable splits; inserters back off.
     pub split_lock: u64,
+    /// Bucket groups in the subtable (each 192 bytes: two combined buckets).
     pub groups: u64,
     /// The split in progress ([`SplitRecord`]), 0 = none.
     pub split: u64,
+    /// Zero; pads the header to 64 bytes.
     pub _reserved: [u64; 2],
 }
 const _: () = assert!(std::mem::size_of::<SubtableHeader>() == 64);
 
+/// Byte offset of [`SubtableHeader::depth`] in a subtable.
 pub const SUB_DEPTH: u64 = std::mem::offset_of!(SubtableHeader, depth) as u64;
+/// Byte offset of [`SubtableHeader::split_lock`] in a subtable.
 pub const SUB_SPLIT_LOCK: u64 = std::mem::offset_of!(SubtableHeader, split_lock) as u64;
+/// Byte offset of [`SubtableHeader::split`] in a subtable.
 pub const SUB_SPLIT: u64 = std::mem::offset_of!(SubtableHeader, split) as u64;
 
 /// How far a split got, kept in its old subtable's header so that whoever
@@ -208,7 +226,11 @@ const _: () = assert!(std::mem::size_of::<CombinedBucket>() as u64 == COMB_BYTES
     Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
 )]
 pub struct Bucket {
+    /// depth:8 | suffix:56 of the subtable ([`bucket_header`]), so a reader
+    /// with a stale directory notices it from the bucket it read.
     pub header: u64,
+    /// Slot words: 0 when empty, else a [`Slot`] (fingerprint | moved | length
+    /// in 64-byte units | ptr48 of the key-value block).
     pub slots: [u64; SLOTS_PER_BUCKET],
 }
 const _: () = assert!(std::mem::size_of::<Bucket>() as u64 == BUCKET_BYTES);
@@ -222,6 +244,8 @@ pub const BUCKET_SLOTS: usize = std::mem::offset_of!(Bucket, slots);
     Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
 )]
 pub struct BucketGroup {
+    /// Main bucket 0, the overflow bucket the two main buckets share, main
+    /// bucket 1.
     pub buckets: [Bucket; 3],
 }
 const _: () = assert!(std::mem::size_of::<BucketGroup>() as u64 == GROUP_BYTES);
@@ -234,6 +258,7 @@ const _: () = assert!(std::mem::size_of::<BucketGroup>() as u64 == GROUP_BYTES);
 pub struct BlockHeader {
     /// key_len:16 | 0:16 | value_len:32
     pub lens: u64,
+    /// Hash of the lengths, key and value; a torn or recycled block fails it.
     pub checksum: u64,
 }
 const _: () = assert!(std::mem::size_of::<BlockHeader>() == 16);
@@ -262,6 +287,7 @@ impl BlockHeader {
 /// Geometry of a subtable with `groups` bucket groups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
+    /// Bucket groups of the subtable.
     pub groups: u64,
 }
 
@@ -316,27 +342,36 @@ impl Slot {
         ((1..=127).contains(&units)).then_some(())?;
         Some(Slot((fp as u64) << 56 | units << 48 | ptr48(block)?))
     }
+    /// Whether the slot word is 0 (free).
     pub fn is_empty(self) -> bool {
         self.0 == 0
     }
+    /// The 8-bit fingerprint (bits 63..56), compared before a block is read.
     pub fn fp(self) -> u8 {
         (self.0 >> 56) as u8
     }
+    /// Whether the "moved" bit (55) is set: a split copied the key and the slot
+    /// is frozen.
     pub fn moved(self) -> bool {
         self.0 & MOVED != 0
     }
+    /// The block's size in 64-byte units (bits 54..48), 1..=127.
     pub fn units(self) -> u64 {
         (self.0 >> 48) & 0x7F
     }
+    /// The key-value block's address (bits 47..0, a ptr48).
     pub fn block(self) -> GlobalAddr {
         unptr48(self.0)
     }
+    /// The block's size in bytes (`units · 64`), what one READ of it fetches.
     pub fn block_bytes(self) -> usize {
         self.units() as usize * 64
     }
+    /// The same slot with the "moved" bit set.
     pub fn frozen(self) -> Slot {
         Slot(self.0 | MOVED)
     }
+    /// The same slot with the "moved" bit clear.
     pub fn thawed(self) -> Slot {
         Slot(self.0 & !MOVED)
     }
@@ -373,10 +408,12 @@ pub fn mask(bits: u32) -> u64 {
 pub struct KeyHash {
     /// Suffix bits (directory) and fingerprint come from here.
     pub h1: u64,
+    /// Second hash: picks the second candidate combined bucket.
     pub h2: u64,
 }
 
 impl KeyHash {
+    /// Both hashes of `key` under the table's seed ([`DirHeader::seed`]).
     pub fn of(key: &[u8], seed: u64) -> Self {
         Self {
             h1: hash64(key, seed),
@@ -384,6 +421,7 @@ impl KeyHash {
         }
     }
 
+    /// The 8-bit fingerprint (bits 31..24 of `h1`), stored in the slot.
     pub fn fp(&self) -> u8 {
         (self.h1 >> 24) as u8
     }

@@ -69,7 +69,13 @@ impl Default for BackoffConfig {
 /// What an adjustment changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Adjust {
+    /// The coroutine limit `c_max` moved by one (down when γ > γ_H, up when
+    /// γ < γ_L; SMART, ASPLOS'24 §4.3); the new limit, in tasks, in
+    /// `1..=` the worker's task count.
     CMax(u32),
+    /// The backoff ceiling `t_max` doubled or halved, which happens only once
+    /// `c_max` sits at a bound; the new ceiling in ns, in
+    /// `[t0, t0 · max_factor]`.
     TMax(Nanos),
 }
 

@@ -52,10 +52,18 @@ pub fn unpack(word: u64) -> (u16, u64) {
 /// Lock failures.
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
+    /// A verb on the lock word failed (the fabric's error names it).
     #[error(transparent)]
     Fabric(#[from] FabricError),
+    /// The release CAS found another word: the holder's lease expired and a
+    /// waiter broke it, so the critical section may have overlapped another.
     #[error("lock at {addr} was lost: its lease expired and another client broke it (word now {now:#x})")]
-    Lost { addr: GlobalAddr, now: u64 },
+    Lost {
+        /// The lock word.
+        addr: GlobalAddr,
+        /// The word the release CAS found (`owner:16 | deadline µs:48`).
+        now: u64,
+    },
 }
 
 /// Parameters of a [`RemoteLock`].

@@ -14,11 +14,21 @@ use crate::clock::Nanos;
 /// Counters of verbs and their effects.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
+    /// READ requests queued, one per request (a scatter/gather READ counts
+    /// once).
     pub reads: u64,
+    /// WRITE requests queued, one per request (a scatter/gather WRITE counts
+    /// once).
     pub writes: u64,
+    /// CAS requests queued, masked CAS included; each is signaled.
     pub cas: u64,
+    /// FAA requests queued; each is signaled.
     pub faa: u64,
+    /// Bytes the queued READs fetch from remote memory (payload only, no
+    /// headers).
     pub bytes_read: u64,
+    /// Bytes the queued WRITEs store to remote memory (payload only, no
+    /// headers).
     pub bytes_written: u64,
     /// Batches handed to a queue pair (one doorbell each).
     pub doorbells: u64,
@@ -79,6 +89,7 @@ impl Counters {
 /// Statistics of one named operation.
 #[derive(Debug, Clone)]
 pub struct OpStats {
+    /// Operations of this name that finished (their scope ended).
     pub count: u64,
     /// What the operations did, summed.
     pub counters: Counters,
@@ -127,8 +138,12 @@ impl OpStats {
 /// Statistics of one worker (or several, merged).
 #[derive(Debug, Clone, Default)]
 pub struct WorkerStats {
+    /// How many workers' snapshots were merged into this one (1 for a single
+    /// worker).
     pub workers: u64,
+    /// Sum of every task's counters, operation scopes or not.
     pub counters: Counters,
+    /// Statistics per operation name given to [`crate::Ctx::op`] (search, insert, …).
     pub ops: BTreeMap<&'static str, OpStats>,
     /// Work requests completed (what the tuner measures).
     pub completed_wrs: u64,

@@ -27,6 +27,7 @@ use crate::profile::Profile;
 /// The simulated cluster.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
+    /// The device model of every machine (built-in `cx6-200g` by default).
     pub profile: Profile,
     /// Machines that run virtual threads.
     pub compute_machines: usize,
@@ -39,7 +40,11 @@ pub struct SimConfig {
     pub memory_bytes: u64,
     /// Translation page size of the memory nodes (4 KiB or 2 MiB).
     pub page_size: u64,
+    /// Seed of the simulation's random generator (fault draws, the `random`
+    /// atomic order); the same binary, configuration and seed give
+    /// bit-identical runs.
     pub seed: u64,
+    /// Faults to inject (none by default).
     pub faults: Faults,
     /// Whether the simulated device promises in-order placement inside one
     /// WRITE (data structures then rely on it; torn faults respect it).

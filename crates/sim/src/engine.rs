@@ -36,14 +36,26 @@ pub type Time = u64;
 /// Counters of a simulation run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct SimStats {
+    /// Batches posted (one doorbell ring each).
     pub doorbells: u64,
+    /// Requests that entered the simulated network (a torn one counts once).
     pub posted: u64,
+    /// Requests whose every piece was applied at the responder, failed ones
+    /// included.
     pub executed: u64,
+    /// Completions delivered to the poller: every signaled request, plus the
+    /// unsignaled ones that failed or were flushed.
     pub completed: u64,
+    /// READs that executed without error, scatter/gather ones included.
     pub reads: u64,
+    /// WRITEs that executed without error, scatter/gather and inline ones
+    /// included.
     pub writes: u64,
+    /// CAS, masked CAS and FAA that executed without error.
     pub atomics: u64,
+    /// Payload bytes of the counted READs.
     pub bytes_read: u64,
+    /// Payload bytes of the counted WRITEs.
     pub bytes_written: u64,
     /// Bytes on the wire (payload + headers), all links, one direction each.
     pub wire_bytes: u64,
@@ -51,12 +63,20 @@ pub struct SimStats {
     pub pcie_bytes: f64,
     /// Requests whose WQE missed the NIC's cache (fractional: expected misses).
     pub wqe_misses: f64,
+    /// Requests whose remote page missed the responder's translation (MTT)
+    /// cache, each costing `responder.mtt_miss_ns` (Thinking More about RDMA
+    /// Memory Semantics, CLUSTER'21 §III-B).
     pub mtt_misses: u64,
     /// Time threads spent spinning on doorbell or queue-pair locks (ns).
     pub lock_spin_ns: f64,
+    /// Requests the `torn` fault split into pieces.
     pub torn: u64,
+    /// Requests the `delay` fault held back.
     pub delayed: u64,
+    /// Connections the `disconnect` fault cut (one per post it hit).
     pub disconnects: u64,
+    /// Requests that failed, flushed ones not included (a check of the
+    /// contract, or a lost connection).
     pub failed: u64,
     /// Memory effects applied (torn requests count once per piece).
     pub effects: u64,

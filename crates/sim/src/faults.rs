@@ -21,6 +21,8 @@ pub struct Faults {
     /// Probability that a request is delayed by up to `delay_ns` extra (a
     /// retransmission, a PCIe hiccup). Queue-pair order is kept.
     pub delay: f64,
+    /// Longest extra delay of a delayed request (ns); each draws uniformly from
+    /// 0..=`delay_ns`.
     pub delay_ns: u64,
     /// Every request's execution is shifted by a random 0..`reorder_ns`,
     /// so requests of *different* queue pairs take effect out of their

@@ -17,11 +17,19 @@ use serde::{Deserialize, Serialize};
 pub struct Profile {
     /// Human-readable name (reports).
     pub name: String,
+    /// Compute-side CPU costs (cores, SMT, per-post and per-poll work).
     pub cpu: CpuModel,
+    /// Doorbell registers and the locks that guard them (SMART, ASPLOS'24
+    /// §3.1).
     pub doorbell: DoorbellModel,
+    /// The requester RNIC: processing units, WQE cache, PCIe.
     pub nic: NicModel,
+    /// Wire bandwidth and latency between machines.
     pub link: LinkModel,
+    /// The responder RNIC on the memory blade: its execution rate, atomics unit
+    /// and translation cache.
     pub responder: ResponderModel,
+    /// The capabilities the device declares to the fabric.
     pub limits: Limits,
 }
 
@@ -225,11 +233,16 @@ pub struct ResponderModel {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AtomicOrder {
+    /// Served in posting order, booked when posted (the default).
     #[default]
     Post,
+    /// The earliest arrival first.
     Arrival,
+    /// A uniformly random waiting one (from the seeded generator).
     Random,
+    /// The latest arrival first.
     Newest,
+    /// The next queue pair in a fixed cyclic order after the last one served.
     RoundRobin,
 }
 
@@ -259,10 +272,16 @@ impl AtomicOrder {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
+    /// Most requests per post ([`dmkit_fabric::Capabilities::max_batch`]).
     pub max_batch: usize,
+    /// Largest inline WRITE in bytes (220 on the ConnectX-6 profile).
     pub max_inline: usize,
+    /// Largest message in bytes (1 GiB on the shipped profiles).
     pub max_message: usize,
+    /// Most scatter/gather entries per request.
     pub max_sge: usize,
+    /// Whether masked CAS is offered (mlx5 extended atomics: ConnectX-5 and
+    /// later, not ConnectX-3).
     pub masked_cas: bool,
     /// Bytes of on-NIC device memory (Sherman puts its locks there).
     pub device_memory: u64,

@@ -8,11 +8,14 @@
 //! advise_mr). Without the feature this crate is empty, so the workspace
 //! builds on hosts without RDMA libraries. The safe layer is `dmkit-verbs`.
 
+// The bindings are generated from rdma-core's headers; their documentation
+// is rdma-core's man pages (ibv_post_send(3) etc.), not doc comments here.
 #![allow(
     non_upper_case_globals,
     non_camel_case_types,
     non_snake_case,
-    dead_code
+    dead_code,
+    missing_docs
 )]
 #![allow(clippy::all)]
 

@@ -29,6 +29,7 @@ pub struct VerbsTarget {
 /// Configuration of the compute side.
 #[derive(Debug, Clone)]
 pub struct VerbsConfig {
+    /// Which device, port and GID index to open.
     pub device: DeviceSel,
     /// Most work requests per doorbell (batch).
     pub max_batch: usize,

@@ -5,7 +5,7 @@
 //!
 //! Framing as on the Unix socket ([`dmkit_memnode::proto`]): a
 //! little-endian `u32` length, then a bincode payload of at most
-//! [`MAX_FRAME`](dmkit_memnode::proto::MAX_FRAME) bytes. The first frame is
+//! [`MAX_FRAME`] bytes. The first frame is
 //! [`Ctl::Hello`] with the node's shared secret.
 
 use std::io::{self, Read, Write};
@@ -26,26 +26,45 @@ pub const CTL_VERSION: u32 = 1;
 /// key and virtual address of the region's first byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NicRegion {
+    /// dmkit's view of the region: rkey, base offset and length in the node's
+    /// remote address space, access rights.
     pub info: RegionInfo,
+    /// The rkey the NIC issued for the region (`ibv_reg_mr`), which work
+    /// requests carry on the wire.
     pub nic_rkey: u32,
+    /// The node's virtual address of the region's first byte, as registered;
+    /// remote offset `o` is NIC address `nic_addr + (o - info.base)`.
     pub nic_addr: u64,
 }
 
 /// Client → node.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Ctl {
+    /// The first frame: authenticates the client; the node answers
+    /// [`CtlReply::Welcome`], or [`CtlReply::Refused`] and closes.
     Hello {
+        /// [`CTL_MAGIC`].
         magic: u64,
+        /// [`CTL_VERSION`] of the client; the node refuses any other.
         version: u32,
+        /// The secret of the node's token file.
         token: [u8; TOKEN_LEN],
     },
     /// One request of the memory node's RPC service.
     Rpc(Request),
     /// Create a node-side queue pair connected to `client`.
-    Connect { client: Endpoint },
+    Connect {
+        /// How the client's queue pair is addressed.
+        client: Endpoint,
+    },
     /// Replace the node-side queue pair `server_qpn` (after an error moved
     /// the pair to the error state) by a fresh one connected to `client`.
-    Reconnect { server_qpn: u32, client: Endpoint },
+    Reconnect {
+        /// Number of the node-side queue pair to drop.
+        server_qpn: u32,
+        /// How the client's new queue pair is addressed.
+        client: Endpoint,
+    },
     /// The node's regions with their NIC keys.
     Regions,
 }
@@ -53,18 +72,34 @@ pub enum Ctl {
 /// Node → client.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum CtlReply {
+    /// Answer to [`Ctl::Hello`]: the session and everything a client needs to
+    /// post verbs to the node.
     Welcome {
+        /// The session opened; its non-persistent chunks are freed when the
+        /// connection ends.
         session: u64,
+        /// The node's geometry (page size, remote space).
         layout: NodeLayout,
+        /// The region covering the node's allocatable memory.
         heap: RegionInfo,
+        /// Every registered region with its NIC key and address.
         regions: Vec<NicRegion>,
+        /// The node's device limits, so a client's queue pairs ask for no more
+        /// than its side grants.
         device: DeviceCaps,
     },
+    /// Answer to [`Ctl::Rpc`].
     Rpc(Response),
+    /// Answer to [`Ctl::Connect`] and [`Ctl::Reconnect`]: the node-side queue
+    /// pair exists and is connected to the client's.
     Connected {
+        /// How the node-side queue pair is addressed.
         server: Endpoint,
     },
+    /// Answer to [`Ctl::Regions`].
     Regions(Vec<NicRegion>),
+    /// The request failed (authentication, a second Hello, a queue pair that
+    /// could not be made, regions that could not be registered); carries why.
     Refused(String),
 }
 

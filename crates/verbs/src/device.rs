@@ -23,9 +23,14 @@ use crate::error::{errno, VerbsError};
 /// channel when a connection is made).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Endpoint {
+    /// Queue pair number.
     pub qpn: u32,
+    /// Initial packet sequence number (24 bits, random per connection).
     pub psn: u32,
+    /// The port's local identifier (InfiniBand routing; 0 on RoCE).
     pub lid: u16,
+    /// The port's GID at the selected index (RoCE v2: an IPv4-mapped address);
+    /// all zero without one.
     pub gid: [u8; 16],
     /// Route with a global route header (always on RoCE; on InfiniBand when
     /// a GID index is selected).
@@ -37,10 +42,18 @@ pub struct Endpoint {
 /// Device limits and features that become fabric capabilities.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceCaps {
+    /// Most outstanding work requests per queue pair
+    /// (`ibv_device_attr::max_qp_wr`); caps the send-queue depth.
     pub max_qp_wr: u32,
+    /// Most scatter/gather entries per work request (`max_sge`).
     pub max_sge: u32,
+    /// Most READs and atomics a queue pair accepts in flight as responder
+    /// (`max_qp_rd_atom`).
     pub max_qp_rd_atom: u32,
+    /// Most READs and atomics a queue pair keeps in flight as requester
+    /// (`max_qp_init_rd_atom`).
     pub max_qp_init_rd_atom: u32,
+    /// Largest message of the port in bytes (`ibv_port_attr::max_msg_sz`).
     pub max_msg: u32,
     /// Atomics are executed with a global ordering guarantee
     /// (IBV_ATOMIC_HCA or better).

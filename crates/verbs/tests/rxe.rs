@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use dmkit_fabric::{
-    conformance, Batch, Fabric, FabricError, LocalMem, LocalRef, SyncQp, VerbError,
+    conformance, Batch, ControlPlane, Fabric, FabricError, LocalMem, LocalRef, SyncQp, VerbError,
 };
 use dmkit_memnode::layout::access;
 use dmkit_memnode::{MemNode, NodeConfig};

@@ -78,7 +78,10 @@ impl ShmConfig {
 /// Where a memory node process listens.
 #[derive(Debug, Clone)]
 pub struct Target {
+    /// The node's Unix socket (`dmkit memnode --listen unix:PATH`).
     pub socket: PathBuf,
+    /// The file holding the node's secret token (mode 0600); by default
+    /// `SOCKET.token`.
     pub token_file: PathBuf,
 }
 
