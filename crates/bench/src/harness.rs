@@ -550,6 +550,57 @@ impl Provenance {
     }
 }
 
+/// A result with its [`Provenance`] as its first field, every other field
+/// as the result serialises it (readers of the older files still find
+/// theirs at the top level).
+#[derive(Serialize)]
+pub struct WithProvenance<'a, T: Serialize> {
+    /// Where the result comes from.
+    pub provenance: &'a Provenance,
+    /// The result's own fields.
+    #[serde(flatten)]
+    pub result: &'a T,
+}
+
+/// `--repeat N`: every measurement, and the spread of their throughput.
+#[derive(Debug, Clone, Serialize)]
+pub struct Repeated<T: Serialize> {
+    /// Mean, standard deviation, minimum and maximum of the runs' Mops.
+    pub mops: Spread,
+    /// Each run's full result, in order.
+    pub runs: Vec<T>,
+}
+
+/// Checks before any work that `path` can be written: its directory
+/// exists and a file can be created there (a file created by the check
+/// is removed again). The message names `flag`.
+pub fn check_output(flag: &str, path: &std::path::Path) -> Result<(), String> {
+    let existed = path.exists();
+    if path.is_dir() {
+        return Err(format!("{flag} {}: is a directory", path.display()));
+    }
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(|e| format!("{flag} {}: cannot write there: {e}", path.display()))?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+/// Writes `result` with `provenance` as pretty JSON to `path`.
+pub fn write_json<T: Serialize>(
+    path: &std::path::Path,
+    provenance: &Provenance,
+    result: &T,
+) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(&WithProvenance { provenance, result })
+        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    std::fs::write(path, text + "\n").map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -645,6 +696,33 @@ mod tests {
         assert!((l.p99_us - 990.0).abs() <= 10.0, "{l:?}");
         assert!(l.min_us <= 1.0 && l.max_us >= 995.0, "{l:?}");
         assert_eq!(Latency::of(&histogram()), Latency::default());
+    }
+
+    #[test]
+    fn output_paths_are_checked_before_work() {
+        let dir = tempfile_dir();
+        let ok = dir.join("r.json");
+        check_output("--json", &ok).unwrap();
+        assert!(!ok.exists(), "the check leaves nothing behind");
+        let e = check_output("--json", &dir.join("missing/r.json")).unwrap_err();
+        assert!(e.starts_with("--json ") && e.contains("missing"), "{e}");
+        assert!(check_output("--plot", &dir)
+            .unwrap_err()
+            .contains("directory"));
+        let p = Provenance::new(1, Duration::from_secs(1), Duration::ZERO, false);
+        write_json(&ok, &p, &Spread::of(&[1.5])).unwrap();
+        let text = std::fs::read_to_string(&ok).unwrap();
+        assert!(text.starts_with("{\n  \"provenance\": {"), "{text}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["mean"], 1.5);
+        assert_eq!(v["provenance"]["seed"], 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn tempfile_dir() -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("dmkit-harness-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
     }
 
     #[test]

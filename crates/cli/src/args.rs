@@ -121,3 +121,20 @@ pub(crate) fn parse_atomic_order(s: &str) -> Result<dmkit_sim::profile::AtomicOr
             format!("{s:?}: expected one of {}", names.join(", "))
         })
 }
+
+/// Ctrl-C ends a benchmark as its clock would: the first one asks the
+/// running measurement to stop ([`dmkit_bench::harness::interrupt`]); the
+/// command then prints and writes what was measured and removes its index
+/// through its normal path. A second Ctrl-C exits at once (status 130).
+/// The `ctrlc` crate runs the handler on a thread of its own, so it may
+/// print and take locks, which a raw signal handler may not.
+pub(crate) fn stop_on_ctrl_c() {
+    let _ = ctrlc::set_handler(|| {
+        if dmkit_bench::harness::interrupted() {
+            eprintln!("dmkit: interrupted again: exiting now");
+            std::process::exit(130);
+        }
+        eprintln!("\ndmkit: interrupted: ending the measurement (Ctrl-C again to quit at once)");
+        dmkit_bench::harness::interrupt();
+    });
+}

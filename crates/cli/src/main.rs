@@ -107,6 +107,9 @@ fn main() -> ExitCode {
         Cmd::Node(NodeCmd::Shutdown(a)) => node::node_shutdown(a),
     };
     match r {
+        // Ctrl-C ended a benchmark: its results were printed and written;
+        // the status says it was cut short, as a shell expects of SIGINT.
+        Ok(()) if dmkit_bench::harness::interrupted() => ExitCode::from(130),
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("dmkit: {e}");

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use dmkit_bench::harness;
 use dmkit_bench::micro::{self, MicroConfig, Signal};
 use dmkit_fabric::VerbKind;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -76,6 +77,10 @@ pub(crate) struct MicroArgs {
     /// Seed of the address generator.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Measure this many times; prints and writes each run and the mean
+    /// and spread of their throughput.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// Write the result as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -119,30 +124,106 @@ pub(crate) fn bench_micro(a: MicroArgs) -> Res {
             cfg: rcfg.clone(),
         }),
     };
+    if a.repeat == 0 {
+        return Err("--repeat must be at least 1".into());
+    }
+    if a.iters == Some(0) {
+        return Err("--iters must be at least 1".into());
+    }
+    if a.iters.is_none() && a.duration.is_zero() {
+        return Err("--duration must be longer than 0s (or give --iters)".into());
+    }
+    if let Some(p) = &a.json {
+        harness::check_output("--json", p)?;
+    }
     // The embedded node gets the region plus its reserved first page and slack.
     let fabric = open_fabric(&a.fabric, a.region_size + (8 << 20))?;
     micro::check(&cfg, &*fabric)?;
-    let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
-        let b = ProgressBar::new(cfg.duration.as_millis() as u64);
+    if let Some(w) = harness::oversubscribed(cfg.threads) {
+        eprintln!("dmkit: warning: {w}");
+    }
+    crate::args::stop_on_ctrl_c();
+    let provenance =
+        harness::Provenance::new(a.seed, cfg.duration, cfg.warmup, false).repeat(a.repeat);
+    let mut runs = Vec::with_capacity(a.repeat);
+    print_header();
+    for _ in 0..a.repeat {
+        if harness::interrupted() {
+            break;
+        }
+        let r = run_once(&*fabric, &cfg, a.quiet)?;
+        print_row(&r);
+        runs.push(r);
+    }
+    if runs.len() > 1 {
+        let m = harness::Spread::of(&runs.iter().map(|r| r.mops).collect::<Vec<_>>());
+        println!(
+            "{} runs: {:.3} Mops mean, {:.3} standard deviation, {:.3} to {:.3}",
+            m.n, m.mean, m.stddev, m.min, m.max
+        );
+    }
+    if runs.last().is_some_and(|r| r.interrupted) || harness::interrupted() {
+        eprintln!("dmkit: interrupted: the last run's figures are of its shortened window");
+    }
+    if let Some(path) = a.json {
+        if runs.len() == 1 {
+            harness::write_json(&path, &provenance, &runs[0])?;
+        } else {
+            let mops = harness::Spread::of(&runs.iter().map(|r| r.mops).collect::<Vec<_>>());
+            harness::write_json(&path, &provenance, &harness::Repeated { mops, runs })?;
+        }
+    }
+    Ok(())
+}
+
+fn run_once(
+    fabric: &dyn dmkit_fabric::Fabric,
+    cfg: &MicroConfig,
+    quiet: bool,
+) -> Result<micro::MicroResult, String> {
+    let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+        let b = match cfg.iters {
+            Some(_) => ProgressBar::new_spinner(),
+            None => ProgressBar::new((cfg.warmup + cfg.duration).as_millis() as u64),
+        };
         b.set_style(
-            ProgressStyle::with_template("{spinner} {bar:40} {elapsed}/{duration} {msg}")
-                .expect("valid template"),
+            ProgressStyle::with_template("{spinner} {bar:40} {msg}").expect("valid template"),
         );
         b
     });
-    let r = micro::run(&*fabric, &cfg, |el, ops| {
+    let total = cfg.warmup + cfg.duration;
+    let r = micro::run(fabric, cfg, |el, ops| {
         if let Some(b) = &bar {
-            b.set_position(el.as_millis() as u64);
-            b.set_message(format!(
-                "{:.2} Mops",
-                ops as f64 / el.as_secs_f64().max(1e-9) / 1e6
-            ));
+            b.set_position((cfg.warmup + el).as_millis() as u64);
+            if el.is_zero() {
+                b.set_message("warming up");
+            } else {
+                b.set_message(format!(
+                    "{:.1}/{:.1} s  {:.2} Mops",
+                    el.as_secs_f64(),
+                    total.as_secs_f64() - cfg.warmup.as_secs_f64(),
+                    ops as f64 / el.as_secs_f64().max(1e-9) / 1e6
+                ));
+            }
         }
     })
     .map_err(|e| e.to_string())?;
     if let Some(b) = bar {
         b.finish_and_clear();
     }
+    Ok(r)
+}
+
+/// The columns (README: "bench micro's columns").
+fn print_header() {
+    println!(
+        "{:<8} {:<8} {:<6} {:>6} {:>8} {:>7} {:>5} {:>6} {:>12} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9}",
+        "backend", "mode", "verb", "size", "region", "threads", "batch", "signal", "ops",
+        "seconds", "Mops", "Gb/s", "p50_us", "p99_us", "p999_us", "max_us"
+    );
+}
+
+fn print_row(r: &micro::MicroResult) {
     let mode = match (r.coros, r.depth) {
         (Some(c), Some(d)) => format!("rt:{c}x{d}"),
         _ => "raw".into(),
@@ -152,22 +233,7 @@ pub(crate) fn bench_micro(a: MicroArgs) -> Res {
         Signal::Last => "last",
     };
     println!(
-        "{:<8} {:<8} {:<6} {:>6} {:>8} {:>7} {:>5} {:>6} {:>12} {:>8} {:>9} {:>11}",
-        "backend",
-        "mode",
-        "verb",
-        "size",
-        "region",
-        "threads",
-        "batch",
-        "signal",
-        "ops",
-        "seconds",
-        "Mops",
-        "Mops/thread"
-    );
-    println!(
-        "{:<8} {:<8} {:<6} {:>6} {:>8} {:>7} {:>5} {:>6} {:>12} {:>8.2} {:>9.3} {:>11.3}",
+        "{:<8} {:<8} {:<6} {:>6} {:>8} {:>7} {:>5} {:>6} {:>12} {:>8.2} {:>9.3} {:>8.3} {:>8.2} {:>8.2} {:>8.2} {:>9.2}",
         r.backend,
         mode,
         r.verb,
@@ -179,12 +245,10 @@ pub(crate) fn bench_micro(a: MicroArgs) -> Res {
         r.ops,
         r.seconds,
         r.mops,
-        r.mops_per_thread
+        r.gbps,
+        r.latency.p50_us,
+        r.latency.p99_us,
+        r.latency.p999_us,
+        r.latency.max_us,
     );
-    if let Some(path) = a.json {
-        let text = serde_json::to_string_pretty(&r).expect("result serialises");
-        std::fs::write(&path, text + "\n")
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
-    }
-    Ok(())
 }

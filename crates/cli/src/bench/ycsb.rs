@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use dmkit_bench::harness;
 use dmkit_bench::plot;
 use dmkit_bench::ycsb::{Distribution, KeyType, Workload};
 use dmkit_bench::ycsb_bench::{self, YcsbConfig, YcsbResult};
@@ -44,15 +45,17 @@ pub(crate) struct YcsbArgs {
     /// Keys loaded before the run.
     #[arg(long, default_value_t = 1_000_000)]
     keys: u64,
-    /// Threads (one worker each).
-    #[arg(long, default_value_t = 2)]
-    threads: usize,
-    /// Tasks per thread (SMART's coroutines; remote indexes).
-    #[arg(long, default_value_t = 8)]
-    coros: usize,
-    /// Zipfian skew θ.
-    #[arg(long, default_value_t = 0.99)]
-    zipf: f64,
+    /// Threads (one worker each); a list (1,2,4,8) measures each on one
+    /// loaded index.
+    #[arg(long, value_delimiter = ',', default_value = "2")]
+    threads: Vec<usize>,
+    /// Tasks per thread (SMART's coroutines; remote indexes); a list
+    /// sweeps them.
+    #[arg(long, value_delimiter = ',', default_value = "8")]
+    coros: Vec<usize>,
+    /// Zipfian skew θ; a list sweeps it.
+    #[arg(long, value_delimiter = ',', default_value = "0.99")]
+    zipf: Vec<f64>,
     /// Key distribution (default: the workload's: latest for d, scrambled zipfian otherwise).
     #[arg(long, value_enum)]
     distribution: Option<DistArg>,
@@ -88,9 +91,16 @@ pub(crate) struct YcsbArgs {
     btree: dmkit_btree::BtreeConfig,
     #[command(flatten)]
     switches: SwitchArgs,
+    /// Seed of the key choosers and the runtime (same seed, same key
+    /// streams).
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Write the result as JSON to this file.
+    /// Measure each point this many times (on the loaded index when the
+    /// workload inserts nothing); prints the mean and spread.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+    /// Write the result as JSON to this file (a sweep or --repeat: every
+    /// point's result under "runs").
     #[arg(long)]
     json: Option<PathBuf>,
     /// Also plot this result (throughput vs threads) to this PNG.
@@ -102,14 +112,31 @@ pub(crate) struct YcsbArgs {
 }
 
 pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
+    if a.repeat == 0 {
+        return Err("--repeat must be at least 1".into());
+    }
+    let mut points = Vec::new();
+    for &threads in &a.threads {
+        for &coros in &a.coros {
+            for &theta in &a.zipf {
+                for _ in 0..a.repeat {
+                    points.push(ycsb_bench::Point {
+                        threads,
+                        coros,
+                        theta,
+                    });
+                }
+            }
+        }
+    }
     let cfg = YcsbConfig {
         index: a.index,
         workload: a.workload,
         keys: a.keys,
-        threads: a.threads,
+        threads: points[0].threads,
         machines: a.fabric.machines,
-        coros: a.coros,
-        theta: a.zipf,
+        coros: points[0].coros,
+        theta: points[0].theta,
         distribution: a.distribution.map(|d| match d {
             DistArg::Uniform => Distribution::Uniform,
             DistArg::Zipfian => Distribution::Zipfian,
@@ -134,73 +161,201 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
         art: a.art,
         btree: a.btree,
     };
-    let needed = ycsb_bench::memory_estimate(&cfg);
-    let platform = match a.fabric.backend {
-        Backend::Sim => ycsb_bench::Platform::Sim(Box::new(a.fabric.sim_config(needed, a.seed)?)),
-        Backend::Shm | Backend::Verbs => {
-            if !cfg.runtime.thread_aware {
-                return Err(
-                    "bench ycsb: --thread-aware off needs a backend with doorbell registers \
-                            (--backend sim); shm has none to share"
-                        .into(),
-                );
-            }
-            ycsb_bench::Platform::Fabric(open_fabric(&a.fabric, needed)?)
+    if cfg.duration.is_zero() && cfg.workload != Workload::Load {
+        return Err("--duration must be longer than 0s".into());
+    }
+    let sim = matches!(a.fabric.backend, Backend::Sim);
+    if sim && a.repeat > 1 {
+        return Err("--repeat: the simulator is deterministic, a repeat gives the same figures (vary --seed instead)".into());
+    }
+    for (flag, p) in [("--json", &a.json), ("--plot", &a.plot)] {
+        if let Some(p) = p {
+            harness::check_output(flag, p)?;
         }
+    }
+    let lcfg = ycsb_bench::sweep_config(&cfg, &points);
+    let needed = ycsb_bench::memory_estimate(&lcfg);
+    let threads = if sim {
+        lcfg.threads * a.fabric.machines
+    } else {
+        lcfg.threads
     };
+    if let (false, Some(w)) = (sim, harness::oversubscribed(threads)) {
+        eprintln!("dmkit: warning: {w}");
+    }
     let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
         let b = ProgressBar::new(cfg.keys);
         b.set_style(
-            ProgressStyle::with_template("{spinner} {msg:5} {bar:40} {pos}/{len} {elapsed}")
+            ProgressStyle::with_template("{spinner} {msg} {bar:40} {pos}/{len} {elapsed}")
                 .expect("valid template"),
         );
         b
     });
     let progress = |u: ycsb_bench::Update| {
         if let Some(b) = &bar {
-            b.set_message(u.phase);
+            let msg = match (u.phase, u.warming_up) {
+                ("run", true) => "warm-up (ms)".to_string(),
+                ("run", false) if u.ops > 0 => format!("run (ms), {} ops", u.ops),
+                ("run", false) => "run (ms)".to_string(),
+                (p, _) => format!("{p} (keys)"),
+            };
+            b.set_message(msg);
             b.set_length(u.total);
             b.set_position(u.done);
         }
     };
-    let r = ycsb_bench::run(platform, &cfg, &progress).map_err(|e| e.to_string())?;
+    crate::args::stop_on_ctrl_c();
+    let provenance =
+        harness::Provenance::new(a.seed, cfg.duration, cfg.warmup, false).repeat(a.repeat);
+    let results = if sim {
+        let mut rs = Vec::new();
+        for p in &points {
+            if harness::interrupted() {
+                break;
+            }
+            let pc = cfg.at(p);
+            let platform = ycsb_bench::Platform::Sim(Box::new(
+                a.fabric
+                    .sim_config(ycsb_bench::memory_estimate(&pc), a.seed)?,
+            ));
+            rs.push(ycsb_bench::run(platform, &pc, &progress).map_err(|e| e.to_string())?);
+        }
+        rs
+    } else {
+        if !cfg.runtime.thread_aware {
+            return Err(
+                "bench ycsb: --thread-aware off needs a backend with doorbell registers \
+                        (--backend sim); shm has none to share"
+                    .into(),
+            );
+        }
+        if points.len() > 1 && ycsb_bench::inserts(cfg.workload) {
+            // Each point on a freshly loaded index.
+            let mut rs = Vec::new();
+            for p in &points {
+                if harness::interrupted() {
+                    break;
+                }
+                let pc = cfg.at(p);
+                let platform = ycsb_bench::Platform::Fabric(open_fabric(
+                    &a.fabric,
+                    ycsb_bench::memory_estimate(&pc),
+                )?);
+                rs.push(ycsb_bench::run(platform, &pc, &progress).map_err(|e| e.to_string())?);
+            }
+            rs
+        } else {
+            let platform = ycsb_bench::Platform::Fabric(open_fabric(&a.fabric, needed)?);
+            ycsb_bench::run_points(platform, &cfg, &points, &progress).map_err(|e| e.to_string())?
+        }
+    };
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    print_ycsb(&r);
+    print_ycsb(&results);
+    if results.iter().any(|r| r.interrupted) || harness::interrupted() {
+        eprintln!("dmkit: interrupted: the figures are of what was measured before Ctrl-C");
+    }
     if let Some(path) = &a.json {
-        let text = serde_json::to_string_pretty(&r).expect("result serialises");
-        std::fs::write(path, text + "\n")
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        if results.len() == 1 {
+            harness::write_json(path, &provenance, &results[0])?;
+        } else {
+            // Each point's repeats: their mean and spread.
+            let mut spread = Vec::new();
+            for p in points.iter().step_by(a.repeat) {
+                let same: Vec<f64> = results
+                    .iter()
+                    .filter(|r| (r.threads, r.coros, r.zipf) == (p.threads, p.coros, p.theta))
+                    .map(|r| r.mops)
+                    .collect();
+                if !same.is_empty() {
+                    spread.push(serde_json::json!({
+                        "threads": p.threads,
+                        "coros": p.coros,
+                        "zipf": p.theta,
+                        "mops": harness::Spread::of(&same),
+                    }));
+                }
+            }
+            let body = serde_json::json!({ "runs": results, "spread": spread });
+            harness::write_json(path, &provenance, &body)?;
+        }
     }
     if let Some(path) = &a.plot {
-        plot::write_png(&plot::throughput_vs_threads(&[r]), path)
+        plot::write_png(&plot::throughput_vs_threads(&results), path)
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
     Ok(())
 }
 
-fn print_ycsb(r: &YcsbResult) {
+/// The run table (README: "bench ycsb's columns"), one row per measured
+/// point; then each point's operation types; then the spread of repeats.
+fn print_ycsb(rs: &[YcsbResult]) {
     println!(
-        "{:<6} {:<10} {:<4} {:>7} {:>5} {:>9} {:>8} {:>8} {:>8} {:>6} {:>6} {:>8} {:>8} {:>7} {:>9}",
-        "backend", "index", "wl", "threads", "coros", "keys", "Mops", "p50_us", "p99_us", "rt/op", "verbs", "rd_B/op", "wr_B/op", "retry", "load_Mops"
+        "{:<7} {:<10} {:<4} {:>7} {:>5} {:>5} {:>9} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>8} {:>8} {:>7} {:>9}",
+        "backend", "index", "wl", "threads", "coros", "zipf", "keys", "Mops", "p50_us", "p99_us", "p999_us", "rt/op", "verbs", "rd_B/op", "wr_B/op", "retry", "load_Mops"
     );
-    println!(
-        "{:<6} {:<10} {:<4} {:>7} {:>5} {:>9} {:>8.3} {:>8.2} {:>8.2} {:>6.2} {:>6.2} {:>8.1} {:>8.1} {:>7.3} {:>9.3}",
-        r.backend,
-        r.index,
-        r.workload,
-        r.threads,
-        r.coros,
-        r.keys,
-        r.mops,
-        r.latency.p50_us,
-        r.latency.p99_us,
-        r.round_trips_per_op,
-        r.verbs_per_op,
-        r.bytes_read_per_op,
-        r.bytes_written_per_op,
-        r.retries_per_op,
-        r.load_mops
-    );
+    for r in rs {
+        println!(
+            "{:<7} {:<10} {:<4} {:>7} {:>5} {:>5.2} {:>9} {:>8.3} {:>8.2} {:>8.2} {:>8.2} {:>6.2} {:>6.2} {:>8.1} {:>8.1} {:>7.3} {:>9.3}",
+            r.backend,
+            r.index,
+            r.workload,
+            r.threads,
+            r.coros,
+            r.zipf,
+            r.keys,
+            r.mops,
+            r.latency.p50_us,
+            r.latency.p99_us,
+            r.latency.p999_us,
+            r.round_trips_per_op,
+            r.verbs_per_op,
+            r.bytes_read_per_op,
+            r.bytes_written_per_op,
+            r.retries_per_op,
+            r.load_mops
+        );
+    }
+    if rs.iter().any(|r| !r.ops_by_type.is_empty()) {
+        println!(
+            "{:<7} {:>5} {:<18} {:>12} {:>8} {:>8} {:>8} {:>8}",
+            "threads", "coros", "operation", "count", "avg_us", "p95_us", "p99_us", "p999_us"
+        );
+        for r in rs {
+            for (name, t) in &r.ops_by_type {
+                println!(
+                    "{:<7} {:>5} {:<18} {:>12} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
+                    r.threads,
+                    r.coros,
+                    name,
+                    t.count,
+                    t.latency.avg_us,
+                    t.latency.p95_us,
+                    t.latency.p99_us,
+                    t.latency.p999_us
+                );
+            }
+        }
+    }
+    let mut seen: Vec<(usize, usize, f64)> = Vec::new();
+    for r in rs {
+        let key = (r.threads, r.coros, r.zipf);
+        if seen.contains(&key) {
+            continue;
+        }
+        seen.push(key);
+        let same: Vec<f64> = rs
+            .iter()
+            .filter(|o| (o.threads, o.coros, o.zipf) == key)
+            .map(|o| o.mops)
+            .collect();
+        if same.len() > 1 {
+            let m = harness::Spread::of(&same);
+            println!(
+                "threads {} coros {} zipf {}: {} runs, {:.3} Mops mean, {:.3} standard deviation, {:.3} to {:.3}",
+                key.0, key.1, key.2, m.n, m.mean, m.stddev, m.min, m.max
+            );
+        }
+    }
 }
