@@ -571,6 +571,36 @@ pub struct Repeated<T: Serialize> {
     pub runs: Vec<T>,
 }
 
+/// Checks before anything is allocated that `bytes` fit in the memory this
+/// machine has available now (MemAvailable; no check where that is
+/// unknown). The message names `flag`.
+pub fn check_memory(flag: &str, bytes: u64) -> Result<(), String> {
+    match available_memory() {
+        Some(avail) if bytes > avail => Err(format!(
+            "{flag}: needs {} but this machine has {} available",
+            human_bytes(bytes),
+            human_bytes(avail)
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `bytes` in binary units with one decimal (1.5 GiB).
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
 /// Checks before any work that `path` can be written: its directory
 /// exists and a file can be created there (a file created by the check
 /// is removed again). The message names `flag`.

@@ -228,6 +228,31 @@ pub enum BenchError {
 
 /// Validates a configuration; the message says what to change.
 pub fn check(cfg: &MicroConfig, fabric: &dyn Fabric) -> Result<(), String> {
+    validate(cfg)?;
+    let size = op_size(cfg);
+    let caps = fabric.caps();
+    if cfg.batch > caps.max_batch {
+        return Err(format!(
+            "--batch {} exceeds the backend's limit of {}",
+            cfg.batch, caps.max_batch
+        ));
+    }
+    if size > caps.max_message {
+        return Err(format!(
+            "--size {} exceeds the backend's message limit of {}",
+            size, caps.max_message
+        ));
+    }
+    Ok(())
+}
+
+/// Most tasks one runtime worker schedules (task numbers are 16 bits in
+/// its work-request ids).
+pub const MAX_TASKS: usize = 65_535;
+
+/// What [`check`] can say without a fabric: run it before anything is
+/// allocated. Messages name the flag.
+pub fn validate(cfg: &MicroConfig) -> Result<(), String> {
     let size = op_size(cfg);
     if size == 0 {
         return Err("--size must be at least 1 byte".into());
@@ -251,6 +276,18 @@ pub fn check(cfg: &MicroConfig, fabric: &dyn Fabric) -> Result<(), String> {
     if cfg.threads == 0 || cfg.batch == 0 {
         return Err("--threads and --batch must be at least 1".into());
     }
+    if cfg.threads > MAX_TASKS {
+        return Err(format!(
+            "--threads {} is more than {MAX_TASKS} threads",
+            cfg.threads
+        ));
+    }
+    if cfg.iters == Some(0) {
+        return Err("--iters must be at least 1".into());
+    }
+    if cfg.iters.is_none() && cfg.duration.is_zero() {
+        return Err("--duration must be longer than 0s (or give --iters)".into());
+    }
     if let Some(rt) = &cfg.runtime {
         let shares = matches!(cfg.qp_policy, QpPolicy::Shared | QpPolicy::Multiplexed(_));
         if rt.cfg.thread_aware == shares {
@@ -263,25 +300,18 @@ pub fn check(cfg: &MicroConfig, fabric: &dyn Fabric) -> Result<(), String> {
         if rt.coros == 0 || rt.depth == 0 {
             return Err("--coros and --depth must be at least 1".into());
         }
+        if rt.coros > MAX_TASKS {
+            return Err(format!(
+                "--coros {} is more than a worker's {MAX_TASKS} tasks",
+                rt.coros
+            ));
+        }
         if cfg.batch != 1 {
             return Err("--batch applies to the raw loop; with --coros use --depth (requests per task round)".into());
         }
         if cfg.signal != Signal::All {
             return Err("--signal applies to the raw loop; the runtime signals each post's last request itself".into());
         }
-    }
-    let caps = fabric.caps();
-    if cfg.batch > caps.max_batch {
-        return Err(format!(
-            "--batch {} exceeds the backend's limit of {}",
-            cfg.batch, caps.max_batch
-        ));
-    }
-    if size > caps.max_message {
-        return Err(format!(
-            "--size {} exceeds the backend's message limit of {}",
-            size, caps.max_message
-        ));
     }
     Ok(())
 }

@@ -318,8 +318,26 @@ fn update(phase: &'static str, done: u64, total: u64) -> Update {
     }
 }
 
-fn validate(cfg: &YcsbConfig) -> Result<(), BenchError> {
+/// Checks a configuration before anything is allocated (every limit the
+/// run would otherwise hit later, or panic on); messages name the flag.
+pub fn validate(cfg: &YcsbConfig) -> Result<(), BenchError> {
     let bad = |s: String| Err(BenchError::Config(s));
+    if cfg.zipf_items == Some(0) {
+        return bad("--zipf-items must be at least 1".into());
+    }
+    if cfg.hot_keys as u64 > cfg.keys {
+        return bad(format!(
+            "--hot-keys {} is more than the --keys {} loaded",
+            cfg.hot_keys, cfg.keys
+        ));
+    }
+    if cfg.duration.is_zero() && cfg.workload != Workload::Load {
+        return bad("--duration must be longer than 0s".into());
+    }
+    if cfg.runtime.fixed_c_max == Some(0) {
+        return bad("--c-max must be at least 1".into());
+    }
+
     if cfg.keys == 0 || cfg.threads == 0 || cfg.coros == 0 || cfg.machines == 0 {
         return bad("--keys, --threads, --coros and --machines must be at least 1".into());
     }
@@ -341,8 +359,18 @@ fn validate(cfg: &YcsbConfig) -> Result<(), BenchError> {
     if !(cfg.theta > 0.0 && cfg.theta < 1.0) {
         return bad(format!("--zipf {} must be in (0, 1)", cfg.theta));
     }
-    if cfg.index.remote() && cfg.total_threads() * cfg.coros > 65_535 {
-        return bad("more than 65535 tasks".into());
+    if cfg.index.remote() && cfg.total_threads().saturating_mul(cfg.coros) > 65_535 {
+        return bad(format!(
+            "--threads {} x --coros {} is more than 65535 tasks",
+            cfg.total_threads(),
+            cfg.coros
+        ));
+    }
+    if cfg.threads > 65_535 {
+        return bad(format!(
+            "--threads {} is more than 65535 threads",
+            cfg.threads
+        ));
     }
     Ok(())
 }

@@ -37,6 +37,7 @@ pub(crate) struct MemnodeArgs {
 }
 
 pub(crate) fn memnode(a: MemnodeArgs) -> Res {
+    dmkit_bench::harness::check_memory("--size", a.size).map_err(crate::bad_input)?;
     let node = MemNode::new(NodeConfig {
         node_id: a.node_id,
         size: a.size,

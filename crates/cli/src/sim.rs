@@ -141,7 +141,7 @@ pub(crate) fn sim_reproduce(a: ReproduceArgs) -> Res {
     };
     for (flag, p) in [("--json", &a.json), ("--plot", &a.plot)] {
         if let Some(p) = p {
-            dmkit_bench::harness::check_output(flag, p)?;
+            dmkit_bench::harness::check_output(flag, p).map_err(crate::bad_input)?;
         }
     }
     let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {

@@ -99,7 +99,7 @@ pub(crate) fn bench_micro(a: MicroArgs) -> Res {
     let rcfg = a.switches.runtime_config(a.seed)?;
     let cfg = MicroConfig {
         verb,
-        size: usize::try_from(a.size).map_err(|_| "--size too large")?,
+        size: usize::try_from(a.size).map_err(|_| crate::bad_input("--size too large"))?,
         region_size: a.region_size,
         threads: a.threads,
         batch: a.batch,
@@ -124,17 +124,13 @@ pub(crate) fn bench_micro(a: MicroArgs) -> Res {
             cfg: rcfg.clone(),
         }),
     };
+    // Everything that can be checked before anything is allocated.
     if a.repeat == 0 {
-        return Err("--repeat must be at least 1".into());
+        return Err(crate::bad_input("--repeat must be at least 1"));
     }
-    if a.iters == Some(0) {
-        return Err("--iters must be at least 1".into());
-    }
-    if a.iters.is_none() && a.duration.is_zero() {
-        return Err("--duration must be longer than 0s (or give --iters)".into());
-    }
+    micro::validate(&cfg).map_err(crate::bad_input)?;
     if let Some(p) = &a.json {
-        harness::check_output("--json", p)?;
+        harness::check_output("--json", p).map_err(crate::bad_input)?;
     }
     // The embedded node gets the region plus its reserved first page and slack.
     let fabric = open_fabric(&a.fabric, a.region_size + (8 << 20))?;

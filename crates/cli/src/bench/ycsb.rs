@@ -13,6 +13,7 @@ use dmkit_bench::ycsb_bench::{self, YcsbConfig, YcsbResult};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{open_fabric, Backend, FabricArgs, SwitchArgs};
+use crate::units::parse_size;
 use crate::Res;
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -65,9 +66,9 @@ pub(crate) struct YcsbArgs {
     zipf_items: Option<u64>,
     #[arg(long, value_enum, default_value = "int")]
     key_type: KeyTypeArg,
-    /// Value bytes.
-    #[arg(long, default_value_t = 8)]
-    value_size: usize,
+    /// Bytes per value (e.g. 8, 1KiB).
+    #[arg(long, default_value = "8", value_parser = parse_size)]
+    value_size: u64,
     /// How long to run, not counting the load [default: 5s on shm, 20ms of
     /// virtual time on the simulator].
     #[arg(long, value_parser = humantime::parse_duration)]
@@ -113,7 +114,7 @@ pub(crate) struct YcsbArgs {
 
 pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
     if a.repeat == 0 {
-        return Err("--repeat must be at least 1".into());
+        return Err(crate::bad_input("--repeat must be at least 1"));
     }
     let mut points = Vec::new();
     for &threads in &a.threads {
@@ -148,7 +149,8 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
             KeyTypeArg::Int => KeyType::Int,
             KeyTypeArg::String => KeyType::String,
         },
-        value_size: a.value_size,
+        value_size: usize::try_from(a.value_size)
+            .map_err(|_| crate::bad_input("--value-size too large"))?,
         duration: a.duration.unwrap_or(match a.fabric.backend {
             Backend::Shm | Backend::Verbs => Duration::from_secs(5),
             Backend::Sim => Duration::from_millis(20),
@@ -161,16 +163,22 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
         art: a.art,
         btree: a.btree,
     };
-    if cfg.duration.is_zero() && cfg.workload != Workload::Load {
-        return Err("--duration must be longer than 0s".into());
+    // Everything that can be checked before anything is allocated.
+    for p in &points {
+        ycsb_bench::validate(&cfg.at(p)).map_err(|e| crate::bad_input(e.to_string()))?;
     }
     let sim = matches!(a.fabric.backend, Backend::Sim);
     if sim && a.repeat > 1 {
-        return Err("--repeat: the simulator is deterministic, a repeat gives the same figures (vary --seed instead)".into());
+        return Err(crate::bad_input("--repeat: the simulator is deterministic, a repeat gives the same figures (vary --seed instead)"));
+    }
+    if !sim && a.fabric.machines != 1 {
+        return Err(crate::bad_input(
+            "--machines: several compute machines exist only on the simulator (--backend sim)",
+        ));
     }
     for (flag, p) in [("--json", &a.json), ("--plot", &a.plot)] {
         if let Some(p) = p {
-            harness::check_output(flag, p)?;
+            harness::check_output(flag, p).map_err(crate::bad_input)?;
         }
     }
     let lcfg = ycsb_bench::sweep_config(&cfg, &points);
@@ -223,11 +231,10 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
         rs
     } else {
         if !cfg.runtime.thread_aware {
-            return Err(
+            return Err(crate::bad_input(
                 "bench ycsb: --thread-aware off needs a backend with doorbell registers \
-                        (--backend sim); shm has none to share"
-                    .into(),
-            );
+                        (--backend sim); shm has none to share",
+            ));
         }
         if points.len() > 1 && ycsb_bench::inserts(cfg.workload) {
             // Each point on a freshly loaded index.
