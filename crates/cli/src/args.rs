@@ -14,13 +14,13 @@ use dmkit_memnode::server::default_token_path;
 #[derive(Args, Clone)]
 pub(crate) struct RdmaArgs {
     /// RDMA device name (e.g. mlx5_0, rxe0).
-    #[arg(long)]
+    #[arg(long, help_heading = "RDMA devices (--backend verbs, tcp: listeners)")]
     rdma_device: Option<String>,
     /// Device port (1-based).
-    #[arg(long)]
+    #[arg(long, help_heading = "RDMA devices (--backend verbs, tcp: listeners)")]
     rdma_port: Option<u8>,
     /// GID index (RoCE; on InfiniBand selects routing with a global header).
-    #[arg(long)]
+    #[arg(long, help_heading = "RDMA devices (--backend verbs, tcp: listeners)")]
     gid_index: Option<u8>,
 }
 

@@ -164,8 +164,10 @@ fn embedded_benchmark_with_latency_model() {
         .unwrap()
         .to_string();
     let ops: u64 = line.split_whitespace().nth(8).unwrap().parse().unwrap();
-    // One outstanding read per 1 ms round trip: at most ~300 in 300 ms.
-    assert!((50..=320).contains(&ops), "{line}");
+    // One outstanding read per 1 ms round trip: at most ~300 in 300 ms
+    // (the window is exactly 300 ms; on a loaded machine the thread may
+    // get far less of it, so the floor only says that reads completed).
+    assert!((5..=301).contains(&ops), "{line}");
 }
 
 #[test]

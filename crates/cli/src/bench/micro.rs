@@ -30,6 +30,22 @@ enum SignalArg {
 }
 
 #[derive(Args)]
+#[command(
+    // The simulator's micro-benchmark is `dmkit sim speed`: its flags do
+    // not apply here.
+    mut_arg("profile", |a| a.hide(true)),
+    mut_arg("atomic_order", |a| a.hide(true)),
+    mut_arg("atomic_stalls_access", |a| a.hide(true)),
+    mut_arg("machines", |a| a.hide(true)),
+    mut_arg("memory_nodes", |a| a.hide(true)),
+    mut_arg("colocated", |a| a.hide(true)),
+    after_help = "EXAMPLES:
+  dmkit bench micro --verb read --threads 2 --duration 5s
+  dmkit bench micro --verb write --size 4KiB -n 100000 --json w.json
+  dmkit bench micro --coros 8 --depth 4 --warmup 1s --repeat 5
+  dmkit memnode --size 4GiB --listen unix:/tmp/dm0.sock &
+  dmkit bench micro --connect unix:/tmp/dm0.sock --region-size 512MiB"
+)]
 pub(crate) struct MicroArgs {
     #[command(flatten)]
     fabric: FabricArgs,
@@ -69,23 +85,28 @@ pub(crate) struct MicroArgs {
     /// Requests each task posts per round (with --coros).
     #[arg(long, default_value_t = 1)]
     depth: usize,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "SMART runtime switches (with --coros)")]
     switches: SwitchArgs,
     /// Signal every request, or only the last of each batch.
-    #[arg(long, value_enum, default_value = "all")]
+    #[arg(
+        help_heading = "Run and output",
+        long,
+        value_enum,
+        default_value = "all"
+    )]
     signal: SignalArg,
     /// Seed of the address generator.
-    #[arg(long, default_value_t = 1)]
+    #[arg(help_heading = "Run and output", long, default_value_t = 1)]
     seed: u64,
     /// Measure this many times; prints and writes each run and the mean
     /// and spread of their throughput.
-    #[arg(long, default_value_t = 1)]
+    #[arg(help_heading = "Run and output", long, default_value_t = 1)]
     repeat: usize,
     /// Write the result as JSON to this file.
-    #[arg(long)]
+    #[arg(help_heading = "Run and output", long)]
     json: Option<PathBuf>,
     /// No progress bar.
-    #[arg(long)]
+    #[arg(help_heading = "Run and output", long)]
     quiet: bool,
 }
 

@@ -114,27 +114,28 @@ struct FabricArgs {
     /// as huge pages keep an RNIC's MTT cache warm).
     #[arg(long, value_parser = parse_size)]
     page_size: Option<u64>,
-    /// Simulator: device profile (cx6-200g, cx5-100g, cx3-56g, or a TOML file).
-    #[arg(long, default_value = "cx6-200g")]
-    profile: String,
+    /// Simulator: device profile (cx6-200g, cx5-100g, cx3-56g, or a TOML
+    /// file) [default: cx6-200g].
+    #[arg(long, help_heading = "Simulator (--backend sim)")]
+    profile: Option<String>,
     /// Simulator: override the profile's order among atomics waiting for
     /// one address (post, arrival, random, newest, round-robin).
-    #[arg(long, value_parser = parse_atomic_order)]
+    #[arg(long, value_parser = parse_atomic_order, help_heading = "Simulator (--backend sim)")]
     atomic_order: Option<dmkit_sim::profile::AtomicOrder>,
     /// Simulator: override the profile's `atomic_stalls_access` (READs and
     /// WRITEs of a word wait for the atomics queued on it; post order only:
     /// another --atomic-order turns it off unless given).
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = "Simulator (--backend sim)")]
     atomic_stalls_access: Option<OnOff>,
     /// Simulator: compute machines (--threads run on each).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, help_heading = "Simulator (--backend sim)")]
     machines: usize,
     /// Simulator: memory nodes.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, help_heading = "Simulator (--backend sim)")]
     memory_nodes: usize,
     /// Simulator: memory node i lives on compute machine i (Sherman's
     /// setup: every server is both).
-    #[arg(long)]
+    #[arg(long, help_heading = "Simulator (--backend sim)")]
     colocated: bool,
     #[command(flatten)]
     rdma: RdmaArgs,
@@ -147,7 +148,11 @@ impl FabricArgs {
             return Err(crate::bad_input("--connect and --rtt are shm options; the simulator has its own memory nodes and timing"));
         }
         Ok(dmkit_sim::SimConfig {
-            profile: load_profile(&self.profile, self.atomic_order, self.atomic_stalls_access)?,
+            profile: load_profile(
+                self.profile.as_deref().unwrap_or("cx6-200g"),
+                self.atomic_order,
+                self.atomic_stalls_access,
+            )?,
             compute_machines: self.machines,
             memory_nodes: self.memory_nodes,
             colocated: self.colocated,
@@ -162,6 +167,11 @@ impl FabricArgs {
 }
 
 fn open_fabric(a: &FabricArgs, needed: u64) -> Result<Arc<dyn Fabric>, String> {
+    if a.profile.is_some() || a.atomic_order.is_some() || a.atomic_stalls_access.is_some() {
+        return Err(crate::bad_input(
+            "--profile, --atomic-order and --atomic-stalls-access configure the simulator (--backend sim)",
+        ));
+    }
     if a.machines != 1 || a.memory_nodes != 1 || a.colocated {
         return Err(crate::bad_input(
             "--machines, --memory-nodes and --colocated shape the simulator (--backend sim)",

@@ -33,6 +33,12 @@ enum DistArg {
 }
 
 #[derive(Args)]
+#[command(after_help = "EXAMPLES:
+  dmkit bench ycsb --index art --workload c
+  dmkit bench ycsb --index race --workload a --threads 1,2,4,8 --json sweep.json
+  dmkit plot sweep.json -o sweep.png
+  dmkit bench ycsb --index btree --workload e --warmup 1s --duration 10s --repeat 3
+  dmkit bench ycsb --backend sim --machines 2 --threads 16 --index race --workload c")]
 pub(crate) struct YcsbArgs {
     #[command(flatten)]
     fabric: FabricArgs,
@@ -82,34 +88,38 @@ pub(crate) struct YcsbArgs {
     #[arg(long, default_value_t = 0)]
     hot_keys: usize,
     /// The hash table's switches (its own flags: dmkit_race::RaceConfig).
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Hash table (--index race)")]
     race: dmkit_race::RaceConfig,
     /// The radix tree's switches (dmkit_art::ArtConfig).
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Radix tree (--index art)")]
     art: dmkit_art::ArtConfig,
     /// The B+tree's switches (dmkit_btree::BtreeConfig).
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "B+tree (--index btree)")]
     btree: dmkit_btree::BtreeConfig,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "SMART runtime switches")]
     switches: SwitchArgs,
     /// Seed of the key choosers and the runtime (same seed, same key
     /// streams).
-    #[arg(long, default_value_t = 1)]
+    #[arg(help_heading = "Run and output", long, default_value_t = 1)]
     seed: u64,
     /// Measure each point this many times (on the loaded index when the
     /// workload inserts nothing); prints the mean and spread.
-    #[arg(long, default_value_t = 1)]
+    #[arg(help_heading = "Run and output", long, default_value_t = 1)]
     repeat: usize,
     /// Write the result as JSON to this file (a sweep or --repeat: every
     /// point's result under "runs").
-    #[arg(long)]
+    #[arg(help_heading = "Run and output", long)]
     json: Option<PathBuf>,
     /// Also plot this result (throughput vs threads) to this PNG.
-    #[arg(long)]
+    #[arg(help_heading = "Run and output", long)]
     plot: Option<PathBuf>,
     /// No progress bar.
-    #[arg(long)]
+    #[arg(help_heading = "Run and output", long)]
     quiet: bool,
+    /// A status line on stderr every second of the run (YCSB's -s),
+    /// instead of the progress bar.
+    #[arg(help_heading = "Run and output", long)]
+    status: bool,
 }
 
 pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
@@ -191,7 +201,7 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
     if let (false, Some(w)) = (sim, harness::oversubscribed(threads)) {
         eprintln!("dmkit: warning: {w}");
     }
-    let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
+    let bar = (!a.quiet && !a.status && std::io::stderr().is_terminal()).then(|| {
         let b = ProgressBar::new(cfg.keys);
         b.set_style(
             ProgressStyle::with_template("{spinner} {msg} {bar:40} {pos}/{len} {elapsed}")
@@ -199,6 +209,7 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
         );
         b
     });
+    let status_at = std::sync::atomic::AtomicU64::new(0);
     let progress = |u: ycsb_bench::Update| {
         if let Some(b) = &bar {
             let msg = match (u.phase, u.warming_up) {
@@ -210,6 +221,12 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
             b.set_message(msg);
             b.set_length(u.total);
             b.set_position(u.done);
+        } else if a.status && u.phase == "run" && !u.warming_up {
+            // YCSB's status lines: once a second, to stderr.
+            let sec = u.done / 1000;
+            if status_at.swap(sec, std::sync::atomic::Ordering::Relaxed) != sec && sec > 0 {
+                eprintln!("{} ms: {} operations counted in the window", u.done, u.ops);
+            }
         }
     };
     crate::args::stop_on_ctrl_c();
