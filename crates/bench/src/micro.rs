@@ -221,6 +221,10 @@ pub enum BenchError {
     /// backend without doorbell registers); the message says what to change.
     #[error("invalid benchmark configuration: {0}")]
     Config(String),
+    /// The run failed after it started (an operation's error, a lost
+    /// connection, an index that could not be created or removed).
+    #[error("benchmark run failed: {0}")]
+    Run(String),
     /// The fabric failed (setup or a verb).
     #[error(transparent)]
     Fabric(#[from] FabricError),

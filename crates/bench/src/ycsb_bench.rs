@@ -485,8 +485,7 @@ fn unique_name() -> String {
 
 /// Creates the run's index with configuration `c` on `fabric`.
 fn create<M: RemoteMap>(fabric: Arc<dyn Fabric>, c: M::Config) -> Result<Arc<M>, BenchError> {
-    M::create(fabric, &unique_name(), c)
-        .map_err(|e| BenchError::Config(format!("{}: {e}", M::KIND)))
+    M::create(fabric, &unique_name(), c).map_err(|e| BenchError::Run(format!("{}: {e}", M::KIND)))
 }
 
 /// The hash table's configuration with its hot area: the run's likeliest
@@ -1412,7 +1411,7 @@ fn on_threads<M: RemoteMap>(
                     0,
                     ti,
                     match failed {
-                        Some(e) => Err(BenchError::Config(e)),
+                        Some(e) => Err(BenchError::Run(e)),
                         None => Ok(out),
                     },
                 );
@@ -1456,7 +1455,7 @@ fn on_threads<M: RemoteMap>(
                         k,
                         ti,
                         match failed {
-                            Some(e) => Err(BenchError::Config(e)),
+                            Some(e) => Err(BenchError::Run(e)),
                             None => Ok(out),
                         },
                     );
@@ -1468,7 +1467,7 @@ fn on_threads<M: RemoteMap>(
     // Leave nothing behind on a memory node that outlives this run.
     let destroyed = index
         .destroy()
-        .map_err(|e| BenchError::Config(format!("{}: {e}", M::KIND)));
+        .map_err(|e| BenchError::Run(format!("{}: {e}", M::KIND)));
     let (load, measured) = outcome?;
     destroyed?;
     Ok(results(fabric.backend(), &lcfg, points, load, measured))
@@ -1524,7 +1523,7 @@ fn on_sim<M: RemoteMap>(
     let mut outs = Vec::new();
     for (th, client, tally, before) in &threads {
         if let Some(e) = tally.failed.borrow_mut().take() {
-            return Err(BenchError::Config(e));
+            return Err(BenchError::Run(e));
         }
         let w = sim.worker_mut(*th);
         if w.live_tasks() > 0 {
@@ -1581,7 +1580,7 @@ fn on_sim<M: RemoteMap>(
     let mut outs = Vec::new();
     for ((th, client, _, _), (tally, before)) in threads.iter().zip(&run) {
         if let Some(e) = tally.failed.borrow_mut().take() {
-            return Err(BenchError::Config(e));
+            return Err(BenchError::Run(e));
         }
         let mut o = phase_out(sim.worker_mut(*th), client, tally, (&before.0, before.1));
         o.seconds = cfg.duration.as_secs_f64();

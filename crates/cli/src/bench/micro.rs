@@ -168,7 +168,18 @@ pub(crate) fn bench_micro(a: MicroArgs) -> Res {
         if harness::interrupted() {
             break;
         }
-        let r = run_once(&*fabric, &cfg, a.quiet)?;
+        let r = run_once(&*fabric, &cfg, a.quiet).map_err(|e| {
+            if e.contains("invalid chunk length") && !a.fabric.connect.is_empty() {
+                format!(
+                    "{e}: --region-size {} does not fit in the memory node, which keeps \
+                     its first page for itself: start the node with a larger --size, or \
+                     give a smaller --region-size",
+                    format_size(cfg.region_size)
+                )
+            } else {
+                e
+            }
+        })?;
         print_row(&r);
         runs.push(r);
     }
