@@ -163,8 +163,7 @@ pub(crate) fn bench_micro(a: MicroArgs) -> Res {
     let provenance =
         harness::Provenance::new(a.seed, cfg.duration, cfg.warmup, false).repeat(a.repeat);
     let mut runs = Vec::with_capacity(a.repeat);
-    print_header();
-    for _ in 0..a.repeat {
+    for i in 0..a.repeat {
         if harness::interrupted() {
             break;
         }
@@ -180,6 +179,9 @@ pub(crate) fn bench_micro(a: MicroArgs) -> Res {
                 e
             }
         })?;
+        if i == 0 {
+            print_header();
+        }
         print_row(&r);
         runs.push(r);
     }
