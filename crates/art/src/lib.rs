@@ -104,6 +104,6 @@ pub mod layout;
 pub mod rdwc;
 pub mod tree;
 
-pub use check::{check_tree, TreeReport};
+pub use check::{check_tree, check_tree_after_crash, TreeReport};
 pub use dmkit_index::IndexError;
 pub use tree::{ArtClient, ArtConfig, ArtTree, TreeCounters, KIND};

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use dmkit_fabric::{Fabric, GlobalAddr, NodeId, RemoteRef};
 use dmkit_index::{
-    ClientStats, Creation, Home, IndexConfig, IndexError, MapClient, RemoteMap, Retry, RetryPolicy,
-    Shape,
+    ClientStats, Creation, Home, IndexConfig, IndexError, LeaseConfig, MapClient, RemoteMap, Retry,
+    RetryPolicy, Shape,
 };
 use dmkit_runtime::alloc::{BlockAlloc, MAX_UNITS};
 use dmkit_runtime::machine::{PerMachine, TicketLocks};
@@ -109,6 +109,10 @@ pub struct ArtConfig {
     /// How long an operation keeps retrying before it gives up.
     #[cfg_attr(feature = "cli", arg(skip))]
     pub retry: RetryPolicy,
+    /// Leases of the tree's locks (leaf locks, and node locks when internal
+    /// nodes are not lock-free): how long a client that died blocks one.
+    #[cfg_attr(feature = "cli", arg(skip))]
+    pub lease: LeaseConfig,
 }
 
 impl Default for ArtConfig {
@@ -124,6 +128,7 @@ impl Default for ArtConfig {
             write_combining: true,
             chunk_bytes: 4 << 20,
             retry: RetryPolicy::default(),
+            lease: LeaseConfig::default(),
         }
     }
 }
@@ -190,7 +195,9 @@ impl ArtConfig {
         if self.chunk_bytes < NODE_BYTES as u64 * 4 {
             return bad(format!("chunk_bytes {} is too small", self.chunk_bytes));
         }
-        Ok(())
+        self.lease
+            .validate()
+            .map_err(|why| IndexError::config(KIND, why))
     }
 
     /// Room for the key in every leaf.
@@ -227,6 +234,9 @@ pub struct TreeCounters {
     pub delegated_reads: u64,
     /// Updates carried by another task's write-back (write combining).
     pub combined_writes: u64,
+    /// Expired leases this client broke (locks of clients that died
+    /// holding them).
+    pub leases_broken: u64,
 }
 
 /// [`IndexError::Corrupt`]: the bytes at `addr` are not the `what` the
@@ -371,7 +381,8 @@ struct ClientState {
     /// Scratch for decoding leaves.
     buf: Vec<u8>,
     alloc: BlockAlloc,
-    owner: u64,
+    /// Lock owner id (`dmkit_index::lease::owner_of` of the client id).
+    owner: u16,
     counters: TreeCounters,
 }
 
@@ -1043,34 +1054,77 @@ impl ArtClient {
             .as_ref()
             .expect("clients of a tree with node locks have a local table");
         let g = local.acquire(ctx, i as usize).await;
-        if !g.handed {
+        // The lock word is a lease (`dmkit_index::lease`); a dead holder's
+        // is broken. The change under it is lock-free-safe on its own (the
+        // node is switched by one slot CAS, as in the lock-free mode), so
+        // a holder that died mid-change left nothing to repair.
+        let lease = self.t.cfg.lease;
+        let taken = if g.handed {
+            // Handed over with its lease: renewed if too little is left.
+            let mut mine = g.word;
+            if !lease.holds(ctx, mine) {
+                let fresh = lease.word(ctx, owner);
+                match ctx.cas_sync(lock, mine, fresh).await {
+                    Ok(w) if w == mine => {
+                        mine = fresh;
+                        Ok(mine)
+                    }
+                    Ok(_) => Err(IndexError::LeaseLost(format!(
+                        "node lock {} handed over after its lease ran out",
+                        lock.addr
+                    ))),
+                    Err(e) => Err(IndexError::from(e)),
+                }
+            } else {
+                Ok(mine)
+            }
+        } else {
             // `backoff_cas` backs off itself: the budget only counts.
             let mut retry = Retry::new("node lock", self.t.cfg.retry);
-            let got = loop {
-                match ctx.backoff_cas(lock, 0, owner).await {
-                    Ok(0) => break Ok(()),
+            loop {
+                let mine = lease.word(ctx, owner);
+                match ctx.backoff_cas(lock, 0, mine).await {
+                    Ok(0) => break Ok(mine),
+                    Ok(seen) if lease.expired(ctx, seen) => {
+                        match ctx.cas_sync(lock, seen, mine).await {
+                            Ok(w) if w == seen => {
+                                self.count(|c| c.leases_broken += 1);
+                                break Ok(mine);
+                            }
+                            Ok(_) => {}
+                            Err(e) => break Err(IndexError::from(e)),
+                        }
+                    }
                     Ok(_) => {}
                     Err(e) => break Err(IndexError::from(e)),
                 }
                 if let Err(e) = retry.lost(ctx) {
                     break Err(e);
                 }
-            };
-            if let Err(e) = got {
+            }
+        };
+        let mine = match taken {
+            Ok(w) => w,
+            Err(e) => {
                 local.abandon(g);
                 return Err(e);
             }
-        }
+        };
+        local.set_word(i as usize, mine);
         // The change runs with the node's lock ours: taken here (CAS from
-        // free to `owner`) or handed over by a local predecessor.
+        // free, or from a dead holder) or handed over by a local
+        // predecessor.
         let r = f.await;
         let released = if local.hand_over(g) {
             Ok(())
-        } else {
+        } else if lease.holds(ctx, mine) {
             let word = self.sc().word;
             ctx.set_local_u64(word, 0);
             ctx.write(lock, word);
             ctx.sync().await
+        } else {
+            // Maybe broken meanwhile: let go only of our own word.
+            ctx.cas_sync(lock, mine, 0).await.map(|_| ())
         };
         local.release(g);
         released?;
@@ -1564,6 +1618,21 @@ impl ArtClient {
         r
     }
 
+    /// Releases leaf lock `lock` held as `mine` without a write-back: a
+    /// WRITE of 0 while the lease holds, else a CAS (the lease may have
+    /// been broken, and the word be another client's by now).
+    async fn release_leaf(&self, ctx: &Ctx, lock: RemoteRef, mine: u64) -> Result<(), IndexError> {
+        if self.t.cfg.lease.holds(ctx, mine) {
+            let word = self.sc().word;
+            ctx.set_local_u64(word, 0);
+            ctx.write(lock, word);
+            ctx.sync().await?;
+        } else {
+            ctx.cas_sync(lock, mine, 0).await?;
+        }
+        Ok(())
+    }
+
     async fn locked_leaf_remote(
         &self,
         ctx: &Ctx,
@@ -1593,17 +1662,37 @@ impl ArtClient {
         // A contended acquisition pays one more round trip for its READ.
         //
         // `cas_outcome` backs off: the budget only counts.
+        //
+        // The lock word is a lease (`dmkit_index::lease`): a word whose
+        // lease ran out belongs to a client that died holding it, and is
+        // broken by CAS. Nothing needs repair: the holder's only write
+        // under the lock is the leaf's write-back, one WRITE that lands
+        // whole or not at all (the leaf is then the old or the new one,
+        // and its checksum says which bytes are one leaf); with the rear
+        // lock off, the release that never came is the broken word itself.
+        let lease = self.t.cfg.lease;
         let mut retry = Retry::new("leaf lock", self.t.cfg.retry);
+        let mut mine;
         loop {
-            let t = ctx.cas(lock, 0, owner);
+            mine = lease.word(ctx, owner);
+            let t = ctx.cas(lock, 0, mine);
             if retry.attempts() == 0 {
                 ctx.read(leaf, buf);
             }
             ctx.sync().await?;
-            let got = ctx.value(t) == 0;
+            let seen = ctx.value(t);
+            let mut got = seen == 0;
+            let mut read_again = retry.attempts() > 0;
+            if !got && lease.expired(ctx, seen) {
+                got = ctx.cas_sync(lock, seen, mine).await? == seen;
+                if got {
+                    self.count(|c| c.leases_broken += 1);
+                    read_again = true;
+                }
+            }
             ctx.cas_outcome(got).await;
             if got {
-                if retry.attempts() > 0 {
+                if read_again {
                     ctx.read(leaf, buf);
                     ctx.sync().await?;
                 }
@@ -1612,21 +1701,26 @@ impl ArtClient {
             retry.lost(ctx)?;
             self.count(|c| c.lock_retries += 1);
         }
-        // The lock is ours (our CAS took it from free) and `buf` holds the
-        // leaf as read after that CAS (queue-pair order): every path below
-        // releases the lock exactly once.
-        let word = self.sc().word;
+        // The lock is ours (our CAS took it from free, or from a dead
+        // holder) and `buf` holds the leaf as read after that CAS
+        // (queue-pair order): every path below releases the lock exactly
+        // once.
         let Some(l) = self.decode(ctx, buf) else {
-            ctx.set_local_u64(word, 0);
-            ctx.write(lock, word);
-            ctx.sync().await?;
+            self.release_leaf(ctx, lock, mine).await?;
             return Err(corrupt(addr, "leaf (checksum mismatch under its lock)"));
         };
         if !l.valid() || l.key != key {
-            ctx.set_local_u64(word, 0);
-            ctx.write(lock, word);
-            ctx.sync().await?;
+            self.release_leaf(ctx, lock, mine).await?;
             return Ok(Locked::Absent);
+        }
+        // Publish only with enough of the lease left: renewed by CAS when
+        // this worker stalled; broken meanwhile, the breaker owns the leaf
+        // and this update starts over.
+        if !lease.holds(ctx, mine) {
+            let fresh = lease.word(ctx, owner);
+            if ctx.cas_sync(lock, mine, fresh).await? != mine {
+                return Ok(Locked::Retry);
+            }
         }
         let new = self.sc().new.prefix(len);
         match value {
@@ -2134,7 +2228,7 @@ impl RemoteMap for ArtTree {
                     Nanos::MAX / 4,
                     self.home.client_chunks(),
                 ),
-                owner: id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+                owner: dmkit_index::lease::owner_of(id),
                 counters: TreeCounters::default(),
             })),
         }

@@ -9,16 +9,34 @@
 //!   provenance); new benchmarks call it.
 //! - [`micro`]: one verb at uniformly random addresses of a region, per
 //!   thread, in batches (SMART §3's verbs micro-benchmark shape).
+//! - [`rpc`]: echo round trips through a memory node's worker threads
+//!   (the RPC baseline).
+//! - [`corm_bench`]: object reads and writes on a CoRM store, one-sided or
+//!   over RPC.
+//! - [`atomics`]: the study's remote atomics (Fig. 10): spinlock and
+//!   sequencer, local vs remote (vs RPC), with and without backoff.
+//! - [`hashtable`]: the study's hash-table breakdown (Fig. 12) as YCSB
+//!   runs of the RACE table.
+//! - [`io_consolidation`]: the study's IO consolidation (Fig. 8): native
+//!   32-byte WRITEs against the runtime's write-back buffer.
+//! - [`vector_io`]: the memory-semantics study's vector IO (SP, doorbell
+//!   batching, SGL) beside local `pwritev`/`preadv`.
 //! - [`ycsb`]: YCSB key choosers, workloads and key types;
 //!   [`ycsb_bench`]: the harness that loads and runs an index with them.
 
+pub mod atomics;
+pub mod corm_bench;
 pub mod harness;
+pub mod hashtable;
+pub mod io_consolidation;
 pub mod micro;
 pub mod plot;
 pub mod rng;
+pub mod rpc;
 pub mod sim_check;
 pub mod sim_micro;
 pub mod sim_repro;
+pub mod vector_io;
 pub mod ycsb;
 pub mod ycsb_bench;
 

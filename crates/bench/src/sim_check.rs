@@ -21,6 +21,22 @@
 //! - `btree` — the B+tree, the same workload and checks, with small nodes
 //!   (so splits happen at every level during the run), HOCL, cache and
 //!   speculative lookup drawn from the seed, and its structural checker.
+//! - `crash-race`, `crash-art`, `crash-btree` — the same, with compute
+//!   machine 1 killed at an instant drawn from the seed ([`Sim::kill_machine`]:
+//!   its tasks stop where they stand, holding whatever locks they held;
+//!   what they had posted still lands). The survivors must finish — every
+//!   lock a dead client held is a lease (2 ms here) that they break — and
+//!   their history, with the dead tasks' unfinished operations pending, must
+//!   be linearizable; the structure must pass its checker's after-crash
+//!   form (what a dead client may legally leave: a B+tree split half its
+//!   parent does not name yet, a radix-tree leaf whose reverse pointer
+//!   still names its old parent, an unfinished type switch). Two features
+//!   stay out, with reasons: RACE's hot area (a machine's write-back
+//!   buffer dies with it, acknowledged writes included — IO
+//!   consolidation's trade) and the radix tree's out-of-place updates
+//!   (their "replaced" mark has no lease: a client that dies between
+//!   marking a leaf and swinging its slot blocks the key until the retry
+//!   budget gives a typed timeout).
 //!
 //! Every scenario runs on the ConnectX-6 profile; the responder's order
 //! among atomics waiting for one address follows the seed too (see
@@ -64,7 +80,43 @@ use dmkit_runtime::Local;
 const LOCAL_BYTES: usize = 64 << 10;
 
 /// Scenario names.
-pub const SCENARIOS: [&str; 4] = ["counters", "race", "art", "btree"];
+pub const SCENARIOS: [&str; 7] = [
+    "counters",
+    "race",
+    "art",
+    "btree",
+    "crash-race",
+    "crash-art",
+    "crash-btree",
+];
+
+/// A crash scenario's plan: compute machine 1 dies at virtual time `at`
+/// (ns), with every task of its workers where it stands.
+#[derive(Debug, Clone, Copy)]
+struct Crash {
+    at: u64,
+}
+
+/// The crash of seed `seed`: somewhere between 20 µs and 4 ms into the
+/// run (the workloads run for 5 to 20 ms), from a generator of its own so
+/// the workload is the non-crash scenario's.
+fn crash_of(seed: u64) -> Crash {
+    let mut r = Rng::new(seed ^ 0xDEAD_C0DE_0000_0000);
+    Crash {
+        at: 20_000 + r.below(3_980_001),
+    }
+}
+
+/// Clock offsets of the crash scenarios (ns): their leases rest on them.
+const CRASH_SKEW: u64 = 100_000;
+
+/// The leases of the crash scenarios: 2 ms (survivors wait that long for
+/// a dead holder's lock), allowing for clocks that disagree by twice
+/// [`CRASH_SKEW`].
+const CRASH_LEASE: dmkit_index::LeaseConfig = dmkit_index::LeaseConfig {
+    lease: 2_000_000,
+    skew: 2 * CRASH_SKEW,
+};
 
 /// What a passing run did.
 #[derive(Debug, Clone)]
@@ -86,9 +138,12 @@ pub struct Passed {
 pub fn run(name: &str, seed: u64) -> Result<Passed, String> {
     let out = match name {
         "counters" => counters(seed),
-        "race" => race(seed),
-        "art" => art(seed),
-        "btree" => btree(seed),
+        "race" => race(seed, None),
+        "art" => art(seed, None),
+        "btree" => btree(seed, None),
+        "crash-race" => race(seed, Some(crash_of(seed))),
+        "crash-art" => art(seed, Some(crash_of(seed))),
+        "crash-btree" => btree(seed, Some(crash_of(seed))),
         _ => {
             return Err(format!(
                 "no scenario {name:?}; scenarios: {}",
@@ -122,12 +177,15 @@ const RACE_GRACE: u64 = 2_000_000;
 ///   can be off by `2B` (a jump from one end to the other), so the rule
 ///   holds while `grace / 2 + 2B ≤ grace − 2B`. (The hot area's lock has a
 ///   100 ms lease and lets go of a block at half of it.)
-/// - `art`, `btree`: no clock decides anything there (no leases, freed
-///   nodes are never reused); a millisecond, an NTP-disciplined cluster.
+/// - `art`, `btree`: a millisecond, an NTP-disciplined cluster. Their only
+///   clock is their locks' 100 ms leases, which no run of milliseconds
+///   reaches (freed nodes are never reused).
+/// - `crash-*`: 100 µs; their 2 ms leases allow clocks 200 µs apart.
 pub fn skew_bound(name: &str) -> u64 {
     match name {
         "counters" => LOCK_SKEW,
         "race" => RACE_GRACE / 8,
+        n if n.starts_with("crash-") => CRASH_SKEW,
         _ => 1_000_000,
     }
 }
@@ -398,9 +456,14 @@ fn counters(seed: u64) -> Result<Passed, String> {
     })
 }
 
-fn race(seed: u64) -> Result<Passed, String> {
+fn race(seed: u64, crash: Option<Crash>) -> Result<Passed, String> {
     let mut r = Rng::new(seed);
-    let mut sim = sim_for(seed, &mut r, skew_bound("race"))?;
+    let bound = skew_bound(if crash.is_some() {
+        "crash-race"
+    } else {
+        "race"
+    });
+    let mut sim = sim_for(seed, &mut r, bound)?;
     let f = sim.dyn_fabric();
     let groups = 1 + r.below(4);
     let cache_entries = if r.below(2) == 0 { 0 } else { 256 };
@@ -430,24 +493,35 @@ fn race(seed: u64) -> Result<Passed, String> {
         hot_theta: 1 + r.below(8) as u32,
         hot_hold: 2_000 + r.below(50_000),
         hot_keys,
+        lease: crash.map_or_else(Default::default, |_| CRASH_LEASE),
         ..RaceConfig::default()
     };
+    let mut cfg = cfg;
+    if crash.is_some() {
+        // The hot area acknowledges writes from a compute machine's
+        // write-back buffer (IO consolidation): a machine that dies loses
+        // the writes it buffered. No lease can bring them back; the crash
+        // scenario checks the rest of the table.
+        cfg.hot_keys.clear();
+    }
     let hot = cfg.hot_keys.len();
     let table = RaceTable::create(f.clone(), "check", cfg).map_err(|e| e.to_string())?;
-    let (ops, now) = stress_on_sim(
+    let run = stress_on_sim(
         &mut sim,
         table.local_layout(),
         &|id| table.client_on((id % 2) as usize, id),
         &sc,
+        crash,
     )?;
     let s = sim.stats();
     Ok(Passed {
-        ops,
-        virtual_ns: now,
+        ops: run.ops,
+        virtual_ns: run.now,
         torn: s.torn,
         delayed: s.delayed,
         shape: format!(
-            "{} threads × {} tasks × {} ops, {} contended keys ({hot} in the hot area), {} % fills, {} groups",
+            "{}{} threads × {} tasks × {} ops, {} contended keys ({hot} in the hot area), {} % fills, {} groups",
+            run.crash_note(),
             sc.workers,
             sc.tasks,
             sc.ops_per_task,
@@ -475,12 +549,36 @@ fn stress_shape(r: &mut Rng, seed: u64) -> StressConfig {
     }
 }
 
+/// What a map scenario's run did.
+struct MapRun {
+    /// Operations checked.
+    ops: u64,
+    /// Virtual time at the end of the workload.
+    now: u64,
+    /// With a crash: (when, threads killed, operations they left pending).
+    crash: Option<(u64, usize, usize)>,
+}
+
+impl MapRun {
+    /// The crash, for a report ("" without one).
+    fn crash_note(&self) -> String {
+        match self.crash {
+            Some((at, threads, pending)) => format!(
+                "machine 1 killed at {:.1} µs ({threads} threads, {pending} operations left pending); ",
+                at as f64 / 1e3
+            ),
+            None => String::new(),
+        }
+    }
+}
+
 fn stress_on_sim<C: MapClient>(
     sim: &mut Sim,
     layout: &LocalLayout,
     client: &dyn Fn(u64) -> C,
     sc: &StressConfig,
-) -> Result<(u64, u64), String> {
+    crash: Option<Crash>,
+) -> Result<MapRun, String> {
     let out: Rc<RefCell<Vec<StressRecord>>> = Rc::default();
     let failed: Rc<RefCell<Option<IndexError>>> = Rc::default();
     let rcfg = RuntimeConfig {
@@ -501,6 +599,14 @@ fn stress_on_sim<C: MapClient>(
             .map_err(|e| e.to_string())?;
         let c = client(stress::client_id(sc, wi));
         stress::spawn_tasks(sim.worker_mut(th), &c, sc, wi, &out, &failed);
+    }
+    // A crash: machine 1 dies mid-run; the survivors must finish (no key
+    // blocked past its lease) and their history stay linearizable, with
+    // the dead tasks' unfinished operations pending.
+    let mut killed = None;
+    if let Some(c) = crash {
+        sim.run_until(c.at);
+        killed = Some((c.at, sim.kill_machine(1)));
     }
     let o = sim.run();
     if let Some(e) = failed.borrow_mut().take() {
@@ -523,7 +629,10 @@ fn stress_on_sim<C: MapClient>(
                 .build()
         })
         .map_err(|e| e.to_string())?;
-    let (c, fin, hot) = (client(99_999), finals.clone(), sc.hot_keys);
+    // (After a crash, on the surviving machine 0: machine 1's local lock
+    // tables died with it, some of their entries held.)
+    let final_id = if crash.is_some() { 99_998 } else { 99_999 };
+    let (c, fin, hot) = (client(final_id), finals.clone(), sc.hot_keys);
     sim.worker_mut(th).spawn(move |ctx| async move {
         let r = stress::final_reads(&ctx, &c, hot).await;
         *fin.borrow_mut() = Some(r);
@@ -540,8 +649,13 @@ fn stress_on_sim<C: MapClient>(
     let h = in_virtual_time(sim, out.borrow().clone(), worker_machine);
     let fin = in_virtual_time(sim, fin, |_| 0);
     let ops = h.len() as u64;
+    let pending = h.iter().filter(|r| r.returned.is_none()).count();
     stress::verify(h, fin, &scan)?;
-    Ok((ops, o.now))
+    Ok(MapRun {
+        ops,
+        now: o.now,
+        crash: killed.map(|(at, threads)| (at, threads, pending)),
+    })
 }
 
 /// `records`, timed with the clocks of the machines their clients ran on
@@ -564,7 +678,7 @@ fn in_virtual_time(
     records
 }
 
-fn art(seed: u64) -> Result<Passed, String> {
+fn art(seed: u64, crash: Option<Crash>) -> Result<Passed, String> {
     let mut r = Rng::new(seed);
     let mut sim = sim_for(seed, &mut r, skew_bound("art"))?;
     let f = sim.dyn_fabric();
@@ -578,9 +692,18 @@ fn art(seed: u64) -> Result<Passed, String> {
         read_delegation: r.below(3) != 0,
         write_combining: r.below(3) != 0,
         chunk_bytes: 256 << 10,
+        lease: crash.map_or_else(Default::default, |_| CRASH_LEASE),
         ..ArtConfig::default()
     };
     let sc = stress_shape(&mut r, seed);
+    let mut cfg = cfg;
+    if crash.is_some() {
+        // Out-of-place updates mark a leaf replaced, then swing its slot;
+        // the mark carries no lease, so a client that dies between the two
+        // blocks the key (a typed timeout, not repaired): the crash
+        // scenario runs in-place leaves, whose locks have leases.
+        cfg.in_place = true;
+    }
     let tree = ArtTree::create(f.clone(), "check", cfg.clone()).map_err(|e| e.to_string())?;
     // Two windows tables (machines), each shared by several workers.
     let run = stress_on_sim(
@@ -588,17 +711,24 @@ fn art(seed: u64) -> Result<Passed, String> {
         tree.local_layout(),
         &|id| tree.client_on((id % 2) as usize, id),
         &sc,
+        crash,
     );
-    let rep = dmkit_art::check_tree(&tree).map_err(|e| format!("structure: {e}"))?;
-    let (ops, now) = run.map_err(|e| format!("{e}\n(config {cfg:?})"))?;
+    let rep = if crash.is_some() {
+        dmkit_art::check_tree_after_crash(&tree)
+    } else {
+        dmkit_art::check_tree(&tree)
+    }
+    .map_err(|e| format!("structure: {e}"))?;
+    let run = run.map_err(|e| format!("{e}\n(config {cfg:?})"))?;
     let s = sim.stats();
     Ok(Passed {
-        ops,
-        virtual_ns: now,
+        ops: run.ops,
+        virtual_ns: run.now,
         torn: s.torn,
         delayed: s.delayed,
         shape: format!(
-            "{} threads × {} tasks × {} ops, {} hot keys, {} % fills, in-place {}, rear lock {}, cache {}, rd {}, wc {}, lock-free {}, {} leaves in {} nodes",
+            "{}{} threads × {} tasks × {} ops, {} hot keys, {} % fills, in-place {}, rear lock {}, cache {}, rd {}, wc {}, lock-free {}, {} leaves in {} nodes",
+            run.crash_note(),
             sc.workers,
             sc.tasks,
             sc.ops_per_task,
@@ -616,9 +746,14 @@ fn art(seed: u64) -> Result<Passed, String> {
     })
 }
 
-fn btree(seed: u64) -> Result<Passed, String> {
+fn btree(seed: u64, crash: Option<Crash>) -> Result<Passed, String> {
     let mut r = Rng::new(seed);
-    let mut sim = sim_for(seed, &mut r, skew_bound("btree"))?;
+    let bound = skew_bound(if crash.is_some() {
+        "crash-btree"
+    } else {
+        "btree"
+    });
+    let mut sim = sim_for(seed, &mut r, bound)?;
     let f = sim.dyn_fabric();
     let cfg = BtreeConfig {
         max_key: 32,
@@ -631,6 +766,7 @@ fn btree(seed: u64) -> Result<Passed, String> {
         on_chip_locks: r.below(2) == 0,
         combine: r.below(2) == 0,
         chunk_bytes: 256 << 10,
+        lease: crash.map_or_else(Default::default, |_| CRASH_LEASE),
         ..BtreeConfig::default()
     };
     let sc = stress_shape(&mut r, seed);
@@ -640,17 +776,24 @@ fn btree(seed: u64) -> Result<Passed, String> {
         tree.local_layout(),
         &|id| tree.client_on((id % 2) as usize, id),
         &sc,
+        crash,
     );
-    let rep = dmkit_btree::check_tree(&tree).map_err(|e| format!("structure: {e}"))?;
-    let (ops, now) = run.map_err(|e| format!("{e}\n(config {cfg:?})"))?;
+    let rep = if crash.is_some() {
+        dmkit_btree::check_tree_after_crash(&tree)
+    } else {
+        dmkit_btree::check_tree(&tree)
+    }
+    .map_err(|e| format!("structure: {e}"))?;
+    let run = run.map_err(|e| format!("{e}\n(config {cfg:?})"))?;
     let s = sim.stats();
     Ok(Passed {
-        ops,
-        virtual_ns: now,
+        ops: run.ops,
+        virtual_ns: run.now,
         torn: s.torn,
         delayed: s.delayed,
         shape: format!(
-            "{} threads × {} tasks × {} ops, {} hot keys, {} % fills, nodes {} B, cache {}, speculative {}, hocl {} (hand-over ≤ {}), locks on chip {}, {} entries, height {}",
+            "{}{} threads × {} tasks × {} ops, {} hot keys, {} % fills, nodes {} B, cache {}, speculative {}, hocl {} (hand-over ≤ {}), locks on chip {}, {} entries, height {}{}",
+            run.crash_note(),
             sc.workers,
             sc.tasks,
             sc.ops_per_task,
@@ -663,7 +806,12 @@ fn btree(seed: u64) -> Result<Passed, String> {
             cfg.max_handover,
             tree.locks_on_chip(),
             rep.entries,
-            rep.height
+            rep.height,
+            if rep.orphans > 0 {
+                format!(", {} orphaned split halves", rep.orphans)
+            } else {
+                String::new()
+            }
         ),
     })
 }

@@ -92,6 +92,9 @@
 //!   write-back batch θ grows, beside the table without a hot area (one
 //!   compute node × 96 threads × 8 tasks, 2 memory nodes). The study gives
 //!   no absolute points for it (`published` is null).
+//! - `memsem-fig3|4|5|6|8|10|12|15|16|19` — the study's other figures:
+//!   see module `memsem` (its runs count entries, operations or records,
+//!   not verbs, in `sim_verbs_per_wall_second`).
 //!
 //! Throttled runs use Algorithm 1's candidate list, `C_max` ∈ {4, 6, 8,
 //! 10, 12} (line 17), unless told otherwise. The runtime's default list adds
@@ -192,7 +195,7 @@ impl Default for ReproOptions {
 }
 
 /// Figures this build reproduces.
-pub const FIGURES: [&str; 9] = [
+pub const FIGURES: [&str; 19] = [
     "smart-fig3a",
     "smart-fig4a",
     "smart-table1",
@@ -202,7 +205,21 @@ pub const FIGURES: [&str; 9] = [
     "smart-art-fig11",
     "smart-art-fig15",
     "memsem-fig13",
+    // The memory-semantics study's other figures (module `memsem`).
+    "memsem-fig3",
+    "memsem-fig4",
+    "memsem-fig5",
+    "memsem-fig6",
+    "memsem-fig8",
+    "memsem-fig10",
+    "memsem-fig12",
+    "memsem-fig15",
+    "memsem-fig16",
+    "memsem-fig19",
 ];
+
+mod memsem;
+const _: () = assert!(memsem::FIGURES.len() == 10);
 
 /// Progress callback: `(runs done, runs total)`.
 pub type Progress<'a> = &'a dyn Fn(usize, usize);
@@ -211,12 +228,18 @@ pub type Progress<'a> = &'a dyn Fn(usize, usize);
 enum Job {
     Micro(Box<SimMicroConfig>),
     Ycsb(Box<(dmkit_sim::SimConfig, crate::ycsb_bench::YcsbConfig)>),
+    /// Any other run (module `memsem`): its values and the work it did.
+    Values(ValuesRun),
 }
+
+/// A run answering values and a work count (requests, entries, records).
+type ValuesRun = Box<dyn FnOnce() -> Result<(Vec<f64>, u64), BenchError> + Send>;
 
 /// What a [`Job`] measured.
 enum Outcome {
     Micro(Box<sim_micro::SimMicroResult>),
     Ycsb(Box<crate::ycsb_bench::YcsbResult>),
+    Values(Vec<f64>, u64),
 }
 
 impl Job {
@@ -228,6 +251,7 @@ impl Job {
                 let platform = crate::ycsb_bench::Platform::Sim(Box::new(sim));
                 crate::ycsb_bench::run(platform, &cfg, &|_| {}).map(|r| Outcome::Ycsb(Box::new(r)))
             }
+            Job::Values(f) => f().map(|(v, n)| Outcome::Values(v, n)),
         }
     }
 }
@@ -272,6 +296,7 @@ impl Acc {
                 self.verbs += match &o {
                     Outcome::Micro(r) => r.verbs,
                     Outcome::Ycsb(r) => r.sim_verbs,
+                    Outcome::Values(_, n) => *n,
                 };
                 Some(o)
             }
@@ -360,6 +385,10 @@ fn figure(name: &str, opts: &ReproOptions, acc: &mut Acc) -> Result<(String, f64
         "smart-art-fig11" => (art_fig11(opts, acc)?, 1.0),
         "smart-art-fig15" => (art_fig15(opts, acc)?, 1.0),
         "memsem-fig13" => (memsem_fig13(opts, acc)?, 1.0),
+        _ if name.starts_with("memsem-") && memsem::FIGURES.contains(&name) => (
+            memsem::figure(name, opts, acc).expect("a memsem figure")?,
+            1.0,
+        ),
         _ => {
             return Err(BenchError::Config(format!(
                 "no figure {name:?}; this build reproduces: {}",
@@ -434,7 +463,7 @@ fn run(cfg: &SimMicroConfig, acc: &mut Acc) -> Result<sim_micro::SimMicroResult,
     match acc.ask(|| Job::Micro(Box::new(cfg.clone()))) {
         None => Ok(Default::default()),
         Some(Outcome::Micro(r)) => Ok(*r),
-        Some(Outcome::Ycsb(_)) => unreachable!("the replay asks for the planned runs"),
+        Some(_) => unreachable!("the replay asks for the planned runs"),
     }
 }
 
@@ -755,7 +784,20 @@ fn sim_ycsb(
     match acc.ask(|| Job::Ycsb(Box::new((sim, cfg.clone())))) {
         None => Ok(Default::default()),
         Some(Outcome::Ycsb(r)) => Ok(*r),
-        Some(Outcome::Micro(_)) => unreachable!("the replay asks for the planned runs"),
+        Some(_) => unreachable!("the replay asks for the planned runs"),
+    }
+}
+
+/// A YCSB run of a figure in module `memsem` on the cluster `sim`.
+fn ycsb_outcome(
+    acc: &mut Acc,
+    sim: dmkit_sim::SimConfig,
+    cfg: crate::ycsb_bench::YcsbConfig,
+) -> crate::ycsb_bench::YcsbResult {
+    match acc.ask(|| Job::Ycsb(Box::new((sim, cfg)))) {
+        None => Default::default(),
+        Some(Outcome::Ycsb(r)) => *r,
+        Some(_) => unreachable!("the replay asks for the planned runs"),
     }
 }
 

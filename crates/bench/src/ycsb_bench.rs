@@ -1489,7 +1489,10 @@ fn on_sim<M: RemoteMap>(
     let mut threads = Vec::new();
     for ti in 0..cfg.total_threads() {
         let machine = ti / cfg.threads;
-        let th = sim.add_worker(machine, |f: &dyn Fabric, clock| {
+        // With sockets, a machine's threads alternate between them (the
+        // study's front ends use both); without, every thread is on 0.
+        let socket = (ti % cfg.threads) as u32 % sim.sockets();
+        let th = sim.add_worker_on(machine, socket, |f: &dyn Fabric, clock| {
             Worker::builder(f)
                 .clock(clock)
                 .config(rcfg.clone())

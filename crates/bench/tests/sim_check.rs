@@ -57,5 +57,47 @@ fn btree_is_linearizable_under_faults() {
 #[test]
 fn every_scenario_is_known_and_unknown_ones_are_refused() {
     assert!(run("nonsense", 1).unwrap_err().contains("counters"));
-    assert_eq!(SCENARIOS.len(), 4);
+    assert_eq!(SCENARIOS.len(), 7);
+}
+
+/// Runs `n` seeds of crash scenario `scenario` (machine 1 killed mid-run;
+/// the survivors' history with the dead tasks' operations pending must be
+/// linearizable, no key blocked past its lease, the structure sound) and
+/// checks the crashes really cut operations short.
+fn crashes(scenario: &str, n: u64) {
+    let mut pending = 0;
+    for seed in 1..=n {
+        match run(scenario, seed) {
+            Ok(p) => {
+                let (_, rest) = p
+                    .shape
+                    .split_once(" threads, ")
+                    .expect("a crash scenario reports its crash");
+                let (m, _) = rest.split_once(' ').expect("a count");
+                pending += m.parse::<u64>().expect("a number");
+            }
+            Err(e) => panic!(
+                "{scenario} failed at seed {seed}:\n{e}\nreplay: dmkit sim check --scenario {scenario} --seed {seed}"
+            ),
+        }
+    }
+    assert!(
+        pending >= n / 2,
+        "{scenario}: only {pending} operations left pending by {n} crashes"
+    );
+}
+
+#[test]
+fn race_survives_a_dead_machine() {
+    crashes("crash-race", 60);
+}
+
+#[test]
+fn art_survives_a_dead_machine() {
+    crashes("crash-art", 60);
+}
+
+#[test]
+fn btree_survives_a_dead_machine() {
+    crashes("crash-btree", 60);
 }

@@ -93,6 +93,6 @@ pub mod hocl;
 pub mod layout;
 pub mod tree;
 
-pub use check::{check_tree, TreeReport};
+pub use check::{check_tree, check_tree_after_crash, TreeReport};
 pub use dmkit_index::IndexError;
 pub use tree::{Btree, BtreeClient, BtreeConfig, TreeCounters, KIND};

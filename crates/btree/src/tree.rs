@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use dmkit_fabric::{Fabric, GlobalAddr, RemoteRef};
 use dmkit_index::{
-    ClientStats, Creation, Entries, Home, IndexConfig, IndexError, MapClient, RemoteMap, Retry,
-    RetryPolicy, Shape,
+    ClientStats, Creation, Entries, Home, IndexConfig, IndexError, LeaseConfig, MapClient,
+    RemoteMap, Retry, RetryPolicy, Shape,
 };
 use dmkit_runtime::alloc::BlockAlloc;
 use dmkit_runtime::hash::fmix64;
@@ -121,6 +121,10 @@ pub struct BtreeConfig {
     /// How long an operation keeps retrying before it gives up.
     #[cfg_attr(feature = "cli", arg(skip))]
     pub retry: RetryPolicy,
+    /// Leases of the tree's node locks: how long a client that died holding
+    /// one blocks it.
+    #[cfg_attr(feature = "cli", arg(skip))]
+    pub lease: LeaseConfig,
 }
 
 impl Default for BtreeConfig {
@@ -140,6 +144,7 @@ impl Default for BtreeConfig {
             on_chip_locks: true,
             chunk_bytes: 4 << 20,
             retry: RetryPolicy::default(),
+            lease: LeaseConfig::default(),
         }
     }
 }
@@ -167,6 +172,7 @@ impl BtreeConfig {
                 self.chunk_bytes
             )));
         }
+        self.lease.validate().map_err(bad)?;
         Ok(g)
     }
 }
@@ -236,6 +242,9 @@ pub struct TreeCounters {
     pub handovers: u64,
     /// Failed remote lock CAS.
     pub lock_retries: u64,
+    /// Expired leases this client broke (node locks of clients that died
+    /// holding them).
+    pub leases_broken: u64,
 }
 
 /// The task-local memory of the tree's operations, declared once per tree
@@ -483,7 +492,7 @@ impl RemoteMap for Btree {
                     Nanos::MAX / 4,
                     self.home.client_chunks(),
                 ),
-                owner: id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+                owner: dmkit_index::lease::owner_of(id),
                 root: self.root,
                 root_known: false,
                 next_node: id as usize,
@@ -519,7 +528,8 @@ fn root_head(version: u32, level: u8, leftmost: GlobalAddr) -> HeadFields {
 
 struct ClientState {
     alloc: BlockAlloc,
-    owner: u64,
+    /// Lock owner id (`dmkit_index::lease::owner_of` of the client id).
+    owner: u16,
     /// The root as this client last knew it (a stale root is only slower:
     /// every level is reachable along sibling pointers).
     root: GlobalAddr,
@@ -549,6 +559,8 @@ struct Held {
     node: GlobalAddr,
     /// Its word in the memory node's lock table.
     lock: RemoteRef,
+    /// What the lock word holds: our owner id and lease.
+    word: u64,
     grant: Option<TicketGrant>,
 }
 
@@ -834,9 +846,10 @@ impl BtreeClient {
             Some(l) => Some(l.acquire(ctx, local).await),
             None => None,
         };
-        let held = Held {
+        let mut held = Held {
             node: addr,
             lock,
+            word: grant.map_or(0, |g| g.word),
             grant,
         };
         let remote = !grant.is_some_and(|g| g.handed);
@@ -845,19 +858,41 @@ impl BtreeClient {
         }
         let owner = self.st.borrow().owner;
         let node = self.sc().node;
+        let lease = self.t.cfg.lease;
         let mut retry = self.retry("node lock");
+        let mut mine = held.word;
         let r = async {
             loop {
-                let t = remote.then(|| ctx.cas(lock, 0, owner));
+                // The lock word is a lease (`dmkit_index::lease`): a dead
+                // holder's word is broken by CAS once its lease ran out.
+                // Nothing needs repair: a holder writes the node back with
+                // one WRITE that lands whole or not at all (the node is the
+                // old or the new one), and a split's new sibling is
+                // published by that WRITE; a split whose parent entry never
+                // came stays reachable along the sibling pointer (B-link),
+                // as in a live split before its parent is updated.
+                if remote {
+                    mine = lease.word(ctx, owner);
+                }
+                let t = remote.then(|| ctx.cas(lock, 0, mine));
                 // Combined (or no CAS): the READ rides with the CAS. Apart:
                 // the CAS alone, the READ once the lock is ours.
-                let read_now = self.t.cfg.combine || t.is_none();
+                let mut read_now = self.t.cfg.combine || t.is_none();
                 if read_now {
                     ctx.read(at, node);
                 }
                 ctx.sync().await?;
                 if let Some(t) = t {
-                    let got = ctx.value(t) == 0;
+                    let seen = ctx.value(t);
+                    let mut got = seen == 0;
+                    if !got && lease.expired(ctx, seen) {
+                        got = ctx.cas_sync(lock, seen, mine).await? == seen;
+                        if got {
+                            self.count(|c| c.leases_broken += 1);
+                            // Read the node again, after the lock is ours.
+                            read_now = false;
+                        }
+                    }
                     ctx.cas_outcome(got).await;
                     if !got {
                         self.count(|c| c.lock_retries += 1);
@@ -881,8 +916,16 @@ impl BtreeClient {
             }
         }
         .await;
+        held.word = mine;
+        if let (Some(l), Some(g), true) = (&self.locks, held.grant, r.is_ok()) {
+            l.set_word(g.index, mine);
+        }
         match r {
-            Ok(img) => Ok((held, img)),
+            Ok(img) => {
+                // Handed over with too little of its lease left: renew.
+                self.keep(ctx, &mut held).await?;
+                Ok((held, img))
+            }
             // We hold the remote lock (the CAS succeeded): release it.
             Err(e @ IndexError::Corrupt { .. }) => {
                 self.unlock(ctx, held).await?;
@@ -896,6 +939,33 @@ impl BtreeClient {
                 Err(e)
             }
         }
+    }
+
+    /// Keeps the lease of `held` before a write under it: free while
+    /// enough of it is left (no round trip), renewed by CAS when not;
+    /// [`IndexError::LeaseLost`] when another client broke it (this worker
+    /// stalled past its lease), with the lock let go locally and nothing
+    /// written.
+    async fn keep(&self, ctx: &Ctx, held: &mut Held) -> Result<(), IndexError> {
+        let lease = self.t.cfg.lease;
+        if lease.holds(ctx, held.word) {
+            return Ok(());
+        }
+        let fresh = lease.word(ctx, self.st.borrow().owner);
+        if ctx.cas_sync(held.lock, held.word, fresh).await? == held.word {
+            held.word = fresh;
+            if let (Some(l), Some(g)) = (&self.locks, held.grant) {
+                l.set_word(g.index, fresh);
+            }
+            return Ok(());
+        }
+        if let (Some(l), Some(g)) = (&self.locks, held.grant.take()) {
+            l.abandon(g);
+        }
+        Err(IndexError::LeaseLost(format!(
+            "node lock {} broken by another client",
+            held.lock.addr
+        )))
     }
 
     /// Queues the WRITE of `src` to `dst`, which must lie inside the node
@@ -926,9 +996,16 @@ impl BtreeClient {
                     // The node's write-back completes first, on its own.
                     ctx.sync().await?;
                 }
-                let zero = self.sc().word;
-                ctx.set_local_u64(zero, 0);
-                ctx.write(held.lock, zero);
+                if self.t.cfg.lease.holds(ctx, held.word) {
+                    let zero = self.sc().word;
+                    ctx.set_local_u64(zero, 0);
+                    ctx.write(held.lock, zero);
+                } else {
+                    // Maybe broken meanwhile: let go only of our own word.
+                    ctx.sync().await?;
+                    ctx.cas_sync(held.lock, held.word, 0).await?;
+                    return Ok(());
+                }
             }
             ctx.sync().await
         }
@@ -958,7 +1035,7 @@ impl BtreeClient {
             let cached = attempt < CACHED_ATTEMPTS;
             let mut addr = self.locate_leaf(ctx, tk, cached, &mut path).await?;
             loop {
-                let (held, img) = self.lock_and_read(ctx, addr).await?;
+                let (mut held, img) = self.lock_and_read(ctx, addr).await?;
                 let n = Node::new(&g, &img.b);
                 if !n.above_lo(tk) || n.level() != 0 {
                     self.unlock(ctx, held).await?;
@@ -1022,6 +1099,7 @@ impl BtreeClient {
                 let at = img.at.add(g.slot_off(true, target) as u64);
                 let src = self.sc().slot;
                 ctx.put_local(src, &slot);
+                self.keep(ctx, &mut held).await?;
                 self.write_back(ctx, &held, at, src);
                 self.unlock(ctx, held).await?;
                 if mode == WriteMode::Delete {
@@ -1105,7 +1183,7 @@ impl BtreeClient {
         &self,
         ctx: &Ctx,
         img: Img,
-        held: Held,
+        mut held: Held,
         tk: &[u8],
         value: &[u8],
         path: &mut [GlobalAddr; MAX_LEVELS],
@@ -1185,6 +1263,7 @@ impl BtreeClient {
         }
         assert!(placed, "the new key has a slot in one half");
         ctx.put_local(sc.back, &left);
+        self.keep(ctx, &mut held).await?;
         self.write_back(ctx, &held, img.at, sc.back);
         self.unlock(ctx, held).await?;
         self.count(|c| c.leaf_splits += 1);
@@ -1237,7 +1316,7 @@ impl BtreeClient {
             } else {
                 hint
             };
-            let (held, img) = self.lock_and_read(ctx, target).await?;
+            let (mut held, img) = self.lock_and_read(ctx, target).await?;
             let n = Node::new(&g, &img.b);
             if n.level() != level || !n.above_lo(&sep) {
                 self.unlock(ctx, held).await?;
@@ -1277,6 +1356,7 @@ impl BtreeClient {
                 };
                 build_inner(&g, &h, &es, &mut out);
                 ctx.put_local(sc.back, &out);
+                self.keep(ctx, &mut held).await?;
                 self.write_back(ctx, &held, img.at, sc.back);
                 self.unlock(ctx, held).await?;
                 self.cache_put(Arc::new(Snapshot::of(target, &Node::new(&g, &out))));
@@ -1324,6 +1404,7 @@ impl BtreeClient {
             };
             build_inner(&g, &lh, &es[..mid], &mut out);
             ctx.put_local(sc.back, &out);
+            self.keep(ctx, &mut held).await?;
             self.write_back(ctx, &held, img.at, sc.back);
             self.unlock(ctx, held).await?;
             self.cache.put_all([

@@ -387,11 +387,12 @@ fn exhausted_memory_is_a_typed_error_and_the_tree_stays_usable() {
     assert_eq!(rep.entries as u64, n);
 }
 
-/// A lock whose holder died stays held (no lease): a writer gives up
-/// after its retry budget with a typed error and changes nothing; once the
-/// lock is free again the tree works.
+/// Node locks are leases: a lock whose holder is alive (its lease runs)
+/// makes a writer give up after its retry budget with a typed error and
+/// change nothing; a lock whose holder died (its lease ran out) is broken
+/// by the next writer, which goes on.
 #[test]
-fn a_dead_lock_holder_makes_writers_give_up() {
+fn a_held_lock_times_writers_out_and_a_dead_holders_is_broken() {
     let f = fabric(1, 64 << 20);
     let cfg = BtreeConfig {
         retry: RetryPolicy {
@@ -415,7 +416,9 @@ fn a_dead_lock_holder_makes_writers_give_up() {
     let (head, rest) = DescHead::read_from_prefix(&d).unwrap();
     let table = GlobalAddr::from_raw(u64::read_from_bytes(&rest[..8]).unwrap());
     let lock = table.add(8 * (fmix64(head.root) % LOCK_WORDS));
-    qp.write_u64(lock, rk, 0xDEAD).unwrap();
+    // A live holder: its lease ends at the end of the clock's range.
+    let live = dmkit_runtime::lock::pack(7, (1 << 48) - 1);
+    qp.write_u64(lock, rk, live).unwrap();
     on_worker(f.as_ref(), &tree.client(2), |ctx, c| async move {
         let r = c.update(&ctx, b"k", b"w").await;
         assert!(
@@ -431,11 +434,19 @@ fn a_dead_lock_holder_makes_writers_give_up() {
         );
         assert_eq!(c.search(&ctx, b"k").await.unwrap(), Some(b"v".to_vec()));
     });
-    qp.write_u64(lock, rk, 0).unwrap();
+    // A dead holder: its lease ended at 1 µs of the clock.
+    qp.write_u64(lock, rk, dmkit_runtime::lock::pack(7, 1))
+        .unwrap();
     on_worker(f.as_ref(), &tree.client(3), |ctx, c| async move {
         assert!(c.update(&ctx, b"k", b"w").await.unwrap());
         assert_eq!(c.search(&ctx, b"k").await.unwrap(), Some(b"w".to_vec()));
+        assert_eq!(c.counters().leases_broken, 1);
     });
+    assert_eq!(
+        qp.read_u64(lock, rk).unwrap(),
+        0,
+        "released after the update"
+    );
 }
 
 /// Table 1 and SMART-BT §5.2: a search without speculation reads a whole

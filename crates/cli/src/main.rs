@@ -13,8 +13,10 @@
 //! flags and helpers several commands share, `units` byte sizes. This file
 //! is the command tree, the dispatch and the exit status.
 
+mod app;
 mod args;
 mod bench;
+mod corm;
 mod memnode;
 mod node;
 mod plot;
@@ -67,6 +69,13 @@ enum Cmd {
     /// The deterministic RNIC simulator: reproduce the papers' figures.
     #[command(subcommand)]
     Sim(SimCmd),
+    /// The CoRM object store: replay allocation traces on its allocator.
+    #[command(subcommand)]
+    Corm(corm::CormCmd),
+    /// The memory-semantics study's applications: shuffle, join, log, and
+    /// the hash table's breakdown.
+    #[command(subcommand)]
+    App(app::AppCmd),
 }
 
 /// A closed standard output (`dmkit … | head`) ends the program quietly
@@ -98,13 +107,20 @@ fn main() -> ExitCode {
         Cmd::Bench(b) => match *b {
             BenchCmd::Micro(a) => bench::micro::bench_micro(a),
             BenchCmd::Ycsb(a) => bench::ycsb::bench_ycsb(a),
+            BenchCmd::Rpc(a) => bench::rpc::bench_rpc(a),
+            BenchCmd::Corm(a) => bench::corm_bench::bench_corm(a),
+            BenchCmd::VectorIo(a) => bench::vector_io::bench_vector_io(a),
+            BenchCmd::IoConsolidation(a) => bench::consolidation::bench_consolidation(a),
+            BenchCmd::Atomics(a) => bench::atomics::bench_atomics(a),
         },
         Cmd::Plot(a) => plot::plot(a),
+        Cmd::App(a) => app::app(a),
         Cmd::Sim(SimCmd::Reproduce(a)) => sim::sim_reproduce(a),
         Cmd::Sim(SimCmd::Speed(a)) => sim::sim_speed(a),
         Cmd::Sim(SimCmd::Check(a)) => sim::sim_check(a),
         Cmd::Node(NodeCmd::Stats(a)) => node::node_stats(a),
         Cmd::Node(NodeCmd::Shutdown(a)) => node::node_shutdown(a),
+        Cmd::Corm(c) => corm::corm(c),
     };
     match r {
         // Ctrl-C ended a benchmark: its results were printed and written;

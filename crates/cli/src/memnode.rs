@@ -32,17 +32,35 @@ pub(crate) struct MemnodeArgs {
     /// Spare memory pages for run-time remapping.
     #[arg(long, default_value_t = 64)]
     spare_pages: u64,
+    /// Worker threads serving RPC channels (0: none; at most 32). They
+    /// start with the first channel and sleep when idle.
+    #[arg(long, default_value_t = dmkit_memnode::DEFAULT_RPC_WORKERS)]
+    workers: usize,
+    /// Bind the node's memory to this socket — the NIC's (memory-semantics
+    /// §III-D; needs a build with --features dmkit/hwloc). On a
+    /// single-socket host the flag is refused: there is nothing to bind.
+    #[arg(long)]
+    numa_socket: Option<usize>,
     #[command(flatten)]
     rdma: RdmaArgs,
 }
 
 pub(crate) fn memnode(a: MemnodeArgs) -> Res {
     dmkit_bench::harness::check_memory("--size", a.size).map_err(crate::bad_input)?;
+    if let Some(socket) = a.numa_socket {
+        // Before the node touches its memory: its pages follow the policy.
+        let topo = dmkit_runtime::numa::Topology::detect();
+        if let Some(why) = topo.proxy_reason() {
+            return Err(format!("--numa-socket {socket}: {why}"));
+        }
+        dmkit_runtime::numa::bind_memory_to(socket).map_err(|e| format!("--numa-socket: {e}"))?;
+    }
     let node = MemNode::new(NodeConfig {
         node_id: a.node_id,
         size: a.size,
         page_size: a.page_size,
         spare_pages: a.spare_pages,
+        rpc_workers: a.workers,
     })
     .map_err(|e| e.to_string())?;
     match &a.listen {
@@ -53,10 +71,11 @@ pub(crate) fn memnode(a: MemnodeArgs) -> Res {
                 .unwrap_or_else(|| default_token_path(path));
             let server = Server::bind(node, path, &token).map_err(|e| e.to_string())?;
             log(format_args!(
-                "dmkit memnode: node {} serving {} (pages {}) on unix:{}; token file {}",
+                "dmkit memnode: node {} serving {} (pages {}, {} RPC workers) on unix:{}; token file {}",
                 a.node_id,
                 format_size(a.size),
                 format_size(a.page_size),
+                a.workers,
                 path.display(),
                 token.display()
             ));

@@ -27,7 +27,7 @@ pub(crate) enum SimCmd {
 
 #[derive(Args)]
 pub(crate) struct CheckArgs {
-    /// Scenario: counters, race.
+    /// Scenario: counters, race, art, btree, or crash-race, crash-art, crash-btree (a compute machine killed mid-run).
     #[arg(long)]
     scenario: String,
     /// How many seeds to run (from --first).
@@ -84,11 +84,13 @@ pub(crate) struct SpeedArgs {
 pub(crate) struct ReproduceArgs {
     /// Figure: smart-fig3a, smart-fig4a, smart-table1, smart-fig7,
     /// smart-fig12, smart-fig14, smart-art-fig11, smart-art-fig15,
-    /// memsem-fig13.
+    /// memsem-fig13, memsem-fig3|4|5|6|8|10|12|15|16|19.
     name: String,
-    /// Device profile: cx6-200g, cx5-100g, cx3-56g, or a TOML file.
-    #[arg(long, default_value = "cx6-200g")]
-    profile: String,
+    /// Device profile: cx6-200g, cx5-100g, cx3-56g, or a TOML file
+    /// (default: cx3-56g, the study's hardware, for the memory-semantics
+    /// figures other than memsem-fig13; cx6-200g for the others).
+    #[arg(long)]
+    profile: Option<String>,
     /// Override the profile's order among atomics waiting for one address:
     /// post, arrival, random, newest, round-robin (see the profile's
     /// `atomic_order`).
@@ -130,7 +132,17 @@ pub(crate) struct ReproduceArgs {
 pub(crate) fn sim_reproduce(a: ReproduceArgs) -> Res {
     use dmkit_bench::sim_repro;
     let opts = sim_repro::ReproOptions {
-        profile: load_profile(&a.profile, a.atomic_order, a.atomic_stalls_access)?,
+        profile: load_profile(
+            a.profile.as_deref().unwrap_or(
+                if a.name.starts_with("memsem-") && a.name != "memsem-fig13" {
+                    "cx3-56g"
+                } else {
+                    "cx6-200g"
+                },
+            ),
+            a.atomic_order,
+            a.atomic_stalls_access,
+        )?,
         seed: a.seed,
         quick: a.quick,
         time_scale: a.time_scale,

@@ -759,3 +759,47 @@ fn bad_values_exit_2_with_one_line_naming_the_flag() {
         );
     }
 }
+
+/// `dmkit app shuffle|join|log … --json F` writes the keys the issue's
+/// checks read, one object per method, each verified.
+#[test]
+fn the_applications_write_the_json_the_checks_read() {
+    let dir = tempfile::tempdir().unwrap();
+    for (app, backend) in [("shuffle", "shm"), ("join", "sim"), ("log", "shm")] {
+        let j = dir.path().join(format!("{app}.json"));
+        let mut args = vec![
+            "app",
+            app,
+            "--backend",
+            backend,
+            "--method",
+            "none,sgl",
+            "--batch",
+            "8",
+            "--executors",
+            "2",
+            "--mem-size",
+            "64MiB",
+        ];
+        args.extend(match app {
+            "join" => ["--inner", "2000", "--outer", "2000"].as_slice(),
+            _ => ["--records", "2000"].as_slice(),
+        });
+        args.push("--json");
+        dmkit_ok(&args, Some(&j));
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
+        let runs = v.as_array().expect("two methods: an array");
+        assert_eq!(runs.len(), 2);
+        for (r, method) in runs.iter().zip(["none", "sgl"]) {
+            assert_eq!(r["app"], app);
+            assert_eq!(r["method"], method);
+            assert_eq!(r["verified"], true, "{app} {method}: {r}");
+            assert_eq!(r["executors"], 2);
+            assert!(r["records"].as_u64().unwrap() >= 4000, "{r}");
+            for k in ["batch", "seconds", "records_per_s", "bytes_per_record"] {
+                assert!(r[k].is_number(), "{app}: {k} in {r}");
+            }
+        }
+    }
+}

@@ -24,4 +24,7 @@ pub struct Capabilities {
     /// §4.1's per-thread doorbell). Backends without doorbells (shm) cannot
     /// express that policy.
     pub explicit_doorbells: bool,
+    /// Worker threads of the memory nodes serving RPC channels (the
+    /// fewest of any node; 0: [`crate::Fabric::connect_rpc`] is refused).
+    pub rpc_workers: usize,
 }

@@ -5,6 +5,9 @@
 //! Each check allocates its own session chunk, panics (assert) on a contract
 //! violation, and frees what it allocated.
 
+use std::time::{Duration, Instant};
+
+use crate::rpc::{RpcChannel, RpcFailure, RpcReply, RpcSendError, ECHO};
 use crate::{
     Batch, Completion, Fabric, FabricError, GlobalAddr, LocalMem, LocalRef, NodeId, PostError,
     QueuePair, Rkey, SyncQp, VerbError, WorkRequest,
@@ -21,6 +24,206 @@ pub fn run_all(fabric: &dyn Fabric, node: NodeId) {
     ordering_within_qp(fabric, node);
     ordering_seen_by_others(fabric, node);
     control_rpcs(fabric, node);
+    rpc_all(fabric, node);
+}
+
+/// Runs the RPC channel's checks against node `node` (a backend without
+/// RPC workers must refuse the channel with `Unsupported`).
+pub fn rpc_all(fabric: &dyn Fabric, node: NodeId) {
+    if fabric.caps().rpc_workers == 0 {
+        assert!(
+            matches!(
+                fabric.connect_rpc(node),
+                Err(FabricError::Unsupported { .. })
+            ),
+            "no RPC workers: connect_rpc is refused as unsupported"
+        );
+        return;
+    }
+    rpc_echo_sizes(fabric, node);
+    rpc_fifo(fabric, node);
+    rpc_typed_failures(fabric, node);
+    rpc_full_ring(fabric, node);
+    rpc_many_threads(fabric, node);
+}
+
+fn channel(fabric: &dyn Fabric, node: NodeId) -> Box<dyn RpcChannel> {
+    let ch = fabric.connect_rpc(node).expect("RPC channel");
+    assert_eq!(ch.node(), node);
+    assert!(ch.capacity() >= 1 && ch.max_message() >= 64);
+    assert_eq!(ch.pending(), 0);
+    ch
+}
+
+/// Polls `ch` until `n` replies arrived (a generous deadline turns a lost
+/// reply into a failure instead of a hang).
+fn await_replies(ch: &mut dyn RpcChannel, n: usize) -> Vec<RpcReply> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        if ch.poll(&mut out) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "{} of {n} replies after 60 s",
+                out.len()
+            );
+            std::hint::spin_loop();
+        }
+    }
+    assert_eq!(out.len(), n, "no more replies than requests");
+    out
+}
+
+/// A payload of `len` bytes that names `seed`.
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u64).wrapping_mul(131).wrapping_add(seed) as u8)
+        .collect()
+}
+
+/// Echo round trips of sizes from 0 to the channel's `max_message`.
+pub fn rpc_echo_sizes(fabric: &dyn Fabric, node: NodeId) {
+    let mut ch = channel(fabric, node);
+    let max = ch.max_message();
+    for (k, len) in [0, 1, 7, 8, 9, 63, 64, 65, 1000, max / 2, max - 1, max]
+        .into_iter()
+        .enumerate()
+    {
+        let p = pattern(len, k as u64);
+        assert_eq!(ch.call(ECHO, &p), Ok(p), "echo of {len} B");
+        assert_eq!(ch.pending(), 0);
+    }
+}
+
+/// A channel's replies come back in request order, each with its id.
+pub fn rpc_fifo(fabric: &dyn Fabric, node: NodeId) {
+    let mut ch = channel(fabric, node);
+    let n = ch.capacity().min(48);
+    for round in 0..3u64 {
+        for i in 0..n as u64 {
+            let id = 1000 * round + i;
+            let p = pattern((id as usize * 37) % 200, id);
+            ch.send(id, ECHO, &p).expect("room for capacity() requests");
+        }
+        assert_eq!(ch.pending(), n);
+        let got = await_replies(&mut *ch, n);
+        for (i, r) in got.iter().enumerate() {
+            let id = 1000 * round + i as u64;
+            assert_eq!(r.id, id, "replies in request order");
+            assert_eq!(
+                r.result,
+                Ok(pattern((id as usize * 37) % 200, id)),
+                "reply {id}"
+            );
+        }
+        assert_eq!(ch.pending(), 0);
+    }
+}
+
+/// An unknown service and an oversized payload are typed failures; the
+/// channel stays usable after each.
+pub fn rpc_typed_failures(fabric: &dyn Fabric, node: NodeId) {
+    let mut ch = channel(fabric, node);
+    let max = ch.max_message();
+    assert_eq!(
+        ch.call(0xBEEF, b"anyone?"),
+        Err(RpcFailure::NoSuchService(0xBEEF))
+    );
+    assert_eq!(
+        ch.send(1, ECHO, &vec![0; max + 1]),
+        Err(RpcSendError::Refused(RpcFailure::TooLarge {
+            len: max + 1,
+            max
+        })),
+        "an oversized request is refused before it is sent"
+    );
+    assert_eq!(ch.pending(), 0, "a refused request is not pending");
+    // Mixed in one window: a failure does not disturb its neighbours.
+    ch.send(1, ECHO, b"a").unwrap();
+    ch.send(2, 0xBEEF, b"b").unwrap();
+    ch.send(3, ECHO, b"c").unwrap();
+    let got = await_replies(&mut *ch, 3);
+    assert_eq!(
+        got,
+        vec![
+            RpcReply {
+                id: 1,
+                result: Ok(b"a".to_vec())
+            },
+            RpcReply {
+                id: 2,
+                result: Err(RpcFailure::NoSuchService(0xBEEF))
+            },
+            RpcReply {
+                id: 3,
+                result: Ok(b"c".to_vec())
+            },
+        ]
+    );
+    assert_eq!(ch.call(ECHO, b"still here"), Ok(b"still here".to_vec()));
+}
+
+/// A full channel refuses without losing anything: every request it took
+/// is answered, and it takes requests again once replies are polled.
+pub fn rpc_full_ring(fabric: &dyn Fabric, node: NodeId) {
+    let mut ch = channel(fabric, node);
+    let cap = ch.capacity();
+    let mut sent = 0u64;
+    loop {
+        match ch.send(sent, ECHO, &sent.to_le_bytes()) {
+            Ok(()) => sent += 1,
+            Err(RpcSendError::Full) => break,
+            Err(e) => panic!("send {sent}: {e}"),
+        }
+        assert!(sent as usize <= cap, "more than capacity() accepted");
+    }
+    assert_eq!(sent as usize, cap, "a channel takes capacity() requests");
+    assert_eq!(ch.send(sent, ECHO, b"x"), Err(RpcSendError::Full));
+    assert_eq!(ch.pending(), cap);
+    let got = await_replies(&mut *ch, cap);
+    for (i, r) in got.iter().enumerate() {
+        assert_eq!(r.id, i as u64);
+        assert_eq!(r.result, Ok((i as u64).to_le_bytes().to_vec()));
+    }
+    assert_eq!(ch.call(ECHO, b"again"), Ok(b"again".to_vec()));
+}
+
+/// Many channels from many threads at once, each pipelining its calls.
+pub fn rpc_many_threads(fabric: &dyn Fabric, node: NodeId) {
+    let threads = 4u64;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            s.spawn(move || {
+                let mut ch = channel(fabric, node);
+                let window = ch.capacity().min(8);
+                let calls = 300u64;
+                let (mut sent, mut done) = (0u64, 0u64);
+                let mut out = Vec::new();
+                while done < calls {
+                    while sent < calls && (sent - done) < window as u64 {
+                        let id = (t << 32) | sent;
+                        ch.send(id, ECHO, &pattern((sent as usize * 13) % 300, id))
+                            .expect("room within the window");
+                        sent += 1;
+                    }
+                    out.clear();
+                    if ch.poll(&mut out) == 0 {
+                        std::hint::spin_loop();
+                    }
+                    for r in &out {
+                        let id = (t << 32) | done;
+                        assert_eq!(r.id, id, "thread {t}: replies in order");
+                        assert_eq!(
+                            r.result,
+                            Ok(pattern((done as usize * 13) % 300, id)),
+                            "thread {t}, call {done}"
+                        );
+                        done += 1;
+                    }
+                }
+            });
+        }
+    });
 }
 
 fn chunk(fabric: &dyn Fabric, node: NodeId, len: u64) -> (GlobalAddr, u64, Rkey) {

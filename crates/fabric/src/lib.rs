@@ -4,7 +4,9 @@
 //! addresses ([`GlobalAddr`]), work requests (READ, WRITE, CAS, masked CAS,
 //! FAA), batches posted with one doorbell, completions, the capabilities a
 //! backend declares, and typed errors. Backends implement [`Fabric`] and
-//! [`QueuePair`]; this crate ships the `shm` backend ([`shm`]).
+//! [`QueuePair`]; this crate ships the `shm` backend ([`shm`]). Beside
+//! the one-sided data path, [`rpc`] is the channel to a memory node's
+//! worker threads (two-sided, the node's CPU on the path).
 //! Specification: SMART framework (ASPLOS'24) §2.2 (verbs, QPs, doorbells)
 //! and §5.1 (read/write/cas/faa append to a buffer, post, sync); DESIGN.md's
 //! fabric contract.
@@ -34,6 +36,7 @@ pub mod error;
 pub mod exec;
 pub mod hint;
 pub mod local;
+pub mod rpc;
 pub mod shared;
 pub mod shm;
 pub mod sync;
@@ -46,6 +49,7 @@ pub use dmkit_memnode::{NodeStats, RegionInfo};
 pub use error::{FabricError, PostError, RequestError, VerbError};
 pub use exec::Executor;
 pub use local::{Lkey, LocalMem};
+pub use rpc::{RpcChannel, RpcFailure, RpcReply, RpcSendError, ServiceId};
 pub use shared::SharedQp;
 pub use sync::SyncQp;
 pub use wr::{Batch, Completion, LocalRef, Op, Sgl, VerbKind, WorkRequest};
@@ -330,6 +334,20 @@ pub trait Fabric: ControlPlane {
                 what: format!("queue-pair policy {other}"),
             }),
         }
+    }
+
+    /// Opens an RPC channel from the calling thread to `node`'s worker
+    /// threads ([`rpc`]). Backends whose nodes run RPC workers
+    /// ([`Capabilities::rpc_workers`] > 0) implement it; the default
+    /// refuses with [`FabricError::Unsupported`]. The channel belongs to
+    /// this fabric's session with the node: if the fabric is dropped (or
+    /// its process dies) the node reclaims it, and its calls fail with
+    /// [`RpcFailure::ConnectionLost`].
+    fn connect_rpc(&self, node: NodeId) -> Result<Box<dyn RpcChannel>, FabricError> {
+        Err(FabricError::Unsupported {
+            backend: self.backend(),
+            what: format!("RPC channels (to memory node {node})"),
+        })
     }
 
     /// Asks the backend to serve `[addr, addr+len)` from on-NIC device

@@ -52,6 +52,7 @@ fn conformance_with_two_mib_pages_and_two_nodes() {
                 size: 16 << 20,
                 page_size: 2 << 20,
                 spare_pages: 2,
+                rpc_workers: 1,
             },
             NodeConfig {
                 node_id: 9,

@@ -124,4 +124,13 @@ pub enum RpcError {
     /// The node is shutting down and allocates nothing more.
     #[error("the memory node is shutting down")]
     ShuttingDown,
+    /// The request is not served over this transport or by this node.
+    #[error("not offered here: {0}")]
+    Unsupported(String),
+    /// An RPC channel's geometry out of bounds.
+    #[error("invalid RPC channel: {0}")]
+    BadChannel(String),
+    /// The node failed to set something up (a memfd, a thread).
+    #[error("I/O on the memory node failed: {0}")]
+    Io(String),
 }

@@ -14,7 +14,9 @@
 //! | ControlHeader      |  4096 B (padded)
 //! +--------------------+ 4096
 //! | RegionEntry × 64   |  64 × 32 B = 2048 B
-//! +--------------------+ 4096 + 2048, rounded up to 4096 → 8192
+//! +--------------------+ 6144
+//! | WorkerBell × 32    |  32 × 64 B = 2048 B (RPC worker wake-up words)
+//! +--------------------+ 8192
 //! | PageEntry × N      |  N = remote pages, 8 B each
 //! +--------------------+
 //! ```
@@ -24,13 +26,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Magic number at the start of the control memfd ("DMKITCTL").
 pub const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"DMKITCTL");
 /// Layout version; bumped on any change to the types in this module.
-pub const LAYOUT_VERSION: u64 = 1;
+/// (2: the RPC workers' bells.)
+pub const LAYOUT_VERSION: u64 = 2;
 /// Number of protection-table slots. The slot index is the low byte of an rkey.
 pub const MAX_REGIONS: usize = 64;
 /// Offset of the region table inside the control memfd.
 pub const REGION_TABLE_OFFSET: usize = 4096;
 /// Offset of the page table inside the control memfd.
 pub const PAGE_TABLE_OFFSET: usize = 8192;
+/// Offset of the RPC workers' bells inside the control memfd.
+pub const WORKER_BELLS_OFFSET: usize = 6144;
+/// Most RPC worker threads a node runs (one [`WorkerBell`] each).
+pub const MAX_WORKER_BELLS: usize = 32;
 
 /// Header of the control memfd.
 ///
@@ -178,6 +185,32 @@ impl PageEntry {
         (v & PAGE_VALID != 0).then_some(v & PAGE_INDEX_MASK)
     }
 }
+
+/// The wake-up word of one RPC worker thread of the node
+/// ([`crate::rpc`]), one cache line each.
+///
+/// ```text
+/// byte 0          4                                              64
+///      +----------+----------------------------------------------+
+///      | sleeping | reserved                                     |
+///      +----------+----------------------------------------------+
+/// ```
+///
+/// `sleeping` is 1 while the worker is about to block or blocked in
+/// `futex(FUTEX_WAIT)` on it, 0 while it polls. A client that posts a
+/// request into an idle worker's channel sees 1 and wakes it with
+/// `futex(FUTEX_WAKE)` — which needs only read access, so clients use the
+/// read-only control mapping they already have. Only the node writes it.
+#[repr(C)]
+pub struct WorkerBell {
+    /// 1 while the worker blocks (or is about to), else 0.
+    pub sleeping: std::sync::atomic::AtomicU32,
+    /// Zero; the rest of the bell's cache line.
+    pub _reserved: [u32; 15],
+}
+const _: () = assert!(std::mem::size_of::<WorkerBell>() == 64);
+const _: () = assert!(REGION_TABLE_OFFSET + MAX_REGIONS * 32 <= WORKER_BELLS_OFFSET);
+const _: () = assert!(WORKER_BELLS_OFFSET + MAX_WORKER_BELLS * 64 <= PAGE_TABLE_OFFSET);
 
 /// Size in bytes of the control memfd for `remote_pages` pages.
 pub const fn control_len(remote_pages: u64) -> usize {

@@ -25,6 +25,7 @@ use crate::error::{NodeError, RpcError};
 use crate::layout::{self, ControlHeader, PageEntry, RegionEntry, MAX_REGIONS, PAGE_VALID};
 use crate::memory::{create_sealed_memfd, Mapping};
 use crate::proto::{NodeLayout, NodeStats, RegionInfo, Request, Response};
+use crate::rpc::{RpcHost, Service, ServiceId};
 
 /// Most named roots a node keeps.
 pub const MAX_ROOTS: usize = 1024;
@@ -40,7 +41,15 @@ pub struct NodeConfig {
     pub page_size: u64,
     /// Extra memory pages kept for remapping.
     pub spare_pages: u64,
+    /// Worker threads serving RPC channels ([`crate::rpc`]); 0: none, and
+    /// at most [`crate::layout::MAX_WORKER_BELLS`]. They start with the
+    /// first channel.
+    pub rpc_workers: usize,
 }
+
+/// Default [`NodeConfig::rpc_workers`]: two, so a node and a client fit a
+/// 2-core machine (idle workers sleep; see [`crate::rpc`]).
+pub const DEFAULT_RPC_WORKERS: usize = 2;
 
 impl Default for NodeConfig {
     fn default() -> Self {
@@ -49,12 +58,17 @@ impl Default for NodeConfig {
             size: 1 << 30,
             page_size: 4096,
             spare_pages: 64,
+            rpc_workers: DEFAULT_RPC_WORKERS,
         }
     }
 }
 
 /// Identifier of a client session (one per connection or embedded client).
 pub type SessionId = u64;
+
+/// Owner of the ranges services inside the node reserve: no client session
+/// ever gets this id (sessions count up from 1), so none can free them.
+const INTERNAL_OWNER: SessionId = SessionId::MAX;
 
 #[derive(Debug, Clone, Copy)]
 struct ChunkRec {
@@ -103,6 +117,10 @@ pub struct MemNode {
     /// place instead of punched out of the memfd, which would leave the
     /// NIC's pinned pages detached from the file.
     pinned: AtomicBool,
+    /// Services and RPC workers.
+    rpc: RpcHost,
+    /// The CoRM store's accounting, if a store runs on this node.
+    corm: Mutex<Option<std::sync::Weak<crate::corm::Accounting>>>,
 }
 
 impl MemNode {
@@ -128,6 +146,13 @@ impl MemNode {
             return Err(NodeError::Config(
                 "node size exceeds the 48-bit offset space".into(),
             ));
+        }
+        if cfg.rpc_workers > crate::layout::MAX_WORKER_BELLS {
+            return Err(NodeError::Config(format!(
+                "{} RPC workers: at most {}",
+                cfg.rpc_workers,
+                crate::layout::MAX_WORKER_BELLS
+            )));
         }
         let phys_pages = remote_pages + cfg.spare_pages;
         if phys_pages > layout::PAGE_INDEX_MASK {
@@ -177,6 +202,8 @@ impl MemNode {
             counters: Counters::default(),
             shutdown: AtomicBool::new(false),
             pinned: AtomicBool::new(false),
+            rpc: RpcHost::new(cfg.rpc_workers),
+            corm: Mutex::new(None),
         };
         node.init_control();
         node.heap = node.register_region(heap_base, node.heap.len, layout::access::ALL)?;
@@ -333,9 +360,19 @@ impl MemNode {
             return Err(RpcError::BadPage(remote_page));
         }
         let mut inner = self.lock();
-        let new = inner.spare_free.pop().ok_or(RpcError::NoSparePage)?;
+        // Pages of an internal range (the CoRM store) move only by their
+        // owner's remapping: their memory pages are not spare pages.
+        let offset = remote_page << self.layout.page_shift;
+        let internal = inner
+            .chunks
+            .range(..=offset)
+            .next_back()
+            .is_some_and(|(&o, c)| c.owner == Some(INTERNAL_OWNER) && offset < o + c.len);
         let entry = self.page_entry(remote_page);
-        let old = entry.get().expect("node keeps every remote page mapped");
+        let Some(old) = entry.get().filter(|_| !internal) else {
+            return Err(RpcError::BadPage(remote_page));
+        };
+        let new = inner.spare_free.pop().ok_or(RpcError::NoSparePage)?;
         let ps = self.layout.page_size() as usize;
         let words = ps / 8;
         // SAFETY: old and new are memory page indices < phys_pages, so both page
@@ -365,43 +402,45 @@ impl MemNode {
         let first = offset >> shift;
         let end = (offset + len) >> shift;
         let mut run: Option<(u64, u64)> = None; // (first memory page, count)
-        let punch = |(p, n): (u64, u64)| {
-            // Failure (e.g. an old kernel without hole punching on memfds) only
-            // costs residency and zeroing; fall back to zeroing by hand.
-            let r = nix::fcntl::fallocate(
-                self.data_fd.as_raw_fd(),
-                nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
-                    | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
-                (p << shift) as i64,
-                (n << shift) as i64,
-            );
-            if r.is_err() {
-                self.zero_pages(p, n);
-            }
-        };
-        let punch = |r: (u64, u64)| {
-            if self.pinned.load(Ordering::Acquire) {
-                self.zero_pages(r.0, r.1);
-            } else {
-                punch(r);
-            }
-        };
         for page in first..end {
-            let phys = self
-                .page_entry(page)
-                .get()
-                .expect("node keeps every remote page mapped");
+            // Every page of a chunk is mapped; a page some internal user
+            // (the CoRM store) left unmapped has no memory to release.
+            let Some(phys) = self.page_entry(page).get() else {
+                continue;
+            };
             run = match run {
                 Some((p, n)) if p + n == phys => Some((p, n + 1)),
-                Some(r) => {
-                    punch(r);
+                Some((p, n)) => {
+                    self.discard_run(p, n);
                     Some((phys, 1))
                 }
                 None => Some((phys, 1)),
             };
         }
-        if let Some(r) = run {
-            punch(r);
+        if let Some((p, n)) = run {
+            self.discard_run(p, n);
+        }
+    }
+
+    /// Returns memory pages `[first, first+count)` to the OS (hole punch),
+    /// or zeroes them in place when the memory is pinned by a NIC.
+    fn discard_run(&self, first: u64, count: u64) {
+        if self.pinned.load(Ordering::Acquire) {
+            self.zero_pages(first, count);
+            return;
+        }
+        let shift = self.layout.page_shift;
+        // Failure (e.g. an old kernel without hole punching on memfds) only
+        // costs residency and zeroing; fall back to zeroing by hand.
+        let r = nix::fcntl::fallocate(
+            self.data_fd.as_raw_fd(),
+            nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
+                | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
+            (first << shift) as i64,
+            (count << shift) as i64,
+        );
+        if r.is_err() {
+            self.zero_pages(first, count);
         }
     }
 
@@ -434,6 +473,176 @@ impl MemNode {
         (remote_page < self.layout.remote_pages)
             .then(|| self.page_entry(remote_page).get())
             .flatten()
+    }
+
+    /// Registers `service` under `id` (any time; workers pick it up on
+    /// their next call). `false` if the id is taken ([`crate::rpc::ECHO`]
+    /// is, from the start).
+    pub fn register_service<S: Service>(&self, id: ServiceId, service: S) -> bool {
+        self.rpc.register(id, service)
+    }
+
+    /// The registered services, by id.
+    pub fn services(&self) -> Vec<(ServiceId, &'static str)> {
+        self.rpc.services()
+    }
+
+    /// How many RPC worker threads the node runs (0: no RPC channel).
+    pub fn rpc_workers(&self) -> usize {
+        self.rpc.workers()
+    }
+
+    pub(crate) fn rpc_host(&self) -> &RpcHost {
+        &self.rpc
+    }
+
+    /// Opens an RPC channel for `session`: a memfd with a request ring and
+    /// a reply ring of `slots` slots of `max_message` bytes, served by one
+    /// of the node's worker threads ([`crate::rpc::ring`]). The first
+    /// channel starts the workers.
+    pub fn open_rpc_channel(
+        self: &Arc<Self>,
+        session: SessionId,
+        slots: u32,
+        max_message: u32,
+    ) -> Result<crate::rpc::RpcChannelGrant, RpcError> {
+        self.rpc.pool.open(self, session, slots, max_message)
+    }
+
+    /// Hands a channel of another transport (the verbs backend's queue
+    /// pairs) to the node's workers: `make(channel id, worker)` builds it
+    /// once the worker is chosen (a transport that polls a completion
+    /// queue makes it the worker's). The channel belongs to `session` and
+    /// carries messages of at most `max_message` bytes. Returns the
+    /// channel's id and its worker.
+    pub fn attach_rpc_channel(
+        self: &Arc<Self>,
+        session: SessionId,
+        max_message: usize,
+        make: impl FnOnce(
+            u64,
+            crate::rpc::WorkerId,
+        ) -> Result<Box<dyn crate::rpc::NodeChannel>, RpcError>,
+    ) -> Result<(u64, crate::rpc::WorkerId), RpcError> {
+        self.rpc.pool.attach(self, session, max_message, make)
+    }
+
+    /// Reserves `len` bytes (rounded up to whole pages) of the remote space
+    /// for a service inside the node (the CoRM store, [`crate::corm`]):
+    /// a chunk no client session owns, so no client can free it
+    /// ([`RpcError::NotOwner`]); [`MemNode::release_internal`] returns it.
+    pub fn reserve_internal(&self, len: u64) -> Result<(u64, u64), RpcError> {
+        if len == 0 || len > self.heap.len {
+            return Err(RpcError::BadLength(len));
+        }
+        let mut inner = self.lock();
+        let Some((offset, len)) = inner.alloc.alloc(len) else {
+            return Err(RpcError::OutOfMemory {
+                requested: len,
+                largest_free: inner.alloc.largest_free(),
+            });
+        };
+        let owner = Some(INTERNAL_OWNER);
+        inner.chunks.insert(offset, ChunkRec { len, owner });
+        Ok((offset, len))
+    }
+
+    /// Frees a range [`MemNode::reserve_internal`] returned. The caller
+    /// restores the identity translation of its pages first
+    /// ([`MemNode::remap_pages`]), as every chunk starts with it.
+    pub fn release_internal(&self, offset: u64) -> Result<u64, RpcError> {
+        self.free_chunk(INTERNAL_OWNER, offset).map(|r| match r {
+            Response::Freed { len } => len,
+            _ => unreachable!("free_chunk answers Freed"),
+        })
+    }
+
+    /// Points remote pages `[remote_first, +count)` at memory pages
+    /// `[data_first, +count)`. Several remote pages may share one memory
+    /// page (CoRM §3.1.2: after compaction the source block's addresses
+    /// reach the destination block's memory). Each entry changes with one
+    /// atomic store, in ascending page order; a reader translates each page
+    /// when it touches it, so it sees every page either before or after
+    /// its change (what readers do mid-remap is the caller's protocol:
+    /// `corm::compact` locks the objects first).
+    pub fn remap_pages(
+        &self,
+        remote_first: u64,
+        data_first: u64,
+        count: u64,
+    ) -> Result<(), RpcError> {
+        let l = self.layout;
+        if remote_first
+            .checked_add(count)
+            .is_none_or(|e| e > l.remote_pages)
+        {
+            return Err(RpcError::BadPage(remote_first));
+        }
+        if data_first
+            .checked_add(count)
+            .is_none_or(|e| e > l.phys_pages)
+        {
+            return Err(RpcError::BadPage(data_first));
+        }
+        for i in 0..count {
+            self.page_entry(remote_first + i)
+                .0
+                .store(PAGE_VALID | (data_first + i), Ordering::Release);
+        }
+        self.header().generation.fetch_add(1, Ordering::AcqRel);
+        self.counters
+            .pages_remapped
+            .fetch_add(count, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Invalidates the translation of remote pages `[remote_first, +count)`:
+    /// a verb touching them fails with "page not mapped" (the shm analogue
+    /// of an RNIC translation fault). CoRM uses it for released addresses.
+    pub fn unmap_pages(&self, remote_first: u64, count: u64) -> Result<(), RpcError> {
+        if remote_first
+            .checked_add(count)
+            .is_none_or(|e| e > self.layout.remote_pages)
+        {
+            return Err(RpcError::BadPage(remote_first));
+        }
+        for i in 0..count {
+            self.page_entry(remote_first + i)
+                .0
+                .store(0, Ordering::Release);
+        }
+        self.header().generation.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Returns memory pages `[data_first, +count)` to the OS (hole punch;
+    /// zeroed in place when pinned): every mapping reads zeros there and
+    /// they stop being resident. The caller guarantees no remote page it
+    /// still hands out maps them.
+    pub fn discard_data_pages(&self, data_first: u64, count: u64) -> Result<(), RpcError> {
+        if data_first
+            .checked_add(count)
+            .is_none_or(|e| e > self.layout.phys_pages)
+        {
+            return Err(RpcError::BadPage(data_first));
+        }
+        self.discard_run(data_first, count);
+        Ok(())
+    }
+
+    /// Attaches the accounting of the node's CoRM store, reported in
+    /// [`NodeStats::corm`]. One store per node: a second attach is refused.
+    pub fn attach_corm(&self, acct: Arc<crate::corm::Accounting>) -> Result<(), RpcError> {
+        let mut slot = self.corm.lock().unwrap_or_else(|p| p.into_inner());
+        match &*slot {
+            Some(a) if a.strong_count() > 0 => Err(RpcError::BadFrame(
+                "a CoRM store is already attached to this node".into(),
+            )),
+            _ => {
+                *slot = Some(Arc::downgrade(&acct));
+                Ok(())
+            }
+        }
     }
 
     /// Starts a client session.
@@ -472,6 +681,9 @@ impl MemNode {
         self.counters
             .sessions_reaped
             .fetch_add(1, Ordering::Relaxed);
+        drop(inner);
+        // Its RPC channels go too, and services hear of it.
+        self.rpc.pool.session_closed(session);
         bytes
     }
 
@@ -504,6 +716,7 @@ impl MemNode {
         self.header()
             .state
             .store(layout::NODE_CLOSED, Ordering::Release);
+        self.rpc.pool.wake_all();
     }
 
     /// Serves one RPC request of `session`. Never panics on client input.
@@ -526,6 +739,11 @@ impl MemNode {
                 self.request_shutdown();
                 Ok(Response::ShuttingDown)
             }
+            // A channel's memfd travels beside the answer: only transports
+            // that pass descriptors serve this (the Unix-socket server).
+            Request::OpenRpcChannel { .. } => Err(RpcError::Unsupported(
+                "RPC channels are opened over the node's Unix socket or in process".into(),
+            )),
         };
         res.unwrap_or_else(|e| {
             self.counters.rpc_errors.fetch_add(1, Ordering::Relaxed);
@@ -610,6 +828,9 @@ impl MemNode {
     pub fn stats(&self) -> NodeStats {
         let inner = self.lock();
         let c = &self.counters;
+        let [rpc_requests, rpc_failures, rpc_malformed, rpc_messages] = self.rpc.totals();
+        let [rpc_channels, rpc_channels_total, rpc_channels_reclaimed, rpc_channels_broken] =
+            self.rpc.pool.channel_counts();
         let (mut session_b, mut persistent_b) = (0, 0);
         for ch in inner.chunks.values() {
             if ch.owner.is_some() {
@@ -642,7 +863,31 @@ impl MemNode {
             refused_connections: c.refused_connections.load(Ordering::Relaxed),
             pages_remapped: c.pages_remapped.load(Ordering::Relaxed),
             spare_pages_free: inner.spare_free.len() as u64,
+            rpc_workers: self.rpc.workers() as u64,
+            rpc_channels,
+            rpc_channels_total,
+            rpc_channels_reclaimed,
+            rpc_channels_broken,
+            rpc_requests,
+            rpc_failures,
+            rpc_malformed,
+            rpc_messages,
+            corm: self
+                .corm
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .and_then(std::sync::Weak::upgrade)
+                .map(|a| Box::new(a.snapshot())),
         }
+    }
+}
+
+impl Drop for MemNode {
+    fn drop(&mut self) {
+        // The RPC workers hold the node weakly: stop them (all but the
+        // calling thread, if a worker dropped the last reference).
+        self.rpc.pool.stop();
     }
 }
 

@@ -20,8 +20,10 @@ use crate::error::RpcError;
 pub const MAX_FRAME: u32 = 64 * 1024;
 /// Protocol magic in [`Hello`].
 pub const PROTO_MAGIC: u64 = u64::from_le_bytes(*b"DMKITRPC");
-/// Protocol version in [`Hello`].
-pub const PROTO_VERSION: u32 = 1;
+/// Protocol version in [`Hello`]. Version 2: RPC channels (the worker
+/// count in [`Welcome`]) and [`NodeStats`]'s `corm` section (bincode
+/// encodes fields by position, so a version-1 peer could not decode them).
+pub const PROTO_VERSION: u32 = 2;
 /// Length of an authentication token in bytes (hex-encoded in the token file).
 pub const TOKEN_LEN: usize = 32;
 
@@ -95,6 +97,8 @@ pub struct Welcome {
     pub layout: NodeLayout,
     /// The region covering the node's allocatable memory (chunks live in it).
     pub heap: RegionInfo,
+    /// The node's RPC worker threads (0: it serves no RPC channel).
+    pub rpc_workers: u32,
 }
 
 /// Requests of the RPC service.
@@ -136,10 +140,21 @@ pub enum Request {
     /// Stop serving: the node marks itself closed, so clients' verbs fail from
     /// then on.
     Shutdown,
+    /// Open an RPC channel of `slots` slots of `max_message` bytes; the
+    /// answer [`Response::RpcChannel`] carries its memfd as `SCM_RIGHTS`.
+    OpenRpcChannel {
+        /// Slots of each ring.
+        slots: u32,
+        /// Largest request or reply payload.
+        max_message: u32,
+    },
 }
 
 /// Answers of the RPC service.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+// `Stats` is the big one (RPC and CoRM counters): a control-plane answer,
+// moved once per frame, not worth a box at every call site.
+#[allow(clippy::large_enum_variant)]
 pub enum Response {
     /// Answer to `AllocChunk`: a zeroed chunk inside the heap region.
     Chunk {
@@ -171,6 +186,8 @@ pub enum Response {
     ShuttingDown,
     /// The request failed; nothing changed.
     Error(RpcError),
+    /// A channel opened (its memfd travels with this frame).
+    RpcChannel(crate::rpc::ring::ChannelGeometry),
 }
 
 /// Statistics of a memory node. One-sided verbs never reach the node's CPU,
@@ -229,6 +246,28 @@ pub struct NodeStats {
     pub pages_remapped: u64,
     /// Spare memory pages left for page migration.
     pub spare_pages_free: u64,
+    /// RPC worker threads the node runs.
+    pub rpc_workers: u64,
+    /// RPC channels open now.
+    pub rpc_channels: u64,
+    /// RPC channels opened since the node started.
+    pub rpc_channels_total: u64,
+    /// Channels closed by their client or reclaimed with its session.
+    pub rpc_channels_reclaimed: u64,
+    /// Channels dropped because their counters were corrupt.
+    pub rpc_channels_broken: u64,
+    /// RPC requests served (calls run, including failed ones).
+    pub rpc_requests: u64,
+    /// RPC requests answered with a failure.
+    pub rpc_failures: u64,
+    /// RPC requests whose slot could not be read.
+    pub rpc_malformed: u64,
+    /// Messages between RPC workers.
+    pub rpc_messages: u64,
+    /// The CoRM object store's accounting, when the node runs one
+    /// ([`crate::corm`]): active memory, live bytes, per-class
+    /// fragmentation, compaction counters.
+    pub corm: Option<Box<crate::corm::CormStats>>,
 }
 
 fn codec() -> impl Options {

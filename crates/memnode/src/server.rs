@@ -16,7 +16,7 @@
 
 use std::fs;
 use std::io::{self, IoSlice, Write};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -295,12 +295,20 @@ fn send_welcome(node: &MemNode, stream: &UnixStream, session: u64) -> Result<(),
         session,
         layout: node.layout(),
         heap: node.heap_region(),
+        rpc_workers: node.rpc_workers() as u32,
     };
-    let payload = proto::encode(&welcome);
+    send_with_fds(
+        stream,
+        &proto::encode(&welcome),
+        &[node.data_fd().as_raw_fd(), control_ro.as_fd().as_raw_fd()],
+    )
+}
+
+/// Sends one frame with `fds` attached to its first byte (`SCM_RIGHTS`).
+fn send_with_fds(stream: &UnixStream, payload: &[u8], fds: &[RawFd]) -> Result<(), NodeError> {
     let mut frame = (payload.len() as u32).to_le_bytes().to_vec();
-    frame.extend_from_slice(&payload);
-    let fds = [node.data_fd().as_raw_fd(), control_ro.as_fd().as_raw_fd()];
-    let cmsg = [ControlMessage::ScmRights(&fds)];
+    frame.extend_from_slice(payload);
+    let cmsg = [ControlMessage::ScmRights(fds)];
     let mut sent = sendmsg::<()>(
         stream.as_raw_fd(),
         &[IoSlice::new(&frame)],
@@ -316,7 +324,7 @@ fn send_welcome(node: &MemNode, stream: &UnixStream, session: u64) -> Result<(),
     let mut w = stream;
     while sent < frame.len() {
         let n = w.write(&frame[sent..]).map_err(|e| NodeError::Io {
-            what: "send welcome",
+            what: "send frame",
             source: e,
         })?;
         sent += n;
@@ -324,7 +332,7 @@ fn send_welcome(node: &MemNode, stream: &UnixStream, session: u64) -> Result<(),
     Ok(())
 }
 
-fn rpc_loop(node: &MemNode, stream: &mut UnixStream, session: u64) {
+fn rpc_loop(node: &Arc<MemNode>, stream: &mut UnixStream, session: u64) {
     loop {
         let payload = match proto::read_frame(stream) {
             Ok(Some(p)) => p,
@@ -335,6 +343,19 @@ fn rpc_loop(node: &MemNode, stream: &mut UnixStream, session: u64) {
             }
         };
         let resp = match proto::decode::<Request>(&payload) {
+            // A channel's memfd goes with its answer.
+            Ok(Request::OpenRpcChannel { slots, max_message }) => {
+                match node.open_rpc_channel(session, slots, max_message) {
+                    Ok(grant) => {
+                        let resp = proto::encode(&Response::RpcChannel(grant.geometry));
+                        if send_with_fds(stream, &resp, &[grant.fd.as_raw_fd()]).is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    Err(e) => Response::Error(e),
+                }
+            }
             Ok(req) => node.handle(session, req),
             Err(e) => {
                 node.note_bad_frame();

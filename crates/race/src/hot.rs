@@ -78,13 +78,14 @@
 //! buffer has the same window). The area is off unless hot keys are given.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 
-use dmkit_fabric::{GlobalAddr, RemoteRef};
+use dmkit_fabric::GlobalAddr;
 use dmkit_index::{Creation, Home, IndexError};
+use dmkit_runtime::consolidate::{
+    ConsolidateError, ConsolidationConfig, RegionHead, SharedConfig, SharedRegion, SharedRegions,
+    DATA_AT, FLUSHES_AT,
+};
 use dmkit_runtime::hash::hash64;
-use dmkit_runtime::lock::{LockConfig, LockGuard, RemoteLock};
-use dmkit_runtime::machine::TicketLocks;
 use dmkit_runtime::{Ctx, Local, Nanos};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -118,22 +119,14 @@ pub struct HotDirHeader {
 }
 const _: () = assert!(std::mem::size_of::<HotDirHeader>() == 64);
 
-/// Head of a block.
-#[repr(C)]
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
-)]
-pub struct HotBlockHead {
-    /// RemoteLock word.
-    pub lock: u64,
-    /// Write-backs so far.
-    pub flushes: u64,
-}
-const _: () = assert!(std::mem::size_of::<HotBlockHead>() == 16);
+/// Head of a block: the runtime's shared hot region head (lock word and
+/// flush counter; `dmkit_runtime::consolidate`).
+pub type HotBlockHead = RegionHead;
 /// Entries start after the block head.
-pub const HOT_ENTRIES_AT: u64 = 16;
+pub const HOT_ENTRIES_AT: u64 = DATA_AT;
 /// Offset of the flush counter.
-pub const HOT_FLUSHES: u64 = std::mem::offset_of!(HotBlockHead, flushes) as u64;
+pub const HOT_FLUSHES: u64 = FLUSHES_AT;
+const _: () = assert!(HOT_ENTRIES_AT == 16 && HOT_FLUSHES == 8);
 
 /// Head of an entry.
 #[repr(C)]
@@ -408,27 +401,27 @@ impl HotArea {
 
     /// A machine's local state for this area.
     pub(crate) fn local(&self, max_handover: u32) -> HotLocal {
+        let p = self.params;
         HotLocal {
-            tickets: TicketLocks::new(self.blocks(), max_handover),
-            blocks: (0..self.blocks()).map(|_| Mutex::default()).collect(),
+            regions: SharedRegions::new(
+                self.blocks(),
+                max_handover,
+                SharedConfig {
+                    consolidation: ConsolidationConfig {
+                        theta: p.theta,
+                        lease: p.hold,
+                    },
+                    lock_lease: p.lease,
+                },
+            ),
         }
     }
 }
 
-/// A machine's copy of the blocks it holds.
-#[derive(Default)]
-pub(crate) struct Held {
-    guard: Option<LockGuard>,
-    entries: Vec<u8>,
-    mods: u32,
-    since: Nanos,
-}
-
-/// One compute machine's side of the hot area: a local ticket lock and a
-/// buffer per block.
+/// One compute machine's side of the hot area: the runtime's shared hot
+/// regions (a local ticket lock and a buffer per block).
 pub struct HotLocal {
-    tickets: TicketLocks,
-    blocks: Vec<Mutex<Held>>,
+    regions: SharedRegions,
 }
 
 /// What a hot operation does to its entry.
@@ -470,14 +463,12 @@ pub(crate) fn owner_of(machine: usize) -> u16 {
 }
 
 impl HotArea {
-    fn lock(&self, block: RemoteRef) -> RemoteLock {
-        RemoteLock::new(
-            block,
-            LockConfig {
-                lease: self.params.lease,
-                ..LockConfig::default()
-            },
-        )
+    /// Block `b` as a shared hot region of the runtime.
+    fn region(&self, home: &Home, b: usize) -> Result<SharedRegion, IndexError> {
+        Ok(SharedRegion {
+            head: home.remote(self.block_addr(b))?,
+            len: self.entries_len(),
+        })
     }
 
     /// Runs `op` on hot rank `rank`. `scratch` is task-local memory of at
@@ -497,17 +488,16 @@ impl HotArea {
     ) -> Result<HotOutcome, IndexError> {
         let b = (rank >> self.block_log2) as usize;
         let e = (rank as usize) & ((1 << self.block_log2) - 1);
-        let block = home.remote(self.block_addr(b))?;
+        let region = self.region(home, b)?;
+        let regions = &local.regions;
         if let HotOp::Search = op {
             let (lock_word, entry) = (scratch.word(0), scratch.slice(8, self.entry_stride));
             for _ in 0..FAST_TRIES {
-                ctx.read(block, lock_word);
-                ctx.read(
-                    block.add(HOT_ENTRIES_AT + (e * self.entry_stride) as u64),
-                    entry,
-                );
-                ctx.sync().await?;
-                if ctx.local_u64(lock_word) != 0 {
+                let at = e * self.entry_stride;
+                if !regions
+                    .read_unheld(ctx, &region, lock_word, at, entry)
+                    .await?
+                {
                     break;
                 }
                 let img = ctx.local_vec(entry);
@@ -526,45 +516,22 @@ impl HotArea {
                 }
             }
         }
-        let g = local.tickets.acquire(ctx, b).await;
-        let cell = &local.blocks[b];
-        if g.handed {
+        let held = regions
+            .acquire(ctx, b, region, owner, scratch)
+            .await
+            .map_err(|e| consolidate_error(e, region.head.addr))?;
+        if held.handed_in {
             trace.handed_in = true;
         } else {
-            // Take the remote lock, then read the block under it.
-            let guard = match self.lock(block).lock(ctx, owner).await {
-                Ok(guard) => guard,
-                Err(e) => {
-                    local.tickets.abandon(g);
-                    return Err(lock_error(e));
-                }
-            };
             trace.acquired = true;
-            let n = self.entries_len();
-            let read = ctx
-                .read_sync(block.add(HOT_ENTRIES_AT), scratch.prefix(n))
-                .await;
-            if let Err(e) = read {
-                // The lock is ours; give it back if the fabric lets us.
-                let _ = guard.unlock(ctx).await;
-                local.tickets.abandon(g);
-                return Err(e.into());
-            }
-            let mut h = cell.lock().unwrap_or_else(|p| p.into_inner());
-            h.entries.resize(n, 0);
-            ctx.get_local(scratch, &mut h.entries);
-            h.guard = Some(guard);
-            h.mods = 0;
-            h.since = ctx.now();
         }
         // Apply the operation to the buffered block (None: the entry is
         // damaged — nobody writes a block we hold).
-        let applied = {
-            let mut h = cell.lock().unwrap_or_else(|p| p.into_inner());
-            let es = self.entry_stride;
-            let img = &mut h.entries[e * es..(e + 1) * es];
+        let es = self.entry_stride;
+        let (outcome, decision) = regions.update(ctx, &held, |data| {
+            let img = &mut data[e * es..(e + 1) * es];
             match decode_entry(img).map(|v| v.map(<[u8]>::to_vec)) {
-                Err(()) => None,
+                Err(()) => (None, 0),
                 Ok(before) => {
                     // The entry's new state, if the operation changes it.
                     let new: Option<Option<&[u8]>> = match (op, &before) {
@@ -575,73 +542,26 @@ impl HotArea {
                     let applied = new.is_some();
                     if let Some(v) = new {
                         encode_entry(img, v);
-                        h.mods += 1;
                     }
-                    let result = HotOutcome { before, applied };
-                    let fresh = ctx.now().saturating_sub(h.since) < self.params.hold
-                        && h.guard
-                            .as_ref()
-                            .is_some_and(|lock| lock.check(ctx, self.params.lease / 2));
-                    let allow = h.mods < self.params.theta && fresh;
-                    Some((result, local.tickets.hand_over_if(g, allow), h.mods > 0))
+                    (Some(HotOutcome { before, applied }), u32::from(applied))
                 }
             }
-        };
-        let Some((result, keep, flush)) = applied else {
-            self.give_back(ctx, local, g, b, block, scratch, false)
-                .await?;
+        });
+        let Some(result) = outcome else {
+            regions
+                .give_back(ctx, held, scratch, false)
+                .await
+                .map_err(|e| consolidate_error(e, region.head.addr))?;
             return Err(IndexError::Corrupt {
-                addr: block.addr,
+                addr: region.head.addr,
                 what: "hot entry (checksum mismatch under its lock)",
             });
         };
-        if keep {
-            local.tickets.release(g);
-        } else {
-            self.give_back(ctx, local, g, b, block, scratch, flush)
-                .await?;
-            trace.flushed = flush;
-        }
+        trace.flushed = regions
+            .finish(ctx, held, decision, scratch)
+            .await
+            .map_err(|e| consolidate_error(e, region.head.addr))?;
         Ok(result)
-    }
-
-    /// Writes block `b` back (when `flush`) and releases its remote lock in
-    /// one batch, then passes the local entry on.
-    #[allow(clippy::too_many_arguments)]
-    async fn give_back(
-        &self,
-        ctx: &Ctx,
-        local: &HotLocal,
-        g: dmkit_runtime::machine::TicketGrant,
-        b: usize,
-        block: RemoteRef,
-        scratch: Local,
-        flush: bool,
-    ) -> Result<(), IndexError> {
-        let guard = {
-            let mut h = local.blocks[b].lock().unwrap_or_else(|p| p.into_inner());
-            if flush {
-                ctx.put_local(scratch, &h.entries);
-                h.mods = 0;
-            }
-            h.guard.take()
-        };
-        if flush {
-            ctx.write(
-                block.add(HOT_ENTRIES_AT),
-                scratch.prefix(self.entries_len()),
-            );
-            ctx.faa(block.add(HOT_FLUSHES), 1);
-        }
-        let r = match guard {
-            Some(guard) => guard.unlock(ctx).await.map_err(lock_error),
-            None => Err(IndexError::Corrupt {
-                addr: block.addr,
-                what: "hot block held locally without its remote lock",
-            }),
-        };
-        local.tickets.abandon(g);
-        r
     }
 
     /// Every present hot key and its value, each block read under its lock
@@ -675,6 +595,22 @@ impl HotArea {
             }
         }
         Ok(out)
+    }
+}
+
+/// A failure of the runtime's consolidation as the index reports it.
+fn consolidate_error(e: ConsolidateError, block: GlobalAddr) -> IndexError {
+    match e {
+        ConsolidateError::Fabric(f) => IndexError::Fabric(f),
+        ConsolidateError::Lock(l) => lock_error(l),
+        ConsolidateError::NotHeld { .. } => IndexError::Corrupt {
+            addr: block,
+            what: "hot block held locally without its remote lock",
+        },
+        ConsolidateError::Region { .. } => IndexError::Corrupt {
+            addr: block,
+            what: "hot block (not a valid hot region)",
+        },
     }
 }
 

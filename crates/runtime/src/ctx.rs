@@ -53,6 +53,11 @@ impl Ctx {
         }
     }
 
+    /// The worker's shared state.
+    pub(crate) fn core(&self) -> &Rc<Core> {
+        &self.core
+    }
+
     /// This task's index on its worker.
     pub fn task(&self) -> usize {
         self.task

@@ -17,6 +17,16 @@
 //! [`lock`] adds the remote spinlock (with a lease) and the FAA sequencer of
 //! the memory-semantics study (§III-E).
 //!
+//! [`rpc`]: tasks call services on the memory nodes' worker threads
+//! (`ctx.call(node, service, bytes).await`, or typed with
+//! `ctx.call_typed::<S>(node, &request).await`) over the fabric's RPC
+//! channel, counted apart from verbs.
+//! [`numa`] is the study's NUMA side (§III-D): the host's sockets, pinning
+//! and memory binding (feature `hwloc`), and the proxy-socket queue.
+//!
+//! [`consolidate`] is IO consolidation (memory-semantics §III-C): a hint
+//! that a remote region is hot, and its write-back buffer.
+//!
 //! Vector IO (memory-semantics §III-A): doorbell batches are a task's
 //! `post`; [`Ctx::read_v`]/[`Ctx::write_v`] are scatter/gather requests;
 //! [`Ctx::write_packed`] is software packing.
@@ -28,13 +38,16 @@ pub mod alloc;
 pub mod backoff;
 pub mod clock;
 pub mod config;
+pub mod consolidate;
 pub mod ctx;
 pub mod hash;
 pub mod keys;
 pub mod local;
 pub mod lock;
 pub mod machine;
+pub mod numa;
 pub mod rng;
+pub mod rpc;
 pub mod stats;
 pub mod throttle;
 pub mod worker;
@@ -44,5 +57,6 @@ pub use config::RuntimeConfig;
 pub use ctx::{Ctx, OpGuard, Ticket};
 pub use local::{Local, LocalLayout};
 pub use lock::{LockConfig, LockError, LockGuard, RemoteLock, Sequencer};
+pub use rpc::{Call, CallError, Echo};
 pub use stats::{Counters, OpStats, WorkerStats};
 pub use worker::{Worker, WorkerBuilder};

@@ -15,7 +15,7 @@
 //! (Sherman's HOCL; the hash table's hot area, memory-semantics §IV-B).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::clock::Nanos;
@@ -54,6 +54,9 @@ struct Ticket {
     /// The remote lock is held for the machine (handed over).
     handed: AtomicBool,
     handovers: AtomicU32,
+    /// The remote lock word as its holder last wrote it (its lease), for
+    /// the local waiter it is handed to.
+    word: AtomicU64,
 }
 
 /// A compute machine's local lock table: one ticket lock per remote lock
@@ -72,6 +75,10 @@ pub struct TicketGrant {
     pub index: usize,
     /// The previous local holder handed the remote lock over: no CAS needed.
     pub handed: bool,
+    /// With `handed`: the remote lock word as the previous holder left it
+    /// ([`TicketLocks::set_word`]; its lease, which the new holder renews
+    /// when too little of it is left). 0 otherwise.
+    pub word: u64,
 }
 
 impl TicketLocks {
@@ -98,9 +105,15 @@ impl TicketLocks {
             ctx.sleep((LOCAL_WAIT_NS * ahead as Nanos).min(LOCAL_WAIT_MAX_NS))
                 .await;
         }
+        let handed = e.handed.load(Ordering::Acquire);
         TicketGrant {
             index,
-            handed: e.handed.load(Ordering::Acquire),
+            handed,
+            word: if handed {
+                e.word.load(Ordering::Acquire)
+            } else {
+                0
+            },
         }
     }
 
@@ -141,6 +154,12 @@ impl TicketLocks {
     /// posted).
     pub fn release(&self, g: TicketGrant) {
         self.entries[g.index].serving.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Records the remote lock word the holder of entry `index` holds (taken
+    /// or renewed), so a local waiter it is handed to knows its lease.
+    pub fn set_word(&self, index: usize, word: u64) {
+        self.entries[index].word.store(word, Ordering::Release);
     }
 
     /// Whether another local client waits behind the holder of `index`.

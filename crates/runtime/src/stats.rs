@@ -43,6 +43,17 @@ pub struct Counters {
     pub backoff_ns: u64,
     /// Posts deferred because credits were short.
     pub throttled_posts: u64,
+    /// RPCs started ([`crate::Ctx::call`]; each one round trip through a
+    /// memory node's CPU, counted apart from the verbs' `round_trips`).
+    pub rpc_calls: u64,
+    /// Request bytes the RPCs sent.
+    pub rpc_bytes_sent: u64,
+    /// Reply bytes the RPCs received.
+    pub rpc_bytes_received: u64,
+    /// RPCs that ended in a failure.
+    pub rpc_failures: u64,
+    /// RPCs that waited in the worker for room in their channel.
+    pub rpc_throttled: u64,
 }
 
 impl Counters {
@@ -65,6 +76,11 @@ impl Counters {
         self.retries += o.retries;
         self.backoff_ns += o.backoff_ns;
         self.throttled_posts += o.throttled_posts;
+        self.rpc_calls += o.rpc_calls;
+        self.rpc_bytes_sent += o.rpc_bytes_sent;
+        self.rpc_bytes_received += o.rpc_bytes_received;
+        self.rpc_failures += o.rpc_failures;
+        self.rpc_throttled += o.rpc_throttled;
     }
 
     /// `self − earlier`, field by field.
@@ -82,6 +98,11 @@ impl Counters {
             retries: self.retries - e.retries,
             backoff_ns: self.backoff_ns - e.backoff_ns,
             throttled_posts: self.throttled_posts - e.throttled_posts,
+            rpc_calls: self.rpc_calls - e.rpc_calls,
+            rpc_bytes_sent: self.rpc_bytes_sent - e.rpc_bytes_sent,
+            rpc_bytes_received: self.rpc_bytes_received - e.rpc_bytes_received,
+            rpc_failures: self.rpc_failures - e.rpc_failures,
+            rpc_throttled: self.rpc_throttled - e.rpc_throttled,
         }
     }
 }
@@ -98,7 +119,7 @@ pub struct OpStats {
 }
 
 impl OpStats {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             count: 0,
             counters: Counters::default(),
@@ -153,6 +174,9 @@ pub struct WorkerStats {
     pub task_limit: Vec<u32>,
     /// Last backoff limit `t_max` in ns, per worker.
     pub t_max: Vec<u64>,
+    /// RPCs by service: count, failures, reply bytes and latency from the
+    /// call to the reply's arrival (see [`crate::rpc`]).
+    pub rpc: BTreeMap<dmkit_fabric::ServiceId, OpStats>,
 }
 
 impl WorkerStats {
@@ -167,6 +191,9 @@ impl WorkerStats {
         self.c_max.extend_from_slice(&o.c_max);
         self.task_limit.extend_from_slice(&o.task_limit);
         self.t_max.extend_from_slice(&o.t_max);
+        for (k, v) in &o.rpc {
+            self.rpc.entry(*k).or_insert_with(OpStats::new).merge(v);
+        }
     }
 
     pub(crate) fn op_mut(&mut self, name: &'static str) -> &mut OpStats {

@@ -143,6 +143,8 @@ pub(crate) struct State {
     pub op_in_use: u32,
     pub op_waiters: VecDeque<usize>,
     pub rng: crate::rng::Rng,
+    /// RPC channels and calls in flight.
+    pub(crate) rpc: crate::rpc::RpcState,
 }
 
 impl State {
@@ -571,12 +573,21 @@ impl<'a> WorkerBuilder<'a> {
     /// # Panics
     /// If the task capacity is 0 or above 65,536 (programmer error).
     pub fn build(self) -> Result<Worker, FabricError> {
-        let qps = match self.source {
-            QpSource::Given(qps) => qps,
-            QpSource::Fabric(fabric) => connect_all(fabric, &self.cfg)?,
+        let (qps, rpc) = match self.source {
+            QpSource::Given(qps) => (
+                qps,
+                crate::rpc::RpcState::without(
+                    "a worker built on given queue pairs has no RPC channel",
+                ),
+            ),
+            QpSource::Fabric(fabric) => (
+                connect_all(fabric, &self.cfg)?,
+                crate::rpc::RpcState::connect(fabric),
+            ),
         };
         Worker::make(
             qps,
+            rpc,
             self.clock,
             self.cfg,
             self.id,
@@ -644,6 +655,7 @@ impl Worker {
 
     fn make(
         qps: Vec<Box<dyn QueuePair>>,
+        rpc: crate::rpc::RpcState,
         clock: Arc<dyn Clock>,
         cfg: RuntimeConfig,
         id: usize,
@@ -713,6 +725,7 @@ impl Worker {
             rng: crate::rng::Rng::from_state(
                 (cfg.seed ^ (id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1,
             ),
+            rpc,
         };
         Ok(Self {
             id,
@@ -836,6 +849,12 @@ impl Worker {
             let mut st = self.core.st.borrow_mut();
             st.poll_cqs();
             st.flush_deferred();
+            // (Only while calls are out: a worker that makes none polls
+            // nothing, which keeps the simulator's figures as they were.)
+            if st.rpc.outstanding > 0 {
+                let clock = &self.core.clock;
+                st.poll_rpc(|| clock.now());
+            }
             // Reading the clock costs as much as a small verb on shm (perf):
             // read it when a timer is pending, else every CLOCK_EVERY steps
             // (the tuner's and the avoider's periods are milliseconds).

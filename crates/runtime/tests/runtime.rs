@@ -854,3 +854,111 @@ fn one_sync_posts_to_seventy_memory_nodes() {
     }
     assert_eq!(w.stats().counters.round_trips, 2);
 }
+
+/// Tasks call the node's echo service: raw and typed, many at once (more
+/// than the channel holds, so some wait in the worker), with verbs in the
+/// same task; RPCs are counted apart from verbs.
+#[test]
+fn tasks_call_services_and_rpcs_are_counted_apart() {
+    let f = Arc::new(
+        ShmFabric::embedded(
+            ShmConfig {
+                rpc_slots: 4,
+                ..Default::default()
+            },
+            &[NodeConfig {
+                size: 16 << 20,
+                rpc_workers: 1,
+                ..Default::default()
+            }],
+        )
+        .unwrap(),
+    );
+    let (a, k) = chunk(&f, 4096);
+    let mut w = Worker::builder(f.as_ref())
+        .clock(real())
+        .tasks(16)
+        .local_bytes(LOCAL_BYTES)
+        .build()
+        .unwrap();
+    let ok = Rc::new(Cell::new(0));
+    for t in 0..16u64 {
+        let ok = ok.clone();
+        w.spawn(move |ctx| async move {
+            let _op = ctx.op("mixed").await;
+            for i in 0..20u64 {
+                let msg = format!("task {t} call {i}").into_bytes();
+                assert_eq!(
+                    ctx.call(0, dmkit_runtime::rpc::ECHO, msg.clone()).await,
+                    Ok(msg)
+                );
+                let typed = vec![t as u8; i as usize];
+                assert_eq!(
+                    ctx.call_typed::<dmkit_runtime::Echo>(0, &typed).await,
+                    Ok(typed)
+                );
+                ctx.faa_sync(RemoteRef::new(a, k), 1).await.unwrap();
+            }
+            // Failures are typed; the channel goes on.
+            assert_eq!(
+                ctx.call(0, 999, b"x".to_vec()).await,
+                Err(dmkit_runtime::CallError::Failed(
+                    dmkit_fabric::RpcFailure::NoSuchService(999)
+                ))
+            );
+            assert!(matches!(
+                ctx.call(7, 0, b"x".to_vec()).await,
+                Err(dmkit_runtime::CallError::NoChannel { node: 7, .. })
+            ));
+            ok.set(ok.get() + 1);
+        });
+    }
+    w.run();
+    assert_eq!(ok.get(), 16);
+    let st = w.stats();
+    let c = st.counters;
+    assert_eq!(
+        c.rpc_calls,
+        16 * 41,
+        "the call to a missing node never started"
+    );
+    assert_eq!(c.rpc_failures, 16);
+    assert_eq!(c.faa, 16 * 20);
+    assert_eq!(c.round_trips, 16 * 20, "RPCs are not verb round trips");
+    assert!(c.rpc_throttled > 0, "16 tasks on a 4-slot channel wait");
+    let echo = st.rpc_service(0).unwrap();
+    assert_eq!(echo.count, 16 * 40);
+    assert!(echo.latency.value_at_quantile(0.5) > 0);
+    assert_eq!(st.rpc_service(999).unwrap().counters.rpc_failures, 16);
+    // The operation scope saw its RPCs.
+    assert_eq!(st.ops["mixed"].counters.rpc_calls, 16 * 41);
+    assert_eq!(f.node_stats(0).unwrap().rpc_requests, 16 * 41);
+}
+
+#[test]
+fn a_call_without_rpc_workers_is_a_typed_error() {
+    let f = ShmFabric::embedded(
+        ShmConfig::default(),
+        &[NodeConfig {
+            size: 4 << 20,
+            rpc_workers: 0,
+            ..Default::default()
+        }],
+    )
+    .unwrap();
+    let mut w = Worker::builder(&f).clock(real()).build().unwrap();
+    let got = Rc::new(Cell::new(false));
+    let g = got.clone();
+    w.spawn(move |ctx| async move {
+        assert!(!ctx.has_rpc(0));
+        match ctx.call(0, 0, Vec::new()).await {
+            Err(dmkit_runtime::CallError::NoChannel { node: 0, reason }) => {
+                assert!(reason.contains("no RPC workers"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+        g.set(true);
+    });
+    w.run();
+    assert!(got.get());
+}

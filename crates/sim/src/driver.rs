@@ -49,6 +49,12 @@ pub struct SimConfig {
     /// Whether the simulated device promises in-order placement inside one
     /// WRITE (data structures then rely on it; torn faults respect it).
     pub in_order_write: bool,
+    /// RPC worker cores per memory node, instead of the profile's
+    /// `rpc.cores` (0: no RPC channel).
+    pub rpc_workers: Option<usize>,
+    /// Sockets, NIC ports and their crossings (`crate::numa`); `None`: one
+    /// socket per machine, nothing crosses (the default).
+    pub numa: Option<crate::numa::NumaLayout>,
 }
 
 impl Default for SimConfig {
@@ -63,6 +69,8 @@ impl Default for SimConfig {
             seed: 1,
             faults: Faults::default(),
             in_order_write: true,
+            rpc_workers: None,
+            numa: None,
         }
     }
 }
@@ -118,6 +126,8 @@ pub struct RunOutcome {
 
 /// A simulation: its fabric, clock and virtual threads.
 pub struct Sim {
+    /// Sockets per machine (1 without a NUMA layout).
+    sockets: u32,
     core: Arc<Shared>,
     fabric: Arc<SimFabric>,
     clock: Arc<SimClock>,
@@ -164,6 +174,7 @@ impl Sim {
             rtt: None,
             max_batch: p.limits.max_batch,
             max_inline: p.limits.max_inline,
+            ..ShmConfig::default()
         };
         let nodes: Vec<NodeConfig> = (0..cfg.memory_nodes)
             .map(|i| NodeConfig {
@@ -183,11 +194,26 @@ impl Sim {
             max_sge: p.limits.max_sge,
             on_nic_memory: p.limits.device_memory > 0,
             explicit_doorbells: true,
+            rpc_workers: cfg.rpc_workers.unwrap_or(p.rpc.cores as usize),
         };
+        // With sockets, a memory machine holds one node per socket.
+        let per_machine = cfg.numa.as_ref().map_or(1, |l| l.sockets as usize);
+        if let Some(l) = &cfg.numa {
+            let bad = |reason: String| FabricError::Connect {
+                target: "sim".into(),
+                reason,
+            };
+            l.validate().map_err(|e| bad(format!("NUMA layout: {e}")))?;
+            if cfg.colocated {
+                return Err(bad(
+                    "a NUMA layout needs memory machines of their own".into()
+                ));
+            }
+        }
         let machines = if cfg.colocated {
             cfg.compute_machines
         } else {
-            cfg.compute_machines + cfg.memory_nodes
+            cfg.compute_machines + cfg.memory_nodes.div_ceil(per_machine)
         };
         let tick = Arc::new(AtomicU64::new(0));
         let mut core = Core::new(
@@ -198,14 +224,20 @@ impl Sim {
             cfg.seed,
             tick.clone(),
         );
+        core.rpc_cores = caps.rpc_workers;
+        core.rpc_max_message = shm.rpc_max_message as usize;
+        core.rpc_capacity = shm.rpc_slots as usize;
         let shift = cfg.page_size.trailing_zeros();
         for i in 0..cfg.memory_nodes {
             let m = if cfg.colocated {
                 i
             } else {
-                cfg.compute_machines + i
+                cfg.compute_machines + i / per_machine
             };
             core.place_node(i as u16, m, shift);
+        }
+        if let Some(l) = &cfg.numa {
+            core.set_numa(l.clone());
         }
         let machine_clocks = (0..machines)
             .filter_map(|m| MachineClock::new(&cfg.faults, cfg.seed, m))
@@ -213,6 +245,7 @@ impl Sim {
             .collect();
         let core = Arc::new(Shared::new(core));
         Ok(Self {
+            sockets: per_machine as u32,
             machine_clocks,
             fabric: Arc::new(SimFabric {
                 core: core.clone(),
@@ -227,6 +260,11 @@ impl Sim {
             finished: 0,
             steps: 0,
         })
+    }
+
+    /// Sockets per machine (1 unless a NUMA layout gives more).
+    pub fn sockets(&self) -> u32 {
+        self.sockets
     }
 
     /// The fabric (give it to data structures and workers).
@@ -290,12 +328,25 @@ impl Sim {
         machine: usize,
         make: impl FnOnce(&dyn Fabric, Arc<dyn Clock>) -> Result<Worker, E>,
     ) -> Result<ThreadId, E> {
+        self.add_worker_on(machine, 0, make)
+    }
+
+    /// [`Sim::add_worker`] for a thread on `socket` of its machine (what
+    /// its queue pairs cross depends on it: [`crate::numa`]; without a
+    /// NUMA layout the socket changes nothing).
+    pub fn add_worker_on<E>(
+        &mut self,
+        machine: usize,
+        socket: u32,
+        make: impl FnOnce(&dyn Fabric, Arc<dyn Clock>) -> Result<Worker, E>,
+    ) -> Result<ThreadId, E> {
         let (th, now) = self.core.with(|c| {
             assert!(
                 machine < c.machine_count(),
                 "machine {machine} does not exist"
             );
             let th = c.add_thread(machine);
+            c.set_thread_socket(th, socket);
             c.set_current(Some(th));
             c.cursor = c.now;
             (th, c.now)
@@ -372,14 +423,14 @@ impl Sim {
         let _active = core.activate();
         // Arbitrated atomics: an arbitration decides when requests complete,
         // so it runs before any step that comes after it.
-        let mut arbitration = self.core.with(|c| c.next_arbitration());
+        let mut arbitration = self.core.with(|c| c.next_event());
         loop {
             let next = self.wake.peek().map(|w| w.0 .0);
             if let Some(a) = arbitration {
                 if a <= end && next.is_none_or(|t| a <= t) {
                     let woken = self.core.with(|c| {
                         c.apply_until(a);
-                        arbitration = c.next_arbitration();
+                        arbitration = c.next_event();
                         std::mem::take(&mut c.woken)
                     });
                     self.wake_all(woken);
@@ -433,7 +484,7 @@ impl Sim {
                 c.set_current(None);
                 let now = c.now;
                 self.clock.0.store(now, Ordering::Release);
-                arbitration = c.next_arbitration();
+                arbitration = c.next_event();
                 (c.cursor, c.next_completion(th), !c.woken.is_empty())
             });
             vt.cursor = cursor;
@@ -520,6 +571,12 @@ impl Sim {
         self.steps
     }
 
+    /// Counters of the RPC path (zero without a channel).
+    pub fn rpc_stats(&self) -> crate::RpcSimStats {
+        self.core
+            .with(|c| c.rpc.as_ref().map(|r| r.stats()).unwrap_or_default())
+    }
+
     /// Engine counters.
     pub fn stats(&self) -> SimStats {
         self.core.with(|c| c.stats)
@@ -551,6 +608,27 @@ impl Sim {
     /// Number of live virtual threads.
     pub fn thread_count(&self) -> usize {
         self.threads.iter().flatten().count()
+    }
+
+    /// Kills compute machine `machine` now, as a crash would: its threads
+    /// stop for good — their tasks are dropped where they stand, with
+    /// whatever remote locks they held — and the requests they had posted
+    /// still execute (they are on the wire) but complete to no one.
+    /// Requests a task had only queued are lost. Returns how many threads
+    /// died.
+    pub fn kill_machine(&mut self, machine: usize) -> usize {
+        let mut n = 0;
+        for t in &mut self.threads {
+            if t.as_ref().is_some_and(|v| v.machine == machine) {
+                let v = t.take().expect("checked above");
+                if v.done {
+                    self.finished -= 1;
+                }
+                drop(v);
+                n += 1;
+            }
+        }
+        n
     }
 
     /// Drops every worker (and its queue pairs) — e.g. before reading the

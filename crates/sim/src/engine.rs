@@ -24,6 +24,7 @@ use dmkit_fabric::hint::prefetch;
 use dmkit_runtime::hash::IntMap;
 
 use crate::faults::Faults;
+use crate::numa::{NumaLayout, CROSS_LOCAL, CROSS_REMOTE};
 use crate::profile::{AtomicOrder, Profile};
 use crate::rng::SimRng;
 
@@ -234,7 +235,7 @@ fn book(
 }
 
 /// One machine: CPUs, one RNIC (requester and responder), one switch port.
-struct Machine {
+pub(crate) struct Machine {
     /// Busy virtual threads (for the SMT slowdown).
     active: u32,
     cpu_factor: f64,
@@ -248,17 +249,17 @@ struct Machine {
     /// Shared / multiplexed queue pairs: (node, group size) → (qp, users).
     groups: HashMap<(NodeId, usize), Vec<(usize, usize)>>,
     /// The machine as a requester (its own posts).
-    tx: Tx,
+    pub(crate) tx: Tx,
     /// The machine as a responder (requests it serves).
-    rx: Rx,
+    pub(crate) rx: Rx,
 }
 
 /// A machine's requester side: send-queue units, outstanding requests, and
 /// the port's links in the directions its own requests use. Kept apart
 /// from [`Rx`] so a post borrows its machine's requester and its target's
 /// responder at once, also when they are the same machine (loopback).
-struct Tx {
-    req_free: f64,
+pub(crate) struct Tx {
+    pub(crate) req_free: f64,
     /// Queue pairs with requests waiting for the send-queue units, and
     /// when each stops waiting (lazily expired; stale entries skipped).
     backlogged: u32,
@@ -274,17 +275,17 @@ struct Tx {
     /// requests and serves them (colocated memory nodes, Sherman's setup).
     /// Here: requests out, responses in.
     up_free: f64,
-    down_resp_free: f64,
+    pub(crate) down_resp_free: f64,
 }
 
 /// A machine's responder side: execution unit, atomic unit, translation
 /// cache, and the links its served requests use (requests in, responses
 /// out).
-struct Rx {
+pub(crate) struct Rx {
     down_free: f64,
-    resp_free: f64,
+    pub(crate) resp_free: f64,
     atomic_free: f64,
-    up_resp_free: f64,
+    pub(crate) up_resp_free: f64,
     /// Direct-mapped translation cache: remote page + 1 per entry (0 = empty).
     mtt: Vec<u64>,
 }
@@ -346,6 +347,9 @@ struct Qp {
     failed_batch: u64,
     /// Instant the connection was lost.
     lost_at: Option<Time>,
+    /// Which of its ends cross the inter-socket link (`crate::numa`; 0
+    /// without a NUMA layout).
+    cross: u8,
 }
 
 /// A request whose execution instant is not known when it is posted: an
@@ -537,13 +541,16 @@ fn respond(
     spread: f64,
     rser: f64,
     half_wire: f64,
+    extra: f64,
 ) -> f64 {
     q.last_exec = exec + spread;
     let u2 = fmax(exec + spread, tm.up_resp_free);
     tm.up_resp_free = u2 + rser;
     let d2 = fmax(u2 + rser + half_wire, m.down_resp_free);
     m.down_resp_free = d2 + rser;
-    let cq = fmax(d2 + rser + half_wire + p.nic.deliver_ns, q.last_cq);
+    // (`extra`: the completion's DMA crossing sockets, `crate::numa`; 0
+    // otherwise, which adds exactly nothing.)
+    let cq = fmax(d2 + rser + half_wire + p.nic.deliver_ns + extra, q.last_cq);
     q.last_cq = cq;
     cq
 }
@@ -574,7 +581,7 @@ pub(crate) struct Core {
     slots: Slots,
     pub faults: Faults,
     pub in_order_write: bool,
-    machines: Vec<Machine>,
+    pub(crate) machines: Vec<Machine>,
     /// Memory node id → machine.
     node_machine: HashMap<NodeId, usize>,
     /// Memory node id → translation page shift.
@@ -615,7 +622,7 @@ pub(crate) struct Core {
     thread_handles: Vec<Vec<u32>>,
     /// The thread being stepped ([`Core::set_current`]), and its CPU time
     /// position.
-    current: Option<ThreadId>,
+    pub(crate) current: Option<ThreadId>,
     /// The CPU cost multiplier of `current` (1 for the external caller),
     /// kept with it: looking it up through the thread's machine on every
     /// charge and post cost two dependent loads each time.
@@ -626,6 +633,16 @@ pub(crate) struct Core {
     pub clock: Arc<AtomicU64>,
     pub rng: SimRng,
     pub stats: SimStats,
+    /// The RPC path ([`crate::rpc`]), made with the first channel (so runs
+    /// without one take none of its branches).
+    pub(crate) rpc: Option<Box<crate::rpc::RpcSim>>,
+    /// Worker cores per memory node, and the channels' limits.
+    pub(crate) rpc_cores: usize,
+    pub(crate) rpc_max_message: usize,
+    pub(crate) rpc_capacity: usize,
+    /// Sockets (`crate::numa`), if modelled, and each thread's socket.
+    numa: Option<NumaLayout>,
+    thread_socket: Vec<u32>,
 }
 
 /// Forgets the queue pairs of requester `m` that stopped waiting for its
@@ -959,7 +976,13 @@ fn send_queue<'q>(
 /// propagation on each side of the switch). Returns when the request has
 /// arrived at the target's NIC.
 #[inline(always)]
-fn request_link(tx: &mut Tx, rx: &mut Rx, depart: f64, serialise: f64, half_wire: f64) -> f64 {
+pub(crate) fn request_link(
+    tx: &mut Tx,
+    rx: &mut Rx,
+    depart: f64,
+    serialise: f64,
+    half_wire: f64,
+) -> f64 {
     let uplink = fmax(depart, tx.up_free);
     tx.up_free = uplink + serialise;
     let downlink = fmax(uplink + serialise + half_wire, rx.down_free);
@@ -1194,7 +1217,23 @@ impl Core {
             clock,
             rng: SimRng::new(seed),
             stats: SimStats::default(),
+            rpc: None,
+            rpc_cores: 0,
+            rpc_max_message: 4096,
+            rpc_capacity: 64,
+            numa: None,
+            thread_socket: Vec::new(),
         }
+    }
+
+    /// Models sockets with `layout` (before any thread connects).
+    pub fn set_numa(&mut self, layout: NumaLayout) {
+        self.numa = Some(layout);
+    }
+
+    /// Puts thread `t` on `socket` (before it connects).
+    pub fn set_thread_socket(&mut self, t: ThreadId, socket: u32) {
+        self.thread_socket[t as usize] = socket;
     }
 
     pub fn place_node(&mut self, node: NodeId, machine: usize, page_shift: u32) {
@@ -1217,6 +1256,7 @@ impl Core {
     pub fn add_thread(&mut self, machine: usize) -> ThreadId {
         let id = self.threads.len() as ThreadId;
         self.threads.push(machine);
+        self.thread_socket.push(0);
         self.thread_handles.push(Vec::new());
         let m = &mut self.machines[machine];
         let active = m.active + 1;
@@ -1291,6 +1331,7 @@ impl Core {
             next_batch: 1,
             failed_batch: 0,
             lost_at: None,
+            cross: 0,
         };
         let default_db = |m: &mut Machine, p: &Profile| {
             let low = p.doorbell.low_latency;
@@ -1359,6 +1400,12 @@ impl Core {
                 qi
             }
         };
+        if let Some(layout) = &self.numa {
+            let socket = thread.map_or(0, |t| self.thread_socket[t as usize]);
+            if self.qps[qp].cross == 0 {
+                self.qps[qp].cross = layout.crossings(socket, node);
+            }
+        }
         let shift = self.page_shift.get(&node).copied().unwrap_or(21);
         self.handles.push(Handle {
             qp,
@@ -1477,7 +1524,16 @@ impl Core {
             stats.disconnects += 1;
         }
         // The NIC fetches the post's WQEs once the doorbell has rung.
-        let fetched = rung + p.nic.fetch_ns;
+        let mut fetched = rung + p.nic.fetch_ns;
+        // Across sockets (`crate::numa`): the doorbell's MMIO write and the
+        // WQE's DMA read each cross the link; the completion's DMA too.
+        let cross = qp.cross;
+        let cross_local = if cross & CROSS_LOCAL != 0 {
+            fetched += 2.0 * p.numa.cross_ns;
+            p.numa.cross_ns
+        } else {
+            0.0
+        };
         let batch_id = qp.next_batch;
         qp.next_batch += 1;
         if !batch.sges().is_empty() {
@@ -1510,7 +1566,22 @@ impl Core {
             let shape = shape_of(shapes, p, slots, kind, len);
             let (depart, qp) = send_queue(p, slots, tx, qps, qi, stats, &shape, fetched);
             let arrive = request_link(tx, rx, depart, shape.ser, half_wire);
-            let admitted = responder_admit(p, rx, stats, arrive, shape.rsvc, wr, page_shift);
+            let rsvc = if cross & CROSS_REMOTE != 0 {
+                // The responder's DMA crosses to the other socket's memory.
+                let (_, _, payload) = kind_bytes(kind, len);
+                fmax(
+                    slots.responder,
+                    payload / (p.responder.pcie_gbs * p.numa.cross_bw),
+                )
+            } else {
+                shape.rsvc
+            };
+            let admitted = responder_admit(p, rx, stats, arrive, rsvc, wr, page_shift);
+            let admitted = if cross & CROSS_REMOTE != 0 {
+                admitted + p.numa.cross_ns
+            } else {
+                admitted
+            };
             let (exec, held) = match kind {
                 VerbKind::Read | VerbKind::Write => (
                     access_instant(p, addr_free, line_free, kind, wr, len, admitted),
@@ -1559,7 +1630,17 @@ impl Core {
             }
             // One queue pair's requests take effect in posting order.
             let exec = fmax(exec, qp.last_exec + 1.0);
-            let cq = respond(p, qp, tx, rx, exec, spread, shape.rser, half_wire);
+            let cq = respond(
+                p,
+                qp,
+                tx,
+                rx,
+                exec,
+                spread,
+                shape.rser,
+                half_wire,
+                cross_local,
+            );
             enqueue(
                 stats,
                 next_seq,
@@ -1713,7 +1794,12 @@ impl Core {
                 .expect("a queue pair's machines exist");
             (&mut a.tx, &mut b.rx)
         };
-        let cq = respond(p, q, m, tm, exec, spread, pd.rser, half_wire);
+        let extra = if q.cross & CROSS_LOCAL != 0 {
+            p.numa.cross_ns
+        } else {
+            0.0
+        };
+        let cq = respond(p, q, m, tm, exec, spread, pd.rser, half_wire, extra);
         let hi = pd.h as usize;
         let hd = &mut self.handles[hi];
         let pos = (pd.idx - hd.head) as usize;
@@ -1734,8 +1820,12 @@ impl Core {
         }
     }
 
-    /// Whether a completion of thread `t` waits for an arbitration.
+    /// Whether a completion of thread `t` waits for an arbitration, or
+    /// one of its RPC replies for the node's cores.
     pub fn awaits_arbitration(&self, t: ThreadId) -> bool {
+        if self.rpc.as_ref().is_some_and(|r| r.awaits(t)) {
+            return true;
+        }
         self.arbitrated
             && self.thread_handles[t as usize].iter().any(|&h| {
                 self.handles[h as usize]
@@ -1750,9 +1840,38 @@ impl Core {
         self.arbitrations.peek().map(|r| r.0 .0)
     }
 
+    /// When the next event that may decide a completion is due: an
+    /// arbitration, or an event of the RPC path (the driver runs them
+    /// before any step that comes after them).
+    pub fn next_event(&self) -> Option<Time> {
+        let a = self.next_arbitration();
+        match self.rpc.as_ref().and_then(|r| r.next_event()) {
+            Some(r) => Some(a.map_or(r, |a| a.min(r))),
+            None => a,
+        }
+    }
+
+    /// Applies every memory effect due at or before `t`, running the RPC
+    /// path's events in time order with them (an event after the effects
+    /// of its instant), and moves the engine's time there.
+    pub fn apply_until(&mut self, t: Time) {
+        if self.rpc.is_some() {
+            while let Some(at) = self
+                .rpc
+                .as_ref()
+                .and_then(|r| r.next_event())
+                .filter(|&at| at <= t)
+            {
+                self.apply_effects_and_arbitrations(at);
+                self.run_rpc_event();
+            }
+        }
+        self.apply_effects_and_arbitrations(t);
+    }
+
     /// Applies every memory effect due at or before `t` and moves the
     /// engine's time there (never backwards).
-    pub fn apply_until(&mut self, t: Time) {
+    fn apply_effects_and_arbitrations(&mut self, t: Time) {
         // Arbitrations first when one is due before the next effect (an
         // arbitration only schedules effects after its own instant).
         while let Some(&Reverse((at, addr))) = self.arbitrations.peek() {
@@ -2005,7 +2124,7 @@ impl Core {
         }
         // Not known before an arbitration: the next thing that happens.
         let effect = self.effects.peek().map(|e| e.0.at());
-        let arbitration = self.next_arbitration();
+        let arbitration = self.next_event();
         match (effect, arbitration) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -2042,9 +2161,9 @@ impl Core {
         }
     }
 
-    /// When thread `t` next has a completion to reap.
+    /// When thread `t` next has a completion (or an RPC reply) to reap.
     pub fn next_completion(&self, t: ThreadId) -> Option<Time> {
-        let mut best: Option<Time> = None;
+        let mut best: Option<Time> = self.rpc.as_ref().and_then(|r| r.next_reply(t));
         for &h in &self.thread_handles[t as usize] {
             let hd = &self.handles[h as usize];
             if hd.deliverable == 0 {
@@ -2067,7 +2186,7 @@ impl Core {
 /// The larger of two model times (never NaN; cheaper than `f64::max`,
 /// which must handle NaN — 15 % of a post in a profile).
 #[inline(always)]
-fn fmax(a: f64, b: f64) -> f64 {
+pub(crate) fn fmax(a: f64, b: f64) -> f64 {
     if a > b {
         a
     } else {
@@ -2112,13 +2231,13 @@ fn from_time(t: Time) -> f64 {
 /// every instant below 2^63 ns, one instruction instead of `u64`'s
 /// compare-and-adjust sequence.
 #[inline(always)]
-fn to_time(x: f64) -> Time {
+pub(crate) fn to_time(x: f64) -> Time {
     (x as i64).max(0) as Time
 }
 
 /// Packets of a message of `payload` bytes (at least one).
 #[inline]
-fn packets(payload: f64, mtu: f64) -> f64 {
+pub(crate) fn packets(payload: f64, mtu: f64) -> f64 {
     if payload <= mtu {
         1.0
     } else {

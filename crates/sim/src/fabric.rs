@@ -11,7 +11,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use dmkit_fabric::shm::ShmFabric;
 use dmkit_fabric::{
     Batch, Capabilities, Completion, Fabric, FabricError, Lkey, LocalMem, NodeId, NodeRpc,
-    PostError, QpPolicy, QpStats, QueuePair, RegionInfo,
+    PostError, QpPolicy, QpStats, QueuePair, RegionInfo, RpcChannel, RpcFailure, RpcReply,
+    RpcSendError, ServiceId,
 };
 use dmkit_memnode::{Request, Response};
 
@@ -190,6 +191,106 @@ impl Fabric for SimFabric {
             node,
             caps: self.caps,
         }))
+    }
+
+    /// A channel to the node's simulated worker cores ([`crate::rpc`]),
+    /// owned by the calling virtual thread.
+    fn connect_rpc(&self, node: NodeId) -> Result<Box<dyn RpcChannel>, FabricError> {
+        if self.caps.rpc_workers == 0 {
+            return Err(FabricError::Unsupported {
+                backend: "sim",
+                what: "RPC channels: the simulated memory nodes run no workers (rpc.cores = 0)"
+                    .into(),
+            });
+        }
+        let mn = self
+            .inner
+            .embedded_node(node)
+            .ok_or(FabricError::NoSuchNode(node))?;
+        let (c, (max, cap)) = self
+            .core
+            .with(|c| Ok::<_, String>((c.rpc_connect(node, mn)?, c.rpc_limits())))
+            .map_err(|reason| FabricError::Connect {
+                target: format!("sim node {node}"),
+                reason,
+            })?;
+        Ok(Box::new(SimRpcChannel {
+            core: self.core.clone(),
+            c,
+            node,
+            max,
+            cap,
+        }))
+    }
+}
+
+/// One virtual thread's RPC channel (see [`crate::rpc`] for its timing).
+pub struct SimRpcChannel {
+    core: Arc<Shared>,
+    c: u32,
+    node: NodeId,
+    max: usize,
+    cap: usize,
+}
+
+impl RpcChannel for SimRpcChannel {
+    fn node(&self) -> NodeId {
+        self.node
+    }
+
+    fn max_message(&self) -> usize {
+        self.max
+    }
+
+    fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    fn send(&mut self, id: u64, service: ServiceId, payload: &[u8]) -> Result<(), RpcSendError> {
+        let c = self.c;
+        self.core
+            .with(|core| core.rpc_send(c, id, service, payload))
+    }
+
+    fn poll(&mut self, out: &mut Vec<RpcReply>) -> usize {
+        let c = self.c;
+        self.core.with(|core| core.rpc_poll(c, out))
+    }
+
+    fn pending(&self) -> usize {
+        let c = self.c;
+        self.core.with(|core| core.rpc_pending(c))
+    }
+
+    /// Sends and waits. Outside a step the simulation runs forward; inside
+    /// one the virtual CPU stalls until the reply (as `SimQp::execute`).
+    fn call(&mut self, service: ServiceId, payload: &[u8]) -> Result<Vec<u8>, RpcFailure> {
+        assert_eq!(self.pending(), 0, "call() needs an idle channel");
+        self.send(0, service, payload).map_err(|e| match e {
+            RpcSendError::Full => unreachable!("an idle channel has room"),
+            RpcSendError::Refused(f) => f,
+        })?;
+        let c = self.c;
+        let mut out = Vec::with_capacity(1);
+        loop {
+            if self.core.with(|core| {
+                if core.rpc_poll(c, &mut out) == 0 {
+                    core.rpc_block(c);
+                    false
+                } else {
+                    true
+                }
+            }) {
+                return out.pop().expect("polled one").result;
+            }
+        }
+    }
+}
+
+impl Drop for SimRpcChannel {
+    fn drop(&mut self) {
+        let c = self.c;
+        self.core.with(|core| core.rpc_drop(c));
     }
 }
 

@@ -79,6 +79,19 @@
 //! requests processed after it at that node, even ones that executed
 //! earlier. Responses leave in execution order on a real link.
 //!
+//! ## The RPC path ([`rpc`])
+//! Two-sided calls to a memory node's worker threads (the fabric's RPC
+//! channel) go through the same client CPU, NIC and links as a request
+//! of their size, then the node's NIC, its RPC queue (`rpc.queue_ns`, one
+//! request at a time) and its worker cores (`rpc.cores`, first come first
+//! served, `rpc.request_ns + rpc.byte_ns × bytes` each plus what the
+//! service charges). The real service code runs at the request's
+//! simulated start; services' messages between workers are jobs of their
+//! destination core; replies come back over the links, in order per
+//! channel. The ConnectX-3 profile is calibrated on CoRM's RPC round trip
+//! and saturation (`configs/sim/cx3-56g.toml`). Runs that open no channel
+//! take none of these branches.
+//!
 //! ## Faults
 //! [`Faults`]: torn READ/WRITE at 8-byte granularity (ascending when the
 //! device declares in-order placement, any order otherwise), delays,
@@ -100,12 +113,16 @@ pub mod driver;
 pub mod engine;
 pub mod fabric;
 pub mod faults;
+pub mod numa;
 pub mod profile;
 pub mod rng;
+pub mod rpc;
 
 pub use clock::MachineClock;
 pub use driver::{RunOutcome, Sim, SimClock, SimConfig};
 pub use engine::{SimStats, ThreadId, Time};
-pub use fabric::{SimFabric, SimQp};
+pub use fabric::{SimFabric, SimQp, SimRpcChannel};
 pub use faults::Faults;
+pub use numa::{NumaLayout, NumaModel, PortRule};
 pub use profile::Profile;
+pub use rpc::RpcSimStats;

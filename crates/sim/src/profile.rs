@@ -31,6 +31,44 @@ pub struct Profile {
     pub responder: ResponderModel,
     /// The capabilities the device declares to the fabric.
     pub limits: Limits,
+    /// The memory nodes' CPUs serving RPC channels (absent: the defaults
+    /// of [`RpcModel`]; nothing but the RPC path reads it).
+    #[serde(default)]
+    pub rpc: RpcModel,
+    /// Crossing the inter-socket link (used only with a NUMA layout,
+    /// `crate::numa`; absent: Table II of the memory-semantics study).
+    #[serde(default)]
+    pub numa: crate::numa::NumaModel,
+}
+
+/// A memory node's CPU on the RPC path ([`crate::rpc`] has the model).
+/// The defaults are round numbers for a server CPU, not calibrated; the
+/// ConnectX-3 profile's are CoRM's (SIGMOD'21 §4).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RpcModel {
+    /// Worker cores per memory node (0: no RPC channel).
+    pub cores: u32,
+    /// A core's time per request besides its bytes: take it from the
+    /// receive queue, dispatch, run the service, post the reply (ns).
+    pub request_ns: f64,
+    /// A core's time per byte of request and reply: the copies (ns/B).
+    pub byte_ns: f64,
+    /// The node's RPC queue shared by the workers: every request passes it
+    /// one at a time, holding it this long (ns; 0: no such stage). It is
+    /// what bounds a node's RPC rate when its cores are not the bottleneck.
+    pub queue_ns: f64,
+}
+
+impl Default for RpcModel {
+    fn default() -> Self {
+        Self {
+            cores: 4,
+            request_ns: 500.0,
+            byte_ns: 0.1,
+            queue_ns: 0.0,
+        }
+    }
 }
 
 /// The compute blade's CPUs. Every CPU cost is charged to the virtual thread
@@ -386,14 +424,32 @@ impl Profile {
             ("responder.atomic_ns", self.responder.atomic_ns),
             ("responder.atomic_nic_ns", self.responder.atomic_nic_ns),
             ("responder.mtt_miss_ns", self.responder.mtt_miss_ns),
+            ("rpc.request_ns", self.rpc.request_ns),
+            ("rpc.byte_ns", self.rpc.byte_ns),
+            ("rpc.queue_ns", self.rpc.queue_ns),
         ];
         for (name, v) in nonneg {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(format!("{name} must be ≥ 0, got {v}"));
             }
         }
+        if !(self.numa.cross_ns.is_finite() && self.numa.cross_ns >= 0.0) {
+            return Err(format!(
+                "numa.cross_ns must be ≥ 0, got {}",
+                self.numa.cross_ns
+            ));
+        }
+        if !(self.numa.cross_bw > 0.0 && self.numa.cross_bw <= 1.0) {
+            return Err(format!(
+                "numa.cross_bw must be in (0, 1], got {}",
+                self.numa.cross_bw
+            ));
+        }
         if self.nic.max_miss > 1.0 {
             return Err(format!("nic.max_miss {} must be ≤ 1", self.nic.max_miss));
+        }
+        if self.rpc.cores > 1024 {
+            return Err(format!("rpc.cores {} must be at most 1024", self.rpc.cores));
         }
         if self.cpu.cores == 0 || self.cpu.smt == 0 {
             return Err("cpu.cores and cpu.smt must be at least 1".into());

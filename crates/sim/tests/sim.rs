@@ -606,3 +606,22 @@ fn another_thread_is_served_between_runs() {
         2 * 4 * TASK_ADDS + 1000 * OTHER_ADDS
     );
 }
+
+#[test]
+fn rpc_conformance_on_the_simulator() {
+    let sim = Sim::new(small()).unwrap();
+    assert_eq!(
+        sim.fabric().caps().rpc_workers,
+        4,
+        "the profile's default cores"
+    );
+    conformance::rpc_all(&*sim.dyn_fabric(), 0);
+    conformance::rpc_all(&*sim.dyn_fabric(), 1);
+    assert!(sim.rpc_stats().requests > 1000);
+    let none = Sim::new(SimConfig {
+        rpc_workers: Some(0),
+        ..small()
+    })
+    .unwrap();
+    conformance::rpc_all(&*none.dyn_fabric(), 0);
+}

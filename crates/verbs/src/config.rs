@@ -39,6 +39,10 @@ pub struct VerbsConfig {
     pub max_inline: u32,
     /// Timeout of control-channel calls.
     pub control_timeout: Duration,
+    /// Requests an RPC channel may have unanswered (its message slots).
+    pub rpc_slots: u32,
+    /// Largest request or reply payload of an RPC channel.
+    pub rpc_max_message: u32,
 }
 
 impl Default for VerbsConfig {
@@ -49,6 +53,8 @@ impl Default for VerbsConfig {
             sq_depth: 256,
             max_inline: 128,
             control_timeout: Duration::from_secs(10),
+            rpc_slots: 64,
+            rpc_max_message: 4096,
         }
     }
 }

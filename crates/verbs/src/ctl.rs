@@ -19,8 +19,9 @@ use crate::device::{DeviceCaps, Endpoint};
 
 /// Protocol magic of the verbs control channel.
 pub const CTL_MAGIC: u64 = u64::from_le_bytes(*b"DMKITVRB");
-/// Protocol version.
-pub const CTL_VERSION: u32 = 1;
+/// Protocol version. (2: RPC channels, [`Ctl::ConnectRpc`]; the node's
+/// worker count in the welcome.)
+pub const CTL_VERSION: u32 = 2;
 
 /// A region as the NIC sees it: dmkit's key and bounds, and the NIC's
 /// key and virtual address of the region's first byte.
@@ -67,6 +68,17 @@ pub enum Ctl {
     },
     /// The node's regions with their NIC keys.
     Regions,
+    /// Create the node's end of an RPC channel (a message queue pair served
+    /// by the node's workers) connected to `client`, with `slots` messages
+    /// of at most `max_message` payload bytes in flight each way.
+    ConnectRpc {
+        /// The client's message queue pair.
+        client: Endpoint,
+        /// Requests the client may have unanswered.
+        slots: u32,
+        /// Largest request or reply payload.
+        max_message: u32,
+    },
 }
 
 /// Node → client.
@@ -87,6 +99,8 @@ pub enum CtlReply {
         /// The node's device limits, so a client's queue pairs ask for no more
         /// than its side grants.
         device: DeviceCaps,
+        /// The node's RPC worker threads (0: no RPC channels).
+        rpc_workers: u32,
     },
     /// Answer to [`Ctl::Rpc`].
     Rpc(Response),

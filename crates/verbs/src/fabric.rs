@@ -20,7 +20,8 @@ use std::thread::ThreadId;
 use std::time::Duration;
 
 use dmkit_fabric::{
-    Capabilities, Fabric, FabricError, NodeId, NodeRpc, QpPolicy, QueuePair, RegionInfo, SharedQp,
+    Capabilities, Fabric, FabricError, NodeId, NodeRpc, QpPolicy, QueuePair, RegionInfo,
+    RpcChannel, SharedQp,
 };
 use dmkit_memnode::server::read_token_file;
 use dmkit_memnode::NodeLayout;
@@ -31,6 +32,7 @@ use crate::ctl::{self, Ctl, CtlReply, NicRegion, CTL_MAGIC, CTL_VERSION};
 use crate::device::{Device, DeviceCaps, Endpoint};
 use crate::error::VerbsError;
 use crate::qp::{Cq, QpSizes, RawQp};
+use crate::rpc::VerbsRpcChannel;
 use crate::vqp::{SharedCq, VerbsQp};
 
 /// The control connection and region table of one memory node.
@@ -41,6 +43,8 @@ pub(crate) struct NodeLink {
     pub(crate) heap: RegionInfo,
     pub(crate) layout: NodeLayout,
     pub(crate) device: DeviceCaps,
+    /// The node's RPC worker threads.
+    pub(crate) rpc_workers: u32,
     regions: RwLock<Arc<Vec<NicRegion>>>,
 }
 
@@ -70,6 +74,7 @@ impl NodeLink {
                 heap,
                 regions,
                 device,
+                rpc_workers,
                 ..
             }) => Ok(NodeLink {
                 id: layout.node_id,
@@ -78,6 +83,7 @@ impl NodeLink {
                 heap,
                 layout,
                 device,
+                rpc_workers,
                 regions: RwLock::new(Arc::new(regions)),
             }),
             Some(CtlReply::Refused(why)) => Err(control(format!("refused: {why}"))),
@@ -146,12 +152,39 @@ impl NodeLink {
     }
 }
 
+impl NodeLink {
+    /// Asks the node for the node end of an RPC channel connected to the
+    /// client's message queue pair `client`; returns the node's endpoint.
+    pub(crate) fn connect_rpc(
+        &self,
+        client: Endpoint,
+        slots: u32,
+        max_message: u32,
+    ) -> Result<Endpoint, FabricError> {
+        match self.call(&Ctl::ConnectRpc {
+            client,
+            slots,
+            max_message,
+        })? {
+            CtlReply::Connected { server } => Ok(server),
+            CtlReply::Refused(why) => Err(FabricError::Connect {
+                target: self.peer.clone(),
+                reason: why,
+            }),
+            other => Err(self.unexpected(other)),
+        }
+    }
+}
+
 /// The verbs fabric: one device, control links to memory nodes.
 pub struct VerbsFabric {
     pub(crate) dev: Arc<Device>,
     links: Vec<Arc<NodeLink>>,
     caps: Capabilities,
     sizes: QpSizes,
+    /// Slots and message size of RPC channels.
+    rpc_slots: u32,
+    rpc_max_message: u32,
     thread_domains: bool,
     /// Per-thread completion queues (thread-aware allocation).
     cqs: Mutex<HashMap<ThreadId, Weak<SharedCq>>>,
@@ -213,12 +246,20 @@ impl VerbsFabric {
             max_sge: sizes.sge as usize,
             on_nic_memory: false,
             explicit_doorbells: thread_domains,
+            // The fewest of any node: a caller may count on that many.
+            rpc_workers: links
+                .iter()
+                .map(|l| l.rpc_workers as usize)
+                .min()
+                .unwrap_or(0),
         };
         Ok(VerbsFabric {
             dev,
             links,
             caps,
             sizes,
+            rpc_slots: cfg.rpc_slots.max(1),
+            rpc_max_message: cfg.rpc_max_message,
             thread_domains,
             cqs: Mutex::new(HashMap::new()),
             groups: Mutex::new(HashMap::new()),
@@ -343,6 +384,22 @@ impl Fabric for VerbsFabric {
         }
         let h = open.pop().expect("group has a handle");
         Ok(Box::new(h))
+    }
+
+    fn connect_rpc(&self, node: NodeId) -> Result<Box<dyn RpcChannel>, FabricError> {
+        let link = self.link(node)?.clone();
+        if link.rpc_workers == 0 {
+            return Err(FabricError::Unsupported {
+                backend: "verbs",
+                what: format!("RPC channels to node {node}: it runs no RPC workers"),
+            });
+        }
+        Ok(Box::new(VerbsRpcChannel::connect(
+            &self.dev,
+            link,
+            self.rpc_slots,
+            self.rpc_max_message,
+        )?))
     }
 }
 

@@ -40,6 +40,8 @@ mod fabric;
 #[cfg(feature = "rdma")]
 mod qp;
 #[cfg(feature = "rdma")]
+mod rpc;
+#[cfg(feature = "rdma")]
 mod server;
 #[cfg(feature = "rdma")]
 mod vqp;

@@ -95,6 +95,18 @@ impl RawQp {
         sizes: QpSizes,
         own_doorbell: bool,
     ) -> Result<Self, VerbsError> {
+        Self::create_with_recv(dev, cq, sizes, 1, own_doorbell)
+    }
+
+    /// As [`RawQp::create`], with a receive queue of `recv_wr` requests
+    /// (two-sided messages: the RPC channel).
+    pub fn create_with_recv(
+        dev: &Arc<Device>,
+        cq: &Arc<Cq>,
+        sizes: QpSizes,
+        recv_wr: u32,
+        own_doorbell: bool,
+    ) -> Result<Self, VerbsError> {
         let mut td = None;
         let mut pd = dev.pd;
         if own_doorbell {
@@ -124,7 +136,7 @@ impl RawQp {
             sq_sig_all: 0,
             cap: sys::ibv_qp_cap {
                 max_send_wr: sizes.send_wr,
-                max_recv_wr: 1,
+                max_recv_wr: recv_wr.max(1),
                 max_send_sge: sizes.sge,
                 max_recv_sge: 1,
                 max_inline_data: sizes.inline,
@@ -284,6 +296,24 @@ impl RawQp {
         let rc = unsafe { sys::dmkit_ibv_post_send(self.qp, wr, &mut bad) };
         if rc != 0 {
             return Err(VerbsError::call("ibv_post_send", rc));
+        }
+        Ok(())
+    }
+}
+
+impl RawQp {
+    /// Posts one receive request.
+    ///
+    /// # Safety
+    /// `wr` must be a valid receive request (a list of one) whose
+    /// scatter/gather entries point into registered memory that stays alive
+    /// until its completion.
+    pub unsafe fn post_recv(&self, wr: *mut sys::ibv_recv_wr) -> Result<(), VerbsError> {
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: (caller) the request is valid; qp is live.
+        let rc = unsafe { sys::dmkit_ibv_post_recv(self.qp, wr, &mut bad) };
+        if rc != 0 {
+            return Err(VerbsError::call("ibv_post_recv", rc));
         }
         Ok(())
     }

@@ -27,6 +27,7 @@ use std::time::Duration;
 use dmkit_memnode::layout::access;
 use dmkit_memnode::memory::Mapping;
 use dmkit_memnode::proto::TOKEN_LEN;
+use dmkit_memnode::rpc::ring::ChannelGeometry;
 use dmkit_memnode::server::{create_token_file, token_eq};
 use dmkit_memnode::{MemNode, RegionInfo, Request, Response, SessionId};
 use dmkit_verbs_sys as sys;
@@ -35,6 +36,7 @@ use crate::ctl::{self, Ctl, CtlReply, NicRegion, CTL_MAGIC, CTL_VERSION};
 use crate::device::{Device, DeviceSel};
 use crate::error::VerbsError;
 use crate::qp::{Cq, Mr, QpSizes, RawQp};
+use crate::rpc::NodeRpcChannel;
 
 struct Registered {
     info: RegionInfo,
@@ -353,6 +355,40 @@ impl Shared {
             heap: self.node.heap_region(),
             regions: self.nic_regions(),
             device: self.dev.caps(),
+            rpc_workers: self.node.rpc_workers() as u32,
+        }
+    }
+
+    /// The node's end of an RPC channel of `session` connected to
+    /// `client`, handed to the node's worker pool (which drops it with the
+    /// session).
+    fn new_rpc_channel(
+        &self,
+        session: SessionId,
+        client: &crate::device::Endpoint,
+        slots: u32,
+        max_message: u32,
+    ) -> CtlReply {
+        if let Err(why) = ChannelGeometry::check(slots, max_message) {
+            return CtlReply::Refused(format!("RPC channel geometry: {why}"));
+        }
+        let depth = self.dev.caps().max_qp_wr;
+        if depth != 0 && slots > depth {
+            return CtlReply::Refused(format!(
+                "RPC channel of {slots} slots: the device's queue pairs hold {depth} requests"
+            ));
+        }
+        let (chan, server) =
+            match NodeRpcChannel::new(&self.dev, client, slots as usize, max_message as usize) {
+                Ok(c) => c,
+                Err(e) => return CtlReply::Refused(e.to_string()),
+            };
+        match self
+            .node
+            .attach_rpc_channel(session, max_message as usize, |_, _| Ok(Box::new(chan)))
+        {
+            Ok(_) => CtlReply::Connected { server },
+            Err(e) => CtlReply::Refused(e.to_string()),
         }
     }
 
@@ -418,6 +454,11 @@ impl Shared {
                     Ok(()) => CtlReply::Regions(self.nic_regions()),
                     Err(e) => CtlReply::Refused(e.to_string()),
                 },
+                Ctl::ConnectRpc {
+                    client,
+                    slots,
+                    max_message,
+                } => self.new_rpc_channel(session, &client, slots, max_message),
                 Ctl::Connect { client } | Ctl::Reconnect { client, .. } => {
                     match self.new_qp(&client) {
                         Ok((qp, r)) => {

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use dmkit_fabric::rpc::ECHO;
 use dmkit_fabric::{
     conformance, Batch, ControlPlane, Fabric, FabricError, LocalMem, LocalRef, SyncQp, VerbError,
 };
@@ -199,4 +200,60 @@ fn threads_with_own_queue_pairs_count_exactly() {
     }
     let mut q = SyncQp::new(&*f, 0, 64).unwrap();
     assert_eq!(q.read_u64(c, k).unwrap(), 2000);
+}
+
+fn connect(server: &RunningServer, token: std::path::PathBuf) -> VerbsFabric {
+    VerbsFabric::open(
+        VerbsConfig {
+            device: sel(),
+            ..Default::default()
+        },
+        &[VerbsTarget {
+            addr: server.addr().to_string(),
+            token_file: token,
+        }],
+    )
+    .expect("verbs fabric")
+}
+
+/// The RPC channel's conformance section over two-sided SEND/RECV: the
+/// node announces its workers, so the section runs in full (not the
+/// "unsupported" branch).
+#[test]
+#[ignore = "needs an RDMA device (run in the Soft-RoCE guest)"]
+fn rpc_conformance_on_rdma_device() {
+    let s = setup(16 << 20);
+    let workers = s.server.node().rpc_workers();
+    assert!(workers > 0, "the test node runs RPC workers");
+    assert_eq!(s.fabric.caps().rpc_workers, workers);
+    conformance::rpc_all(&s.fabric, 0);
+    let st = s.server.node().stats();
+    assert!(st.rpc_requests > 0 && st.rpc_channels > 0, "{st:?}");
+    assert_eq!(st.rpc_channels_broken, 0);
+}
+
+/// A client whose control connection closes (a process that exits or
+/// dies) loses its channels on the node; another client's channel keeps
+/// being served.
+#[test]
+#[ignore = "needs an RDMA device (run in the Soft-RoCE guest)"]
+fn rpc_channels_go_with_their_session() {
+    let s = setup(16 << 20);
+    let token = s._dir.path().join("node.token");
+    let mut stays = s.fabric.connect_rpc(0).expect("channel");
+    assert_eq!(stays.call(ECHO, b"one"), Ok(b"one".to_vec()));
+    let other = connect(&s.server, token);
+    let mut goes = other.connect_rpc(0).expect("channel");
+    assert_eq!(goes.call(ECHO, b"two"), Ok(b"two".to_vec()));
+    let before = s.server.node().stats();
+    assert_eq!(before.rpc_channels, 2);
+    drop(goes);
+    drop(other);
+    let t0 = std::time::Instant::now();
+    while s.server.node().stats().rpc_channels_reclaimed <= before.rpc_channels_reclaimed {
+        assert!(t0.elapsed().as_secs() < 20, "the channel is reclaimed");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(s.server.node().stats().rpc_channels, 1);
+    assert_eq!(stays.call(ECHO, b"three"), Ok(b"three".to_vec()));
 }

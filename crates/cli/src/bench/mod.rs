@@ -2,7 +2,12 @@
 //! the fabric flags (backend, memory nodes, simulated cluster), SMART's
 //! runtime switches, and opening the fabric those flags describe.
 
+pub(crate) mod atomics;
+pub(crate) mod consolidation;
+pub(crate) mod corm_bench;
 pub(crate) mod micro;
+pub(crate) mod rpc;
+pub(crate) mod vector_io;
 pub(crate) mod ycsb;
 
 use std::path::PathBuf;
@@ -18,7 +23,10 @@ use crate::args::{
     load_profile, parse_atomic_order, parse_listen, targets, Listen, OnOff, RdmaArgs,
 };
 use crate::units::parse_size;
+use atomics::AtomicsArgs;
+use consolidation::ConsolidationArgs;
 use micro::MicroArgs;
+use vector_io::VectorIoArgs;
 use ycsb::YcsbArgs;
 
 // The variants are parsed once per process: their size does not matter.
@@ -29,6 +37,19 @@ pub(crate) enum BenchCmd {
     Micro(MicroArgs),
     /// YCSB on an index: load, then run a workload for --duration.
     Ycsb(YcsbArgs),
+    /// Echo round trips through a memory node's RPC workers.
+    Rpc(rpc::RpcArgs),
+    /// Object reads and writes on a CoRM store: one-sided or RPC reads.
+    Corm(corm_bench::CormBenchArgs),
+    /// Vector IO (memory-semantics §III-A/B): SP, doorbell batching and
+    /// SGL beside local pwritev/preadv; random vs sequential.
+    VectorIo(VectorIoArgs),
+    /// IO consolidation (memory-semantics §III-C): small writes into hot
+    /// regions, native vs the runtime's write-back buffer, θ swept.
+    IoConsolidation(ConsolidationArgs),
+    /// Remote atomics (memory-semantics §III-E): spinlock and sequencer,
+    /// local vs remote (vs RPC), with and without backoff.
+    Atomics(AtomicsArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]

@@ -4,6 +4,8 @@
 //! dmkit-shm-testkit faa  SOCKET ADDR RKEY COUNTERS THREADS ITERS
 //! dmkit-shm-testkit lock SOCKET LOCK_ADDR COUNTER_ADDR RKEY THREADS ITERS
 //! dmkit-shm-testkit hold SOCKET LEN
+//! dmkit-shm-testkit rpc  SOCKET                 (the RPC conformance checks)
+//! dmkit-shm-testkit rpc-flood SOCKET SERVICE    (pipelined calls until killed)
 //! ```
 //! Addresses are raw `GlobalAddr` values in hex. Exit status 0 on success.
 
@@ -102,6 +104,27 @@ fn main() -> ExitCode {
             loop {
                 q.faa(addr, rkey, 1).expect("faa");
                 std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        "rpc" => dmkit_fabric::conformance::rpc_all(&fabric, 0),
+        "rpc-flood" => {
+            use dmkit_fabric::Fabric;
+            let service = num(&args[2]) as u16;
+            let mut ch = fabric.connect_rpc(0).expect("rpc channel");
+            let mut out = Vec::new();
+            let mut id = 0u64;
+            // Keep the ring full, and say so once some calls went through.
+            loop {
+                while ch.send(id, service, &id.to_le_bytes()).is_ok() {
+                    id += 1;
+                }
+                out.clear();
+                ch.poll(&mut out);
+                if out.iter().any(|r| r.id == 16) {
+                    println!("ready");
+                    std::io::stdout().flush().expect("flush");
+                }
+                std::hint::spin_loop();
             }
         }
         other => {

@@ -9,10 +9,13 @@ use std::sync::Arc;
 
 use dmkit_memnode::memory::{fd_len, is_shrink_sealed, Mapping};
 use dmkit_memnode::proto::{self, Hello, Welcome, MAX_FRAME, PROTO_MAGIC, PROTO_VERSION};
+use dmkit_memnode::rpc::ring::RingView;
 use dmkit_memnode::server::read_token_file;
+use dmkit_memnode::{Request, Response};
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 
 use super::view::NodeView;
+use crate::addr::NodeId;
 use crate::error::FabricError;
 
 /// Result of a successful handshake.
@@ -39,49 +42,7 @@ pub(crate) fn connect(socket: &Path, token_file: &Path) -> Result<Connected, Fab
         .map_err(|e| fail(format!("send hello: {e}")))?;
 
     // The welcome frame carries two descriptors on its first byte.
-    let mut head = [0u8; 4];
-    let mut cmsg = nix::cmsg_space!([RawFd; 2]);
-    let (got, fds) = {
-        let mut iov = [IoSliceMut::new(&mut head)];
-        let msg = recvmsg::<()>(
-            stream.as_raw_fd(),
-            &mut iov,
-            Some(&mut cmsg),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        )
-        .map_err(|e| fail(format!("recvmsg: {e}")))?;
-        let mut fds: Vec<OwnedFd> = Vec::new();
-        for c in msg
-            .cmsgs()
-            .map_err(|e| fail(format!("control message: {e}")))?
-        {
-            if let ControlMessageOwned::ScmRights(raw) = c {
-                // SAFETY: the kernel just installed these descriptors in our table
-                // for this message; nothing else owns them.
-                fds.extend(
-                    raw.into_iter()
-                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-                );
-            }
-        }
-        (msg.bytes, fds)
-    };
-    if got == 0 {
-        return Err(fail(
-            "the node closed the connection: wrong token or node shutting down".into(),
-        ));
-    }
-    stream
-        .read_exact(&mut head[got..])
-        .map_err(|e| fail(format!("read welcome: {e}")))?;
-    let len = u32::from_le_bytes(head);
-    if len > MAX_FRAME {
-        return Err(fail(format!("welcome frame of {len} B is too large")));
-    }
-    let mut payload = vec![0u8; len as usize];
-    stream
-        .read_exact(&mut payload)
-        .map_err(|e| fail(format!("read welcome: {e}")))?;
+    let (payload, fds) = recv_frame_with_fds(&mut stream).map_err(fail)?;
     let welcome: Welcome = proto::decode(&payload).map_err(|e| fail(e.to_string()))?;
     let [data_fd, control_fd]: [OwnedFd; 2] = fds
         .try_into()
@@ -114,4 +75,86 @@ pub(crate) fn connect(socket: &Path, token_file: &Path) -> Result<Connected, Fab
         welcome,
         view,
     })
+}
+
+/// Reads one frame whose first byte may carry descriptors (`SCM_RIGHTS`,
+/// at most two).
+fn recv_frame_with_fds(stream: &mut UnixStream) -> Result<(Vec<u8>, Vec<OwnedFd>), String> {
+    let mut head = [0u8; 4];
+    let mut cmsg = nix::cmsg_space!([RawFd; 2]);
+    let (got, fds) = {
+        let mut iov = [IoSliceMut::new(&mut head)];
+        let msg = recvmsg::<()>(
+            stream.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .map_err(|e| format!("recvmsg: {e}"))?;
+        let mut fds: Vec<OwnedFd> = Vec::new();
+        for c in msg.cmsgs().map_err(|e| format!("control message: {e}"))? {
+            if let ControlMessageOwned::ScmRights(raw) = c {
+                // SAFETY: the kernel just installed these descriptors in our table
+                // for this message; nothing else owns them.
+                fds.extend(
+                    raw.into_iter()
+                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                );
+            }
+        }
+        (msg.bytes, fds)
+    };
+    if got == 0 {
+        return Err("the node closed the connection: wrong token or node shutting down".into());
+    }
+    stream
+        .read_exact(&mut head[got..])
+        .map_err(|e| format!("read frame: {e}"))?;
+    let len = u32::from_le_bytes(head);
+    if len > MAX_FRAME {
+        return Err(format!("frame of {len} B is too large"));
+    }
+    let mut payload = vec![0u8; len as usize];
+    stream
+        .read_exact(&mut payload)
+        .map_err(|e| format!("read frame: {e}"))?;
+    Ok((payload, fds))
+}
+
+/// Asks the node at the other end of `stream` for an RPC channel and maps
+/// the memfd that comes with the answer.
+pub(crate) fn open_channel(
+    stream: &mut UnixStream,
+    node: NodeId,
+    slots: u32,
+    max_message: u32,
+) -> Result<RingView, FabricError> {
+    let lost = |_| FabricError::ConnectionLost(node);
+    let req = Request::OpenRpcChannel { slots, max_message };
+    proto::write_frame(stream, &proto::encode(&req)).map_err(lost)?;
+    let (payload, fds) =
+        recv_frame_with_fds(stream).map_err(|what| FabricError::Protocol { node, what })?;
+    let protocol = |what: String| FabricError::Protocol { node, what };
+    match proto::decode::<Response>(&payload).map_err(|e| protocol(e.to_string()))? {
+        Response::RpcChannel(geo) => {
+            let [fd]: [OwnedFd; 1] = fds.try_into().map_err(|v: Vec<OwnedFd>| {
+                protocol(format!("expected 1 descriptor, got {}", v.len()))
+            })?;
+            let have = fd_len(fd.as_fd()).map_err(|e| protocol(e.to_string()))?;
+            if have < geo.len() as u64 || !is_shrink_sealed(fd.as_fd()) {
+                return Err(protocol(format!(
+                    "channel memfd of {have} B (needs {} B, sealed against shrinking)",
+                    geo.len()
+                )));
+            }
+            let map =
+                Mapping::map(fd.as_fd(), geo.len(), true).map_err(|e| protocol(e.to_string()))?;
+            RingView::open(Arc::new(map), geo).map_err(protocol)
+        }
+        Response::Error(error) => Err(FabricError::Refused {
+            node,
+            error: error.into(),
+        }),
+        other => Err(protocol(format!("{other:?}"))),
+    }
 }

@@ -20,6 +20,7 @@
 
 mod client;
 mod qp;
+mod rpc;
 pub(crate) mod view;
 
 use std::io::Write;
@@ -31,12 +32,14 @@ use std::time::Duration;
 use dmkit_memnode::{proto, MemNode, NodeConfig, RegionInfo, Request, Response, SessionId};
 
 pub use qp::ShmQp;
+pub use rpc::ShmRpcChannel;
 use view::NodeView;
 
 use crate::addr::NodeId;
 use crate::caps::Capabilities;
 use crate::error::FabricError;
 use crate::exec::Executor;
+use crate::rpc::RpcChannel;
 use crate::{Fabric, NodeRpc, QueuePair};
 
 /// Options of the shm backend.
@@ -48,6 +51,10 @@ pub struct ShmConfig {
     pub max_batch: usize,
     /// Largest inline WRITE.
     pub max_inline: usize,
+    /// Slots of an RPC channel's rings (requests unanswered at once).
+    pub rpc_slots: u32,
+    /// Largest RPC request or reply payload.
+    pub rpc_max_message: u32,
 }
 
 impl Default for ShmConfig {
@@ -56,13 +63,18 @@ impl Default for ShmConfig {
             rtt: None,
             max_batch: 256,
             max_inline: 256,
+            rpc_slots: 64,
+            rpc_max_message: 4096,
         }
     }
 }
 
 impl ShmConfig {
-    fn caps(&self) -> Capabilities {
+    /// The capabilities of a fabric of these options whose nodes run
+    /// `rpc_workers` RPC workers (the fewest of any node).
+    fn caps(&self, rpc_workers: usize) -> Capabilities {
         Capabilities {
+            rpc_workers,
             in_order_write: true,
             masked_cas: true,
             max_batch: self.max_batch,
@@ -109,11 +121,13 @@ struct ShmNode {
     view: Arc<NodeView>,
     heap: RegionInfo,
     control: Control,
+    rpc_workers: usize,
 }
 
 /// A fabric of shm memory nodes.
 pub struct ShmFabric {
     cfg: ShmConfig,
+    caps: Capabilities,
     nodes: Vec<ShmNode>,
 }
 
@@ -146,6 +160,7 @@ impl ShmFabric {
                 id: l.node_id,
                 view: Arc::new(view),
                 heap: node.heap_region(),
+                rpc_workers: node.rpc_workers(),
                 control: Control::Embedded {
                     session: node.open_session(),
                     node,
@@ -164,6 +179,7 @@ impl ShmFabric {
                 id: c.view.layout().node_id,
                 view: Arc::new(c.view),
                 heap: c.welcome.heap,
+                rpc_workers: c.welcome.rpc_workers as usize,
                 control: Control::Socket {
                     stream: Mutex::new(c.stream),
                 },
@@ -186,7 +202,12 @@ impl ShmFabric {
                 reason: format!("two memory nodes share id {}", w[0].id),
             });
         }
-        Ok(Self { cfg, nodes })
+        let workers = nodes.iter().map(|n| n.rpc_workers).min().unwrap_or(0);
+        Ok(Self {
+            caps: cfg.caps(workers),
+            cfg,
+            nodes,
+        })
     }
 
     fn node(&self, id: NodeId) -> Result<&ShmNode, FabricError> {
@@ -210,18 +231,55 @@ impl ShmFabric {
     /// their simulated instants).
     pub fn executor(&self, id: NodeId) -> Result<Executor, FabricError> {
         let n = self.node(id)?;
-        Ok(Executor::new(n.id, n.view.clone(), self.cfg.caps()))
+        Ok(Executor::new(n.id, n.view.clone(), self.caps))
     }
 
     /// Creates a concrete shm queue pair (no dynamic dispatch).
     pub fn connect_qp(&self, node: NodeId) -> Result<ShmQp, FabricError> {
         let n = self.node(node)?;
-        Ok(ShmQp::new(
-            n.id,
-            n.view.clone(),
-            self.cfg.caps(),
-            self.cfg.rtt,
-        ))
+        Ok(ShmQp::new(n.id, n.view.clone(), self.caps, self.cfg.rtt))
+    }
+
+    /// Opens a concrete shm RPC channel to `node` (see
+    /// [`Fabric::connect_rpc`]).
+    pub fn connect_rpc_channel(&self, node: NodeId) -> Result<ShmRpcChannel, FabricError> {
+        let n = self.node(node)?;
+        if n.rpc_workers == 0 {
+            return Err(FabricError::Unsupported {
+                backend: "shm",
+                what: format!("RPC channels to memory node {node}, which runs no RPC workers"),
+            });
+        }
+        let (slots, max) = (self.cfg.rpc_slots, self.cfg.rpc_max_message);
+        let ring = match &n.control {
+            Control::Embedded { node: mn, session } => {
+                let g = mn.open_rpc_channel(*session, slots, max).map_err(|e| {
+                    FabricError::Refused {
+                        node,
+                        error: e.into(),
+                    }
+                })?;
+                dmkit_memnode::rpc::ring::RingView::open(g.mapping, g.geometry)
+                    .map_err(|what| FabricError::Protocol { node, what })?
+            }
+            Control::Socket { stream } => {
+                let mut s = stream
+                    .lock()
+                    .map_err(|_| FabricError::ConnectionLost(node))?;
+                client::open_channel(&mut s, node, slots, max)?
+            }
+        };
+        let g = ring.geometry();
+        if g.worker as usize >= dmkit_memnode::layout::MAX_WORKER_BELLS
+            || g.slots != slots
+            || g.max_message != max
+        {
+            return Err(FabricError::Protocol {
+                node,
+                what: format!("channel geometry {g:?} is not the one asked for"),
+            });
+        }
+        Ok(ShmRpcChannel::new(node, ring, n.view.clone()))
     }
 }
 
@@ -245,11 +303,15 @@ impl Fabric for ShmFabric {
     }
 
     fn caps(&self) -> Capabilities {
-        self.cfg.caps()
+        self.caps
     }
 
     fn connect(&self, node: NodeId) -> Result<Box<dyn QueuePair>, FabricError> {
         Ok(Box::new(self.connect_qp(node)?))
+    }
+
+    fn connect_rpc(&self, node: NodeId) -> Result<Box<dyn RpcChannel>, FabricError> {
+        Ok(Box::new(self.connect_rpc_channel(node)?))
     }
 }
 

@@ -100,6 +100,27 @@ impl NodeView {
         })
     }
 
+    /// The wake-up word of the node's RPC worker `worker` (in the control
+    /// mapping: read-only here, which is all `FUTEX_WAKE` needs).
+    ///
+    /// # Panics
+    /// If `worker` is not below `MAX_WORKER_BELLS` (channels are checked
+    /// when they are opened).
+    pub(crate) fn bell(&self, worker: usize) -> &std::sync::atomic::AtomicU32 {
+        assert!(worker < layout::MAX_WORKER_BELLS);
+        // SAFETY: the bells lie inside the control mapping's first 8 KiB
+        // (layout.rs asserts it), which `Self` keeps mapped; the word is an
+        // atomic, and this side only reads it.
+        unsafe {
+            &(*(self
+                ._control
+                .as_ptr()
+                .add(layout::WORKER_BELLS_OFFSET + 64 * worker)
+                as *const layout::WorkerBell))
+                .sleeping
+        }
+    }
+
     /// The node's table generation: bumped by every region or page-table change.
     #[inline(always)]
     pub(crate) fn generation(&self) -> u64 {

@@ -1,0 +1,754 @@
+//! Distributed shuffle (RDMA memory-semantics study, §IV-C, Fig. 14–15):
+//! `n` source executors push their entries to `m` partitions' remote
+//! buffers with one-sided WRITEs; the shuffle rule sends an entry to
+//! partition `hash(key) mod m` (push-based, as the study chose: inbound
+//! WRITEs beat outbound READs).
+//!
+//! A stage, as each source runs it:
+//! 1. **reserve**: count its entries per partition, then one FAA per
+//!    partition on the partition's tail reserves exactly that many slots
+//!    (all `m` FAAs in one doorbell, one round trip);
+//! 2. **push**: walk its entries in input order, collecting each
+//!    partition's next `batch` entries, and WRITE each full batch into the
+//!    reserved slots — entry by entry with a doorbell each (`none`, the
+//!    study's basic shuffle), entry by entry under one doorbell
+//!    (`doorbell`), packed into one buffer by the CPU (`sp`), or as one
+//!    scatter/gather WRITE straight from the entries (`sgl`; a batch longer
+//!    than the device's `max_sge` is several requests); at most `depth`
+//!    posts in flight;
+//! 3. **hand off**: FAA the stage's `done` counter — the one-sided signal
+//!    the next stage waits for ("the one-sided verbs cannot be perceived by
+//!    the executors in the next stage").
+//!
+//! A stage runs under an epoch: every entry's tag carries it, and
+//! [`Stage::begin`] resets the tails and the counter for a new one. If a
+//! source dies (or fails) mid-stage it never hands off: the stage is
+//! [`AppError::Incomplete`] and is rerun whole under the next epoch;
+//! readers only look at `[0, tail)` of the new epoch, and [`Stage::check`]
+//! refuses any entry of another epoch.
+//!
+//! ## Remote layout (home node)
+//! ```text
+//!  StageHead (64 B): magic | epoch | sources | parts | entry | capacity | done | 0
+//!  tails[parts]   u64 each: slots reserved in partition j (FAA)
+//!  bufs[parts]    u64 each: GlobalAddr of partition j's buffer (capacity × entry B,
+//!                 on memory node j mod nodes)
+//! ```
+
+use std::sync::Arc;
+
+use dmkit_fabric::{Fabric, GlobalAddr, NodeId, RemoteRef, SyncQp};
+use dmkit_runtime::hash::fmix64;
+use dmkit_runtime::{Ctx, Local, LocalLayout};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use crate::record::{self, Found};
+use crate::{AppError, Method};
+
+/// Magic of a stage head.
+pub const STAGE_MAGIC: u64 = u64::from_le_bytes(*b"DMSHUFL1");
+
+/// Head of a stage in remote memory.
+#[repr(C)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct StageHead {
+    /// `STAGE_MAGIC`; an opener refuses a stage without it.
+    pub magic: u64,
+    /// The current epoch (one per run of the stage).
+    pub epoch: u64,
+    /// Sources (`n`).
+    pub sources: u64,
+    /// Partitions (`m`).
+    pub parts: u64,
+    /// Bytes per entry.
+    pub entry: u64,
+    /// Entries each partition's buffer holds.
+    pub capacity: u64,
+    /// Sources that handed the current epoch off.
+    pub done: u64,
+    /// Zero; pads the head to 64 bytes.
+    pub _reserved: u64,
+}
+const _: () = assert!(std::mem::size_of::<StageHead>() == 64);
+const DONE_AT: u64 = std::mem::offset_of!(StageHead, done) as u64;
+const TAILS_AT: u64 = std::mem::size_of::<StageHead>() as u64;
+
+fn root_name(name: &str) -> String {
+    format!("shuffle/{name}")
+}
+
+/// The partition of `key` among `parts` (the shuffle rule).
+pub fn part_of(key: u64, parts: usize) -> usize {
+    (fmix64(key ^ 0x005A_FF1E) % parts as u64) as usize
+}
+
+/// A shuffle stage: where its head and partition buffers are.
+#[derive(Debug, Clone)]
+pub struct Stage {
+    /// The stage's name (its root's name is `shuffle/NAME`).
+    pub name: String,
+    head: RemoteRef,
+    bufs: Vec<RemoteRef>,
+    /// Sources (`n`).
+    pub sources: usize,
+    /// Partitions (`m`).
+    pub parts: usize,
+    /// Bytes per entry.
+    pub entry: usize,
+    /// Entries per partition buffer.
+    pub capacity: u64,
+}
+
+impl Stage {
+    /// Allocates a stage: the head on the lowest memory node, partition
+    /// `j`'s buffer on node `j mod nodes`.
+    pub fn create(
+        fabric: &dyn Fabric,
+        name: &str,
+        sources: usize,
+        parts: usize,
+        entry: usize,
+        capacity: u64,
+    ) -> Result<Self, AppError> {
+        if sources == 0 || parts == 0 || entry < record::HEAD || !entry.is_multiple_of(8) {
+            return Err(AppError::Config(format!(
+                "a stage needs sources and partitions, and entries of at least {} B in whole words (got {entry})",
+                record::HEAD
+            )));
+        }
+        let (home, nodes) = dmkit_fabric::home_node(fabric)
+            .ok_or_else(|| AppError::Config("the fabric has no memory node".into()))?;
+        let head_len = TAILS_AT + 16 * parts as u64;
+        let (h, _, hk) = fabric.alloc_chunk(home, head_len, false)?;
+        let mut bufs = Vec::with_capacity(parts);
+        for j in 0..parts {
+            let n: NodeId = nodes[j % nodes.len()];
+            match fabric.alloc_chunk(n, capacity.max(1) * entry as u64, false) {
+                Ok((a, _, k)) => bufs.push(RemoteRef::new(a, k)),
+                Err(e) => {
+                    for b in &bufs {
+                        let _ = fabric.free_chunk(b.addr);
+                    }
+                    let _ = fabric.free_chunk(h);
+                    return Err(e.into());
+                }
+            }
+        }
+        let s = Stage {
+            name: name.into(),
+            head: RemoteRef::new(h, hk),
+            bufs,
+            sources,
+            parts,
+            entry,
+            capacity,
+        };
+        let named = s.write_head(fabric, 0).and_then(|()| {
+            if dmkit_fabric::claim_root(fabric, home, &root_name(name), h.raw())? {
+                Ok(())
+            } else {
+                Err(AppError::Config(format!("a stage named {name:?} exists")))
+            }
+        });
+        if let Err(e) = named {
+            for b in &s.bufs {
+                let _ = fabric.free_chunk(b.addr);
+            }
+            let _ = fabric.free_chunk(h);
+            return Err(e);
+        }
+        Ok(s)
+    }
+
+    /// Opens the stage named `name` (made by another process).
+    pub fn open(fabric: &dyn Fabric, name: &str) -> Result<Self, AppError> {
+        let (home, _) = dmkit_fabric::home_node(fabric)
+            .ok_or_else(|| AppError::Config("the fabric has no memory node".into()))?;
+        let h = dmkit_fabric::find_root(fabric, home, &root_name(name))?
+            .ok_or_else(|| AppError::Config(format!("no stage named {name:?}")))?;
+        let rk = |n: NodeId| -> Result<_, AppError> { Ok(fabric.heap(n)?.rkey) };
+        let mut q = SyncQp::new(fabric, home, 4096)?;
+        let img = q.read(h, rk(home)?, 64)?;
+        let (head, _) = StageHead::read_from_prefix(&img)
+            .map_err(|_| AppError::Mismatch("stage head".into()))?;
+        if head.magic != STAGE_MAGIC {
+            return Err(AppError::Mismatch(format!("{name:?} is not a stage")));
+        }
+        let parts = head.parts as usize;
+        let addrs = q.read(h.add(TAILS_AT + 8 * head.parts), rk(home)?, 8 * parts)?;
+        let mut bufs = Vec::with_capacity(parts);
+        for c in addrs.chunks_exact(8) {
+            let a = GlobalAddr::from_raw(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+            bufs.push(RemoteRef::new(a, rk(a.node())?));
+        }
+        Ok(Stage {
+            name: name.into(),
+            head: RemoteRef::new(h, rk(home)?),
+            bufs,
+            sources: head.sources as usize,
+            parts,
+            entry: head.entry as usize,
+            capacity: head.capacity,
+        })
+    }
+
+    fn write_head(&self, fabric: &dyn Fabric, epoch: u64) -> Result<(), AppError> {
+        let h = StageHead {
+            magic: STAGE_MAGIC,
+            epoch,
+            sources: self.sources as u64,
+            parts: self.parts as u64,
+            entry: self.entry as u64,
+            capacity: self.capacity,
+            done: 0,
+            _reserved: 0,
+        };
+        let mut img = h.as_bytes().to_vec();
+        img.extend(std::iter::repeat_n(0u8, 8 * self.parts));
+        for b in &self.bufs {
+            img.extend_from_slice(&b.addr.raw().to_le_bytes());
+        }
+        let mut q = SyncQp::new(fabric, self.head.addr.node(), img.len().max(64))?;
+        q.write(self.head.addr, self.head.rkey, &img)?;
+        Ok(())
+    }
+
+    /// Starts epoch `epoch` (≥ 1): tails and the hand-off counter to zero.
+    pub fn begin(&self, fabric: &dyn Fabric, epoch: u32) -> Result<(), AppError> {
+        assert!(epoch > 0, "epoch 0 marks unwritten entries");
+        self.write_head(fabric, epoch as u64)
+    }
+
+    /// Frees the stage's memory and its name.
+    pub fn destroy(self, fabric: &dyn Fabric) -> Result<(), AppError> {
+        let home = self.head.addr.node();
+        dmkit_fabric::release_root(fabric, home, &root_name(&self.name), self.head.addr.raw())?;
+        for b in &self.bufs {
+            fabric.free_chunk(b.addr)?;
+        }
+        fabric.free_chunk(self.head.addr)?;
+        Ok(())
+    }
+
+    /// Reads the head and the tails (host side).
+    fn read_state(&self, fabric: &dyn Fabric) -> Result<(StageHead, Vec<u64>), AppError> {
+        let mut q = SyncQp::new(fabric, self.head.addr.node(), 4096)?;
+        let img = q.read(
+            self.head.addr,
+            self.head.rkey,
+            TAILS_AT as usize + 8 * self.parts,
+        )?;
+        let (h, rest) = StageHead::read_from_prefix(&img)
+            .map_err(|_| AppError::Mismatch("stage head".into()))?;
+        let tails = rest
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect();
+        Ok((h, tails))
+    }
+
+    /// Slots reserved in all partitions so far (host side).
+    pub fn reserved(&self, fabric: &dyn Fabric) -> Result<u64, AppError> {
+        Ok(self.read_state(fabric)?.1.iter().sum())
+    }
+
+    /// Whether every source handed epoch `epoch` off; else the stage is
+    /// [`AppError::Incomplete`] (the next stage's view, host side).
+    pub fn complete(&self, fabric: &dyn Fabric, epoch: u32) -> Result<(), AppError> {
+        let (h, _) = self.read_state(fabric)?;
+        if h.magic != STAGE_MAGIC || h.epoch != epoch as u64 {
+            return Err(AppError::Mismatch(format!(
+                "stage {} is at epoch {}, not {epoch}",
+                self.name, h.epoch
+            )));
+        }
+        if h.done < self.sources as u64 {
+            return Err(AppError::Incomplete {
+                stage: self.name.clone(),
+                epoch: epoch as u64,
+                done: h.done,
+                expected: self.sources as u64,
+            });
+        }
+        Ok(())
+    }
+
+    /// Waits up to `deadline` for the hand-offs of epoch `epoch`.
+    pub fn wait(
+        &self,
+        fabric: &dyn Fabric,
+        epoch: u32,
+        deadline: std::time::Duration,
+    ) -> Result<(), AppError> {
+        let t0 = std::time::Instant::now();
+        loop {
+            match self.complete(fabric, epoch) {
+                Err(AppError::Incomplete { .. }) if t0.elapsed() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Every entry of partition `j` of epoch `epoch` (host side): `(key,
+    /// writer, value)`, in slot order. An unwritten, torn or foreign slot
+    /// below the tail is a [`AppError::Mismatch`].
+    pub fn partition(
+        &self,
+        fabric: &dyn Fabric,
+        epoch: u32,
+        j: usize,
+    ) -> Result<Vec<(u64, u16, u64)>, AppError> {
+        let (_, tails) = self.read_state(fabric)?;
+        let n = tails[j];
+        if n > self.capacity {
+            return Err(AppError::Full {
+                need: n,
+                capacity: self.capacity,
+            });
+        }
+        let b = self.bufs[j];
+        let chunk = (1 << 20) / self.entry * self.entry;
+        let mut q = SyncQp::new(fabric, b.addr.node(), chunk)?;
+        let total = n as usize * self.entry;
+        let mut img = Vec::with_capacity(total);
+        while img.len() < total {
+            let k = (total - img.len()).min(chunk);
+            img.extend(q.read(b.addr.add(img.len() as u64), b.rkey, k)?);
+        }
+        let mut out = Vec::with_capacity(n as usize);
+        for (s, e) in img.chunks_exact(self.entry).enumerate() {
+            match record::decode(e) {
+                Found::Entry { key, tag, value } => {
+                    let (ep, w, _) = record::untag(tag);
+                    if ep != epoch || part_of(key, self.parts) != j {
+                        return Err(AppError::Mismatch(format!(
+                            "partition {j} slot {s}: entry of epoch {ep} for partition {}",
+                            part_of(key, self.parts)
+                        )));
+                    }
+                    out.push((key, w, value));
+                }
+                other => {
+                    return Err(AppError::Mismatch(format!(
+                        "partition {j} slot {s} below the tail is {other:?}"
+                    )))
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The shared, read-only part of a stage a source task needs.
+    pub fn refs(&self) -> StageRefs {
+        StageRefs {
+            head: self.head,
+            bufs: self.bufs.clone().into(),
+            parts: self.parts,
+            entry: self.entry,
+            capacity: self.capacity,
+        }
+    }
+
+    /// Checks epoch `epoch`'s output against the sources' inputs: every
+    /// partition holds exactly the entries whose key maps to it (as a
+    /// multiset of `(key, source, value)`), nothing else.
+    pub fn check(
+        &self,
+        fabric: &dyn Fabric,
+        epoch: u32,
+        inputs: &[Vec<(u64, u64)>],
+    ) -> Result<u64, AppError> {
+        self.complete(fabric, epoch)?;
+        let mut want: Vec<Vec<(u64, u16, u64)>> = vec![Vec::new(); self.parts];
+        for (i, input) in inputs.iter().enumerate() {
+            for &(k, v) in input {
+                want[part_of(k, self.parts)].push((k, i as u16, v));
+            }
+        }
+        let mut total = 0;
+        for (j, mut w) in want.into_iter().enumerate() {
+            let mut got = self.partition(fabric, epoch, j)?;
+            got.sort_unstable();
+            w.sort_unstable();
+            if got != w {
+                return Err(AppError::Mismatch(format!(
+                    "partition {j}: {} entries, {} expected",
+                    got.len(),
+                    w.len()
+                )));
+            }
+            total += got.len() as u64;
+        }
+        Ok(total)
+    }
+}
+
+/// What a source task needs of a stage (cheap to clone into tasks).
+#[derive(Debug, Clone)]
+pub struct StageRefs {
+    head: RemoteRef,
+    bufs: Arc<[RemoteRef]>,
+    parts: usize,
+    entry: usize,
+    capacity: u64,
+}
+
+impl StageRefs {
+    /// Partition `j`'s buffer.
+    pub fn buf(&self, j: usize) -> RemoteRef {
+        self.bufs[j]
+    }
+
+    /// Entries reserved in partition `j` so far (one READ, awaited).
+    pub async fn tail(&self, ctx: &Ctx, word: Local, j: usize) -> Result<u64, AppError> {
+        ctx.read_sync(self.head.add(TAILS_AT + 8 * j as u64), word.prefix(8))
+            .await?;
+        Ok(ctx.local_u64(word))
+    }
+}
+
+/// How a source pushes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PushParams {
+    /// How a batch of entries is written.
+    pub method: Method,
+    /// Entries per batch (1 with [`Method::None`]).
+    pub batch: usize,
+    /// Posts in flight before the source waits for them.
+    pub depth: usize,
+    /// The device's scatter/gather limit.
+    pub max_sge: usize,
+    /// Stop (without handing off) after pushing this many entries: a source
+    /// killed mid-stage (tests).
+    pub kill_after: Option<u64>,
+}
+
+/// A source's task memory: its entries (registered: SGL and the
+/// unbatched methods WRITE from them) and the packing ring of SP.
+#[derive(Debug, Clone, Copy)]
+pub struct SourceMem {
+    entries: Local,
+    staging: Local,
+    word: Local,
+}
+
+impl SourceMem {
+    /// Declares the memory for up to `records` entries of `entry` bytes.
+    pub fn declare(l: &mut LocalLayout, records: usize, entry: usize, p: &PushParams) -> Self {
+        SourceMem {
+            entries: l.region("shuffle entries", records * entry),
+            staging: l.region("shuffle SP staging", p.depth * p.batch * entry),
+            word: l.region("shuffle word", 8),
+        }
+    }
+
+    /// One word of scratch.
+    pub fn word(&self) -> Local {
+        self.word
+    }
+}
+
+/// What a source did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PushStats {
+    /// Entries pushed.
+    pub entries: u64,
+    /// Work requests posted.
+    pub requests: u64,
+    /// Posts (doorbells) made.
+    pub posts: u64,
+}
+
+/// Runs source `i`'s part of a stage under `epoch`: reserve, push, hand
+/// off (see the module docs). `input` is its `(key, value)` entries.
+pub async fn push(
+    ctx: &Ctx,
+    st: &StageRefs,
+    i: usize,
+    epoch: u32,
+    input: &[(u64, u64)],
+    mem: &SourceMem,
+    p: &PushParams,
+) -> Result<PushStats, AppError> {
+    let e = st.entry;
+    let n = input.len();
+    let batch = if p.method == Method::None {
+        1
+    } else {
+        p.batch.max(1)
+    };
+    // Encode the entries (the application's data, in registered memory).
+    let t = record::tag(epoch, i as u16, 0);
+    let mut heap = vec![0u8; n * e];
+    for (k, &(key, val)) in input.iter().enumerate() {
+        record::encode(&mut heap[k * e..(k + 1) * e], key, t, val);
+    }
+    if p.method != Method::Sp {
+        ctx.put_local(mem.entries, &heap);
+    }
+    // Phase 1: reserve.
+    let mut counts = vec![0u64; st.parts];
+    let parts: Vec<usize> = input.iter().map(|&(k, _)| part_of(k, st.parts)).collect();
+    for &j in &parts {
+        counts[j] += 1;
+    }
+    let tickets: Vec<_> = (0..st.parts)
+        .map(|j| (counts[j] > 0).then(|| ctx.faa(st.head.add(TAILS_AT + 8 * j as u64), counts[j])))
+        .collect();
+    ctx.post();
+    ctx.sync().await?;
+    let mut next = vec![0u64; st.parts];
+    for j in 0..st.parts {
+        if let Some(t) = tickets[j] {
+            next[j] = ctx.value(t);
+            if next[j] + counts[j] > st.capacity {
+                return Err(AppError::Full {
+                    need: next[j] + counts[j],
+                    capacity: st.capacity,
+                });
+            }
+        }
+    }
+    // Phase 2: push.
+    let mut stats = PushStats::default();
+    let mut pending: Vec<Vec<u32>> = vec![Vec::with_capacity(batch); st.parts];
+    let mut inflight = 0usize;
+    let mut ring = 0usize;
+    for (k, &j) in parts.iter().enumerate() {
+        pending[j].push(k as u32);
+        if pending[j].len() >= batch {
+            emit(
+                ctx,
+                st,
+                j,
+                &mut pending[j],
+                &mut next[j],
+                &heap,
+                mem,
+                p,
+                &mut ring,
+                &mut stats,
+            );
+            inflight += 1;
+            if inflight >= p.depth.max(1) {
+                ctx.sync().await?;
+                inflight = 0;
+            }
+        }
+        if p.kill_after.is_some_and(|kill| stats.entries >= kill) {
+            return Err(AppError::Killed(i));
+        }
+    }
+    for j in 0..st.parts {
+        if !pending[j].is_empty() {
+            emit(
+                ctx,
+                st,
+                j,
+                &mut pending[j],
+                &mut next[j],
+                &heap,
+                mem,
+                p,
+                &mut ring,
+                &mut stats,
+            );
+            inflight += 1;
+            if inflight >= p.depth.max(1) {
+                ctx.sync().await?;
+                inflight = 0;
+            }
+        }
+    }
+    ctx.sync().await?;
+    // Phase 3: hand off (after every WRITE completed).
+    ctx.faa_sync(st.head.add(DONE_AT), 1).await?;
+    Ok(stats)
+}
+
+/// Queues and posts one batch of partition `j` (see the module docs).
+#[allow(clippy::too_many_arguments)]
+fn emit(
+    ctx: &Ctx,
+    st: &StageRefs,
+    j: usize,
+    batch: &mut Vec<u32>,
+    next: &mut u64,
+    heap: &[u8],
+    mem: &SourceMem,
+    p: &PushParams,
+    ring: &mut usize,
+    stats: &mut PushStats,
+) {
+    let e = st.entry;
+    let dst = st.bufs[j].add(*next * e as u64);
+    let entry = |k: u32| mem.entries.slice(k as usize * e, e);
+    match p.method {
+        Method::None | Method::Doorbell => {
+            for (x, &k) in batch.iter().enumerate() {
+                ctx.write(dst.add((x * e) as u64), entry(k));
+                if p.method == Method::None {
+                    ctx.post();
+                    stats.posts += 1;
+                }
+            }
+            stats.requests += batch.len() as u64;
+        }
+        Method::Sgl => {
+            for (c, chunk) in batch.chunks(p.max_sge.max(1)).enumerate() {
+                let pieces: Vec<Local> = chunk.iter().map(|&k| entry(k)).collect();
+                ctx.write_v(dst.add((c * p.max_sge.max(1) * e) as u64), &pieces);
+                stats.requests += 1;
+            }
+        }
+        Method::Sp => {
+            let slot = *ring % p.depth.max(1);
+            *ring += 1;
+            let staging = mem.staging.slice(slot * p.batch * e, batch.len() * e);
+            let pieces: Vec<&[u8]> = batch
+                .iter()
+                .map(|&k| &heap[k as usize * e..(k as usize + 1) * e])
+                .collect();
+            ctx.write_packed(dst, staging, &pieces);
+            stats.requests += 1;
+        }
+    }
+    if p.method != Method::None {
+        ctx.post();
+        stats.posts += 1;
+    }
+    stats.entries += batch.len() as u64;
+    *next += batch.len() as u64;
+    batch.clear();
+}
+
+/// Source `i`'s input: `records` entries with keys spread by a hash.
+pub fn input(seed: u64, i: usize, records: u64) -> Vec<(u64, u64)> {
+    (0..records)
+        .map(|k| {
+            let key = fmix64(seed ^ ((i as u64) << 40) ^ k.wrapping_mul(0x9E37_79B9));
+            (key, k | ((i as u64) << 48))
+        })
+        .collect()
+}
+
+/// A shuffle run's shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShuffleConfig {
+    /// Source executors (`n`).
+    pub executors: usize,
+    /// Partitions (`m`; the next stage's executors).
+    pub parts: usize,
+    /// Entries per source.
+    pub records: u64,
+    /// Bytes per entry.
+    pub entry: usize,
+    /// How sources push.
+    pub push: PushParams,
+    /// Seed of the entries' keys.
+    pub seed: u64,
+}
+
+/// Runs one shuffle stage on `platform` (epoch 1; on an incomplete stage,
+/// reruns under the next epoch up to `reruns` times) and checks its
+/// output. Returns the result and the epoch that completed.
+pub fn run(
+    platform: &mut crate::platform::Platform,
+    cfg: &ShuffleConfig,
+    kill: Option<(usize, u64)>,
+    reruns: u32,
+) -> Result<(crate::AppResult, u32), AppError> {
+    let fabric = platform.fabric();
+    let per_part = (cfg.executors as u64 * cfg.records).div_ceil(cfg.parts as u64);
+    let capacity = per_part + per_part / 4 + 64;
+    let stage = Stage::create(
+        fabric.as_ref(),
+        "shuffle",
+        cfg.executors,
+        cfg.parts,
+        cfg.entry,
+        capacity,
+    )?;
+    let r = run_on(platform, &stage, cfg, kill, reruns);
+    let freed = stage.destroy(fabric.as_ref());
+    let r = r?;
+    freed?;
+    Ok(r)
+}
+
+fn run_on(
+    platform: &mut crate::platform::Platform,
+    stage: &Stage,
+    cfg: &ShuffleConfig,
+    mut kill: Option<(usize, u64)>,
+    reruns: u32,
+) -> Result<(crate::AppResult, u32), AppError> {
+    let fabric = platform.fabric();
+    let inputs: Arc<Vec<Vec<(u64, u64)>>> = Arc::new(
+        (0..cfg.executors)
+            .map(|i| input(cfg.seed, i, cfg.records))
+            .collect(),
+    );
+    let mut l = LocalLayout::new();
+    let mem = SourceMem::declare(&mut l, cfg.records as usize, cfg.entry, &cfg.push);
+    let refs = stage.refs();
+    let rt = crate::platform::raw_runtime(cfg.seed);
+    let mut epoch = 1;
+    loop {
+        stage.begin(fabric.as_ref(), epoch)?;
+        let (outs, secs, traffic) = platform.run(cfg.executors, &l, &rt, |ctx, i| {
+            let (refs, inputs) = (refs.clone(), inputs.clone());
+            let mut p = cfg.push;
+            p.kill_after = kill.and_then(|(who, after)| (who == i).then_some(after));
+            async move { push(&ctx, &refs, i, epoch, &inputs[i], &mem, &p).await }
+        })?;
+        let killed = outs.iter().any(|o| matches!(o, Err(AppError::Killed(_))));
+        if let Some(e) = outs
+            .into_iter()
+            .find_map(|o| o.err().filter(|e| !matches!(e, AppError::Killed(_))))
+        {
+            return Err(e);
+        }
+        match stage.complete(fabric.as_ref(), epoch) {
+            Err(AppError::Incomplete { .. }) if killed && epoch <= reruns => {
+                // The stage failed cleanly: rerun it whole.
+                kill = None;
+                epoch += 1;
+                continue;
+            }
+            Err(e) => return Err(e),
+            Ok(()) => {}
+        }
+        let records = stage.check(fabric.as_ref(), epoch, &inputs)?;
+        return Ok((
+            crate::AppResult {
+                app: "shuffle".into(),
+                backend: platform.backend().into(),
+                method: cfg.push.method.name().into(),
+                batch: if cfg.push.method == Method::None {
+                    1
+                } else {
+                    cfg.push.batch
+                },
+                executors: cfg.executors,
+                records,
+                seconds: secs,
+                records_per_s: records as f64 / secs.max(1e-12),
+                bytes_per_record: traffic.bytes_written as f64 / records.max(1) as f64,
+                verified: true,
+                phases: vec![("shuffle".into(), secs)],
+                numa: false,
+            },
+            epoch,
+        ));
+    }
+}
+
+/// The address of partition `j`'s buffer (for readers of a stage).
+pub fn buffer_addr(st: &StageRefs, j: usize) -> GlobalAddr {
+    st.bufs[j].addr
+}

@@ -1,0 +1,460 @@
+//! The IO-consolidation benchmark (RDMA memory-semantics study, §III-C,
+//! Fig. 8): `size`-byte writes at random `size`-aligned offsets of a
+//! thread's hot, `region`-aligned remote regions (32 B into 1 KiB in the
+//! study), either each its own WRITE (`theta: None`, the native path) or
+//! through the runtime's write-back buffer
+//! ([`dmkit_runtime::consolidate::WriteBuffer`]) that writes a region back
+//! once per `θ` modifications. Each thread owns its regions (the buffer's
+//! single-writer hint); throughput counts writes.
+//!
+//! The same task runs on OS threads over shm or verbs ([`run`]) and on
+//! virtual threads of the simulator ([`run_sim`]). Every buffer is flushed
+//! at the end and the remote image checked against the thread's own copy
+//! of what it wrote, so a consolidated run that lost a write fails.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dmkit_fabric::{Fabric, FabricError, RemoteRef};
+use dmkit_runtime::consolidate::{ConsolidationConfig, WriteBuffer};
+use dmkit_runtime::{Ctx, Local, LocalLayout, Worker};
+use serde::Serialize;
+
+use crate::micro::{BenchError, Padded};
+use crate::rng::Rng;
+use crate::vector_io::raw_runtime;
+
+/// One measured point.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConsolidationPoint {
+    /// θ (`None`: every write is its own WRITE).
+    pub theta: Option<u32>,
+    /// Bytes per write.
+    pub size: usize,
+    /// Bytes per hot region (aligned to it).
+    pub region: usize,
+    /// Hot regions per thread.
+    pub regions: usize,
+    /// Threads, all machines together.
+    pub threads: usize,
+    /// Measured window (wall or virtual time).
+    pub duration: Duration,
+    /// Longest a write stays buffered.
+    pub lease: Duration,
+    /// Seed of the addresses (and of the simulator).
+    pub seed: u64,
+}
+
+impl ConsolidationPoint {
+    /// Checks the shape.
+    pub fn check(&self) -> Result<(), String> {
+        if self.size == 0 || self.region == 0 || self.regions == 0 || self.threads == 0 {
+            return Err("--size, --region, --regions and --threads must be at least 1".into());
+        }
+        if !self.region.is_multiple_of(self.size) || self.region > (1 << 20) {
+            return Err(format!(
+                "--region {} must be a multiple of --size {} and at most 1 MiB",
+                self.region, self.size
+            ));
+        }
+        if self.theta == Some(0) {
+            return Err("θ must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    fn area(&self) -> u64 {
+        (self.region * self.regions) as u64
+    }
+}
+
+/// What a point measured.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ConsolidationResult {
+    /// The backend it ran on ("shm", "sim", "verbs").
+    pub backend: String,
+    /// θ, or 0 for the native path.
+    pub theta: u32,
+    /// Bytes per write (entry).
+    pub size: usize,
+    /// Bytes per hot region.
+    pub region: usize,
+    /// Hot regions per thread.
+    pub regions: usize,
+    /// Threads, all machines together.
+    pub threads: usize,
+    /// Writes completed in the window.
+    pub writes: u64,
+    /// Length of the measured window in seconds.
+    pub seconds: f64,
+    /// Million writes per second, all threads.
+    pub mops: f64,
+    /// WRITE requests posted per application write (whole run).
+    pub wrs_per_write: f64,
+    /// Bytes written to remote memory per application write (whole run).
+    pub bytes_per_write: f64,
+    /// The remote image equalled each thread's own copy at the end.
+    pub verified: bool,
+}
+
+/// What one thread did: its writes in the window, in the whole run, the
+/// WRITEs and bytes it posted, and whether its image checked out.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    total: u64,
+    wrs: u64,
+    bytes: u64,
+    verified: bool,
+}
+
+/// The task: random writes into its regions until `keep_going` says
+/// stop, then a flush of every buffer and a check of the remote image.
+/// `count` is called after every write.
+async fn writer(
+    ctx: Ctx,
+    p: ConsolidationPoint,
+    area: RemoteRef,
+    scratch: Local,
+    seed: u64,
+    keep_going: impl Fn(&Ctx) -> bool,
+    count: impl Fn(&Ctx, u64),
+) -> Result<Tally, FabricError> {
+    let mut rng = Rng::new(seed);
+    let mut mirror = vec![0u8; p.area() as usize];
+    let cfg = ConsolidationConfig {
+        theta: p.theta.unwrap_or(1),
+        lease: p.lease.as_nanos() as u64,
+    };
+    let mut bufs: Vec<WriteBuffer> = (0..p.regions)
+        .map(|i| {
+            WriteBuffer::hint(area.add((i * p.region) as u64), p.region, cfg)
+                .expect("regions are aligned to their size")
+        })
+        .collect();
+    let slots = (p.region / p.size) as u64;
+    let mut t = Tally::default();
+    let mut data = vec![0u8; p.size];
+    while keep_going(&ctx) {
+        let r = rng.below(p.regions as u64) as usize;
+        let at = (rng.below(slots) as usize) * p.size;
+        let stamp = t.total + 1;
+        // Distinct contents per write (what the final check compares).
+        data.fill(stamp as u8);
+        let n = p.size.min(8);
+        data[..n].copy_from_slice(&stamp.to_le_bytes()[..n]);
+        mirror[r * p.region + at..][..p.size].copy_from_slice(&data);
+        match p.theta {
+            None => {
+                ctx.put_local(scratch, &data);
+                ctx.write_sync(area.add((r * p.region + at) as u64), scratch.prefix(p.size))
+                    .await?;
+                t.wrs += 1;
+                t.bytes += p.size as u64;
+            }
+            Some(_) => match bufs[r].try_write(&ctx, at, &data) {
+                Some(false) => {}
+                Some(true) => {
+                    bufs[r].flush(&ctx, scratch).await?;
+                }
+                None => {
+                    bufs[r].write(&ctx, scratch, at, &data).await?;
+                }
+            },
+        }
+        t.total += 1;
+        count(&ctx, t.total);
+    }
+    for b in &mut bufs {
+        b.flush(&ctx, scratch).await?;
+        let s = b.stats();
+        t.wrs += s.flushes;
+        t.bytes += s.bytes_flushed;
+    }
+    // Check: the remote image is what this thread wrote.
+    let mut ok = true;
+    for (i, chunk) in mirror.chunks(p.region).enumerate() {
+        let s = scratch.prefix(p.region);
+        ctx.read_sync(area.add((i * p.region) as u64), s).await?;
+        ok &= ctx.local_vec(s) == chunk;
+    }
+    t.verified = ok;
+    Ok(t)
+}
+
+fn layout(p: &ConsolidationPoint) -> (LocalLayout, Local) {
+    let mut l = LocalLayout::new();
+    let s = l.region("consolidation scratch", p.region.max(p.size));
+    (l, s)
+}
+
+fn seed_of(p: &ConsolidationPoint, t: usize) -> u64 {
+    p.seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+fn result_of(
+    backend: &str,
+    p: &ConsolidationPoint,
+    writes: u64,
+    seconds: f64,
+    tallies: &[Tally],
+) -> ConsolidationResult {
+    let total: u64 = tallies.iter().map(|t| t.total).sum::<u64>().max(1);
+    let mops = writes as f64 / seconds.max(1e-12) / 1e6;
+    ConsolidationResult {
+        backend: backend.into(),
+        theta: p.theta.unwrap_or(0),
+        size: p.size,
+        region: p.region,
+        regions: p.regions,
+        threads: p.threads,
+        writes,
+        seconds,
+        mops,
+        wrs_per_write: tallies.iter().map(|t| t.wrs).sum::<u64>() as f64 / total as f64,
+        bytes_per_write: tallies.iter().map(|t| t.bytes).sum::<u64>() as f64 / total as f64,
+        verified: !tallies.is_empty() && tallies.iter().all(|t| t.verified),
+    }
+}
+
+/// Runs one point on `fabric` (shm or verbs): one OS thread per
+/// `p.threads`, each a worker with one task writing into its own regions.
+pub fn run(fabric: &dyn Fabric, p: &ConsolidationPoint) -> Result<ConsolidationResult, BenchError> {
+    p.check().map_err(BenchError::Config)?;
+    let node = *fabric
+        .nodes()
+        .first()
+        .expect("a fabric has at least one node");
+    let per = p.area();
+    let (base, _, rkey) = fabric.alloc_chunk(node, per * p.threads as u64 + 4096, false)?;
+    // Regions aligned to their size.
+    let align = (p.region.next_power_of_two().min(4096)) as u64;
+    let start = base.offset().next_multiple_of(align) - base.offset();
+    let area0 = RemoteRef::new(base, rkey).add(start);
+    let r = measure(fabric, p, area0);
+    let freed = fabric.free_chunk(base);
+    let r = r?;
+    freed?;
+    Ok(r)
+}
+
+fn measure(
+    fabric: &dyn Fabric,
+    p: &ConsolidationPoint,
+    area0: RemoteRef,
+) -> Result<ConsolidationResult, BenchError> {
+    let (l, scratch) = layout(p);
+    let counters: Vec<Arc<Padded>> = (0..p.threads).map(|_| Arc::default()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = AtomicU64::new(0);
+    let (window, outcomes) = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..p.threads)
+            .map(|t| {
+                let (counter, stop, started, l) = (counters[t].clone(), stop.clone(), &started, &l);
+                s.spawn(move || -> Result<Tally, BenchError> {
+                    let mut w = Worker::builder(fabric)
+                        .config(raw_runtime(p.seed))
+                        .id(t)
+                        .local(l)
+                        .build()?;
+                    let out: Arc<std::sync::Mutex<Option<Result<Tally, FabricError>>>> =
+                        Arc::default();
+                    let out2 = out.clone();
+                    let area = area0.add(t as u64 * p.area());
+                    let (pp, seed) = (p.clone(), seed_of(p, t));
+                    let stop2 = stop.clone();
+                    w.spawn(move |ctx| async move {
+                        let r = writer(
+                            ctx,
+                            pp,
+                            area,
+                            scratch,
+                            seed,
+                            move |_| !stop2.load(Ordering::Relaxed),
+                            move |_, n| counter.0.store(n, Ordering::Relaxed),
+                        )
+                        .await;
+                        *out2.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+                    });
+                    started.fetch_add(1, Ordering::Release);
+                    w.run();
+                    let r = out
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .take()
+                        .expect("the writer finished");
+                    if r.is_err() {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                    Ok(r?)
+                })
+            })
+            .collect();
+        while started.load(Ordering::Acquire) < p.threads as u64 {
+            std::thread::yield_now();
+        }
+        let before: u64 = counters.iter().map(|c| c.0.load(Ordering::Relaxed)).sum();
+        let t0 = Instant::now();
+        while !stop.load(Ordering::Relaxed) && t0.elapsed() < p.duration {
+            std::thread::sleep(
+                p.duration
+                    .saturating_sub(t0.elapsed())
+                    .min(Duration::from_millis(50)),
+            );
+        }
+        let after: u64 = counters.iter().map(|c| c.0.load(Ordering::Relaxed)).sum();
+        let secs = t0.elapsed().as_secs_f64();
+        stop.store(true, Ordering::Relaxed);
+        let outcomes: Vec<_> = handles
+            .into_iter()
+            .map(|h| h.join().expect("consolidation worker panicked"))
+            .collect();
+        ((after.saturating_sub(before), secs), outcomes)
+    });
+    let tallies = outcomes.into_iter().collect::<Result<Vec<_>, _>>()?;
+    Ok(result_of(fabric.backend(), p, window.0, window.1, &tallies))
+}
+
+/// Runs one point on the simulator: `p.threads` virtual threads on one
+/// compute machine against one memory node, `p.duration` of virtual time
+/// measured after `warmup`.
+pub fn run_sim(
+    p: &ConsolidationPoint,
+    profile: &dmkit_sim::Profile,
+    warmup: Duration,
+) -> Result<ConsolidationResult, BenchError> {
+    use dmkit_sim::{Sim, SimConfig};
+    use std::cell::{Cell, RefCell};
+    use std::rc::Rc;
+    p.check().map_err(BenchError::Config)?;
+    let area_bytes = p.area() * p.threads as u64 + 4096;
+    let mut sim = Sim::new(SimConfig {
+        profile: profile.clone(),
+        compute_machines: 1,
+        memory_nodes: 1,
+        memory_bytes: area_bytes + (8 << 20),
+        page_size: 4096,
+        seed: p.seed,
+        ..SimConfig::default()
+    })?;
+    let fabric = sim.dyn_fabric();
+    let (base, _, rkey) = fabric.alloc_chunk(0, area_bytes, true)?;
+    let align = (p.region.next_power_of_two().min(4096)) as u64;
+    let start = base.offset().next_multiple_of(align) - base.offset();
+    let area0 = RemoteRef::new(base, rkey).add(start);
+    let (l, scratch) = layout(p);
+    let warm = warmup.as_nanos() as u64;
+    let end = warm + p.duration.as_nanos() as u64;
+    let window = Rc::new(Cell::new(0u64));
+    let tallies: Rc<RefCell<Vec<Result<Tally, FabricError>>>> = Rc::default();
+    for t in 0..p.threads {
+        let th = sim.add_worker(0, |f: &dyn Fabric, clock| -> Result<Worker, BenchError> {
+            Ok(Worker::builder(f)
+                .clock(clock)
+                .config(raw_runtime(p.seed))
+                .id(t)
+                .local(&l)
+                .build()?)
+        })?;
+        let (window, tallies) = (window.clone(), tallies.clone());
+        let (pp, seed, area) = (p.clone(), seed_of(p, t), area0.add(t as u64 * p.area()));
+        sim.worker_mut(th).spawn(move |ctx| async move {
+            let r = writer(
+                ctx,
+                pp,
+                area,
+                scratch,
+                seed,
+                move |c| c.now() < end,
+                move |c, _| {
+                    let now = c.now();
+                    if now >= warm && now < end {
+                        window.set(window.get() + 1);
+                    }
+                },
+            )
+            .await;
+            tallies.borrow_mut().push(r);
+        });
+    }
+    sim.run();
+    let tallies = std::mem::take(&mut *tallies.borrow_mut())
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
+    if tallies.len() != p.threads {
+        return Err(BenchError::Config(
+            "a simulated writer did not finish".into(),
+        ));
+    }
+    Ok(result_of(
+        "sim",
+        p,
+        window.get(),
+        p.duration.as_secs_f64(),
+        &tallies,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dmkit_fabric::shm::{ShmConfig, ShmFabric};
+    use dmkit_memnode::NodeConfig;
+
+    fn point(theta: Option<u32>) -> ConsolidationPoint {
+        ConsolidationPoint {
+            theta,
+            size: 32,
+            region: 1024,
+            regions: 4,
+            threads: 2,
+            duration: Duration::from_millis(60),
+            lease: Duration::from_millis(100),
+            seed: 7,
+        }
+    }
+
+    #[test]
+    fn native_and_consolidated_runs_verify_and_consolidate() {
+        let f = ShmFabric::embedded(
+            ShmConfig::default(),
+            &[NodeConfig {
+                size: 4 << 20,
+                ..Default::default()
+            }],
+        )
+        .unwrap();
+        let native = run(&f, &point(None)).unwrap();
+        assert!(native.verified && native.writes > 0, "{native:?}");
+        assert!((native.wrs_per_write - 1.0).abs() < 1e-9, "{native:?}");
+        let c = run(&f, &point(Some(16))).unwrap();
+        assert!(c.verified && c.writes > 0, "{c:?}");
+        assert!(
+            c.wrs_per_write < 0.1,
+            "θ = 16: about one WRITE per 16 writes: {c:?}"
+        );
+    }
+
+    #[test]
+    fn the_simulated_point_verifies_and_is_deterministic() {
+        let prof = dmkit_sim::Profile::builtin("cx3-56g").unwrap();
+        let p = ConsolidationPoint {
+            duration: Duration::from_micros(400),
+            ..point(Some(8))
+        };
+        let a = run_sim(&p, &prof, Duration::from_micros(50)).unwrap();
+        let b = run_sim(&p, &prof, Duration::from_micros(50)).unwrap();
+        assert!(a.verified && a.writes > 0, "{a:?}");
+        assert_eq!(a.writes, b.writes);
+        let n = run_sim(
+            &ConsolidationPoint { theta: None, ..p },
+            &prof,
+            Duration::from_micros(50),
+        )
+        .unwrap();
+        assert!(
+            n.verified && a.mops > n.mops,
+            "consolidated {a:?} vs native {n:?}"
+        );
+    }
+}

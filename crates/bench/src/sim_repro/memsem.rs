@@ -1,0 +1,732 @@
+//! The memory-semantics study's figures on the simulator ("Thinking More
+//! about RDMA Memory Semantics", IEEE Cluster'21), on the study's hardware
+//! (`--profile cx3-56g`): the micro-benchmarks of §III (Fig. 3–6, 8, 10)
+//! and the applications of §IV (Fig. 12, 15, 16, 19). `memsem-fig13` lives
+//! with the other YCSB figures in the parent module.
+//!
+//! Each run is one of this crate's benchmarks or one of `dmkit-apps`'
+//! applications on its own simulation ([`super::Job::Values`]). The study
+//! states few absolute points; `published` is filled where its text gives
+//! one (a value, or a ratio as a row of unit "x"), null elsewhere. The
+//! application figures are predictions of the device model, not fitted to
+//! them. What the simulator cannot run is left out and said so in the
+//! x label: the local `readv`/`writev` and local-atomics baselines (host
+//! CPU, see `dmkit bench vector-io` and `dmkit bench atomics` on shm), and
+//! the RPC-based lock and sequencer (the RPC channel to memory-node workers
+//! is not in this build).
+
+use std::time::Duration;
+
+use dmkit_apps::platform::Platform;
+use dmkit_apps::Method as AppMethod;
+
+use super::{Acc, Job, Outcome, ReproOptions};
+use crate::atomics::{self, AtomicsConfig, Place, Primitive};
+use crate::io_consolidation::{self, ConsolidationPoint};
+use crate::micro::BenchError;
+use crate::vector_io::{self, Direction, Method, Pattern, SimShape, VectorIoConfig};
+
+/// Figures of this module.
+pub(super) const FIGURES: [&str; 10] = [
+    "memsem-fig3",
+    "memsem-fig4",
+    "memsem-fig5",
+    "memsem-fig6",
+    "memsem-fig8",
+    "memsem-fig10",
+    "memsem-fig12",
+    "memsem-fig15",
+    "memsem-fig16",
+    "memsem-fig19",
+];
+
+/// One pass over figure `name` of this module (`None`: not one of them).
+pub(super) fn figure(
+    name: &str,
+    opts: &ReproOptions,
+    acc: &mut Acc,
+) -> Option<Result<String, BenchError>> {
+    Some(match name {
+        "memsem-fig3" => fig3(opts, acc),
+        "memsem-fig4" => fig4(opts, acc),
+        "memsem-fig5" => fig5(opts, acc),
+        "memsem-fig6" => fig6(opts, acc),
+        "memsem-fig8" => fig8(opts, acc),
+        "memsem-fig10" => fig10(opts, acc),
+        "memsem-fig12" => fig12(opts, acc),
+        "memsem-fig15" => fig15(opts, acc),
+        "memsem-fig16" => fig16(opts, acc),
+        "memsem-fig19" => fig19(opts, acc),
+        _ => return None,
+    })
+}
+
+/// Asks for one run whose outcome is a list of values (the second pass
+/// gets them; the first gets `n` zeros).
+fn values(
+    acc: &mut Acc,
+    n: usize,
+    run: impl FnOnce() -> Result<(Vec<f64>, u64), BenchError> + Send + 'static,
+) -> Vec<f64> {
+    match acc.ask(|| Job::Values(Box::new(run))) {
+        Some(Outcome::Values(v, _)) => v,
+        Some(_) => unreachable!("a values job answers values"),
+        None => vec![0.0; n],
+    }
+}
+
+fn window(opts: &ReproOptions) -> Duration {
+    Duration::from_micros(if opts.quick { 200 } else { 1000 })
+}
+
+/// A vector-IO point: sequential, in a 64 MiB region.
+fn point(
+    opts: &ReproOptions,
+    method: Method,
+    direction: Direction,
+    batch: usize,
+    size: usize,
+    threads: usize,
+) -> VectorIoConfig {
+    VectorIoConfig {
+        method,
+        direction,
+        batch,
+        size,
+        threads,
+        region_size: 64 << 20,
+        pattern: Pattern::Seq,
+        duration: window(opts),
+        seed: opts.seed,
+    }
+}
+
+/// Runs a vector-IO point on the simulator (translation pages of
+/// `page_size`, `warmup` unmeasured): million entries per second (all
+/// threads) and per thread.
+fn vio(
+    acc: &mut Acc,
+    opts: &ReproOptions,
+    cfg: VectorIoConfig,
+    page_size: u64,
+    warmup: Duration,
+) -> (f64, f64) {
+    let shape = SimShape {
+        profile: opts.profile.clone(),
+        page_size,
+        warmup,
+    };
+    let v = values(acc, 2, move || {
+        let r = vector_io::run_sim(&cfg, &shape)?;
+        Ok((vec![r.mops, r.mops_per_thread], r.entries))
+    });
+    (v[0], v[1])
+}
+
+const WARM: Duration = Duration::from_micros(50);
+
+/// Fig. 3: the three batch methods as the payload grows, batches of 4 and
+/// 16, WRITE, one thread.
+fn fig3(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
+    let sizes: &[usize] = if opts.quick {
+        &[32, 512]
+    } else {
+        &[8, 32, 128, 512, 2048, 8192]
+    };
+    for batch in [4usize, 16] {
+        for m in Method::ALL {
+            for &size in sizes {
+                if batch * size > opts.profile.limits.max_message {
+                    continue;
+                }
+                let (mops, _) = vio(
+                    acc,
+                    opts,
+                    point(opts, m, Direction::Write, batch, size, 1),
+                    2 << 20,
+                    WARM,
+                );
+                acc.push(
+                    &format!("{} size-{batch}", m.name()),
+                    size as f64,
+                    mops,
+                    "Mops",
+                    None,
+                );
+            }
+        }
+    }
+    Ok("x: payload bytes per entry; WRITE, one thread; Mops = million entries/s".into())
+}
+
+/// Fig. 4: batch size swept, 32-byte entries, WRITE and READ, one thread;
+/// the study's ratio for doorbell (batch 32 over batch 1: 1.53).
+fn fig4(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
+    let batches: &[usize] = if opts.quick {
+        &[1, 32]
+    } else {
+        &[1, 2, 4, 8, 16, 32]
+    };
+    for dir in [Direction::Write, Direction::Read] {
+        let d = if dir == Direction::Write {
+            "write"
+        } else {
+            "read"
+        };
+        for m in Method::ALL {
+            let mut first = None;
+            let mut last = 0.0;
+            for &batch in batches {
+                let (mops, _) = vio(acc, opts, point(opts, m, dir, batch, 32, 1), 2 << 20, WARM);
+                acc.push(
+                    &format!("{} {d}", m.name()),
+                    batch as f64,
+                    mops,
+                    "Mops",
+                    None,
+                );
+                first.get_or_insert(mops);
+                last = mops;
+            }
+            let published = (m == Method::Doorbell && dir == Direction::Write).then_some(1.53);
+            acc.push(
+                &format!("{} {d} batch 32 / batch 1", m.name()),
+                32.0,
+                last / first.unwrap_or(1.0).max(1e-12),
+                "x",
+                published,
+            );
+        }
+    }
+    Ok("x: entries per batch; 32 B entries, one thread (the local readv/writev baseline: `dmkit bench vector-io --local` on shm)".into())
+}
+
+/// Fig. 5: per-thread throughput as threads grow, 32-byte entries, batches
+/// of 16, WRITE. The study: SGL 2.27 Mops per thread at 1 thread, 1.69 at 8.
+fn fig5(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
+    let threads: &[usize] = if opts.quick {
+        &[1, 8]
+    } else {
+        &[1, 2, 3, 4, 5, 6, 7, 8]
+    };
+    for m in Method::ALL {
+        for &t in threads {
+            let (_, per) = vio(
+                acc,
+                opts,
+                point(opts, m, Direction::Write, 16, 32, t),
+                2 << 20,
+                WARM,
+            );
+            let published = match (m, t) {
+                (Method::Sgl, 1) => Some(2.27),
+                (Method::Sgl, 8) => Some(1.69),
+                _ => None,
+            };
+            acc.push(m.name(), t as f64, per, "Mops/thread", published);
+        }
+    }
+    Ok("x: threads; 32 B entries, batches of 16, WRITE".into())
+}
+
+/// A point of Fig. 6: unbatched, [`FIG6_THREADS`] threads, 4 KiB
+/// translation pages, warmed up long enough for random addresses to fill
+/// the translation cache (the coupon collector over 1024 pages).
+fn fig6_point(
+    acc: &mut Acc,
+    opts: &ReproOptions,
+    dir: Direction,
+    size: usize,
+    pattern: Pattern,
+    region_size: u64,
+) -> f64 {
+    let cfg = VectorIoConfig {
+        pattern,
+        region_size,
+        duration: Duration::from_millis(if opts.quick { 1 } else { 2 }),
+        ..point(opts, Method::Doorbell, dir, 1, size, FIG6_THREADS)
+    };
+    vio(acc, opts, cfg, 4096, Duration::from_millis(10)).0
+}
+
+/// Threads of Fig. 6's points.
+const FIG6_THREADS: usize = 4;
+
+/// Fig. 6: sequential vs random addresses. (a, b) payload swept in a
+/// large region, WRITE and READ; (d) the region swept at 32 bytes: with
+/// 4 KiB translation pages, a region whose translations fit the RNIC's
+/// cache shows no asymmetry (the study: under 1 % below 4 MB), a large one
+/// does (the study: sequential writes over 2× random).
+fn fig6(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
+    let big: u64 = if opts.quick { 256 << 20 } else { 1 << 30 };
+    let sizes: &[usize] = if opts.quick {
+        &[32, 4096]
+    } else {
+        &[1, 32, 256, 1024, 4096, 8192]
+    };
+    for dir in [Direction::Write, Direction::Read] {
+        let d = if dir == Direction::Write {
+            "(a) write"
+        } else {
+            "(b) read"
+        };
+        for pattern in [Pattern::Seq, Pattern::Random] {
+            let p = if pattern == Pattern::Seq {
+                "seq"
+            } else {
+                "random"
+            };
+            for &size in sizes {
+                let mops = fig6_point(acc, opts, dir, size, pattern, big);
+                acc.push(&format!("{d} {p}"), size as f64, mops, "Mops", None);
+            }
+        }
+    }
+    let regions: &[u64] = if opts.quick {
+        &[1 << 20, 256 << 20]
+    } else {
+        &[1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
+    };
+    for &region in regions {
+        let mut v = [0.0; 2];
+        for (i, pattern) in [Pattern::Seq, Pattern::Random].into_iter().enumerate() {
+            v[i] = fig6_point(acc, opts, Direction::Write, 32, pattern, region);
+            let p = if i == 0 { "seq" } else { "random" };
+            acc.push(
+                &format!("(d) write {p}"),
+                (region >> 20) as f64,
+                v[i],
+                "Mops",
+                None,
+            );
+        }
+        let published = if region <= 4 << 20 {
+            Some(1.0)
+        } else if region >= 1 << 30 {
+            Some(2.0)
+        } else {
+            None
+        };
+        acc.push(
+            "(d) write seq / random",
+            (region >> 20) as f64,
+            v[0] / v[1].max(1e-12),
+            "x",
+            published,
+        );
+    }
+    Ok(
+        "x: payload bytes (a, b) or region MiB (d); 4 threads, unbatched, 4 KiB translation pages"
+            .into(),
+    )
+}
+
+/// Fig. 8: 32-byte random writes into 1 KiB regions, native vs the
+/// runtime's write-back buffer with θ swept (the study: 7.49× at θ = 16).
+fn fig8(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
+    let thetas: &[u32] = if opts.quick {
+        &[16]
+    } else {
+        &[1, 2, 4, 8, 16, 32, 64]
+    };
+    let point = |theta: Option<u32>| ConsolidationPoint {
+        theta,
+        size: 32,
+        region: 1024,
+        regions: 64,
+        threads: 4,
+        duration: window(opts),
+        lease: Duration::from_micros(100),
+        seed: opts.seed,
+    };
+    let run = |p: ConsolidationPoint, acc: &mut Acc| {
+        let profile = opts.profile.clone();
+        values(acc, 1, move || {
+            let r = io_consolidation::run_sim(&p, &profile, Duration::from_micros(50))?;
+            Ok((vec![r.mops], r.writes))
+        })[0]
+    };
+    let native = run(point(None), acc);
+    acc.push("native", 0.0, native, "Mops", None);
+    for &theta in thetas {
+        let m = run(point(Some(theta)), acc);
+        acc.push("io consolidation", theta as f64, m, "Mops", None);
+        acc.push(
+            "io consolidation / native",
+            theta as f64,
+            m / native.max(1e-12),
+            "x",
+            (theta == 16).then_some(7.49),
+        );
+    }
+    Ok("x: θ (0 = native); 32 B writes, 1 KiB regions, 4 threads".into())
+}
+
+/// Fig. 10: spinlock and sequencer on a memory node's word, with and
+/// without exponential backoff, threads swept. The study: the remote
+/// sequencer ≈ 2.6 Mops from 6 threads on; the remote lock 0.31 Mops at 8.
+fn fig10(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
+    let threads: &[usize] = if opts.quick {
+        &[1, 8]
+    } else {
+        &[1, 2, 4, 6, 8, 10, 12, 14]
+    };
+    for prim in [Primitive::Lock, Primitive::Sequencer] {
+        let p = if prim == Primitive::Lock {
+            "(a) remote lock"
+        } else {
+            "(b) remote sequencer"
+        };
+        for backoff in [false, true] {
+            for &t in threads {
+                let mut c = AtomicsConfig::new(prim, Place::Remote, backoff, t);
+                c.duration = window(opts);
+                let (profile, seed) = (opts.profile.clone(), opts.seed);
+                let mops = values(acc, 1, move || {
+                    let r = atomics::run_sim(&c, &profile, Duration::from_micros(50), seed)
+                        .map_err(|e| BenchError::Config(e.to_string()))?;
+                    Ok((vec![r.mops], r.ops))
+                })[0];
+                let published = match (prim, backoff, t) {
+                    (Primitive::Sequencer, false, 6..) => Some(2.6),
+                    (Primitive::Lock, false, 8) => Some(0.31),
+                    _ => None,
+                };
+                let s = if backoff {
+                    format!("{p} backoff")
+                } else {
+                    p.to_string()
+                };
+                acc.push(&s, t as f64, mops, "Mops", published);
+            }
+        }
+    }
+    Ok("x: threads (one per compute machine in the study); local and RPC-based series not run on the simulator (RPC channel not in this build)".into())
+}
+
+/// Fig. 12: the hash table's breakdown, front ends swept (see
+/// `dmkit_apps::hashtable`). The study: +NUMA ≈ 10.5 Mops at its peak,
+/// +IO consolidation ≈ 24.4 Mops with six front ends, 2.7× over basic.
+fn fig12(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
+    use dmkit_apps::hashtable::Step;
+    let fronts: &[usize] = if opts.quick {
+        &[1, 2]
+    } else {
+        &[1, 2, 3, 4, 5, 6]
+    };
+    let mut basic = vec![0.0; fronts.len()];
+    for step in Step::ALL {
+        for (i, &fe) in fronts.iter().enumerate() {
+            let run = crate::hashtable::HashtableRun {
+                keys: if opts.quick { 20_000 } else { 1_000_000 },
+                threads: if opts.quick { 4 } else { 16 },
+                front_ends: fe,
+                coros: 4,
+                hot_keys: if opts.quick { 1024 } else { 1 << 16 },
+                theta: 16,
+                duration: Duration::from_micros(if opts.quick { 200 } else { 1000 }),
+                warmup: Duration::from_micros(200),
+                seed: opts.seed,
+            };
+            let cfg = crate::hashtable::config(step, &run);
+            let sim = crate::hashtable::sim_config(
+                step,
+                dmkit_sim::SimConfig {
+                    profile: opts.profile.clone(),
+                    seed: opts.seed,
+                    ..Default::default()
+                },
+                &cfg,
+            );
+            let r = super::ycsb_outcome(acc, sim, cfg);
+            let published = match (step, fe) {
+                (Step::Numa, 6) => Some(10.5),
+                (Step::Consolidation, 6) => Some(24.4),
+                _ => None,
+            };
+            acc.push(step.name(), fe as f64, r.mops, "Mops", published);
+            if step == Step::Basic {
+                basic[i] = r.mops;
+            } else if step == Step::Atomics {
+                acc.push(
+                    "+atomics / basic",
+                    fe as f64,
+                    r.mops / basic[i].max(1e-12),
+                    "x",
+                    (fe == 6).then_some(2.7),
+                );
+            }
+        }
+    }
+    Ok("x: front ends (compute machines); 100 % updates of 64 B values, zipfian 0.99".into())
+}
+
+/// Two sockets per machine: the testbed's NIC (both ports on socket 1,
+/// every connection through the first) or, NUMA-aware, a port per socket
+/// with matched connections.
+fn two_sockets(aware: bool) -> dmkit_sim::NumaLayout {
+    dmkit_sim::NumaLayout {
+        sockets: 2,
+        ports: if aware { vec![0, 1] } else { vec![1, 1] },
+        rule: if aware {
+            dmkit_sim::PortRule::Matched
+        } else {
+            dmkit_sim::PortRule::First
+        },
+    }
+}
+
+/// The simulated cluster of an application run.
+fn app_sim(
+    opts: &ReproOptions,
+    machines: usize,
+    numa: Option<dmkit_sim::NumaLayout>,
+) -> dmkit_sim::SimConfig {
+    dmkit_sim::SimConfig {
+        profile: opts.profile.clone(),
+        compute_machines: machines,
+        memory_nodes: 1,
+        memory_bytes: 512 << 20,
+        page_size: 2 << 20,
+        seed: opts.seed,
+        numa,
+        ..Default::default()
+    }
+}
+
+fn app_err(e: dmkit_apps::AppError) -> BenchError {
+    BenchError::Config(e.to_string())
+}
+
+/// One application run: million records per second, or an error if its
+/// check failed.
+fn app_run(
+    acc: &mut Acc,
+    run: impl FnOnce() -> Result<dmkit_apps::AppResult, BenchError> + Send + 'static,
+) -> f64 {
+    values(acc, 1, move || {
+        let r = run()?;
+        if !r.verified {
+            return Err(BenchError::Config(format!(
+                "{} run failed its check",
+                r.app
+            )));
+        }
+        Ok((vec![r.records_per_s / 1e6], r.records))
+    })[0]
+}
+
+fn push_params(
+    opts: &ReproOptions,
+    method: AppMethod,
+    batch: usize,
+) -> dmkit_apps::shuffle::PushParams {
+    dmkit_apps::shuffle::PushParams {
+        method,
+        batch: if method == AppMethod::None { 1 } else { batch },
+        depth: 16,
+        max_sge: opts.profile.limits.max_sge,
+        kill_after: None,
+    }
+}
+
+/// Fig. 15: the shuffle, unbatched vs SP vs SGL, batch and executors
+/// swept (the study: SGL 4.8×, SP 5.8× over unbatched at batch 16 and 16
+/// executors).
+fn fig15(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
+    let execs: &[usize] = if opts.quick { &[16] } else { &[4, 8, 16] };
+    let batches: &[usize] = if opts.quick {
+        &[16]
+    } else {
+        &[2, 4, 8, 16, 32]
+    };
+    let records = if opts.quick { 5_000 } else { 20_000 };
+    for &n in execs {
+        let one = |method: AppMethod, batch: usize, acc: &mut Acc| {
+            let cfg = dmkit_apps::shuffle::ShuffleConfig {
+                executors: n,
+                parts: n,
+                records,
+                entry: 64,
+                push: push_params(opts, method, batch),
+                seed: opts.seed,
+            };
+            let sim = app_sim(opts, 4, None);
+            app_run(acc, move || {
+                let mut p = Platform::sim(sim).map_err(app_err)?;
+                Ok(dmkit_apps::shuffle::run(&mut p, &cfg, None, 0)
+                    .map_err(app_err)?
+                    .0)
+            })
+        };
+        let base = one(AppMethod::None, 1, acc);
+        acc.push(&format!("none, {n} executors"), 1.0, base, "Mops", None);
+        for m in [AppMethod::Sp, AppMethod::Sgl] {
+            for &b in batches {
+                let v = one(m, b, acc);
+                acc.push(
+                    &format!("{}, {n} executors", m.name()),
+                    b as f64,
+                    v,
+                    "Mops",
+                    None,
+                );
+                let published = match (m, b, n) {
+                    (AppMethod::Sgl, 16, 16) => Some(4.8),
+                    (AppMethod::Sp, 16, 16) => Some(5.8),
+                    _ => None,
+                };
+                acc.push(
+                    &format!("{} / none, {n} executors", m.name()),
+                    b as f64,
+                    v / base.max(1e-12),
+                    "x",
+                    published,
+                );
+            }
+        }
+    }
+    Ok("x: entries per batch; 64 B entries on 4 compute machines, one memory node".into())
+}
+
+/// Fig. 16: the join, the partition phase unbatched (the naive distributed
+/// join) vs SGL and SP batches of 16, executors swept (the study: 10.3×
+/// over the naive distributed join with every optimisation), and SP with
+/// and without NUMA awareness on two-socket machines (the study: 12–30 %).
+fn fig16(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
+    let execs: &[usize] = if opts.quick { &[8] } else { &[4, 8, 16] };
+    let tuples = if opts.quick { 5_000 } else { 20_000 };
+    for &n in execs {
+        let mut base = 0.0;
+        for m in [AppMethod::None, AppMethod::Sgl, AppMethod::Sp] {
+            let cfg = dmkit_apps::join::JoinConfig {
+                executors: n,
+                inner: tuples,
+                outer: tuples,
+                entry: 32,
+                push: push_params(opts, m, 16),
+                seed: opts.seed,
+            };
+            let sim = app_sim(opts, 4, None);
+            let v = app_run(acc, move || {
+                let mut p = Platform::sim(sim).map_err(app_err)?;
+                dmkit_apps::join::run(&mut p, &cfg).map_err(app_err)
+            });
+            acc.push(m.name(), n as f64, v, "Mops", None);
+            if m == AppMethod::None {
+                base = v;
+            } else {
+                acc.push(
+                    &format!("{} / none", m.name()),
+                    n as f64,
+                    v / base.max(1e-12),
+                    "x",
+                    (m == AppMethod::Sp && n == 16).then_some(10.3),
+                );
+            }
+        }
+        // NUMA: two sockets per machine, executors alternating; the
+        // testbed's NIC on socket 1 against a port per socket (the study:
+        // NUMA awareness 12–30 %).
+        let mut numa = [0.0; 2];
+        for (k, aware) in [false, true].into_iter().enumerate() {
+            let cfg = dmkit_apps::join::JoinConfig {
+                executors: n,
+                inner: tuples,
+                outer: tuples,
+                entry: 32,
+                push: push_params(opts, AppMethod::Sp, 16),
+                seed: opts.seed,
+            };
+            let sim = app_sim(opts, 4, Some(two_sockets(aware)));
+            numa[k] = app_run(acc, move || {
+                let mut p = Platform::sim(sim).map_err(app_err)?;
+                dmkit_apps::join::run(&mut p, &cfg).map_err(app_err)
+            });
+            let s = if aware {
+                "sp, 2 sockets, NUMA-aware"
+            } else {
+                "sp, 2 sockets*"
+            };
+            acc.push(s, n as f64, numa[k], "Mops", None);
+        }
+        acc.push(
+            "NUMA-aware / not",
+            n as f64,
+            numa[1] / numa[0].max(1e-12),
+            "x",
+            None,
+        );
+    }
+    Ok("x: executors; tuples joined per second (R and S), batches of 16; the study's single-machine baseline is the host (`dmkit app join`)".into())
+}
+
+/// Fig. 19: the log, SP batches swept, 7 and 14 writers, with and without
+/// NUMA awareness (the study: 9.1× at batch 32 over unbatched with 7
+/// writers; 17.7 vs 15.5 Mops NUMA-aware vs not with 14).
+fn fig19(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
+    let writers: &[usize] = if opts.quick { &[7] } else { &[7, 14] };
+    let batches: &[usize] = if opts.quick {
+        &[1, 32]
+    } else {
+        &[1, 2, 4, 8, 16, 32]
+    };
+    let records = if opts.quick { 5_000 } else { 20_000 };
+    for &n in writers {
+        for aware in [false, true] {
+            let numa = two_sockets(aware);
+            let series = if aware { "sp" } else { "sp*" };
+            let mut base = 0.0;
+            for &b in batches {
+                let method = if b == 1 {
+                    AppMethod::None
+                } else {
+                    AppMethod::Sp
+                };
+                let cfg = dmkit_apps::log::LogConfig {
+                    executors: n,
+                    records,
+                    entry: 64,
+                    append: dmkit_apps::log::AppendParams {
+                        method,
+                        batch: b,
+                        depth: 8,
+                        max_sge: opts.profile.limits.max_sge,
+                        lease: 1_000_000_000,
+                        die_after: None,
+                    },
+                    seed: opts.seed,
+                };
+                let sim = app_sim(opts, 1, Some(numa.clone()));
+                let v = app_run(acc, move || {
+                    let mut p = Platform::sim(sim).map_err(app_err)?;
+                    dmkit_apps::log::run(&mut p, &cfg).map_err(app_err)
+                });
+                let published = match (aware, n, b) {
+                    (true, 14, 32) => Some(17.7),
+                    (false, 14, 32) => Some(15.5),
+                    _ => None,
+                };
+                acc.push(
+                    &format!("{series}, {n} writers"),
+                    b as f64,
+                    v,
+                    "Mops",
+                    published,
+                );
+                if b == 1 {
+                    base = v;
+                } else if b == 32 {
+                    acc.push(
+                        &format!("{series} batch 32 / unbatched, {n} writers"),
+                        32.0,
+                        v / base.max(1e-12),
+                        "x",
+                        (aware && n == 7).then_some(9.1),
+                    );
+                }
+            }
+        }
+    }
+    Ok("x: records per reservation (1 = unbatched); 64 B records, one machine with two sockets; * = without NUMA awareness (NIC on socket 1)".into())
+}

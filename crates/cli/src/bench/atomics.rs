@@ -1,0 +1,126 @@
+//! `dmkit bench atomics`: the memory-semantics study's remote atomics
+//! (§III-E, Fig. 10) — a spinlock and a sequencer, local vs remote vs
+//! RPC-based, with and without exponential backoff, threads swept, in one
+//! run. The RPC-based ones need the RPC channel to memory-node workers:
+//! until it is built they are reported as not built (and `--place rpc`
+//! alone fails with that error).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use dmkit_bench::atomics::{self, AtomicsConfig, AtomicsError, AtomicsResult, Place, Primitive};
+
+use super::{open_fabric, Backend, FabricArgs};
+use crate::Res;
+
+#[derive(Args)]
+pub(crate) struct AtomicsArgs {
+    #[command(flatten)]
+    fabric: FabricArgs,
+    /// Primitives: lock, sequencer.
+    #[arg(long, value_delimiter = ',', default_value = "lock,sequencer")]
+    primitive: Vec<Primitive>,
+    /// Where: local, remote, rpc (default: local and remote on shm, remote
+    /// on the simulator).
+    #[arg(long, value_delimiter = ',')]
+    place: Option<Vec<Place>>,
+    /// Backoff: off, on, or both (off,on).
+    #[arg(long, value_delimiter = ',', default_value = "off,on")]
+    backoff: Vec<crate::args::OnOff>,
+    /// Threads (a list sweeps; on the simulator, one per client machine).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,14")]
+    threads: Vec<usize>,
+    /// Measured time per point (virtual with --backend sim).
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Simulator: unmeasured virtual time before each point.
+    #[arg(long, default_value = "200us", value_parser = humantime::parse_duration)]
+    warmup: Duration,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the points as a JSON array to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+pub(crate) fn bench_atomics(a: AtomicsArgs) -> Res {
+    let sim = matches!(a.fabric.backend, Backend::Sim);
+    let places = a.place.clone().unwrap_or_else(|| {
+        if sim {
+            vec![Place::Remote]
+        } else {
+            vec![Place::Local, Place::Remote]
+        }
+    });
+    let fabric = if sim {
+        None
+    } else {
+        Some(open_fabric(&a.fabric, 16 << 20)?)
+    };
+    let profile = if sim {
+        Some(a.fabric.sim_config(0, a.seed)?.profile)
+    } else {
+        None
+    };
+    let mut results: Vec<AtomicsResult> = Vec::new();
+    let mut not_built = Vec::new();
+    for &p in &a.primitive {
+        for &place in &places {
+            for b in &a.backoff {
+                for &threads in &a.threads {
+                    let c = AtomicsConfig {
+                        duration: a.duration,
+                        ..AtomicsConfig::new(p, place, *b == crate::args::OnOff::On, threads)
+                    };
+                    let r = match (&fabric, &profile) {
+                        (Some(f), _) => atomics::run(&**f, &c),
+                        (None, Some(prof)) => atomics::run_sim(&c, prof, a.warmup, a.seed),
+                        _ => unreachable!("a backend was chosen"),
+                    };
+                    match r {
+                        Ok(r) => results.push(r),
+                        Err(e @ AtomicsError::RpcNotBuilt(_)) => {
+                            if places.len() == 1 {
+                                return Err(e.to_string());
+                            }
+                            not_built.push(e.to_string());
+                            break;
+                        }
+                        Err(e) => return Err(e.to_string()),
+                    }
+                }
+            }
+        }
+    }
+    println!(
+        "{:<8} {:<10} {:<7} {:>8} {:>8} {:>10} {:>12} {:>9}",
+        "backend", "primitive", "place", "backoff", "threads", "Mops", "fails/op", "verified"
+    );
+    for r in &results {
+        println!(
+            "{:<8} {:<10} {:<7} {:>8} {:>8} {:>10.3} {:>12.2} {:>9}",
+            r.backend,
+            r.primitive,
+            r.place,
+            if r.backoff { "on" } else { "off" },
+            r.threads,
+            r.mops,
+            r.failures_per_op,
+            r.verified
+        );
+    }
+    not_built.dedup();
+    for e in &not_built {
+        println!("not built: {e}");
+    }
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&results).expect("results serialise");
+        std::fs::write(path, text + "\n")
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    if results.iter().any(|r| !r.verified) {
+        return Err("a run broke mutual exclusion or lost a number".into());
+    }
+    Ok(())
+}

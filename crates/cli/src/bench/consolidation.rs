@@ -1,0 +1,162 @@
+//! `dmkit bench io-consolidation`: the memory-semantics study's IO
+//! consolidation (§III-C, Fig. 8) — small random writes into hot aligned
+//! regions, each its own WRITE (native) or consolidated by the runtime's
+//! write-back buffer at θ modifications, θ swept, in one run.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use dmkit_bench::io_consolidation::{self, ConsolidationPoint, ConsolidationResult};
+
+use super::{open_fabric, Backend, FabricArgs};
+use crate::args::OnOff;
+use crate::units::parse_size;
+use crate::Res;
+
+#[derive(Args)]
+pub(crate) struct ConsolidationArgs {
+    #[command(flatten)]
+    fabric: FabricArgs,
+    /// θ values: modifications buffered per write-back (a list sweeps).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32")]
+    theta: Vec<u32>,
+    /// Also run the native path (every write its own WRITE), first.
+    #[arg(long, value_enum, default_value = "on")]
+    native: OnOff,
+    /// Bytes per write.
+    #[arg(long, default_value = "32", value_parser = parse_size)]
+    size: u64,
+    /// Bytes per hot region (aligned to its size).
+    #[arg(long, default_value = "1KiB", value_parser = parse_size)]
+    region: u64,
+    /// Hot regions per thread.
+    #[arg(long, default_value_t = 16)]
+    regions: usize,
+    /// Threads, each writing its own regions (a list sweeps).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    threads: Vec<usize>,
+    /// Measured time per point (virtual with --backend sim).
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Longest a write stays buffered.
+    #[arg(long, default_value = "1ms", value_parser = humantime::parse_duration)]
+    lease: Duration,
+    /// Simulator: unmeasured virtual time before each point.
+    #[arg(long, default_value = "200us", value_parser = humantime::parse_duration)]
+    warmup: Duration,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the points as a JSON array to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write a PNG chart (Mops vs θ, a line per thread count; native at θ = 0).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+pub(crate) fn bench_consolidation(a: ConsolidationArgs) -> Res {
+    let mut points = Vec::new();
+    for &threads in &a.threads {
+        let thetas = (a.native == OnOff::On)
+            .then_some(None)
+            .into_iter()
+            .chain(a.theta.iter().map(|&t| Some(t)));
+        for theta in thetas {
+            points.push(ConsolidationPoint {
+                theta,
+                size: usize::try_from(a.size).map_err(|_| "--size too large")?,
+                region: usize::try_from(a.region).map_err(|_| "--region too large")?,
+                regions: a.regions,
+                threads,
+                duration: a.duration,
+                lease: a.lease,
+                seed: a.seed,
+            });
+        }
+    }
+    let mut results: Vec<ConsolidationResult> = Vec::new();
+    if matches!(a.fabric.backend, Backend::Sim) {
+        let sc = a.fabric.sim_config(0, a.seed)?;
+        for p in &points {
+            results.push(
+                io_consolidation::run_sim(p, &sc.profile, a.warmup).map_err(|e| e.to_string())?,
+            );
+        }
+    } else {
+        let most = a.threads.iter().copied().max().unwrap_or(1) as u64;
+        let fabric = open_fabric(&a.fabric, a.region * a.regions as u64 * most + (16 << 20))?;
+        for p in &points {
+            results.push(io_consolidation::run(&*fabric, p).map_err(|e| e.to_string())?);
+        }
+    }
+    println!(
+        "{:<8} {:>7} {:>6} {:>7} {:>7} {:>7} {:>10} {:>9} {:>10} {:>10} {:>8}",
+        "backend",
+        "theta",
+        "size",
+        "region",
+        "regions",
+        "threads",
+        "Mops",
+        "x native",
+        "WRs/write",
+        "B/write",
+        "verified"
+    );
+    for r in &results {
+        let native = results
+            .iter()
+            .find(|n| n.theta == 0 && n.threads == r.threads)
+            .map(|n| n.mops);
+        println!(
+            "{:<8} {:>7} {:>6} {:>7} {:>7} {:>7} {:>10.3} {:>9} {:>10.4} {:>10.1} {:>8}",
+            r.backend,
+            if r.theta == 0 {
+                "native".to_string()
+            } else {
+                r.theta.to_string()
+            },
+            r.size,
+            r.region,
+            r.regions,
+            r.threads,
+            r.mops,
+            native.map_or("-".into(), |n| format!("{:.2}", r.mops / n.max(1e-12))),
+            r.wrs_per_write,
+            r.bytes_per_write,
+            r.verified
+        );
+    }
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&results).expect("results serialise");
+        std::fs::write(path, text + "\n")
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    if let Some(path) = &a.plot {
+        let mut series: std::collections::BTreeMap<String, Vec<(f64, f64)>> = Default::default();
+        for r in &results {
+            series
+                .entry(format!("{} threads", r.threads))
+                .or_default()
+                .push((r.theta as f64, r.mops));
+        }
+        let chart = dmkit_bench::plot::Chart {
+            title: format!(
+                "IO consolidation, {} B writes into {} B regions ({})",
+                a.size,
+                a.region,
+                results.first().map_or("", |r| r.backend.as_str())
+            ),
+            x_label: "theta (0 = native)".into(),
+            y_label: "Mops (writes)".into(),
+            series,
+        };
+        dmkit_bench::plot::write_png(&chart, path)
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    if results.iter().any(|r| !r.verified) {
+        return Err("a run's remote image differs from what it wrote".into());
+    }
+    Ok(())
+}

@@ -1,0 +1,141 @@
+//! `dmkit bench corm`: object reads and writes on a CoRM store, reads
+//! one-sided or through RPC (`dmkit_bench::corm_bench`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use dmkit_bench::corm_bench::{self, CormBenchConfig, ReadPath};
+
+use crate::units::parse_size;
+use crate::Res;
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Read {
+    /// One-sided READs (DirectRead; ScanRead when the object moved).
+    Direct,
+    /// RPC reads served by the node's workers.
+    Rpc,
+}
+
+#[derive(Args)]
+pub(crate) struct CormBenchArgs {
+    /// How reads go.
+    #[arg(long, value_enum, default_value = "direct")]
+    read: Read,
+    /// Read:write percentages: 50:50, 95:5 or 100:0 (any R:W summing to 100).
+    #[arg(long, default_value = "50:50")]
+    workload: String,
+    /// Backend (shm only for now: the simulator does not run CoRM's
+    /// workers' background work yet).
+    #[arg(long, default_value = "shm")]
+    backend: String,
+    /// Objects in the store.
+    #[arg(long, default_value_t = 100_000)]
+    objects: usize,
+    /// Payload bytes per object.
+    #[arg(long, default_value = "32", value_parser = parse_size)]
+    size: u64,
+    /// Zipfian skew of the key choice (YCSB's scrambled zipfian; 0 = uniform).
+    #[arg(long, default_value_t = 0.99)]
+    zipf: f64,
+    /// Client threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Tasks per client thread.
+    #[arg(long, default_value_t = 4)]
+    coros: usize,
+    /// The node's RPC workers (= the store's workers).
+    #[arg(long, default_value_t = dmkit_memnode::DEFAULT_RPC_WORKERS)]
+    workers: usize,
+    /// How long to measure.
+    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Time before measuring.
+    #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
+    warmup: Duration,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the result as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress output (accepted for symmetry; the run prints one table).
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn read_percent(w: &str) -> Result<u32, String> {
+    let bad = || format!("--workload {w}: expected R:W percentages summing to 100 (e.g. 95:5)");
+    let (r, wr) = w.split_once(':').ok_or_else(bad)?;
+    let (r, wr): (u32, u32) = (
+        r.trim().parse().map_err(|_| bad())?,
+        wr.trim().parse().map_err(|_| bad())?,
+    );
+    if r + wr != 100 {
+        return Err(bad());
+    }
+    Ok(r)
+}
+
+pub(crate) fn bench_corm(a: CormBenchArgs) -> Res {
+    if a.backend != "shm" {
+        return Err(format!(
+            "bench corm runs on shm only for now (--backend {}): the simulator's modelled \
+             cores do not run CoRM's background work (issue 32, not implemented)",
+            a.backend
+        ));
+    }
+    let _ = a.quiet;
+    let cfg = CormBenchConfig {
+        read: match a.read {
+            Read::Direct => ReadPath::Direct,
+            Read::Rpc => ReadPath::Rpc,
+        },
+        read_percent: read_percent(&a.workload)?,
+        objects: a.objects,
+        size: u32::try_from(a.size).map_err(|_| "--size too large")?,
+        zipf: a.zipf,
+        threads: a.threads,
+        coros: a.coros,
+        workers: a.workers,
+        duration: a.duration,
+        warmup: a.warmup,
+        seed: a.seed,
+    };
+    let r = corm_bench::run(&cfg).map_err(|e| e.to_string())?;
+    println!(
+        "{:<6} {:>8} {:>8} {:>5} {:>7} {:>5} {:>7} {:>9} {:>8} {:>8} {:>12}",
+        "read",
+        "workload",
+        "objects",
+        "size",
+        "threads",
+        "coros",
+        "workers",
+        "Mops",
+        "p50 µs",
+        "p99 µs",
+        "failed dr/s"
+    );
+    println!(
+        "{:<6} {:>8} {:>8} {:>5} {:>7} {:>5} {:>7} {:>9.4} {:>8.2} {:>8.2} {:>12.1}",
+        r.read,
+        r.workload,
+        r.objects,
+        r.size,
+        r.threads,
+        r.coros,
+        r.workers,
+        r.mops,
+        r.p50_us,
+        r.p99_us,
+        r.failed_direct_reads_per_s
+    );
+    if let Some(path) = a.json {
+        let text = serde_json::to_string_pretty(&r).expect("result serialises");
+        std::fs::write(&path, text + "\n")
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
+}

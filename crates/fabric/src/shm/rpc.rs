@@ -1,0 +1,178 @@
+//! [`ShmRpcChannel`]: the shm backend's RPC channel — a request ring and a
+//! reply ring in a memfd shared with one worker thread of the node
+//! (`dmkit_memnode::rpc::ring` has the layout). Sending is a copy into a
+//! slot and a store of the tail counter; the only system call is a
+//! `FUTEX_WAKE` when the worker announced it is going to sleep (see
+//! `dmkit_memnode::rpc` for the idle policy). Polling reads the reply
+//! ring; nothing blocks.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use dmkit_memnode::rpc::ring::{futex_wake, RingView, CHANNEL_OPEN};
+
+use super::view::NodeView;
+use crate::addr::NodeId;
+use crate::rpc::{RpcChannel, RpcFailure, RpcReply, RpcSendError, ServiceId};
+
+/// A channel from this thread to one shm memory node's RPC workers.
+pub struct ShmRpcChannel {
+    node: NodeId,
+    ring: RingView,
+    /// The node's tables (its state word and the workers' bells).
+    view: Arc<NodeView>,
+    slots: u64,
+    max: usize,
+    worker: usize,
+    /// Requests posted (the private copy of `req_tail`).
+    sent: u64,
+    /// Replies consumed (the private copy of `rep_head`).
+    polled: u64,
+    /// Ids of the requests sent and not yet answered, in order.
+    ids: VecDeque<u64>,
+    /// Set once the node closed the channel: every later call fails so.
+    gone: Option<RpcFailure>,
+}
+
+impl ShmRpcChannel {
+    pub(crate) fn new(node: NodeId, ring: RingView, view: Arc<NodeView>) -> Self {
+        let g = ring.geometry();
+        Self {
+            node,
+            slots: g.slots as u64,
+            max: g.max_message as usize,
+            worker: g.worker as usize,
+            ring,
+            view,
+            sent: 0,
+            polled: 0,
+            ids: VecDeque::with_capacity(g.slots as usize),
+            gone: None,
+        }
+    }
+
+    /// The worker thread of the node that serves this channel.
+    pub fn worker(&self) -> usize {
+        self.worker
+    }
+
+    /// The ring itself (tests that play a hostile client write into it).
+    #[doc(hidden)]
+    pub fn ring(&self) -> &RingView {
+        &self.ring
+    }
+
+    /// Why the channel is gone, if it is.
+    fn check_gone(&mut self) -> Option<RpcFailure> {
+        if self.gone.is_none() {
+            let closed = self.ring.header().state.load(Ordering::Acquire) != CHANNEL_OPEN;
+            if self.view.closed() {
+                self.gone = Some(RpcFailure::ShuttingDown);
+            } else if closed {
+                self.gone = Some(RpcFailure::ConnectionLost);
+            }
+        }
+        self.gone.clone()
+    }
+}
+
+impl RpcChannel for ShmRpcChannel {
+    fn node(&self) -> NodeId {
+        self.node
+    }
+
+    fn max_message(&self) -> usize {
+        self.max
+    }
+
+    fn capacity(&self) -> usize {
+        self.slots as usize
+    }
+
+    fn send(&mut self, id: u64, service: ServiceId, payload: &[u8]) -> Result<(), RpcSendError> {
+        if let Some(f) = &self.gone {
+            return Err(f.clone().into());
+        }
+        if payload.len() > self.max {
+            return Err(RpcFailure::TooLarge {
+                len: payload.len(),
+                max: self.max,
+            }
+            .into());
+        }
+        if self.sent - self.polled >= self.slots {
+            return Err(RpcSendError::Full);
+        }
+        self.ring.write_request(self.sent, id, service, payload);
+        self.sent += 1;
+        self.ids.push_back(id);
+        let h = self.ring.header();
+        // Sequentially consistent with the worker's `sleeping = 1`, then
+        // its re-check of this counter: one of the two sees the other.
+        h.req_tail.store(self.sent, Ordering::SeqCst);
+        let bell = self.view.bell(self.worker);
+        if bell.load(Ordering::SeqCst) != 0 {
+            futex_wake(bell);
+        }
+        Ok(())
+    }
+
+    fn poll(&mut self, out: &mut Vec<RpcReply>) -> usize {
+        let h = self.ring.header();
+        let tail = h.rep_tail.load(Ordering::Acquire);
+        let ready = tail.wrapping_sub(self.polled).min(self.sent - self.polled);
+        let mut n = 0;
+        let mut buf = Vec::new();
+        for _ in 0..ready {
+            let id = self
+                .ids
+                .pop_front()
+                .expect("a reply answers a sent request");
+            let result = match self.ring.read_reply(self.polled, &mut buf) {
+                Ok(head) => RpcFailure::decode(head.status, head.service, &buf)
+                    .map(|()| std::mem::take(&mut buf)),
+                Err(head) => Err(RpcFailure::Malformed(format!(
+                    "reply of {} B in a channel of {} B messages",
+                    head.len, self.max
+                ))),
+            };
+            self.polled += 1;
+            out.push(RpcReply { id, result });
+            n += 1;
+        }
+        if n > 0 {
+            h.rep_head.store(self.polled, Ordering::Release);
+            return n;
+        }
+        // Nothing came: if the node closed the channel, nothing will.
+        if !self.ids.is_empty() {
+            if let Some(f) = self.check_gone() {
+                for id in self.ids.drain(..) {
+                    out.push(RpcReply {
+                        id,
+                        result: Err(f.clone()),
+                    });
+                    n += 1;
+                }
+                self.polled = self.sent;
+            }
+        }
+        n
+    }
+
+    fn pending(&self) -> usize {
+        self.ids.len()
+    }
+}
+
+impl Drop for ShmRpcChannel {
+    fn drop(&mut self) {
+        // The worker reclaims the channel when it sees this.
+        self.ring.header().client_closed.store(1, Ordering::SeqCst);
+        let bell = self.view.bell(self.worker);
+        if bell.load(Ordering::SeqCst) != 0 {
+            futex_wake(bell);
+        }
+    }
+}
