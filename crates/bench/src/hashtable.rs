@@ -68,6 +68,7 @@ pub fn config(step: Step, r: &HashtableRun) -> YcsbConfig {
         },
         art: Default::default(),
         btree: Default::default(),
+        clover: Default::default(),
     }
 }
 

@@ -21,6 +21,8 @@
 //! - `btree` — the B+tree, the same workload and checks, with small nodes
 //!   (so splits happen at every level during the run), HOCL, cache and
 //!   speculative lookup drawn from the seed, and its structural checker.
+//! - `txn` — transactions with a coordinator crashed at a step of commit,
+//!   recovered by the others and a final pass (`crate::txn_check`).
 //! - `crash-race`, `crash-art`, `crash-btree` — the same, with compute
 //!   machine 1 killed at an instant drawn from the seed ([`Sim::kill_machine`]:
 //!   its tasks stop where they stand, holding whatever locks they held;
@@ -37,6 +39,8 @@
 //!   (their "replaced" mark has no lease: a client that dies between
 //!   marking a leaf and swinging its slot blocks the key until the retry
 //!   budget gives a typed timeout).
+//! - `clover`, `swordbox-locks` — Clover through SwordBox's steering, and
+//!   the B+tree's locks through CAS→WRITE: see [`crate::sim_check_swordbox`].
 //!
 //! Every scenario runs on the ConnectX-6 profile; the responder's order
 //! among atomics waiting for one address follows the seed too (see
@@ -80,7 +84,7 @@ use dmkit_runtime::Local;
 const LOCAL_BYTES: usize = 64 << 10;
 
 /// Scenario names.
-pub const SCENARIOS: [&str; 7] = [
+pub const SCENARIOS: [&str; 10] = [
     "counters",
     "race",
     "art",
@@ -88,12 +92,15 @@ pub const SCENARIOS: [&str; 7] = [
     "crash-race",
     "crash-art",
     "crash-btree",
+    "clover",
+    "swordbox-locks",
+    "txn",
 ];
 
 /// A crash scenario's plan: compute machine 1 dies at virtual time `at`
 /// (ns), with every task of its workers where it stands.
 #[derive(Debug, Clone, Copy)]
-struct Crash {
+pub(crate) struct Crash {
     at: u64,
 }
 
@@ -144,6 +151,9 @@ pub fn run(name: &str, seed: u64) -> Result<Passed, String> {
         "crash-race" => race(seed, Some(crash_of(seed))),
         "crash-art" => art(seed, Some(crash_of(seed))),
         "crash-btree" => btree(seed, Some(crash_of(seed))),
+        "clover" => crate::sim_check_swordbox::clover(seed),
+        "swordbox-locks" => crate::sim_check_swordbox::locks(seed),
+        "txn" => crate::txn_check::txn(seed),
         _ => {
             return Err(format!(
                 "no scenario {name:?}; scenarios: {}",
@@ -184,8 +194,10 @@ const RACE_GRACE: u64 = 2_000_000;
 pub fn skew_bound(name: &str) -> u64 {
     match name {
         "counters" => LOCK_SKEW,
+        "txn" => crate::txn_check::SKEW_BOUND,
         "race" => RACE_GRACE / 8,
         n if n.starts_with("crash-") => CRASH_SKEW,
+        "clover" => crate::sim_check_swordbox::CLOVER_GRACE / 8,
         _ => 1_000_000,
     }
 }
@@ -217,7 +229,7 @@ fn clock_note(f: &Faults) -> String {
 
 /// Compute machines of every scenario; worker `i` runs on machine
 /// `i % MACHINES` (the map clients' `client_on(id % 2)` say the same).
-const MACHINES: usize = 2;
+pub(crate) const MACHINES: usize = 2;
 
 /// What [`run_seeds`] found.
 #[derive(Debug, Clone, PartialEq)]
@@ -308,7 +320,7 @@ pub fn atomic_order_of(seed: u64) -> AtomicOrder {
     }
 }
 
-fn sim_for(seed: u64, r: &mut Rng, skew_bound: u64) -> Result<Sim, String> {
+pub(crate) fn sim_for(seed: u64, r: &mut Rng, skew_bound: u64) -> Result<Sim, String> {
     let mut profile = Profile::cx6();
     profile.responder.atomic_order = atomic_order_of(seed);
     profile.responder.atomic_stalls_access = atomic_stalls_of(seed);
@@ -537,7 +549,7 @@ fn race(seed: u64, crash: Option<Crash>) -> Result<Passed, String> {
 /// client and checks it all (`stress::verify`). Returns (operations, the
 /// virtual time at the end of the workload).
 /// A map scenario's workload shape, drawn from the seed's generator.
-fn stress_shape(r: &mut Rng, seed: u64) -> StressConfig {
+pub(crate) fn stress_shape(r: &mut Rng, seed: u64) -> StressConfig {
     StressConfig {
         workers: 2 + r.below(3) as usize,
         tasks: 1 + r.below(5) as usize,
@@ -550,11 +562,11 @@ fn stress_shape(r: &mut Rng, seed: u64) -> StressConfig {
 }
 
 /// What a map scenario's run did.
-struct MapRun {
+pub(crate) struct MapRun {
     /// Operations checked.
-    ops: u64,
+    pub(crate) ops: u64,
     /// Virtual time at the end of the workload.
-    now: u64,
+    pub(crate) now: u64,
     /// With a crash: (when, threads killed, operations they left pending).
     crash: Option<(u64, usize, usize)>,
 }
@@ -572,7 +584,7 @@ impl MapRun {
     }
 }
 
-fn stress_on_sim<C: MapClient>(
+pub(crate) fn stress_on_sim<C: MapClient>(
     sim: &mut Sim,
     layout: &LocalLayout,
     client: &dyn Fn(u64) -> C,
@@ -663,7 +675,7 @@ fn stress_on_sim<C: MapClient>(
 /// instant its reading could have been taken at and each return to the
 /// latest: every operation's interval in virtual time contains its true
 /// one, so an order the checker infers from them is a real one.
-fn in_virtual_time(
+pub(crate) fn in_virtual_time(
     sim: &Sim,
     mut records: Vec<StressRecord>,
     machine: impl Fn(u32) -> usize,

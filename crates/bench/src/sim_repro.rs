@@ -96,6 +96,10 @@
 //!   see module `memsem` (its runs count entries, operations or records,
 //!   not verbs, in `sim_verbs_per_wall_second`).
 //!
+//! Specification: SwordBox, NSDI'24 submission: `swordbox-fig5`, `-fig10`,
+//! `-fig11`, `-fig12`, `-fig13`, `-fig14` and `-sherman`, described in
+//! [`crate::sim_repro_swordbox`].
+//!
 //! Throttled runs use Algorithm 1's candidate list, `C_max` ∈ {4, 6, 8,
 //! 10, 12} (line 17), unless told otherwise. The runtime's default list adds
 //! "unlimited"; with it, Table 1's dynamic run falls to ≈72 Mops: per-thread
@@ -195,7 +199,7 @@ impl Default for ReproOptions {
 }
 
 /// Figures this build reproduces.
-pub const FIGURES: [&str; 19] = [
+pub const FIGURES: [&str; 26] = [
     "smart-fig3a",
     "smart-fig4a",
     "smart-table1",
@@ -216,6 +220,13 @@ pub const FIGURES: [&str; 19] = [
     "memsem-fig15",
     "memsem-fig16",
     "memsem-fig19",
+    "swordbox-fig5",
+    "swordbox-fig10",
+    "swordbox-fig11",
+    "swordbox-fig12",
+    "swordbox-fig13",
+    "swordbox-fig14",
+    "swordbox-sherman",
 ];
 
 mod memsem;
@@ -224,19 +235,21 @@ const _: () = assert!(memsem::FIGURES.len() == 10);
 /// Progress callback: `(runs done, runs total)`.
 pub type Progress<'a> = &'a dyn Fn(usize, usize);
 
+/// A run of a figure's own making: its values and the work it did
+/// (requests, entries, records).
+pub(crate) type ValuesRun = Box<dyn FnOnce() -> Result<(Vec<f64>, u64), BenchError> + Send>;
+
 /// A simulation run a figure asks for.
-enum Job {
+pub(crate) enum Job {
     Micro(Box<SimMicroConfig>),
     Ycsb(Box<(dmkit_sim::SimConfig, crate::ycsb_bench::YcsbConfig)>),
-    /// Any other run (module `memsem`): its values and the work it did.
+    /// Any other run (modules `memsem`, `sim_repro_swordbox`): its values
+    /// and the work it did.
     Values(ValuesRun),
 }
 
-/// A run answering values and a work count (requests, entries, records).
-type ValuesRun = Box<dyn FnOnce() -> Result<(Vec<f64>, u64), BenchError> + Send>;
-
 /// What a [`Job`] measured.
-enum Outcome {
+pub(crate) enum Outcome {
     Micro(Box<sim_micro::SimMicroResult>),
     Ycsb(Box<crate::ycsb_bench::YcsbResult>),
     Values(Vec<f64>, u64),
@@ -264,14 +277,21 @@ enum Pass {
     Replay(std::vec::IntoIter<Outcome>),
 }
 
-struct Acc {
+pub(crate) struct Acc {
     rows: Vec<Row>,
     verbs: u64,
     pass: Pass,
 }
 
 impl Acc {
-    fn push(&mut self, series: &str, x: f64, value: f64, unit: &str, published: Option<f64>) {
+    pub(crate) fn push(
+        &mut self,
+        series: &str,
+        x: f64,
+        value: f64,
+        unit: &str,
+        published: Option<f64>,
+    ) {
         self.rows.push(Row {
             series: series.into(),
             x,
@@ -285,7 +305,7 @@ impl Acc {
     /// caller answers a default result), its outcome in the second (the
     /// figure asks for the same runs in the same order), its requests
     /// counted.
-    fn ask(&mut self, job: impl FnOnce() -> Job) -> Option<Outcome> {
+    pub(crate) fn ask(&mut self, job: impl FnOnce() -> Job) -> Option<Outcome> {
         match &mut self.pass {
             Pass::Plan(jobs) => {
                 jobs.push(job());
@@ -357,6 +377,10 @@ pub fn reproduce(
                 "{}, link at 100 Gb, memory nodes at {OSDI23_MN_MOPS} M verbs/s",
                 opts.profile.name
             )
+        } else if name.starts_with("swordbox-") {
+            // SwordBox's figures run on its testbed's device, whatever the
+            // options' profile.
+            crate::sim_repro_swordbox::profile_name()
         } else {
             opts.profile.name.clone()
         },
@@ -389,6 +413,7 @@ fn figure(name: &str, opts: &ReproOptions, acc: &mut Acc) -> Result<(String, f64
             memsem::figure(name, opts, acc).expect("a memsem figure")?,
             1.0,
         ),
+        n if n.starts_with("swordbox-") => (crate::sim_repro_swordbox::figure(n, opts, acc)?, 1.0),
         _ => {
             return Err(BenchError::Config(format!(
                 "no figure {name:?}; this build reproduces: {}",
@@ -742,16 +767,17 @@ fn ht_run(
         },
         art: Default::default(),
         btree: Default::default(),
+        clover: Default::default(),
     };
     sim_ycsb(opts, opts.profile.clone(), &cfg, SPLIT, acc)
 }
 
 /// Where the memory nodes of a simulated YCSB run are.
 #[derive(Clone, Copy)]
-struct MemoryShape {
-    nodes: usize,
+pub(crate) struct MemoryShape {
+    pub(crate) nodes: usize,
     /// Memory node `i` on compute machine `i` (Sherman's setup).
-    colocated: bool,
+    pub(crate) colocated: bool,
 }
 
 /// Two memory nodes of their own (SMART-HT's and the radix tree's setup).
@@ -763,7 +789,7 @@ const SPLIT: MemoryShape = MemoryShape {
 /// Runs YCSB run `cfg` on the simulator: `cfg.machines` compute machines
 /// on `profile`, memory nodes as `mem` says, sized for the index, 2 MiB
 /// pages.
-fn sim_ycsb(
+pub(crate) fn sim_ycsb(
     opts: &ReproOptions,
     profile: Profile,
     cfg: &crate::ycsb_bench::YcsbConfig,
@@ -976,6 +1002,7 @@ fn tree_run(
         },
         art,
         btree,
+        clover: Default::default(),
     };
     sim_ycsb(opts, profile, &cfg, SPLIT, acc)
 }
@@ -1204,6 +1231,7 @@ fn fig12(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
                     max_handover: 8,
                     ..Default::default()
                 },
+                clover: Default::default(),
             };
             let mem = MemoryShape {
                 nodes: machines,

@@ -109,6 +109,10 @@ pub enum Chooser {
     Scrambled(Zipfian),
     /// Recently inserted keys hottest (YCSB's workload D).
     Latest(Zipfian),
+    /// The exact zipfian over the keys, for skews of 1 and more (Gray's
+    /// method needs θ < 1): cumulative probabilities of the ranks (SwordBox
+    /// Fig. 14 runs θ = 1.5 over 1,024 keys).
+    Exact(std::sync::Arc<[f64]>),
 }
 
 impl Chooser {
@@ -163,6 +167,7 @@ impl Chooser {
     pub fn new(d: Distribution, keys: u64, theta: f64) -> Self {
         match d {
             Distribution::Uniform => Chooser::Uniform,
+            Distribution::Zipfian if theta >= 1.0 => Chooser::Exact(exact_zipf(keys, theta)),
             Distribution::Zipfian => Chooser::Zipfian(Zipfian::new(keys, theta)),
             Distribution::Scrambled => Chooser::Scrambled(scrambled(theta)),
             Distribution::Latest => Chooser::Latest(Zipfian::new(keys, theta)),
@@ -177,7 +182,7 @@ impl Chooser {
         let n = keys.max(1);
         let count = count.min(n as usize);
         let of_rank = |r: u64| match self {
-            Chooser::Uniform | Chooser::Zipfian(_) => r % n,
+            Chooser::Uniform | Chooser::Zipfian(_) | Chooser::Exact(_) => r % n,
             Chooser::Scrambled(_) => fnv64(r) % n,
             Chooser::Latest(_) => n - 1 - r % n,
         };
@@ -204,8 +209,31 @@ impl Chooser {
             Chooser::Zipfian(z) => z.next(rng) % n,
             Chooser::Scrambled(z) => fnv64(z.next(rng)) % n,
             Chooser::Latest(z) => n - 1 - z.next(rng) % n,
+            Chooser::Exact(cdf) => {
+                let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+                let r = cdf.partition_point(|&c| c <= u).min(cdf.len() - 1);
+                r as u64 % n
+            }
         }
     }
+}
+
+/// Cumulative probabilities of ranks `0..n` of the zipfian with skew
+/// `theta` (P(rank i) ∝ 1/(i+1)^θ), the last one exactly 1.
+fn exact_zipf(n: u64, theta: f64) -> std::sync::Arc<[f64]> {
+    let n = n.max(1) as usize;
+    let w: Vec<f64> = (1..=n).map(|i| 1.0 / (i as f64).powf(theta)).collect();
+    let total: f64 = w.iter().sum();
+    let mut acc = 0.0;
+    let mut cdf: Vec<f64> = w
+        .iter()
+        .map(|x| {
+            acc += x / total;
+            acc
+        })
+        .collect();
+    *cdf.last_mut().expect("n ≥ 1") = 1.0;
+    cdf.into()
 }
 
 /// One operation of a workload.
@@ -380,6 +408,27 @@ pub fn key_bytes(t: KeyType, k: u64, seed: u64) -> Vec<u8> {
             b.resize(32, b'.');
             b
         }
+    }
+}
+
+#[cfg(test)]
+mod exact_tests {
+    use super::*;
+
+    #[test]
+    fn the_exact_zipfian_has_the_skews_shares() {
+        let c = Chooser::new(Distribution::Zipfian, 1024, 1.5);
+        let mut rng = Rng::new(5);
+        let mut count = vec![0u64; 1024];
+        for _ in 0..200_000 {
+            count[c.next(&mut rng, 1024) as usize] += 1;
+        }
+        // P(0) = 1/ζ(1024, 1.5) ≈ 0.385, P(1) = P(0)/2^1.5.
+        let p0 = count[0] as f64 / 200_000.0;
+        let p1 = count[1] as f64 / 200_000.0;
+        assert!((p0 - 0.385).abs() < 0.01, "{p0}");
+        assert!((p1 - p0 / 2f64.powf(1.5)).abs() < 0.01, "{p1}");
+        assert_eq!(c.hottest(1024, 3), vec![0, 1, 2]);
     }
 }
 

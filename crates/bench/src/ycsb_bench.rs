@@ -11,7 +11,10 @@
 //! - `local-art`: a concurrent in-memory ART (the `congee` crate, integer
 //!   keys, 8-byte values held inline) — the radix tree's local peer;
 //! - `btree`: [`dmkit_btree`], the Sherman-style B-link tree with HOCL and
-//!   SMART-BT's speculative lookup (ASPLOS'24 §5.2, §6.2.3).
+//!   SMART-BT's speculative lookup (ASPLOS'24 §5.2, §6.2.3);
+//! - `clover`: [`dmkit_clover`], Clover's store (ATC'20), on the simulator
+//!   optionally behind SwordBox's switch steering its requests
+//!   ([`CloverBench::steer`]; on shm there is no wire, hence no switch).
 //!
 //! Each thread owns one worker (remote indexes) and one index client whose
 //! caches persist from the load phase into the run phase, as a long-lived
@@ -33,11 +36,13 @@ use std::time::{Duration, Instant};
 use dashmap::DashMap;
 use dmkit_art::{ArtConfig, ArtTree};
 use dmkit_btree::{Btree, BtreeConfig};
+use dmkit_clover::{CloverConfig, CloverKv};
 use dmkit_fabric::Fabric;
 use dmkit_index::{ClientStats, IndexConfig, IndexError, MapClient, RemoteMap, Shape};
 use dmkit_race::{RaceConfig, RaceTable};
 use dmkit_runtime::{Counters, Ctx, MonotonicClock, RuntimeConfig, Worker};
-use dmkit_sim::{Sim, SimConfig};
+use dmkit_sim::{Sim, SimConfig, SwitchMode, SwitchModel};
+use dmkit_switch::{Steer, SwitchConfig};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
@@ -60,6 +65,8 @@ pub enum IndexKind {
     LocalArt,
     /// The Sherman-style B-link tree on the fabric (`dmkit-btree`).
     Btree,
+    /// Clover's key-value store on passive memory (`dmkit-clover`).
+    Clover,
 }
 
 impl IndexKind {
@@ -71,12 +78,16 @@ impl IndexKind {
             IndexKind::Art => "art",
             IndexKind::LocalArt => "local-art",
             IndexKind::Btree => "btree",
+            IndexKind::Clover => "clover",
         }
     }
 
     /// Whether the index runs on the fabric (through the runtime).
     pub fn remote(self) -> bool {
-        matches!(self, IndexKind::Race | IndexKind::Art | IndexKind::Btree)
+        matches!(
+            self,
+            IndexKind::Race | IndexKind::Art | IndexKind::Btree | IndexKind::Clover
+        )
     }
 
     /// Whether the index keeps keys in order (range scans, workload E).
@@ -97,13 +108,28 @@ impl std::str::FromStr for IndexKind {
             "art" => Ok(IndexKind::Art),
             "local-art" => Ok(IndexKind::LocalArt),
             "btree" => Ok(IndexKind::Btree),
+            "clover" => Ok(IndexKind::Clover),
             _ => Err(format!("unknown index {s:?}; available: {INDEXES}")),
         }
     }
 }
 
 /// The indexes the harness runs.
-pub const INDEXES: &str = "race, local-hash, art, local-art, btree";
+pub const INDEXES: &str = "race, local-hash, art, local-art, btree, clover";
+
+/// Clover's settings in a run, and the SwordBox switch in front of its
+/// memory node on the simulator.
+#[derive(Debug, Clone, Default)]
+pub struct CloverBench {
+    /// The store's switches and client settings; its structure is fitted
+    /// to the workload.
+    pub config: CloverConfig,
+    /// SwordBox steering at a P4 switch (simulator only; `Off`: no switch,
+    /// unless the simulation brings its own).
+    pub steer: Steer,
+    /// Partial steering: only the workload's hottest N keys (0: every key).
+    pub steer_keys: usize,
+}
 
 /// A YCSB run.
 #[derive(Debug, Clone)]
@@ -152,6 +178,8 @@ pub struct YcsbConfig {
     pub art: ArtConfig,
     /// The B+tree's (btree).
     pub btree: BtreeConfig,
+    /// Clover's (clover), and SwordBox's steering of it.
+    pub clover: CloverBench,
 }
 
 impl YcsbConfig {
@@ -213,6 +241,11 @@ pub struct YcsbResult {
     pub interrupted: bool,
     /// Set when more polling threads ran than the process has cores.
     pub oversubscribed: Option<String>,
+    /// The 99th percentile of reads (searches, scans) alone, in µs.
+    pub p99_read_us: f64,
+    /// The 99th percentile of writes (updates, inserts,
+    /// read-modify-writes) alone, in µs.
+    pub p99_write_us: f64,
     /// `sync` calls that waited for posted work, per operation: the operation's
     /// round trips.
     pub round_trips_per_op: f64,
@@ -225,6 +258,14 @@ pub struct YcsbResult {
     /// Retries per operation (failed `backoff_cas` plus retries the index
     /// reported).
     pub retries_per_op: f64,
+    /// CASes that lost their race, per operation.
+    pub cas_failures_per_op: f64,
+    /// Bytes each operation moved: READ and WRITE payloads, and 16 per
+    /// atomic (its compare and swap operands).
+    pub bytes_per_op: f64,
+    /// SwordBox steering in front of the memory node (clover on the
+    /// simulator): off, write or read-write; `null` without a switch.
+    pub steer: Option<String>,
     /// Share of measured operations that retried 0, 1, …, 7 and 8 or more
     /// times; empty for the in-process peers.
     pub retry_histogram: Vec<f64>,
@@ -356,8 +397,18 @@ pub fn validate(cfg: &YcsbConfig) -> Result<(), BenchError> {
             cfg.index.name()
         ));
     }
-    if !(cfg.theta > 0.0 && cfg.theta < 1.0) {
-        return bad(format!("--zipf {} must be in (0, 1)", cfg.theta));
+    // Skews of 1 and more: the exact zipfian over the keys (explicit
+    // `--distribution zipfian`, a key count a table can hold).
+    let exact = cfg.distribution == Some(Distribution::Zipfian) && cfg.keys <= 1 << 24;
+    if !(cfg.theta > 0.0 && (cfg.theta < 1.0 || exact && cfg.theta <= 4.0)) {
+        return bad(format!(
+            "--zipf {} must be in (0, 1) (up to 4 with --distribution zipfian over at most 2^24 keys)",
+            cfg.theta
+        ));
+    }
+    if cfg.index == IndexKind::Clover && cfg.clover.steer_keys > 0 && cfg.clover.steer == Steer::Off
+    {
+        return bad("--steer-keys needs --steer write or read-write".into());
     }
     if cfg.index.remote() && cfg.total_threads().saturating_mul(cfg.coros) > 65_535 {
         return bad(format!(
@@ -415,6 +466,7 @@ pub fn memory_estimate(cfg: &YcsbConfig) -> u64 {
     match cfg.index {
         IndexKind::Art => fitted(&cfg.art, cfg).memory_estimate(&s),
         IndexKind::Btree => fitted(&cfg.btree, cfg).memory_estimate(&s),
+        IndexKind::Clover => fitted(&cfg.clover.config, cfg).memory_estimate(&s),
         _ => race_config(cfg).memory_estimate(&s),
     }
 }
@@ -428,6 +480,8 @@ struct ThreadOut {
     load_seconds: f64,
     counters: Counters,
     hist: Option<Histogram<u64>>,
+    /// Latencies of reads and of writes alone.
+    kinds: Option<(Histogram<u64>, Histogram<u64>)>,
     retry_hist: RetryHist,
     thread_hist: RetryHist,
     /// Operations each task completed in the measured window.
@@ -511,6 +565,22 @@ fn run_remote<M: RemoteMap>(
     points: &[Point],
     progress: Progress<'_>,
 ) -> Result<Vec<YcsbResult>, BenchError> {
+    run_remote_with::<M>(platform, c, cfg, points, progress, &|_, _| Ok(()))
+}
+
+/// What a simulated run does between its load and its run phase (e.g.
+/// install the keys a switch steers).
+type AfterLoad<'a, M> = &'a dyn Fn(&Sim, &Arc<M>) -> Result<(), BenchError>;
+
+/// [`run_remote`] with `after_load` run on the simulator after the load.
+fn run_remote_with<M: RemoteMap>(
+    platform: Platform,
+    c: M::Config,
+    cfg: &YcsbConfig,
+    points: &[Point],
+    progress: Progress<'_>,
+    after_load: AfterLoad<'_, M>,
+) -> Result<Vec<YcsbResult>, BenchError> {
     match platform {
         Platform::Fabric(f) => {
             let map = create::<M>(f.clone(), c)?;
@@ -519,12 +589,81 @@ fn run_remote<M: RemoteMap>(
         Platform::Sim(sc) => {
             let sim = Sim::new(*sc)?;
             let map = create::<M>(sim.dyn_fabric(), c)?;
-            let (outs, posted) = on_sim(sim, &map, cfg, progress)?;
+            let (outs, posted) = on_sim(sim, &map, cfg, progress, after_load)?;
             let mut r = summarize("sim".into(), cfg, &outs);
             r.sim_verbs = posted;
             Ok(vec![r])
         }
     }
+}
+
+/// Clover's run: on the simulator, a P4 switch steering its requests when
+/// `steer` asks for one (the simulation's own switch otherwise), the
+/// hottest keys installed after the load for partial steering, and the
+/// metadata server off (its grace period outlasts a simulated run: it
+/// would free nothing); on a fabric, no switch — there is no wire.
+fn run_clover(
+    platform: Platform,
+    cfg: &YcsbConfig,
+    lcfg: &YcsbConfig,
+    points: &[Point],
+    progress: Progress<'_>,
+) -> Result<Vec<YcsbResult>, BenchError> {
+    let mut c = fitted(&cfg.clover.config, lcfg);
+    let steer = cfg.clover.steer;
+    let (mut rs, tag) = match platform {
+        Platform::Fabric(f) => {
+            if steer != Steer::Off {
+                return Err(BenchError::Config(format!(
+                    "--steer {steer}: SwordBox's switch sits on the wire between clients and \
+                     memory nodes; {} has no wire (use --backend sim)",
+                    f.backend()
+                )));
+            }
+            let rs = run_remote::<CloverKv>(Platform::Fabric(f), c, cfg, points, progress)?;
+            (rs, None)
+        }
+        Platform::Sim(mut sc) => {
+            c.gc = false;
+            if steer != Steer::Off && sc.switch.is_none() {
+                sc.switch = Some(SwitchModel::new(
+                    SwitchMode::P4,
+                    SwitchConfig {
+                        steer,
+                        clover_read_len: c.read_bytes() as u32,
+                        addr_slots: (4 * cfg.keys as usize).next_power_of_two().max(1 << 10),
+                        ..SwitchConfig::default()
+                    },
+                ));
+            }
+            let tag = sc.switch.as_ref().map(|s| s.policy.steer.to_string());
+            let hottest: Vec<Vec<u8>> = chooser(cfg)
+                .hottest(cfg.keys, cfg.clover.steer_keys)
+                .into_iter()
+                .map(|k| key_bytes(cfg.key_type, k, cfg.seed))
+                .collect();
+            let install = move |sim: &Sim, kv: &Arc<CloverKv>| -> Result<(), BenchError> {
+                if hottest.is_empty() {
+                    return Ok(());
+                }
+                let ids: Vec<u64> = kv
+                    .key_ids(&hottest)
+                    .map_err(|e| BenchError::Config(format!("clover: {e}")))?
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                sim.with_switch(|s| s.steer_only(Some(ids)));
+                Ok(())
+            };
+            let rs =
+                run_remote_with::<CloverKv>(Platform::Sim(sc), c, cfg, points, progress, &install)?;
+            (rs, tag)
+        }
+    };
+    for r in &mut rs {
+        r.steer = tag.clone();
+    }
+    Ok(rs)
 }
 
 /// Runs the benchmark.
@@ -591,13 +730,28 @@ pub fn run_points(
             run_remote::<ArtTree>(platform, fitted(&cfg.art, &lcfg), cfg, points, progress)
         }
         IndexKind::Btree => {
-            run_remote::<Btree>(platform, fitted(&cfg.btree, &lcfg), cfg, points, progress)
+            // A switch that turns lock CASes into WRITEs learns where the
+            // tree's lock words are (after the load: nothing is lost, its
+            // cache starts empty and learns from the CASes' responses).
+            let locks = |sim: &Sim, tree: &Arc<Btree>| -> Result<(), BenchError> {
+                let ranges: Vec<(u64, u64)> = tree
+                    .lock_tables()
+                    .into_iter()
+                    .map(|(a, b)| (a.raw(), b.raw()))
+                    .collect();
+                sim.with_switch(|s| s.set_lock_ranges(ranges));
+                Ok(())
+            };
+            let c = fitted(&cfg.btree, &lcfg);
+            run_remote_with::<Btree>(platform, c, cfg, points, progress, &locks)
         }
+        IndexKind::Clover => run_clover(platform, cfg, &lcfg, points, progress),
     }
 }
 
 fn summarize(backend: String, cfg: &YcsbConfig, outs: &[ThreadOut]) -> YcsbResult {
     let mut hist = histogram();
+    let (mut rhist, mut whist) = (histogram(), histogram());
     let mut counters = Counters::default();
     let mut retry_hist = RetryHist::default();
     let mut thread_hist = RetryHist::default();
@@ -620,6 +774,10 @@ fn summarize(backend: String, cfg: &YcsbConfig, outs: &[ThreadOut]) -> YcsbResul
         counters.merge(&o.counters);
         if let Some(h) = &o.hist {
             hist.add(h).expect("same bounds");
+        }
+        if let Some((r, w)) = &o.kinds {
+            rhist.add(r).expect("same bounds");
+            whist.add(w).expect("same bounds");
         }
         for (a, b) in retry_hist.iter_mut().zip(o.retry_hist) {
             *a += b;
@@ -666,11 +824,19 @@ fn summarize(backend: String, cfg: &YcsbConfig, outs: &[ThreadOut]) -> YcsbResul
         series: Vec::new(),
         interrupted: false,
         oversubscribed: None,
+        p99_read_us: rhist.value_at_quantile(0.99) as f64 / 1e3,
+        p99_write_us: whist.value_at_quantile(0.99) as f64 / 1e3,
         round_trips_per_op: per(counters.round_trips),
         verbs_per_op: per(counters.verbs()),
         bytes_read_per_op: per(counters.bytes_read),
         bytes_written_per_op: per(counters.bytes_written),
         retries_per_op: per(counters.retries),
+        cas_failures_per_op: per(counters.cas_failures),
+        bytes_per_op: per(counters.bytes_read
+            + counters.bytes_written
+            + 16 * (counters.cas + counters.faa)),
+        // Set by `run_clover`.
+        steer: None,
         retry_histogram: shares(&retry_hist),
         retry_histogram_thread: shares(&thread_hist),
         idle_task_share: if tasks == 0 {
@@ -721,6 +887,9 @@ fn load_share(keys: u64, loader: u64, loaders: u64) -> impl Iterator<Item = u64>
     (loader..keys).step_by(loaders as usize)
 }
 
+/// Latencies of reads and of writes alone.
+type KindHists = Option<(Histogram<u64>, Histogram<u64>)>;
+
 /// One thread's running tallies, shared by its tasks (single-threaded).
 #[derive(Clone, Default)]
 struct Tally {
@@ -728,6 +897,8 @@ struct Tally {
     done: Rc<Cell<u64>>,
     misses: Rc<Cell<u64>>,
     hist: Rc<RefCell<Option<Histogram<u64>>>>,
+    /// Reads' and writes' latencies.
+    kinds: Rc<RefCell<KindHists>>,
     retry_hist: Rc<RefCell<RetryHist>>,
     /// The same by SMART's artifact's definition: retries the thread
     /// recorded since its previous completion.
@@ -798,6 +969,7 @@ impl Tally {
             ..Self::default()
         };
         *t.hist.borrow_mut() = Some(histogram());
+        *t.kinds.borrow_mut() = Some((histogram(), histogram()));
         t
     }
 
@@ -836,7 +1008,8 @@ impl Tally {
     /// retried `retries` times, when the thread's tasks together have
     /// retried `thread_total` times.
     /// `cost` is what the operation added to its task's counters (window
-    /// mode only).
+    /// mode only). Reads (searches, scans) and writes also go to their
+    /// own histograms (`kinds`), on every platform.
     #[allow(clippy::too_many_arguments)]
     fn record_retried(
         &self,
@@ -855,6 +1028,11 @@ impl Tally {
             }
             if let (Some(c), Some(cost)) = (&self.counted, cost) {
                 c.borrow_mut().merge(&cost);
+            }
+            if let Some((r, w)) = self.kinds.borrow_mut().as_mut() {
+                let read = matches!(OP_TYPES[kind], "read" | "scan");
+                let h = if read { r } else { w };
+                let _ = h.record(end.saturating_sub(start).max(1));
             }
             let bucket = |n: u64| (n as usize).min(RETRY_BUCKETS - 1);
             self.retry_hist.borrow_mut()[bucket(retries)] += 1;
@@ -1057,6 +1235,7 @@ fn between(
             None => after.0.since(before.0),
         },
         hist: tally.hist.borrow().clone(),
+        kinds: tally.kinds.borrow().clone(),
         retry_hist: *tally.retry_hist.borrow(),
         thread_hist: *tally.thread_hist.borrow(),
         task_ops: tally.task_ops.borrow().clone(),
@@ -1218,6 +1397,13 @@ fn coordinate_points(
     ));
     let load = load.into_iter().flatten().collect();
     let mut measured = Vec::new();
+    if cfg.workload == Workload::Load {
+        // The load is the measurement (as on the simulator): no timed run
+        // of further inserts, which would only grow the index (and fill a
+        // store sized to the keys, as Clover's directory is).
+        phases.open(None);
+        return Ok((load, measured));
+    }
     let total_ms = (cfg.warmup + cfg.duration).as_millis() as u64;
     let interval = (cfg.duration / 10).clamp(Duration::from_millis(100), Duration::from_secs(1));
     for (k, p) in points.iter().enumerate() {
@@ -1480,6 +1666,7 @@ fn on_sim<M: RemoteMap>(
     index: &Arc<M>,
     cfg: &YcsbConfig,
     progress: Progress<'_>,
+    after_load: AfterLoad<'_, M>,
 ) -> Result<(Vec<ThreadOut>, u64), BenchError> {
     let rcfg = RuntimeConfig {
         op_stats: false,
@@ -1542,6 +1729,7 @@ fn on_sim<M: RemoteMap>(
     if cfg.workload == Workload::Load {
         return Ok((outs, sim.stats().posted));
     }
+    after_load(&sim, index)?;
     let chooser = chooser(cfg);
     let start = sim.now();
     let from = start + cfg.warmup.as_nanos() as u64;

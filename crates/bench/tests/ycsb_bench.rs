@@ -37,6 +37,7 @@ fn cfg(index: IndexKind, workload: Workload, key_type: KeyType) -> YcsbConfig {
         },
         art: Default::default(),
         btree: Default::default(),
+        clover: Default::default(),
     }
 }
 
@@ -363,4 +364,85 @@ fn local_peer(w: Workload) -> dmkit_bench::ycsb_bench::YcsbResult {
         &|_| {},
     )
     .unwrap()
+}
+
+/// Clover through the harness: every workload but E (no order) on shm,
+/// with no switch (there is no wire: asking for one is refused); on the
+/// simulator behind SwordBox's switch, whose steering turns a hot key's
+/// failed appends into successful ones.
+#[test]
+fn clover_runs_on_shm_and_behind_the_switch_on_the_simulator() {
+    use dmkit_bench::ycsb_bench::CloverBench;
+    use dmkit_switch::Steer;
+    let f = fabric();
+    for (w, kt) in [
+        (Workload::Load, KeyType::Int),
+        (Workload::A, KeyType::String),
+        (Workload::B, KeyType::Int),
+        (Workload::C, KeyType::String),
+        (Workload::D, KeyType::Int),
+        (Workload::F, KeyType::Int),
+    ] {
+        // Clover's directory is fitted to the loaded keys (2 × keys
+        // entries, no growth), and workload D inserts for as long as the
+        // run lasts, which on a loaded 2-core machine overshoots the
+        // duration: D gets 20,000 keys (65,536 entries), runs 50 ms.
+        let c = YcsbConfig {
+            keys: if w == Workload::D { 20_000 } else { 3000 },
+            duration: Duration::from_millis(50),
+            ..cfg(IndexKind::Clover, w, kt)
+        };
+        let r = ycsb_bench::run(Platform::Fabric(f.clone()), &c, &|_| {}).unwrap();
+        let tag = format!("clover {w:?}");
+        assert!(r.ops > 0, "{tag}: {r:?}");
+        if w != Workload::D {
+            assert_eq!(r.misses, 0, "{tag}");
+        }
+        assert_eq!(r.steer, None, "{tag}");
+        assert!(
+            r.bytes_per_op >= r.bytes_read_per_op + r.bytes_written_per_op,
+            "{tag}"
+        );
+    }
+    let steered = |steer| YcsbConfig {
+        clover: CloverBench {
+            steer,
+            ..Default::default()
+        },
+        ..cfg(IndexKind::Clover, Workload::A, KeyType::Int)
+    };
+    let e =
+        ycsb_bench::run(Platform::Fabric(f.clone()), &steered(Steer::Write), &|_| {}).unwrap_err();
+    assert!(e.to_string().contains("no wire"), "{e}");
+    // The simulator: 1,024 hot keys, a switch only when asked for.
+    let on_sim = |steer| {
+        let c = YcsbConfig {
+            keys: 1024,
+            threads: 16,
+            coros: 1,
+            machines: 2,
+            value_size: 128,
+            duration: Duration::from_millis(1),
+            ..steered(steer)
+        };
+        ycsb_bench::run(sim_platform(7), &c, &|_| {}).unwrap()
+    };
+    let off = on_sim(Steer::Off);
+    let rw = on_sim(Steer::ReadWrite);
+    assert_eq!(off.steer, None);
+    assert_eq!(rw.steer.as_deref(), Some("read-write"));
+    assert_eq!((off.misses, rw.misses), (0, 0));
+    // Workload A's reads and updates each have their own latency tail
+    // (the simulator keeps no per-type histograms, these two it does).
+    for r in [&off, &rw] {
+        assert!(r.p99_read_us > 0.0 && r.p99_write_us > 0.0, "{r:?}");
+        assert!(r.p99_read_us.max(r.p99_write_us) >= r.latency.p99_us * 0.99);
+    }
+    assert!(off.cas_failures_per_op > 0.0, "{off:?}");
+    assert!(
+        rw.cas_failures_per_op < off.cas_failures_per_op / 2.0,
+        "steering: {} CAS failures/op, none: {}",
+        rw.cas_failures_per_op,
+        off.cas_failures_per_op
+    );
 }

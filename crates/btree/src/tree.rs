@@ -330,6 +330,15 @@ impl Btree {
         &self.g
     }
 
+    /// The lock tables, one per memory node: `[start, end)` of each (what a
+    /// switch that turns lock CASes into WRITEs is told are lock words).
+    pub fn lock_tables(&self) -> Vec<(GlobalAddr, GlobalAddr)> {
+        self.locks
+            .iter()
+            .map(|&l| (l, l.add(LOCK_WORDS * 8)))
+            .collect()
+    }
+
     /// Whether the lock tables are in on-NIC device memory.
     pub fn locks_on_chip(&self) -> bool {
         self.on_chip

@@ -16,6 +16,7 @@
 mod app;
 mod args;
 mod bench;
+mod clover_mds;
 mod corm;
 mod memnode;
 mod node;
@@ -76,6 +77,8 @@ enum Cmd {
     /// the hash table's breakdown.
     #[command(subcommand)]
     App(app::AppCmd),
+    /// Clover's metadata server for a store, in a process of its own.
+    CloverMds(clover_mds::CloverMdsArgs),
 }
 
 /// A closed standard output (`dmkit … | head`) ends the program quietly
@@ -107,6 +110,7 @@ fn main() -> ExitCode {
         Cmd::Bench(b) => match *b {
             BenchCmd::Micro(a) => bench::micro::bench_micro(a),
             BenchCmd::Ycsb(a) => bench::ycsb::bench_ycsb(a),
+            BenchCmd::Txn(a) => bench::txn::bench_txn(a),
             BenchCmd::Rpc(a) => bench::rpc::bench_rpc(a),
             BenchCmd::Corm(a) => bench::corm_bench::bench_corm(a),
             BenchCmd::VectorIo(a) => bench::vector_io::bench_vector_io(a),
@@ -121,6 +125,7 @@ fn main() -> ExitCode {
         Cmd::Node(NodeCmd::Stats(a)) => node::node_stats(a),
         Cmd::Node(NodeCmd::Shutdown(a)) => node::node_shutdown(a),
         Cmd::Corm(c) => corm::corm(c),
+        Cmd::CloverMds(a) => clover_mds::clover_mds(a),
     };
     match r {
         // Ctrl-C ended a benchmark: its results were printed and written;

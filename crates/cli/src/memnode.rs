@@ -63,12 +63,46 @@ pub(crate) fn memnode(a: MemnodeArgs) -> Res {
         rpc_workers: a.workers,
     })
     .map_err(|e| e.to_string())?;
+    // SIGINT and SIGTERM (and SIGHUP) shut the node down as `node
+    // shutdown` does: the serving loop ends, the socket and the token file
+    // are removed, and the last log line says so.
+    {
+        let node = node.clone();
+        ctrlc::set_handler(move || {
+            log(format_args!(
+                "dmkit memnode: signal received, shutting down"
+            ));
+            node.request_shutdown();
+        })
+        .map_err(|e| format!("installing the signal handler: {e}"))?;
+    }
+    let token_file = match &a.listen {
+        Listen::Unix(path) => a
+            .token_file
+            .clone()
+            .unwrap_or_else(|| default_token_path(path)),
+        Listen::Tcp(addr) => a
+            .token_file
+            .clone()
+            .unwrap_or_else(|| dmkit_verbs::default_token_path(addr)),
+    };
+    let served = serve(&a, node, &token_file);
+    // The token dies with the node, however it ended.
+    let _ = std::fs::remove_file(&token_file);
+    served?;
+    log(format_args!("dmkit memnode: shut down"));
+    Ok(())
+}
+
+/// Serves `node` on `a.listen` until it is shut down.
+fn serve(
+    a: &MemnodeArgs,
+    node: std::sync::Arc<MemNode>,
+    token: &std::path::Path,
+) -> Result<(), String> {
+    let token = token.to_path_buf();
     match &a.listen {
         Listen::Unix(path) => {
-            let token = a
-                .token_file
-                .clone()
-                .unwrap_or_else(|| default_token_path(path));
             let server = Server::bind(node, path, &token).map_err(|e| e.to_string())?;
             log(format_args!(
                 "dmkit memnode: node {} serving {} (pages {}, {} RPC workers) on unix:{}; token file {}",
@@ -82,10 +116,6 @@ pub(crate) fn memnode(a: MemnodeArgs) -> Res {
             server.serve().map_err(|e| e.to_string())?;
         }
         Listen::Tcp(addr) => {
-            let token = a
-                .token_file
-                .clone()
-                .unwrap_or_else(|| dmkit_verbs::default_token_path(addr));
             dmkit_verbs::serve_node(node, &a.rdma.sel(), addr, &token, |bound, dev| {
                 log(format_args!(
                     "dmkit memnode: node {} serving {} (pages {}) to verbs clients on tcp:{bound} via {dev}; token file {}",
@@ -98,7 +128,6 @@ pub(crate) fn memnode(a: MemnodeArgs) -> Res {
             .map_err(|e| e.to_string())?;
         }
     }
-    log(format_args!("dmkit memnode: shut down"));
     Ok(())
 }
 

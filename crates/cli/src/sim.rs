@@ -27,7 +27,8 @@ pub(crate) enum SimCmd {
 
 #[derive(Args)]
 pub(crate) struct CheckArgs {
-    /// Scenario: counters, race, art, btree, or crash-race, crash-art, crash-btree (a compute machine killed mid-run).
+    /// Scenario: counters, race, art, btree, txn (a coordinator crashed at a
+    /// commit step), or crash-race, crash-art, crash-btree (a compute machine killed mid-run).
     #[arg(long)]
     scenario: String,
     /// How many seeds to run (from --first).

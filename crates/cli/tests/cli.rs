@@ -803,3 +803,149 @@ fn the_applications_write_the_json_the_checks_read() {
         }
     }
 }
+
+/// Clover's metadata server in a process of its own, on a memory node
+/// process: it creates the store when asked, serves rounds until its
+/// duration is up and reports them; an unknown store is refused.
+#[test]
+fn clover_mds_runs_in_its_own_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("n.sock");
+    let target = format!("unix:{}", sock.display());
+    let mut node = Command::new(DMKIT)
+        .args(["memnode", "--size", "64MiB", "--listen", &target])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&sock);
+    wait_for(&dmkit_memnode_token(&sock));
+    let s = sock.to_str().unwrap();
+    let out = dmkit_ok(
+        &[
+            "clover-mds",
+            "--connect",
+            s,
+            "--name",
+            "kv",
+            "--create",
+            "--duration",
+            "300ms",
+        ],
+        None,
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(r["rounds"].as_u64().unwrap() > 0, "{r}");
+    let out = Command::new(DMKIT)
+        .args([
+            "clover-mds",
+            "--connect",
+            s,
+            "--name",
+            "other",
+            "--duration",
+            "100ms",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no clover named"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    node.kill().unwrap();
+    node.wait().unwrap();
+}
+
+/// `bench ycsb --index clover`: no switch on shm (no wire: steering is
+/// refused), the switch on the simulator, and the fields SwordBox's checks
+/// read.
+#[test]
+fn ycsb_on_clover_with_and_without_the_switch() {
+    let out = Command::new(DMKIT)
+        .args([
+            "bench",
+            "ycsb",
+            "--index",
+            "clover",
+            "--steer",
+            "write",
+            "--keys",
+            "100",
+            "--duration",
+            "50ms",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no wire"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("c.json");
+    dmkit_ok(
+        &[
+            "bench",
+            "ycsb",
+            "--backend",
+            "sim",
+            "--index",
+            "clover",
+            "--workload",
+            "a",
+            "--keys",
+            "256",
+            "--threads",
+            "8",
+            "--coros",
+            "1",
+            "--duration",
+            "1ms",
+            "--steer",
+            "read-write",
+            "--steer-keys",
+            "16",
+            "--quiet",
+            "--json",
+        ],
+        Some(&json),
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(r["steer"], "read-write", "{r}");
+    assert!(r["bytes_per_op"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["cas_failures_per_op"].as_f64().is_some(), "{r}");
+}
+
+/// `dmkit memnode` ends cleanly on SIGTERM and on SIGINT: exit status 0,
+/// its socket and token file removed, a last log line (issue: memnode's
+/// lifecycle).
+#[test]
+fn memnode_shuts_down_cleanly_on_a_signal() {
+    for sig in ["-TERM", "-INT"] {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("n.sock");
+        let target = format!("unix:{}", sock.display());
+        let node = Command::new(DMKIT)
+            .args(["memnode", "--size", "16MiB", "--listen", &target])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for(&sock);
+        let token = dmkit_memnode_token(&sock);
+        wait_for(&token);
+        let killed = Command::new("kill")
+            .args([sig, &node.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let out = node.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{sig}: {:?} {err}", out.status);
+        assert!(err.contains("shut down"), "{sig}: {err}");
+        assert!(!sock.exists(), "{sig}: the socket outlived the node");
+        assert!(!token.exists(), "{sig}: the token outlived the node");
+    }
+}

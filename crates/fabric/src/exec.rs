@@ -118,6 +118,18 @@ impl Executor {
         (self.locals.len() - 1) as Lkey
     }
 
+    /// The first 8 bytes of the registered local range `l` (the payload of
+    /// an 8-byte WRITE, as a switch model reads it); `None` if `l` is
+    /// shorter or not registered here.
+    pub fn local_word(&self, l: LocalRef) -> Option<u64> {
+        let slot = self.locals.get(l.lkey as usize)?;
+        let end = l.offset.checked_add(8)?;
+        if l.len < 8 || end > slot.len || !l.offset.is_multiple_of(8) {
+            return None;
+        }
+        Some(slot.mem.load_u64(l.offset as usize))
+    }
+
     /// Starts a post of `len` requests: the batch limit, whether the node
     /// is still serving, and a refresh of the protection cache if the node's
     /// tables changed. Counts one doorbell.

@@ -23,6 +23,7 @@ use crate::engine::{Core, SimStats, ThreadId, Time};
 use crate::fabric::{Shared, SimFabric};
 use crate::faults::Faults;
 use crate::profile::Profile;
+use crate::switch::{SwitchModel, SwitchSimStats, SwitchStage};
 
 /// The simulated cluster.
 #[derive(Debug, Clone)]
@@ -55,6 +56,9 @@ pub struct SimConfig {
     /// Sockets, NIC ports and their crossings (`crate::numa`); `None`: one
     /// socket per machine, nothing crosses (the default).
     pub numa: Option<crate::numa::NumaLayout>,
+    /// A SwordBox switch between clients and memory nodes
+    /// ([`crate::switch`]); `None`: the plain switch of the link model.
+    pub switch: Option<SwitchModel>,
 }
 
 impl Default for SimConfig {
@@ -71,6 +75,7 @@ impl Default for SimConfig {
             in_order_write: true,
             rpc_workers: None,
             numa: None,
+            switch: None,
         }
     }
 }
@@ -153,6 +158,23 @@ impl Sim {
             target: "sim".into(),
             reason: format!("profile {}: {e}", cfg.profile.name),
         })?;
+        if let Some(sw) = &cfg.switch {
+            let refuse = |reason: String| FabricError::Connect {
+                target: "sim".into(),
+                reason,
+            };
+            sw.validate().map_err(refuse)?;
+            if cfg.profile.responder.atomic_order != crate::profile::AtomicOrder::Post {
+                return Err(refuse(
+                    "the switch position needs the `post` atomic order".into(),
+                ));
+            }
+            if cfg.colocated {
+                return Err(refuse(
+                    "the switch position needs memory nodes of their own (not colocated)".into(),
+                ));
+            }
+        }
         if cfg.compute_machines == 0 || cfg.memory_nodes == 0 {
             return Err(FabricError::Connect {
                 target: "sim".into(),
@@ -227,6 +249,10 @@ impl Sim {
         core.rpc_cores = caps.rpc_workers;
         core.rpc_max_message = shm.rpc_max_message as usize;
         core.rpc_capacity = shm.rpc_slots as usize;
+        if let Some(sw) = cfg.switch.clone() {
+            let half_wire = cfg.profile.link.wire_ns / 2.0;
+            core.switch = Some(Box::new(SwitchStage::new(sw, cfg.seed, half_wire)));
+        }
         let shift = cfg.page_size.trailing_zeros();
         for i in 0..cfg.memory_nodes {
             let m = if cfg.colocated {
@@ -575,6 +601,18 @@ impl Sim {
     pub fn rpc_stats(&self) -> crate::RpcSimStats {
         self.core
             .with(|c| c.rpc.as_ref().map(|r| r.stats()).unwrap_or_default())
+    }
+
+    /// The switch position's counters (`None` without a switch).
+    pub fn switch_stats(&self) -> Option<SwitchSimStats> {
+        self.core.with(|c| c.switch.as_ref().map(|s| s.stats()))
+    }
+
+    /// Runs `f` on the switch's policy (e.g. to install the keys to steer
+    /// once they are known); `None` without a switch.
+    pub fn with_switch<R>(&self, f: impl FnOnce(&mut dmkit_switch::Switch) -> R) -> Option<R> {
+        self.core
+            .with(|c| c.switch.as_deref_mut().map(|s| f(s.policy_mut())))
     }
 
     /// Engine counters.

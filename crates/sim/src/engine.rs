@@ -27,6 +27,7 @@ use crate::faults::Faults;
 use crate::numa::{NumaLayout, CROSS_LOCAL, CROSS_REMOTE};
 use crate::profile::{AtomicOrder, Profile};
 use crate::rng::SimRng;
+use crate::switch::SwitchStage;
 
 /// A virtual thread's index.
 pub type ThreadId = u32;
@@ -643,6 +644,9 @@ pub(crate) struct Core {
     /// Sockets (`crate::numa`), if modelled, and each thread's socket.
     numa: Option<NumaLayout>,
     thread_socket: Vec<u32>,
+    /// The switch position (SwordBox), if the simulation has one
+    /// ([`crate::switch`]); `None` takes none of its paths.
+    pub(crate) switch: Option<Box<SwitchStage>>,
 }
 
 /// Forgets the queue pairs of requester `m` that stopped waiting for its
@@ -990,6 +994,25 @@ pub(crate) fn request_link(
     downlink + serialise + half_wire
 }
 
+/// Stage 4 up to the switch: the requester's uplink, then half the wire.
+/// Returns when the request reaches the switch (the switch position,
+/// [`crate::switch`]).
+#[inline(always)]
+fn uplink(tx: &mut Tx, depart: f64, serialise: f64, half_wire: f64) -> f64 {
+    let uplink = fmax(depart, tx.up_free);
+    tx.up_free = uplink + serialise;
+    uplink + serialise + half_wire
+}
+
+/// Stage 4 from the switch (left at `at`): the target's downlink, then
+/// half the wire. Returns when the request has arrived at the target's NIC.
+#[inline(always)]
+fn downlink(rx: &mut Rx, at: f64, serialise: f64, half_wire: f64) -> f64 {
+    let downlink = fmax(at, rx.down_free);
+    rx.down_free = downlink + serialise;
+    downlink + serialise + half_wire
+}
+
 /// Stage 5a, the responder's execution unit (its service time `service`)
 /// and translation cache (the entry of `wr`'s remote page, pages of
 /// `2^page_shift` bytes; a miss costs `mtt_miss_ns`). Returns when the
@@ -1223,6 +1246,7 @@ impl Core {
             rpc_capacity: 64,
             numa: None,
             thread_socket: Vec::new(),
+            switch: None,
         }
     }
 
@@ -1496,6 +1520,7 @@ impl Core {
             clock,
             rng,
             stats,
+            switch,
             ..
         } = self;
         let handle = &mut handles[hi];
@@ -1565,7 +1590,35 @@ impl Core {
             let len = wr.len();
             let shape = shape_of(shapes, p, slots, kind, len);
             let (depart, qp) = send_queue(p, slots, tx, qps, qi, stats, &shape, fetched);
-            let arrive = request_link(tx, rx, depart, shape.ser, half_wire);
+            // --- The switch position (crate::switch); off: `passed` is None
+            // and the request goes its usual way.
+            let passed = switch.as_deref_mut().map(|s| {
+                s.pass(
+                    qi,
+                    uplink(tx, depart, shape.ser, half_wire),
+                    wr,
+                    &handle.exec,
+                )
+            });
+            let (arrive, wr, kind, len, shape) = match &passed {
+                None => (
+                    request_link(tx, rx, depart, shape.ser, half_wire),
+                    wr,
+                    kind,
+                    len,
+                    shape,
+                ),
+                Some(ps) => {
+                    let timing = shape_of(shapes, p, slots, ps.timing, ps.len);
+                    let shape = Shape {
+                        rsvc: timing.rsvc,
+                        ..shape
+                    };
+                    let arrive = downlink(rx, ps.depart, shape.ser, half_wire);
+                    (arrive, &ps.wr, ps.timing, ps.len, shape)
+                }
+            };
+            // --- (end of the switch position)
             let rsvc = if cross & CROSS_REMOTE != 0 {
                 // The responder's DMA crosses to the other socket's memory.
                 let (_, _, payload) = kind_bytes(kind, len);
@@ -1600,6 +1653,10 @@ impl Core {
                 ),
             };
             let exec = fault_shift(faults, rng, stats, exec);
+            let (exec, late) = match (&passed, switch.as_deref_mut()) {
+                (Some(ps), Some(s)) => s.execute_at(ps, exec, qp.last_exec),
+                _ => (exec, false),
+            };
             let cut = tear(faults, rng, *in_order_write, wr);
             let spread = match &cut {
                 Some(_) => faults.torn_spread_ns.max(1) as f64,
@@ -1628,8 +1685,14 @@ impl Core {
                 );
                 continue;
             }
-            // One queue pair's requests take effect in posting order.
-            let exec = fmax(exec, qp.last_exec + 1.0);
+            // One queue pair's requests take effect in posting order (not a
+            // lock request the switch moved alone to a shared connection).
+            let exec = match &passed {
+                Some(ps) if !ps.keeps_qp_order() => exec,
+                _ => fmax(exec, qp.last_exec + 1.0),
+            };
+            let last_exec = qp.last_exec;
+            let links = (tx.down_resp_free, rx.up_resp_free);
             let cq = respond(
                 p,
                 qp,
@@ -1641,6 +1704,22 @@ impl Core {
                 half_wire,
                 cross_local,
             );
+            let cq = match (&passed, switch.as_deref_mut()) {
+                (Some(ps), Some(s)) => {
+                    if !ps.keeps_qp_order() {
+                        qp.last_exec = last_exec;
+                    }
+                    if late {
+                        // (See `SwitchStage::execute_at`.)
+                        (tx.down_resp_free, rx.up_resp_free) = links;
+                    }
+                    // `enqueue` numbers the effect `*next_seq + 1`.
+                    let cq = s.complete(ps, *next_seq + 1, exec, spread, cq);
+                    qp.last_cq = cq;
+                    cq
+                }
+                _ => cq,
+            };
             enqueue(
                 stats,
                 next_seq,
@@ -1996,6 +2075,9 @@ impl Core {
             match outcome {
                 Ok(v) => e.value = v,
                 Err(err) => e.error = Some(Box::new(err)),
+            }
+            if let Some(s) = self.switch.as_deref_mut() {
+                s.executed(e.seq, at, e.error.is_none().then_some(e.value));
             }
         } else if e.error.is_none() {
             let c = **e

@@ -9,7 +9,7 @@
 //! is broken by a sequence number.
 //!
 //! Not here: the figures' workloads (`dmkit-bench`'s `sim_repro`), the
-//! switch policies of SwordBox (the SwordBox issue).
+//! switch's policy (`dmkit-switch`; [`switch`] puts it in the network).
 //!
 //! ## The model (specification: SMART §2.2, §3, §6.1, §6.3; memory-semantics
 //! §II-B; SwordBox §3)
@@ -117,6 +117,7 @@ pub mod numa;
 pub mod profile;
 pub mod rng;
 pub mod rpc;
+pub mod switch;
 
 pub use clock::MachineClock;
 pub use driver::{RunOutcome, Sim, SimClock, SimConfig};
@@ -126,3 +127,4 @@ pub use faults::Faults;
 pub use numa::{NumaLayout, NumaModel, PortRule};
 pub use profile::Profile;
 pub use rpc::RpcSimStats;
+pub use switch::{SwitchMode, SwitchModel, SwitchSimStats};

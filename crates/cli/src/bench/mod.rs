@@ -3,10 +3,12 @@
 //! runtime switches, and opening the fabric those flags describe.
 
 pub(crate) mod atomics;
+pub(crate) mod clover;
 pub(crate) mod consolidation;
 pub(crate) mod corm_bench;
 pub(crate) mod micro;
 pub(crate) mod rpc;
+pub(crate) mod txn;
 pub(crate) mod vector_io;
 pub(crate) mod ycsb;
 
@@ -37,6 +39,8 @@ pub(crate) enum BenchCmd {
     Micro(MicroArgs),
     /// YCSB on an index: load, then run a workload for --duration.
     Ycsb(YcsbArgs),
+    /// Transactions (SmallBank, TATP, TPC-C) on FORD's one-sided OCC.
+    Txn(txn::TxnArgs),
     /// Echo round trips through a memory node's RPC workers.
     Rpc(rpc::RpcArgs),
     /// Object reads and writes on a CoRM store: one-sided or RPC reads.

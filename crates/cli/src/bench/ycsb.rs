@@ -43,7 +43,8 @@ pub(crate) struct YcsbArgs {
     #[command(flatten)]
     fabric: FabricArgs,
     /// Index: race (remote hash table), art (remote radix tree), btree
-    /// (remote B+tree), or the in-process peers local-hash and local-art.
+    /// (remote B+tree), clover (Clover's key-value store), or the in-process
+    /// peers local-hash and local-art.
     #[arg(long, default_value = "race")]
     index: ycsb_bench::IndexKind,
     /// Workload: load, a, b, c, d, e or f.
@@ -96,6 +97,9 @@ pub(crate) struct YcsbArgs {
     /// The B+tree's switches (dmkit_btree::BtreeConfig).
     #[command(flatten, next_help_heading = "B+tree (--index btree)")]
     btree: dmkit_btree::BtreeConfig,
+    /// Clover's switches and SwordBox's steering of it.
+    #[command(flatten, next_help_heading = "Clover (--index clover)")]
+    clover: super::clover::CloverArgs,
     #[command(flatten, next_help_heading = "SMART runtime switches")]
     switches: SwitchArgs,
     /// Seed of the key choosers and the runtime (same seed, same key
@@ -172,6 +176,7 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
         race: a.race,
         art: a.art,
         btree: a.btree,
+        clover: a.clover.bench()?,
     };
     // Everything that can be checked before anything is allocated.
     for p in &points {
@@ -277,6 +282,17 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
         b.finish_and_clear();
     }
     print_ycsb(&results);
+    for r in results.iter().filter(|r| r.index == "clover") {
+        println!(
+            "clover: steer {}, {:.3} CAS failures/op, {:.1} B/op, p99 read {:.2} us, p99 write {:.2} us, first-try share {:.3}",
+            r.steer.as_deref().unwrap_or("none (no switch)"),
+            r.cas_failures_per_op,
+            r.bytes_per_op,
+            r.p99_read_us,
+            r.p99_write_us,
+            r.retry_histogram.first().copied().unwrap_or(0.0)
+        );
+    }
     if results.iter().any(|r| r.interrupted) || harness::interrupted() {
         eprintln!("dmkit: interrupted: the figures are of what was measured before Ctrl-C");
     }

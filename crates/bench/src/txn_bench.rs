@@ -1,0 +1,473 @@
+//! `dmkit bench txn`: SmallBank, TATP or TPC-C (NewOrder + Payment) on
+//! `dmkit_txn` (FORD's one-sided OCC, "FORD: Fast One-sided RDMA-based
+//! Distributed Transactions for Disaggregated Persistent Memory",
+//! FAST'22; SMART-DTX, "Scaling Up Memory Disaggregated Applications with
+//! SMART", ASPLOS'24 §5.2) on a real fabric (shm, verbs): load, run
+//! `threads` workers × `coros` tasks for a wall-clock duration, each task
+//! one coordinator retrying every drawn transaction until it commits or its
+//! logic rolls it back; then check the workload's consistency conditions,
+//! that every replica is byte-identical and that nothing stays locked.
+//!
+//! Measured: committed and attempted transactions per second (an attempt
+//! is a run that committed, aborted on a conflict, or was rolled back by
+//! its logic), the abort rate per type, the latency of a committed
+//! transaction from its first attempt (p50, p99), and the runtime's round
+//! trips and bytes per committed transaction.
+//!
+//! With `read_only` only the workload's read-only types are drawn; with
+//! `local_peer` (TATP) the same read-only transactions also run, before
+//! the remote run and for as long, on a local in-process peer: the loaded
+//! records (the same bytes: key, payload, lock, version) copied into a
+//! concurrent in-memory map, each transaction doing the same look-ups,
+//! copies and checks.
+//!
+//! Not here: the simulator (its workers run on virtual threads; see
+//! `dmkit sim check --scenario txn`).
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dmkit_fabric::Fabric;
+use dmkit_runtime::rng::Rng;
+use dmkit_runtime::{RuntimeConfig, Worker};
+use dmkit_txn::workload::smallbank::SmallBank;
+use dmkit_txn::workload::tatp::Tatp;
+use dmkit_txn::workload::tpcc::Tpcc;
+use dmkit_txn::workload::Workload;
+use dmkit_txn::{addr_cache, Database, TxnConfig, TxnError};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// Which workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnWorkload {
+    /// SmallBank (six types, 85 % read-write).
+    SmallBank,
+    /// TATP (seven types, 80 % read-only).
+    Tatp,
+    /// TPC-C NewOrder and Payment.
+    Tpcc,
+}
+
+impl std::str::FromStr for TxnWorkload {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "smallbank" => Ok(Self::SmallBank),
+            "tatp" => Ok(Self::Tatp),
+            "tpcc" => Ok(Self::Tpcc),
+            _ => Err(format!("{s:?}: expected smallbank, tatp or tpcc")),
+        }
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct TxnBenchConfig {
+    /// The workload.
+    pub workload: TxnWorkload,
+    /// Its scale: SmallBank accounts, TATP subscribers, TPC-C warehouses
+    /// (0: FORD's defaults — 100,000 accounts, 100,000 subscribers, one
+    /// warehouse).
+    pub scale: u64,
+    /// Worker threads.
+    pub threads: usize,
+    /// Tasks (coordinators) per thread.
+    pub coros: usize,
+    /// Measured wall-clock time.
+    pub duration: Duration,
+    /// The database's configuration (FORD's switches, replicas).
+    pub txn: TxnConfig,
+    /// The runtime's (SMART's switches).
+    pub runtime: RuntimeConfig,
+    /// Seed of the drawn transactions and the population.
+    pub seed: u64,
+    /// Draw only the workload's read-only transaction types.
+    pub read_only: bool,
+    /// TATP: also run the local in-process peer (read-only types).
+    pub local_peer: bool,
+}
+
+/// Per transaction type.
+#[derive(Debug, Clone, Serialize)]
+pub struct TypeResult {
+    /// Its name.
+    pub name: String,
+    /// Attempts.
+    pub attempted: u64,
+    /// Commits.
+    pub committed: u64,
+    /// Conflict aborts over attempts.
+    pub abort_rate: f64,
+}
+
+/// What a run measured (the JSON of `--json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct TxnResult {
+    /// The workload's name.
+    pub workload: String,
+    /// Threads.
+    pub threads: usize,
+    /// Tasks per thread.
+    pub coros: usize,
+    /// Measured seconds.
+    pub seconds: f64,
+    /// Committed transactions.
+    pub committed: u64,
+    /// Attempts (commits, conflict aborts, logic roll-backs).
+    pub attempted: u64,
+    /// Committed per second.
+    pub committed_per_s: f64,
+    /// Attempted per second.
+    pub attempted_per_s: f64,
+    /// Conflict aborts over attempts.
+    pub abort_rate: f64,
+    /// Per type.
+    pub types: Vec<TypeResult>,
+    /// Median latency of a committed transaction from its first attempt (µs).
+    pub p50_us: f64,
+    /// Its 99th percentile (µs).
+    pub p99_us: f64,
+    /// Runtime round trips (`sync`s that waited) per committed transaction.
+    pub round_trips_per_txn: f64,
+    /// Bytes READ plus WRITTEN per committed transaction.
+    pub bytes_per_txn: f64,
+    /// The consistency conditions, replicas and locks checked after the run.
+    pub invariants_ok: bool,
+    /// What failed, if they did not hold.
+    pub invariants_error: Option<String>,
+    /// FORD's switches.
+    pub hitchhike: bool,
+    /// Reads served by backups.
+    pub backup_reads: bool,
+    /// Coalescent commit.
+    pub coalescent_commit: bool,
+    /// Copies of every record.
+    pub replicas: usize,
+    /// Only read-only types were drawn.
+    pub read_only: bool,
+    /// The local peer's attempted transactions per second (TATP,
+    /// read-only types, same threads and duration), if it ran.
+    pub local_attempted_per_s: Option<f64>,
+    /// `attempted_per_s` over the local peer's.
+    pub vs_local: Option<f64>,
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid bounds")
+}
+
+struct ThreadOut {
+    attempted: Vec<u64>,
+    committed: Vec<u64>,
+    aborts: Vec<u64>,
+    effect: i64,
+    lat: Histogram<u64>,
+    round_trips: u64,
+    bytes: u64,
+    failure: Option<String>,
+}
+
+/// Creates the database on `fabric`, loads the workload, runs it and
+/// checks it; destroys the database after.
+pub fn run_txn(fabric: Arc<dyn Fabric>, cfg: &TxnBenchConfig) -> Result<TxnResult, String> {
+    let s = cfg.scale;
+    match cfg.workload {
+        TxnWorkload::SmallBank => {
+            let w = if s == 0 {
+                SmallBank::default()
+            } else {
+                SmallBank {
+                    accounts: s,
+                    hot: (s / 25).max(1),
+                }
+            };
+            run_with(fabric, cfg, w)
+        }
+        TxnWorkload::Tatp => {
+            let mut w = Tatp {
+                seed: cfg.seed,
+                ..Tatp::default()
+            };
+            if s != 0 {
+                w.subscribers = s;
+            }
+            let peer = cfg.local_peer.then(|| {
+                let w2 = w;
+                Box::new(move |db: &Database| local_tatp(db, &w2, cfg)) as Peer<'_>
+            });
+            run_peer(fabric, cfg, w, peer)
+        }
+        TxnWorkload::Tpcc => {
+            let mut w = Tpcc {
+                seed: cfg.seed,
+                ..Tpcc::default()
+            };
+            if s != 0 {
+                w.warehouses = s;
+            }
+            run_with(fabric, cfg, w)
+        }
+    }
+}
+
+type Peer<'a> = Box<dyn FnOnce(&Database) -> Result<f64, String> + 'a>;
+
+fn run_with<W: Workload + 'static>(
+    fabric: Arc<dyn Fabric>,
+    cfg: &TxnBenchConfig,
+    w: W,
+) -> Result<TxnResult, String> {
+    if cfg.local_peer {
+        return Err("the local peer runs TATP only".into());
+    }
+    run_peer(fabric, cfg, w, None)
+}
+
+fn run_peer<W: Workload + 'static>(
+    fabric: Arc<dyn Fabric>,
+    cfg: &TxnBenchConfig,
+    w: W,
+    peer: Option<Peer<'_>>,
+) -> Result<TxnResult, String> {
+    let e = |e: TxnError| e.to_string();
+    let db = Database::create(fabric, "bench-txn", cfg.txn.clone(), &w.tables()).map_err(e)?;
+    let out = (|| {
+        w.load(&db).map_err(e)?;
+        let local = peer.map(|p| p(&db)).transpose()?;
+        let w = Arc::new(w);
+        let start = Instant::now();
+        let end = start + cfg.duration;
+        let outs: Vec<Result<ThreadOut, String>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..cfg.threads)
+                .map(|ti| {
+                    let (db, w) = (db.clone(), w.clone());
+                    s.spawn(move || thread(&db, &w, ti, cfg, end))
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| {
+                    h.join()
+                        .map_err(|_| "a worker thread panicked".to_string())?
+                })
+                .collect()
+        });
+        let secs = start.elapsed().as_secs_f64();
+        let kinds = w.types().len();
+        let mut lat = histogram();
+        let (mut att, mut com, mut abo) = (vec![0; kinds], vec![0; kinds], vec![0; kinds]);
+        let (mut effect, mut rts, mut bytes) = (0i64, 0u64, 0u64);
+        for o in outs {
+            let o = o?;
+            if let Some(f) = o.failure {
+                return Err(f);
+            }
+            for k in 0..kinds {
+                att[k] += o.attempted[k];
+                com[k] += o.committed[k];
+                abo[k] += o.aborts[k];
+            }
+            effect += o.effect;
+            rts += o.round_trips;
+            bytes += o.bytes;
+            lat.add(&o.lat).expect("same bounds");
+        }
+        let check = w
+            .check(&db, effect)
+            .and_then(|()| db.check_replicas())
+            .and_then(|()| match db.stuck_records().map_err(|e| e.to_string())? {
+                0 => Ok(()),
+                n => Err(format!("{n} records left locked or dirty")),
+            });
+        let (committed, attempted): (u64, u64) = (com.iter().sum(), att.iter().sum());
+        let per = |x: u64| x as f64 / committed.max(1) as f64;
+        Ok(TxnResult {
+            workload: w.name().into(),
+            threads: cfg.threads,
+            coros: cfg.coros,
+            seconds: secs,
+            committed,
+            attempted,
+            committed_per_s: committed as f64 / secs,
+            attempted_per_s: attempted as f64 / secs,
+            abort_rate: abo.iter().sum::<u64>() as f64 / attempted.max(1) as f64,
+            types: (0..kinds)
+                .map(|k| TypeResult {
+                    name: w.types()[k].into(),
+                    attempted: att[k],
+                    committed: com[k],
+                    abort_rate: abo[k] as f64 / att[k].max(1) as f64,
+                })
+                .collect(),
+            p50_us: lat.value_at_quantile(0.5) as f64 / 1000.0,
+            p99_us: lat.value_at_quantile(0.99) as f64 / 1000.0,
+            round_trips_per_txn: per(rts),
+            bytes_per_txn: per(bytes),
+            invariants_ok: check.is_ok(),
+            invariants_error: check.err(),
+            hitchhike: cfg.txn.hitchhike,
+            backup_reads: cfg.txn.backup_reads,
+            coalescent_commit: cfg.txn.coalescent_commit,
+            replicas: cfg.txn.replicas,
+            read_only: cfg.read_only,
+            local_attempted_per_s: local,
+            vs_local: local.map(|l| attempted as f64 / secs / l),
+        })
+    })();
+    db.destroy().map_err(e)?;
+    out
+}
+
+fn thread<W: Workload + 'static>(
+    db: &Arc<Database>,
+    w: &Arc<W>,
+    ti: usize,
+    cfg: &TxnBenchConfig,
+    end: Instant,
+) -> Result<ThreadOut, String> {
+    let mut wk = Worker::builder(db.fabric().as_ref())
+        .config(RuntimeConfig {
+            seed: cfg.seed + ti as u64,
+            ..cfg.runtime.clone()
+        })
+        .id(ti)
+        .tasks(cfg.coros)
+        .local(db.local_layout())
+        .build()
+        .map_err(|e| e.to_string())?;
+    let kinds = w.types().len();
+    let cache = addr_cache();
+    let attempted = Rc::new(RefCell::new(vec![0u64; kinds]));
+    let committed = Rc::new(RefCell::new(vec![0u64; kinds]));
+    let aborts = Rc::new(RefCell::new(vec![0u64; kinds]));
+    let effect = Rc::new(Cell::new(0i64));
+    let lat = Rc::new(RefCell::new(histogram()));
+    let failure: Rc<RefCell<Option<String>>> = Rc::default();
+    let read_only = cfg.read_only;
+    for k in 0..cfg.coros {
+        let mut coord = db.coordinator(&cache).map_err(|e| e.to_string())?;
+        let (w, attempted, committed, aborts, effect, lat, failure) = (
+            w.clone(),
+            attempted.clone(),
+            committed.clone(),
+            aborts.clone(),
+            effect.clone(),
+            lat.clone(),
+            failure.clone(),
+        );
+        let mut rng = Rng::new(cfg.seed.wrapping_mul(1_000_003) + (ti * 1000 + k) as u64 + 1);
+        wk.spawn(move |ctx| async move {
+            while Instant::now() < end {
+                let mut tx = w.draw(&mut rng);
+                while read_only && !w.read_only(&tx) {
+                    tx = w.draw(&mut rng);
+                }
+                let kind = w.kind(&tx);
+                let t0 = Instant::now();
+                loop {
+                    attempted.borrow_mut()[kind] += 1;
+                    match w.run(&mut coord, &ctx, &tx).await {
+                        Ok(d) => {
+                            effect.set(effect.get() + d);
+                            committed.borrow_mut()[kind] += 1;
+                            let ns = t0.elapsed().as_nanos() as u64;
+                            let _ = lat.borrow_mut().record(ns.max(1));
+                            break;
+                        }
+                        Err(TxnError::UserAbort) => break,
+                        Err(e) if e.retryable() => aborts.borrow_mut()[kind] += 1,
+                        Err(e) => {
+                            failure.borrow_mut().get_or_insert(format!("{tx:?}: {e}"));
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+    }
+    wk.run();
+    let st = wk.stats();
+    let out = ThreadOut {
+        attempted: attempted.borrow().clone(),
+        committed: committed.borrow().clone(),
+        aborts: aborts.borrow().clone(),
+        effect: effect.get(),
+        lat: lat.borrow().clone(),
+        round_trips: st.counters.round_trips,
+        bytes: st.counters.bytes_read + st.counters.bytes_written,
+        failure: failure.borrow_mut().take(),
+    };
+    Ok(out)
+}
+
+/// The local peer: TATP's read-only transactions on the loaded records
+/// copied into a concurrent map (table, key) → record bytes; `threads`
+/// threads for `duration`. Returns attempted transactions per second.
+fn local_tatp(db: &Database, w: &Tatp, cfg: &TxnBenchConfig) -> Result<f64, String> {
+    use dmkit_txn::workload::tatp::{
+        cf_key, sf_key, TatpTxn, ACCESS_INFO, CALL_FORWARDING, SPECIAL_FACILITY, SUBSCRIBER,
+    };
+    let map: dashmap::DashMap<(u16, u64), Vec<u8>> = dashmap::DashMap::new();
+    for t in 0..db.table_count() as u16 {
+        for r in db.scan(t).map_err(|e| e.to_string())? {
+            if r.version.present() {
+                // The record's bytes as the remote layout holds them.
+                let mut rec = r.key.to_le_bytes().to_vec();
+                rec.extend_from_slice(&r.payload);
+                rec.extend_from_slice(&r.lock.to_le_bytes());
+                rec.extend_from_slice(&r.version.0.to_le_bytes());
+                map.insert((t, r.key), rec);
+            }
+        }
+    }
+    let word = |rec: &[u8], k: usize| {
+        u64::from_le_bytes(rec[8 + 8 * k..16 + 8 * k].try_into().expect("8 bytes"))
+    };
+    // A look-up copies the record out, as a READ does.
+    let get = |t: u16, k: u64| map.get(&(t, k)).map(|r| r.value().clone());
+    let start = Instant::now();
+    let end = start + cfg.duration;
+    let total: u64 = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..cfg.threads)
+            .map(|ti| {
+                let get = &get;
+                s.spawn(move || {
+                    let mut rng = Rng::new(cfg.seed.wrapping_mul(7_000_001) + ti as u64 + 1);
+                    let mut n = 0u64;
+                    let mut found = 0u64;
+                    while Instant::now() < end {
+                        let mut tx = w.draw(&mut rng);
+                        while !w.read_only(&tx) {
+                            tx = w.draw(&mut rng);
+                        }
+                        let ok = match tx {
+                            TatpTxn::GetSubscriberData { s } => get(SUBSCRIBER, s).is_some(),
+                            TatpTxn::GetNewDestination { s, sf, start, end } => {
+                                let f = get(SPECIAL_FACILITY, sf_key(s, sf));
+                                let cfs: Vec<_> = [0u64, 8, 16]
+                                    .into_iter()
+                                    .filter(|&st| st <= start)
+                                    .map(|st| get(CALL_FORWARDING, cf_key(s, sf, st)))
+                                    .collect();
+                                f.is_some_and(|f| word(&f, 0) == 1)
+                                    && cfs.iter().flatten().any(|c| end < word(c, 0))
+                            }
+                            TatpTxn::GetAccessData { s, ai } => {
+                                get(ACCESS_INFO, dmkit_txn::workload::tatp::ai_key(s, ai)).is_some()
+                            }
+                            _ => unreachable!("read-only types only"),
+                        };
+                        found += ok as u64;
+                        n += 1;
+                    }
+                    std::hint::black_box(found);
+                    n
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("peer thread")).sum()
+    });
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}

@@ -1,0 +1,168 @@
+//! `dmkit bench txn`: SmallBank, TATP or TPC-C on `dmkit-txn` (FORD's
+//! one-sided OCC; SMART-DTX with SMART's runtime switches on, FORD+ with
+//! them off): load, run for --duration, check the consistency conditions.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use dmkit_bench::txn_bench::{self, TxnBenchConfig, TxnResult, TxnWorkload};
+use dmkit_fabric::shm::{ShmConfig, ShmFabric};
+use dmkit_fabric::Fabric;
+use dmkit_memnode::NodeConfig;
+use dmkit_txn::TxnConfig;
+
+use super::{open_fabric, Backend, FabricArgs, SwitchArgs};
+use crate::args::OnOff;
+use crate::Res;
+
+#[derive(Args)]
+pub(crate) struct TxnArgs {
+    #[command(flatten)]
+    fabric: FabricArgs,
+    /// Workload: smallbank, tatp or tpcc (NewOrder + Payment).
+    #[arg(long, default_value = "smallbank")]
+    workload: TxnWorkload,
+    /// Scale: SmallBank accounts, TATP subscribers or TPC-C warehouses
+    /// [default: FORD's — 100000 accounts, 100000 subscribers, 1 warehouse].
+    #[arg(long, default_value_t = 0)]
+    scale: u64,
+    /// Threads (one worker each).
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Coordinators (tasks) per thread.
+    #[arg(long, default_value_t = 8)]
+    coros: usize,
+    /// How long to run, not counting the load.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Copies of every record (primary + backups), each on its own memory
+    /// node: the embedded shm fabric gets this many nodes.
+    #[arg(long, default_value_t = 2)]
+    replicas: usize,
+    /// FORD's hitchhiked locking [default: on].
+    #[arg(long, value_enum, default_value = "on")]
+    hitchhike: OnOff,
+    /// FORD's reads served by backups [default: on].
+    #[arg(long, value_enum, default_value = "on")]
+    backup_reads: OnOff,
+    /// FORD's coalescent commit [default: on].
+    #[arg(long, value_enum, default_value = "on")]
+    coalescent_commit: OnOff,
+    #[command(flatten)]
+    switches: SwitchArgs,
+    /// Draw only the workload's read-only transaction types.
+    #[arg(long)]
+    read_only: bool,
+    /// TATP: also run the read-only types on the local in-process peer
+    /// (the loaded records in a concurrent map), before the remote run
+    /// and for as long; reports the ratio.
+    #[arg(long)]
+    local_peer: bool,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the result as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+pub(crate) fn bench_txn(a: TxnArgs) -> Res {
+    let cfg = TxnBenchConfig {
+        workload: a.workload,
+        scale: a.scale,
+        threads: a.threads,
+        coros: a.coros,
+        duration: a.duration,
+        txn: TxnConfig {
+            replicas: a.replicas,
+            hitchhike: a.hitchhike == OnOff::On,
+            backup_reads: a.backup_reads == OnOff::On,
+            coalescent_commit: a.coalescent_commit == OnOff::On,
+            ..TxnConfig::default()
+        },
+        runtime: a.switches.runtime_config(a.seed)?,
+        seed: a.seed,
+        read_only: a.read_only,
+        local_peer: a.local_peer,
+    };
+    let fabric: Arc<dyn Fabric> = match a.fabric.backend {
+        Backend::Sim => {
+            return Err(
+                "bench txn runs on shm or verbs; transactions on the simulator: \
+                        `dmkit sim check --scenario txn`"
+                    .into(),
+            );
+        }
+        Backend::Shm if a.fabric.connect.is_empty() => {
+            // Embedded: one memory node per replica (sparse memfds).
+            let size = a.fabric.mem_size.unwrap_or(1 << 30);
+            let nodes: Vec<NodeConfig> = (0..a.replicas.max(1) as u16)
+                .map(|i| NodeConfig {
+                    node_id: i,
+                    size,
+                    ..Default::default()
+                })
+                .collect();
+            Arc::new(
+                ShmFabric::embedded(ShmConfig::default(), &nodes)
+                    .map_err(|e| format!("embedded memory nodes: {e}"))?,
+            )
+        }
+        _ => open_fabric(&a.fabric, 1 << 30)?,
+    };
+    let r = txn_bench::run_txn(fabric, &cfg)?;
+    print_txn(&r);
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&r).expect("result serialises");
+        std::fs::write(path, text + "\n")
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    if !r.invariants_ok {
+        return Err(format!(
+            "bench txn: invariants violated: {}",
+            r.invariants_error.as_deref().unwrap_or("?")
+        ));
+    }
+    Ok(())
+}
+
+fn print_txn(r: &TxnResult) {
+    println!(
+        "{:<10} {:>7} {:>5} {:>10} {:>10} {:>7} {:>8} {:>8} {:>6} {:>8} {:>5}",
+        "workload",
+        "threads",
+        "coros",
+        "commit/s",
+        "attempt/s",
+        "abort",
+        "p50_us",
+        "p99_us",
+        "rt/tx",
+        "B/tx",
+        "ok"
+    );
+    println!(
+        "{:<10} {:>7} {:>5} {:>10.0} {:>10.0} {:>7.3} {:>8.1} {:>8.1} {:>6.2} {:>8.0} {:>5}",
+        r.workload,
+        r.threads,
+        r.coros,
+        r.committed_per_s,
+        r.attempted_per_s,
+        r.abort_rate,
+        r.p50_us,
+        r.p99_us,
+        r.round_trips_per_txn,
+        r.bytes_per_txn,
+        r.invariants_ok
+    );
+    if let (Some(l), Some(x)) = (r.local_attempted_per_s, r.vs_local) {
+        println!("  local peer: {l:.0} txn/s; remote/local {x:.3}");
+    }
+    for t in &r.types {
+        println!(
+            "  {:<22} attempted {:>9} committed {:>9} abort rate {:.3}",
+            t.name, t.attempted, t.committed, t.abort_rate
+        );
+    }
+}

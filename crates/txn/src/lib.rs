@@ -1,0 +1,68 @@
+//! # dmkit-txn — distributed transactions on disaggregated memory
+//!
+//! FORD's one-sided optimistic concurrency control ("FORD: Fast One-sided
+//! RDMA-based Distributed Transactions for Disaggregated Persistent
+//! Memory", FAST'22) on SMART's runtime — SMART-DTX ("Scaling Up Memory
+//! Disaggregated Applications with SMART", ASPLOS'24 §5.2, §6.2.2). The
+//! memory nodes' CPUs stay idle: every step is a READ, WRITE or CAS.
+//!
+//! - [`db`]: tables of fixed-size records with a hash index each, sharded
+//!   over the memory nodes with primary-backup replication of configurable
+//!   degree; the descriptor's lifecycle; loading; quiescent checks.
+//! - [`txn`]: coordinators and transactions — hitchhiked locking,
+//!   validation, coalescent commit, undo logging; aborts back off through
+//!   the runtime (conflict avoidance). Each FORD technique is a switch of
+//!   [`TxnConfig`]; SMART's techniques are the runtime's switches, so
+//!   FORD+ (SMART's baseline) and SMART-DTX are two configurations.
+//! - [`recovery`]: a dead coordinator's transaction rolled back or
+//!   forward from its undo log; its locks expire by lease.
+//! - [`check`]: the serializability checker (a dependency-graph cycle
+//!   search over recorded read and write sets).
+//! - [`workload`]: SmallBank, TATP and TPC-C (NewOrder and Payment) with
+//!   their consistency checks, and the local in-process peer.
+//!
+//! Not here: the benchmark harness (`dmkit-bench`'s `txn_bench`), FORD's
+//! localized validation (its journal version), memory-node failures (the
+//! undo log has `replicas` copies, as FORD's has one per memory node, but
+//! recovery reads the first).
+//!
+//! Persistence: FORD keeps tables in persistent memory and makes a WRITE
+//! durable with a READ behind it (selective remote flush). dmkit's
+//! backends are DRAM (shm: memfd; sim: host memory): a WRITE that
+//! completed is visible to every later reader, and that is all they
+//! promise — the structure survives its coordinators, not a memory node's
+//! restart.
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use dmkit_txn::{Database, TableSpec, TxnConfig, TxnError};
+//! # async fn demo(fabric: Arc<dyn dmkit_fabric::Fabric>, ctx: &dmkit_runtime::Ctx) -> Result<(), TxnError> {
+//! let db = Database::create(fabric, "bank", TxnConfig::default(), &[TableSpec::new("accounts", 8, 1000)])?;
+//! db.load(0, (0..1000).map(|k| (k, 100u64.to_le_bytes().to_vec())))?;
+//! let cache = dmkit_txn::addr_cache();
+//! let mut coord = db.coordinator(&cache)?;
+//! let mut t = coord.begin(ctx);
+//! let (a, b) = (t.write(0, 1)?, t.write(0, 2)?);
+//! t.exec().await?;
+//! let (x, y) = (t.word(a, 0), t.word(b, 0));
+//! t.put(a, &(x - 10).to_le_bytes())?;
+//! t.put(b, &(y + 10).to_le_bytes())?;
+//! t.commit().await?;
+//! # Ok(()) }
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod check;
+pub mod db;
+pub mod error;
+pub mod layout;
+pub mod recovery;
+pub mod txn;
+pub mod workload;
+
+pub use check::{check_serializable, Restore};
+pub use db::{Database, Row, TableId, TableSpec, TxnConfig};
+pub use error::{AbortReason, CrashPoint, TxnError};
+pub use recovery::{recover_logs, Recovered, RecoveryReport};
+pub use txn::{addr_cache, AddrCache, CoordStats, Coordinator, ItemId, Txn, TxnRecord};

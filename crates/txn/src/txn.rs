@@ -1,0 +1,1092 @@
+//! Coordinators and transactions: FORD's one-sided OCC (FORD, FAST'22
+//! §4; SMART-DTX, SMART ASPLOS'24 §5.2 runs the same protocol on SMART's
+//! runtime).
+//!
+//! A transaction names its records (`read` or `write`, by table and key),
+//! `exec`s, looks at their values, sets new ones and `commit`s. Its
+//! round trips, each one doorbell per memory node:
+//!
+//! 1. **probe** (only for keys whose slot the coordinator's address cache
+//!    does not know): READ the key's bucket; a record read for reading is
+//!    taken from it directly.
+//! 2. **execute**: records to write are locked and read at once —
+//!    *hitchhiked locking*: a CAS of the primary's lock word (`0 →` this
+//!    coordinator's lease word) and a READ of the record behind it, one
+//!    doorbell; records only read are READ from a backup (*backup reads*)
+//!    or the primary.
+//! 3. **validate + log**: for every record only read, a READ of the
+//!    primary's lock and version (lock first: see below); a transaction
+//!    that reads but writes nothing stops here. A writing one also WRITEs
+//!    its undo log (old images) to `replicas` log copies in the same
+//!    doorbell (FORD's log, without its dedicated log QPs: SMART's FORD+).
+//!    Without hitchhiking, records to write are locked here (CAS + READ
+//!    of their version).
+//! 4. **commit** (*coalescent*): for every written record and every
+//!    replica, a WRITE marking its version dirty, then a WRITE of key and
+//!    payload — all replicas in one round trip (off: backups, then
+//!    primaries).
+//! 5. **unlock**: per replica a WRITE of the clean new version; on the
+//!    primary, then a WRITE freeing the lock. The log's lease word is
+//!    cleared after (posted, not awaited).
+//!
+//! ## Why it is serializable
+//!
+//! Version numbers of a record only grow (commit: +1; a roll-back by
+//! recovery: +2 over the old), and a record's version is clean-new only
+//! after every commit write of its transaction, on every replica, is done.
+//! A transaction that writes holds all its locks from before validation to
+//! after its writes; validation reads each read record's *lock, then
+//! version* (one READ with in-order placement, else two READs on one
+//! queue pair) and requires the lock free and the version unchanged. If a
+//! writer W of record r committed between our read and our validation, it
+//! dirtied r's version before the version read (versions never come back)
+//! or held r's lock during the lock read; if W locks r after our lock read,
+//! W validates after we hold all our locks and sees them. So every pair of
+//! conflicting transactions is ordered one way (the classic OCC argument
+//! with locks, as FaRM's and FORD's). A read-only transaction needs only
+//! the version check (no write skew without writes). FORD validates a
+//! record read from a backup *on that backup*, where no lock is ever
+//! taken, which admits write skew between two read-write transactions; here
+//! validation always reads the primary (versions are equal on every replica).
+//!
+//! A single-record read-only transaction skips validation on a fabric with
+//! in-order placement (as FORD skips it): its one READ saw the payload
+//! before the version behind it, and a version read clean proves no commit
+//! had started writing that payload (the dirty mark lands first).
+//!
+//! Torn reads: a record read while a commit writes it shows new payload
+//! words only after that commit's dirty mark landed, so its validation
+//! sees the version changed.
+//!
+//! ## Locks, leases and recovery
+//!
+//! Lock words are `dmkit_index::lease` leases (owner = coordinator id), so
+//! a dead coordinator's locks expire. A coordinator publishes (commit
+//! writes, unlock) only while its leases hold enough time
+//! (`LeaseConfig::holds`); a coordinator that stalled past that stops for
+//! good ([`TxnError::LeaseLost`]) and recovery finishes its transaction.
+//! A transaction that meets an expired lock or a dirty record under one
+//! aborts and recovers that lock's owner (`recovery`) before it backs off.
+//!
+//! Aborts back off through the runtime (`Ctx::backoff`: SMART's conflict
+//! avoidance when it is on).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use dmkit_fabric::RemoteRef;
+use dmkit_runtime::{Ctx, Local, Ticket};
+
+use crate::db::{Database, TableId, TableInfo, PROBE_ROUND};
+use crate::error::{AbortReason, CrashPoint, TxnError};
+use crate::layout::{self, EntryHead, LogHeader, LogState, RecordTail, Version};
+
+/// A compute machine's (worker thread's) cache of record slots: (table,
+/// key) → slot number. Slots never move, so an entry never goes stale.
+pub type AddrCache = Rc<RefCell<HashMap<(TableId, u64), u64>>>;
+
+/// A new, empty address cache.
+pub fn addr_cache() -> AddrCache {
+    Rc::default()
+}
+
+/// What one committed transaction read and wrote (for the
+/// serializability checker, `crate::check`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TxnRecord {
+    /// Transaction id.
+    pub id: u64,
+    /// (table, slot, version number read); slots read empty have 0.
+    pub reads: Vec<(TableId, u64, u64)>,
+    /// (table, slot, version number written).
+    pub writes: Vec<(TableId, u64, u64)>,
+}
+
+/// Counters of a coordinator.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CoordStats {
+    /// Committed transactions.
+    pub committed: u64,
+    /// Aborts by reason ([`AbortReason::ALL`] order).
+    pub aborts: [u64; 5],
+    /// Transactions of dead coordinators this one recovered.
+    pub recovered: u64,
+}
+
+/// A transaction client: one task's coordinator, with its id (its lock
+/// owner and undo log) and the worker's address cache.
+pub struct Coordinator {
+    pub(crate) db: Arc<Database>,
+    pub(crate) id: u16,
+    cache: AddrCache,
+    seq: u64,
+    /// Why this coordinator stopped for good (a crash or a lost lease).
+    pub(crate) dead: Option<String>,
+    crash: Option<(CrashPoint, u64)>,
+    /// An expired lock met by the current transaction: its owner, the
+    /// record's tail (lock, version) and the word seen.
+    pending_recovery: Option<(u16, RemoteRef, u64)>,
+    history: Option<Vec<TxnRecord>>,
+    /// Its counters.
+    pub stats: CoordStats,
+    /// Restorations made by recoveries this coordinator ran (the checker
+    /// needs them to follow versions across a roll-back).
+    pub restored: Vec<crate::check::Restore>,
+}
+
+impl std::fmt::Debug for Coordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coordinator").field("id", &self.id).finish()
+    }
+}
+
+impl Database {
+    /// A coordinator with a fresh id, sharing `cache` (one per worker
+    /// thread).
+    pub fn coordinator(self: &Arc<Self>, cache: &AddrCache) -> Result<Coordinator, TxnError> {
+        let id = self.take_coordinator_id()?;
+        Ok(Coordinator {
+            db: self.clone(),
+            id,
+            cache: cache.clone(),
+            seq: 0,
+            dead: None,
+            crash: None,
+            pending_recovery: None,
+            history: None,
+            stats: CoordStats::default(),
+            restored: Vec::new(),
+        })
+    }
+}
+
+impl Coordinator {
+    /// Its id (lock owner, log slot).
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+
+    /// The database.
+    pub fn db(&self) -> &Arc<Database> {
+        &self.db
+    }
+
+    /// Fault injection: the `nth` (1-based) transaction that reaches
+    /// `point` stops there, as if its coordinator's machine died: nothing
+    /// more is posted, its locks and log stay for recovery, and every
+    /// later call fails.
+    pub fn crash_at(&mut self, point: CrashPoint, nth: u64) {
+        assert!(nth >= 1, "crash_at counts from 1");
+        self.crash = Some((point, nth));
+    }
+
+    /// Records the read and write sets of committed transactions (see
+    /// [`Coordinator::take_history`]).
+    pub fn record_history(&mut self) {
+        self.history.get_or_insert_with(Vec::new);
+    }
+
+    /// The recorded history so far.
+    pub fn take_history(&mut self) -> Vec<TxnRecord> {
+        self.history
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// The id of the transaction begun last (0 before the first).
+    pub fn last_txn(&self) -> u64 {
+        if self.seq == 0 {
+            0
+        } else {
+            (self.id as u64) << 40 | self.seq
+        }
+    }
+
+    /// Whether it stopped for good (crashed or lost a lease).
+    pub fn is_dead(&self) -> bool {
+        self.dead.is_some()
+    }
+
+    /// Begins a transaction on task `ctx`.
+    pub fn begin<'a>(&'a mut self, ctx: &'a Ctx) -> Txn<'a> {
+        self.seq += 1;
+        let id = (self.id as u64) << 40 | self.seq;
+        Txn {
+            c: self,
+            ctx,
+            id,
+            items: Vec::new(),
+            logged: false,
+            writing: false,
+            done: false,
+        }
+    }
+
+    fn crash_here(&mut self, p: CrashPoint) -> Result<(), TxnError> {
+        if self.arm(p) {
+            return Err(TxnError::Crashed(p));
+        }
+        Ok(())
+    }
+
+    /// Whether the transaction reaching `p` now crashes (counts it down).
+    fn arm(&mut self, p: CrashPoint) -> bool {
+        match &mut self.crash {
+            Some((point, n)) if *point == p => {
+                *n -= 1;
+                if *n == 0 {
+                    self.crash = None;
+                    self.dead = Some(format!("crashed at {}", p.name()));
+                    return true;
+                }
+                false
+            }
+            _ => false,
+        }
+    }
+
+    fn live(&self) -> Result<(), TxnError> {
+        match &self.dead {
+            None => Ok(()),
+            Some(why) => Err(TxnError::LeaseLost(format!(
+                "coordinator {} stopped: {why}",
+                self.id
+            ))),
+        }
+    }
+}
+
+/// A record's role in a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Read,
+    Write,
+}
+
+/// What a transaction writes to a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum NewImage {
+    Put(Vec<u8>),
+    Delete,
+}
+
+#[derive(Debug, Clone)]
+struct Item {
+    table: TableId,
+    key: u64,
+    mode: Mode,
+    /// Its slot (known from the cache or a probe).
+    slot: Option<u64>,
+    /// Buckets probed so far.
+    probed: u64,
+    /// Its record was read.
+    fetched: bool,
+    /// The lock word it holds on the primary.
+    locked: Option<u64>,
+    /// Version word read.
+    version: u64,
+    /// Replica it was read from.
+    replica: usize,
+    new: Option<NewImage>,
+}
+
+impl Item {
+    fn exists(&self) -> bool {
+        self.fetched && self.slot.is_some() && Version(self.version).present()
+    }
+}
+
+/// A record's handle in its transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ItemId(usize);
+
+/// A transaction in progress. Drop it only after `commit` or `abort`
+/// returned: a dropped transaction's locks stay until their leases end
+/// and recovery frees them.
+pub struct Txn<'a> {
+    c: &'a mut Coordinator,
+    ctx: &'a Ctx,
+    id: u64,
+    items: Vec<Item>,
+    logged: bool,
+    /// Commit writes began: from here on a failure leaves the
+    /// transaction to recovery.
+    writing: bool,
+    done: bool,
+}
+
+impl Txn<'_> {
+    /// The transaction's id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn add(&mut self, table: TableId, key: u64, mode: Mode) -> Result<ItemId, TxnError> {
+        self.c.db.table(table)?;
+        if self.items.len() >= self.c.db.cfg.max_items {
+            return Err(TxnError::TooManyItems {
+                max: self.c.db.cfg.max_items,
+            });
+        }
+        if let Some(i) = self
+            .items
+            .iter()
+            .position(|it| it.table == table && it.key == key)
+        {
+            if mode == Mode::Write && self.items[i].mode == Mode::Read {
+                assert!(
+                    !self.items[i].fetched,
+                    "a record already read cannot become one to write"
+                );
+                self.items[i].mode = Mode::Write;
+            }
+            return Ok(ItemId(i));
+        }
+        self.items.push(Item {
+            table,
+            key,
+            mode,
+            slot: None,
+            probed: 0,
+            fetched: false,
+            locked: None,
+            version: 0,
+            replica: 0,
+            new: None,
+        });
+        Ok(ItemId(self.items.len() - 1))
+    }
+
+    /// Adds record `key` of `table` to read (validated at commit).
+    pub fn read(&mut self, table: TableId, key: u64) -> Result<ItemId, TxnError> {
+        self.add(table, key, Mode::Read)
+    }
+
+    /// Adds record `key` of `table` to write (update, insert or delete):
+    /// it is locked and read.
+    pub fn write(&mut self, table: TableId, key: u64) -> Result<ItemId, TxnError> {
+        self.add(table, key, Mode::Write)
+    }
+
+    /// Whether the record exists (after `exec`).
+    pub fn exists(&self, i: ItemId) -> bool {
+        self.items[i.0].exists()
+    }
+
+    fn rec_local(&self, i: usize) -> Local {
+        self.c.db.local.rec.piece(i, self.c.db.max_rec)
+    }
+
+    /// The record's payload as read (after `exec`; zeros if it does not
+    /// exist).
+    ///
+    /// # Panics
+    /// If the record was not read yet (programmer error).
+    pub fn value(&self, i: ItemId) -> Vec<u8> {
+        let it = &self.items[i.0];
+        assert!(it.fetched, "value of a record before exec");
+        let p = self.c.db.tables[it.table as usize].payload;
+        if !it.exists() {
+            return vec![0; p];
+        }
+        self.ctx.local_vec(self.rec_local(i.0).slice(8, p))
+    }
+
+    /// Word `k` of the record's payload as read.
+    pub fn word(&self, i: ItemId, k: usize) -> u64 {
+        let it = &self.items[i.0];
+        assert!(it.fetched, "value of a record before exec");
+        if !it.exists() {
+            return 0;
+        }
+        self.ctx.local_u64(self.rec_local(i.0).slice(8 + 8 * k, 8))
+    }
+
+    /// Sets the record's new payload (created if it did not exist).
+    ///
+    /// # Panics
+    /// If the record is not one to write (programmer error).
+    pub fn put(&mut self, i: ItemId, payload: &[u8]) -> Result<(), TxnError> {
+        let it = &mut self.items[i.0];
+        assert_eq!(it.mode, Mode::Write, "put on a record added to read");
+        let max = self.c.db.tables[it.table as usize].payload;
+        if payload.len() > max {
+            return Err(TxnError::ValueTooLarge {
+                table: it.table,
+                len: payload.len(),
+                max,
+            });
+        }
+        it.new = Some(NewImage::Put(payload.to_vec()));
+        Ok(())
+    }
+
+    /// Deletes the record (its slot keeps the key, marked absent).
+    pub fn delete(&mut self, i: ItemId) {
+        let it = &mut self.items[i.0];
+        assert_eq!(it.mode, Mode::Write, "delete of a record added to read");
+        it.new = Some(NewImage::Delete);
+    }
+
+    fn lease_word(&self) -> u64 {
+        self.c.db.cfg.lease.word(self.ctx, self.c.id)
+    }
+
+    fn remote(&self, t: &TableInfo, slot: u64, r: usize, at: usize) -> Result<RemoteRef, TxnError> {
+        self.c
+            .db
+            .remote(self.c.db.slot_addr(t, slot, r).add(at as u64))
+    }
+
+    /// Runs the rounds that read every record added since the last
+    /// `exec` (probes where the slot is unknown, then locks and reads).
+    /// On a conflict it releases everything, backs off and returns
+    /// [`TxnError::Abort`].
+    pub async fn exec(&mut self) -> Result<(), TxnError> {
+        self.c.live()?;
+        let r = async {
+            self.probe().await?;
+            self.fetch().await
+        }
+        .await;
+        self.settle(r).await
+    }
+
+    /// After a failed step: releases what the transaction holds (unless its
+    /// coordinator died), recovers a dead lock owner met, backs off.
+    async fn settle(&mut self, r: Result<(), TxnError>) -> Result<(), TxnError> {
+        let Err(e) = r else { return Ok(()) };
+        if self.writing && self.c.dead.is_none() {
+            self.c.dead = Some(format!("failed while writing its commit: {e}"));
+        }
+        if matches!(e, TxnError::Crashed(_) | TxnError::LeaseLost(_)) || self.c.dead.is_some() {
+            self.done = true;
+            return Err(e);
+        }
+        self.release().await?;
+        if let TxnError::Abort(reason) = e {
+            let k = AbortReason::ALL
+                .iter()
+                .position(|&x| x == reason)
+                .unwrap_or(0);
+            self.c.stats.aborts[k] += 1;
+            if let Some((mut owner, tail, mut word)) = self.c.pending_recovery.take() {
+                if owner == 0 {
+                    // Seen dirty on a backup: the primary's lock tells.
+                    let hdr = self.c.db.local.hdr.prefix(8);
+                    self.ctx.read(tail, hdr);
+                    self.ctx.sync().await?;
+                    word = self.ctx.local_u64(hdr);
+                    owner = dmkit_index::lease::owner_in(word);
+                    if word == 0
+                        || owner == self.c.id
+                        || !self.c.db.cfg.lease.expired(self.ctx, word)
+                    {
+                        owner = 0;
+                    }
+                }
+                if owner != 0 {
+                    self.c.recover_lock(self.ctx, owner, tail, word).await?;
+                }
+            }
+            self.ctx.backoff().await;
+        }
+        Err(e)
+    }
+
+    /// Releases locks and the log (nothing was written).
+    async fn release(&mut self) -> Result<(), TxnError> {
+        self.done = true;
+        let db = self.c.db.clone();
+        let zero = db.local.zero;
+        self.ctx.set_local_u64(zero, 0);
+        let mut any = false;
+        for it in &mut self.items {
+            if it.locked.take().is_some() {
+                let t = &db.tables[it.table as usize];
+                let slot = it.slot.expect("a locked record has a slot");
+                let at = db.remote(
+                    db.slot_addr(t, slot, 0)
+                        .add(layout::lock_offset(t.payload) as u64),
+                )?;
+                self.ctx.write(at, zero);
+                any = true;
+            }
+        }
+        if self.logged {
+            for k in 0..db.replicas() {
+                self.ctx.write(db.remote(db.log_addr(self.c.id, k))?, zero);
+            }
+            self.logged = false;
+            any = true;
+        }
+        if any {
+            self.ctx.sync().await?;
+        }
+        Ok(())
+    }
+
+    /// Notes lock word `word` met on item `i`'s record: if its lease
+    /// ended, its owner is recovered when this transaction aborts.
+    fn note_lock(&mut self, i: usize, word: u64) {
+        if word == 0 && self.items[i].replica != 0 {
+            // A dirty record seen on a backup, which carries no lock: look
+            // at the primary's lock when aborting (owner 0: unknown).
+            let it = &self.items[i];
+            let t = &self.c.db.tables[it.table as usize];
+            if let Some(slot) = it.slot {
+                if let Ok(tail) = self.remote(t, slot, 0, layout::lock_offset(t.payload)) {
+                    self.c.pending_recovery = Some((0, tail, 0));
+                }
+            }
+            return;
+        }
+        if word != 0 && self.c.db.cfg.lease.expired(self.ctx, word) {
+            let owner = dmkit_index::lease::owner_in(word);
+            let it = &self.items[i];
+            let t = &self.c.db.tables[it.table as usize];
+            if owner != self.c.id {
+                if let Some(slot) = it.slot {
+                    if let Ok(tail) = self.remote(t, slot, 0, layout::lock_offset(t.payload)) {
+                        self.c.pending_recovery = Some((owner, tail, word));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Round 1: bucket READs for records whose slot is unknown.
+    async fn probe(&mut self) -> Result<(), TxnError> {
+        let db = self.c.db.clone();
+        let spb = db.cfg.slots_per_bucket;
+        for it in self
+            .items
+            .iter_mut()
+            .filter(|it| !it.fetched && it.slot.is_none())
+        {
+            if let Some(&s) = self.c.cache.borrow().get(&(it.table, it.key)) {
+                it.slot = Some(s);
+            }
+        }
+        loop {
+            let todo: Vec<usize> = (0..self.items.len())
+                .filter(|&i| !self.items[i].fetched && self.items[i].slot.is_none())
+                .take(PROBE_ROUND)
+                .collect();
+            if todo.is_empty() {
+                return Ok(());
+            }
+            for (j, &i) in todo.iter().enumerate() {
+                let it = &mut self.items[i];
+                let t = &db.tables[it.table as usize];
+                it.replica = Self::replica_for(&db.cfg, it.mode);
+                let b = (db.home_bucket(t, it.table, it.key) + it.probed) % t.buckets;
+                let at = db.remote(db.bucket_addr(t, b, it.replica))?;
+                let dst = db.local.bkt.piece(j, spb * db.max_rec).prefix(spb * t.rec);
+                self.ctx.read(at, dst);
+            }
+            self.ctx.sync().await?;
+            for (j, &i) in todo.iter().enumerate() {
+                self.scan_bucket(i, j)?;
+            }
+        }
+    }
+
+    /// The replica a record of `mode` is read from.
+    fn replica_for(cfg: &crate::db::TxnConfig, mode: Mode) -> usize {
+        if mode == Mode::Read && cfg.backup_reads && cfg.replicas > 1 {
+            1
+        } else {
+            0
+        }
+    }
+
+    /// Looks for item `i`'s key in bucket copy `j`.
+    fn scan_bucket(&mut self, i: usize, j: usize) -> Result<(), TxnError> {
+        let db = self.c.db.clone();
+        let spb = db.cfg.slots_per_bucket;
+        let it = &self.items[i];
+        let t = &db.tables[it.table as usize];
+        let bucket = (db.home_bucket(t, it.table, it.key) + it.probed) % t.buckets;
+        let copy = db.local.bkt.piece(j, spb * db.max_rec);
+        for s in 0..spb {
+            let rec = copy.slice(s * t.rec, t.rec);
+            let key = self.ctx.local_u64(rec);
+            let tail: RecordTail = self
+                .ctx
+                .get_as(rec.slice(layout::lock_offset(t.payload), 16));
+            let v = Version(tail.version);
+            let slot = bucket * spb as u64 + s as u64;
+            let found = !v.empty() && key == it.key;
+            if !v.empty() && !found {
+                continue;
+            }
+            if !found
+                && self
+                    .items
+                    .iter()
+                    .enumerate()
+                    .any(|(k, o)| k != i && o.table == self.items[i].table && o.slot == Some(slot))
+            {
+                // An empty slot another key of this transaction goes to:
+                // two keys in one slot would lock it twice (and abort
+                // forever).
+                continue;
+            }
+            // The key's slot, or the first empty one (where it would go).
+            let it = &mut self.items[i];
+            it.slot = Some(slot);
+            if found {
+                self.c.cache.borrow_mut().insert((it.table, it.key), slot);
+            }
+            if it.mode == Mode::Read {
+                if v.dirty() {
+                    self.note_lock(i, tail.lock);
+                    return Err(TxnError::Abort(AbortReason::Dirty));
+                }
+                let bytes = self.ctx.local_vec(rec);
+                self.ctx.put_local(self.rec_local(i), &bytes);
+                let it = &mut self.items[i];
+                it.version = v.0;
+                it.fetched = true;
+            }
+            return Ok(());
+        }
+        let it = &mut self.items[i];
+        it.probed += 1;
+        if it.probed >= db.cfg.max_probe as u64 {
+            if it.mode == Mode::Write {
+                return Err(TxnError::Full {
+                    table: it.table,
+                    key: it.key,
+                    probe: db.cfg.max_probe,
+                });
+            }
+            // Absent, and no insert can place it here either.
+            it.fetched = true;
+            it.version = 0;
+        }
+        Ok(())
+    }
+
+    /// Round 2: lock (hitchhiked) and read every record with a known slot
+    /// that was not read yet.
+    async fn fetch(&mut self) -> Result<(), TxnError> {
+        let db = self.c.db.clone();
+        let todo: Vec<usize> = (0..self.items.len())
+            .filter(|&i| !self.items[i].fetched && self.items[i].slot.is_some())
+            .collect();
+        if todo.is_empty() {
+            return Ok(());
+        }
+        let hitchhike = db.cfg.hitchhike;
+        if hitchhike && todo.iter().any(|&i| self.items[i].mode == Mode::Write) {
+            self.c.crash_here(CrashPoint::BeforeLocks)?;
+        }
+        let word = self.lease_word();
+        let mut cas: Vec<(usize, Ticket)> = Vec::new();
+        for &i in &todo {
+            let it = &mut self.items[i];
+            let t = &db.tables[it.table as usize];
+            let slot = it.slot.expect("filtered");
+            if it.mode == Mode::Read {
+                it.replica = Self::replica_for(&db.cfg, Mode::Read);
+            } else {
+                it.replica = 0;
+                if hitchhike {
+                    let lock = db.remote(
+                        db.slot_addr(t, slot, 0)
+                            .add(layout::lock_offset(t.payload) as u64),
+                    )?;
+                    cas.push((i, self.ctx.cas(lock, 0, word)));
+                }
+            }
+            let it = &self.items[i];
+            let src = db.remote(db.slot_addr(t, slot, it.replica))?;
+            self.ctx.read(src, self.rec_local(i).prefix(t.rec));
+        }
+        self.ctx.sync().await?;
+        let mut failed = None;
+        for (i, tk) in cas {
+            let old = self.ctx.value(tk);
+            if old == 0 {
+                self.items[i].locked = Some(word);
+            } else {
+                self.note_lock(i, old);
+                failed = Some(AbortReason::LockHeld);
+            }
+        }
+        for &i in &todo {
+            let t = &db.tables[self.items[i].table as usize];
+            let rec = self.rec_local(i);
+            let key = self.ctx.local_u64(rec);
+            let tail: RecordTail = self
+                .ctx
+                .get_as(rec.slice(layout::lock_offset(t.payload), 16));
+            let v = Version(tail.version);
+            let it = &mut self.items[i];
+            it.fetched = true;
+            it.version = v.0;
+            if v.dirty() {
+                failed.get_or_insert(AbortReason::Dirty);
+                self.note_lock(i, tail.lock);
+                continue;
+            }
+            if !v.empty() && key != it.key {
+                // The empty slot a probe chose was taken by another key.
+                failed.get_or_insert(AbortReason::SlotTaken);
+                continue;
+            }
+            if !v.empty() {
+                self.c
+                    .cache
+                    .borrow_mut()
+                    .insert((it.table, it.key), it.slot.expect("fetched"));
+            }
+        }
+        match failed {
+            Some(r) => Err(TxnError::Abort(r)),
+            None => Ok(()),
+        }
+    }
+
+    /// Aborts on the application's request: releases every lock.
+    pub async fn abort(mut self) -> Result<(), TxnError> {
+        if self.c.dead.is_none() {
+            self.release().await?;
+        }
+        Ok(())
+    }
+
+    /// Validates, logs, commits and unlocks (see the module docs). On a
+    /// conflict everything is released and [`TxnError::Abort`] returned.
+    pub async fn commit(mut self) -> Result<(), TxnError> {
+        self.c.live()?;
+        if self.items.iter().any(|it| !it.fetched) {
+            self.exec().await?;
+        }
+        let r = self.commit_rounds().await;
+        if r.is_ok() {
+            self.done = true;
+            self.c.stats.committed += 1;
+            return Ok(());
+        }
+        self.settle(r).await
+    }
+
+    async fn commit_rounds(&mut self) -> Result<(), TxnError> {
+        let db = self.c.db.clone();
+        let writes: Vec<usize> = (0..self.items.len())
+            .filter(|&i| self.items[i].new.is_some())
+            .collect();
+        let lock_items = self.items.iter().any(|it| it.mode == Mode::Write);
+        if !lock_items {
+            // Read-only: validation only (none for one record on an
+            // in-order fabric: see the module docs).
+            if !(self.items.len() == 1 && db.in_order) {
+                self.validate_round(false, &[]).await?;
+            }
+            self.record(&[]);
+            return Ok(());
+        }
+        let need = 32
+            + writes
+                .iter()
+                .map(|&i| EntryHead::bytes(db.tables[self.items[i].table as usize].payload))
+                .sum::<usize>();
+        if need > db.cfg.log_bytes {
+            self.release().await?;
+            return Err(TxnError::LogFull {
+                need,
+                capacity: db.cfg.log_bytes,
+            });
+        }
+        if db.cfg.hitchhike {
+            self.c.crash_here(CrashPoint::AfterLocks)?;
+        } else {
+            self.c.crash_here(CrashPoint::BeforeLocks)?;
+        }
+        self.validate_round(true, &writes).await?;
+        if !db.cfg.hitchhike {
+            self.c.crash_here(CrashPoint::AfterLocks)?;
+        }
+        if !writes.is_empty() {
+            self.c.crash_here(CrashPoint::AfterLog)?;
+        }
+        self.check_lease("commit writes")?;
+        let new = self.commit_writes(&writes).await?;
+        self.c.crash_here(CrashPoint::BeforeUnlock)?;
+        self.check_lease("unlock")?;
+        self.unlock_round(&writes, &new).await?;
+        self.record(&new);
+        Ok(())
+    }
+
+    /// Stops the coordinator if its earliest lock's lease is too short to
+    /// publish under.
+    fn check_lease(&mut self, step: &str) -> Result<(), TxnError> {
+        let lease = self.c.db.cfg.lease;
+        let earliest = self.items.iter().filter_map(|it| it.locked).min();
+        if let Some(w) = earliest {
+            if !lease.holds(self.ctx, w) {
+                let why = format!("leases too short to publish ({step})");
+                self.c.dead = Some(why.clone());
+                return Err(TxnError::LeaseLost(why));
+            }
+        }
+        Ok(())
+    }
+
+    /// Round 3: validation reads (and, without hitchhiking, the locks of
+    /// records to write) plus, for a writing transaction, the undo log.
+    async fn validate_round(&mut self, rw: bool, writes: &[usize]) -> Result<(), TxnError> {
+        let db = self.c.db.clone();
+        let word = self.lease_word();
+        let mut cas: Vec<(usize, Ticket)> = Vec::new();
+        let mut checked = Vec::new();
+        for i in 0..self.items.len() {
+            let it = &self.items[i];
+            let Some(slot) = it.slot else { continue };
+            let t = &db.tables[it.table as usize];
+            let hdr = db.local.hdr.piece(i, 16);
+            let tail = db.remote(
+                db.slot_addr(t, slot, 0)
+                    .add(layout::lock_offset(t.payload) as u64),
+            )?;
+            match (it.mode, it.locked) {
+                (Mode::Write, Some(_)) => continue,
+                (Mode::Write, None) => cas.push((i, self.ctx.cas(tail, 0, word))),
+                (Mode::Read, _) => {}
+            }
+            if db.in_order {
+                self.ctx.read(tail, hdr);
+            } else {
+                // Lock, then version: one queue pair keeps their order.
+                self.ctx.read(tail, hdr.slice(0, 8));
+                self.ctx.read(tail.add(8), hdr.slice(8, 8));
+            }
+            checked.push(i);
+        }
+        if rw && !writes.is_empty() {
+            let image = self.log_image(writes, word)?;
+            for k in 0..db.replicas() {
+                self.ctx.write(db.remote(db.log_addr(self.c.id, k))?, image);
+            }
+            self.logged = true;
+        }
+        if checked.is_empty() && !self.logged {
+            return Ok(());
+        }
+        self.ctx.sync().await?;
+        let mut failed = None;
+        for (i, tk) in cas {
+            let old = self.ctx.value(tk);
+            if old == 0 {
+                self.items[i].locked = Some(word);
+            } else {
+                self.note_lock(i, old);
+                failed = Some(AbortReason::LockHeld);
+            }
+        }
+        for i in checked {
+            let tail: RecordTail = self.ctx.get_as(db.local.hdr.piece(i, 16));
+            let it = &self.items[i];
+            let lock_ok = !rw || it.mode == Mode::Write || tail.lock == 0;
+            if tail.version != it.version || !lock_ok {
+                if tail.lock != 0 && it.locked != Some(tail.lock) {
+                    self.note_lock(i, tail.lock);
+                }
+                failed.get_or_insert(AbortReason::Validation);
+            }
+        }
+        match failed {
+            Some(r) => Err(TxnError::Abort(r)),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes the undo log's image to the task's log region.
+    fn log_image(&self, writes: &[usize], word: u64) -> Result<Local, TxnError> {
+        let db = &self.c.db;
+        let log = db.local.log;
+        let head = LogHeader {
+            lease: word,
+            txn: self.id,
+            state: LogState::Logged as u64,
+            entries: writes.len() as u64,
+        };
+        self.ctx.put_as(log, &head);
+        let mut at = 32;
+        for &i in writes {
+            let it = &self.items[i];
+            let t = &db.tables[it.table as usize];
+            let e = EntryHead::new(
+                it.table,
+                t.payload,
+                it.slot.expect("a written record has a slot"),
+                it.version,
+                self.new_version(i).0,
+            );
+            self.ctx.put_as(log.slice(at, 32), &e);
+            let old = self.ctx.local_vec(self.rec_local(i).prefix(8 + t.payload));
+            self.ctx.put_local(log.slice(at + 32, old.len()), &old);
+            at += EntryHead::bytes(t.payload);
+        }
+        Ok(log.prefix(at))
+    }
+
+    /// The clean version word item `i` commits.
+    fn new_version(&self, i: usize) -> Version {
+        let it = &self.items[i];
+        let old = Version(it.version);
+        let absent = matches!(it.new, Some(NewImage::Delete));
+        Version::make(old.number() + 1, absent)
+    }
+
+    /// Round 4: per written record and replica, the dirty mark then the
+    /// new key and payload. Returns the new version words.
+    async fn commit_writes(&mut self, writes: &[usize]) -> Result<Vec<Version>, TxnError> {
+        let db = self.c.db.clone();
+        let mut new = Vec::new();
+        let mut posts: Vec<(usize, usize)> = Vec::new();
+        for (w, &i) in writes.iter().enumerate() {
+            let v = self.new_version(i);
+            new.push(v);
+            let it = &self.items[i];
+            let t = &db.tables[it.table as usize];
+            self.ctx
+                .set_local_u64(db.local.ver.piece(w, 8), v.dirtied().0);
+            let rec = self.rec_local(i);
+            self.ctx.set_local_u64(rec, it.key);
+            if let Some(NewImage::Put(p)) = &it.new {
+                let mut img = p.clone();
+                img.resize(t.payload, 0);
+                self.ctx.put_local(rec.slice(8, t.payload), &img);
+            }
+            for r in 0..db.replicas() {
+                posts.push((w, r));
+            }
+        }
+        // Backups first, then primaries, unless coalescent.
+        posts.sort_by_key(|&(_, r)| {
+            if db.cfg.coalescent_commit {
+                0
+            } else {
+                (r == 0) as usize
+            }
+        });
+        self.writing = true;
+        let mid = self.c.arm(CrashPoint::MidCommit);
+        let cut = if mid {
+            // Half, rounded down: with one write, none lands (a cut
+            // after the last would not crash at all).
+            posts.len() / 2
+        } else {
+            usize::MAX
+        };
+        let mut last_backup = !db.cfg.coalescent_commit;
+        for (k, &(w, r)) in posts.iter().enumerate() {
+            if k == cut {
+                self.ctx.post();
+                self.ctx.sync().await?;
+                return Err(TxnError::Crashed(CrashPoint::MidCommit));
+            }
+            if last_backup && r == 0 {
+                // The backups' writes are done before any primary's.
+                self.ctx.sync().await?;
+                last_backup = false;
+            }
+            let i = writes[w];
+            let it = &self.items[i];
+            let t = &db.tables[it.table as usize];
+            let slot = it.slot.expect("written");
+            self.ctx.write(
+                self.remote(t, slot, r, layout::version_offset(t.payload))?,
+                db.local.ver.piece(w, 8),
+            );
+            self.ctx.write(
+                self.remote(t, slot, r, 0)?,
+                self.rec_local(i).prefix(8 + t.payload),
+            );
+        }
+        self.ctx.sync().await?;
+        Ok(new)
+    }
+
+    /// Round 5: clean versions on every replica, then free the primary's
+    /// lock; the log's lease word is cleared behind (not awaited).
+    async fn unlock_round(&mut self, writes: &[usize], new: &[Version]) -> Result<(), TxnError> {
+        let db = self.c.db.clone();
+        let zero = db.local.zero;
+        self.ctx.set_local_u64(zero, 0);
+        for (w, &i) in writes.iter().enumerate() {
+            let it = &self.items[i];
+            let t = &db.tables[it.table as usize];
+            let slot = it.slot.expect("written");
+            let src = db.local.unl.piece(w, 8);
+            self.ctx.set_local_u64(src, new[w].0);
+            for r in (0..db.replicas()).rev() {
+                self.ctx.write(
+                    self.remote(t, slot, r, layout::version_offset(t.payload))?,
+                    src,
+                );
+            }
+        }
+        for it in &mut self.items {
+            if it.locked.take().is_some() {
+                let t = &db.tables[it.table as usize];
+                let slot = it.slot.expect("locked");
+                self.ctx.write(
+                    db.remote(
+                        db.slot_addr(t, slot, 0)
+                            .add(layout::lock_offset(t.payload) as u64),
+                    )?,
+                    zero,
+                );
+            }
+        }
+        self.ctx.sync().await?;
+        if self.logged {
+            for k in 0..db.replicas() {
+                self.ctx.write(db.remote(db.log_addr(self.c.id, k))?, zero);
+            }
+            self.ctx.post();
+            self.logged = false;
+        }
+        Ok(())
+    }
+
+    /// Adds the committed transaction to the history, if recorded.
+    fn record(&mut self, new: &[Version]) {
+        let Some(h) = &mut self.c.history else { return };
+        let mut rec = TxnRecord {
+            id: self.id,
+            ..Default::default()
+        };
+        let mut w = 0;
+        for it in &self.items {
+            let Some(slot) = it.slot else { continue };
+            rec.reads
+                .push((it.table, slot, Version(it.version).number()));
+            if it.new.is_some() {
+                rec.writes.push((it.table, slot, new[w].number()));
+                w += 1;
+            }
+        }
+        h.push(rec);
+    }
+}
+
+impl Drop for Txn<'_> {
+    fn drop(&mut self) {
+        debug_assert!(
+            self.done
+                || self.items.iter().all(|it| it.locked.is_none())
+                || std::thread::panicking(),
+            "a transaction holding locks was dropped without commit or abort"
+        );
+    }
+}

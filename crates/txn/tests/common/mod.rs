@@ -1,0 +1,168 @@
+//! What the transaction tests share: a fabric, a database loaded with a
+//! workload, and a contended run on threads whose committed history comes
+//! back for the checks.
+
+#![allow(dead_code)]
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use dmkit_fabric::Fabric;
+use dmkit_index::LeaseConfig;
+use dmkit_runtime::rng::Rng;
+use dmkit_runtime::{RuntimeConfig, Worker};
+use dmkit_txn::workload::Workload;
+use dmkit_txn::{addr_cache, Database, TxnConfig, TxnError, TxnRecord};
+
+/// A lease long enough that a descheduled thread on a loaded two-core
+/// machine never loses one (a live holder that does stops, by design).
+pub fn long_lease() -> LeaseConfig {
+    LeaseConfig {
+        lease: 5_000_000_000,
+        ..LeaseConfig::default()
+    }
+}
+
+pub fn config() -> TxnConfig {
+    TxnConfig {
+        max_coordinators: 256,
+        lease: long_lease(),
+        ..TxnConfig::default()
+    }
+}
+
+/// Creates and loads `w`'s database on `fabric`.
+pub fn loaded<W: Workload>(
+    fabric: Arc<dyn Fabric>,
+    name: &str,
+    cfg: TxnConfig,
+    w: &W,
+) -> Arc<Database> {
+    let db = Database::create(fabric, name, cfg, &w.tables()).expect("create");
+    w.load(&db).expect("load");
+    db
+}
+
+/// What a run returns.
+#[derive(Default)]
+pub struct RunOut {
+    pub history: Vec<TxnRecord>,
+    pub effect: i64,
+    pub committed: u64,
+    pub aborts: u64,
+    pub user_aborts: u64,
+}
+
+/// `threads` threads × `tasks` tasks, each running `txns` transactions
+/// of `w` (each retried until it commits or its logic rolls it back).
+pub fn run_threads<W: Workload + 'static>(
+    db: &Arc<Database>,
+    w: &Arc<W>,
+    threads: usize,
+    tasks: usize,
+    txns: usize,
+    seed: u64,
+    runtime: RuntimeConfig,
+) -> RunOut {
+    let outs: Vec<RunOut> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|ti| {
+                let (db, w, runtime) = (db.clone(), w.clone(), runtime.clone());
+                s.spawn(move || run_worker(&db, &w, ti, tasks, txns, seed, runtime))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("thread")).collect()
+    });
+    let mut all = RunOut::default();
+    for o in outs {
+        all.history.extend(o.history);
+        all.effect += o.effect;
+        all.committed += o.committed;
+        all.aborts += o.aborts;
+        all.user_aborts += o.user_aborts;
+    }
+    all
+}
+
+/// One worker of `tasks` tasks (see [`run_threads`]).
+pub fn run_worker<W: Workload + 'static>(
+    db: &Arc<Database>,
+    w: &Arc<W>,
+    ti: usize,
+    tasks: usize,
+    txns: usize,
+    seed: u64,
+    runtime: RuntimeConfig,
+) -> RunOut {
+    let mut wk = Worker::builder(db.fabric().as_ref())
+        .config(RuntimeConfig {
+            seed: seed + ti as u64,
+            ..runtime
+        })
+        .id(ti)
+        .tasks(tasks)
+        .local(db.local_layout())
+        .build()
+        .expect("worker");
+    let cache = addr_cache();
+    let history = Rc::new(RefCell::new(Vec::new()));
+    let (effect, committed, aborts, user) = (
+        Rc::new(Cell::new(0i64)),
+        Rc::new(Cell::new(0u64)),
+        Rc::new(Cell::new(0u64)),
+        Rc::new(Cell::new(0u64)),
+    );
+    let failed: Rc<RefCell<Option<String>>> = Rc::default();
+    for k in 0..tasks {
+        let mut coord = db.coordinator(&cache).expect("coordinator");
+        coord.record_history();
+        let (w, history, effect, committed, aborts, user, failed) = (
+            w.clone(),
+            history.clone(),
+            effect.clone(),
+            committed.clone(),
+            aborts.clone(),
+            user.clone(),
+            failed.clone(),
+        );
+        let mut rng = Rng::new(seed * 1_000_003 + (ti * 1000 + k) as u64 + 1);
+        wk.spawn(move |ctx| async move {
+            for _ in 0..txns {
+                let tx = w.draw(&mut rng);
+                let _op = ctx.op("txn").await;
+                loop {
+                    match w.run(&mut coord, &ctx, &tx).await {
+                        Ok(d) => {
+                            effect.set(effect.get() + d);
+                            committed.set(committed.get() + 1);
+                            break;
+                        }
+                        Err(TxnError::UserAbort) => {
+                            user.set(user.get() + 1);
+                            break;
+                        }
+                        Err(e) if e.retryable() => aborts.set(aborts.get() + 1),
+                        Err(e) => {
+                            failed.borrow_mut().get_or_insert(format!("{tx:?}: {e}"));
+                            return;
+                        }
+                    }
+                }
+            }
+            history.borrow_mut().extend(coord.take_history());
+        });
+    }
+    wk.run();
+    if let Some(e) = failed.borrow_mut().take() {
+        panic!("worker {ti}: {e}");
+    }
+    let h = history.borrow_mut().drain(..).collect();
+    RunOut {
+        history: h,
+        effect: effect.get(),
+        committed: committed.get(),
+        aborts: aborts.get(),
+        user_aborts: user.get(),
+    }
+}
