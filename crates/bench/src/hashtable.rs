@@ -100,5 +100,5 @@ pub fn run(
         (None, Some(s)) => Platform::Sim(Box::new(sim_config(step, s, &cfg))),
         (None, None) => return Err(BenchError::Config("a hashtable run needs a backend".into())),
     };
-    ycsb_bench::run(platform, &cfg, &|_, _, _| {})
+    ycsb_bench::run(platform, &cfg, &|_| {})
 }

@@ -4,6 +4,9 @@
 //! [`dmkit_fabric::Fabric`] and report JSON-serialisable results. The CLI
 //! adds flags, tables and progress bars; this crate does the measuring.
 //!
+//! - [`harness`]: the measurement discipline every benchmark follows
+//!   (start barrier, one global window, counting inside it, repeats,
+//!   provenance); new benchmarks call it.
 //! - [`micro`]: one verb at uniformly random addresses of a region, per
 //!   thread, in batches (SMART §3's verbs micro-benchmark shape).
 //! - [`rpc`]: echo round trips through a memory node's worker threads
@@ -23,6 +26,7 @@
 
 pub mod atomics;
 pub mod corm_bench;
+pub mod harness;
 pub mod hashtable;
 pub mod io_consolidation;
 pub mod micro;

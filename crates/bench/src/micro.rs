@@ -5,10 +5,19 @@
 //! Before timing, the region is written once (so every page is resident and
 //! mapped, as a registered RDMA region would be pinned); the measured phase
 //! then touches only memory that exists.
+//!
+//! Timing follows [`crate::harness`]: every thread sets up, waits at the
+//! start barrier, and counts a batch (and its latency, doorbell to last
+//! completion) only when it completes inside the one global window that
+//! opens `warmup` after the barrier. With `iters` each thread instead runs
+//! that many counted requests and the window closes when the last thread
+//! finishes (perftest's `-n`).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::harness::{self, Arrival, Latency, Recorder, Window};
 
 use dmkit_fabric::{
     Batch, Completion, Fabric, FabricError, GlobalAddr, LocalMem, LocalRef, QpPolicy, QueuePair,
@@ -34,9 +43,14 @@ pub struct MicroConfig {
     pub threads: usize,
     /// Requests per batch (one doorbell).
     pub batch: usize,
-    /// Wall-clock time of the measured phase (after the region is written
-    /// once).
+    /// Wall-clock length of the measured window (after the region is
+    /// written once; ignored with `iters`).
     pub duration: Duration,
+    /// Unmeasured time between the start barrier and the window.
+    pub warmup: Duration,
+    /// Iteration mode: each thread runs this many counted requests (a
+    /// multiple of its batch or depth, rounded up) instead of a timed window.
+    pub iters: Option<u64>,
     /// Seed of the address streams (each thread and task derives its own).
     pub seed: u64,
     /// Signal every request, or only the last of each batch (selective
@@ -163,12 +177,28 @@ pub struct MicroResult {
     /// Requests completed by all threads, counted per finished batch (raw) or
     /// task round (runtime).
     pub ops: u64,
-    /// Wall-clock seconds of the measured phase.
+    /// Wall-clock seconds of the measured window (see [`crate::harness`]).
     pub seconds: f64,
+    /// Unmeasured time before it.
+    pub warmup_s: f64,
+    /// Iteration mode: requests per thread.
+    pub iters: Option<u64>,
     /// Million operations per second, all threads.
     pub mops: f64,
+    /// Payload bandwidth: operations × bytes each × 8 / seconds, in
+    /// 10^9 bits per second (perftest's Gb/s).
+    pub gbps: f64,
     /// `mops / threads`.
     pub mops_per_thread: f64,
+    /// Latency of each request, doorbell to its batch's last completion
+    /// (a task round's `post` to `sync` in runtime mode), microseconds.
+    #[serde(flatten)]
+    pub latency: Latency,
+    /// Ctrl-C ended the window early: the figures are of the shortened
+    /// window.
+    pub interrupted: bool,
+    /// Set when more polling threads ran than the process has cores.
+    pub oversubscribed: Option<String>,
     /// Operations of each thread.
     pub per_thread_ops: Vec<u64>,
     /// Doorbells rung (batches posted), all threads.
@@ -182,7 +212,7 @@ pub struct MicroResult {
 /// A per-thread progress counter on its own cache lines.
 #[repr(align(128))]
 #[derive(Default)]
-pub struct Padded(pub(crate) AtomicU64);
+pub struct Padded(pub AtomicU64);
 
 /// Why a benchmark could not run.
 #[derive(Debug, thiserror::Error)]
@@ -191,6 +221,10 @@ pub enum BenchError {
     /// backend without doorbell registers); the message says what to change.
     #[error("invalid benchmark configuration: {0}")]
     Config(String),
+    /// The run failed after it started (an operation's error, a lost
+    /// connection, an index that could not be created or removed).
+    #[error("benchmark run failed: {0}")]
+    Run(String),
     /// The fabric failed (setup or a verb).
     #[error(transparent)]
     Fabric(#[from] FabricError),
@@ -198,6 +232,31 @@ pub enum BenchError {
 
 /// Validates a configuration; the message says what to change.
 pub fn check(cfg: &MicroConfig, fabric: &dyn Fabric) -> Result<(), String> {
+    validate(cfg)?;
+    let size = op_size(cfg);
+    let caps = fabric.caps();
+    if cfg.batch > caps.max_batch {
+        return Err(format!(
+            "--batch {} exceeds the backend's limit of {}",
+            cfg.batch, caps.max_batch
+        ));
+    }
+    if size > caps.max_message {
+        return Err(format!(
+            "--size {} exceeds the backend's message limit of {}",
+            size, caps.max_message
+        ));
+    }
+    Ok(())
+}
+
+/// Most tasks one runtime worker schedules (task numbers are 16 bits in
+/// its work-request ids).
+pub const MAX_TASKS: usize = 65_535;
+
+/// What [`check`] can say without a fabric: run it before anything is
+/// allocated. Messages name the flag.
+pub fn validate(cfg: &MicroConfig) -> Result<(), String> {
     let size = op_size(cfg);
     if size == 0 {
         return Err("--size must be at least 1 byte".into());
@@ -221,6 +280,18 @@ pub fn check(cfg: &MicroConfig, fabric: &dyn Fabric) -> Result<(), String> {
     if cfg.threads == 0 || cfg.batch == 0 {
         return Err("--threads and --batch must be at least 1".into());
     }
+    if cfg.threads > MAX_TASKS {
+        return Err(format!(
+            "--threads {} is more than {MAX_TASKS} threads",
+            cfg.threads
+        ));
+    }
+    if cfg.iters == Some(0) {
+        return Err("--iters must be at least 1".into());
+    }
+    if cfg.iters.is_none() && cfg.duration.is_zero() {
+        return Err("--duration must be longer than 0s (or give --iters)".into());
+    }
     if let Some(rt) = &cfg.runtime {
         let shares = matches!(cfg.qp_policy, QpPolicy::Shared | QpPolicy::Multiplexed(_));
         if rt.cfg.thread_aware == shares {
@@ -233,25 +304,18 @@ pub fn check(cfg: &MicroConfig, fabric: &dyn Fabric) -> Result<(), String> {
         if rt.coros == 0 || rt.depth == 0 {
             return Err("--coros and --depth must be at least 1".into());
         }
+        if rt.coros > MAX_TASKS {
+            return Err(format!(
+                "--coros {} is more than a worker's {MAX_TASKS} tasks",
+                rt.coros
+            ));
+        }
         if cfg.batch != 1 {
             return Err("--batch applies to the raw loop; with --coros use --depth (requests per task round)".into());
         }
         if cfg.signal != Signal::All {
             return Err("--signal applies to the raw loop; the runtime signals each post's last request itself".into());
         }
-    }
-    let caps = fabric.caps();
-    if cfg.batch > caps.max_batch {
-        return Err(format!(
-            "--batch {} exceeds the backend's limit of {}",
-            cfg.batch, caps.max_batch
-        ));
-    }
-    if size > caps.max_message {
-        return Err(format!(
-            "--size {} exceeds the backend's message limit of {}",
-            size, caps.max_message
-        ));
     }
     Ok(())
 }
@@ -299,58 +363,58 @@ fn measure(
     let counters: Vec<Arc<Padded>> = (0..cfg.threads)
         .map(|_| Arc::new(Padded::default()))
         .collect();
-    let stop = Arc::new(AtomicBool::new(false));
-    let started = AtomicU64::new(0);
-    let (elapsed, outcomes) = std::thread::scope(|s| {
+    let window = Arc::new(Window::new(cfg.threads));
+    let (timed, outcomes) = std::thread::scope(|s| {
         let handles: Vec<_> = (0..cfg.threads)
             .map(|t| {
-                let (counter, stop, started) = (&counters[t], &stop, &started);
+                let (counter, window) = (&counters[t], &window);
                 let qp = qps.next().expect("one queue pair per thread");
                 s.spawn(move || {
+                    let mut arrival = Arrival::new(window);
                     let r = match &cfg.runtime {
-                        None => worker(qp, cfg, base, rkey, t as u64, &counter.0, stop, started),
+                        None => worker(qp, cfg, base, rkey, t as u64, &counter.0, &mut arrival),
                         Some(rt) => runtime_worker(
-                            qp, cfg, rt, base, rkey, t as u64, counter, stop, started,
+                            qp,
+                            cfg,
+                            rt,
+                            base,
+                            rkey,
+                            t as u64,
+                            counter,
+                            (window, &mut arrival),
                         ),
                     };
                     if r.is_err() {
-                        stop.store(true, Ordering::Relaxed);
+                        window.abort();
                     }
                     r
                 })
             })
             .collect();
-        while started.load(Ordering::Acquire) < cfg.threads as u64 && !stop.load(Ordering::Relaxed)
-        {
-            std::thread::yield_now();
-        }
-        let t0 = Instant::now();
-        while !stop.load(Ordering::Relaxed) {
-            let el = t0.elapsed();
-            if el >= cfg.duration {
-                break;
-            }
-            std::thread::sleep((cfg.duration - el).min(Duration::from_millis(100)));
-            progress(
-                t0.elapsed().min(cfg.duration),
-                counters.iter().map(|c| c.0.load(Ordering::Relaxed)).sum(),
-            );
-        }
-        stop.store(true, Ordering::Relaxed);
-        let elapsed = t0.elapsed();
+        let length = if cfg.iters.is_some() {
+            None
+        } else {
+            Some(cfg.duration)
+        };
+        let timed = harness::coordinate(&window, cfg.warmup, length, |tick| {
+            let ops = counters.iter().map(|c| c.0.load(Ordering::Relaxed)).sum();
+            progress(tick.measured, ops);
+        });
         let outcomes: Vec<_> = handles
             .into_iter()
             .map(|h| h.join().expect("bench worker panicked"))
             .collect();
-        (elapsed, outcomes)
+        (timed, outcomes)
     });
     let mut stats = dmkit_fabric::QpStats::default();
     let mut per_thread_ops = Vec::with_capacity(cfg.threads);
     let mut c_max = Vec::new();
     let mut rt_counters: Option<dmkit_runtime::Counters> = None;
+    let mut rec = Recorder::new();
     for o in outcomes {
-        let (ops, st, rt) = o?;
-        per_thread_ops.push(ops);
+        let (r, st, rt) = o?;
+        per_thread_ops.push(r.ops);
+        rec.merge(&r);
         stats.merge(&st);
         if let Some((cm, counters)) = rt {
             c_max.push(cm);
@@ -359,9 +423,10 @@ fn measure(
                 .merge(&counters);
         }
     }
-    let ops: u64 = per_thread_ops.iter().sum();
-    let seconds = elapsed.as_secs_f64();
-    let mops = ops as f64 / seconds / 1e6;
+    let ops = rec.ops;
+    let seconds = timed.seconds;
+    let rate = |x: f64| if seconds > 0.0 { x / seconds } else { 0.0 };
+    let mops = rate(ops as f64) / 1e6;
     Ok(MicroResult {
         backend: fabric.backend().into(),
         verb: cfg.verb.name().into(),
@@ -389,8 +454,14 @@ fn measure(
         retries: rt_counters.map(|c| c.retries),
         ops,
         seconds,
+        warmup_s: cfg.warmup.as_secs_f64(),
+        iters: cfg.iters,
         mops,
+        gbps: rate((ops * op_size(cfg) as u64 * 8) as f64) / 1e9,
         mops_per_thread: mops / cfg.threads as f64,
+        latency: Latency::of(&rec.hist),
+        interrupted: timed.interrupted,
+        oversubscribed: harness::oversubscribed(cfg.threads),
         per_thread_ops,
         doorbells: stats.doorbells,
         bytes_read: stats.bytes_read,
@@ -417,6 +488,11 @@ fn prefault(
     Ok(())
 }
 
+/// Requests a thread runs in iteration mode (`u64::MAX`: timed).
+fn quota(cfg: &MicroConfig) -> u64 {
+    cfg.iters.unwrap_or(u64::MAX)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn worker(
     mut qp: Box<dyn QueuePair>,
@@ -425,8 +501,7 @@ fn worker(
     rkey: Rkey,
     thread: u64,
     counter: &AtomicU64,
-    stop: &AtomicBool,
-    started: &AtomicU64,
+    arrival: &mut Arrival<'_>,
 ) -> Result<WorkerOutcome, BenchError> {
     let size = op_size(cfg);
     let slots = (cfg.region_size - size as u64) / 8 + 1;
@@ -442,9 +517,11 @@ fn worker(
         Signal::All => cfg.batch,
         Signal::Last => 1,
     };
-    let mut ops = 0u64;
-    started.fetch_add(1, Ordering::Release);
-    while !stop.load(Ordering::Relaxed) {
+    let mut rec = Recorder::new();
+    let quota = quota(cfg);
+    let window = arrival.arrive();
+    let mut t = harness::now();
+    while !window.done(t) && rec.ops < quota {
         for i in 0..cfg.batch as u64 {
             let a = base.add(rng.below(slots) * 8);
             let local = LocalRef::new(lkey, i * stride, size as u32);
@@ -468,10 +545,30 @@ fn worker(
             return Err(FabricError::from(e.clone()).into());
         }
         done.clear();
-        ops += cfg.batch as u64;
-        counter.store(ops, Ordering::Relaxed);
+        let end = harness::now();
+        if window.counts(end) {
+            rec.record(cfg.batch as u64, end - t);
+            counter.store(rec.ops, Ordering::Relaxed);
+        }
+        t = end;
     }
-    Ok((ops, qp.stats(), None))
+    if cfg.iters.is_some() {
+        window.finish(t);
+    }
+    // The window's share of the queue pair's work: counted batches.
+    let bytes = rec.ops * size as u64;
+    let st = dmkit_fabric::QpStats {
+        doorbells: rec.ops / cfg.batch as u64,
+        bytes_read: if cfg.verb == VerbKind::Read { bytes } else { 0 },
+        bytes_written: if cfg.verb == VerbKind::Write {
+            bytes
+        } else {
+            0
+        },
+        ..Default::default()
+    };
+    drop(qp);
+    Ok((rec, st, None))
 }
 
 /// One thread of the runtime variant: a worker with `coros` tasks, each
@@ -485,8 +582,7 @@ fn runtime_worker(
     rkey: Rkey,
     thread: u64,
     counter: &Arc<Padded>,
-    stop: &Arc<AtomicBool>,
-    started: &AtomicU64,
+    (window, arrival): (&Arc<Window>, &mut Arrival<'_>),
 ) -> Result<WorkerOutcome, BenchError> {
     use std::cell::RefCell;
     use std::rc::Rc;
@@ -504,18 +600,37 @@ fn runtime_worker(
         .local_bytes((64 << 10).max(stride * rt.depth))
         .build()?;
     let slots = (cfg.region_size - size as u64) / 8 + 1;
-    let ops = Rc::new(std::cell::Cell::new(0u64));
+    let rec = Rc::new(RefCell::new(Recorder::new()));
+    // The runtime counters of the counted rounds only (each round's
+    // difference of its task's counters).
+    let counted = Rc::new(std::cell::Cell::new(dmkit_runtime::Counters::default()));
+    // Iteration mode: requests the thread's tasks have taken from its quota.
+    let issued = Rc::new(std::cell::Cell::new(0u64));
     let failure: Rc<RefCell<Option<FabricError>>> = Rc::new(RefCell::new(None));
+    let quota = quota(cfg);
+    arrival.arrive();
     for task in 0..rt.coros as u64 {
-        let (ops, failure, depth, verb) = (ops.clone(), failure.clone(), rt.depth, cfg.verb);
-        let (stop, counter) = (stop.clone(), counter.clone());
+        let (rec, failure, depth, verb) = (rec.clone(), failure.clone(), rt.depth, cfg.verb);
+        let (window, counter, issued) = (window.clone(), counter.clone(), issued.clone());
+        let counted = counted.clone();
         let mut rng = Rng::new(
             cfg.seed
                 ^ thread.wrapping_mul(0x9E37_79B9_7F4A_7C15)
                 ^ task.wrapping_mul(0xD1B5_4A32_D192_ED03),
         );
         w.spawn(move |ctx| async move {
-            while !stop.load(Ordering::Relaxed) {
+            let mut t = harness::now();
+            while !window.done(t) {
+                // Iteration mode charges a round to the quota when it is
+                // posted inside the window, and counts only charged rounds.
+                let charged = quota == u64::MAX || window.counts(t);
+                if quota != u64::MAX && charged {
+                    if issued.get() >= quota {
+                        break;
+                    }
+                    issued.set(issued.get() + depth as u64);
+                }
+                let before = ctx.counters();
                 for j in 0..depth {
                     let a = base.add(rng.below(slots) * 8);
                     match verb {
@@ -534,21 +649,31 @@ fn runtime_worker(
                 ctx.post();
                 if let Err(e) = ctx.sync().await {
                     failure.borrow_mut().get_or_insert(e);
-                    stop.store(true, Ordering::Relaxed);
+                    window.abort();
                     return;
                 }
-                ops.set(ops.get() + depth as u64);
-                counter.0.store(ops.get(), Ordering::Relaxed);
+                let end = harness::now();
+                if charged && window.counts(end) {
+                    let mut r = rec.borrow_mut();
+                    r.record(depth as u64, end - t);
+                    counter.0.store(r.ops, Ordering::Relaxed);
+                    let mut c = counted.get();
+                    c.merge(&ctx.counters().since(&before));
+                    counted.set(c);
+                }
+                t = end;
             }
         });
     }
-    started.fetch_add(1, Ordering::Release);
     w.run();
+    if cfg.iters.is_some() {
+        window.finish(harness::now());
+    }
     if let Some(e) = failure.borrow_mut().take() {
         return Err(e.into());
     }
     let s = w.stats();
-    let c = s.counters;
+    let c = counted.get();
     let qs = dmkit_fabric::QpStats {
         doorbells: c.doorbells,
         reads: c.reads,
@@ -559,8 +684,9 @@ fn runtime_worker(
         bytes_written: c.bytes_written,
         ..Default::default()
     };
+    let rec = rec.borrow().clone();
     Ok((
-        ops.get(),
+        rec,
         qs,
         Some((s.c_max.first().copied().unwrap_or(u32::MAX), c)),
     ))
@@ -569,7 +695,7 @@ fn runtime_worker(
 /// Operations, queue-pair counters and, in runtime mode, the worker's final
 /// C_max and counters.
 type WorkerOutcome = (
-    u64,
+    Recorder,
     dmkit_fabric::QpStats,
     Option<(u32, dmkit_runtime::Counters)>,
 );
@@ -608,7 +734,11 @@ mod tests {
                 region_size: 64 << 10,
                 threads: 2,
                 batch: 4,
-                duration: Duration::from_millis(50),
+                duration: Duration::from_secs(3600),
+                warmup: Duration::ZERO,
+                // Iteration mode: a timed window on a machine loaded by the
+                // other tests may see no batch complete at all.
+                iters: Some(100),
                 seed: 1,
                 signal: if verb == VerbKind::Write {
                     Signal::Last
@@ -619,7 +749,7 @@ mod tests {
                 qp_policy: QpPolicy::PerThreadQp,
             };
             let r = run(&f, &cfg, |_, _| {}).unwrap();
-            assert!(r.ops > 0 && r.ops % 4 == 0, "{r:?}");
+            assert_eq!(r.ops, 2 * 100, "{r:?}");
             assert_eq!(r.per_thread_ops.iter().sum::<u64>(), r.ops);
             assert_eq!(r.doorbells * 4, r.ops);
             match verb {
@@ -637,6 +767,8 @@ mod tests {
             threads: 1,
             batch: 1,
             duration: Duration::from_millis(1),
+            warmup: Duration::ZERO,
+            iters: None,
             seed: 0,
             signal: Signal::All,
             runtime: None,
@@ -664,6 +796,8 @@ mod tests {
                 threads: 2,
                 batch: 1,
                 duration: Duration::from_millis(50),
+                warmup: Duration::ZERO,
+                iters: None,
                 seed: 3,
                 signal: Signal::All,
                 runtime: Some(RuntimeMode {
@@ -678,7 +812,7 @@ mod tests {
             assert!(r.ops > 0 && r.ops % 3 == 0, "{r:?}");
             assert_eq!(r.c_max.len(), 2);
             if verb == VerbKind::Read {
-                assert_eq!(r.bytes_read, 8 * r.ops);
+                assert_eq!(r.bytes_read, 8 * r.ops, "{r:?}");
             }
             let bad = MicroConfig {
                 batch: 4,
@@ -698,7 +832,11 @@ mod tests {
             region_size: 64 << 10,
             threads: 3,
             batch: 2,
-            duration: Duration::from_millis(40),
+            duration: Duration::from_secs(3600),
+            warmup: Duration::ZERO,
+            // Every thread must get its turn (a timed window on a loaded
+            // machine may starve one at the shared queue pair's lock).
+            iters: Some(200),
             seed: 5,
             signal: Signal::All,
             runtime: None,
@@ -762,5 +900,68 @@ mod tests {
             0,
             "a refused run frees its region"
         );
+    }
+
+    /// Far more threads than cores: the window is the one asked for, not
+    /// the time the threads took to start, and only operations inside it
+    /// count (the old loop counted from each thread's own start).
+    #[test]
+    fn oversubscribed_threads_count_one_window() {
+        let f = small_fabric();
+        let threads = 16 * harness::cores();
+        let cfg = MicroConfig {
+            verb: VerbKind::Read,
+            size: 8,
+            region_size: 64 << 10,
+            threads,
+            batch: 1,
+            duration: Duration::from_millis(200),
+            warmup: Duration::from_millis(20),
+            iters: None,
+            seed: 1,
+            signal: Signal::All,
+            runtime: None,
+            qp_policy: QpPolicy::PerThreadQp,
+        };
+        let t0 = std::time::Instant::now();
+        let r = run(&f, &cfg, |_, _| {}).unwrap();
+        assert!((r.seconds - 0.2).abs() < 1e-6, "{}", r.seconds);
+        assert!(t0.elapsed().as_secs_f64() >= r.seconds + r.warmup_s);
+        assert_eq!(r.per_thread_ops.iter().sum::<u64>(), r.ops);
+        assert!(r.oversubscribed.is_some());
+        assert!(r.latency.p50_us > 0.0 && r.latency.max_us >= r.latency.p99_us);
+        assert!((r.gbps - r.mops * 64.0 / 1e3).abs() < 1e-9);
+    }
+
+    /// Iteration mode runs exactly the asked requests per thread.
+    #[test]
+    fn iteration_mode_runs_exactly_n_per_thread() {
+        let f = small_fabric();
+        for runtime in [
+            None,
+            Some(RuntimeMode {
+                coros: 2,
+                depth: 1,
+                cfg: dmkit_runtime::RuntimeConfig::default(),
+            }),
+        ] {
+            let cfg = MicroConfig {
+                verb: VerbKind::Write,
+                size: 64,
+                region_size: 64 << 10,
+                threads: 2,
+                batch: 1,
+                duration: Duration::from_secs(3600),
+                warmup: Duration::ZERO,
+                iters: Some(1000),
+                seed: 1,
+                signal: Signal::All,
+                runtime,
+                qp_policy: QpPolicy::PerThreadQp,
+            };
+            let r = run(&f, &cfg, |_, _| {}).unwrap();
+            assert_eq!(r.per_thread_ops, vec![1000, 1000], "{r:?}");
+            assert!(r.seconds > 0.0 && r.seconds < 60.0, "{}", r.seconds);
+        }
     }
 }

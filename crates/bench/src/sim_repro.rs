@@ -262,8 +262,7 @@ impl Job {
             Job::Ycsb(b) => {
                 let (sim, cfg) = *b;
                 let platform = crate::ycsb_bench::Platform::Sim(Box::new(sim));
-                crate::ycsb_bench::run(platform, &cfg, &|_, _, _| {})
-                    .map(|r| Outcome::Ycsb(Box::new(r)))
+                crate::ycsb_bench::run(platform, &cfg, &|_| {}).map(|r| Outcome::Ycsb(Box::new(r)))
             }
             Job::Values(f) => f().map(|(v, n)| Outcome::Values(v, n)),
         }
@@ -1119,7 +1118,7 @@ fn art_fig11(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
                 acc.push(
                     &format!("{label} {name} p99"),
                     clients,
-                    r.p99_us,
+                    r.latency.p99_us,
                     "us",
                     None,
                 );

@@ -27,9 +27,10 @@
 //! needs; the harness knows none of their internals.
 
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::{mpsc, Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
@@ -39,13 +40,14 @@ use dmkit_clover::{CloverConfig, CloverKv};
 use dmkit_fabric::Fabric;
 use dmkit_index::{ClientStats, IndexConfig, IndexError, MapClient, RemoteMap, Shape};
 use dmkit_race::{RaceConfig, RaceTable};
-use dmkit_runtime::{Clock, Counters, Ctx, MonotonicClock, RuntimeConfig, Worker};
+use dmkit_runtime::{Counters, Ctx, MonotonicClock, RuntimeConfig, Worker};
 use dmkit_sim::{Sim, SimConfig, SwitchMode, SwitchModel};
 use dmkit_switch::{Steer, SwitchConfig};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::micro::BenchError;
+use crate::harness::{self, Arrival, Latency, Window};
+use crate::micro::{BenchError, Padded};
 use crate::ycsb::{
     default_distribution, key_bytes, Chooser, Distribution, Generator, KeyType, Workload, YcsbOp,
 };
@@ -216,16 +218,29 @@ pub struct YcsbResult {
     pub distribution: String,
     /// Operations completed in the measured window, all threads.
     pub ops: u64,
-    /// Length of the measured window in seconds (the longest thread's; virtual
-    /// time on the simulator).
+    /// Length of the measured window in seconds (one global window on OS
+    /// threads, see [`crate::harness`]; virtual time on the simulator).
     pub seconds: f64,
+    /// Unmeasured run before it, seconds.
+    pub warmup_s: f64,
     /// `ops / seconds` in millions of operations per second.
     pub mops: f64,
-    /// Median operation latency in µs, from start to completion (virtual time
-    /// on the simulator).
-    pub p50_us: f64,
-    /// 99th-percentile operation latency in µs.
-    pub p99_us: f64,
+    /// Latency of every measured operation, start to completion, in µs
+    /// (virtual time on the simulator): min, avg, p50, p95, p99, p99.9, max.
+    #[serde(flatten)]
+    pub latency: Latency,
+    /// The same per operation type (read, update, insert, scan,
+    /// read-modify-write; OS threads only — the simulator's runs keep
+    /// one histogram).
+    pub ops_by_type: BTreeMap<String, OpTypeStats>,
+    /// Operations completed per interval of the measured window (OS
+    /// threads only): YCSB's status lines as data.
+    pub series: Vec<Sample>,
+    /// Ctrl-C ended the run early: the figures are of what was measured
+    /// (an interrupted load measured no run).
+    pub interrupted: bool,
+    /// Set when more polling threads ran than the process has cores.
+    pub oversubscribed: Option<String>,
     /// The 99th percentile of reads (searches, scans) alone, in µs.
     pub p99_read_us: f64,
     /// The 99th percentile of writes (updates, inserts,
@@ -293,12 +308,77 @@ pub struct YcsbResult {
     pub sim_verbs: u64,
 }
 
-/// Progress callback: `(phase, done, total)`; `total` is keys for the load
-/// and milliseconds for a timed run.
-pub type Progress<'a> = &'a (dyn Fn(&'static str, u64, u64) + Sync);
+/// One operation type's measured figures.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct OpTypeStats {
+    /// Operations of this type counted in the window.
+    pub count: u64,
+    /// Their latency, µs.
+    #[serde(flatten)]
+    pub latency: Latency,
+}
 
-fn validate(cfg: &YcsbConfig) -> Result<(), BenchError> {
+/// One interval of a run's time series.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Sample {
+    /// End of the interval, seconds since the window opened.
+    pub t_s: f64,
+    /// Operations completed in the interval.
+    pub ops: u64,
+    /// Their rate, millions per second.
+    pub mops: f64,
+}
+
+/// Where a run is: `phase` "load" (`done`/`total` keys) or "run"
+/// (`done`/`total` milliseconds of warm-up and window); `ops` counted in
+/// the window so far (OS threads).
+#[derive(Debug, Clone, Copy)]
+pub struct Update {
+    /// `load` or `run`.
+    pub phase: &'static str,
+    /// Keys loaded, or milliseconds run.
+    pub done: u64,
+    /// Keys to load, or milliseconds of warm-up plus window.
+    pub total: u64,
+    /// Operations counted in the window so far (OS threads).
+    pub ops: u64,
+    /// Still in the warm-up.
+    pub warming_up: bool,
+}
+
+/// Progress callback.
+pub type Progress<'a> = &'a (dyn Fn(Update) + Sync);
+
+fn update(phase: &'static str, done: u64, total: u64) -> Update {
+    Update {
+        phase,
+        done,
+        total,
+        ops: 0,
+        warming_up: false,
+    }
+}
+
+/// Checks a configuration before anything is allocated (every limit the
+/// run would otherwise hit later, or panic on); messages name the flag.
+pub fn validate(cfg: &YcsbConfig) -> Result<(), BenchError> {
     let bad = |s: String| Err(BenchError::Config(s));
+    if cfg.zipf_items == Some(0) {
+        return bad("--zipf-items must be at least 1".into());
+    }
+    if cfg.hot_keys as u64 > cfg.keys {
+        return bad(format!(
+            "--hot-keys {} is more than the --keys {} loaded",
+            cfg.hot_keys, cfg.keys
+        ));
+    }
+    if cfg.duration.is_zero() && cfg.workload != Workload::Load {
+        return bad("--duration must be longer than 0s".into());
+    }
+    if cfg.runtime.fixed_c_max == Some(0) {
+        return bad("--c-max must be at least 1".into());
+    }
+
     if cfg.keys == 0 || cfg.threads == 0 || cfg.coros == 0 || cfg.machines == 0 {
         return bad("--keys, --threads, --coros and --machines must be at least 1".into());
     }
@@ -330,8 +410,18 @@ fn validate(cfg: &YcsbConfig) -> Result<(), BenchError> {
     {
         return bad("--steer-keys needs --steer write or read-write".into());
     }
-    if cfg.index.remote() && cfg.total_threads() * cfg.coros > 65_535 {
-        return bad("more than 65535 tasks".into());
+    if cfg.index.remote() && cfg.total_threads().saturating_mul(cfg.coros) > 65_535 {
+        return bad(format!(
+            "--threads {} x --coros {} is more than 65535 tasks",
+            cfg.total_threads(),
+            cfg.coros
+        ));
+    }
+    if cfg.threads > 65_535 {
+        return bad(format!(
+            "--threads {} is more than 65535 threads",
+            cfg.threads
+        ));
     }
     Ok(())
 }
@@ -398,6 +488,8 @@ struct ThreadOut {
     task_ops: Vec<u64>,
     cache: (u64, u64),
     splits: u64,
+    /// Per operation type (OS threads).
+    by_type: Option<Box<ByType>>,
 }
 
 /// Operations by retry count: 0..=7, and 8 or more in the last bucket.
@@ -447,8 +539,7 @@ fn unique_name() -> String {
 
 /// Creates the run's index with configuration `c` on `fabric`.
 fn create<M: RemoteMap>(fabric: Arc<dyn Fabric>, c: M::Config) -> Result<Arc<M>, BenchError> {
-    M::create(fabric, &unique_name(), c)
-        .map_err(|e| BenchError::Config(format!("{}: {e}", M::KIND)))
+    M::create(fabric, &unique_name(), c).map_err(|e| BenchError::Run(format!("{}: {e}", M::KIND)))
 }
 
 /// The hash table's configuration with its hot area: the run's likeliest
@@ -471,9 +562,10 @@ fn run_remote<M: RemoteMap>(
     platform: Platform,
     c: M::Config,
     cfg: &YcsbConfig,
+    points: &[Point],
     progress: Progress<'_>,
-) -> Result<(String, Vec<ThreadOut>, u64), BenchError> {
-    run_remote_with::<M>(platform, c, cfg, progress, &|_, _| Ok(()))
+) -> Result<Vec<YcsbResult>, BenchError> {
+    run_remote_with::<M>(platform, c, cfg, points, progress, &|_, _| Ok(()))
 }
 
 /// What a simulated run does between its load and its run phase (e.g.
@@ -485,20 +577,22 @@ fn run_remote_with<M: RemoteMap>(
     platform: Platform,
     c: M::Config,
     cfg: &YcsbConfig,
+    points: &[Point],
     progress: Progress<'_>,
     after_load: AfterLoad<'_, M>,
-) -> Result<(String, Vec<ThreadOut>, u64), BenchError> {
+) -> Result<Vec<YcsbResult>, BenchError> {
     match platform {
         Platform::Fabric(f) => {
             let map = create::<M>(f.clone(), c)?;
-            let outs = on_threads(f.clone(), &map, cfg, progress)?;
-            Ok((f.backend().into(), outs, 0))
+            on_threads(f.clone(), &map, cfg, points, progress)
         }
         Platform::Sim(sc) => {
             let sim = Sim::new(*sc)?;
             let map = create::<M>(sim.dyn_fabric(), c)?;
             let (outs, posted) = on_sim(sim, &map, cfg, progress, after_load)?;
-            Ok(("sim".into(), outs, posted))
+            let mut r = summarize("sim".into(), cfg, &outs);
+            r.sim_verbs = posted;
+            Ok(vec![r])
         }
     }
 }
@@ -511,11 +605,13 @@ fn run_remote_with<M: RemoteMap>(
 fn run_clover(
     platform: Platform,
     cfg: &YcsbConfig,
+    lcfg: &YcsbConfig,
+    points: &[Point],
     progress: Progress<'_>,
-) -> Result<(String, Vec<ThreadOut>, u64, Option<String>), BenchError> {
-    let mut c = fitted(&cfg.clover.config, cfg);
+) -> Result<Vec<YcsbResult>, BenchError> {
+    let mut c = fitted(&cfg.clover.config, lcfg);
     let steer = cfg.clover.steer;
-    match platform {
+    let (mut rs, tag) = match platform {
         Platform::Fabric(f) => {
             if steer != Steer::Off {
                 return Err(BenchError::Config(format!(
@@ -524,8 +620,8 @@ fn run_clover(
                     f.backend()
                 )));
             }
-            let (b, o, v) = run_remote::<CloverKv>(Platform::Fabric(f), c, cfg, progress)?;
-            Ok((b, o, v, None))
+            let rs = run_remote::<CloverKv>(Platform::Fabric(f), c, cfg, points, progress)?;
+            (rs, None)
         }
         Platform::Sim(mut sc) => {
             c.gc = false;
@@ -559,11 +655,15 @@ fn run_clover(
                 sim.with_switch(|s| s.steer_only(Some(ids)));
                 Ok(())
             };
-            let (b, o, v) =
-                run_remote_with::<CloverKv>(Platform::Sim(sc), c, cfg, progress, &install)?;
-            Ok((b, o, v, tag))
+            let rs =
+                run_remote_with::<CloverKv>(Platform::Sim(sc), c, cfg, points, progress, &install)?;
+            (rs, tag)
         }
+    };
+    for r in &mut rs {
+        r.steer = tag.clone();
     }
+    Ok(rs)
 }
 
 /// Runs the benchmark.
@@ -572,28 +672,63 @@ pub fn run(
     cfg: &YcsbConfig,
     progress: Progress<'_>,
 ) -> Result<YcsbResult, BenchError> {
-    validate(cfg)?;
-    if matches!(platform, Platform::Fabric(_)) && cfg.machines != 1 {
-        return Err(BenchError::Config(
-            "several compute machines exist only on the simulator".into(),
-        ));
+    let mut rs = run_points(platform, cfg, &[cfg.point()], progress)?;
+    Ok(rs.remove(0))
+}
+
+/// The configuration a sweep loads with and sizes its index for: the
+/// most threads and tasks any of its points uses.
+pub fn sweep_config(cfg: &YcsbConfig, points: &[Point]) -> YcsbConfig {
+    load_config(cfg, points)
+}
+
+/// Loads the index once and measures each point on it, in order (OS
+/// threads; the simulator measures one point per run). A workload that
+/// inserts keys is refused with several points: each point would insert
+/// the previous one's keys again. Returns one result per measured point;
+/// after Ctrl-C, the points measured so far (the last one marked
+/// `interrupted`), or the load alone.
+pub fn run_points(
+    platform: Platform,
+    cfg: &YcsbConfig,
+    points: &[Point],
+    progress: Progress<'_>,
+) -> Result<Vec<YcsbResult>, BenchError> {
+    if points.is_empty() {
+        return Err(BenchError::Config("a run needs at least one point".into()));
     }
-    let mut steer = None;
-    let (backend, outs, sim_verbs) = match cfg.index {
-        IndexKind::LocalHash => (
-            "local".to_string(),
-            run_local(&LocalHash::new(cfg), cfg, progress),
-            0,
-        ),
-        IndexKind::LocalArt => (
-            "local".to_string(),
-            run_local(&LocalArt::default(), cfg, progress),
-            0,
-        ),
-        IndexKind::Race => {
-            run_remote::<RaceTable>(platform, race_with_hot_area(cfg), cfg, progress)?
+    for p in points {
+        validate(&cfg.at(p))?;
+    }
+    if points.len() > 1 && inserts(cfg.workload) {
+        return Err(BenchError::Config(format!(
+            "workload {} inserts keys, so its points cannot share one loaded index; run each point on its own",
+            format!("{:?}", cfg.workload).to_lowercase()
+        )));
+    }
+    let lcfg = load_config(cfg, points);
+    match &platform {
+        Platform::Fabric(_) if cfg.machines != 1 => {
+            return Err(BenchError::Config(
+                "several compute machines exist only on the simulator".into(),
+            ))
         }
-        IndexKind::Art => run_remote::<ArtTree>(platform, fitted(&cfg.art, cfg), cfg, progress)?,
+        Platform::Sim(_) if points.len() != 1 || points[0] != cfg.point() => {
+            return Err(BenchError::Config(
+                "the simulator measures one point per run: run each point on its own".into(),
+            ))
+        }
+        _ => {}
+    }
+    match cfg.index {
+        IndexKind::LocalHash => run_local(&LocalHash::new(&lcfg), cfg, points, progress),
+        IndexKind::LocalArt => run_local(&LocalArt::default(), cfg, points, progress),
+        IndexKind::Race => {
+            run_remote::<RaceTable>(platform, race_with_hot_area(&lcfg), cfg, points, progress)
+        }
+        IndexKind::Art => {
+            run_remote::<ArtTree>(platform, fitted(&cfg.art, &lcfg), cfg, points, progress)
+        }
         IndexKind::Btree => {
             // A switch that turns lock CASes into WRITEs learns where the
             // tree's lock words are (after the load: nothing is lost, its
@@ -607,18 +742,11 @@ pub fn run(
                 sim.with_switch(|s| s.set_lock_ranges(ranges));
                 Ok(())
             };
-            run_remote_with::<Btree>(platform, fitted(&cfg.btree, cfg), cfg, progress, &locks)?
+            let c = fitted(&cfg.btree, &lcfg);
+            run_remote_with::<Btree>(platform, c, cfg, points, progress, &locks)
         }
-        IndexKind::Clover => {
-            let (b, o, v, tag) = run_clover(platform, cfg, progress)?;
-            steer = tag;
-            (b, o, v)
-        }
-    };
-    let mut r = summarize(backend, cfg, &outs);
-    r.sim_verbs = sim_verbs;
-    r.steer = steer;
-    Ok(r)
+        IndexKind::Clover => run_clover(platform, cfg, &lcfg, points, progress),
+    }
 }
 
 fn summarize(backend: String, cfg: &YcsbConfig, outs: &[ThreadOut]) -> YcsbResult {
@@ -630,7 +758,15 @@ fn summarize(backend: String, cfg: &YcsbConfig, outs: &[ThreadOut]) -> YcsbResul
     let (mut tasks, mut idle_tasks, mut sum_sq) = (0usize, 0usize, 0f64);
     let (mut ops, mut misses, mut seconds, mut load_seconds) = (0, 0, 0f64, 0f64);
     let (mut hits, mut lookups, mut splits) = (0, 0, 0);
+    let mut types: Option<ByType> = None;
     for o in outs {
+        if let Some(b) = &o.by_type {
+            let t = types.get_or_insert_with(by_type);
+            for ((n, h), (m, g)) in t.iter_mut().zip(b.iter()) {
+                *n += m;
+                h.add(g).expect("same bounds");
+            }
+        }
         ops += o.ops;
         misses += o.misses;
         seconds = seconds.max(o.seconds);
@@ -682,8 +818,12 @@ fn summarize(backend: String, cfg: &YcsbConfig, outs: &[ThreadOut]) -> YcsbResul
         } else {
             0.0
         },
-        p50_us: hist.value_at_quantile(0.5) as f64 / 1e3,
-        p99_us: hist.value_at_quantile(0.99) as f64 / 1e3,
+        warmup_s: cfg.warmup.as_secs_f64(),
+        latency: Latency::of(&hist),
+        ops_by_type: types.as_ref().map(op_type_stats).unwrap_or_default(),
+        series: Vec::new(),
+        interrupted: false,
+        oversubscribed: None,
         p99_read_us: rhist.value_at_quantile(0.99) as f64 / 1e3,
         p99_write_us: whist.value_at_quantile(0.99) as f64 / 1e3,
         round_trips_per_op: per(counters.round_trips),
@@ -695,7 +835,7 @@ fn summarize(backend: String, cfg: &YcsbConfig, outs: &[ThreadOut]) -> YcsbResul
         bytes_per_op: per(counters.bytes_read
             + counters.bytes_written
             + 16 * (counters.cas + counters.faa)),
-        // Set by `run` for clover.
+        // Set by `run_clover`.
         steer: None,
         retry_histogram: shares(&retry_hist),
         retry_histogram_thread: shares(&thread_hist),
@@ -768,8 +908,53 @@ struct Tally {
     task_ops: Rc<RefCell<Vec<u64>>>,
     /// When the last operation ended (the worker's clock).
     last: Rc<Cell<u64>>,
-    /// Operations ending before this are not counted.
+    /// Operations ending before this are not counted (the simulator).
     from: u64,
+    /// OS threads: the global window that decides what counts, the
+    /// thread's live count for the coordinator, and per-type histograms.
+    window: Option<Arc<Window>>,
+    live: Option<Arc<Padded>>,
+    by_type: Option<Rc<RefCell<ByType>>>,
+    /// OS threads: the runtime counters of the counted operations only
+    /// (each operation's difference of its task's counters), so the
+    /// per-operation figures describe exactly the operations the window
+    /// counted.
+    counted: Option<Rc<RefCell<Counters>>>,
+}
+
+/// Operation types, in [`op_type`]'s order.
+const OP_TYPES: [&str; 5] = ["read", "update", "insert", "scan", "read-modify-write"];
+type ByType = [(u64, Histogram<u64>); 5];
+
+fn op_type(op: &YcsbOp) -> usize {
+    match op {
+        YcsbOp::Read(_) => 0,
+        YcsbOp::Update(_) => 1,
+        YcsbOp::Insert(_) => 2,
+        YcsbOp::Scan(..) => 3,
+        YcsbOp::ReadModifyWrite(_) => 4,
+    }
+}
+
+fn by_type() -> ByType {
+    std::array::from_fn(|_| (0, histogram()))
+}
+
+fn op_type_stats(b: &ByType) -> BTreeMap<String, OpTypeStats> {
+    OP_TYPES
+        .iter()
+        .zip(b)
+        .filter(|(_, (n, _))| *n > 0)
+        .map(|(name, (n, h))| {
+            (
+                name.to_string(),
+                OpTypeStats {
+                    count: *n,
+                    latency: Latency::of(h),
+                },
+            )
+        })
+        .collect()
 }
 
 impl Tally {
@@ -788,36 +973,64 @@ impl Tally {
         t
     }
 
-    fn record(&self, start: u64, end: u64) {
+    /// Counting operations that end inside `window` (OS threads).
+    fn window(window: Arc<Window>, live: Arc<Padded>) -> Self {
+        Self {
+            window: Some(window),
+            live: Some(live),
+            by_type: Some(Rc::new(RefCell::new(by_type()))),
+            counted: Some(Rc::default()),
+            ..Self::from(0)
+        }
+    }
+
+    /// Records an operation; whether it was counted.
+    fn record(&self, start: u64, end: u64) -> bool {
         self.last.set(self.last.get().max(end));
-        if end < self.from {
-            return;
+        let counted = match &self.window {
+            Some(w) => w.counts(end),
+            None => end >= self.from,
+        };
+        if !counted {
+            return false;
         }
         if let Some(h) = self.hist.borrow_mut().as_mut() {
             let _ = h.record(end.saturating_sub(start).max(1));
         }
         self.done.set(self.done.get() + 1);
+        if let Some(l) = &self.live {
+            l.0.store(self.done.get(), Ordering::Relaxed);
+        }
+        true
     }
 
-    /// [`Tally::record`] of task `task`'s operation that retried `retries`
-    /// times, when the thread's tasks together have retried `thread_total`
-    /// times.
-    /// `read`: whether it was a read (else a write), for the per-kind
-    /// latencies.
+    /// [`Tally::record`] of task `task`'s operation of type `kind` that
+    /// retried `retries` times, when the thread's tasks together have
+    /// retried `thread_total` times.
+    /// `cost` is what the operation added to its task's counters (window
+    /// mode only). Reads (searches, scans) and writes also go to their
+    /// own histograms (`kinds`), on every platform.
     #[allow(clippy::too_many_arguments)]
     fn record_retried(
         &self,
-        task: usize,
-        read: bool,
+        (task, kind): (usize, usize),
         start: u64,
         end: u64,
         retries: u64,
         thread_total: u64,
+        hit: bool,
+        cost: Option<Counters>,
     ) {
         let since = thread_total - self.thread_mark.replace(thread_total);
-        self.record(start, end);
-        if end >= self.from {
+        if self.record(start, end) {
+            if !hit {
+                self.misses.set(self.misses.get() + 1);
+            }
+            if let (Some(c), Some(cost)) = (&self.counted, cost) {
+                c.borrow_mut().merge(&cost);
+            }
             if let Some((r, w)) = self.kinds.borrow_mut().as_mut() {
+                let read = matches!(OP_TYPES[kind], "read" | "scan");
                 let h = if read { r } else { w };
                 let _ = h.record(end.saturating_sub(start).max(1));
             }
@@ -825,11 +1038,28 @@ impl Tally {
             self.retry_hist.borrow_mut()[bucket(retries)] += 1;
             self.thread_hist.borrow_mut()[bucket(since)] += 1;
             self.task_ops.borrow_mut()[task] += 1;
+            if let Some(b) = &self.by_type {
+                let (n, h) = &mut b.borrow_mut()[kind];
+                *n += 1;
+                let _ = h.record(end.saturating_sub(start).max(1));
+            }
+        }
+    }
+
+    /// Whether a run task stops at `t`: the window closed (OS threads) or
+    /// the deadline passed (the simulator).
+    fn over(&self, t: u64, deadline: u64) -> bool {
+        match &self.window {
+            Some(w) => w.done(t),
+            None => t >= deadline,
         }
     }
 
     fn fail(&self, why: String) {
         self.failed.borrow_mut().get_or_insert(why);
+        if let Some(w) = &self.window {
+            w.abort();
+        }
     }
 }
 
@@ -850,6 +1080,9 @@ fn spawn_load<C: MapClient>(
         w.spawn(move |ctx| async move {
             let mut n = 0;
             for k in load_share(keys, loader, clients) {
+                if harness::interrupted() {
+                    break;
+                }
                 let key = key_bytes(kt, k, seed);
                 let t = ctx.now();
                 match client.insert(&ctx, &key, &value_for(vs, k, 0)).await {
@@ -901,24 +1134,34 @@ fn spawn_run<C: MapClient>(
             let mut version = 1u64;
             // One clock read per operation: its end is the next one's start.
             let mut t = ctx.now();
-            while t < deadline {
+            // Window mode charges each counted operation its own cost.
+            let costed = tally.counted.is_some();
+            let mut before = if costed {
+                ctx.counters()
+            } else {
+                Counters::default()
+            };
+            while !tally.over(t, deadline) {
                 let op = gen.next_op();
                 version += 1;
                 let retried = ctx.retries();
-                match index_op(&client, &ctx, op, kt, seed, vs, version).await {
-                    Ok(true) => {}
-                    Ok(false) => tally.misses.set(tally.misses.get() + 1),
+                let hit = match index_op(&client, &ctx, op, kt, seed, vs, version).await {
+                    Ok(hit) => hit,
                     Err(e) => return tally.fail(format!("{op:?}: {e}")),
-                }
+                };
                 let end = ctx.now();
-                let read = matches!(op, YcsbOp::Read(_) | YcsbOp::Scan(..));
+                let cost = costed.then(|| {
+                    let after = ctx.counters();
+                    after.since(&std::mem::replace(&mut before, after))
+                });
                 tally.record_retried(
-                    ci,
-                    read,
+                    (ci, op_type(&op)),
                     t,
                     end,
                     ctx.retries() - retried,
                     ctx.worker_retries(),
+                    hit,
+                    cost,
                 );
                 t = end;
             }
@@ -968,15 +1211,29 @@ fn phase_out<C: MapClient>(
     tally: &Tally,
     before: (&Counters, ClientStats),
 ) -> ThreadOut {
+    between(tally, before, (&w.stats().counters, client.stats()))
+}
+
+/// A thread's figures between two snapshots of its worker's and client's
+/// counters.
+fn between(
+    tally: &Tally,
+    before: (&Counters, ClientStats),
+    after: (&Counters, ClientStats),
+) -> ThreadOut {
     let ClientStats {
         cache_hits: h,
         cache_misses: m,
         splits: s,
-    } = client.stats();
+    } = after.1;
     ThreadOut {
         ops: tally.done.get(),
         misses: tally.misses.get(),
-        counters: w.stats().counters.since(before.0),
+        by_type: tally.by_type.as_ref().map(|b| Box::new(b.borrow().clone())),
+        counters: match &tally.counted {
+            Some(c) => *c.borrow(),
+            None => after.0.since(before.0),
+        },
         hist: tally.hist.borrow().clone(),
         kinds: tally.kinds.borrow().clone(),
         retry_hist: *tally.retry_hist.borrow(),
@@ -988,117 +1245,418 @@ fn phase_out<C: MapClient>(
     }
 }
 
-/// Loads and runs on OS threads, one worker each, then removes the index.
+/// One point of a sweep: what may change between measurements on one
+/// loaded index (the workload's key space and values stay).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Point {
+    /// Threads measured (the first of the loaded ones).
+    pub threads: usize,
+    /// Tasks per thread.
+    pub coros: usize,
+    /// Zipfian θ.
+    pub theta: f64,
+}
+
+impl YcsbConfig {
+    /// This configuration's own point.
+    pub fn point(&self) -> Point {
+        Point {
+            threads: self.threads,
+            coros: self.coros,
+            theta: self.theta,
+        }
+    }
+
+    /// This configuration at point `p`.
+    pub fn at(&self, p: &Point) -> YcsbConfig {
+        YcsbConfig {
+            threads: p.threads,
+            coros: p.coros,
+            theta: p.theta,
+            ..self.clone()
+        }
+    }
+}
+
+/// Whether the workload inserts keys: its points cannot share a loaded
+/// index (a second point would insert the first one's keys again).
+pub fn inserts(w: Workload) -> bool {
+    matches!(w, Workload::Load | Workload::D | Workload::E)
+}
+
+/// What a thread reports: phase (0 = load, k + 1 = point k), thread,
+/// outcome.
+type Report = (usize, usize, Result<ThreadOut, BenchError>);
+
+/// The protocol between a run's OS threads and its coordinator (the
+/// calling thread). Every thread starts the load at one barrier, reports
+/// its load, then takes part in the points: before each point every
+/// thread and the coordinator meet at `barrier`, and the coordinator has
+/// put the point's [`Window`] in `window` (`None`: the run is over). The
+/// threads a point uses (the first `threads`) measure it in that window
+/// ([`crate::harness`]) and report; the others wait for the next point.
+struct Phases {
+    start: Barrier,
+    barrier: Barrier,
+    window: Mutex<Option<Arc<Window>>>,
+    /// Each thread's operations counted in the current window.
+    live: Vec<Arc<Padded>>,
+    tx: mpsc::Sender<Report>,
+}
+
+impl Phases {
+    fn new(threads: usize, tx: mpsc::Sender<Report>) -> Self {
+        Self {
+            start: Barrier::new(threads),
+            barrier: Barrier::new(threads + 1),
+            window: Mutex::new(None),
+            live: (0..threads).map(|_| Arc::new(Padded::default())).collect(),
+            tx,
+        }
+    }
+
+    /// Thread side: the next point's window, `None` when the run is over.
+    fn next(&self) -> Option<Arc<Window>> {
+        self.barrier.wait();
+        self.window
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn report(&self, phase: usize, ti: usize, r: Result<ThreadOut, BenchError>) {
+        // The coordinator outlives the threads (scoped); a send cannot fail.
+        let _ = self.tx.send((phase, ti, r));
+    }
+
+    /// Coordinator side: opens the next point (`None`: ends the run).
+    fn open(&self, w: Option<Arc<Window>>) {
+        for l in &self.live {
+            l.0.store(0, Ordering::Relaxed);
+        }
+        *self.window.lock().unwrap_or_else(|p| p.into_inner()) = w;
+        self.barrier.wait();
+    }
+
+    fn counted(&self) -> u64 {
+        self.live.iter().map(|l| l.0.load(Ordering::Relaxed)).sum()
+    }
+}
+
+/// One measured point: its window and its threads' figures.
+struct Measured {
+    timed: harness::Timed,
+    outs: Vec<ThreadOut>,
+    series: Vec<Sample>,
+}
+
+/// The coordinator of a run on OS threads: shows the load's progress
+/// until every thread has reported it, then measures each point in a
+/// window of its own, with status samples. Ends the threads on every way
+/// out. Returns the load's figures and the measured points (fewer than
+/// asked when Ctrl-C ended the run).
+fn coordinate_points(
+    phases: &Phases,
+    rx: mpsc::Receiver<Report>,
+    cfg: &YcsbConfig,
+    points: &[Point],
+    loaded: &AtomicU64,
+    progress: Progress<'_>,
+) -> Result<(Vec<ThreadOut>, Vec<Measured>), BenchError> {
+    let threads = phases.live.len();
+    let mut load: Vec<Option<ThreadOut>> = vec![None; threads];
+    let mut failed = None;
+    let mut got = 0;
+    while got < threads {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok((_, ti, r)) => {
+                got += 1;
+                match r {
+                    Ok(o) => load[ti] = Some(o),
+                    Err(e) => {
+                        failed.get_or_insert(e);
+                    }
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => progress(update(
+                "load",
+                loaded.load(Ordering::Relaxed).min(cfg.keys),
+                cfg.keys,
+            )),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    if let Some(e) = failed {
+        phases.open(None);
+        return Err(e);
+    }
+    progress(update(
+        "load",
+        loaded.load(Ordering::Relaxed).min(cfg.keys),
+        cfg.keys,
+    ));
+    let load = load.into_iter().flatten().collect();
+    let mut measured = Vec::new();
+    if cfg.workload == Workload::Load {
+        // The load is the measurement (as on the simulator): no timed run
+        // of further inserts, which would only grow the index (and fill a
+        // store sized to the keys, as Clover's directory is).
+        phases.open(None);
+        return Ok((load, measured));
+    }
+    let total_ms = (cfg.warmup + cfg.duration).as_millis() as u64;
+    let interval = (cfg.duration / 10).clamp(Duration::from_millis(100), Duration::from_secs(1));
+    for (k, p) in points.iter().enumerate() {
+        if harness::interrupted() {
+            break;
+        }
+        let window = Arc::new(Window::new(p.threads));
+        phases.open(Some(window.clone()));
+        let mut series = Vec::new();
+        let (mut last_t, mut last_ops) = (Duration::ZERO, 0u64);
+        let timed = harness::coordinate(&window, cfg.warmup, Some(cfg.duration), |tick| {
+            let ops = phases.counted();
+            if tick.measured >= last_t + interval {
+                let dt = (tick.measured - last_t).as_secs_f64();
+                series.push(Sample {
+                    t_s: tick.measured.as_secs_f64(),
+                    ops: ops - last_ops,
+                    mops: (ops - last_ops) as f64 / dt / 1e6,
+                });
+                (last_t, last_ops) = (tick.measured, ops);
+            }
+            progress(Update {
+                phase: "run",
+                done: tick.elapsed.as_millis() as u64,
+                total: total_ms,
+                ops,
+                warming_up: tick.warming_up,
+            });
+        });
+        let mut outs: Vec<Option<ThreadOut>> = vec![None; p.threads];
+        let mut failed = None;
+        for _ in 0..p.threads {
+            let Ok((phase, ti, r)) = rx.recv() else { break };
+            debug_assert_eq!(phase, k + 1, "reports arrive per point");
+            match r {
+                Ok(o) => outs[ti] = Some(o),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = failed {
+            phases.open(None);
+            return Err(e);
+        }
+        let ops = phases.counted();
+        let end = Duration::from_secs_f64(timed.seconds);
+        if ops > last_ops && end > last_t {
+            let dt = (end - last_t).as_secs_f64();
+            series.push(Sample {
+                t_s: timed.seconds,
+                ops: ops - last_ops,
+                mops: (ops - last_ops) as f64 / dt / 1e6,
+            });
+        }
+        measured.push(Measured {
+            timed,
+            outs: outs.into_iter().flatten().collect(),
+            series,
+        });
+        if timed.interrupted {
+            break;
+        }
+    }
+    phases.open(None);
+    Ok((load, measured))
+}
+
+/// The points' results of a run on OS threads.
+fn results(
+    backend: &str,
+    cfg: &YcsbConfig,
+    points: &[Point],
+    load: Vec<ThreadOut>,
+    measured: Vec<Measured>,
+) -> Vec<YcsbResult> {
+    let load_seconds = load.iter().map(|o| o.load_seconds).fold(0.0, f64::max);
+    let load_ops: u64 = load.iter().map(|o| o.ops).sum();
+    let interrupted_load = load_ops < cfg.keys;
+    if cfg.workload == Workload::Load || measured.is_empty() {
+        let mut r = summarize(backend.into(), cfg, &load);
+        r.interrupted =
+            harness::interrupted() && (interrupted_load || cfg.workload != Workload::Load);
+        if cfg.workload != Workload::Load {
+            // Interrupted before the run: no run was measured.
+            r.ops = 0;
+            r.mops = 0.0;
+            r.seconds = 0.0;
+            r.latency = Latency::default();
+        }
+        if interrupted_load {
+            r.load_mops = if load_seconds > 0.0 {
+                load_ops as f64 / load_seconds / 1e6
+            } else {
+                0.0
+            };
+        }
+        r.oversubscribed = harness::oversubscribed(cfg.threads);
+        return vec![r];
+    }
+    points
+        .iter()
+        .zip(measured)
+        .map(|(p, m)| {
+            let pc = cfg.at(p);
+            let mut outs = m.outs;
+            for o in &mut outs {
+                o.seconds = m.timed.seconds;
+                o.load_seconds = load_seconds;
+            }
+            let mut r = summarize(backend.into(), &pc, &outs);
+            r.load_seconds = load_seconds;
+            r.load_mops = if load_seconds > 0.0 {
+                cfg.keys as f64 / load_seconds / 1e6
+            } else {
+                0.0
+            };
+            r.series = m.series;
+            r.interrupted = m.timed.interrupted;
+            r.oversubscribed = harness::oversubscribed(p.threads);
+            r
+        })
+        .collect()
+}
+
+/// The load's configuration of a sweep: the most threads and tasks any
+/// point uses (every thread loads; each keeps its client for the points).
+fn load_config(cfg: &YcsbConfig, points: &[Point]) -> YcsbConfig {
+    YcsbConfig {
+        threads: points
+            .iter()
+            .map(|p| p.threads)
+            .max()
+            .unwrap_or(cfg.threads),
+        coros: points.iter().map(|p| p.coros).max().unwrap_or(cfg.coros),
+        ..cfg.clone()
+    }
+}
+
+/// Loads and runs on OS threads, one worker each, each point of `points`
+/// in its own window on the loaded index, then removes the index.
 fn on_threads<M: RemoteMap>(
     fabric: Arc<dyn Fabric>,
     index: &Arc<M>,
     cfg: &YcsbConfig,
+    points: &[Point],
     progress: Progress<'_>,
-) -> Result<Vec<ThreadOut>, BenchError> {
+) -> Result<Vec<YcsbResult>, BenchError> {
+    let lcfg = load_config(cfg, points);
+    let threads = lcfg.threads;
     let loaded = Arc::new(AtomicU64::new(0));
-    let barrier = Barrier::new(cfg.threads);
-    let measured = cfg.workload != Workload::Load;
-    let chooser = chooser(cfg);
-    let results: Vec<Result<ThreadOut, BenchError>> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..cfg.threads)
-            .map(|ti| {
-                let (fabric, loaded, barrier, chooser) = (&fabric, &loaded, &barrier, &chooser);
-                s.spawn(move || -> Result<ThreadOut, BenchError> {
-                    let clock = Arc::new(MonotonicClock);
-                    let rcfg = RuntimeConfig {
-                        op_stats: false,
-                        ..cfg.runtime.clone()
-                    };
-                    let made = Worker::builder(fabric.as_ref())
-                        .clock(clock.clone())
-                        .config(rcfg)
-                        .id(ti)
-                        .tasks(cfg.coros)
-                        .local(index.local_layout())
-                        .build();
-                    // Every thread reaches the barrier, failed or not.
-                    let mut w = match made {
-                        Ok(w) => w,
-                        Err(e) => {
-                            barrier.wait();
-                            return Err(e.into());
+    let (tx, rx) = mpsc::channel();
+    let phases = Phases::new(threads, tx);
+    let outcome = std::thread::scope(|s| {
+        for ti in 0..threads {
+            let (fabric, loaded, phases, lcfg) = (&fabric, &loaded, &phases, &lcfg);
+            s.spawn(move || {
+                let clock = Arc::new(MonotonicClock);
+                let rcfg = RuntimeConfig {
+                    op_stats: false,
+                    ..cfg.runtime.clone()
+                };
+                let made = Worker::builder(fabric.as_ref())
+                    .clock(clock)
+                    .config(rcfg)
+                    .id(ti)
+                    .tasks(lcfg.coros)
+                    .local(index.local_layout())
+                    .build();
+                phases.start.wait();
+                let mut w = match made {
+                    Ok(w) => w,
+                    Err(e) => {
+                        phases.report(0, ti, Err(e.into()));
+                        while phases.next().is_some() {}
+                        return;
+                    }
+                };
+                let client = index.client(std::process::id() as u64 * 4096 + ti as u64);
+                // Load.
+                let t0 = Instant::now();
+                let tally = Tally::new();
+                let c0 = (w.stats().counters, client.stats());
+                spawn_load(&mut w, &client, lcfg, ti, loaded, &tally);
+                w.run();
+                let mut out = phase_out(&w, &client, &tally, (&c0.0, c0.1));
+                out.load_seconds = t0.elapsed().as_secs_f64();
+                out.seconds = out.load_seconds;
+                let failed = tally.failed.borrow_mut().take();
+                phases.report(
+                    0,
+                    ti,
+                    match failed {
+                        Some(e) => Err(BenchError::Run(e)),
+                        None => Ok(out),
+                    },
+                );
+                // The points.
+                let mut k = 0;
+                while let Some(window) = phases.next() {
+                    let p = points[k];
+                    k += 1;
+                    if ti >= p.threads {
+                        continue;
+                    }
+                    let pc = cfg.at(&p);
+                    let tally = Tally::window(window.clone(), phases.live[ti].clone());
+                    let mut arrival = Arrival::new(&window);
+                    spawn_run(&mut w, &client, &pc, ti, u64::MAX, &chooser(&pc), &tally);
+                    arrival.arrive();
+                    // Counters when the window opens and closes.
+                    let snap = |w: &Worker| (w.stats().counters, client.stats());
+                    let (mut at_open, mut at_close) = (None, None);
+                    while w.live_tasks() > 0 {
+                        if w.step() == 0 {
+                            std::hint::spin_loop();
                         }
-                    };
-                    let client = index.client(std::process::id() as u64 * 4096 + ti as u64);
-                    let step =
-                        |w: &mut Worker, phase: &'static str, total: u64, at: &dyn Fn() -> u64| {
-                            let mut last = Instant::now();
-                            while w.live_tasks() > 0 {
-                                if w.step() == 0 {
-                                    std::hint::spin_loop();
-                                }
-                                if ti == 0 && last.elapsed() > Duration::from_millis(100) {
-                                    last = Instant::now();
-                                    progress(phase, at().min(total), total);
-                                }
+                        if at_close.is_none() {
+                            let t = harness::now();
+                            let (open, close) = window.bounds();
+                            if at_open.is_none() && t >= open {
+                                at_open = Some(snap(&w));
                             }
-                        };
-                    // Load.
-                    let t0 = Instant::now();
-                    let tally = Tally::new();
-                    let c0 = (w.stats().counters, client.stats());
-                    spawn_load(&mut w, &client, cfg, ti, loaded, &tally);
-                    step(&mut w, "load", cfg.keys, &|| loaded.load(Ordering::Relaxed));
-                    let mut out = phase_out(&w, &client, &tally, (&c0.0, c0.1));
-                    out.load_seconds = t0.elapsed().as_secs_f64();
-                    let load_failed = tally.failed.borrow_mut().take();
-                    barrier.wait();
-                    if let Some(e) = load_failed {
-                        return Err(BenchError::Config(e));
-                    }
-                    if ti == 0 {
-                        progress("load", cfg.keys, cfg.keys);
-                    }
-                    if !measured {
-                        out.seconds = out.load_seconds;
-                        return Ok(out);
-                    }
-                    // Run. The harness times each operation itself; the
-                    // counters are snapshot when the warm-up ends.
-                    let start = clock.now();
-                    let from = start + cfg.warmup.as_nanos() as u64;
-                    let deadline = from + cfg.duration.as_nanos() as u64;
-                    let tally = Tally::from(from);
-                    let mut c1 = (w.stats().counters, client.stats());
-                    spawn_run(&mut w, &client, cfg, ti, deadline, chooser, &tally);
-                    if !cfg.warmup.is_zero() {
-                        while w.live_tasks() > 0 && clock.now() < from {
-                            if w.step() == 0 {
-                                std::hint::spin_loop();
+                            if t >= close {
+                                at_close = Some(snap(&w));
                             }
                         }
-                        c1 = (w.stats().counters, client.stats());
                     }
-                    let ms = (cfg.warmup + cfg.duration).as_millis() as u64;
-                    step(&mut w, "run", ms, &|| (clock.now() - start) / 1_000_000);
-                    let seconds = (clock.now() - from) as f64 / 1e9;
-                    if let Some(e) = tally.failed.borrow_mut().take() {
-                        return Err(BenchError::Config(e));
-                    }
-                    let load_seconds = out.load_seconds;
-                    let mut out = phase_out(&w, &client, &tally, (&c1.0, c1.1));
-                    out.seconds = seconds;
-                    out.load_seconds = load_seconds;
-                    Ok(out)
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().expect("benchmark thread panicked"))
-            .collect()
+                    let end = snap(&w);
+                    let open = at_open.unwrap_or(end);
+                    let close = at_close.unwrap_or(end);
+                    let out = between(&tally, (&open.0, open.1), (&close.0, close.1));
+                    let failed = tally.failed.borrow_mut().take();
+                    phases.report(
+                        k,
+                        ti,
+                        match failed {
+                            Some(e) => Err(BenchError::Run(e)),
+                            None => Ok(out),
+                        },
+                    );
+                }
+            });
+        }
+        coordinate_points(&phases, rx, &lcfg, points, &loaded, progress)
     });
     // Leave nothing behind on a memory node that outlives this run.
     let destroyed = index
         .destroy()
-        .map_err(|e| BenchError::Config(format!("{}: {e}", M::KIND)));
-    let outs = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+        .map_err(|e| BenchError::Run(format!("{}: {e}", M::KIND)));
+    let (load, measured) = outcome?;
     destroyed?;
-    Ok(outs)
+    Ok(results(fabric.backend(), &lcfg, points, load, measured))
 }
 
 /// Loads and runs on the simulator's virtual threads: `cfg.threads` on each
@@ -1141,11 +1699,11 @@ fn on_sim<M: RemoteMap>(
     loop {
         let slice = sim.now() + 1_000_000;
         let out = sim.run_until(slice);
-        progress(
+        progress(update(
             "load",
             loaded.load(Ordering::Relaxed).min(cfg.keys),
             cfg.keys,
-        );
+        ));
         if out.finished + out.blocked == threads.len() {
             break;
         }
@@ -1155,7 +1713,7 @@ fn on_sim<M: RemoteMap>(
     let mut outs = Vec::new();
     for (th, client, tally, before) in &threads {
         if let Some(e) = tally.failed.borrow_mut().take() {
-            return Err(BenchError::Config(e));
+            return Err(BenchError::Run(e));
         }
         let w = sim.worker_mut(*th);
         if w.live_tasks() > 0 {
@@ -1196,7 +1754,7 @@ fn on_sim<M: RemoteMap>(
         while sim.now() < until {
             let slice = (sim.now() + 1_000_000).min(until);
             sim.run_until(slice);
-            progress("run", (sim.now() - start) / 1_000_000, total_ms);
+            progress(update("run", (sim.now() - start) / 1_000_000, total_ms));
         }
     };
     // Counters from the end of the warm-up.
@@ -1213,7 +1771,7 @@ fn on_sim<M: RemoteMap>(
     let mut outs = Vec::new();
     for ((th, client, _, _), (tally, before)) in threads.iter().zip(&run) {
         if let Some(e) = tally.failed.borrow_mut().take() {
-            return Err(BenchError::Config(e));
+            return Err(BenchError::Run(e));
         }
         let mut o = phase_out(sim.worker_mut(*th), client, tally, (&before.0, before.1));
         o.seconds = cfg.duration.as_secs_f64();
@@ -1308,108 +1866,131 @@ impl LocalIndex for LocalArt {
     }
 }
 
-fn run_local<M: LocalIndex>(map: &M, cfg: &YcsbConfig, progress: Progress<'_>) -> Vec<ThreadOut> {
+/// The in-process peers on OS threads: load, then each point in its own
+/// window (the same protocol as [`on_threads`]).
+fn run_local<M: LocalIndex>(
+    map: &M,
+    cfg: &YcsbConfig,
+    points: &[Point],
+    progress: Progress<'_>,
+) -> Result<Vec<YcsbResult>, BenchError> {
+    let lcfg = load_config(cfg, points);
+    let threads = lcfg.threads;
     let loaded = AtomicU64::new(0);
-    let barrier = Barrier::new(cfg.threads);
-    let measured = cfg.workload != Workload::Load;
-    let chooser = chooser(cfg);
-    let threads = cfg.threads as u64;
-    std::thread::scope(|s| {
-        let hs: Vec<_> = (0..cfg.threads)
-            .map(|ti| {
-                let (loaded, barrier, chooser) = (&loaded, &barrier, &chooser);
-                s.spawn(move || {
-                    let mut out = ThreadOut::default();
-                    let mut hist = histogram();
-                    let t0 = Instant::now();
-                    let mut n = 0;
-                    for k in load_share(cfg.keys, ti as u64, threads) {
-                        let key = key_bytes(cfg.key_type, k, cfg.seed);
-                        let t = Instant::now();
-                        map.put(&key, &value_for(cfg.value_size, k, 0));
-                        let _ = hist.record((t.elapsed().as_nanos() as u64).max(1));
-                        n += 1;
-                        if n % 4096 == 0 {
-                            loaded.fetch_add(4096, Ordering::Relaxed);
-                            if ti == 0 {
-                                progress("load", loaded.load(Ordering::Relaxed), cfg.keys);
-                            }
-                        }
+    let (tx, rx) = mpsc::channel();
+    let phases = Phases::new(threads, tx);
+    let outcome = std::thread::scope(|s| {
+        for ti in 0..threads {
+            let (loaded, phases) = (&loaded, &phases);
+            s.spawn(move || {
+                let mut out = ThreadOut::default();
+                let mut hist = histogram();
+                phases.start.wait();
+                let t0 = Instant::now();
+                let mut n = 0;
+                for k in load_share(cfg.keys, ti as u64, threads as u64) {
+                    if n % 4096 == 0 && harness::interrupted() {
+                        break;
                     }
-                    out.load_seconds = t0.elapsed().as_secs_f64();
-                    barrier.wait();
-                    if !measured {
-                        out.ops = n;
-                        out.seconds = out.load_seconds;
-                        out.hist = Some(hist);
-                        return out;
+                    let key = key_bytes(cfg.key_type, k, cfg.seed);
+                    let t = Instant::now();
+                    map.put(&key, &value_for(cfg.value_size, k, 0));
+                    let _ = hist.record((t.elapsed().as_nanos() as u64).max(1));
+                    n += 1;
+                    if n % 4096 == 0 {
+                        loaded.fetch_add(4096, Ordering::Relaxed);
                     }
-                    let mut hist = histogram();
-                    let mut gen = Generator::new(
-                        cfg.workload,
-                        chooser.clone(),
-                        cfg.keys,
-                        ti as u64,
-                        threads,
-                        cfg.seed,
-                    );
-                    let start = Instant::now();
-                    let mut version = 1u64;
-                    let (mut ops, mut misses) = (0u64, 0u64);
-                    loop {
-                        // Check the clock every 64 operations (as cheap as
-                        // the remote tasks' per-operation check, relatively).
-                        if ops % 64 == 0 {
-                            let el = start.elapsed();
-                            if el >= cfg.duration {
-                                break;
-                            }
-                            if ti == 0 && ops % (64 * 1024) == 0 {
-                                progress(
-                                    "run",
-                                    el.as_millis() as u64,
-                                    cfg.duration.as_millis() as u64,
-                                );
-                            }
-                        }
-                        let op = gen.next_op();
-                        version += 1;
-                        let t = Instant::now();
-                        let hit = match op {
-                            YcsbOp::Read(k) => map.get(&key_bytes(cfg.key_type, k, cfg.seed)),
-                            YcsbOp::Update(k) => map.replace(
-                                &key_bytes(cfg.key_type, k, cfg.seed),
-                                &value_for(cfg.value_size, k, version),
-                            ),
-                            YcsbOp::Insert(k) => map.put(
-                                &key_bytes(cfg.key_type, k, cfg.seed),
-                                &value_for(cfg.value_size, k, version),
-                            ),
-                            YcsbOp::ReadModifyWrite(k) => {
-                                let key = key_bytes(cfg.key_type, k, cfg.seed);
-                                map.get(&key)
-                                    && map.replace(&key, &value_for(cfg.value_size, k, version))
-                            }
-                            YcsbOp::Scan(k, n) => {
-                                map.scan(&key_bytes(cfg.key_type, k, cfg.seed), n as usize)
-                                    .expect("workload e is refused for hash maps by validate")
-                                    > 0
-                            }
-                        };
-                        let _ = hist.record((t.elapsed().as_nanos() as u64).max(1));
-                        ops += 1;
-                        misses += (!hit) as u64;
+                }
+                loaded.fetch_add(n % 4096, Ordering::Relaxed);
+                out.load_seconds = t0.elapsed().as_secs_f64();
+                out.seconds = out.load_seconds;
+                out.ops = n;
+                out.hist = Some(hist);
+                phases.report(0, ti, Ok(out));
+                let mut k = 0;
+                while let Some(window) = phases.next() {
+                    let p = points[k];
+                    k += 1;
+                    if ti >= p.threads {
+                        continue;
                     }
-                    out.seconds = start.elapsed().as_secs_f64();
-                    out.ops = ops;
-                    out.misses = misses;
-                    out.hist = Some(hist);
-                    out
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().expect("benchmark thread panicked"))
-            .collect()
-    })
+                    let pc = cfg.at(&p);
+                    let out = local_point(map, &pc, ti, &window, &phases.live[ti]);
+                    phases.report(k, ti, Ok(out));
+                }
+            });
+        }
+        coordinate_points(&phases, rx, &lcfg, points, &loaded, progress)
+    });
+    let (load, measured) = outcome?;
+    Ok(results("local", &lcfg, points, load, measured))
+}
+
+/// Thread `ti` of an in-process peer measures one point in `window`.
+fn local_point<M: LocalIndex>(
+    map: &M,
+    cfg: &YcsbConfig,
+    ti: usize,
+    window: &Window,
+    live: &Padded,
+) -> ThreadOut {
+    let mut gen = Generator::new(
+        cfg.workload,
+        chooser(cfg),
+        cfg.keys,
+        ti as u64,
+        cfg.threads as u64,
+        cfg.seed,
+    );
+    let mut hist = histogram();
+    let mut types = by_type();
+    let mut version = 1u64;
+    let (mut ops, mut misses) = (0u64, 0u64);
+    let mut arrival = Arrival::new(window);
+    arrival.arrive();
+    // One clock read per operation: its end is the next one's start.
+    let mut t = harness::now();
+    while !window.done(t) {
+        let op = gen.next_op();
+        version += 1;
+        let hit = match op {
+            YcsbOp::Read(k) => map.get(&key_bytes(cfg.key_type, k, cfg.seed)),
+            YcsbOp::Update(k) => map.replace(
+                &key_bytes(cfg.key_type, k, cfg.seed),
+                &value_for(cfg.value_size, k, version),
+            ),
+            YcsbOp::Insert(k) => map.put(
+                &key_bytes(cfg.key_type, k, cfg.seed),
+                &value_for(cfg.value_size, k, version),
+            ),
+            YcsbOp::ReadModifyWrite(k) => {
+                let key = key_bytes(cfg.key_type, k, cfg.seed);
+                map.get(&key) && map.replace(&key, &value_for(cfg.value_size, k, version))
+            }
+            YcsbOp::Scan(k, n) => {
+                map.scan(&key_bytes(cfg.key_type, k, cfg.seed), n as usize)
+                    .expect("workload e is refused for hash maps by validate")
+                    > 0
+            }
+        };
+        let end = harness::now();
+        if window.counts(end) {
+            let lat = end.saturating_sub(t).max(1);
+            let _ = hist.record(lat);
+            let (n, h) = &mut types[op_type(&op)];
+            *n += 1;
+            let _ = h.record(lat);
+            ops += 1;
+            misses += (!hit) as u64;
+            live.0.store(ops, Ordering::Relaxed);
+        }
+        t = end;
+    }
+    ThreadOut {
+        ops,
+        misses,
+        hist: Some(hist),
+        by_type: Some(Box::new(types)),
+        ..Default::default()
+    }
 }

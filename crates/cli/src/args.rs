@@ -14,13 +14,13 @@ use dmkit_memnode::server::default_token_path;
 #[derive(Args, Clone)]
 pub(crate) struct RdmaArgs {
     /// RDMA device name (e.g. mlx5_0, rxe0).
-    #[arg(long)]
+    #[arg(long, help_heading = "RDMA devices (--backend verbs, tcp: listeners)")]
     rdma_device: Option<String>,
     /// Device port (1-based).
-    #[arg(long)]
+    #[arg(long, help_heading = "RDMA devices (--backend verbs, tcp: listeners)")]
     rdma_port: Option<u8>,
     /// GID index (RoCE; on InfiniBand selects routing with a global header).
-    #[arg(long)]
+    #[arg(long, help_heading = "RDMA devices (--backend verbs, tcp: listeners)")]
     gid_index: Option<u8>,
 }
 
@@ -120,4 +120,21 @@ pub(crate) fn parse_atomic_order(s: &str) -> Result<dmkit_sim::profile::AtomicOr
             let names: Vec<_> = AtomicOrder::ALL.iter().map(|o| o.name()).collect();
             format!("{s:?}: expected one of {}", names.join(", "))
         })
+}
+
+/// Ctrl-C ends a benchmark as its clock would: the first one asks the
+/// running measurement to stop ([`dmkit_bench::harness::interrupt`]); the
+/// command then prints and writes what was measured and removes its index
+/// through its normal path. A second Ctrl-C exits at once (status 130).
+/// The `ctrlc` crate runs the handler on a thread of its own, so it may
+/// print and take locks, which a raw signal handler may not.
+pub(crate) fn stop_on_ctrl_c() {
+    let _ = ctrlc::set_handler(|| {
+        if dmkit_bench::harness::interrupted() {
+            eprintln!("dmkit: interrupted again: exiting now");
+            std::process::exit(130);
+        }
+        eprintln!("\ndmkit: interrupted: ending the measurement (Ctrl-C again to quit at once)");
+        dmkit_bench::harness::interrupt();
+    });
 }

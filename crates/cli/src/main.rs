@@ -128,7 +128,16 @@ fn main() -> ExitCode {
         Cmd::CloverMds(a) => clover_mds::clover_mds(a),
     };
     match r {
+        // Ctrl-C ended a benchmark: its results were printed and written;
+        // the status says it was cut short, as a shell expects of SIGINT.
+        Ok(()) if dmkit_bench::harness::interrupted() => ExitCode::from(130),
         Ok(()) => ExitCode::SUCCESS,
+        // Bad input (found before any work) exits 2, as clap's own flag
+        // errors do; a run that failed exits 1.
+        Err(e) if BAD_INPUT.load(std::sync::atomic::Ordering::Relaxed) => {
+            eprintln!("dmkit: {e}");
+            ExitCode::from(2)
+        }
         Err(e) => {
             eprintln!("dmkit: {e}");
             ExitCode::FAILURE
@@ -137,5 +146,16 @@ fn main() -> ExitCode {
 }
 
 /// What a command returns: `Err` is the message `main` prints before it
-/// exits with failure.
+/// exits with failure (status 1, or 2 when [`bad_input`] made it).
 type Res = Result<(), String>;
+
+static BAD_INPUT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Marks `msg` as a bad-input error: the command refused its flags before
+/// doing any work, and dmkit exits with status 2 (as for a flag clap
+/// rejects). Validation steps wrap their errors with it
+/// (`validate(..).map_err(bad_input)?`); errors of a run keep status 1.
+pub(crate) fn bad_input(msg: impl Into<String>) -> String {
+    BAD_INPUT.store(true, std::sync::atomic::Ordering::Relaxed);
+    msg.into()
+}

@@ -46,6 +46,7 @@ pub(crate) struct MemnodeArgs {
 }
 
 pub(crate) fn memnode(a: MemnodeArgs) -> Res {
+    dmkit_bench::harness::check_memory("--size", a.size).map_err(crate::bad_input)?;
     if let Some(socket) = a.numa_socket {
         // Before the node touches its memory: its pages follow the policy.
         let topo = dmkit_runtime::numa::Topology::detect();

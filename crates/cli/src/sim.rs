@@ -152,6 +152,11 @@ pub(crate) fn sim_reproduce(a: ReproduceArgs) -> Res {
             .unwrap_or_else(|| sim_repro::PAPER_CANDIDATES.to_vec()),
         jobs: a.jobs.unwrap_or_else(dmkit_bench::default_jobs),
     };
+    for (flag, p) in [("--json", &a.json), ("--plot", &a.plot)] {
+        if let Some(p) = p {
+            dmkit_bench::harness::check_output(flag, p).map_err(crate::bad_input)?;
+        }
+    }
     let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
         let b = ProgressBar::new(1);
         b.set_style(
@@ -196,10 +201,18 @@ pub(crate) fn sim_reproduce(a: ReproduceArgs) -> Res {
             r.series, r.x, r.value, r.unit, p, ratio
         );
     }
+    if a.quick {
+        println!(
+            "quick run: fewer points and shorter windows than the paper's; the ratios above \
+             check that the model runs, they are not a reproduction (drop --quick for that)"
+        );
+    }
     if let Some(path) = &a.json {
-        let text = serde_json::to_string_pretty(&f).map_err(|e| e.to_string())?;
-        std::fs::write(path, text + "\n")
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        // The figure's fields as before (its rows compare bit for bit
+        // between builds), with the provenance added in front.
+        let prov =
+            dmkit_bench::harness::Provenance::new(a.seed, Duration::ZERO, Duration::ZERO, a.quick);
+        dmkit_bench::harness::write_json(path, &prov, &f)?;
     }
     if let Some(path) = &a.plot {
         plot::write_png(&sim_repro::chart(&f), path)

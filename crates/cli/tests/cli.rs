@@ -80,10 +80,7 @@ fn memnode_process_serves_a_benchmark_then_shuts_down() {
         Some(&json),
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.lines().next().unwrap().contains("Mops/thread"),
-        "{stdout}"
-    );
+    assert!(stdout.lines().next().unwrap().contains("Gb/s"), "{stdout}");
     let r: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     for key in [
@@ -167,8 +164,10 @@ fn embedded_benchmark_with_latency_model() {
         .unwrap()
         .to_string();
     let ops: u64 = line.split_whitespace().nth(8).unwrap().parse().unwrap();
-    // One outstanding read per 1 ms round trip: at most ~300 in 300 ms.
-    assert!((50..=320).contains(&ops), "{line}");
+    // One outstanding read per 1 ms round trip: at most ~300 in 300 ms
+    // (the window is exactly 300 ms; on a loaded machine the thread may
+    // get far less of it, so the floor only says that reads completed).
+    assert!((5..=301).contains(&ops), "{line}");
 }
 
 #[test]
@@ -547,6 +546,218 @@ fn a_closed_stdout_ends_quietly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(141), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+}
+
+/// Ctrl-C ends a benchmark like its clock: the partial result is printed
+/// and written (marked interrupted, over the shortened window), and the
+/// status is 130.
+#[test]
+fn ctrl_c_ends_a_benchmark_with_its_partial_result() {
+    let dir = tempfile::tempdir().unwrap();
+    for bench in ["micro", "ycsb"] {
+        let json = dir.path().join(format!("{bench}.json"));
+        let mut args = vec!["bench", bench, "--duration", "60s", "--quiet"];
+        match bench {
+            "micro" => args.extend(["--region-size", "1MiB"]),
+            _ => args.extend(["--keys", "2000", "--threads", "1", "--coros", "2"]),
+        }
+        let child = Command::new(DMKIT)
+            .args(&args)
+            .arg("--json")
+            .arg(&json)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        let t0 = Instant::now();
+        let kill = Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "{bench}: slow to stop"
+        );
+        assert_eq!(out.status.code(), Some(130), "{bench}: {out:?}");
+        let table = String::from_utf8_lossy(&out.stdout);
+        assert!(table.contains("Mops"), "{bench}: {table}");
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(v["interrupted"], true, "{bench}: {v}");
+        let s = v["seconds"].as_f64().unwrap();
+        assert!(s < 60.0, "{bench}: {s}");
+        assert_eq!(v["provenance"]["command"][1], "bench");
+    }
+}
+
+/// Provenance in every JSON; a thread sweep measures each point on one
+/// loaded index; many threads on few cores are warned about and counted
+/// in one window (not the sum of staggered ones).
+#[test]
+fn results_carry_provenance_and_sweeps_share_one_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("sweep.json");
+    let out = dmkit_ok(
+        &[
+            "bench",
+            "ycsb",
+            "--keys",
+            "3000",
+            "--threads",
+            "1,2",
+            "--coros",
+            "2",
+            "--duration",
+            "200ms",
+            "--quiet",
+            "--json",
+        ],
+        Some(&json),
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{v}");
+    assert_eq!(
+        (runs[0]["threads"].clone(), runs[1]["threads"].clone()),
+        (1.into(), 2.into())
+    );
+    // One load: both points report the same load time.
+    assert_eq!(runs[0]["load_seconds"], runs[1]["load_seconds"]);
+    for k in [
+        "version",
+        "commit",
+        "command",
+        "host",
+        "seed",
+        "duration_s",
+        "warmup_s",
+        "quick",
+    ] {
+        assert!(
+            v["provenance"].get(k).is_some(),
+            "provenance lacks {k}: {v}"
+        );
+    }
+    assert!(v["provenance"]["host"]["cores"].as_u64().unwrap() >= 1);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("p999_us"));
+
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let threads = (8 * cores).to_string();
+    let json = dir.path().join("many.json");
+    let out = dmkit_ok(
+        &[
+            "bench",
+            "micro",
+            "--threads",
+            &threads,
+            "--duration",
+            "300ms",
+            "--region-size",
+            "1MiB",
+            "--quiet",
+            "--json",
+        ],
+        Some(&json),
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("polling threads on"));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!((v["seconds"].as_f64().unwrap() - 0.3).abs() < 1e-6, "{v}");
+    assert!(v["oversubscribed"].is_string());
+    let per_thread: u64 = v["per_thread_ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .sum();
+    assert_eq!(per_thread, v["ops"].as_u64().unwrap());
+}
+
+/// Bad values are refused before any work: exit status 2 and one line
+/// naming the flag (issue 39: panics, hangs, sizes past the machine's
+/// memory, degenerate values, unwritable outputs).
+#[test]
+fn bad_values_exit_2_with_one_line_naming_the_flag() {
+    let huge = "64TiB";
+    let cases: &[(&[&str], &str)] = &[
+        (&["bench", "ycsb", "--zipf-items", "0"], "--zipf-items"),
+        (&["bench", "micro", "--coros", "65537"], "--coros"),
+        (&["bench", "micro", "--threads", "100000"], "--threads"),
+        (
+            &["bench", "ycsb", "--threads", "100000", "--coros", "1"],
+            "--threads",
+        ),
+        (&["bench", "ycsb", "--mem-size", huge], "--mem-size"),
+        (
+            &["bench", "micro", "--region-size", "1TiB"],
+            "embedded memory node",
+        ),
+        (
+            &["bench", "ycsb", "--keys", "100000000000"],
+            "embedded memory node",
+        ),
+        (
+            &[
+                "memnode",
+                "--size",
+                huge,
+                "--listen",
+                "unix:/tmp/dmkit-never.sock",
+            ],
+            "--size",
+        ),
+        (&["bench", "micro", "--duration", "0s"], "--duration"),
+        (&["bench", "ycsb", "--duration", "0s"], "--duration"),
+        (&["bench", "micro", "--iters", "0"], "--iters"),
+        (&["bench", "micro", "--repeat", "0"], "--repeat"),
+        (
+            &["bench", "ycsb", "--hot-keys", "2000", "--keys", "1000"],
+            "--hot-keys",
+        ),
+        (&["bench", "ycsb", "--c-max", "0"], "--c-max"),
+        (
+            &["bench", "micro", "--c-max", "0", "--coros", "2"],
+            "--c-max",
+        ),
+        (&["bench", "ycsb", "--zipf", "1.5"], "--zipf"),
+        (
+            &["bench", "ycsb", "--json", "/nonexistent/x.json"],
+            "--json",
+        ),
+        (
+            &["bench", "micro", "--json", "/nonexistent/x.json"],
+            "--json",
+        ),
+        (
+            &[
+                "sim",
+                "reproduce",
+                "smart-fig3a",
+                "--json",
+                "/nonexistent/x.json",
+            ],
+            "--json",
+        ),
+        (&["bench", "ycsb", "--plot", "/nonexistent/x.png"], "--plot"),
+    ];
+    for (args, flag) in cases {
+        let t0 = Instant::now();
+        let out = Command::new(DMKIT).args(*args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?}: expected {flag:?} in {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        // Refused before the work: no multi-gigabyte node, no run.
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "{args:?}: slow refusal"
+        );
+    }
 }
 
 /// `dmkit app shuffle|join|log … --json F` writes the keys the issue's

@@ -66,7 +66,13 @@ pub fn create_token_file(path: &Path) -> Result<[u8; TOKEN_LEN], NodeError> {
 /// user owns.
 pub fn read_token_file(path: &Path) -> Result<[u8; TOKEN_LEN], NodeError> {
     let io_err = |what| move |e| NodeError::Io { what, source: e };
-    let meta = fs::metadata(path).map_err(io_err("stat token file"))?;
+    let meta = fs::metadata(path).map_err(|e| {
+        NodeError::Config(format!(
+            "token file {}: {e} (a memory node writes it when it starts: is it running, \
+             and is this its socket?)",
+            path.display()
+        ))
+    })?;
     if meta.mode() & 0o077 != 0 {
         return Err(NodeError::Config(format!(
             "token file {} has mode {:o}: it must be readable by its owner only (chmod 600)",

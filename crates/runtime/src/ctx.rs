@@ -528,6 +528,14 @@ impl Ctx {
         self.core.st.borrow().tasks[self.task].counters.retries
     }
 
+    /// This task's counters so far (verbs, bytes, doorbells, round trips,
+    /// retries): the difference across an operation is what it cost, so a
+    /// benchmark can charge a measured window with exactly the operations
+    /// it counted.
+    pub fn counters(&self) -> Counters {
+        self.core.st.borrow().tasks[self.task].counters
+    }
+
     /// Retries all tasks of this worker have recorded so far.
     pub fn worker_retries(&self) -> u64 {
         let st = self.core.st.borrow();

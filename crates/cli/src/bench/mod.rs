@@ -106,6 +106,9 @@ impl SwitchArgs {
         c.thread_aware = on(self.thread_aware, c.thread_aware);
         c.throttle = on(self.throttle, c.throttle);
         c.conflict_avoid = on(self.conflict_avoid, c.conflict_avoid);
+        if self.c_max == Some(0) {
+            return Err(crate::bad_input("--c-max must be at least 1"));
+        }
         if self.c_max.is_some() {
             c.fixed_c_max = self.c_max;
         }
@@ -136,27 +139,28 @@ struct FabricArgs {
     /// as huge pages keep an RNIC's MTT cache warm).
     #[arg(long, value_parser = parse_size)]
     page_size: Option<u64>,
-    /// Simulator: device profile (cx6-200g, cx5-100g, cx3-56g, or a TOML file).
-    #[arg(long, default_value = "cx6-200g")]
-    profile: String,
+    /// Simulator: device profile (cx6-200g, cx5-100g, cx3-56g, or a TOML
+    /// file) [default: cx6-200g].
+    #[arg(long, help_heading = "Simulator (--backend sim)")]
+    profile: Option<String>,
     /// Simulator: override the profile's order among atomics waiting for
     /// one address (post, arrival, random, newest, round-robin).
-    #[arg(long, value_parser = parse_atomic_order)]
+    #[arg(long, value_parser = parse_atomic_order, help_heading = "Simulator (--backend sim)")]
     atomic_order: Option<dmkit_sim::profile::AtomicOrder>,
     /// Simulator: override the profile's `atomic_stalls_access` (READs and
     /// WRITEs of a word wait for the atomics queued on it; post order only:
     /// another --atomic-order turns it off unless given).
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = "Simulator (--backend sim)")]
     atomic_stalls_access: Option<OnOff>,
     /// Simulator: compute machines (--threads run on each).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, help_heading = "Simulator (--backend sim)")]
     machines: usize,
     /// Simulator: memory nodes.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, help_heading = "Simulator (--backend sim)")]
     memory_nodes: usize,
     /// Simulator: memory node i lives on compute machine i (Sherman's
     /// setup: every server is both).
-    #[arg(long)]
+    #[arg(long, help_heading = "Simulator (--backend sim)")]
     colocated: bool,
     #[command(flatten)]
     rdma: RdmaArgs,
@@ -166,10 +170,14 @@ impl FabricArgs {
     /// The simulated cluster these flags describe (`--backend sim`).
     fn sim_config(&self, needed: u64, seed: u64) -> Result<dmkit_sim::SimConfig, String> {
         if !self.connect.is_empty() || self.rtt.is_some() {
-            return Err("--connect and --rtt are shm options; the simulator has its own memory nodes and timing".into());
+            return Err(crate::bad_input("--connect and --rtt are shm options; the simulator has its own memory nodes and timing"));
         }
         Ok(dmkit_sim::SimConfig {
-            profile: load_profile(&self.profile, self.atomic_order, self.atomic_stalls_access)?,
+            profile: load_profile(
+                self.profile.as_deref().unwrap_or("cx6-200g"),
+                self.atomic_order,
+                self.atomic_stalls_access,
+            )?,
             compute_machines: self.machines,
             memory_nodes: self.memory_nodes,
             colocated: self.colocated,
@@ -184,10 +192,15 @@ impl FabricArgs {
 }
 
 fn open_fabric(a: &FabricArgs, needed: u64) -> Result<Arc<dyn Fabric>, String> {
+    if a.profile.is_some() || a.atomic_order.is_some() || a.atomic_stalls_access.is_some() {
+        return Err(crate::bad_input(
+            "--profile, --atomic-order and --atomic-stalls-access configure the simulator (--backend sim)",
+        ));
+    }
     if a.machines != 1 || a.memory_nodes != 1 || a.colocated {
-        return Err(
-            "--machines, --memory-nodes and --colocated shape the simulator (--backend sim)".into(),
-        );
+        return Err(crate::bad_input(
+            "--machines, --memory-nodes and --colocated shape the simulator (--backend sim)",
+        ));
     }
     let (mut unix, mut tcp) = (Vec::new(), Vec::new());
     for t in &a.connect {
@@ -197,20 +210,18 @@ fn open_fabric(a: &FabricArgs, needed: u64) -> Result<Arc<dyn Fabric>, String> {
         }
     }
     match a.backend {
-        Backend::Sim => Err("bench micro --backend sim: the verbs micro-benchmark on the simulator is `dmkit sim speed` \
-                    (and `dmkit sim reproduce smart-fig3a|smart-fig4a` for SMART's sweeps)"
-            .into()),
+        Backend::Sim => Err(crate::bad_input("bench micro --backend sim: the verbs micro-benchmark on the simulator is `dmkit sim speed` \
+                    (and `dmkit sim reproduce smart-fig3a|smart-fig4a` for SMART's sweeps)")),
         Backend::Verbs => {
             if !unix.is_empty() || tcp.is_empty() {
-                return Err("--backend verbs: give the memory nodes as --connect tcp:HOST:PORT \
-                            (start them with `dmkit memnode --listen tcp:HOST:PORT`)"
-                    .into());
+                return Err(crate::bad_input("--backend verbs: give the memory nodes as --connect tcp:HOST:PORT \
+                            (start them with `dmkit memnode --listen tcp:HOST:PORT`)"));
             }
             if a.rtt.is_some() || a.mem_size.is_some() || a.page_size.is_some() {
-                return Err("--rtt, --mem-size and --page-size are shm options; verbs nodes are separate processes".into());
+                return Err(crate::bad_input("--rtt, --mem-size and --page-size are shm options; verbs nodes are separate processes"));
             }
             if a.token_file.is_some() && tcp.len() > 1 {
-                return Err("--token-file names one file; with several --connect use each node's default token file".into());
+                return Err(crate::bad_input("--token-file names one file; with several --connect use each node's default token file"));
             }
             let targets: Vec<dmkit_verbs::VerbsTarget> = tcp
                 .iter()
@@ -230,7 +241,7 @@ fn open_fabric(a: &FabricArgs, needed: u64) -> Result<Arc<dyn Fabric>, String> {
         }
         Backend::Shm => {
             if !tcp.is_empty() {
-                return Err("tcp:HOST:PORT nodes serve RDMA devices: use --backend verbs (shm nodes listen on unix:PATH)".into());
+                return Err(crate::bad_input("tcp:HOST:PORT nodes serve RDMA devices: use --backend verbs (shm nodes listen on unix:PATH)"));
             }
             let cfg = ShmConfig {
                 rtt: a.rtt.filter(|d| !d.is_zero()),
@@ -238,6 +249,12 @@ fn open_fabric(a: &FabricArgs, needed: u64) -> Result<Arc<dyn Fabric>, String> {
             };
             let f = if unix.is_empty() {
                 let size = a.mem_size.unwrap_or(needed);
+                let flag = if a.mem_size.is_some() {
+                    "--mem-size"
+                } else {
+                    "the embedded memory node (--region-size, --keys, --value-size)"
+                };
+                dmkit_bench::harness::check_memory(flag, size).map_err(crate::bad_input)?;
                 ShmFabric::embedded(
                     cfg,
                     &[NodeConfig {
@@ -248,7 +265,7 @@ fn open_fabric(a: &FabricArgs, needed: u64) -> Result<Arc<dyn Fabric>, String> {
                 )
             } else {
                 if a.mem_size.is_some() || a.page_size.is_some() {
-                    return Err("--mem-size and --page-size configure the embedded node; with --connect the node process has its own --size and --page-size".into());
+                    return Err(crate::bad_input("--mem-size and --page-size configure the embedded node; with --connect the node process has its own --size and --page-size"));
                 }
                 ShmFabric::open(cfg, &targets(&unix, &a.token_file)?)
             }

@@ -6,12 +6,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use dmkit_bench::harness;
 use dmkit_bench::plot;
 use dmkit_bench::ycsb::{Distribution, KeyType, Workload};
 use dmkit_bench::ycsb_bench::{self, YcsbConfig, YcsbResult};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{open_fabric, Backend, FabricArgs, SwitchArgs};
+use crate::units::parse_size;
 use crate::Res;
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -31,6 +33,12 @@ enum DistArg {
 }
 
 #[derive(Args)]
+#[command(after_help = "EXAMPLES:
+  dmkit bench ycsb --index art --workload c
+  dmkit bench ycsb --index race --workload a --threads 1,2,4,8 --json sweep.json
+  dmkit plot sweep.json -o sweep.png
+  dmkit bench ycsb --index btree --workload e --warmup 1s --duration 10s --repeat 3
+  dmkit bench ycsb --backend sim --machines 2 --threads 16 --index race --workload c")]
 pub(crate) struct YcsbArgs {
     #[command(flatten)]
     fabric: FabricArgs,
@@ -45,15 +53,17 @@ pub(crate) struct YcsbArgs {
     /// Keys loaded before the run.
     #[arg(long, default_value_t = 1_000_000)]
     keys: u64,
-    /// Threads (one worker each).
-    #[arg(long, default_value_t = 2)]
-    threads: usize,
-    /// Tasks per thread (SMART's coroutines; remote indexes).
-    #[arg(long, default_value_t = 8)]
-    coros: usize,
-    /// Zipfian skew θ.
-    #[arg(long, default_value_t = 0.99)]
-    zipf: f64,
+    /// Threads (one worker each); a list (1,2,4,8) measures each on one
+    /// loaded index.
+    #[arg(long, value_delimiter = ',', default_value = "2")]
+    threads: Vec<usize>,
+    /// Tasks per thread (SMART's coroutines; remote indexes); a list
+    /// sweeps them.
+    #[arg(long, value_delimiter = ',', default_value = "8")]
+    coros: Vec<usize>,
+    /// Zipfian skew θ; a list sweeps it.
+    #[arg(long, value_delimiter = ',', default_value = "0.99")]
+    zipf: Vec<f64>,
     /// Key distribution (default: the workload's: latest for d, scrambled zipfian otherwise).
     #[arg(long, value_enum)]
     distribution: Option<DistArg>,
@@ -63,9 +73,9 @@ pub(crate) struct YcsbArgs {
     zipf_items: Option<u64>,
     #[arg(long, value_enum, default_value = "int")]
     key_type: KeyTypeArg,
-    /// Value bytes.
-    #[arg(long, default_value_t = 8)]
-    value_size: usize,
+    /// Bytes per value (e.g. 8, 1KiB).
+    #[arg(long, default_value = "8", value_parser = parse_size)]
+    value_size: u64,
     /// How long to run, not counting the load [default: 5s on shm, 20ms of
     /// virtual time on the simulator].
     #[arg(long, value_parser = humantime::parse_duration)]
@@ -79,41 +89,69 @@ pub(crate) struct YcsbArgs {
     #[arg(long, default_value_t = 0)]
     hot_keys: usize,
     /// The hash table's switches (its own flags: dmkit_race::RaceConfig).
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Hash table (--index race)")]
     race: dmkit_race::RaceConfig,
     /// The radix tree's switches (dmkit_art::ArtConfig).
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Radix tree (--index art)")]
     art: dmkit_art::ArtConfig,
     /// The B+tree's switches (dmkit_btree::BtreeConfig).
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "B+tree (--index btree)")]
     btree: dmkit_btree::BtreeConfig,
     /// Clover's switches and SwordBox's steering of it.
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Clover (--index clover)")]
     clover: super::clover::CloverArgs,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "SMART runtime switches")]
     switches: SwitchArgs,
-    #[arg(long, default_value_t = 1)]
+    /// Seed of the key choosers and the runtime (same seed, same key
+    /// streams).
+    #[arg(help_heading = "Run and output", long, default_value_t = 1)]
     seed: u64,
-    /// Write the result as JSON to this file.
-    #[arg(long)]
+    /// Measure each point this many times (on the loaded index when the
+    /// workload inserts nothing); prints the mean and spread.
+    #[arg(help_heading = "Run and output", long, default_value_t = 1)]
+    repeat: usize,
+    /// Write the result as JSON to this file (a sweep or --repeat: every
+    /// point's result under "runs").
+    #[arg(help_heading = "Run and output", long)]
     json: Option<PathBuf>,
     /// Also plot this result (throughput vs threads) to this PNG.
-    #[arg(long)]
+    #[arg(help_heading = "Run and output", long)]
     plot: Option<PathBuf>,
     /// No progress bar.
-    #[arg(long)]
+    #[arg(help_heading = "Run and output", long)]
     quiet: bool,
+    /// A status line on stderr every second of the run (YCSB's -s),
+    /// instead of the progress bar.
+    #[arg(help_heading = "Run and output", long)]
+    status: bool,
 }
 
 pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
+    if a.repeat == 0 {
+        return Err(crate::bad_input("--repeat must be at least 1"));
+    }
+    let mut points = Vec::new();
+    for &threads in &a.threads {
+        for &coros in &a.coros {
+            for &theta in &a.zipf {
+                for _ in 0..a.repeat {
+                    points.push(ycsb_bench::Point {
+                        threads,
+                        coros,
+                        theta,
+                    });
+                }
+            }
+        }
+    }
     let cfg = YcsbConfig {
         index: a.index,
         workload: a.workload,
         keys: a.keys,
-        threads: a.threads,
+        threads: points[0].threads,
         machines: a.fabric.machines,
-        coros: a.coros,
-        theta: a.zipf,
+        coros: points[0].coros,
+        theta: points[0].theta,
         distribution: a.distribution.map(|d| match d {
             DistArg::Uniform => Distribution::Uniform,
             DistArg::Zipfian => Distribution::Zipfian,
@@ -125,7 +163,8 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
             KeyTypeArg::Int => KeyType::Int,
             KeyTypeArg::String => KeyType::String,
         },
-        value_size: a.value_size,
+        value_size: usize::try_from(a.value_size)
+            .map_err(|_| crate::bad_input("--value-size too large"))?,
         duration: a.duration.unwrap_or(match a.fabric.backend {
             Backend::Shm | Backend::Verbs => Duration::from_secs(5),
             Backend::Sim => Duration::from_millis(20),
@@ -139,41 +178,111 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
         btree: a.btree,
         clover: a.clover.bench()?,
     };
-    let needed = ycsb_bench::memory_estimate(&cfg);
-    let platform = match a.fabric.backend {
-        Backend::Sim => ycsb_bench::Platform::Sim(Box::new(a.fabric.sim_config(needed, a.seed)?)),
-        Backend::Shm | Backend::Verbs => {
-            if !cfg.runtime.thread_aware {
-                return Err(
-                    "bench ycsb: --thread-aware off needs a backend with doorbell registers \
-                            (--backend sim); shm has none to share"
-                        .into(),
-                );
-            }
-            ycsb_bench::Platform::Fabric(open_fabric(&a.fabric, needed)?)
+    // Everything that can be checked before anything is allocated.
+    for p in &points {
+        ycsb_bench::validate(&cfg.at(p)).map_err(|e| crate::bad_input(e.to_string()))?;
+    }
+    let sim = matches!(a.fabric.backend, Backend::Sim);
+    if sim && a.repeat > 1 {
+        return Err(crate::bad_input("--repeat: the simulator is deterministic, a repeat gives the same figures (vary --seed instead)"));
+    }
+    if !sim && a.fabric.machines != 1 {
+        return Err(crate::bad_input(
+            "--machines: several compute machines exist only on the simulator (--backend sim)",
+        ));
+    }
+    for (flag, p) in [("--json", &a.json), ("--plot", &a.plot)] {
+        if let Some(p) = p {
+            harness::check_output(flag, p).map_err(crate::bad_input)?;
         }
+    }
+    let lcfg = ycsb_bench::sweep_config(&cfg, &points);
+    let needed = ycsb_bench::memory_estimate(&lcfg);
+    let threads = if sim {
+        lcfg.threads * a.fabric.machines
+    } else {
+        lcfg.threads
     };
-    let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
+    if let (false, Some(w)) = (sim, harness::oversubscribed(threads)) {
+        eprintln!("dmkit: warning: {w}");
+    }
+    let bar = (!a.quiet && !a.status && std::io::stderr().is_terminal()).then(|| {
         let b = ProgressBar::new(cfg.keys);
         b.set_style(
-            ProgressStyle::with_template("{spinner} {msg:5} {bar:40} {pos}/{len} {elapsed}")
+            ProgressStyle::with_template("{spinner} {msg} {bar:40} {pos}/{len} {elapsed}")
                 .expect("valid template"),
         );
         b
     });
-    let progress = |phase: &'static str, done: u64, total: u64| {
+    let status_at = std::sync::atomic::AtomicU64::new(0);
+    let progress = |u: ycsb_bench::Update| {
         if let Some(b) = &bar {
-            b.set_message(phase);
-            b.set_length(total);
-            b.set_position(done);
+            let msg = match (u.phase, u.warming_up) {
+                ("run", true) => "warm-up (ms)".to_string(),
+                ("run", false) if u.ops > 0 => format!("run (ms), {} ops", u.ops),
+                ("run", false) => "run (ms)".to_string(),
+                (p, _) => format!("{p} (keys)"),
+            };
+            b.set_message(msg);
+            b.set_length(u.total);
+            b.set_position(u.done);
+        } else if a.status && u.phase == "run" && !u.warming_up {
+            // YCSB's status lines: once a second, to stderr.
+            let sec = u.done / 1000;
+            if status_at.swap(sec, std::sync::atomic::Ordering::Relaxed) != sec && sec > 0 {
+                eprintln!("{} ms: {} operations counted in the window", u.done, u.ops);
+            }
         }
     };
-    let r = ycsb_bench::run(platform, &cfg, &progress).map_err(|e| e.to_string())?;
+    crate::args::stop_on_ctrl_c();
+    let provenance =
+        harness::Provenance::new(a.seed, cfg.duration, cfg.warmup, false).repeat(a.repeat);
+    let results = if sim {
+        let mut rs = Vec::new();
+        for p in &points {
+            if harness::interrupted() {
+                break;
+            }
+            let pc = cfg.at(p);
+            let platform = ycsb_bench::Platform::Sim(Box::new(
+                a.fabric
+                    .sim_config(ycsb_bench::memory_estimate(&pc), a.seed)?,
+            ));
+            rs.push(ycsb_bench::run(platform, &pc, &progress).map_err(|e| e.to_string())?);
+        }
+        rs
+    } else {
+        if !cfg.runtime.thread_aware {
+            return Err(crate::bad_input(
+                "bench ycsb: --thread-aware off needs a backend with doorbell registers \
+                        (--backend sim); shm has none to share",
+            ));
+        }
+        if points.len() > 1 && ycsb_bench::inserts(cfg.workload) {
+            // Each point on a freshly loaded index.
+            let mut rs = Vec::new();
+            for p in &points {
+                if harness::interrupted() {
+                    break;
+                }
+                let pc = cfg.at(p);
+                let platform = ycsb_bench::Platform::Fabric(open_fabric(
+                    &a.fabric,
+                    ycsb_bench::memory_estimate(&pc),
+                )?);
+                rs.push(ycsb_bench::run(platform, &pc, &progress).map_err(|e| e.to_string())?);
+            }
+            rs
+        } else {
+            let platform = ycsb_bench::Platform::Fabric(open_fabric(&a.fabric, needed)?);
+            ycsb_bench::run_points(platform, &cfg, &points, &progress).map_err(|e| e.to_string())?
+        }
+    };
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    print_ycsb(&r);
-    if r.index == "clover" {
+    print_ycsb(&results);
+    for r in results.iter().filter(|r| r.index == "clover") {
         println!(
             "clover: steer {}, {:.3} CAS failures/op, {:.1} B/op, p99 read {:.2} us, p99 write {:.2} us, first-try share {:.3}",
             r.steer.as_deref().unwrap_or("none (no switch)"),
@@ -184,39 +293,109 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
             r.retry_histogram.first().copied().unwrap_or(0.0)
         );
     }
+    if results.iter().any(|r| r.interrupted) || harness::interrupted() {
+        eprintln!("dmkit: interrupted: the figures are of what was measured before Ctrl-C");
+    }
     if let Some(path) = &a.json {
-        let text = serde_json::to_string_pretty(&r).expect("result serialises");
-        std::fs::write(path, text + "\n")
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        if results.len() == 1 {
+            harness::write_json(path, &provenance, &results[0])?;
+        } else {
+            // Each point's repeats: their mean and spread.
+            let mut spread = Vec::new();
+            for p in points.iter().step_by(a.repeat) {
+                let same: Vec<f64> = results
+                    .iter()
+                    .filter(|r| (r.threads, r.coros, r.zipf) == (p.threads, p.coros, p.theta))
+                    .map(|r| r.mops)
+                    .collect();
+                if !same.is_empty() {
+                    spread.push(serde_json::json!({
+                        "threads": p.threads,
+                        "coros": p.coros,
+                        "zipf": p.theta,
+                        "mops": harness::Spread::of(&same),
+                    }));
+                }
+            }
+            let body = serde_json::json!({ "runs": results, "spread": spread });
+            harness::write_json(path, &provenance, &body)?;
+        }
     }
     if let Some(path) = &a.plot {
-        plot::write_png(&plot::throughput_vs_threads(&[r]), path)
+        plot::write_png(&plot::throughput_vs_threads(&results), path)
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
     Ok(())
 }
 
-fn print_ycsb(r: &YcsbResult) {
+/// The run table (README: "bench ycsb's columns"), one row per measured
+/// point; then each point's operation types; then the spread of repeats.
+fn print_ycsb(rs: &[YcsbResult]) {
     println!(
-        "{:<6} {:<10} {:<4} {:>7} {:>5} {:>9} {:>8} {:>8} {:>8} {:>6} {:>6} {:>8} {:>8} {:>7} {:>9}",
-        "backend", "index", "wl", "threads", "coros", "keys", "Mops", "p50_us", "p99_us", "rt/op", "verbs", "rd_B/op", "wr_B/op", "retry", "load_Mops"
+        "{:<7} {:<10} {:<4} {:>7} {:>5} {:>5} {:>9} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>8} {:>8} {:>7} {:>9}",
+        "backend", "index", "wl", "threads", "coros", "zipf", "keys", "Mops", "p50_us", "p99_us", "p999_us", "rt/op", "verbs", "rd_B/op", "wr_B/op", "retry", "load_Mops"
     );
-    println!(
-        "{:<6} {:<10} {:<4} {:>7} {:>5} {:>9} {:>8.3} {:>8.2} {:>8.2} {:>6.2} {:>6.2} {:>8.1} {:>8.1} {:>7.3} {:>9.3}",
-        r.backend,
-        r.index,
-        r.workload,
-        r.threads,
-        r.coros,
-        r.keys,
-        r.mops,
-        r.p50_us,
-        r.p99_us,
-        r.round_trips_per_op,
-        r.verbs_per_op,
-        r.bytes_read_per_op,
-        r.bytes_written_per_op,
-        r.retries_per_op,
-        r.load_mops
-    );
+    for r in rs {
+        println!(
+            "{:<7} {:<10} {:<4} {:>7} {:>5} {:>5.2} {:>9} {:>8.3} {:>8.2} {:>8.2} {:>8.2} {:>6.2} {:>6.2} {:>8.1} {:>8.1} {:>7.3} {:>9.3}",
+            r.backend,
+            r.index,
+            r.workload,
+            r.threads,
+            r.coros,
+            r.zipf,
+            r.keys,
+            r.mops,
+            r.latency.p50_us,
+            r.latency.p99_us,
+            r.latency.p999_us,
+            r.round_trips_per_op,
+            r.verbs_per_op,
+            r.bytes_read_per_op,
+            r.bytes_written_per_op,
+            r.retries_per_op,
+            r.load_mops
+        );
+    }
+    if rs.iter().any(|r| !r.ops_by_type.is_empty()) {
+        println!(
+            "{:<7} {:>5} {:<18} {:>12} {:>8} {:>8} {:>8} {:>8}",
+            "threads", "coros", "operation", "count", "avg_us", "p95_us", "p99_us", "p999_us"
+        );
+        for r in rs {
+            for (name, t) in &r.ops_by_type {
+                println!(
+                    "{:<7} {:>5} {:<18} {:>12} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
+                    r.threads,
+                    r.coros,
+                    name,
+                    t.count,
+                    t.latency.avg_us,
+                    t.latency.p95_us,
+                    t.latency.p99_us,
+                    t.latency.p999_us
+                );
+            }
+        }
+    }
+    let mut seen: Vec<(usize, usize, f64)> = Vec::new();
+    for r in rs {
+        let key = (r.threads, r.coros, r.zipf);
+        if seen.contains(&key) {
+            continue;
+        }
+        seen.push(key);
+        let same: Vec<f64> = rs
+            .iter()
+            .filter(|o| (o.threads, o.coros, o.zipf) == key)
+            .map(|o| o.mops)
+            .collect();
+        if same.len() > 1 {
+            let m = harness::Spread::of(&same);
+            println!(
+                "threads {} coros {} zipf {}: {} runs, {:.3} Mops mean, {:.3} standard deviation, {:.3} to {:.3}",
+                key.0, key.1, key.2, m.n, m.mean, m.stddev, m.min, m.max
+            );
+        }
+    }
 }
