@@ -513,6 +513,40 @@ pub fn run_processes(
     procs: u32,
     sc: &StressConfig,
 ) -> Vec<StressRecord> {
+    let (children, _out, _) = spawn_children(child_test, node, name, procs, sc);
+    let mut h = Vec::new();
+    for (c, file) in children {
+        let res = c.wait_with_output().expect("wait for a child");
+        assert!(
+            res.status.success(),
+            "child failed: {}",
+            String::from_utf8_lossy(&res.stderr)
+        );
+        let text = std::fs::read_to_string(&file).expect("the child's history");
+        assert!(!text.is_empty(), "child wrote no history");
+        for l in text.lines() {
+            h.push(stress::from_line(l).unwrap_or_else(|| panic!("bad history line {l:?}")));
+        }
+    }
+    h
+}
+
+/// The children of [`run_processes`], started: each with the file it will
+/// write its history to, the directory of those files, and the common
+/// start ([`stress::host_now`] ns).
+type Children = (
+    Vec<(std::process::Child, std::path::PathBuf)>,
+    tempfile::TempDir,
+    u64,
+);
+
+fn spawn_children(
+    child_test: &str,
+    node: &ServedNode,
+    name: &str,
+    procs: u32,
+    sc: &StressConfig,
+) -> Children {
     let exe = std::env::current_exe().expect("the test binary's path");
     let out = tempfile::tempdir().expect("a temporary directory");
     let start = stress::host_now() + 300_000_000;
@@ -556,21 +590,62 @@ pub fn run_processes(
             (child, file)
         })
         .collect();
-    let mut h = Vec::new();
-    for (c, file) in children {
-        let res = c.wait_with_output().expect("wait for a child");
+    (children, out, start)
+}
+
+/// The crash test on shm with real processes: `procs` children (this test
+/// binary again, test `child_test`, which calls [`child`] with a short
+/// lease) run the contended workload of `sc` on a fresh map and are killed
+/// with SIGKILL `kill_after` past their common start — mid-operation,
+/// holding whatever locks they held. Then this process runs `survivor`
+/// (its own clients, `cfg`) over the same keys: every operation must
+/// complete — the dead holders' leases are broken, nothing waits for ever
+/// — and `after` checks the quiescent map (e.g. its structural checker's
+/// after-crash form). Returns the survivor's operations.
+///
+/// # Panics
+/// If a child ended before it was killed, a survivor's operation failed, or
+/// `after` panics.
+#[allow(clippy::too_many_arguments)]
+pub fn killed_processes<M: RemoteMap>(
+    child_test: &str,
+    node_size: u64,
+    cfg: M::Config,
+    procs: u32,
+    sc: &StressConfig,
+    kill_after: std::time::Duration,
+    survivor: &StressConfig,
+    after: impl FnOnce(&dyn Fabric, &Arc<M>),
+) -> usize {
+    let node = serve_node(node_size);
+    let f: Arc<dyn Fabric> = node.fabric.clone();
+    let map = M::create(f.clone(), "conformance-killed", cfg).expect("create");
+    let (children, _out, start) =
+        spawn_children(child_test, &node, "conformance-killed", procs, sc);
+    let kill_at = start + kill_after.as_nanos() as u64;
+    while stress::host_now() < kill_at {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    for (mut c, _) in children {
+        let running = c.try_wait().expect("poll a child").is_none();
+        c.kill().expect("SIGKILL a child");
+        let res = c.wait_with_output().expect("reap a child");
         assert!(
-            res.status.success(),
-            "child failed: {}",
+            running,
+            "a child ended before it was killed: {}",
             String::from_utf8_lossy(&res.stderr)
         );
-        let text = std::fs::read_to_string(&file).expect("the child's history");
-        assert!(!text.is_empty(), "child wrote no history");
-        for l in text.lines() {
-            h.push(stress::from_line(l).unwrap_or_else(|| panic!("bad history line {l:?}")));
-        }
     }
-    h
+    let h = stress::run(
+        f.as_ref(),
+        map.local_layout(),
+        &|id| map.client(id),
+        &RuntimeConfig::default(),
+        survivor,
+    )
+    .unwrap_or_else(|e| panic!("a survivor's operation failed after the kill: {e}"));
+    after(f.as_ref(), &map);
+    h.len()
 }
 
 /// The body of the test that [`run_processes`] runs as a child: reads its
