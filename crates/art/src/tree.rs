@@ -1061,22 +1061,13 @@ impl ArtClient {
         let lease = self.t.cfg.lease;
         let taken = if g.handed {
             // Handed over with its lease: renewed if too little is left.
-            let mut mine = g.word;
-            if !lease.holds(ctx, mine) {
-                let fresh = lease.word(ctx, owner);
-                match ctx.cas_sync(lock, mine, fresh).await {
-                    Ok(w) if w == mine => {
-                        mine = fresh;
-                        Ok(mine)
-                    }
-                    Ok(_) => Err(IndexError::LeaseLost(format!(
-                        "node lock {} handed over after its lease ran out",
-                        lock.addr
-                    ))),
-                    Err(e) => Err(IndexError::from(e)),
-                }
-            } else {
-                Ok(mine)
+            match lease.renew(ctx, lock, g.word, owner).await {
+                Ok(Some(w)) => Ok(w),
+                Ok(None) => Err(IndexError::LeaseLost(format!(
+                    "node lock {} handed over after its lease ran out",
+                    lock.addr
+                ))),
+                Err(e) => Err(IndexError::from(e)),
             }
         } else {
             // `backoff_cas` backs off itself: the budget only counts.
@@ -1085,17 +1076,14 @@ impl ArtClient {
                 let mine = lease.word(ctx, owner);
                 match ctx.backoff_cas(lock, 0, mine).await {
                     Ok(0) => break Ok(mine),
-                    Ok(seen) if lease.expired(ctx, seen) => {
-                        match ctx.cas_sync(lock, seen, mine).await {
-                            Ok(w) if w == seen => {
-                                self.count(|c| c.leases_broken += 1);
-                                break Ok(mine);
-                            }
-                            Ok(_) => {}
-                            Err(e) => break Err(IndexError::from(e)),
+                    Ok(seen) => match lease.break_expired(ctx, lock, seen, mine).await {
+                        Ok(true) => {
+                            self.count(|c| c.leases_broken += 1);
+                            break Ok(mine);
                         }
-                    }
-                    Ok(_) => {}
+                        Ok(false) => {}
+                        Err(e) => break Err(IndexError::from(e)),
+                    },
                     Err(e) => break Err(IndexError::from(e)),
                 }
                 if let Err(e) = retry.lost(ctx) {
@@ -1117,14 +1105,8 @@ impl ArtClient {
         let r = f.await;
         let released = if local.hand_over(g) {
             Ok(())
-        } else if lease.holds(ctx, mine) {
-            let word = self.sc().word;
-            ctx.set_local_u64(word, 0);
-            ctx.write(lock, word);
-            ctx.sync().await
         } else {
-            // Maybe broken meanwhile: let go only of our own word.
-            ctx.cas_sync(lock, mine, 0).await.map(|_| ())
+            lease.release(ctx, lock, mine, self.sc().word).await
         };
         local.release(g);
         released?;
@@ -1618,21 +1600,6 @@ impl ArtClient {
         r
     }
 
-    /// Releases leaf lock `lock` held as `mine` without a write-back: a
-    /// WRITE of 0 while the lease holds, else a CAS (the lease may have
-    /// been broken, and the word be another client's by now).
-    async fn release_leaf(&self, ctx: &Ctx, lock: RemoteRef, mine: u64) -> Result<(), IndexError> {
-        if self.t.cfg.lease.holds(ctx, mine) {
-            let word = self.sc().word;
-            ctx.set_local_u64(word, 0);
-            ctx.write(lock, word);
-            ctx.sync().await?;
-        } else {
-            ctx.cas_sync(lock, mine, 0).await?;
-        }
-        Ok(())
-    }
-
     async fn locked_leaf_remote(
         &self,
         ctx: &Ctx,
@@ -1683,8 +1650,8 @@ impl ArtClient {
             let seen = ctx.value(t);
             let mut got = seen == 0;
             let mut read_again = retry.attempts() > 0;
-            if !got && lease.expired(ctx, seen) {
-                got = ctx.cas_sync(lock, seen, mine).await? == seen;
+            if !got {
+                got = lease.break_expired(ctx, lock, seen, mine).await?;
                 if got {
                     self.count(|c| c.leases_broken += 1);
                     read_again = true;
@@ -1706,21 +1673,18 @@ impl ArtClient {
         // (queue-pair order): every path below releases the lock exactly
         // once.
         let Some(l) = self.decode(ctx, buf) else {
-            self.release_leaf(ctx, lock, mine).await?;
+            lease.release(ctx, lock, mine, self.sc().word).await?;
             return Err(corrupt(addr, "leaf (checksum mismatch under its lock)"));
         };
         if !l.valid() || l.key != key {
-            self.release_leaf(ctx, lock, mine).await?;
+            lease.release(ctx, lock, mine, self.sc().word).await?;
             return Ok(Locked::Absent);
         }
         // Publish only with enough of the lease left: renewed by CAS when
         // this worker stalled; broken meanwhile, the breaker owns the leaf
         // and this update starts over.
-        if !lease.holds(ctx, mine) {
-            let fresh = lease.word(ctx, owner);
-            if ctx.cas_sync(lock, mine, fresh).await? != mine {
-                return Ok(Locked::Retry);
-            }
+        if lease.renew(ctx, lock, mine, owner).await?.is_none() {
+            return Ok(Locked::Retry);
         }
         let new = self.sc().new.prefix(len);
         match value {

@@ -894,8 +894,8 @@ impl BtreeClient {
                 if let Some(t) = t {
                     let seen = ctx.value(t);
                     let mut got = seen == 0;
-                    if !got && lease.expired(ctx, seen) {
-                        got = ctx.cas_sync(lock, seen, mine).await? == seen;
+                    if !got {
+                        got = lease.break_expired(ctx, lock, seen, mine).await?;
                         if got {
                             self.count(|c| c.leases_broken += 1);
                             // Read the node again, after the lock is ours.
@@ -956,12 +956,17 @@ impl BtreeClient {
     /// stalled past its lease), with the lock let go locally and nothing
     /// written.
     async fn keep(&self, ctx: &Ctx, held: &mut Held) -> Result<(), IndexError> {
-        let lease = self.t.cfg.lease;
-        if lease.holds(ctx, held.word) {
-            return Ok(());
-        }
-        let fresh = lease.word(ctx, self.st.borrow().owner);
-        if ctx.cas_sync(held.lock, held.word, fresh).await? == held.word {
+        let owner = self.st.borrow().owner;
+        if let Some(fresh) = self
+            .t
+            .cfg
+            .lease
+            .renew(ctx, held.lock, held.word, owner)
+            .await?
+        {
+            if fresh == held.word {
+                return Ok(());
+            }
             held.word = fresh;
             if let (Some(l), Some(g)) = (&self.locks, held.grant) {
                 l.set_word(g.index, fresh);
@@ -1005,16 +1010,12 @@ impl BtreeClient {
                     // The node's write-back completes first, on its own.
                     ctx.sync().await?;
                 }
-                if self.t.cfg.lease.holds(ctx, held.word) {
-                    let zero = self.sc().word;
-                    ctx.set_local_u64(zero, 0);
-                    ctx.write(held.lock, zero);
-                } else {
-                    // Maybe broken meanwhile: let go only of our own word.
-                    ctx.sync().await?;
-                    ctx.cas_sync(held.lock, held.word, 0).await?;
-                    return Ok(());
-                }
+                return self
+                    .t
+                    .cfg
+                    .lease
+                    .release(ctx, held.lock, held.word, self.sc().word)
+                    .await;
             }
             ctx.sync().await
         }

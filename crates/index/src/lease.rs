@@ -33,8 +33,9 @@
 //! write landing (the default 100 ms lease against operations of
 //! microseconds).
 
+use dmkit_fabric::{FabricError, RemoteRef};
 use dmkit_runtime::lock::{pack, unpack};
-use dmkit_runtime::{Ctx, Nanos};
+use dmkit_runtime::{Ctx, Local, Nanos};
 
 /// How long a lock is held before others may break it, and the clock
 /// disagreement allowed between clients.
@@ -93,6 +94,63 @@ impl LeaseConfig {
         let (_, deadline_us) = unpack(word);
         let end = (deadline_us * 1000).saturating_sub(self.skew);
         ctx.now() + self.lease / MARGIN_DIV < end
+    }
+
+    /// Breaks held word `seen` of lock `lock` for `mine` if its lease ran
+    /// out (one CAS, so one breaker wins); `Ok(true)`: the lock is ours.
+    /// A word whose lease runs is left alone (no verb).
+    pub async fn break_expired(
+        &self,
+        ctx: &Ctx,
+        lock: RemoteRef,
+        seen: u64,
+        mine: u64,
+    ) -> Result<bool, FabricError> {
+        if !self.expired(ctx, seen) {
+            return Ok(false);
+        }
+        Ok(ctx.cas_sync(lock, seen, mine).await? == seen)
+    }
+
+    /// Keeps lock `lock`, held as `word` by `owner`, before a write under
+    /// it: `word` itself while enough of its lease is left (no verb), else
+    /// a fresh word swapped in by CAS; `None` when another client broke it
+    /// meanwhile (the lock is not ours any more).
+    pub async fn renew(
+        &self,
+        ctx: &Ctx,
+        lock: RemoteRef,
+        word: u64,
+        owner: u16,
+    ) -> Result<Option<u64>, FabricError> {
+        if self.holds(ctx, word) {
+            return Ok(Some(word));
+        }
+        let fresh = self.word(ctx, owner);
+        Ok((ctx.cas_sync(lock, word, fresh).await? == word).then_some(fresh))
+    }
+
+    /// Releases lock `lock` held as `word` and waits for it: a WRITE of 0
+    /// (staged in `scratch`, one word of task-local memory), in one batch
+    /// with whatever the caller queued, while the lease holds; else, once
+    /// that landed, a CAS — the lease may have been broken, and the word be
+    /// another client's by now.
+    pub async fn release(
+        &self,
+        ctx: &Ctx,
+        lock: RemoteRef,
+        word: u64,
+        scratch: Local,
+    ) -> Result<(), FabricError> {
+        if self.holds(ctx, word) {
+            ctx.set_local_u64(scratch, 0);
+            ctx.write(lock, scratch);
+            ctx.sync().await
+        } else {
+            // What the caller queued under the lock lands first.
+            ctx.sync().await?;
+            ctx.cas_sync(lock, word, 0).await.map(|_| ())
+        }
     }
 
     /// Checks the configuration: a lease longer than twice the skew.

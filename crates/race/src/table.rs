@@ -1021,20 +1021,23 @@ impl RaceClient {
     /// [`IndexError::LeaseLost`] when another client broke it (this worker
     /// stalled past its lease: whoever broke it finishes the work).
     async fn keep(&self, ctx: &Ctx, held: &Held) -> Result<(), IndexError> {
-        let lease = self.t.cfg.lease;
-        let word = held.word.get();
-        if lease.holds(ctx, word) {
-            return Ok(());
-        }
-        let fresh = lease.word(ctx, self.st.borrow().owner);
-        if ctx.cas_sync(held.lock, word, fresh).await? != word {
-            return Err(IndexError::LeaseLost(format!(
+        let owner = self.st.borrow().owner;
+        match self
+            .t
+            .cfg
+            .lease
+            .renew(ctx, held.lock, held.word.get(), owner)
+            .await?
+        {
+            Some(w) => {
+                held.word.set(w);
+                Ok(())
+            }
+            None => Err(IndexError::LeaseLost(format!(
                 "{} at {} broken by another client",
                 held.what, held.lock.addr
-            )));
+            ))),
         }
-        held.word.set(fresh);
-        Ok(())
     }
 
     /// Where candidate block `i` of a round lands: the block `slot` names,
