@@ -557,22 +557,13 @@ fn a_writer_that_finds_the_leaf_locked_spins_on_that_leaf() {
     assert_eq!(check_tree(&tree).unwrap().leaves, 50);
 }
 
-/// The lease of the crash test's locks: short, so survivors wait little
-/// for a dead holder's.
-fn crash_lease() -> dmkit_index::LeaseConfig {
-    dmkit_index::LeaseConfig {
-        lease: 50_000_000,
-        skew: 1_000_000,
-    }
-}
-
 /// The crash test's child: the contended workload under short leases,
 /// until the parent kills it.
 #[test]
 #[ignore = "the crash test's child; does nothing on its own"]
 fn killed_child() {
     conformance::child::<ArtTree>(ArtConfig {
-        lease: crash_lease(),
+        lease: conformance::crash_lease(),
         ..ArtConfig::default()
     });
 }
@@ -584,35 +575,12 @@ fn killed_child() {
 /// structural check.
 #[test]
 fn a_process_killed_mid_update_blocks_no_key() {
-    let sc = StressConfig {
-        workers: 2,
-        tasks: 4,
-        ops_per_task: 1_000_000,
-        hot_keys: 8,
-        fill_percent: 5,
-        seed: 11,
-        client_base: 0,
-    };
-    let survivor = StressConfig {
-        workers: 1,
-        tasks: 4,
-        ops_per_task: 300,
-        fill_percent: 10,
-        seed: 12,
-        client_base: 9,
-        ..sc.clone()
-    };
     let ops = conformance::killed_processes::<ArtTree>(
         "killed_child",
-        256 << 20,
         ArtConfig {
-            lease: crash_lease(),
+            lease: conformance::crash_lease(),
             ..ArtConfig::default()
         },
-        2,
-        &sc,
-        std::time::Duration::from_millis(400),
-        &survivor,
         |_, t| {
             dmkit_art::check_tree_after_crash(t).expect("the tree after the kill");
         },

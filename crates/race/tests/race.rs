@@ -639,15 +639,6 @@ fn two_thousand_create_destroy_cycles() {
     assert_eq!(after.heap_free_bytes, before.heap_free_bytes);
 }
 
-/// The lease of the crash test's locks: short, so survivors wait little
-/// for a dead holder's.
-fn crash_lease() -> LeaseConfig {
-    LeaseConfig {
-        lease: 50_000_000,
-        skew: 1_000_000,
-    }
-}
-
 /// The crash test's child: the contended workload under short leases,
 /// until the parent kills it.
 #[test]
@@ -655,7 +646,7 @@ fn crash_lease() -> LeaseConfig {
 fn killed_child() {
     conformance::child::<RaceTable>(RaceConfig {
         grace: 2_000_000,
-        lease: crash_lease(),
+        lease: conformance::crash_lease(),
         ..Default::default()
     });
 }
@@ -667,35 +658,12 @@ fn killed_child() {
 /// half-done split is finished by whoever finds it).
 #[test]
 fn a_process_killed_mid_update_blocks_no_key() {
-    let sc = StressConfig {
-        workers: 2,
-        tasks: 4,
-        ops_per_task: 1_000_000,
-        hot_keys: 8,
-        fill_percent: 5,
-        seed: 11,
-        client_base: 0,
-    };
-    let survivor = StressConfig {
-        workers: 1,
-        tasks: 4,
-        ops_per_task: 300,
-        fill_percent: 10,
-        seed: 12,
-        client_base: 9,
-        ..sc.clone()
-    };
     let ops = conformance::killed_processes::<RaceTable>(
         "killed_child",
-        256 << 20,
         RaceConfig {
-            lease: crash_lease(),
+            lease: conformance::crash_lease(),
             ..small()
         },
-        2,
-        &sc,
-        std::time::Duration::from_millis(400),
-        &survivor,
         |_, _| {},
     );
     assert_eq!(ops, 1200);

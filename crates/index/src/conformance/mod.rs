@@ -593,35 +593,59 @@ fn spawn_children(
     (children, out, start)
 }
 
-/// The crash test on shm with real processes: `procs` children (this test
-/// binary again, test `child_test`, which calls [`child`] with a short
-/// lease) run the contended workload of `sc` on a fresh map and are killed
-/// with SIGKILL `kill_after` past their common start — mid-operation,
-/// holding whatever locks they held. Then this process runs `survivor`
-/// (its own clients, `cfg`) over the same keys: every operation must
-/// complete — the dead holders' leases are broken, nothing waits for ever
-/// — and `after` checks the quiescent map (e.g. its structural checker's
-/// after-crash form). Returns the survivor's operations.
+/// The lease of the crash test's locks ([`killed_processes`]), in its
+/// children and its survivor: 50 ms, so survivors wait little for a dead
+/// holder's.
+pub fn crash_lease() -> crate::LeaseConfig {
+    crate::LeaseConfig {
+        lease: 50_000_000,
+        skew: 1_000_000,
+    }
+}
+
+/// The crash test on shm with real processes: two children (this test
+/// binary again, test `child_test`, which calls [`child`] with
+/// [`crash_lease`]) run the contended workload — 2 workers × 4 tasks on 8
+/// hot keys, 5 % fills — on a fresh map and are killed with SIGKILL 400 ms
+/// past their common start: mid-operation, holding whatever locks they
+/// held. Then this process runs 4 tasks × 300 operations over the same
+/// keys with its own clients (`cfg`): every operation must complete — the
+/// dead holders' leases are broken, nothing waits for ever — and `after`
+/// checks the quiescent map (e.g. its structural checker's after-crash
+/// form). Returns the survivor's operations.
 ///
 /// # Panics
 /// If a child ended before it was killed, a survivor's operation failed, or
 /// `after` panics.
-#[allow(clippy::too_many_arguments)]
 pub fn killed_processes<M: RemoteMap>(
     child_test: &str,
-    node_size: u64,
     cfg: M::Config,
-    procs: u32,
-    sc: &StressConfig,
-    kill_after: std::time::Duration,
-    survivor: &StressConfig,
     after: impl FnOnce(&dyn Fabric, &Arc<M>),
 ) -> usize {
-    let node = serve_node(node_size);
+    let (procs, kill_after) = (2, std::time::Duration::from_millis(400));
+    let sc = StressConfig {
+        workers: 2,
+        tasks: 4,
+        ops_per_task: 1_000_000,
+        hot_keys: 8,
+        fill_percent: 5,
+        seed: 11,
+        client_base: 0,
+    };
+    let survivor = StressConfig {
+        workers: 1,
+        tasks: 4,
+        ops_per_task: 300,
+        fill_percent: 10,
+        seed: 12,
+        client_base: 9,
+        ..sc.clone()
+    };
+    let node = serve_node(256 << 20);
     let f: Arc<dyn Fabric> = node.fabric.clone();
     let map = M::create(f.clone(), "conformance-killed", cfg).expect("create");
     let (children, _out, start) =
-        spawn_children(child_test, &node, "conformance-killed", procs, sc);
+        spawn_children(child_test, &node, "conformance-killed", procs, &sc);
     let kill_at = start + kill_after.as_nanos() as u64;
     while stress::host_now() < kill_at {
         std::thread::sleep(std::time::Duration::from_millis(1));
@@ -641,7 +665,7 @@ pub fn killed_processes<M: RemoteMap>(
         map.local_layout(),
         &|id| map.client(id),
         &RuntimeConfig::default(),
-        survivor,
+        &survivor,
     )
     .unwrap_or_else(|e| panic!("a survivor's operation failed after the kill: {e}"));
     after(f.as_ref(), &map);
