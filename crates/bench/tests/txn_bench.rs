@@ -27,6 +27,8 @@ fn each_workload_runs_keeps_its_invariants_and_reports_the_fields() {
             seed: 3,
             read_only: false,
             local_peer: false,
+            warmup: Duration::ZERO,
+            idle: Duration::ZERO,
         };
         let r = run_txn(shm_fabric(2, 512 << 20), &cfg).unwrap();
         assert!(r.invariants_ok, "{workload:?}: {:?}", r.invariants_error);
