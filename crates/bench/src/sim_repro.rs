@@ -421,7 +421,10 @@ fn figure(name: &str, opts: &ReproOptions, acc: &mut Acc) -> Result<(String, f64
             memsem::figure(name, opts, acc).expect("a memsem figure")?,
             1.0,
         ),
-        "smart-fig10" | "smart-fig11" => (txn::figure(name, opts, acc).expect("a txn figure")?, 1.0),
+        "smart-fig10" | "smart-fig11" => (
+            txn::figure(name, opts, acc).expect("a txn figure")?,
+            opts.time_scale,
+        ),
         n if n.starts_with("swordbox-") => (crate::sim_repro_swordbox::figure(n, opts, acc)?, 1.0),
         _ => {
             return Err(BenchError::Config(format!(

@@ -42,7 +42,7 @@ use dmkit_txn::workload::smallbank::SmallBank;
 use dmkit_txn::workload::tatp::Tatp;
 use dmkit_txn::workload::tpcc::Tpcc;
 use dmkit_txn::workload::Workload;
-use dmkit_txn::{addr_cache, Database, TxnConfig, TxnError};
+use dmkit_txn::{addr_cache, Coordinator, Database, TxnConfig, TxnError};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
@@ -429,18 +429,16 @@ impl Tally {
 /// effects on the data (SmallBank's balance) count always.
 fn spawn_tasks<W: Workload + 'static>(
     wk: &mut Worker,
-    db: &Arc<Database>,
+    coords: Vec<Coordinator>,
     w: &Arc<W>,
     ti: usize,
     cfg: &TxnBenchConfig,
     window: Window,
-) -> Result<Tally, String> {
+) -> Tally {
     let tally = Tally::new(w.types().len());
-    let cache = addr_cache();
     let read_only = cfg.read_only;
     let idle = cfg.idle.as_nanos() as u64;
-    for k in 0..cfg.coros {
-        let mut coord = db.coordinator(&cache).map_err(|e| e.to_string())?;
+    for (k, mut coord) in coords.into_iter().enumerate() {
         let (w, t) = (w.clone(), tally.clone());
         let mut rng = Rng::new(cfg.seed.wrapping_mul(1_000_003) + (ti * 1000 + k) as u64 + 1);
         wk.spawn(move |ctx| async move {
@@ -482,7 +480,15 @@ fn spawn_tasks<W: Workload + 'static>(
             }
         });
     }
-    Ok(tally)
+    tally
+}
+
+/// A thread's `cfg.coros` coordinators, sharing one address cache.
+fn coordinators(db: &Arc<Database>, cfg: &TxnBenchConfig) -> Result<Vec<Coordinator>, String> {
+    let cache = addr_cache();
+    (0..cfg.coros)
+        .map(|_| db.coordinator(&cache).map_err(|e| e.to_string()))
+        .collect()
 }
 
 fn thread<W: Workload + 'static>(
@@ -502,7 +508,8 @@ fn thread<W: Workload + 'static>(
         .local(db.local_layout())
         .build()
         .map_err(|e| e.to_string())?;
-    let tally = spawn_tasks(&mut wk, db, w, ti, cfg, window)?;
+    let coords = coordinators(db, cfg)?;
+    let tally = spawn_tasks(&mut wk, coords, w, ti, cfg, window);
     wk.run();
     // Statistics of the whole run (warm-up included) per committed
     // transaction of the window: equal shares when warm-up is 0.
@@ -520,11 +527,6 @@ fn on_sim<W: Workload + 'static>(
     w: &Arc<W>,
     cfg: &TxnBenchConfig,
 ) -> Result<(Vec<Result<ThreadOut, String>>, f64, u64), String> {
-    let from = sim.now() + cfg.warmup.as_nanos() as u64;
-    let window = Window {
-        from,
-        end: from + cfg.duration.as_nanos() as u64,
-    };
     let mut threads = Vec::new();
     for ti in 0..cfg.threads * machines {
         let th = sim
@@ -542,9 +544,26 @@ fn on_sim<W: Workload + 'static>(
                     .build()
             })
             .map_err(|e| e.to_string())?;
-        let tally = spawn_tasks(sim.worker_mut(th), db, w, ti, cfg, window)?;
-        threads.push((th, tally));
+        threads.push((th, coordinators(db, cfg)?));
     }
+    // The set-up (queue pairs, coordinator ids: control RPCs to the memory
+    // nodes' CPUs, charged in virtual time) is over before the clock
+    // starts.
+    sim.run();
+    let from = sim.now() + cfg.warmup.as_nanos() as u64;
+    let window = Window {
+        from,
+        end: from + cfg.duration.as_nanos() as u64,
+    };
+    let threads = threads
+        .into_iter()
+        .enumerate()
+        .map(|(ti, (th, coords))| {
+            let tally = spawn_tasks(sim.worker_mut(th), coords, w, ti, cfg, window);
+            sim.wake(th);
+            (th, tally)
+        })
+        .collect::<Vec<_>>();
     sim.run_until(window.from);
     let before: Vec<Counters> = threads
         .iter()

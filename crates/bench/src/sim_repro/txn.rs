@@ -236,17 +236,28 @@ fn txn_run(
         ..Default::default()
     };
     runtime.tuner.candidates = opts.candidates.clone();
-    // Enough time for a few transactions per coordinator at the longest
-    // idle times, and for the load to settle after the simultaneous start.
+    // Δ × the time scale (as `smart-table1`): the tuner's update phase
+    // (one Δ per candidate) must end inside the warm-up.
+    // Quick runs scale it 8× further (a smoke test, not a reproduction).
+    let scale = opts.time_scale / if opts.quick { 8.0 } else { 1.0 };
+    runtime.tuner.delta = ((runtime.tuner.delta as f64 * scale) as u64).max(1);
+    let update = runtime.tuner.delta * opts.candidates.len() as u64;
+    // The warm-up also outlasts the start-up transient (every coordinator
+    // starts at once: the first 1–2 ms have a long tail) and, at the long
+    // idle times, spreads the coordinators' phases; the window holds a
+    // few transactions per coordinator.
     let idle = Duration::from_micros(idle_us);
-    let (warmup, measure) = if opts.quick {
-        (Duration::from_micros(300) + idle, Duration::from_micros(500).max(2 * idle))
+    let (settle, measure) = if opts.quick {
+        (Duration::from_millis(1), Duration::from_micros(500).max(2 * idle))
     } else {
-        (Duration::from_millis(1) + idle, Duration::from_millis(2).max(4 * idle))
+        (Duration::from_millis(3), Duration::from_millis(2).max(4 * idle))
     };
+    let warmup = Duration::from_nanos(update) + settle + idle;
     let cfg = TxnBenchConfig {
         workload,
-        scale: 0,
+        // Quick: 20,000 accounts or subscribers (hot SmallBank accounts
+        // 1/25 of them, as FORD's 4,000 of 100,000).
+        scale: if opts.quick { 20_000 } else { 0 },
         threads,
         coros: 8,
         duration: measure,
@@ -262,7 +273,7 @@ fn txn_run(
         profile: opts.profile.clone(),
         compute_machines: 1,
         memory_nodes: 2,
-        memory_bytes: 256 << 20,
+        memory_bytes: if opts.quick { 96 << 20 } else { 256 << 20 },
         page_size: 2 << 20,
         seed: opts.seed,
         ..Default::default()
