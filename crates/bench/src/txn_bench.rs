@@ -339,7 +339,12 @@ fn run_peer<W: Workload + 'static>(
         let per = |x: u64| x as f64 / committed.max(1) as f64;
         Ok(TxnResult {
             workload: w.name().into(),
-            backend: if sim.is_some() { "sim" } else { db.fabric().backend() }.into(),
+            backend: if sim.is_some() {
+                "sim"
+            } else {
+                db.fabric().backend()
+            }
+            .into(),
             threads: cfg.threads,
             coros: cfg.coros,
             seconds: secs,
