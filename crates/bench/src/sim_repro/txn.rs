@@ -37,9 +37,9 @@
 //! the text ties to doorbell sharing), so "up to 5.2×" is predicted as
 //! 2.7×. TATP: the ratio "up to 2.6×" is 2.7×, but both systems run
 //! 1.2–2× above the paper: the paper's TATP is bound by bandwidth (104
-//! Gbps at 6.7 M txn/s, ≈1.9 KB per transaction: FORD reads whole hash
-//! nodes on address-cache misses and moves larger items) where dmkit's
-//! records move ≈0.5 KB. Below 16 threads FORD+ runs above the paper
+//! Gbps at 6.7 M txn/s, ≈1.9 KB per transaction) where dmkit's
+//! transactions move ≈0.5 KB (likely, not verified: FORD's larger data
+//! items and whole hash nodes read on address-cache misses). Below 16 threads FORD+ runs above the paper
 //! (its per-transaction CPU cost is not modelled; the device is idle
 //! there).
 
