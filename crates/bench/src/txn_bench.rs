@@ -382,6 +382,10 @@ fn run_peer<W: Workload + 'static>(
     out
 }
 
+/// The threads' tallies, the window's seconds and the work requests the
+/// simulator executed (0 off it).
+type Measured = (Vec<Result<ThreadOut, String>>, f64, u64);
+
 /// The measured window on the workers' clock: a transaction counts if
 /// it ends in `[from, end)`; none starts at or after `end`.
 #[derive(Debug, Clone, Copy)]
@@ -531,7 +535,7 @@ fn on_sim<W: Workload + 'static>(
     db: &Arc<Database>,
     w: &Arc<W>,
     cfg: &TxnBenchConfig,
-) -> Result<(Vec<Result<ThreadOut, String>>, f64, u64), String> {
+) -> Result<Measured, String> {
     let mut threads = Vec::new();
     for ti in 0..cfg.threads * machines {
         let th = sim
