@@ -85,6 +85,9 @@
 //!   together (`--rdwc`), so both of their rows measure both. 16 compute
 //!   nodes × 24 threads as in the paper (quick: 16 × 2), 4 tasks each.
 //!
+//! - `smart-fig10`, `smart-fig11` — §6.2.2, Figs. 10 and 11: FORD+ vs
+//!   SMART-DTX on SmallBank and TATP, described in module `txn`.
+//!
 //! Specification: the RDMA memory-semantics study:
 //! - `memsem-fig13` — §IV-B, Fig. 13: the hash table's hot area with IO
 //!   consolidation, 100 % updates of 64-byte values: throughput as the
@@ -199,7 +202,7 @@ impl Default for ReproOptions {
 }
 
 /// Figures this build reproduces.
-pub const FIGURES: [&str; 26] = [
+pub const FIGURES: [&str; 28] = [
     "smart-fig3a",
     "smart-fig4a",
     "smart-table1",
@@ -227,10 +230,15 @@ pub const FIGURES: [&str; 26] = [
     "swordbox-fig13",
     "swordbox-fig14",
     "swordbox-sherman",
+    // SMART-DTX vs FORD+ (module `txn`).
+    "smart-fig10",
+    "smart-fig11",
 ];
 
 mod memsem;
 const _: () = assert!(memsem::FIGURES.len() == 10);
+mod txn;
+const _: () = assert!(txn::FIGURES.len() == 2);
 
 /// Progress callback: `(runs done, runs total)`.
 pub type Progress<'a> = &'a dyn Fn(usize, usize);
@@ -412,6 +420,10 @@ fn figure(name: &str, opts: &ReproOptions, acc: &mut Acc) -> Result<(String, f64
         _ if name.starts_with("memsem-") && memsem::FIGURES.contains(&name) => (
             memsem::figure(name, opts, acc).expect("a memsem figure")?,
             1.0,
+        ),
+        "smart-fig10" | "smart-fig11" => (
+            txn::figure(name, opts, acc).expect("a txn figure")?,
+            opts.time_scale,
         ),
         n if n.starts_with("swordbox-") => (crate::sim_repro_swordbox::figure(n, opts, acc)?, 1.0),
         _ => {

@@ -21,8 +21,11 @@
 //! concurrent in-memory map, each transaction doing the same look-ups,
 //! copies and checks.
 //!
-//! Not here: the simulator (its workers run on virtual threads; see
-//! `dmkit sim check --scenario txn`).
+//! On the simulator ([`TxnPlatform::Sim`]) the same tasks run on virtual
+//! threads (`threads` on each compute machine) in virtual time, with the
+//! verbs counted over the measured window; this is what `dmkit sim
+//! reproduce smart-fig10|smart-fig11` runs. The local peer is wall-clock
+//! work and runs on shm only.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -30,13 +33,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dmkit_fabric::Fabric;
+use dmkit_runtime::clock::{Clock, MonotonicClock};
 use dmkit_runtime::rng::Rng;
-use dmkit_runtime::{RuntimeConfig, Worker};
+use dmkit_runtime::stats::Counters;
+use dmkit_runtime::{Nanos, RuntimeConfig, Worker};
+use dmkit_sim::{Sim, SimConfig};
 use dmkit_txn::workload::smallbank::SmallBank;
 use dmkit_txn::workload::tatp::Tatp;
 use dmkit_txn::workload::tpcc::Tpcc;
 use dmkit_txn::workload::Workload;
-use dmkit_txn::{addr_cache, Database, TxnConfig, TxnError};
+use dmkit_txn::{addr_cache, Coordinator, Database, TxnConfig, TxnError};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
@@ -76,8 +82,15 @@ pub struct TxnBenchConfig {
     pub threads: usize,
     /// Tasks (coordinators) per thread.
     pub coros: usize,
-    /// Measured wall-clock time.
+    /// Measured time (wall-clock; virtual on the simulator).
     pub duration: Duration,
+    /// Time before the measured window opens (transactions ending in it
+    /// are not counted).
+    pub warmup: Duration,
+    /// Time a task idles after each commit (SMART's artifact's
+    /// `IDLE_USEC`, which lowers the offered load for Figure 11's
+    /// throughput–latency curve); 0: none.
+    pub idle: Duration,
     /// The database's configuration (FORD's switches, replicas).
     pub txn: TxnConfig,
     /// The runtime's (SMART's switches).
@@ -108,6 +121,8 @@ pub struct TypeResult {
 pub struct TxnResult {
     /// The workload's name.
     pub workload: String,
+    /// Where it ran: the fabric backend's name or `sim`.
+    pub backend: String,
     /// Threads.
     pub threads: usize,
     /// Tasks per thread.
@@ -153,6 +168,10 @@ pub struct TxnResult {
     pub local_attempted_per_s: Option<f64>,
     /// `attempted_per_s` over the local peer's.
     pub vs_local: Option<f64>,
+    /// Each task's idle time after a commit (µs).
+    pub idle_us: f64,
+    /// Work requests the simulator executed in the whole run (0 off it).
+    pub sim_verbs: u64,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -170,9 +189,23 @@ struct ThreadOut {
     failure: Option<String>,
 }
 
+/// Where a run happens.
+pub enum TxnPlatform {
+    /// A real fabric (shm, verbs): `threads` OS threads, wall-clock time.
+    Fabric(Arc<dyn Fabric>),
+    /// The simulator: `threads` virtual threads on each of its compute
+    /// machines, virtual time; the database lives on its memory nodes.
+    Sim(Box<SimConfig>),
+}
+
 /// Creates the database on `fabric`, loads the workload, runs it and
 /// checks it; destroys the database after.
 pub fn run_txn(fabric: Arc<dyn Fabric>, cfg: &TxnBenchConfig) -> Result<TxnResult, String> {
+    run_txn_on(TxnPlatform::Fabric(fabric), cfg)
+}
+
+/// [`run_txn`] on either platform.
+pub fn run_txn_on(platform: TxnPlatform, cfg: &TxnBenchConfig) -> Result<TxnResult, String> {
     let s = cfg.scale;
     match cfg.workload {
         TxnWorkload::SmallBank => {
@@ -184,7 +217,7 @@ pub fn run_txn(fabric: Arc<dyn Fabric>, cfg: &TxnBenchConfig) -> Result<TxnResul
                     hot: (s / 25).max(1),
                 }
             };
-            run_with(fabric, cfg, w)
+            run_with(platform, cfg, w)
         }
         TxnWorkload::Tatp => {
             let mut w = Tatp {
@@ -198,7 +231,7 @@ pub fn run_txn(fabric: Arc<dyn Fabric>, cfg: &TxnBenchConfig) -> Result<TxnResul
                 let w2 = w;
                 Box::new(move |db: &Database| local_tatp(db, &w2, cfg)) as Peer<'_>
             });
-            run_peer(fabric, cfg, w, peer)
+            run_peer(platform, cfg, w, peer)
         }
         TxnWorkload::Tpcc => {
             let mut w = Tpcc {
@@ -208,7 +241,7 @@ pub fn run_txn(fabric: Arc<dyn Fabric>, cfg: &TxnBenchConfig) -> Result<TxnResul
             if s != 0 {
                 w.warehouses = s;
             }
-            run_with(fabric, cfg, w)
+            run_with(platform, cfg, w)
         }
     }
 }
@@ -216,45 +249,66 @@ pub fn run_txn(fabric: Arc<dyn Fabric>, cfg: &TxnBenchConfig) -> Result<TxnResul
 type Peer<'a> = Box<dyn FnOnce(&Database) -> Result<f64, String> + 'a>;
 
 fn run_with<W: Workload + 'static>(
-    fabric: Arc<dyn Fabric>,
+    platform: TxnPlatform,
     cfg: &TxnBenchConfig,
     w: W,
 ) -> Result<TxnResult, String> {
     if cfg.local_peer {
         return Err("the local peer runs TATP only".into());
     }
-    run_peer(fabric, cfg, w, None)
+    run_peer(platform, cfg, w, None)
 }
 
 fn run_peer<W: Workload + 'static>(
-    fabric: Arc<dyn Fabric>,
+    platform: TxnPlatform,
     cfg: &TxnBenchConfig,
     w: W,
     peer: Option<Peer<'_>>,
 ) -> Result<TxnResult, String> {
     let e = |e: TxnError| e.to_string();
+    let (fabric, mut sim) = match platform {
+        TxnPlatform::Fabric(f) => (f, None),
+        TxnPlatform::Sim(sc) => {
+            if peer.is_some() {
+                return Err("the local peer runs on shm only (it is wall-clock work)".into());
+            }
+            let machines = sc.compute_machines;
+            let sim = Sim::new(*sc).map_err(|e| format!("simulator: {e}"))?;
+            (sim.dyn_fabric(), Some((sim, machines)))
+        }
+    };
     let db = Database::create(fabric, "bench-txn", cfg.txn.clone(), &w.tables()).map_err(e)?;
     let out = (|| {
         w.load(&db).map_err(e)?;
         let local = peer.map(|p| p(&db)).transpose()?;
         let w = Arc::new(w);
-        let start = Instant::now();
-        let end = start + cfg.duration;
-        let outs: Vec<Result<ThreadOut, String>> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..cfg.threads)
-                .map(|ti| {
-                    let (db, w) = (db.clone(), w.clone());
-                    s.spawn(move || thread(&db, &w, ti, cfg, end))
-                })
-                .collect();
-            hs.into_iter()
-                .map(|h| {
-                    h.join()
-                        .map_err(|_| "a worker thread panicked".to_string())?
-                })
-                .collect()
-        });
-        let secs = start.elapsed().as_secs_f64();
+        let (outs, secs, sim_verbs) = match sim.as_mut() {
+            None => {
+                let clock = MonotonicClock;
+                let from = clock.now() + cfg.warmup.as_nanos() as u64;
+                let window = Window {
+                    from,
+                    end: from + cfg.duration.as_nanos() as u64,
+                };
+                let outs: Vec<Result<ThreadOut, String>> = std::thread::scope(|s| {
+                    let hs: Vec<_> = (0..cfg.threads)
+                        .map(|ti| {
+                            let (db, w) = (db.clone(), w.clone());
+                            s.spawn(move || thread(&db, &w, ti, cfg, window))
+                        })
+                        .collect();
+                    hs.into_iter()
+                        .map(|h| {
+                            h.join()
+                                .map_err(|_| "a worker thread panicked".to_string())?
+                        })
+                        .collect()
+                });
+                let secs = (clock.now().max(window.end) - window.from) as f64 / 1e9;
+                (outs, secs, 0)
+            }
+            Some((sim, machines)) => on_sim(sim, *machines, &db, &w, cfg)?,
+        };
         let kinds = w.types().len();
         let mut lat = histogram();
         let (mut att, mut com, mut abo) = (vec![0; kinds], vec![0; kinds], vec![0; kinds]);
@@ -285,6 +339,12 @@ fn run_peer<W: Workload + 'static>(
         let per = |x: u64| x as f64 / committed.max(1) as f64;
         Ok(TxnResult {
             workload: w.name().into(),
+            backend: if sim.is_some() {
+                "sim"
+            } else {
+                db.fabric().backend()
+            }
+            .into(),
             threads: cfg.threads,
             coros: cfg.coros,
             seconds: secs,
@@ -312,12 +372,132 @@ fn run_peer<W: Workload + 'static>(
             coalescent_commit: cfg.txn.coalescent_commit,
             replicas: cfg.txn.replicas,
             read_only: cfg.read_only,
+            idle_us: cfg.idle.as_nanos() as f64 / 1000.0,
             local_attempted_per_s: local,
             vs_local: local.map(|l| attempted as f64 / secs / l),
+            sim_verbs,
         })
     })();
     db.destroy().map_err(e)?;
     out
+}
+
+/// The threads' tallies, the window's seconds and the work requests the
+/// simulator executed (0 off it).
+type Measured = (Vec<Result<ThreadOut, String>>, f64, u64);
+
+/// The measured window on the workers' clock: a transaction counts if
+/// it ends in `[from, end)`; none starts at or after `end`.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    from: Nanos,
+    end: Nanos,
+}
+
+/// A thread's tallies, shared by its tasks.
+#[derive(Clone)]
+struct Tally {
+    attempted: Rc<RefCell<Vec<u64>>>,
+    committed: Rc<RefCell<Vec<u64>>>,
+    aborts: Rc<RefCell<Vec<u64>>>,
+    effect: Rc<Cell<i64>>,
+    lat: Rc<RefCell<Histogram<u64>>>,
+    failure: Rc<RefCell<Option<String>>>,
+}
+
+impl Tally {
+    fn new(kinds: usize) -> Self {
+        Tally {
+            attempted: Rc::new(RefCell::new(vec![0; kinds])),
+            committed: Rc::new(RefCell::new(vec![0; kinds])),
+            aborts: Rc::new(RefCell::new(vec![0; kinds])),
+            effect: Rc::default(),
+            lat: Rc::new(RefCell::new(histogram())),
+            failure: Rc::default(),
+        }
+    }
+
+    fn out(&self, counters: &Counters) -> ThreadOut {
+        ThreadOut {
+            attempted: self.attempted.borrow().clone(),
+            committed: self.committed.borrow().clone(),
+            aborts: self.aborts.borrow().clone(),
+            effect: self.effect.get(),
+            lat: self.lat.borrow().clone(),
+            round_trips: counters.round_trips,
+            bytes: counters.bytes_read + counters.bytes_written,
+            failure: self.failure.borrow_mut().take(),
+        }
+    }
+}
+
+/// Spawns thread `ti`'s `cfg.coros` tasks on `wk`: each a coordinator
+/// running drawn transactions (each retried until it commits or its logic
+/// rolls it back) until `window.end`, idling `cfg.idle` after each commit.
+/// Attempts, commits and latencies count inside `window` only; the
+/// effects on the data (SmallBank's balance) count always.
+fn spawn_tasks<W: Workload + 'static>(
+    wk: &mut Worker,
+    coords: Vec<Coordinator>,
+    w: &Arc<W>,
+    ti: usize,
+    cfg: &TxnBenchConfig,
+    window: Window,
+) -> Tally {
+    let tally = Tally::new(w.types().len());
+    let read_only = cfg.read_only;
+    let idle = cfg.idle.as_nanos() as u64;
+    for (k, mut coord) in coords.into_iter().enumerate() {
+        let (w, t) = (w.clone(), tally.clone());
+        let mut rng = Rng::new(cfg.seed.wrapping_mul(1_000_003) + (ti * 1000 + k) as u64 + 1);
+        wk.spawn(move |ctx| async move {
+            while ctx.now() < window.end {
+                let mut tx = w.draw(&mut rng);
+                while read_only && !w.read_only(&tx) {
+                    tx = w.draw(&mut rng);
+                }
+                let kind = w.kind(&tx);
+                let t0 = ctx.now();
+                let (mut attempts, mut aborts) = (0u64, 0u64);
+                let committed = loop {
+                    attempts += 1;
+                    match w.run(&mut coord, &ctx, &tx).await {
+                        Ok(d) => {
+                            t.effect.set(t.effect.get() + d);
+                            break true;
+                        }
+                        Err(TxnError::UserAbort) => break false,
+                        Err(e) if e.retryable() => aborts += 1,
+                        Err(e) => {
+                            t.failure.borrow_mut().get_or_insert(format!("{tx:?}: {e}"));
+                            return;
+                        }
+                    }
+                };
+                let now = ctx.now();
+                if (window.from..window.end).contains(&now) {
+                    t.attempted.borrow_mut()[kind] += attempts;
+                    t.aborts.borrow_mut()[kind] += aborts;
+                    if committed {
+                        t.committed.borrow_mut()[kind] += 1;
+                        let _ = t.lat.borrow_mut().record((now - t0).max(1));
+                    }
+                }
+                if committed && idle > 0 {
+                    ctx.sleep(idle).await;
+                }
+            }
+        });
+    }
+    tally
+}
+
+/// A thread's `cfg.coros` coordinators, sharing one address cache.
+fn coordinators(db: &Arc<Database>, cfg: &TxnBenchConfig) -> Result<Vec<Coordinator>, String> {
+    let cache = addr_cache();
+    (0..cfg.coros)
+        .map(|_| db.coordinator(&cache).map_err(|e| e.to_string()))
+        .collect()
 }
 
 fn thread<W: Workload + 'static>(
@@ -325,7 +505,7 @@ fn thread<W: Workload + 'static>(
     w: &Arc<W>,
     ti: usize,
     cfg: &TxnBenchConfig,
-    end: Instant,
+    window: Window,
 ) -> Result<ThreadOut, String> {
     let mut wk = Worker::builder(db.fabric().as_ref())
         .config(RuntimeConfig {
@@ -337,69 +517,86 @@ fn thread<W: Workload + 'static>(
         .local(db.local_layout())
         .build()
         .map_err(|e| e.to_string())?;
-    let kinds = w.types().len();
-    let cache = addr_cache();
-    let attempted = Rc::new(RefCell::new(vec![0u64; kinds]));
-    let committed = Rc::new(RefCell::new(vec![0u64; kinds]));
-    let aborts = Rc::new(RefCell::new(vec![0u64; kinds]));
-    let effect = Rc::new(Cell::new(0i64));
-    let lat = Rc::new(RefCell::new(histogram()));
-    let failure: Rc<RefCell<Option<String>>> = Rc::default();
-    let read_only = cfg.read_only;
-    for k in 0..cfg.coros {
-        let mut coord = db.coordinator(&cache).map_err(|e| e.to_string())?;
-        let (w, attempted, committed, aborts, effect, lat, failure) = (
-            w.clone(),
-            attempted.clone(),
-            committed.clone(),
-            aborts.clone(),
-            effect.clone(),
-            lat.clone(),
-            failure.clone(),
-        );
-        let mut rng = Rng::new(cfg.seed.wrapping_mul(1_000_003) + (ti * 1000 + k) as u64 + 1);
-        wk.spawn(move |ctx| async move {
-            while Instant::now() < end {
-                let mut tx = w.draw(&mut rng);
-                while read_only && !w.read_only(&tx) {
-                    tx = w.draw(&mut rng);
-                }
-                let kind = w.kind(&tx);
-                let t0 = Instant::now();
-                loop {
-                    attempted.borrow_mut()[kind] += 1;
-                    match w.run(&mut coord, &ctx, &tx).await {
-                        Ok(d) => {
-                            effect.set(effect.get() + d);
-                            committed.borrow_mut()[kind] += 1;
-                            let ns = t0.elapsed().as_nanos() as u64;
-                            let _ = lat.borrow_mut().record(ns.max(1));
-                            break;
-                        }
-                        Err(TxnError::UserAbort) => break,
-                        Err(e) if e.retryable() => aborts.borrow_mut()[kind] += 1,
-                        Err(e) => {
-                            failure.borrow_mut().get_or_insert(format!("{tx:?}: {e}"));
-                            return;
-                        }
-                    }
-                }
-            }
-        });
-    }
+    let coords = coordinators(db, cfg)?;
+    let tally = spawn_tasks(&mut wk, coords, w, ti, cfg, window);
     wk.run();
-    let st = wk.stats();
-    let out = ThreadOut {
-        attempted: attempted.borrow().clone(),
-        committed: committed.borrow().clone(),
-        aborts: aborts.borrow().clone(),
-        effect: effect.get(),
-        lat: lat.borrow().clone(),
-        round_trips: st.counters.round_trips,
-        bytes: st.counters.bytes_read + st.counters.bytes_written,
-        failure: failure.borrow_mut().take(),
+    // Statistics of the whole run (warm-up included) per committed
+    // transaction of the window: equal shares when warm-up is 0.
+    Ok(tally.out(&wk.stats().counters))
+}
+
+/// The run on the simulator: `cfg.threads` virtual threads on each
+/// compute machine, their verbs counted over the window. Returns the
+/// threads' tallies, the window's seconds and the work requests the
+/// simulator executed.
+fn on_sim<W: Workload + 'static>(
+    sim: &mut Sim,
+    machines: usize,
+    db: &Arc<Database>,
+    w: &Arc<W>,
+    cfg: &TxnBenchConfig,
+) -> Result<Measured, String> {
+    let mut threads = Vec::new();
+    for ti in 0..cfg.threads * machines {
+        let th = sim
+            .add_worker(ti / cfg.threads, |f: &dyn Fabric, clock| {
+                Worker::builder(f)
+                    .clock(clock)
+                    .config(RuntimeConfig {
+                        seed: cfg.seed + ti as u64,
+                        op_stats: false,
+                        ..cfg.runtime.clone()
+                    })
+                    .id(ti)
+                    .tasks(cfg.coros)
+                    .local(db.local_layout())
+                    .build()
+            })
+            .map_err(|e| e.to_string())?;
+        threads.push((th, coordinators(db, cfg)?));
+    }
+    // The set-up (queue pairs, coordinator ids: control RPCs to the memory
+    // nodes' CPUs, charged in virtual time) is over before the clock
+    // starts.
+    sim.run();
+    let from = sim.now() + cfg.warmup.as_nanos() as u64;
+    let window = Window {
+        from,
+        end: from + cfg.duration.as_nanos() as u64,
     };
-    Ok(out)
+    let threads = threads
+        .into_iter()
+        .enumerate()
+        .map(|(ti, (th, coords))| {
+            let tally = spawn_tasks(sim.worker_mut(th), coords, w, ti, cfg, window);
+            sim.wake(th);
+            (th, tally)
+        })
+        .collect::<Vec<_>>();
+    sim.run_until(window.from);
+    let before: Vec<Counters> = threads
+        .iter()
+        .map(|(th, _)| sim.thread_stats(*th).counters)
+        .collect();
+    sim.run_until(window.end);
+    let after: Vec<Counters> = threads
+        .iter()
+        .map(|(th, _)| sim.thread_stats(*th).counters)
+        .collect();
+    // The transactions under way finish (their locks released), so the
+    // checks see a quiescent database.
+    sim.run();
+    let outs = threads
+        .iter()
+        .zip(before.iter().zip(&after))
+        .map(|((th, t), (b, a))| {
+            if sim.worker_mut(*th).live_tasks() > 0 {
+                return Err("a virtual thread blocked forever".to_string());
+            }
+            Ok(t.out(&a.since(b)))
+        })
+        .collect();
+    Ok((outs, cfg.duration.as_secs_f64(), sim.stats().posted))
 }
 
 /// The local peer: TATP's read-only transactions on the loaded records

@@ -27,6 +27,8 @@ fn each_workload_runs_keeps_its_invariants_and_reports_the_fields() {
             seed: 3,
             read_only: false,
             local_peer: false,
+            warmup: Duration::ZERO,
+            idle: Duration::ZERO,
         };
         let r = run_txn(shm_fabric(2, 512 << 20), &cfg).unwrap();
         assert!(r.invariants_ok, "{workload:?}: {:?}", r.invariants_error);
@@ -53,4 +55,45 @@ fn each_workload_runs_keeps_its_invariants_and_reports_the_fields() {
         .parse::<TxnWorkload>()
         .unwrap_err()
         .contains("tatp"));
+}
+
+/// On the simulator: the same harness in virtual time commits, keeps the
+/// invariants, counts verbs, and a seed gives the same figures twice.
+#[test]
+fn on_the_simulator_it_commits_and_is_deterministic() {
+    use dmkit_bench::txn_bench::{run_txn_on, TxnPlatform};
+    let run = |workload| {
+        let cfg = TxnBenchConfig {
+            workload,
+            scale: 2_000,
+            threads: 4,
+            coros: 4,
+            duration: Duration::from_micros(300),
+            warmup: Duration::from_micros(100),
+            idle: Duration::from_micros(5),
+            txn: TxnConfig::default(),
+            runtime: RuntimeConfig::default(),
+            seed: 5,
+            read_only: false,
+            local_peer: false,
+        };
+        let sim = dmkit_sim::SimConfig {
+            memory_nodes: 2,
+            memory_bytes: 64 << 20,
+            ..Default::default()
+        };
+        run_txn_on(TxnPlatform::Sim(Box::new(sim)), &cfg).unwrap()
+    };
+    for w in [TxnWorkload::SmallBank, TxnWorkload::Tatp] {
+        let (a, b) = (run(w), run(w));
+        assert!(a.invariants_ok, "{w:?}: {:?}", a.invariants_error);
+        assert!(a.committed > 0 && a.sim_verbs > 0, "{w:?}: {a:?}");
+        assert_eq!(a.backend, "sim");
+        assert!((a.seconds - 300e-6).abs() < 1e-12);
+        assert_eq!(
+            (a.committed, a.attempted, a.sim_verbs, a.p50_us.to_bits()),
+            (b.committed, b.attempted, b.sim_verbs, b.p50_us.to_bits()),
+            "{w:?}: the simulator is deterministic"
+        );
+    }
 }

@@ -86,11 +86,16 @@ impl Coordinator {
         if head.lease == 0 {
             return Ok(Recovered::Nothing);
         }
-        if !db.cfg.lease.expired(ctx, head.lease) {
-            return Ok(Recovered::Busy);
-        }
+        // The log's lease word is broken as every index lock is
+        // (`LeaseConfig::break_expired`: only once it ran out, one CAS,
+        // one breaker wins).
         let mine = db.cfg.lease.word(ctx, self.id);
-        if ctx.cas_sync(log0, head.lease, mine).await? != head.lease {
+        if !db
+            .cfg
+            .lease
+            .break_expired(ctx, log0, head.lease, mine)
+            .await?
+        {
             return Ok(Recovered::Busy);
         }
         // The log is ours: read all of it.
@@ -160,7 +165,9 @@ impl Coordinator {
         ctx.sync().await?;
         let t: RecordTail = ctx.get_as(hdr);
         if t.lock == word && !Version(t.version).dirty() {
-            ctx.cas_sync(tail, word, 0).await?;
+            // Its owner is recovered: the expired lock is broken straight
+            // to free (nothing is left to repair under it).
+            self.db.cfg.lease.break_expired(ctx, tail, word, 0).await?;
         }
         Ok(())
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use dmkit_bench::txn_bench::{self, TxnBenchConfig, TxnResult, TxnWorkload};
+use dmkit_bench::txn_bench::{self, TxnBenchConfig, TxnPlatform, TxnResult, TxnWorkload};
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_fabric::Fabric;
 use dmkit_memnode::NodeConfig;
@@ -34,9 +34,18 @@ pub(crate) struct TxnArgs {
     /// Coordinators (tasks) per thread.
     #[arg(long, default_value_t = 8)]
     coros: usize,
-    /// How long to run, not counting the load.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-    duration: Duration,
+    /// How long to measure, not counting the load [default: 5s; 2ms of
+    /// virtual time on the simulator].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
+    /// Run this long before the measured window opens [default: 0; 1ms on
+    /// the simulator].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    warmup: Option<Duration>,
+    /// Each coordinator idles this long after a commit (SMART's Figure
+    /// 11 lowers the offered load this way).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    idle: Duration,
     /// Copies of every record (primary + backups), each on its own memory
     /// node: the embedded shm fabric gets this many nodes.
     #[arg(long, default_value_t = 2)]
@@ -68,12 +77,22 @@ pub(crate) struct TxnArgs {
 }
 
 pub(crate) fn bench_txn(a: TxnArgs) -> Res {
+    let sim = matches!(a.fabric.backend, Backend::Sim);
+    if !sim && (a.fabric.machines != 1 || a.fabric.memory_nodes != 1) {
+        return Err(crate::bad_input(
+            "--machines and --memory-nodes are simulator options (--backend sim)",
+        ));
+    }
     let cfg = TxnBenchConfig {
         workload: a.workload,
         scale: a.scale,
         threads: a.threads,
         coros: a.coros,
-        duration: a.duration,
+        duration: a.duration.unwrap_or(if sim {
+            Duration::from_millis(2)
+        } else {
+            Duration::from_secs(5)
+        }),
         txn: TxnConfig {
             replicas: a.replicas,
             hitchhike: a.hitchhike == OnOff::On,
@@ -85,14 +104,24 @@ pub(crate) fn bench_txn(a: TxnArgs) -> Res {
         seed: a.seed,
         read_only: a.read_only,
         local_peer: a.local_peer,
+        warmup: a.warmup.unwrap_or(if sim {
+            Duration::from_millis(1)
+        } else {
+            Duration::ZERO
+        }),
+        idle: a.idle,
     };
     let fabric: Arc<dyn Fabric> = match a.fabric.backend {
         Backend::Sim => {
-            return Err(
-                "bench txn runs on shm or verbs; transactions on the simulator: \
-                        `dmkit sim check --scenario txn`"
-                    .into(),
-            );
+            // One memory node per replica unless told otherwise; room for
+            // FORD's default populations and 4096 undo logs.
+            let mut sc = a.fabric.sim_config(512 << 20, a.seed)?;
+            if a.fabric.memory_nodes == 1 {
+                sc.memory_nodes = a.replicas.max(1);
+            }
+            sc.memory_bytes = a.fabric.mem_size.unwrap_or(256 << 20);
+            let r = txn_bench::run_txn_on(TxnPlatform::Sim(Box::new(sc)), &cfg)?;
+            return report(&r, &a);
         }
         Backend::Shm if a.fabric.connect.is_empty() => {
             // Embedded: one memory node per replica (sparse memfds).
@@ -112,7 +141,11 @@ pub(crate) fn bench_txn(a: TxnArgs) -> Res {
         _ => open_fabric(&a.fabric, 1 << 30)?,
     };
     let r = txn_bench::run_txn(fabric, &cfg)?;
-    print_txn(&r);
+    report(&r, &a)
+}
+
+fn report(r: &TxnResult, a: &TxnArgs) -> Res {
+    print_txn(r);
     if let Some(path) = &a.json {
         let text = serde_json::to_string_pretty(&r).expect("result serialises");
         std::fs::write(path, text + "\n")
