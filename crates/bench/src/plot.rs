@@ -295,7 +295,11 @@ pub fn figure_plot(title: &str, x_label: &str, rows: &[FigureRow]) -> Plot {
             Panel {
                 title: String::new(),
                 x_label: x_label.into(),
-                y_label: u.clone(),
+                y_label: if u == "x" {
+                    "speed-up (×)".into()
+                } else {
+                    u.clone()
+                },
                 series,
                 reference: (u == "x").then_some(1.0),
                 ..Panel::default()
