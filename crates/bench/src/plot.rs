@@ -635,9 +635,15 @@ fn axis(values: &[f64], scale: Scale, from_zero: bool, data_ticks: bool) -> Axis
         .map(|k| k as f64 * step)
         .map(|v| (v, fmt_num((v / step).round() * step)))
         .collect();
+    // An x axis (not from zero) leaves room so end markers clear the frame.
+    let pad = if from_zero {
+        0.0
+    } else {
+        0.03 * (b - a) * step
+    };
     Axis {
-        lo: a * step,
-        hi: b * step,
+        lo: a * step - pad,
+        hi: b * step + pad,
         log: false,
         ticks,
     }

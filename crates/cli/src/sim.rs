@@ -312,7 +312,11 @@ fn sim_report(a: &ReproduceArgs, dir: &std::path::Path) -> Res {
     if failed.is_empty() {
         Ok(())
     } else {
-        Err(format!("{} figure(s) failed: {}", failed.len(), failed.join(", ")))
+        Err(format!(
+            "{} figure(s) failed: {}",
+            failed.len(),
+            failed.join(", ")
+        ))
     }
 }
 
