@@ -31,6 +31,7 @@ pub mod hashtable;
 pub mod io_consolidation;
 pub mod micro;
 pub mod plot;
+pub mod report;
 pub mod rng;
 pub mod rpc;
 pub mod sim_check;

@@ -1412,30 +1412,23 @@ const FIG14_ARTIFACT_HIST: [(bool, usize, [f64; 9]); 10] = [
     (true, 96, [0.908, 0.048, 0.009, 0.007, 0.004, 0.003, 0.003, 0.002, 0.015]),
 ];
 
-/// The figure as a chart: one line per series in Mops, plus the paper's
-/// points as "… (paper)" series.
-pub fn chart(f: &Figure) -> crate::plot::Chart {
-    let mut series: std::collections::BTreeMap<String, Vec<(f64, f64)>> = Default::default();
-    let main_unit = f.rows.first().map(|r| r.unit.clone()).unwrap_or_default();
-    for r in f.rows.iter().filter(|r| r.unit == main_unit) {
-        series
-            .entry(r.series.clone())
-            .or_default()
-            .push((r.x, r.value));
-        if let Some(p) = r.published {
-            series
-                .entry(format!("{} (paper)", r.series))
-                .or_default()
-                .push((r.x, p));
-        }
-    }
-    for v in series.values_mut() {
-        v.sort_by(|a, b| a.0.total_cmp(&b.0));
-    }
-    crate::plot::Chart {
-        title: format!("{} on the simulator ({})", f.figure, f.profile),
-        x_label: f.x_label.clone(),
-        y_label: main_unit,
-        series,
-    }
+/// The figure as a plot: one panel per unit, the paper's values as hollow
+/// markers of their series (see [`crate::plot`]).
+pub fn chart(f: &Figure) -> crate::plot::Plot {
+    let rows: Vec<crate::plot::FigureRow> = f
+        .rows
+        .iter()
+        .map(|r| crate::plot::FigureRow {
+            series: r.series.clone(),
+            x: r.x,
+            value: r.value,
+            unit: r.unit.clone(),
+            published: r.published,
+        })
+        .collect();
+    crate::plot::figure_plot(
+        &format!("{} on the simulator ({})", f.figure, f.profile),
+        &f.x_label,
+        &rows,
+    )
 }

@@ -85,8 +85,24 @@ pub(crate) struct SpeedArgs {
 pub(crate) struct ReproduceArgs {
     /// Figure: smart-fig3a, smart-fig4a, smart-table1, smart-fig7,
     /// smart-fig12, smart-fig14, smart-art-fig11, smart-art-fig15,
-    /// memsem-fig13, memsem-fig3|4|5|6|8|10|12|15|16|19.
-    name: String,
+    /// memsem-fig13, memsem-fig3|4|5|6|8|10|12|15|16|19, swordbox-fig5|10|11|12|13|14,
+    /// swordbox-sherman.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    name: Option<String>,
+    /// Run every figure this build reproduces, one after the other (needs
+    /// --report).
+    #[arg(long, requires = "report", conflicts_with_all = ["json", "plot"])]
+    all: bool,
+    /// Write the reproduction report into this directory: index.html (one
+    /// self-contained page: each figure's plot beside the paper's numbers,
+    /// the ratio per point, in or out of band, profile, wall time, the
+    /// command to rerun it), report.md, figures/*.svg and json/*.json.
+    #[arg(long, value_name = "DIR")]
+    report: Option<PathBuf>,
+    /// --report: a point is in band when within this fraction of the
+    /// paper's value.
+    #[arg(long, default_value_t = 0.3, requires = "report")]
+    band: f64,
     /// Device profile: cx6-200g, cx5-100g, cx3-56g, or a TOML file
     /// (default: cx3-56g, the study's hardware, for the memory-semantics
     /// figures other than memsem-fig13; cx6-200g for the others).
@@ -118,7 +134,8 @@ pub(crate) struct ReproduceArgs {
     /// Write the rows as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Write a PNG chart (reproduced lines and the paper's points).
+    /// Write the figure as a chart: .png, .svg or .pdf (reproduced lines,
+    /// the paper's values as hollow markers).
     #[arg(long)]
     plot: Option<PathBuf>,
     /// Runs to execute at once, one core each [default: the cores this
@@ -130,17 +147,25 @@ pub(crate) struct ReproduceArgs {
     quiet: bool,
 }
 
-pub(crate) fn sim_reproduce(a: ReproduceArgs) -> Res {
+/// The profile a figure runs on unless told: the memory-semantics study's
+/// hardware (cx3-56g) for its figures other than memsem-fig13, cx6-200g
+/// for the others.
+fn default_profile(name: &str) -> &'static str {
+    if name.starts_with("memsem-") && name != "memsem-fig13" {
+        "cx3-56g"
+    } else {
+        "cx6-200g"
+    }
+}
+
+fn repro_options(
+    a: &ReproduceArgs,
+    name: &str,
+) -> Result<dmkit_bench::sim_repro::ReproOptions, String> {
     use dmkit_bench::sim_repro;
-    let opts = sim_repro::ReproOptions {
+    Ok(sim_repro::ReproOptions {
         profile: load_profile(
-            a.profile.as_deref().unwrap_or(
-                if a.name.starts_with("memsem-") && a.name != "memsem-fig13" {
-                    "cx3-56g"
-                } else {
-                    "cx6-200g"
-                },
-            ),
+            a.profile.as_deref().unwrap_or(default_profile(name)),
             a.atomic_order,
             a.atomic_stalls_access,
         )?,
@@ -149,29 +174,175 @@ pub(crate) fn sim_reproduce(a: ReproduceArgs) -> Res {
         time_scale: a.time_scale,
         candidates: a
             .tuner_candidates
+            .clone()
             .unwrap_or_else(|| sim_repro::PAPER_CANDIDATES.to_vec()),
         jobs: a.jobs.unwrap_or_else(dmkit_bench::default_jobs),
+    })
+}
+
+fn progress_bar(a: &ReproduceArgs, prefix: &str) -> Option<ProgressBar> {
+    (!a.quiet && std::io::stderr().is_terminal()).then(|| {
+        let b = ProgressBar::new(1);
+        b.set_style(
+            ProgressStyle::with_template(&format!(
+                "{prefix}{{spinner}} runs {{bar:40}} {{pos}}/{{len}} {{elapsed}}"
+            ))
+            .expect("valid template"),
+        );
+        // Ticks on its own, so a long run does not look frozen.
+        b.enable_steady_tick(Duration::from_millis(200));
+        b
+    })
+}
+
+/// The command that reruns figure `name` as `a` ran it.
+fn rerun_command(a: &ReproduceArgs, name: &str) -> String {
+    let mut c = format!("dmkit sim reproduce {name}");
+    if let Some(p) = &a.profile {
+        c += &format!(" --profile {p}");
+    }
+    if let Some(o) = a.atomic_order {
+        c += &format!(" --atomic-order {}", o.name());
+    }
+    if let Some(s) = a.atomic_stalls_access {
+        c += &format!(
+            " --atomic-stalls-access {}",
+            if s == OnOff::On { "on" } else { "off" }
+        );
+    }
+    c += &format!(" --seed {}", a.seed);
+    if a.quick {
+        c += " --quick";
+    }
+    if a.time_scale != 0.125 {
+        c += &format!(" --time-scale {}", a.time_scale);
+    }
+    if let Some(t) = &a.tuner_candidates {
+        let v: Vec<String> = t
+            .iter()
+            .map(|&c| {
+                if c == dmkit_runtime::throttle::UNLIMITED {
+                    "unlimited".into()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect();
+        c += &format!(" --tuner-candidates {}", v.join(","));
+    }
+    c + &format!(" --json {name}.json --plot {name}.svg")
+}
+
+/// `--report DIR` (with `--all` or one figure): run the figures, write the
+/// report.
+fn sim_report(a: &ReproduceArgs, dir: &std::path::Path) -> Res {
+    use dmkit_bench::{report, sim_repro};
+    if !(a.band.is_finite() && a.band >= 0.0) {
+        return Err(crate::bad_input(format!(
+            "--band {}: expected a fraction of the paper's value, at least 0",
+            a.band
+        )));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| {
+        crate::bad_input(format!("--report {}: cannot create it: {e}", dir.display()))
+    })?;
+    let names: Vec<String> = match &a.name {
+        Some(n) => vec![n.clone()],
+        None => sim_repro::FIGURES.iter().map(|s| s.to_string()).collect(),
     };
+    // Every profile loads before anything runs.
+    let mut plans = Vec::new();
+    for n in &names {
+        plans.push((n.clone(), repro_options(a, n)?));
+    }
+    let mut entries = Vec::new();
+    let total = plans.len();
+    for (i, (name, opts)) in plans.into_iter().enumerate() {
+        let bar = progress_bar(a, &format!("[{}/{total}] {name} ", i + 1));
+        if bar.is_none() && !a.quiet {
+            eprintln!("[{}/{total}] {name}", i + 1);
+        }
+        let progress = |done: usize, total: usize| {
+            if let Some(b) = &bar {
+                b.set_length(total as u64);
+                b.set_position(done as u64);
+            }
+        };
+        let outcome = sim_repro::reproduce(&name, &opts, &progress).map_err(|e| e.to_string());
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        match &outcome {
+            Ok(f) => {
+                let (n, k) = report::score(f, a.band);
+                println!(
+                    "{name}: {:.1} s wall, {k} of {n} points with a paper value within ±{:.0} %",
+                    f.wall_seconds,
+                    a.band * 100.0
+                );
+            }
+            Err(e) => println!("{name}: failed: {e}"),
+        }
+        let command = rerun_command(a, &name);
+        entries.push(report::Entry {
+            name,
+            outcome,
+            command,
+        });
+    }
+    let command = std::env::args()
+        .map(|s| if s.contains(' ') { format!("'{s}'") } else { s })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let page = report::write(
+        dir,
+        &entries,
+        &report::Options {
+            quick: a.quick,
+            band: a.band,
+            command,
+        },
+    )?;
+    println!("report: {} (and report.md beside it)", page.display());
+    let failed: Vec<&str> = entries
+        .iter()
+        .filter(|e| e.outcome.is_err())
+        .map(|e| e.name.as_str())
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} figure(s) failed: {}",
+            failed.len(),
+            failed.join(", ")
+        ))
+    }
+}
+
+pub(crate) fn sim_reproduce(a: ReproduceArgs) -> Res {
+    use dmkit_bench::sim_repro;
+    if let Some(dir) = &a.report {
+        return sim_report(&a, dir);
+    }
+    let name = a.name.clone().expect("clap: a name unless --all");
+    let opts = repro_options(&a, &name)?;
     for (flag, p) in [("--json", &a.json), ("--plot", &a.plot)] {
         if let Some(p) = p {
             dmkit_bench::harness::check_output(flag, p).map_err(crate::bad_input)?;
         }
     }
-    let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
-        let b = ProgressBar::new(1);
-        b.set_style(
-            ProgressStyle::with_template("{spinner} runs {bar:40} {pos}/{len} {elapsed}")
-                .expect("valid template"),
-        );
-        b
-    });
+    if let Some(p) = &a.plot {
+        plot::Format::of_path(p).map_err(|e| crate::bad_input(format!("--plot {e}")))?;
+    }
+    let bar = progress_bar(&a, "");
     let progress = |done: usize, total: usize| {
         if let Some(b) = &bar {
             b.set_length(total as u64);
             b.set_position(done as u64);
         }
     };
-    let f = sim_repro::reproduce(&a.name, &opts, &progress).map_err(|e| e.to_string())?;
+    let f = sim_repro::reproduce(&name, &opts, &progress).map_err(|e| e.to_string())?;
     if let Some(b) = bar {
         b.finish_and_clear();
     }
@@ -215,7 +386,7 @@ pub(crate) fn sim_reproduce(a: ReproduceArgs) -> Res {
         dmkit_bench::harness::write_json(path, &prov, &f)?;
     }
     if let Some(path) = &a.plot {
-        plot::write_png(&sim_repro::chart(&f), path)
+        plot::write(&sim_repro::chart(&f), path)
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
     Ok(())

@@ -360,6 +360,15 @@ fn bad_flags_are_clear_errors() {
             "reading",
         ),
         (
+            &["plot", "/nonexistent.json", "-o", "/tmp/x.bmp"],
+            "unknown figure format",
+        ),
+        (
+            &["sim", "reproduce", "smart-fig4a", "--plot", "/tmp/x.gif"],
+            "unknown figure format",
+        ),
+        (&["sim", "reproduce", "--all"], "--report"),
+        (
             &["bench", "micro", "--connect", "tcp://host:1"],
             "unix:PATH",
         ),
@@ -947,5 +956,43 @@ fn memnode_shuts_down_cleanly_on_a_signal() {
         assert!(err.contains("shut down"), "{sig}: {err}");
         assert!(!sock.exists(), "{sig}: the socket outlived the node");
         assert!(!token.exists(), "{sig}: the token outlived the node");
+    }
+}
+
+/// `sim reproduce NAME --report DIR` writes the report of one figure (the
+/// page's content is checked by `dmkit_bench::report`'s own test), and
+/// `dmkit plot` draws the figure's JSON as SVG and PDF.
+#[test]
+fn the_report_and_plot_formats_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let rep = dir.path().join("rep");
+    let out = Command::new(DMKIT)
+        .args([
+            "sim",
+            "reproduce",
+            "smart-fig3a",
+            "--quick",
+            "--quiet",
+            "--report",
+        ])
+        .arg(&rep)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(rep.join("index.html")).unwrap();
+    assert!(html.contains("<section id=\"smart-fig3a\">") && html.contains("<svg"));
+    assert!(html.contains("dmkit sim reproduce smart-fig3a --seed 1 --quick"));
+    let json = rep.join("json/smart-fig3a.json");
+    for (ext, magic) in [("svg", &b"<svg"[..]), ("pdf", b"%PDF")] {
+        let f = dir.path().join(format!("fig.{ext}"));
+        dmkit_ok(
+            &["plot", json.to_str().unwrap(), "-o", f.to_str().unwrap()],
+            None,
+        );
+        assert!(std::fs::read(&f).unwrap().starts_with(magic), "{ext}");
     }
 }
