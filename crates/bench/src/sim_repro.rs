@@ -199,7 +199,7 @@ impl Default for ReproOptions {
 }
 
 /// Figures this build reproduces.
-pub const FIGURES: [&str; 26] = [
+pub const FIGURES: [&str; 36] = [
     "smart-fig3a",
     "smart-fig4a",
     "smart-table1",
@@ -227,9 +227,22 @@ pub const FIGURES: [&str; 26] = [
     "swordbox-fig13",
     "swordbox-fig14",
     "swordbox-sherman",
+    // SMART's and the radix tree's other figures (modules `smart`, `art`).
+    "smart-fig8",
+    "smart-fig13",
+    "smart-art-fig13",
+    "smart-art-fig16",
+    "smart-art-fig14",
+    "smart-art-fig3",
+    "smart-art-fig4",
+    "smart-art-fig12",
+    "smart-art-fig17",
+    "smart-art-fig18",
 ];
 
+mod art;
 mod memsem;
+mod smart;
 const _: () = assert!(memsem::FIGURES.len() == 10);
 
 /// Progress callback: `(runs done, runs total)`.
@@ -409,6 +422,8 @@ fn figure(name: &str, opts: &ReproOptions, acc: &mut Acc) -> Result<(String, f64
         "smart-art-fig11" => (art_fig11(opts, acc)?, 1.0),
         "smart-art-fig15" => (art_fig15(opts, acc)?, 1.0),
         "memsem-fig13" => (memsem_fig13(opts, acc)?, 1.0),
+        n if smart::FIGURES.contains(&n) => (smart::figure(n, opts, acc)?, 1.0),
+        n if art::FIGURES.contains(&n) => (art::figure(n, opts, acc)?, 1.0),
         _ if name.starts_with("memsem-") && memsem::FIGURES.contains(&name) => (
             memsem::figure(name, opts, acc).expect("a memsem figure")?,
             1.0,
@@ -727,6 +742,17 @@ fn ht_run(
     p: &HtPoint,
     acc: &mut Acc,
 ) -> Result<crate::ycsb_bench::YcsbResult, BenchError> {
+    ht_run_with(opts, p, |_| {}, acc)
+}
+
+/// [`ht_run`] with the run's configuration adjusted by `tweak` last (a
+/// figure that switches SMART's techniques one by one).
+fn ht_run_with(
+    opts: &ReproOptions,
+    p: &HtPoint,
+    tweak: impl FnOnce(&mut crate::ycsb_bench::YcsbConfig),
+    acc: &mut Acc,
+) -> Result<crate::ycsb_bench::YcsbResult, BenchError> {
     use crate::ycsb::KeyType;
     use crate::ycsb_bench::{IndexKind, YcsbConfig};
     let mut runtime = dmkit_runtime::RuntimeConfig {
@@ -737,7 +763,7 @@ fn ht_run(
         ..Default::default()
     };
     runtime.tuner.candidates = opts.candidates.clone();
-    let cfg = YcsbConfig {
+    let mut cfg = YcsbConfig {
         index: IndexKind::Race,
         workload: p.workload,
         keys: if opts.quick { 20_000 } else { 1_000_000 },
@@ -769,6 +795,7 @@ fn ht_run(
         btree: Default::default(),
         clover: Default::default(),
     };
+    tweak(&mut cfg);
     sim_ycsb(opts, opts.profile.clone(), &cfg, SPLIT, acc)
 }
 
@@ -942,6 +969,20 @@ fn tree_run(
     key_type: crate::ycsb::KeyType,
     acc: &mut Acc,
 ) -> Result<crate::ycsb_bench::YcsbResult, BenchError> {
+    tree_run_with(opts, index, w, t, key_type, |_| {}, acc)
+}
+
+/// [`tree_run`] with the run's configuration adjusted by `tweak` last
+/// (value size, skew, compute nodes; never the device).
+fn tree_run_with(
+    opts: &ReproOptions,
+    index: TreeIndex,
+    w: crate::ycsb::Workload,
+    t: usize,
+    key_type: crate::ycsb::KeyType,
+    tweak: impl FnOnce(&mut crate::ycsb_bench::YcsbConfig),
+    acc: &mut Acc,
+) -> Result<crate::ycsb_bench::YcsbResult, BenchError> {
     use crate::ycsb_bench::{IndexKind, YcsbConfig};
     let (kind, art, btree) = match index {
         TreeIndex::Art(a) => (IndexKind::Art, a, Default::default()),
@@ -965,7 +1006,7 @@ fn tree_run(
         ..Default::default()
     };
     runtime.tuner.candidates = opts.candidates.clone();
-    let cfg = YcsbConfig {
+    let mut cfg = YcsbConfig {
         index: kind,
         workload: w,
         keys: if opts.quick { 20_000 } else { 1_000_000 },
@@ -1004,6 +1045,7 @@ fn tree_run(
         btree,
         clover: Default::default(),
     };
+    tweak(&mut cfg);
     sim_ycsb(opts, profile, &cfg, SPLIT, acc)
 }
 
