@@ -241,7 +241,11 @@ fn art_fig16_compares_hocl_e_hocl_and_rdwc() {
     assert!(v("E-HOCL") > v("HOCL"), "{} vs {}", v("E-HOCL"), v("HOCL"));
     assert!(v("RDWC") > v("E-HOCL"));
     assert!(v("RDWC lock-fail retries") < v("HOCL lock-fail retries"));
-    let r = f.rows.iter().find(|r| r.series == "RDWC over E-HOCL").unwrap();
+    let r = f
+        .rows
+        .iter()
+        .find(|r| r.series == "RDWC over E-HOCL")
+        .unwrap();
     assert_eq!(r.published, Some(1.262));
 }
 

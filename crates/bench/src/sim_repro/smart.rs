@@ -191,7 +191,11 @@ fn fig13(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
             acc.push(&format!("(a) {name}"), t as f64, r.mops, "Mops", published);
         }
     }
-    let depths: &[usize] = if opts.quick { &[1, 8, 32] } else { &FIG13B_DEPTHS };
+    let depths: &[usize] = if opts.quick {
+        &[1, 8, 32]
+    } else {
+        &FIG13B_DEPTHS
+    };
     for (i, &(name, policy, throttle)) in series.iter().enumerate() {
         for &d in depths {
             let r = run(&point(96, d, policy, throttle), acc)?;
