@@ -59,7 +59,18 @@
 //!   retries 0.76 and 0.29 per operation, RDWC 26.2 % above E-HOCL. The
 //!   paper's HOCL keeps leaf locks in 128 MB of on-chip memory shared by
 //!   hashing (false conflicts); dmkit's leaf lock is in the leaf, so the
-//!   retry counts measure true conflicts only.
+//!   retry counts measure true conflicts only. A full run (16 × 24) gives
+//!   HOCL 2.01, E-HOCL 2.98 and RDWC 33.0 Mops, retries 1.11 / 0.73 /
+//!   0.44: RDWC 11.1× E-HOCL against the paper's 1.26×. The likely cause
+//!   is the implementation, not the device model: the paper's E-HOCL is
+//!   HOCL (a local queue *and* hand-over of the held lock to the next
+//!   local waiter) with the rear lock, while dmkit's leaf locks without
+//!   write combining queue locally but never hand over (the rear lock is
+//!   released by each write-back), so every update of the hottest leaf
+//!   takes the remote lock anew and its queue, not the memory nodes,
+//!   bounds YCSB A (p99 21–32 ms). The same gap is `smart-art-fig15`'s
+//!   "+write combining" step (10.3× vs 1.1×) and part of its "+rear lock"
+//!   step (1.6× vs 3.0×): both sides of it are bound by that lock queue.
 //! - `smart-art-fig17` — §5.3, Fig. 17: YCSB C, string keys, SMART's
 //!   throughput and hit rate vs the cache budget. The paper's two factors
 //!   (homogeneous adaptive nodes, ART-indexed cache) have no switches in
