@@ -71,6 +71,19 @@
 //!   bounds YCSB A (p99 21–32 ms). The same gap is `smart-art-fig15`'s
 //!   "+write combining" step (10.3× vs 1.1×) and part of its "+rear lock"
 //!   step (1.6× vs 3.0×): both sides of it are bound by that lock queue.
+//!
+//!   `smart-art-fig11`'s YCSB A ratio (3.7× vs 6.1×) is not the paper's
+//!   placement of Sherman: its artifact ran Sherman's A on 2–4 compute
+//!   nodes, and Sherman as `tree_run` runs it (`bench ycsb --index btree
+//!   --btree-span 32 --speculative off`, 45 M verbs/s memory nodes, 100 Gb)
+//!   gives 7.60 Mops on 2 × 20 clients against 8.15 on 16 × 1: its hottest
+//!   leaf's lock bounds it wherever the clients sit. Fig. 15's first step
+//!   (lock-free internal nodes on LOAD, 6.2× vs 1.5×) has a setup cause:
+//!   the paper gives its lock-based ART Sherman's HOCL *with on-chip lock
+//!   words*, dmkit's naive tree keeps its node-lock table in host memory,
+//!   where contended CASes on one word serialize at `atomic_ns` (450 ns)
+//!   instead of `atomic_nic_ns` (110 ns), and its quick LOAD runs retry
+//!   7–14 times per insert.
 //! - `smart-art-fig17` — §5.3, Fig. 17: YCSB C, string keys, SMART's
 //!   throughput and hit rate vs the cache budget. The paper's two factors
 //!   (homogeneous adaptive nodes, ART-indexed cache) have no switches in
