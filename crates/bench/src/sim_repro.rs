@@ -202,7 +202,7 @@ impl Default for ReproOptions {
 }
 
 /// Figures this build reproduces.
-pub const FIGURES: [&str; 28] = [
+pub const FIGURES: [&str; 38] = [
     "smart-fig3a",
     "smart-fig4a",
     "smart-table1",
@@ -233,9 +233,22 @@ pub const FIGURES: [&str; 28] = [
     // SMART-DTX vs FORD+ (module `txn`).
     "smart-fig10",
     "smart-fig11",
+    // SMART's and the radix tree's other figures (modules `smart`, `art`).
+    "smart-fig8",
+    "smart-fig13",
+    "smart-art-fig13",
+    "smart-art-fig16",
+    "smart-art-fig14",
+    "smart-art-fig3",
+    "smart-art-fig4",
+    "smart-art-fig12",
+    "smart-art-fig17",
+    "smart-art-fig18",
 ];
 
+mod art;
 mod memsem;
+mod smart;
 const _: () = assert!(memsem::FIGURES.len() == 10);
 mod txn;
 const _: () = assert!(txn::FIGURES.len() == 2);
@@ -417,6 +430,8 @@ fn figure(name: &str, opts: &ReproOptions, acc: &mut Acc) -> Result<(String, f64
         "smart-art-fig11" => (art_fig11(opts, acc)?, 1.0),
         "smart-art-fig15" => (art_fig15(opts, acc)?, 1.0),
         "memsem-fig13" => (memsem_fig13(opts, acc)?, 1.0),
+        n if smart::FIGURES.contains(&n) => (smart::figure(n, opts, acc)?, 1.0),
+        n if art::FIGURES.contains(&n) => (art::figure(n, opts, acc)?, 1.0),
         _ if name.starts_with("memsem-") && memsem::FIGURES.contains(&name) => (
             memsem::figure(name, opts, acc).expect("a memsem figure")?,
             1.0,
@@ -739,6 +754,17 @@ fn ht_run(
     p: &HtPoint,
     acc: &mut Acc,
 ) -> Result<crate::ycsb_bench::YcsbResult, BenchError> {
+    ht_run_with(opts, p, |_| {}, acc)
+}
+
+/// [`ht_run`] with the run's configuration adjusted by `tweak` last (a
+/// figure that switches SMART's techniques one by one).
+fn ht_run_with(
+    opts: &ReproOptions,
+    p: &HtPoint,
+    tweak: impl FnOnce(&mut crate::ycsb_bench::YcsbConfig),
+    acc: &mut Acc,
+) -> Result<crate::ycsb_bench::YcsbResult, BenchError> {
     use crate::ycsb::KeyType;
     use crate::ycsb_bench::{IndexKind, YcsbConfig};
     let mut runtime = dmkit_runtime::RuntimeConfig {
@@ -749,7 +775,7 @@ fn ht_run(
         ..Default::default()
     };
     runtime.tuner.candidates = opts.candidates.clone();
-    let cfg = YcsbConfig {
+    let mut cfg = YcsbConfig {
         index: IndexKind::Race,
         workload: p.workload,
         keys: if opts.quick { 20_000 } else { 1_000_000 },
@@ -781,6 +807,7 @@ fn ht_run(
         btree: Default::default(),
         clover: Default::default(),
     };
+    tweak(&mut cfg);
     sim_ycsb(opts, opts.profile.clone(), &cfg, SPLIT, acc)
 }
 
@@ -954,6 +981,20 @@ fn tree_run(
     key_type: crate::ycsb::KeyType,
     acc: &mut Acc,
 ) -> Result<crate::ycsb_bench::YcsbResult, BenchError> {
+    tree_run_with(opts, index, w, t, key_type, |_| {}, acc)
+}
+
+/// [`tree_run`] with the run's configuration adjusted by `tweak` last
+/// (value size, skew, compute nodes; never the device).
+fn tree_run_with(
+    opts: &ReproOptions,
+    index: TreeIndex,
+    w: crate::ycsb::Workload,
+    t: usize,
+    key_type: crate::ycsb::KeyType,
+    tweak: impl FnOnce(&mut crate::ycsb_bench::YcsbConfig),
+    acc: &mut Acc,
+) -> Result<crate::ycsb_bench::YcsbResult, BenchError> {
     use crate::ycsb_bench::{IndexKind, YcsbConfig};
     let (kind, art, btree) = match index {
         TreeIndex::Art(a) => (IndexKind::Art, a, Default::default()),
@@ -977,7 +1018,7 @@ fn tree_run(
         ..Default::default()
     };
     runtime.tuner.candidates = opts.candidates.clone();
-    let cfg = YcsbConfig {
+    let mut cfg = YcsbConfig {
         index: kind,
         workload: w,
         keys: if opts.quick { 20_000 } else { 1_000_000 },
@@ -1016,6 +1057,7 @@ fn tree_run(
         btree,
         clover: Default::default(),
     };
+    tweak(&mut cfg);
     sim_ycsb(opts, profile, &cfg, SPLIT, acc)
 }
 
