@@ -40,8 +40,10 @@
 #![warn(missing_docs)]
 
 pub mod clover;
+pub mod hub;
 pub mod packet;
 pub mod policy;
+pub mod wire;
 
 pub use packet::{
     Action, ConnId, Delivery, Dest, Forward, Request, RespKind, Response, Token, Verb,
