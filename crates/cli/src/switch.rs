@@ -9,7 +9,7 @@
 //!     --port c1=127.0.0.1:47902 --pcap run.pcap --stats-json sw.json
 //! ```
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use clap::Args;
 use dmkit_switch::hub::{Hub, HubConfig};
+use dmkit_switch::{Steer, SwitchConfig};
 
 use crate::Res;
 
@@ -42,6 +43,22 @@ pub(crate) struct SwitchArgs {
     /// Skip the per-packet ICRC check (counted as `icrc_mismatch`).
     #[arg(long)]
     no_icrc_check: bool,
+    /// SwordBox's steering of Clover's requests (the simulator's policy
+    /// code, on the packets): off, write or read-write. Needs --server.
+    #[arg(long, default_value = "off")]
+    steer: Steer,
+    /// The memory node's IP address: requests to it and responses from it
+    /// go through the policy.
+    #[arg(long, value_name = "IPV4")]
+    server: Option<Ipv4Addr>,
+    /// Clover's READ length of a version (read-write steering steers
+    /// READs of exactly this many bytes; `bench ycsb` prints nothing of
+    /// it: it is the store's block size).
+    #[arg(long, default_value_t = 0)]
+    clover_read_len: u32,
+    /// Entries of the policy's address → key table.
+    #[arg(long, default_value_t = 1 << 16)]
+    addr_slots: usize,
 }
 
 fn parse_port(s: &str) -> Result<(String, SocketAddr), String> {
@@ -55,6 +72,19 @@ fn parse_port(s: &str) -> Result<(String, SocketAddr), String> {
 }
 
 pub(crate) fn switch(a: SwitchArgs) -> Res {
+    let policy = match (a.steer, a.server) {
+        (Steer::Off, None) => None,
+        (_, None) => return Err(crate::bad_input("--steer needs --server IPV4 (the memory node)")),
+        (steer, Some(ip)) => Some((
+            SwitchConfig {
+                steer,
+                clover_read_len: a.clover_read_len,
+                addr_slots: a.addr_slots,
+                ..SwitchConfig::default()
+            },
+            ip,
+        )),
+    };
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -68,6 +98,7 @@ pub(crate) fn switch(a: SwitchArgs) -> Res {
         stats_json: a.stats_json,
         duration: a.duration,
         check_icrc: !a.no_icrc_check,
+        policy,
     })
     .map_err(|e| e.to_string())?;
     eprintln!(
@@ -86,5 +117,11 @@ pub(crate) fn switch(a: SwitchArgs) -> Res {
         "dmkit switch: {} frames ({} forwarded, {} flooded), {} RoCEv2 packets ({} ICRC mismatches, {} malformed)",
         s.frames, s.forwarded, s.flooded, s.roce.packets, s.roce.icrc_mismatch, s.roce.malformed
     );
+    if let Some(p) = &s.policy {
+        eprintln!(
+            "dmkit switch: steer {}: {} requests, {} rewritten ({} CAS steered, {} doomed, {} READs), {} responses held, {} released",
+            a.steer, p.requests, p.rewritten, p.steered_cas, p.steered_doomed, p.steered_reads, p.held, p.released
+        );
+    }
     Ok(())
 }

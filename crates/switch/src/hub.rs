@@ -42,12 +42,13 @@ pub enum Out {
 }
 
 /// Counters of RoCEv2 traffic.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct RoceStats {
     /// RoCEv2 packets seen.
     pub packets: u64,
-    /// Per BTH opcode name.
-    pub by_opcode: BTreeMap<String, u64>,
+    /// Per BTH opcode (JSON: by name).
+    #[serde(serialize_with = "opcodes_by_name")]
+    pub by_opcode: [u64; 256],
     /// Packets whose ICRC did not match their contents (forwarded anyway:
     /// the receiving NIC drops them, as it would behind a real switch).
     pub icrc_mismatch: u64,
@@ -55,6 +56,32 @@ pub struct RoceStats {
     pub malformed: u64,
     /// Requests with a NAK or RNR NAK syndrome in their AETH.
     pub naks: u64,
+}
+
+impl Default for RoceStats {
+    fn default() -> Self {
+        RoceStats {
+            packets: 0,
+            by_opcode: [0; 256],
+            icrc_mismatch: 0,
+            malformed: 0,
+            naks: 0,
+        }
+    }
+}
+
+fn opcodes_by_name<S: serde::Serializer>(c: &[u64; 256], s: S) -> Result<S::Ok, S::Error> {
+    let m: BTreeMap<String, u64> = (0..256)
+        .filter(|&i| c[i] > 0)
+        .map(|i| {
+            let n = match opcode_name(i as u8) {
+                "OTHER" => format!("{i:#04x}"),
+                n => n.to_string(),
+            };
+            (n, c[i])
+        })
+        .collect();
+    m.serialize(s)
 }
 
 /// Counters of the switch, per rule.
@@ -81,6 +108,8 @@ pub struct HubStats {
     pub roce: RoceStats,
     /// Frames received per port name.
     pub per_port_rx: BTreeMap<String, u64>,
+    /// The policy on the wire (`--steer`), when it runs.
+    pub policy: Option<crate::onwire::OnWireStats>,
 }
 
 /// The opcode names Wireshark uses (short form).
@@ -122,6 +151,7 @@ pub struct Core {
     /// Check every RoCEv2 packet's ICRC (costs a CRC-32 over the packet).
     pub check_icrc: bool,
     stats: HubStats,
+    policy: Option<crate::onwire::OnWire>,
 }
 
 impl Core {
@@ -136,7 +166,14 @@ impl Core {
             macs: HashMap::new(),
             check_icrc: true,
             stats,
+            policy: None,
         }
+    }
+
+    /// Runs the policy on RoCEv2 packets (see [`crate::onwire`]).
+    pub fn with_policy(mut self, p: crate::onwire::OnWire) -> Self {
+        self.policy = Some(p);
+        self
     }
 
     /// The counters so far.
@@ -149,19 +186,52 @@ impl Core {
         self.macs.clear();
     }
 
-    /// A frame arrives on port `from`: learn, count, decide.
+    /// A frame arrives on port `from`: learn, count, decide (pass-through).
     pub fn on_frame(&mut self, from: usize, frame: &[u8]) -> Out {
+        if frame.len() < 14 {
+            // Not an Ethernet frame: nothing to learn or forward by.
+            return Out::Drop;
+        }
+        self.observe(from, frame);
+        self.route(from, frame)
+    }
+
+    /// A frame arrives on port `from` at `now` (µs): with the policy on,
+    /// the frames to send and where (the frame itself, rewritten, held
+    /// back, or with responses it releases).
+    pub fn process(&mut self, from: usize, frame: &[u8], now: u64, out: &mut Vec<(Out, Vec<u8>)>) {
+        if frame.len() < 14 {
+            return;
+        }
+        let parsed = self.observe(from, frame);
+        match (parsed, self.policy.as_mut()) {
+            (Some(p), Some(pol)) => {
+                let mut frames = Vec::new();
+                pol.on_packet(p, frame, now, &mut frames);
+                for f in frames {
+                    let o = self.route(from, &f);
+                    out.push((o, f));
+                }
+            }
+            _ => {
+                let o = self.route(from, frame);
+                out.push((o, frame.to_vec()));
+            }
+        }
+    }
+
+    /// The policy's counters, when it runs.
+    pub fn policy_stats(&self) -> Option<crate::onwire::OnWireStats> {
+        self.policy.as_ref().map(|p| p.stats())
+    }
+
+    fn observe(&mut self, from: usize, frame: &[u8]) -> Option<wire::RocePacket> {
         let s = &mut self.stats;
         s.frames += 1;
         s.bytes += frame.len() as u64;
         if let Some(c) = s.per_port_rx.get_mut(&self.names[from]) {
             *c += 1;
         }
-        if frame.len() < 14 {
-            // Not an Ethernet frame: nothing to learn or forward by.
-            return Out::Drop;
-        }
-        let dst: [u8; 6] = frame[0..6].try_into().unwrap();
         let src: [u8; 6] = frame[6..12].try_into().unwrap();
         if src[0] & 1 == 0 && self.macs.insert(src, from) != Some(from) {
             s.learned += 1;
@@ -170,13 +240,10 @@ impl Core {
             s.arp += 1;
         }
         match wire::parse(frame) {
-            Ok(Frame::Other) => {}
+            Ok(Frame::Other) => None,
             Ok(Frame::Roce(p, raw)) => {
                 s.roce.packets += 1;
-                *s.roce
-                    .by_opcode
-                    .entry(opcode_name(p.bth.opcode).to_string())
-                    .or_default() += 1;
+                s.roce.by_opcode[p.bth.opcode as usize] += 1;
                 if let wire::Ext::Aeth { syndrome, .. } = p.ext {
                     if syndrome >> 5 != 0 {
                         s.roce.naks += 1;
@@ -185,9 +252,18 @@ impl Core {
                 if self.check_icrc && wire::icrc(raw) != Some(p.icrc) {
                     s.roce.icrc_mismatch += 1;
                 }
+                Some(p)
             }
-            Err(_) => s.roce.malformed += 1,
+            Err(_) => {
+                s.roce.malformed += 1;
+                None
+            }
         }
+    }
+
+    fn route(&mut self, from: usize, frame: &[u8]) -> Out {
+        let s = &mut self.stats;
+        let dst: [u8; 6] = frame[0..6].try_into().unwrap();
         if dst[0] & 1 == 1 {
             s.flooded += 1;
             return Out::Flood;
@@ -224,6 +300,9 @@ pub struct HubConfig {
     pub duration: Option<Duration>,
     /// Check every RoCEv2 packet's ICRC.
     pub check_icrc: bool,
+    /// Run the policy on the packets to and from the memory node at this
+    /// address.
+    pub policy: Option<(crate::SwitchConfig, std::net::Ipv4Addr)>,
 }
 
 /// Why the switch could not run.
@@ -293,6 +372,9 @@ impl Hub {
         };
         let mut core = Core::new(cfg.ports.iter().map(|(n, _)| n.clone()).collect());
         core.check_icrc = cfg.check_icrc;
+        if let Some((pc, server)) = &cfg.policy {
+            core = core.with_policy(crate::onwire::OnWire::new(pc.clone(), *server));
+        }
         Ok(Hub {
             cfg,
             sock,
@@ -308,8 +390,11 @@ impl Hub {
     }
 
     /// The counters so far.
-    pub fn stats(&self) -> &HubStats {
-        self.core.stats()
+    pub fn stats(&self) -> HubStats {
+        HubStats {
+            policy: self.core.policy_stats(),
+            ..self.core.stats().clone()
+        }
     }
 
     fn write_stats(&self) -> Result<(), HubError> {
@@ -317,7 +402,7 @@ impl Hub {
             return Ok(());
         };
         let tmp = path.with_extension("json.tmp");
-        let text = serde_json::to_string_pretty(self.core.stats()).expect("stats serialize");
+        let text = serde_json::to_string_pretty(&self.stats()).expect("stats serialize");
         std::fs::write(&tmp, text + "\n").map_err(io(format!("writing {}", tmp.display())))?;
         std::fs::rename(&tmp, path).map_err(io(format!("renaming to {}", path.display())))
     }
@@ -327,6 +412,7 @@ impl Hub {
         let start = Instant::now();
         let mut last_stats = Instant::now();
         let mut buf = vec![0u8; 65536];
+        let mut outs = Vec::new();
         while !stop.load(Ordering::Relaxed) {
             if self.cfg.duration.is_some_and(|d| start.elapsed() >= d) {
                 break;
@@ -367,10 +453,9 @@ impl Hub {
                         msg: e.to_string(),
                     })?;
             }
-            let out = self.core.on_frame(port, frame);
-            let send = |to: usize| -> Result<(), HubError> {
+            let send = |to: usize, f: &[u8]| -> Result<(), HubError> {
                 let addr = self.cfg.ports[to].1;
-                match self.sock.send_to(frame, addr) {
+                match self.sock.send_to(f, addr) {
                     Ok(_) => Ok(()),
                     // A guest not (yet, or no longer) listening: the frame is lost,
                     // as on a link that is down.
@@ -378,14 +463,24 @@ impl Hub {
                     Err(e) => Err(io(format!("sending to {addr}"))(e)),
                 }
             };
-            match out {
-                Out::Port(p) => send(p)?,
-                Out::Flood => {
-                    for p in (0..self.cfg.ports.len()).filter(|&p| p != port) {
-                        send(p)?;
-                    }
+            let nports = self.cfg.ports.len();
+            let emit = |o: &Out, f: &[u8]| -> Result<(), HubError> {
+                match *o {
+                    Out::Port(p) => send(p, f),
+                    Out::Flood => (0..nports).filter(|&p| p != port).try_for_each(|p| send(p, f)),
+                    Out::Drop => Ok(()),
                 }
-                Out::Drop => {}
+            };
+            if self.cfg.policy.is_some() {
+                let now = start.elapsed().as_micros() as u64;
+                outs.clear();
+                self.core.process(port, frame, now, &mut outs);
+                for (o, f) in &outs {
+                    emit(o, f)?;
+                }
+            } else {
+                let o = self.core.on_frame(port, frame);
+                emit(&o, frame)?;
             }
         }
         if let Some((_, spool)) = &mut self.pcap {

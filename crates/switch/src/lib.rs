@@ -41,6 +41,7 @@
 
 pub mod clover;
 pub mod hub;
+pub mod onwire;
 pub mod packet;
 pub mod policy;
 pub mod wire;
