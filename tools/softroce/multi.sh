@@ -12,7 +12,9 @@
 # env: W (work dir, default target/softroce-multi), PROFILE (default softroce), CLIENTS (1),
 #      STEPS (comma list: conformance,race,art,btree,clover), MEM (guest memory, 1G), SMP (1),
 #      ACCEL (tcg; kvm where it works), BASE (UDP base port, 47900), PCAP (file:
-#      capture at the switch), NOBUILD=1 (reuse the last build), DUR (YCSB seconds, 3)
+#      capture at the switch), NOBUILD=1 (reuse the last build), DUR (YCSB seconds, 3),
+#      SWITCH_ARGS (extra `dmkit switch` flags), RESTART_AT (seconds: restart the switch then),
+#      RESTART_GAP (seconds the switch is down, 1)
 # Results: $W/report.txt (RESULT/REPORT lines per guest), $W/switch.json (the switch's counters),
 # $W/guest-*.log. Exit 0 iff every client check passed.
 set -euo pipefail
@@ -57,10 +59,14 @@ trap cleanup EXIT
 # The switch: port i is guest i's socket netdev (it sends from 127.0.0.1:BASE+1+i).
 ports=(--port "mem=127.0.0.1:$((BASE + 1))")
 for c in $(seq 1 "$CLIENTS"); do ports+=(--port "c$c=127.0.0.1:$((BASE + 1 + c))"); done
-"$W/bin/dmkit" switch --listen "127.0.0.1:$BASE" "${ports[@]}" --stats-json "$W/switch.json" \
-  ${PCAP:+--pcap "$PCAP"} ${SWITCH_ARGS:-} > "$W/switch.log" 2>&1 &
-SWITCH_PID=$!; pids+=($SWITCH_PID); echo $SWITCH_PID > "$W/switch.pid"
-sleep 0.3
+start_switch() { # stats file, log
+  "$W/bin/dmkit" switch --listen "127.0.0.1:$BASE" "${ports[@]}" --stats-json "$1" \
+    ${PCAP:+--pcap "$PCAP"} ${SWITCH_ARGS:-} > "$2" 2>&1 &
+  SWITCH_PID=$!; pids+=($SWITCH_PID); echo $SWITCH_PID > "$W/switch.pid"
+  sleep 0.3
+}
+rm -f "$W"/switch*.json
+start_switch "$W/switch.json" "$W/switch.log"
 
 boot() { # index, ip, role, log
   local i=$1 ip=$2 role=$3 log=$4 cpu=""
@@ -81,6 +87,14 @@ cpids=()
 for c in $(seq 1 "$CLIENTS"); do
   boot "$c" "10.77.0.$((10 + c))" client "$W/guest-c$c.log" & cpids+=($!); pids+=($!)
 done
+if [ -n "${RESTART_AT:-}" ]; then
+  # A switch restart mid-run: stop it (its soft state is gone), leave the link down for
+  # RESTART_GAP seconds (frames sent meanwhile are lost), start a fresh one. RC retransmits.
+  ( sleep "$RESTART_AT"; kill -INT "$(cat "$W/switch.pid")"; sleep "${RESTART_GAP:-1}"
+    echo "multi: switch restarted at +${RESTART_AT}s" >&2
+    start_switch "$W/switch-2.json" "$W/switch-2.log"; wait ) &
+  pids+=($!)
+fi
 rc=0
 for c in $(seq 1 "$CLIENTS"); do
   r=0; wait "${cpids[$((c - 1))]}" || r=$?
@@ -88,13 +102,15 @@ for c in $(seq 1 "$CLIENTS"); do
   if [ $r -ne 1 ]; then echo "multi: client c$c FAILED (qemu rc=$r)" >&2; rc=1; fi
 done
 t1=$(date +%s.%N)
-kill -INT $SWITCH_PID 2>/dev/null || true; wait $SWITCH_PID 2>/dev/null || true
+SWITCH_PID=$(cat "$W/switch.pid"); kill -INT "$SWITCH_PID" 2>/dev/null || true
+for i in $(seq 1 20); do kill -0 "$SWITCH_PID" 2>/dev/null || break; sleep 0.1; done
 cleanup
 : > "$W/report.txt"
 for g in mem $(seq -f 'c%g' 1 "$CLIENTS"); do
   grep -E "^(GUEST|RESULT|REPORT|TIMING|  )" "$W/guest-$g.log" | tr -d '\r' | sed "s/^/[$g] /" >> "$W/report.txt" || true
 done
-echo "[host] wall $(python3 -c "print(round($t1-$t0,1))") s; switch: $(tail -1 "$W/switch.log")" >> "$W/report.txt"
+echo "[host] wall $(python3 -c "print(round($t1-$t0,1))") s" >> "$W/report.txt"
+for l in "$W"/switch*.log; do sed "s/^/[host] $(basename "$l" .log): /" "$l" >> "$W/report.txt"; done
 cat "$W/report.txt"
 if [ $rc -eq 0 ]; then echo "multi: all client checks PASSED"; else echo "multi: FAILED (logs: $W/guest-*.log)"; fi
 exit $rc

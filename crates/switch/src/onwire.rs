@@ -51,6 +51,14 @@ pub struct OnWireStats {
     pub unpaired: u64,
     /// Connections seen.
     pub conns: u64,
+    /// Regions (rkeys) whose address translation is learned.
+    pub regions_learned: u64,
+    /// Requests not shown to the policy: their rkey's translation is not
+    /// learned yet.
+    pub untranslated: u64,
+    /// Policy decisions not applied: the new address lies in no region
+    /// seen (forwarded unmodified).
+    pub outside_regions: u64,
     /// The policy: CASes steered predicted to succeed.
     pub steered_cas: u64,
     /// The policy: CASes steered predicted to fail.
@@ -79,7 +87,42 @@ pub struct OnWire {
     pending: HashMap<(Ip, u32), ConnId>,
     resp_conns: HashMap<(Ip, u32), ConnId>,
     held: HashMap<(ConnId, u64), Vec<u8>>,
+    xl: Xlate,
     stats: OnWireStats,
+}
+
+/// Address translation between the wire and the policy. A packet carries
+/// the NIC's virtual address of a registered region (`nic_addr + offset -
+/// base`) and its rkey; the policy (like Clover's link words) speaks the
+/// node's offsets. The switch learns each rkey's difference from Clover's
+/// own traffic: an append CAS that links version `V` (its swap word names
+/// `V`'s offset) and succeeds makes `V` its key's tail, and the next
+/// append to that key that names `V` (compare: the key's empty word) is at
+/// `V`'s address on the wire — three such pairs agreeing fix the rkey's
+/// difference. The offsets seen under each rkey bound its region: a
+/// steered address is written back only under an rkey whose seen range
+/// holds it.
+#[derive(Debug, Default)]
+struct Xlate {
+    votes: HashMap<(u32, u64), u32>,
+    delta: HashMap<u32, u64>,
+    range: HashMap<u32, (u64, u64)>,
+    linked: HashMap<u64, u64>,
+    links: HashMap<(ConnId, u64), (u64, u64, u64)>,
+}
+
+fn with_addr(v: crate::Verb, a: u64) -> crate::Verb {
+    use crate::Verb::*;
+    match v {
+        Read { len, .. } => Read { addr: a, len },
+        Write { len, word, .. } => Write { addr: a, len, word },
+        Cas { compare, swap, .. } => Cas {
+            addr: a,
+            compare,
+            swap,
+        },
+        Faa { add, .. } => Faa { addr: a, add },
+    }
 }
 
 fn extend(last: u64, p24: u32) -> u64 {
@@ -106,6 +149,7 @@ impl OnWire {
             pending: HashMap::new(),
             resp_conns: HashMap::new(),
             held: HashMap::new(),
+            xl: Xlate::default(),
             stats: OnWireStats::default(),
         }
     }
@@ -116,6 +160,7 @@ impl OnWire {
         OnWireStats {
             holding: self.held.len() as u64,
             conns: self.conns.len() as u64,
+            regions_learned: self.xl.delta.len() as u64,
             steered_cas: p.steered_cas,
             steered_doomed: p.steered_doomed,
             steered_reads: p.steered_reads,
@@ -167,21 +212,65 @@ impl OnWire {
             }
             self.pending.insert((p.ip.source, p.bth.psn), conn);
         }
+        let (va, rkey) = match p.ext {
+            Ext::Reth { va, rkey, .. } | Ext::Atomic { va, rkey, .. } => (va, rkey),
+            _ => return out.push(raw.to_vec()),
+        };
+        // Learning the translation from Clover's appends.
+        if let crate::Verb::Cas { compare, swap, .. } = v {
+            if let (Some((key, _)), Some((new, _))) =
+                (crate::clover::empty(compare), crate::clover::link(swap))
+            {
+                if let Some(&off) = self.xl.linked.get(&key) {
+                    let d = va.wrapping_sub(off);
+                    let n = self.xl.votes.entry((rkey, d)).or_default();
+                    *n += 1;
+                    if *n >= 3 {
+                        self.xl.delta.entry(rkey).or_insert(d);
+                    }
+                }
+                if self.xl.links.len() > 1 << 16 {
+                    self.xl.links.clear();
+                }
+                self.xl.links.insert((conn, psn), (key, new, compare));
+            }
+        }
+        let Some(&delta) = self.xl.delta.get(&rkey) else {
+            self.stats.untranslated += 1;
+            return out.push(raw.to_vec());
+        };
+        let off = va.wrapping_sub(delta);
+        let r = self.xl.range.entry(rkey).or_insert((off, off));
+        *r = (r.0.min(off), r.1.max(off));
+        let vg = with_addr(v, off);
         let fwd = self.sw.on_request(
             &crate::Request {
                 conn,
                 psn,
                 dest: 0,
-                verb: v,
+                verb: vg,
             },
             now,
         );
-        if fwd.verb == v {
+        if fwd.verb == vg {
             return out.push(raw.to_vec());
         }
-        if !wire::set_verb(&mut p, &fwd.verb) {
+        let to = fwd.verb.addr();
+        let in_range = |k: &u32| self.xl.range.get(k).is_some_and(|&(a, b)| (a..=b).contains(&to));
+        let Some(rk) = std::iter::once(rkey)
+            .chain(self.xl.delta.keys().copied())
+            .find(in_range)
+        else {
+            self.stats.outside_regions += 1;
+            return out.push(raw.to_vec());
+        };
+        let wire_verb = with_addr(fwd.verb, to.wrapping_add(self.xl.delta[&rk]));
+        if !wire::set_verb(&mut p, &wire_verb) {
             self.stats.unrewritable += 1;
             return out.push(raw.to_vec());
+        }
+        if let Ext::Reth { rkey, .. } | Ext::Atomic { rkey, .. } = &mut p.ext {
+            *rkey = rk;
         }
         let mut f = p.to_bytes();
         match wire::seal(&mut f) {
@@ -228,6 +317,13 @@ impl OnWire {
         self.stats.responses += 1;
         let last = self.last_psn.get(&conn).copied().unwrap_or(1 << 24);
         let psn = extend(last, p.bth.psn);
+        if let RespKind::Atomic { old } = kind {
+            if let Some((key, new, compare)) = self.xl.links.remove(&(conn, psn)) {
+                if old == compare {
+                    self.xl.linked.insert(key, new);
+                }
+            }
+        }
         let ds: Vec<Delivery> = self.sw.on_response(&Response { conn, psn, kind });
         let mut mine = false;
         for d in ds {
