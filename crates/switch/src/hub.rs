@@ -8,12 +8,11 @@
 //! file. Forwarding: the source MAC is learned on the port it came from;
 //! a frame to a learned unicast MAC goes to that port only; broadcast,
 //! multicast and unknown destinations are flooded to every other port (so
-//! ARP passes). Nothing is rewritten in pass-through: the switch's policy
-//! rules (steering, CAS→WRITE, multiplexing) are not wired to the packet
-//! path yet; the codec that rewrites and reseals packets is
-//! [`crate::wire`].
+//! ARP passes). With a policy ([`Core::with_policy`], `dmkit switch
+//! --steer`), RoCEv2 packets to and from the memory node go through
+//! [`crate::onwire`], which may rewrite requests and hold responses.
+//! Harness and scope: tools/softroce/MULTIHOST.md.
 
-use std::collections::{BTreeMap, HashMap};
 use std::cell::RefCell;
 use std::fs::File;
 use std::io::{BufWriter, Write};
