@@ -75,7 +75,7 @@ boot() { # index, ip, role, log
     -nographic -nodefaults -serial stdio -no-reboot -initrd "$W/initrd.img" \
     -netdev "socket,id=n0,udp=127.0.0.1:$BASE,localaddr=127.0.0.1:$((BASE + 1 + i))" \
     -device "virtio-net-pci,romfile=,netdev=n0,mac=52:54:00:77:00:$(printf %02x $((i + 1)))" \
-    -append "console=ttyS0 quiet panic=-1 dmkit.ip=$ip dmkit.role=$role dmkit.server=10.77.0.1 dmkit.steps=$STEPS dmkit.dur=$DUR" \
+    -append "console=ttyS0 quiet panic=-1 no_timer_check dmkit.ip=$ip dmkit.role=$role dmkit.server=10.77.0.1 dmkit.steps=$STEPS dmkit.dur=$DUR" \
     -device isa-debug-exit,iobase=0xf4,iosize=0x04 < /dev/null > "$log" 2>&1 &
   echo $! > "$W/qemu-$i.pid"; wait $!
 }

@@ -74,7 +74,11 @@ fn parse_port(s: &str) -> Result<(String, SocketAddr), String> {
 pub(crate) fn switch(a: SwitchArgs) -> Res {
     let policy = match (a.steer, a.server) {
         (Steer::Off, None) => None,
-        (_, None) => return Err(crate::bad_input("--steer needs --server IPV4 (the memory node)")),
+        (_, None) => {
+            return Err(crate::bad_input(
+                "--steer needs --server IPV4 (the memory node)",
+            ))
+        }
         (steer, Some(ip)) => Some((
             SwitchConfig {
                 steer,

@@ -14,11 +14,12 @@
 //! Harness and scope: tools/softroce/MULTIHOST.md.
 
 use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::rc::Rc;
 use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -360,12 +361,11 @@ impl Hub {
                     ..Default::default()
                 };
                 let spool = Spool(Rc::new(RefCell::new(BufWriter::new(f))));
-                let w = PcapWriter::with_header(spool.clone(), header).map_err(|e| {
-                    HubError::Pcap {
+                let w =
+                    PcapWriter::with_header(spool.clone(), header).map_err(|e| HubError::Pcap {
                         path: path.clone(),
                         msg: e.to_string(),
-                    }
-                })?;
+                    })?;
                 Some((w, spool))
             }
         };
@@ -466,7 +466,9 @@ impl Hub {
             let emit = |o: &Out, f: &[u8]| -> Result<(), HubError> {
                 match *o {
                     Out::Port(p) => send(p, f),
-                    Out::Flood => (0..nports).filter(|&p| p != port).try_for_each(|p| send(p, f)),
+                    Out::Flood => (0..nports)
+                        .filter(|&p| p != port)
+                        .try_for_each(|p| send(p, f)),
                     Out::Drop => Ok(()),
                 }
             };

@@ -256,7 +256,12 @@ impl OnWire {
             return out.push(raw.to_vec());
         }
         let to = fwd.verb.addr();
-        let in_range = |k: &u32| self.xl.range.get(k).is_some_and(|&(a, b)| (a..=b).contains(&to));
+        let in_range = |k: &u32| {
+            self.xl
+                .range
+                .get(k)
+                .is_some_and(|&(a, b)| (a..=b).contains(&to))
+        };
         let Some(rk) = std::iter::once(rkey)
             .chain(self.xl.delta.keys().copied())
             .find(in_range)

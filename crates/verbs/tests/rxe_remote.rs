@@ -31,10 +31,6 @@ fn conformance_on_remote_node() {
         }],
     )
     .expect("verbs fabric to the remote node");
-    eprintln!(
-        "device {} caps {:?}",
-        fabric.device().name(),
-        fabric.caps()
-    );
+    eprintln!("device {} caps {:?}", fabric.device().name(), fabric.caps());
     conformance::run_all(&fabric, 0);
 }
