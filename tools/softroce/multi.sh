@@ -65,7 +65,7 @@ start_switch() { # stats file, log
   SWITCH_PID=$!; pids+=($SWITCH_PID); echo $SWITCH_PID > "$W/switch.pid"
   sleep 0.3
 }
-rm -f "$W"/switch*.json
+rm -f "$W"/switch*.json "$W"/switch*.log
 start_switch "$W/switch.json" "$W/switch.log"
 
 boot() { # index, ip, role, log
