@@ -50,7 +50,7 @@ build_base() {
   for a in $("$R"/bin/busybox --list); do [ -e "$R/bin/$a" ] || ln -s busybox "$R/bin/$a"; done
   # kernel modules + deps (crc32_generic is a runtime crypto dep of rdma_rxe not listed in modules.dep)
   local mods="" m line f
-  for m in rdma_rxe ib_uverbs ib_umad rdma_ucm dummy crc32_generic; do
+  for m in rdma_rxe ib_uverbs ib_umad rdma_ucm dummy crc32_generic virtio_pci virtio_net; do
     line=$(grep -E "/$m\.ko(\.xz|\.zst)?:" "$KM"/modules.dep); mods="$mods ${line%%:*} ${line#*:}"
   done
   for f in $(echo $mods | tr ' ' '\n' | sort -u); do mkdir -p "$R/lib/modules/$KV/$(dirname "$f")"; cp "$KM/$f" "$R/lib/modules/$KV/$f"; done
@@ -70,9 +70,18 @@ echo "GUEST_INIT_UPTIME=$(cut -d' ' -f1 /proc/uptime)"
 dmesg -n 3
 # Soft-RoCE on a dummy netdev: rxe loops back packets whose dest MAC is its own, nothing hits a wire
 ip link set lo up
-modprobe dummy && ip link add dum0 type dummy && ip link set dum0 up && ip addr add 10.77.0.1/24 dev dum0
+# dmkit.ip=A.B.C.D on the kernel command line (tools/softroce/multi.sh): one host of several, rxe0
+# on the guest's virtio NIC, whose frames reach the other guests only through `dmkit switch`.
+# Otherwise the single-guest setup: rxe0 on a dummy netdev.
+for kv in $(cat /proc/cmdline); do case "$kv" in dmkit.*=*) k=${kv%%=*}; k=${k#dmkit.}; export "DMKIT_GUEST_$k=${kv#*=}";; esac; done
+if [ -n "${DMKIT_GUEST_ip:-}" ]; then
+  modprobe virtio_pci && modprobe virtio_net
+  NIC=eth0; ip link set $NIC up && ip addr add "$DMKIT_GUEST_ip/24" dev $NIC
+else
+  NIC=dum0; modprobe dummy && ip link add dum0 type dummy && ip link set dum0 up && ip addr add 10.77.0.1/24 dev dum0
+fi
 modprobe crc32_generic && modprobe rdma_rxe && modprobe ib_uverbs && modprobe rdma_ucm
-rdma link add rxe0 type rxe netdev dum0
+rdma link add rxe0 type rxe netdev $NIC
 rdma link show; ibv_devices
 # GID index of the IPv4-mapped (RoCEv2) GID
 GIDX=$(for g in /sys/class/infiniband/rxe0/ports/1/gids/*; do

@@ -22,6 +22,7 @@ mod memnode;
 mod node;
 mod plot;
 mod sim;
+mod switch;
 mod units;
 
 use std::process::ExitCode;
@@ -79,6 +80,9 @@ enum Cmd {
     App(app::AppCmd),
     /// Clover's metadata server for a store, in a process of its own.
     CloverMds(clover_mds::CloverMdsArgs),
+    /// A software top-of-rack switch for RoCEv2 between QEMU guests (UDP
+    /// ports on the host): learning, pcap capture, counters.
+    Switch(switch::SwitchArgs),
 }
 
 /// A closed standard output (`dmkit … | head`) ends the program quietly
@@ -126,6 +130,7 @@ fn main() -> ExitCode {
         Cmd::Node(NodeCmd::Shutdown(a)) => node::node_shutdown(a),
         Cmd::Corm(c) => corm::corm(c),
         Cmd::CloverMds(a) => clover_mds::clover_mds(a),
+        Cmd::Switch(a) => switch::switch(a),
     };
     match r {
         // Ctrl-C ended a benchmark: its results were printed and written;

@@ -12,8 +12,10 @@
 //! switch of [`SwitchConfig`].
 //!
 //! Who feeds it: the simulator's switch position (`dmkit-sim`, with a
-//! per-packet cost and the memory node's reordering after the switch) and,
-//! later, a RoCEv2 packet parser in `dmkit switch`. Both reduce what they
+//! per-packet cost and the memory node's reordering after the switch) and
+//! `dmkit switch` on RoCEv2 packets between Soft-RoCE guests ([`wire`]:
+//! the codec; [`hub`]: the learning switch; [`onwire`]: the policy on
+//! packets). Both reduce what they
 //! see to a [`Request`] and write the [`Forward`] back. Not here: packets,
 //! timing, the control plane's own connection.
 //!
@@ -40,8 +42,11 @@
 #![warn(missing_docs)]
 
 pub mod clover;
+pub mod hub;
+pub mod onwire;
 pub mod packet;
 pub mod policy;
+pub mod wire;
 
 pub use packet::{
     Action, ConnId, Delivery, Dest, Forward, Request, RespKind, Response, Token, Verb,
