@@ -24,7 +24,18 @@
 //!    between workers are jobs of their destination core (before the
 //!    shared queue's), available when the sending job ends, and cost
 //!    `rpc.request_ns` plus their charge.
-//! 6. **Reply**: it leaves when its job ends (a deferred call: when the job
+//! 6. **Background work** ([`Service::poll`](dmkit_memnode::rpc::Service::poll)):
+//!    after a job that changed something (a call, a message, a poll that
+//!    made progress), every core whose worker is `busy` — and, while the
+//!    job's worker wants its peers woken, every other core — owes a poll.
+//!    A core runs its poll before its next queued request, but never two
+//!    polls in a row while requests wait (the shm worker's round: its
+//!    channels, then the services' poll). A poll costs `rpc.request_ns` if
+//!    it made progress (0 if not) plus what the service charged; a poll
+//!    that made no progress leaves the core idle until something else
+//!    changes. Runs whose services have no background work (echo) never
+//!    poll: their events are those of a model without this stage.
+//! 7. **Reply**: it leaves when its job ends (a deferred call: when the job
 //!    that completes it ends) over the node's uplink and the client's
 //!    downlink, and is written to host memory (`nic.deliver_ns`). Replies
 //!    of one channel are delivered in request order; polling costs
@@ -60,6 +71,8 @@ enum Job {
         from: WorkerId,
         msg: Box<dyn Any + Send>,
     },
+    /// The services' background work ([`RpcWorker::poll`]).
+    Poll,
 }
 
 enum Kind {
@@ -101,6 +114,10 @@ struct SimCore {
     worker: RpcWorker,
     /// Messages for this core: (available from, sequence, job), sorted.
     private: VecDeque<(f64, u64, Job)>,
+    /// A poll is owed (something changed since this worker's last one).
+    poll_due: bool,
+    /// The core's last job was a poll (requests waiting go first).
+    last_poll: bool,
 }
 
 /// One memory node's CPU.
@@ -148,6 +165,8 @@ pub struct RpcSimStats {
     pub jobs: u64,
     /// Time the cores were busy, summed (ns).
     pub busy_ns: u64,
+    /// Polls of the services' background work (among `jobs`).
+    pub polls: u64,
 }
 
 /// The simulated RPC path of a cluster: nodes' cores, channels, events.
@@ -184,6 +203,28 @@ impl RpcSim {
             seq: self.seq,
             kind,
         }));
+    }
+
+    /// A job on core `core` of node `node`, ending at `done`, changed
+    /// something: its worker owes a poll if busy, and so does every other
+    /// busy worker — or every other worker while the job's worker wants
+    /// its peers woken (a peer's state may not exist yet). Idle cores are
+    /// kicked at `done`.
+    fn owe_polls(&mut self, node: usize, core: usize, done: f64) {
+        let n = &mut self.nodes[node];
+        let wake = n.cores[core].worker.wake_peers();
+        let mut kick = Vec::new();
+        for (i, c) in n.cores.iter_mut().enumerate() {
+            if c.worker.busy() || (wake && i != core) {
+                c.poll_due = true;
+                if !c.busy {
+                    kick.push(i);
+                }
+            }
+        }
+        for core in kick {
+            self.push(to_time(done), Kind::Kick { node, core });
+        }
     }
 
     pub(crate) fn next_event(&self) -> Option<Time> {
@@ -252,6 +293,8 @@ impl Core {
                             busy: false,
                             worker: RpcWorker::new(&node, c, cores),
                             private: VecDeque::new(),
+                            poll_due: false,
+                            last_poll: false,
                         })
                         .collect(),
                     node: node.clone(),
@@ -496,7 +539,8 @@ impl Core {
         }
     }
 
-    /// Core `core` is free at `at`: its next message, else the next queued
+    /// Core `core` is free at `at`: its next message, else a poll it owes
+    /// (unless it just polled and requests wait), else the next queued
     /// request, else it idles (woken for a message due later).
     fn rpc_next(&mut self, node: usize, core: usize, at: f64) {
         let n = &mut self.rpc_mut().nodes[node];
@@ -504,6 +548,10 @@ impl Core {
         if c.private.front().is_some_and(|m| m.0 <= at) {
             let (_, _, job) = c.private.pop_front().expect("front exists");
             return self.rpc_start(node, core, job, at);
+        }
+        if c.poll_due && (!c.last_poll || n.queue.is_empty()) {
+            c.poll_due = false;
+            return self.rpc_start(node, core, Job::Poll, at);
         }
         if let Some(job) = n.queue.pop_front() {
             return self.rpc_start(node, core, job, at);
@@ -523,7 +571,10 @@ impl Core {
         let mn = n.node.clone();
         let c = &mut n.cores[core];
         c.busy = true;
+        c.last_poll = matches!(job, Job::Poll);
         let mut reply = Vec::new();
+        // Whether the job may have changed what other jobs find.
+        let mut changed = true;
         let (cost, answer) = match job {
             Job::Call {
                 chan,
@@ -562,6 +613,11 @@ impl Core {
                 c.worker.message(&mn, service, from, msg);
                 (request_ns, None)
             }
+            Job::Poll => {
+                rpc.stats.polls += 1;
+                changed = c.worker.poll(&mn);
+                (if changed { request_ns } else { 0.0 }, None)
+            }
         };
         let cost = cost + c.worker.take_charged();
         let out = c.worker.take_outgoing();
@@ -569,6 +625,9 @@ impl Core {
         rpc.stats.jobs += 1;
         rpc.stats.busy_ns += cost as u64;
         rpc.push(to_time(done), Kind::Done { node, core });
+        if changed {
+            rpc.owe_polls(node, core, done);
+        }
         if let Some((chan, seq, result)) = answer {
             self.rpc_reply(chan, seq, result, done);
         }
