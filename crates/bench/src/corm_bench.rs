@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 
 use dmkit_corm::{CormClient, CormError};
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
+use dmkit_fabric::Fabric;
 use dmkit_memnode::corm::class::Strategy;
 use dmkit_memnode::corm::service::CormService;
 use dmkit_memnode::corm::{ObjPtr, Policy, StoreConfig};
-use dmkit_fabric::Fabric;
 use dmkit_memnode::{MemNode, NodeConfig};
 use dmkit_runtime::{Ctx, Local, RuntimeConfig, Worker};
 use dmkit_sim::{Sim, SimConfig};
@@ -258,7 +258,8 @@ fn spawn_clients(
     tally: Rc<Tally>,
 ) {
     for t in 0..cfg.coros {
-        let (hist, tally, window, ptrs) = (hist.clone(), tally.clone(), window.clone(), ptrs.clone());
+        let (hist, tally, window, ptrs) =
+            (hist.clone(), tally.clone(), window.clone(), ptrs.clone());
         let cfg = cfg.clone();
         w.spawn(move |ctx: Ctx| async move {
             let fail = |e: CormError| tally.errors.borrow_mut().push(e.to_string());
