@@ -418,8 +418,9 @@ pub fn run(cfg: &CormBenchConfig) -> Result<CormBenchResult, BenchError> {
     result(cfg, "shm", None, m, wall)
 }
 
-/// Runs the benchmark on the simulator: `sim` describes the cluster (its
-/// first compute machine hosts the client threads; node 0 serves the
+/// Runs the benchmark on the simulator: `sim` describes the cluster (client
+/// thread `i` runs on compute machine `i mod compute_machines`, the loader on
+/// the first; node 0 serves the
 /// store on its modelled cores, `sim.rpc_workers` of them, which are the
 /// store's workers; its memory grows to what the store needs and its
 /// translation pages shrink to 4 KiB blocks). The store is loaded first, by
@@ -433,6 +434,7 @@ pub fn run_sim(sim_cfg: SimConfig, cfg: &CormBenchConfig) -> Result<CormBenchRes
     sim_cfg.memory_bytes = sim_cfg.memory_bytes.max(sizes(cfg).1);
     sim_cfg.page_size = sim_cfg.page_size.min(BLOCK);
     sim_cfg.rpc_workers = Some(cfg.workers);
+    let machines = sim_cfg.compute_machines.max(1);
     let mut sim = Sim::new(sim_cfg)?;
     let node = sim
         .fabric()
@@ -458,7 +460,7 @@ pub fn run_sim(sim_cfg: SimConfig, cfg: &CormBenchConfig) -> Result<CormBenchRes
     let hist = Rc::new(RefCell::new(histogram()));
     let tally = Rc::new(Tally::default());
     for id in 0..cfg.threads {
-        let th = sim.add_worker(0, |f: &dyn Fabric, clock| {
+        let th = sim.add_worker(id % machines, |f: &dyn Fabric, clock| {
             Worker::builder(f)
                 .clock(clock)
                 .config(rcfg.clone())

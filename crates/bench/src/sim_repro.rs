@@ -199,7 +199,7 @@ impl Default for ReproOptions {
 }
 
 /// Figures this build reproduces.
-pub const FIGURES: [&str; 26] = [
+pub const FIGURES: [&str; 28] = [
     "smart-fig3a",
     "smart-fig4a",
     "smart-table1",
@@ -227,8 +227,11 @@ pub const FIGURES: [&str; 26] = [
     "swordbox-fig13",
     "swordbox-fig14",
     "swordbox-sherman",
+    "corm-fig12",
+    "corm-fig16",
 ];
 
+mod corm;
 mod memsem;
 const _: () = assert!(memsem::FIGURES.len() == 10);
 
@@ -414,6 +417,9 @@ fn figure(name: &str, opts: &ReproOptions, acc: &mut Acc) -> Result<(String, f64
             1.0,
         ),
         n if n.starts_with("swordbox-") => (crate::sim_repro_swordbox::figure(n, opts, acc)?, 1.0),
+        n if corm::FIGURES.contains(&n) => {
+            (corm::figure(n, opts, acc).expect("a corm figure")?, 1.0)
+        }
         _ => {
             return Err(BenchError::Config(format!(
                 "no figure {name:?}; this build reproduces: {}",

@@ -85,11 +85,12 @@ pub(crate) struct SpeedArgs {
 pub(crate) struct ReproduceArgs {
     /// Figure: smart-fig3a, smart-fig4a, smart-table1, smart-fig7,
     /// smart-fig12, smart-fig14, smart-art-fig11, smart-art-fig15,
-    /// memsem-fig13, memsem-fig3|4|5|6|8|10|12|15|16|19.
+    /// memsem-fig13, memsem-fig3|4|5|6|8|10|12|15|16|19, corm-fig12|16.
     name: String,
     /// Device profile: cx6-200g, cx5-100g, cx3-56g, or a TOML file
-    /// (default: cx3-56g, the study's hardware, for the memory-semantics
-    /// figures other than memsem-fig13; cx6-200g for the others).
+    /// (default: cx3-56g, the papers' hardware, for the memory-semantics
+    /// figures other than memsem-fig13 and for CoRM's; cx6-200g for the
+    /// others).
     #[arg(long)]
     profile: Option<String>,
     /// Override the profile's order among atomics waiting for one address:
@@ -135,7 +136,9 @@ pub(crate) fn sim_reproduce(a: ReproduceArgs) -> Res {
     let opts = sim_repro::ReproOptions {
         profile: load_profile(
             a.profile.as_deref().unwrap_or(
-                if a.name.starts_with("memsem-") && a.name != "memsem-fig13" {
+                if (a.name.starts_with("memsem-") && a.name != "memsem-fig13")
+                    || a.name.starts_with("corm-")
+                {
                     "cx3-56g"
                 } else {
                     "cx6-200g"
