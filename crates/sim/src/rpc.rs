@@ -35,7 +35,8 @@
 //!    that made no progress leaves the core idle until something else
 //!    changes. Runs whose services have no background work (echo) never
 //!    poll: their events are those of a model without this stage.
-//! 7. **Reply**: it leaves when its job ends (a deferred call: when the job
+//! 7. **Reply**: it leaves when its job ends (an event then: the links are
+//!    booked in time order with the one-sided responses) (a deferred call: when the job
 //!    that completes it ends) over the node's uplink and the client's
 //!    downlink, and is written to host memory (`nic.deliver_ns`). Replies
 //!    of one channel are delivered in request order; polling costs
@@ -84,6 +85,13 @@ enum Kind {
     Done { node: usize, core: usize },
     /// A core may have a message to start.
     Kick { node: usize, core: usize },
+    /// A reply leaves the node at `depart` (its job's end).
+    Reply {
+        chan: u32,
+        seq: u64,
+        result: Result<Vec<u8>, RpcFailure>,
+        depart: f64,
+    },
 }
 
 struct Event {
@@ -526,6 +534,12 @@ impl Core {
                     self.rpc_next(node, core, at);
                 }
             }
+            Kind::Reply {
+                chan,
+                seq,
+                result,
+                depart,
+            } => self.rpc_reply(chan, seq, result, depart),
         }
     }
 
@@ -629,7 +643,7 @@ impl Core {
             rpc.owe_polls(node, core, done);
         }
         if let Some((chan, seq, result)) = answer {
-            self.rpc_reply(chan, seq, result, done);
+            self.rpc_depart(chan, seq, result, done);
         }
         for o in out {
             match o {
@@ -657,10 +671,32 @@ impl Core {
                 }
                 Outgoing::Complete { token, result } => {
                     let CallKey { channel, seq } = token.call();
-                    self.rpc_reply(channel as u32, seq, result, done);
+                    self.rpc_depart(channel as u32, seq, result, done);
                 }
             }
         }
+    }
+
+    /// The reply to call `seq` of channel `chan` leaves the node when its
+    /// job ends, at `depart`: it takes the links then (an event), not when
+    /// the job starts, so a long job (a compaction) does not hold the
+    /// node's uplink against the one-sided responses that cross it first.
+    fn rpc_depart(
+        &mut self,
+        chan: u32,
+        seq: u64,
+        result: Result<Vec<u8>, RpcFailure>,
+        depart: f64,
+    ) {
+        self.rpc_mut().push(
+            to_time(depart),
+            Kind::Reply {
+                chan,
+                seq,
+                result,
+                depart,
+            },
+        );
     }
 
     /// The reply to call `seq` of channel `chan` leaves the node at
