@@ -211,7 +211,8 @@ fn run(seed: u64, correction: Correction) -> Outcome {
     sim.worker_mut(th).spawn(move |ctx: Ctx| async move {
         let c = CormClient::connect(&ctx, 0).await.unwrap();
         let buf = Local::at(0, BS);
-        for q in p.borrow().iter() {
+        let all = p.borrow().clone();
+        for q in &all {
             let mut a = *q;
             let mut b = *q;
             let x = value_of(&c.read(&ctx, &mut a).await.unwrap());

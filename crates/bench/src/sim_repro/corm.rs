@@ -251,7 +251,7 @@ fn timeline(p: &TimelinePoint) -> Result<Timeline, BenchError> {
                 all.push(q);
             }
             for (i, q) in all.into_iter().enumerate() {
-                if mix(seed ^ i as u64) % 4 == 0 {
+                if mix(seed ^ i as u64).is_multiple_of(4) {
                     keep.push(q);
                 } else {
                     c.free(&ctx, q).await?;
