@@ -3,7 +3,7 @@
 //! with ScanRead as the correction of a failed one) or through RPC
 //! (`rpc`); writes always through RPC.
 //!
-//! The store runs on an embedded shm node whose RPC workers serve it
+//! On shm ([`run`]) the store runs on an embedded node whose RPC workers serve it
 //! (one store worker each). A loader allocates and writes `objects`
 //! objects of `size` bytes; then each client thread (a runtime worker with
 //! `coros` tasks) picks objects (uniformly, or by YCSB's scrambled
@@ -13,8 +13,9 @@
 //! failed direct read and is retried as a scan read, which corrects the
 //! task's copy of the pointer.
 //!
-//! The simulator is not supported yet: its modelled cores do not run a
-//! service's background work, which CoRM's workers need.
+//! On the simulator ([`run_sim`]) the node's modelled cores serve the
+//! store (and poll its background work); the window is virtual time, and
+//! the same seed gives the same result.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -24,11 +25,13 @@ use std::time::{Duration, Instant};
 
 use dmkit_corm::{CormClient, CormError};
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
+use dmkit_fabric::Fabric;
 use dmkit_memnode::corm::class::Strategy;
 use dmkit_memnode::corm::service::CormService;
 use dmkit_memnode::corm::{ObjPtr, Policy, StoreConfig};
-use dmkit_memnode::NodeConfig;
+use dmkit_memnode::{MemNode, NodeConfig};
 use dmkit_runtime::{Ctx, Local, RuntimeConfig, Worker};
+use dmkit_sim::{Sim, SimConfig};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
@@ -86,6 +89,10 @@ pub struct CormBenchConfig {
 /// What a run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct CormBenchResult {
+    /// `shm` or `sim`.
+    pub backend: String,
+    /// The simulator's device profile (`None` on shm).
+    pub profile: Option<String>,
     /// `direct` or `rpc`.
     pub read: String,
     /// `R:W` percentages.
@@ -141,8 +148,171 @@ struct Tally {
     errors: RefCell<Vec<String>>,
 }
 
-/// Runs the benchmark on an embedded shm node.
-pub fn run(cfg: &CormBenchConfig) -> Result<CormBenchResult, BenchError> {
+/// The measured window, by clock readings (simulator) or by flags set from
+/// the outside (shm).
+#[derive(Clone)]
+enum Window {
+    Virtual { from: u64, until: u64 },
+    Flags(Arc<(AtomicBool, AtomicBool)>),
+}
+
+impl Window {
+    fn over(&self, now: u64) -> bool {
+        match self {
+            Window::Virtual { until, .. } => now >= *until,
+            Window::Flags(f) => f.1.load(Ordering::Relaxed),
+        }
+    }
+
+    fn counts(&self, t0: u64, t1: u64) -> bool {
+        match self {
+            Window::Virtual { from, until } => t0 >= *from && t1 < *until,
+            Window::Flags(f) => f.0.load(Ordering::Relaxed) && !f.1.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Bytes of the store's virtual range and of the node's memory for `cfg`.
+fn sizes(cfg: &CormBenchConfig) -> (u64, u64) {
+    let need = (cfg.objects as u64 * (u64::from(cfg.size) + 64) * 2).max(8 << 20);
+    (need, (2 * need + (16 << 20)).next_multiple_of(1 << 20))
+}
+
+/// Registers the benchmark's store on `node`.
+fn register(node: &Arc<MemNode>, cfg: &CormBenchConfig) -> Result<(), BenchError> {
+    let (need, _) = sizes(cfg);
+    CormService::register(
+        node,
+        StoreConfig {
+            block_size: BLOCK,
+            strategy: Strategy::Corm(16),
+            policy: Policy {
+                threshold: None,
+                ..Policy::default()
+            },
+            virtual_bytes: need.next_multiple_of(BLOCK),
+            seed: Some(cfg.seed),
+            ..StoreConfig::default()
+        },
+    )
+    .map(drop)
+    .map_err(BenchError::Config)
+}
+
+const BLOCK: u64 = 4096;
+
+/// Spawns the loader's tasks on `w`: `LOADERS` tasks allocate and write
+/// the objects, their pointers go to `ptrs` in object order.
+fn spawn_loader(
+    w: &mut Worker,
+    cfg: &CormBenchConfig,
+    ptrs: Rc<RefCell<Vec<Option<ObjPtr>>>>,
+    err: Rc<RefCell<Option<CormError>>>,
+) {
+    *ptrs.borrow_mut() = vec![None; cfg.objects];
+    let tasks = LOADERS.min(cfg.objects);
+    for t in 0..tasks {
+        let (p, e, n, size) = (ptrs.clone(), err.clone(), cfg.objects, cfg.size);
+        w.spawn(move |ctx: Ctx| async move {
+            let r = async {
+                let c = CormClient::connect(&ctx, 0).await?;
+                for i in (t..n).step_by(tasks) {
+                    let mut q = c.alloc(&ctx, size).await?;
+                    c.write(&ctx, &mut q, &value(i as u64, size as usize))
+                        .await?;
+                    p.borrow_mut()[i] = Some(q);
+                }
+                Ok::<(), CormError>(())
+            }
+            .await;
+            if let Err(x) = r {
+                e.borrow_mut().get_or_insert(x);
+            }
+        });
+    }
+}
+
+/// Tasks that load the store (one worker).
+const LOADERS: usize = 8;
+
+fn loaded(
+    ptrs: &RefCell<Vec<Option<ObjPtr>>>,
+    err: &RefCell<Option<CormError>>,
+) -> Result<Arc<Vec<ObjPtr>>, BenchError> {
+    if let Some(e) = err.borrow_mut().take() {
+        return Err(BenchError::Config(format!("loading the store: {e}")));
+    }
+    let v: Option<Vec<ObjPtr>> = ptrs.borrow().iter().copied().collect();
+    v.map(Arc::new)
+        .ok_or_else(|| BenchError::Config("loading the store: objects missing".into()))
+}
+
+/// Spawns client thread `id`'s closed-loop tasks on `w`.
+fn spawn_clients(
+    w: &mut Worker,
+    cfg: &CormBenchConfig,
+    id: usize,
+    window: Window,
+    ptrs: Arc<Vec<ObjPtr>>,
+    hist: Rc<RefCell<Histogram<u64>>>,
+    tally: Rc<Tally>,
+) {
+    for t in 0..cfg.coros {
+        let (hist, tally, window, ptrs) =
+            (hist.clone(), tally.clone(), window.clone(), ptrs.clone());
+        let cfg = cfg.clone();
+        w.spawn(move |ctx: Ctx| async move {
+            let fail = |e: CormError| tally.errors.borrow_mut().push(e.to_string());
+            let c = match CormClient::connect(&ctx, 0).await {
+                Ok(c) => c,
+                Err(e) => return fail(e),
+            };
+            let mut mine: Vec<ObjPtr> = ptrs.to_vec();
+            let buf = Local::at(0, BLOCK as usize);
+            let mut seed = mix(cfg.seed ^ ((id as u64) << 32) ^ t as u64);
+            let payload = value(seed, cfg.size as usize);
+            let mut rng = Rng::new(seed);
+            let zipf = (cfg.zipf > 0.0).then(|| Zipfian::new(mine.len() as u64, cfg.zipf));
+            while !window.over(ctx.now()) {
+                seed = mix(seed.wrapping_add(0x9e37_79b9_7f4a_7c15));
+                let k = match &zipf {
+                    // Scrambled: hot ranks spread over the objects.
+                    Some(z) => (fnv64(z.next(&mut rng)) % mine.len() as u64) as usize,
+                    None => (seed % mine.len() as u64) as usize,
+                };
+                let read = (seed >> 32) % 100 < u64::from(cfg.read_percent);
+                let t0 = ctx.now();
+                let mut moved = false;
+                let r = if !read {
+                    c.write(&ctx, &mut mine[k], &payload).await.map(drop)
+                } else if cfg.read == ReadPath::Rpc {
+                    c.read(&ctx, &mut mine[k]).await.map(drop)
+                } else {
+                    match c.direct_read(&ctx, mine[k], buf).await {
+                        Err(CormError::Moved) => {
+                            moved = true;
+                            c.scan_read(&ctx, &mut mine[k], buf).await.map(drop)
+                        }
+                        other => other.map(drop),
+                    }
+                };
+                let t1 = ctx.now();
+                if let Err(e) = r {
+                    return fail(e);
+                }
+                if window.counts(t0, t1) {
+                    tally.ops.set(tally.ops.get() + 1);
+                    tally
+                        .failed_direct
+                        .set(tally.failed_direct.get() + moved as u64);
+                    let _ = hist.borrow_mut().record((t1 - t0).max(1));
+                }
+            }
+        });
+    }
+}
+
+fn check(cfg: &CormBenchConfig) -> Result<(), BenchError> {
     if cfg.threads == 0 || cfg.coros == 0 || cfg.objects == 0 || cfg.workers == 0 {
         return Err(BenchError::Config(
             "--threads, --coros, --objects and --workers must be at least 1".into(),
@@ -154,16 +324,29 @@ pub fn run(cfg: &CormBenchConfig) -> Result<CormBenchResult, BenchError> {
     if cfg.read_percent > 100 {
         return Err(BenchError::Config("a read share above 100 %".into()));
     }
+    Ok(())
+}
+
+fn runtime_config(cfg: &CormBenchConfig) -> RuntimeConfig {
+    RuntimeConfig {
+        seed: cfg.seed,
+        op_stats: false,
+        ..RuntimeConfig::default()
+    }
+}
+
+/// Runs the benchmark on an embedded shm node.
+pub fn run(cfg: &CormBenchConfig) -> Result<CormBenchResult, BenchError> {
+    check(cfg)?;
     let wall = Instant::now();
-    let block = 4096u64;
-    let need = (cfg.objects as u64 * (u64::from(cfg.size) + 64) * 2).max(8 << 20);
+    let (_, node_bytes) = sizes(cfg);
     let fabric = ShmFabric::embedded(
         ShmConfig {
             rpc_max_message: (cfg.size + 256).max(4096),
             ..Default::default()
         },
         &[NodeConfig {
-            size: (2 * need + (16 << 20)).next_multiple_of(1 << 20),
+            size: node_bytes,
             rpc_workers: cfg.workers,
             ..Default::default()
         }],
@@ -171,59 +354,19 @@ pub fn run(cfg: &CormBenchConfig) -> Result<CormBenchResult, BenchError> {
     let node = fabric
         .embedded_node(0)
         .ok_or_else(|| BenchError::Config("no embedded node".into()))?;
-    CormService::register(
-        &node,
-        StoreConfig {
-            block_size: block,
-            strategy: Strategy::Corm(16),
-            policy: Policy {
-                threshold: None,
-                ..Policy::default()
-            },
-            virtual_bytes: need.next_multiple_of(block),
-            seed: Some(cfg.seed),
-            ..StoreConfig::default()
-        },
-    )
-    .map_err(BenchError::Config)?;
-    let rcfg = RuntimeConfig {
-        seed: cfg.seed,
-        op_stats: false,
-        ..RuntimeConfig::default()
-    };
+    register(&node, cfg)?;
+    let rcfg = runtime_config(cfg);
     // Load.
-    let ptrs: Arc<Mutex<Vec<ObjPtr>>> = Arc::default();
-    {
+    let ptrs = {
         let mut w = Worker::builder(&fabric)
             .config(rcfg.clone())
-            .tasks(1)
+            .tasks(LOADERS)
             .build()?;
-        let (p, n, size) = (ptrs.clone(), cfg.objects, cfg.size);
-        let err: Rc<RefCell<Option<CormError>>> = Rc::default();
-        let e = err.clone();
-        w.spawn(move |ctx: Ctx| async move {
-            let r = async {
-                let c = CormClient::connect(&ctx, 0).await?;
-                for i in 0..n {
-                    let mut q = c.alloc(&ctx, size).await?;
-                    c.write(&ctx, &mut q, &value(i as u64, size as usize))
-                        .await?;
-                    p.lock().unwrap_or_else(|x| x.into_inner()).push(q);
-                }
-                Ok::<(), CormError>(())
-            }
-            .await;
-            if let Err(x) = r {
-                *e.borrow_mut() = Some(x);
-            }
-        });
+        let (p, e) = (Rc::default(), Rc::default());
+        spawn_loader(&mut w, cfg, Rc::clone(&p), Rc::clone(&e));
         w.run();
-        let failed = err.borrow_mut().take();
-        if let Some(e) = failed {
-            return Err(BenchError::Config(format!("loading the store: {e}")));
-        }
-    }
-    let ptrs = Arc::new(ptrs.lock().unwrap_or_else(|x| x.into_inner()).clone());
+        loaded(&p, &e)?
+    };
     let flags = Arc::new((AtomicBool::new(false), AtomicBool::new(false)));
     let merged = Mutex::new((histogram(), 0u64, 0u64, Vec::<String>::new()));
     std::thread::scope(|s| -> Result<(), BenchError> {
@@ -236,66 +379,19 @@ pub fn run(cfg: &CormBenchConfig) -> Result<CormBenchResult, BenchError> {
                     .config(rcfg)
                     .id(id)
                     .tasks(cfg.coros)
-                    .local_bytes(block as usize)
+                    .local_bytes(BLOCK as usize)
                     .build()?;
                 let hist = Rc::new(RefCell::new(histogram()));
                 let tally = Rc::new(Tally::default());
-                for t in 0..cfg.coros {
-                    let (hist, tally, flags, ptrs) =
-                        (hist.clone(), tally.clone(), flags.clone(), ptrs.clone());
-                    let cfg = cfg.clone();
-                    w.spawn(move |ctx: Ctx| async move {
-                        let fail = |e: CormError| tally.errors.borrow_mut().push(e.to_string());
-                        let c = match CormClient::connect(&ctx, 0).await {
-                            Ok(c) => c,
-                            Err(e) => return fail(e),
-                        };
-                        let mut mine: Vec<ObjPtr> = ptrs.to_vec();
-                        let buf = Local::at(0, block as usize);
-                        let mut seed = mix(cfg.seed ^ ((id as u64) << 32) ^ t as u64);
-                        let payload = value(seed, cfg.size as usize);
-                        let mut rng = Rng::new(seed);
-                        let zipf =
-                            (cfg.zipf > 0.0).then(|| Zipfian::new(mine.len() as u64, cfg.zipf));
-                        while !flags.1.load(Ordering::Relaxed) {
-                            seed = mix(seed.wrapping_add(0x9e37_79b9_7f4a_7c15));
-                            let k = match &zipf {
-                                // Scrambled: hot ranks spread over the objects.
-                                Some(z) => (fnv64(z.next(&mut rng)) % mine.len() as u64) as usize,
-                                None => (seed % mine.len() as u64) as usize,
-                            };
-                            let read = (seed >> 32) % 100 < u64::from(cfg.read_percent);
-                            let t0 = ctx.now();
-                            let mut moved = false;
-                            let r = if !read {
-                                c.write(&ctx, &mut mine[k], &payload).await.map(drop)
-                            } else if cfg.read == ReadPath::Rpc {
-                                c.read(&ctx, &mut mine[k]).await.map(drop)
-                            } else {
-                                match c.direct_read(&ctx, mine[k], buf).await {
-                                    Err(CormError::Moved) => {
-                                        moved = true;
-                                        c.scan_read(&ctx, &mut mine[k], buf).await.map(drop)
-                                    }
-                                    other => other.map(drop),
-                                }
-                            };
-                            let t1 = ctx.now();
-                            if let Err(e) = r {
-                                return fail(e);
-                            }
-                            let counting =
-                                flags.0.load(Ordering::Relaxed) && !flags.1.load(Ordering::Relaxed);
-                            if counting {
-                                tally.ops.set(tally.ops.get() + 1);
-                                tally
-                                    .failed_direct
-                                    .set(tally.failed_direct.get() + moved as u64);
-                                let _ = hist.borrow_mut().record((t1 - t0).max(1));
-                            }
-                        }
-                    });
-                }
+                spawn_clients(
+                    &mut w,
+                    cfg,
+                    id,
+                    Window::Flags(flags),
+                    ptrs,
+                    hist.clone(),
+                    tally.clone(),
+                );
                 while w.live_tasks() > 0 {
                     if w.step() == 0 {
                         std::hint::spin_loop();
@@ -318,7 +414,90 @@ pub fn run(cfg: &CormBenchConfig) -> Result<CormBenchResult, BenchError> {
         }
         Ok(())
     })?;
-    let (h, ops, failed, errors) = merged.into_inner().unwrap_or_else(|p| p.into_inner());
+    let m = merged.into_inner().unwrap_or_else(|p| p.into_inner());
+    result(cfg, "shm", None, m, wall)
+}
+
+/// Runs the benchmark on the simulator: `sim` describes the cluster (client
+/// thread `i` runs on compute machine `i mod compute_machines`, the loader on
+/// the first; node 0 serves the
+/// store on its modelled cores, `sim.rpc_workers` of them, which are the
+/// store's workers; its memory grows to what the store needs and its
+/// translation pages shrink to 4 KiB blocks). The store is loaded first, by
+/// RPC; the window (`warmup`, then `duration`, virtual time) starts when
+/// loading ends. The same configuration and seed give the same result.
+pub fn run_sim(sim_cfg: SimConfig, cfg: &CormBenchConfig) -> Result<CormBenchResult, BenchError> {
+    check(cfg)?;
+    let wall = Instant::now();
+    let profile = sim_cfg.profile.name.clone();
+    let mut sim_cfg = sim_cfg;
+    sim_cfg.memory_bytes = sim_cfg.memory_bytes.max(sizes(cfg).1);
+    sim_cfg.page_size = sim_cfg.page_size.min(BLOCK);
+    sim_cfg.rpc_workers = Some(cfg.workers);
+    let machines = sim_cfg.compute_machines.max(1);
+    let mut sim = Sim::new(sim_cfg)?;
+    let node = sim
+        .fabric()
+        .memory()
+        .embedded_node(0)
+        .ok_or_else(|| BenchError::Config("the simulation has no memory node 0".into()))?;
+    register(&node, cfg)?;
+    let rcfg = runtime_config(cfg);
+    let (p, e) = (Rc::default(), Rc::default());
+    let th = sim.add_worker(0, |f: &dyn Fabric, clock| {
+        Worker::builder(f)
+            .clock(clock)
+            .config(rcfg.clone())
+            .tasks(LOADERS)
+            .build()
+    })?;
+    spawn_loader(sim.worker_mut(th), cfg, Rc::clone(&p), Rc::clone(&e));
+    sim.run();
+    let ptrs = loaded(&p, &e)?;
+    sim.clear_workers();
+    let from = sim.now() + cfg.warmup.as_nanos() as u64;
+    let until = from + cfg.duration.as_nanos() as u64;
+    let hist = Rc::new(RefCell::new(histogram()));
+    let tally = Rc::new(Tally::default());
+    for id in 0..cfg.threads {
+        let th = sim.add_worker(id % machines, |f: &dyn Fabric, clock| {
+            Worker::builder(f)
+                .clock(clock)
+                .config(rcfg.clone())
+                .id(id)
+                .tasks(cfg.coros)
+                .local_bytes(BLOCK as usize)
+                .build()
+        })?;
+        spawn_clients(
+            sim.worker_mut(th),
+            cfg,
+            id,
+            Window::Virtual { from, until },
+            ptrs.clone(),
+            hist.clone(),
+            tally.clone(),
+        );
+    }
+    sim.run_until(until);
+    let h = hist.borrow();
+    let m = (
+        h.clone(),
+        tally.ops.get(),
+        tally.failed_direct.get(),
+        tally.errors.borrow().clone(),
+    );
+    result(cfg, "sim", Some(profile), m, wall)
+}
+
+fn result(
+    cfg: &CormBenchConfig,
+    backend: &str,
+    profile: Option<String>,
+    merged: (Histogram<u64>, u64, u64, Vec<String>),
+    wall: Instant,
+) -> Result<CormBenchResult, BenchError> {
+    let (h, ops, failed, errors) = merged;
     if let Some(e) = errors.first() {
         return Err(BenchError::Config(format!(
             "{} operations failed; first: {e}",
@@ -328,6 +507,8 @@ pub fn run(cfg: &CormBenchConfig) -> Result<CormBenchResult, BenchError> {
     let seconds = cfg.duration.as_secs_f64();
     let us = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
     Ok(CormBenchResult {
+        backend: backend.into(),
+        profile,
         read: cfg.read.name().into(),
         workload: format!("{}:{}", cfg.read_percent, 100 - cfg.read_percent),
         objects: cfg.objects,

@@ -202,7 +202,7 @@ impl Default for ReproOptions {
 }
 
 /// Figures this build reproduces.
-pub const FIGURES: [&str; 38] = [
+pub const FIGURES: [&str; 40] = [
     "smart-fig3a",
     "smart-fig4a",
     "smart-table1",
@@ -244,9 +244,12 @@ pub const FIGURES: [&str; 38] = [
     "smart-art-fig12",
     "smart-art-fig17",
     "smart-art-fig18",
+    "corm-fig12",
+    "corm-fig16",
 ];
 
 mod art;
+mod corm;
 mod memsem;
 mod smart;
 const _: () = assert!(memsem::FIGURES.len() == 10);
@@ -441,6 +444,9 @@ fn figure(name: &str, opts: &ReproOptions, acc: &mut Acc) -> Result<(String, f64
             opts.time_scale,
         ),
         n if n.starts_with("swordbox-") => (crate::sim_repro_swordbox::figure(n, opts, acc)?, 1.0),
+        n if corm::FIGURES.contains(&n) => {
+            (corm::figure(n, opts, acc).expect("a corm figure")?, 1.0)
+        }
         _ => {
             return Err(BenchError::Config(format!(
                 "no figure {name:?}; this build reproduces: {}",

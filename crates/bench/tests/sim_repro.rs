@@ -264,3 +264,64 @@ fn art_fig17_a_larger_cache_hits_more_and_runs_faster() {
     assert!(hits[1] > hits[0], "{hits:?}");
     assert!(mops[1] > mops[0], "{mops:?}");
 }
+
+fn cx3() -> ReproOptions {
+    ReproOptions {
+        profile: dmkit_sim::Profile::builtin("cx3-56g").unwrap(),
+        ..quick()
+    }
+}
+
+/// CoRM's YCSB figure on its hardware: RPC reads saturate the node's
+/// workers near the paper's 0.7 Mops, DirectReads go past them.
+#[test]
+fn corm_fig12_rpc_saturates_and_direct_reads_pass_it() {
+    let f = reproduce("corm-fig12", &cx3(), &|_, _| {}).unwrap();
+    check(&f);
+    let at = |s: &str, x: f64| {
+        f.rows
+            .iter()
+            .find(|r| r.series == s && r.x == x)
+            .unwrap_or_else(|| panic!("no row {s} at {x}"))
+            .value
+    };
+    for w in ["50:50", "100:0"] {
+        let (rpc, rdma) = (
+            at(&format!("RPC {w} zipf"), 8.0),
+            at(&format!("RDMA {w} zipf"), 8.0),
+        );
+        assert!(rdma > 1.5 * rpc, "{w}: direct {rdma} vs RPC {rpc}");
+    }
+}
+
+/// CoRM's throughput during compaction: with pointer correction by
+/// messaging the RPC client waits out the compaction (the block's owner
+/// leads it) while the RDMA client, correcting by ScanRead, never stops;
+/// with block scanning neither stops. Deterministic.
+#[test]
+fn corm_fig16_messaging_stalls_the_rpc_client_only() {
+    let f = reproduce("corm-fig16", &cx3(), &|_, _| {}).unwrap();
+    let v = |s: &str| {
+        f.rows
+            .iter()
+            .find(|r| r.series == s)
+            .unwrap_or_else(|| panic!("no row {s}"))
+            .value
+    };
+    let compaction = v("top (messaging): compaction");
+    assert!(v("top (messaging): blocks compacted") > 10.0);
+    assert!(
+        v("top (messaging) RPC: unavailability") > compaction / 2.0,
+        "the RPC client waits for the leader"
+    );
+    assert_eq!(v("top (messaging) RDMA: unavailability"), 0.0);
+    assert_eq!(v("bottom (scan) RPC: unavailability"), 0.0);
+    assert_eq!(v("bottom (scan) RDMA: unavailability"), 0.0);
+    assert!(v("top (messaging) RDMA: after") > 0.0);
+    let g = reproduce("corm-fig16", &cx3(), &|_, _| {}).unwrap();
+    assert_eq!(
+        serde_json::to_value(&f.rows).unwrap(),
+        serde_json::to_value(&g.rows).unwrap(),
+        "same seed, same rows"
+    );
+}

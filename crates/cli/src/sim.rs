@@ -86,7 +86,8 @@ pub(crate) struct ReproduceArgs {
     /// Figure: smart-fig3a, smart-fig4a, smart-table1, smart-fig7,
     /// smart-fig12, smart-fig14, smart-art-fig11, smart-art-fig15,
     /// memsem-fig13, memsem-fig3|4|5|6|8|10|12|15|16|19, swordbox-fig5|10|11|12|13|14,
-    /// swordbox-sherman.
+    /// swordbox-sherman, corm-fig12|16, smart-fig8|10|11|13,
+    /// smart-art-fig3|4|12|13|14|16|17|18.
     #[arg(required_unless_present = "all", conflicts_with = "all")]
     name: Option<String>,
     /// Run every figure this build reproduces, one after the other (needs
@@ -104,8 +105,9 @@ pub(crate) struct ReproduceArgs {
     #[arg(long, default_value_t = 0.3, requires = "report")]
     band: f64,
     /// Device profile: cx6-200g, cx5-100g, cx3-56g, or a TOML file
-    /// (default: cx3-56g, the study's hardware, for the memory-semantics
-    /// figures other than memsem-fig13; cx6-200g for the others).
+    /// (default: cx3-56g, the papers' hardware, for the memory-semantics
+    /// figures other than memsem-fig13 and for CoRM's; cx6-200g for the
+    /// others).
     #[arg(long)]
     profile: Option<String>,
     /// Override the profile's order among atomics waiting for one address:
@@ -147,11 +149,11 @@ pub(crate) struct ReproduceArgs {
     quiet: bool,
 }
 
-/// The profile a figure runs on unless told: the memory-semantics study's
-/// hardware (cx3-56g) for its figures other than memsem-fig13, cx6-200g
-/// for the others.
+/// The profile a figure runs on unless told: the papers' hardware
+/// (cx3-56g) for the memory-semantics study's figures other than
+/// memsem-fig13 and for CoRM's, cx6-200g for the others.
 fn default_profile(name: &str) -> &'static str {
-    if name.starts_with("memsem-") && name != "memsem-fig13" {
+    if (name.starts_with("memsem-") && name != "memsem-fig13") || name.starts_with("corm-") {
         "cx3-56g"
     } else {
         "cx6-200g"

@@ -24,7 +24,19 @@
 //!    between workers are jobs of their destination core (before the
 //!    shared queue's), available when the sending job ends, and cost
 //!    `rpc.request_ns` plus their charge.
-//! 6. **Reply**: it leaves when its job ends (a deferred call: when the job
+//! 6. **Background work** ([`Service::poll`](dmkit_memnode::rpc::Service::poll)):
+//!    after a job that changed something (a call, a message, a poll that
+//!    made progress), every core whose worker is `busy` — and, while the
+//!    job's worker wants its peers woken, every other core — owes a poll.
+//!    A core runs its poll before its next queued request, but never two
+//!    polls in a row while requests wait (the shm worker's round: its
+//!    channels, then the services' poll). A poll costs `rpc.request_ns` if
+//!    it made progress (0 if not) plus what the service charged; a poll
+//!    that made no progress leaves the core idle until something else
+//!    changes. Runs whose services have no background work (echo) never
+//!    poll: their events are those of a model without this stage.
+//! 7. **Reply**: it leaves when its job ends (an event then: the links are
+//!    booked in time order with the one-sided responses) (a deferred call: when the job
 //!    that completes it ends) over the node's uplink and the client's
 //!    downlink, and is written to host memory (`nic.deliver_ns`). Replies
 //!    of one channel are delivered in request order; polling costs
@@ -60,6 +72,8 @@ enum Job {
         from: WorkerId,
         msg: Box<dyn Any + Send>,
     },
+    /// The services' background work ([`RpcWorker::poll`]).
+    Poll,
 }
 
 enum Kind {
@@ -71,6 +85,13 @@ enum Kind {
     Done { node: usize, core: usize },
     /// A core may have a message to start.
     Kick { node: usize, core: usize },
+    /// A reply leaves the node at `depart` (its job's end).
+    Reply {
+        chan: u32,
+        seq: u64,
+        result: Result<Vec<u8>, RpcFailure>,
+        depart: f64,
+    },
 }
 
 struct Event {
@@ -101,6 +122,10 @@ struct SimCore {
     worker: RpcWorker,
     /// Messages for this core: (available from, sequence, job), sorted.
     private: VecDeque<(f64, u64, Job)>,
+    /// A poll is owed (something changed since this worker's last one).
+    poll_due: bool,
+    /// The core's last job was a poll (requests waiting go first).
+    last_poll: bool,
 }
 
 /// One memory node's CPU.
@@ -148,6 +173,8 @@ pub struct RpcSimStats {
     pub jobs: u64,
     /// Time the cores were busy, summed (ns).
     pub busy_ns: u64,
+    /// Polls of the services' background work (among `jobs`).
+    pub polls: u64,
 }
 
 /// The simulated RPC path of a cluster: nodes' cores, channels, events.
@@ -189,6 +216,28 @@ impl RpcSim {
             seq: self.seq,
             kind,
         }));
+    }
+
+    /// A job on core `core` of node `node`, ending at `done`, changed
+    /// something: its worker owes a poll if busy, and so does every other
+    /// busy worker — or every other worker while the job's worker wants
+    /// its peers woken (a peer's state may not exist yet). Idle cores are
+    /// kicked at `done`.
+    fn owe_polls(&mut self, node: usize, core: usize, done: f64) {
+        let n = &mut self.nodes[node];
+        let wake = n.cores[core].worker.wake_peers();
+        let mut kick = Vec::new();
+        for (i, c) in n.cores.iter_mut().enumerate() {
+            if c.worker.busy() || (wake && i != core) {
+                c.poll_due = true;
+                if !c.busy {
+                    kick.push(i);
+                }
+            }
+        }
+        for core in kick {
+            self.push(to_time(done), Kind::Kick { node, core });
+        }
     }
 
     pub(crate) fn next_event(&self) -> Option<Time> {
@@ -275,6 +324,8 @@ impl Core {
                             busy: false,
                             worker: RpcWorker::new(&node, c, cores),
                             private: VecDeque::new(),
+                            poll_due: false,
+                            last_poll: false,
                         })
                         .collect(),
                     node: node.clone(),
@@ -511,6 +562,12 @@ impl Core {
                     self.rpc_next(node, core, at);
                 }
             }
+            Kind::Reply {
+                chan,
+                seq,
+                result,
+                depart,
+            } => self.rpc_reply(chan, seq, result, depart),
         }
     }
 
@@ -524,7 +581,8 @@ impl Core {
         }
     }
 
-    /// Core `core` is free at `at`: its next message, else the next queued
+    /// Core `core` is free at `at`: its next message, else a poll it owes
+    /// (unless it just polled and requests wait), else the next queued
     /// request, else it idles (woken for a message due later).
     fn rpc_next(&mut self, node: usize, core: usize, at: f64) {
         let n = &mut self.rpc_mut().nodes[node];
@@ -532,6 +590,10 @@ impl Core {
         if c.private.front().is_some_and(|m| m.0 <= at) {
             let (_, _, job) = c.private.pop_front().expect("front exists");
             return self.rpc_start(node, core, job, at);
+        }
+        if c.poll_due && (!c.last_poll || n.queue.is_empty()) {
+            c.poll_due = false;
+            return self.rpc_start(node, core, Job::Poll, at);
         }
         if let Some(job) = n.queue.pop_front() {
             return self.rpc_start(node, core, job, at);
@@ -551,7 +613,10 @@ impl Core {
         let mn = n.node.clone();
         let c = &mut n.cores[core];
         c.busy = true;
+        c.last_poll = matches!(job, Job::Poll);
         let mut reply = Vec::new();
+        // Whether the job may have changed what other jobs find.
+        let mut changed = true;
         let (cost, answer) = match job {
             Job::Call {
                 chan,
@@ -590,6 +655,11 @@ impl Core {
                 c.worker.message(&mn, service, from, msg);
                 (request_ns, None)
             }
+            Job::Poll => {
+                rpc.stats.polls += 1;
+                changed = c.worker.poll(&mn);
+                (if changed { request_ns } else { 0.0 }, None)
+            }
         };
         let cost = cost + c.worker.take_charged();
         let out = c.worker.take_outgoing();
@@ -597,8 +667,11 @@ impl Core {
         rpc.stats.jobs += 1;
         rpc.stats.busy_ns += cost as u64;
         rpc.push(to_time(done), Kind::Done { node, core });
+        if changed {
+            rpc.owe_polls(node, core, done);
+        }
         if let Some((chan, seq, result)) = answer {
-            self.rpc_reply(chan, seq, result, done);
+            self.rpc_depart(chan, seq, result, done);
         }
         for o in out {
             match o {
@@ -626,10 +699,32 @@ impl Core {
                 }
                 Outgoing::Complete { token, result } => {
                     let CallKey { channel, seq } = token.call();
-                    self.rpc_reply(channel as u32, seq, result, done);
+                    self.rpc_depart(channel as u32, seq, result, done);
                 }
             }
         }
+    }
+
+    /// The reply to call `seq` of channel `chan` leaves the node when its
+    /// job ends, at `depart`: it takes the links then (an event), not when
+    /// the job starts, so a long job (a compaction) does not hold the
+    /// node's uplink against the one-sided responses that cross it first.
+    fn rpc_depart(
+        &mut self,
+        chan: u32,
+        seq: u64,
+        result: Result<Vec<u8>, RpcFailure>,
+        depart: f64,
+    ) {
+        self.rpc_mut().push(
+            to_time(depart),
+            Kind::Reply {
+                chan,
+                seq,
+                result,
+                depart,
+            },
+        );
     }
 
     /// The reply to call `seq` of channel `chan` leaves the node at

@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use dmkit_bench::corm_bench::{self, CormBenchConfig, ReadPath};
 
+use crate::args::load_profile;
 use crate::units::parse_size;
 use crate::Res;
 
@@ -26,10 +27,14 @@ pub(crate) struct CormBenchArgs {
     /// Read:write percentages: 50:50, 95:5 or 100:0 (any R:W summing to 100).
     #[arg(long, default_value = "50:50")]
     workload: String,
-    /// Backend (shm only for now: the simulator does not run CoRM's
-    /// workers' background work yet).
+    /// Backend: `shm` (an embedded node) or `sim` (the simulator, virtual
+    /// time).
     #[arg(long, default_value = "shm")]
     backend: String,
+    /// Simulator: device profile (cx6-200g, cx5-100g, cx3-56g, or a TOML
+    /// file); CoRM's testbed was ConnectX-3.
+    #[arg(long, default_value = "cx3-56g")]
+    profile: String,
     /// Objects in the store.
     #[arg(long, default_value_t = 100_000)]
     objects: usize,
@@ -45,9 +50,10 @@ pub(crate) struct CormBenchArgs {
     /// Tasks per client thread.
     #[arg(long, default_value_t = 4)]
     coros: usize,
-    /// The node's RPC workers (= the store's workers).
-    #[arg(long, default_value_t = dmkit_memnode::DEFAULT_RPC_WORKERS)]
-    workers: usize,
+    /// The node's RPC workers (= the store's workers); default: the
+    /// embedded node's default on shm, the profile's `rpc.cores` on sim.
+    #[arg(long)]
+    workers: Option<usize>,
     /// How long to measure.
     #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
     duration: Duration,
@@ -79,13 +85,11 @@ fn read_percent(w: &str) -> Result<u32, String> {
 }
 
 pub(crate) fn bench_corm(a: CormBenchArgs) -> Res {
-    if a.backend != "shm" {
-        return Err(format!(
-            "bench corm runs on shm only for now (--backend {}): the simulator's modelled \
-             cores do not run CoRM's background work (issue 32, not implemented)",
-            a.backend
-        ));
-    }
+    let sim = match a.backend.as_str() {
+        "shm" => None,
+        "sim" => Some(load_profile(&a.profile, None, None)?),
+        other => return Err(format!("--backend {other}: bench corm runs on shm and sim")),
+    };
     let _ = a.quiet;
     let cfg = CormBenchConfig {
         read: match a.read {
@@ -98,12 +102,26 @@ pub(crate) fn bench_corm(a: CormBenchArgs) -> Res {
         zipf: a.zipf,
         threads: a.threads,
         coros: a.coros,
-        workers: a.workers,
+        workers: a.workers.unwrap_or(match &sim {
+            Some(p) => p.rpc.cores as usize,
+            None => dmkit_memnode::DEFAULT_RPC_WORKERS,
+        }),
         duration: a.duration,
         warmup: a.warmup,
         seed: a.seed,
     };
-    let r = corm_bench::run(&cfg).map_err(|e| e.to_string())?;
+    let r = match sim {
+        None => corm_bench::run(&cfg),
+        Some(profile) => corm_bench::run_sim(
+            dmkit_sim::SimConfig {
+                profile,
+                seed: a.seed,
+                ..Default::default()
+            },
+            &cfg,
+        ),
+    }
+    .map_err(|e| e.to_string())?;
     println!(
         "{:<6} {:>8} {:>8} {:>5} {:>7} {:>5} {:>7} {:>9} {:>8} {:>8} {:>12}",
         "read",

@@ -354,6 +354,9 @@ impl Worker {
             copies.push(to);
         }
         cj.report.blocks_freed += 1;
+        self.work.merges += 1;
+        self.work.pages_remapped += vbs.len() as u64 * space.pages();
+        self.work.bytes_copied += copies.len() as u64 * size as u64;
         for &vb in &vbs {
             space.alias(vb, b);
             let d = space.dir(vb);

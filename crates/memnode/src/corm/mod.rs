@@ -59,7 +59,7 @@ pub use driver::Cluster;
 pub use layout::{decode, decode_into, scan_block, Expect, ObjHeader, ObjPtr, ReadFault};
 pub use rng::Rng;
 pub use stats::{Accounting, ClassStats, CormStats};
-pub use worker::{Store, Ticket, Worker};
+pub use worker::{Store, Ticket, WorkDone, Worker};
 
 #[cfg(test)]
 mod tests;

@@ -192,7 +192,7 @@ impl Space {
         (vb < self.nvb).then_some(vb)
     }
 
-    fn pages(&self) -> u64 {
+    pub(crate) fn pages(&self) -> u64 {
         1 << (self.block_shift - self.page_shift)
     }
 

@@ -341,6 +341,23 @@ pub struct Worker {
     done: HashMap<Ticket, OpResult>,
     after_compaction: Vec<Job>,
     pub(crate) compaction: Option<Compaction>,
+    /// Work done since the last [`Worker::take_work`].
+    pub(crate) work: WorkDone,
+}
+
+/// What a worker did, for a transport that models the node's CPU time
+/// (the simulator): counted by [`Worker::step`] and compaction, taken with
+/// [`Worker::take_work`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkDone {
+    /// Messages from peers served.
+    pub messages: u64,
+    /// Blocks merged by compaction.
+    pub merges: u64,
+    /// Translation pages remapped by those merges.
+    pub pages_remapped: u64,
+    /// Object bytes copied by those merges.
+    pub bytes_copied: u64,
 }
 
 impl Worker {
@@ -366,6 +383,7 @@ impl Worker {
             done: HashMap::new(),
             after_compaction: Vec::new(),
             compaction: None,
+            work: WorkDone::default(),
         }
     }
 
@@ -421,6 +439,7 @@ impl Worker {
         let mut progress = false;
         while let Ok(m) = self.inbox.try_recv() {
             self.sh.in_flight.fetch_sub(1, Ordering::AcqRel);
+            self.work.messages += 1;
             self.handle(m);
             progress = true;
         }
@@ -436,6 +455,13 @@ impl Worker {
             self.run_job(job);
         }
         progress || self.done.len() != before
+    }
+
+    /// What this worker did since the last call (messages served,
+    /// compaction's merges, remaps and copies), for a transport that models
+    /// the node's CPU time.
+    pub fn take_work(&mut self) -> WorkDone {
+        std::mem::take(&mut self.work)
     }
 
     /// Runs `op` to completion on this thread, stepping this worker while

@@ -322,9 +322,11 @@ pub trait Service: Send + Sync + 'static {
     /// between requests; it may [`WorkerCtx::complete`] deferred calls.
     /// Returns whether anything happened. Default: nothing.
     ///
-    /// The node's worker threads (shm, verbs) poll; the simulator's modelled
-    /// cores do not yet, so a service that finishes calls only in `poll`
-    /// does not answer there.
+    /// The node's worker threads (shm, verbs) poll on every round; the
+    /// simulator's modelled cores poll a worker after a job that changed
+    /// something while the worker is [`busy`](Service::busy) (and every
+    /// worker while one wants its peers woken), each poll a job of the
+    /// core costing what the service charges.
     fn poll(&self, cx: &mut WorkerCtx<'_, Self>) -> bool {
         let _ = cx;
         false
