@@ -973,20 +973,26 @@ impl MemNode {
                 largest_free: inner.alloc.largest_free(),
             });
         };
-        if let Owner::Group(name) = &owner {
+        let rkey = self.heap.rkey;
+        let resp = if let Owner::Group(name) = &owner {
             // A first chunk makes the session a holder: a group's memory
             // is never held by nobody while it has chunks.
             let g = inner.groups.entry(name.clone()).or_default();
+            let took_ref = !g.holders.contains_key(&session);
             g.holders.entry(session).or_insert(1);
             g.chunks.insert(offset);
             g.bytes += len;
-        }
+            Response::GroupChunk {
+                offset,
+                len,
+                rkey,
+                took_ref,
+            }
+        } else {
+            Response::Chunk { offset, len, rkey }
+        };
         inner.chunks.insert(offset, ChunkRec { len, owner });
-        Ok(Response::Chunk {
-            offset,
-            len,
-            rkey: self.heap.rkey,
-        })
+        Ok(resp)
     }
 
     fn free_chunk(&self, session: SessionId, offset: u64) -> Result<Response, RpcError> {
@@ -1296,7 +1302,7 @@ mod tests {
                 group: group.into(),
             },
         ) {
-            Response::Chunk { offset, .. } => offset,
+            Response::GroupChunk { offset, .. } => offset,
             other => panic!("{other:?}"),
         }
     }

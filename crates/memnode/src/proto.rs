@@ -268,6 +268,18 @@ pub enum Response {
     Error(RpcError),
     /// A channel opened (its memfd travels with this frame).
     RpcChannel(crate::rpc::ring::ChannelGeometry),
+    /// Answer to `AllocGroupChunk`: a zeroed chunk inside the heap region.
+    GroupChunk {
+        /// Start of the chunk, a page-aligned byte offset (never 0).
+        offset: u64,
+        /// Length in bytes: the request rounded up to whole pages.
+        len: u64,
+        /// The heap region's rkey, which covers the chunk.
+        rkey: u32,
+        /// This allocation took the session's reference on the group (it
+        /// held none before); the caller owes a `ReleaseGroup`.
+        took_ref: bool,
+    },
     /// Answer to `HoldGroup`.
     Held {
         /// The group's references now, all sessions together.
