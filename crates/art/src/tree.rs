@@ -2186,11 +2186,7 @@ impl RemoteMap for ArtTree {
             }),
             st: Rc::new(RefCell::new(ClientState {
                 buf: Vec::new(),
-                alloc: BlockAlloc::new(
-                    self.cfg.chunk_bytes,
-                    Nanos::MAX / 4,
-                    self.home.group(),
-                ),
+                alloc: BlockAlloc::new(self.cfg.chunk_bytes, Nanos::MAX / 4, self.home.group()),
                 owner: dmkit_index::lease::owner_of(id),
                 counters: TreeCounters::default(),
             })),

@@ -491,11 +491,7 @@ impl RemoteMap for Btree {
             cache,
             spec,
             st: Rc::new(RefCell::new(ClientState {
-                alloc: BlockAlloc::new(
-                    self.cfg.chunk_bytes,
-                    Nanos::MAX / 4,
-                    self.home.group(),
-                ),
+                alloc: BlockAlloc::new(self.cfg.chunk_bytes, Nanos::MAX / 4, self.home.group()),
                 owner: dmkit_index::lease::owner_of(id),
                 root: self.root,
                 root_known: false,

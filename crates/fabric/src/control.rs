@@ -171,8 +171,12 @@ pub trait ControlPlane: Send + Sync {
     fn list_roots(&self, node: NodeId) -> Result<Vec<RootInfo>, FabricError>;
 
     /// An admin request authorised by the node's token.
-    fn admin(&self, node: NodeId, token: [u8; TOKEN_LEN], op: AdminOp)
-        -> Result<Response, FabricError>;
+    fn admin(
+        &self,
+        node: NodeId,
+        token: [u8; TOKEN_LEN],
+        op: AdminOp,
+    ) -> Result<Response, FabricError>;
 
     /// Reads a named root.
     fn get_root(&self, node: NodeId, name: &str) -> Result<Option<u64>, FabricError>;
@@ -272,14 +276,24 @@ impl<T: NodeRpc + ?Sized> ControlPlane for T {
     }
 
     fn hold_group(&self, node: NodeId, group: &str) -> Result<u32, FabricError> {
-        match self.rpc(node, Request::HoldGroup { group: group.into() })? {
+        match self.rpc(
+            node,
+            Request::HoldGroup {
+                group: group.into(),
+            },
+        )? {
             Response::Held { refs } => Ok(refs),
             other => Err(unexpected(node, other)),
         }
     }
 
     fn release_group(&self, node: NodeId, group: &str) -> Result<(u32, u64), FabricError> {
-        match self.rpc(node, Request::ReleaseGroup { group: group.into() })? {
+        match self.rpc(
+            node,
+            Request::ReleaseGroup {
+                group: group.into(),
+            },
+        )? {
             Response::Released { refs, freed_bytes } => Ok((refs, freed_bytes)),
             other => Err(unexpected(node, other)),
         }

@@ -271,7 +271,11 @@ impl Home {
 }
 
 /// Drops one reference on `group` on each of `nodes`; the first failure.
-fn release_everywhere(fabric: &dyn Fabric, nodes: &[NodeId], group: &str) -> Result<(), IndexError> {
+fn release_everywhere(
+    fabric: &dyn Fabric,
+    nodes: &[NodeId],
+    group: &str,
+) -> Result<(), IndexError> {
     let mut first: Option<IndexError> = None;
     for &n in nodes {
         if let Err(e) = fabric.release_group(n, group) {

@@ -559,11 +559,7 @@ impl RemoteMap for RaceTable {
                         .checked_next_power_of_two()
                         .unwrap_or(0)
                 ],
-                alloc: BlockAlloc::new(
-                    self.cfg.chunk_bytes,
-                    self.cfg.grace,
-                    self.home.group(),
-                ),
+                alloc: BlockAlloc::new(self.cfg.chunk_bytes, self.cfg.grace, self.home.group()),
                 owner: dmkit_index::lease::owner_of(id),
                 counters: TableCounters::default(),
             })),
