@@ -26,8 +26,9 @@
 //! [`platform::Platform`]: OS threads over a fabric (shm, verbs) or
 //! virtual threads of the simulator, the same code on both.
 //!
-//! Not here: the RPC-based baselines (they need the RPC channel to memory
-//! nodes' workers).
+//! Not here: RPC-based variants of the applications (the study's RPC
+//! baselines are for its atomics, Fig. 10: `dmkit bench atomics --place
+//! rpc` on the memory node's built-in atomics service).
 
 pub mod hashtable;
 pub mod join;

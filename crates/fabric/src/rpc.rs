@@ -30,6 +30,7 @@
 
 use crate::addr::NodeId;
 
+pub use dmkit_memnode::rpc::atomics;
 pub use dmkit_memnode::rpc::{RpcFailure, ServiceId, ECHO};
 
 /// The reply to one request.

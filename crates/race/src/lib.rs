@@ -102,9 +102,14 @@
 //! Every lookup notes the time before it reads slots and checks, once it has
 //! the blocks, that less than half the grace period has passed; otherwise it
 //! starts over. So a block a reader fetched is the one its slot named, even
-//! if the reader was descheduled in between. The clocks of all clients must
-//! agree within `grace / 2` (one host: CLOCK_MONOTONIC; across machines, a
-//! bounded skew — the same assumption as the lock leases of `dmkit-runtime`).
+//! if the reader was descheduled in between. Each client's clock may be off
+//! by at most `grace / 8` (one host: CLOCK_MONOTONIC; across machines, a
+//! bounded skew — the same kind of assumption as the lock leases of
+//! `dmkit-index::lease`): quarantine is measured on the retiring client's
+//! clock, the reader's give-up on its own, and with offsets within `±B`
+//! either measurement can be off by `2B`, so the rule holds while
+//! `grace / 2 + 2B ≤ grace − 2B`, i.e. `B ≤ grace / 8` (the bound
+//! `dmkit sim check --scenario race` checks with).
 //! The checksum catches torn and foreign blocks on top of that.
 
 //! ## Hot area (memory-semantics study §IV-B)

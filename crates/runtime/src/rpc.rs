@@ -35,6 +35,7 @@ use crate::ctx::Ctx;
 use crate::stats::{OpStats, WorkerStats};
 use crate::worker::State;
 
+pub use dmkit_fabric::rpc::atomics::{AtomicsFault, AtomicsRequest, ATOMICS, ATOMIC_SLOTS};
 pub use dmkit_fabric::rpc::ECHO;
 
 /// A service as its callers see it: its id and the types of its request
@@ -57,6 +58,21 @@ impl Service for Echo {
     const ID: ServiceId = ECHO;
     type Request = Vec<u8>;
     type Response = Vec<u8>;
+}
+
+/// The built-in atomics service, typed: a spinlock and a sequencer served
+/// by the node's CPU (the RPC-based baseline of the remote-atomics study).
+/// The reply is one `u64` (see [`AtomicsRequest`]); a refusal is
+/// [`CallError::Failed`] with [`RpcFailure::Service`] bytes that
+/// [`dmkit_fabric::rpc::atomics::decode_fault`] reads as an
+/// [`AtomicsFault`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Atomics;
+
+impl Service for Atomics {
+    const ID: ServiceId = ATOMICS;
+    type Request = AtomicsRequest;
+    type Response = u64;
 }
 
 /// Why a call returned no reply.

@@ -158,6 +158,10 @@ pub(crate) struct RpcSim {
     chans: Vec<SimChan>,
     /// Channels of each thread, by thread id.
     thread_chans: Vec<Vec<u32>>,
+    /// Calls each thread has pending over all its channels: most threads
+    /// of most runs never call, and the driver asks about every thread at
+    /// every step ([`RpcSim::next_reply`], [`RpcSim::awaits`]).
+    thread_pending: Vec<u32>,
     events: BinaryHeap<Reverse<Event>>,
     seq: u64,
     stats: RpcSimStats,
@@ -171,6 +175,7 @@ impl RpcSim {
             nodes: Vec::new(),
             chans: Vec::new(),
             thread_chans: Vec::new(),
+            thread_pending: Vec::new(),
             events: BinaryHeap::new(),
             seq: 0,
             stats: RpcSimStats::default(),
@@ -192,6 +197,9 @@ impl RpcSim {
 
     /// When thread `t`'s next reply becomes visible, if known.
     pub(crate) fn next_reply(&self, t: ThreadId) -> Option<Time> {
+        if self.pending_of(t) == 0 {
+            return None;
+        }
         self.thread_chans
             .get(t as usize)?
             .iter()
@@ -204,6 +212,9 @@ impl RpcSim {
 
     /// Whether thread `t` waits for a reply whose instant is not known yet.
     pub(crate) fn awaits(&self, t: ThreadId) -> bool {
+        if self.pending_of(t) == 0 {
+            return false;
+        }
         self.thread_chans.get(t as usize).is_some_and(|cs| {
             cs.iter().any(|&c| {
                 self.chans[c as usize]
@@ -216,6 +227,18 @@ impl RpcSim {
 
     pub(crate) fn stats(&self) -> RpcSimStats {
         self.stats
+    }
+
+    fn pending_of(&self, t: ThreadId) -> u32 {
+        self.thread_pending.get(t as usize).copied().unwrap_or(0)
+    }
+
+    /// Channel `c`'s pending calls changed by `delta` (its thread's count).
+    fn note_pending(&mut self, c: u32, delta: i64) {
+        if let Some(t) = self.chans[c as usize].thread {
+            let n = &mut self.thread_pending[t as usize];
+            *n = (*n as i64 + delta) as u32;
+        }
     }
 }
 
@@ -279,6 +302,7 @@ impl Core {
             let t = t as usize;
             if rpc.thread_chans.len() <= t {
                 rpc.thread_chans.resize_with(t + 1, Vec::new);
+                rpc.thread_pending.resize(t + 1, 0);
             }
             rpc.thread_chans[t].push(c);
         }
@@ -355,6 +379,7 @@ impl Core {
         let seq = ch.sent;
         ch.sent += 1;
         ch.pending.push_back(Pending { id, ready: None });
+        rpc.note_pending(c, 1);
         rpc.stats.requests += 1;
         rpc.push(
             at,
@@ -393,6 +418,7 @@ impl Core {
                 n += 1;
             }
             if n > 0 {
+                self.rpc_mut().note_pending(c, -(n as i64));
                 self.rpc_mut().stats.replies += n as u64;
                 self.charge(self.p.cpu.cqe_ns * n as f64);
                 return n;
@@ -440,8 +466,10 @@ impl Core {
         let Some(rpc) = self.rpc.as_mut() else { return };
         let ch = &mut rpc.chans[c as usize];
         ch.dropped = true;
+        let n = ch.pending.len() as i64;
         ch.pending.clear();
         let (ni, session, thread) = (ch.node, ch.session, ch.thread);
+        rpc.note_pending(c, -n);
         if let Some(v) = thread.and_then(|t| rpc.thread_chans.get_mut(t as usize)) {
             v.retain(|&x| x != c);
         }

@@ -238,3 +238,40 @@ fn services_run_on_simulated_cores_with_state_messages_and_charges() {
     assert!(a.calls > 20);
     assert_eq!(a, b);
 }
+
+/// The built-in atomics service on simulated cores: a lock excludes other
+/// sessions, only its holder unlocks it, and a session's end (its client
+/// gone) frees what it held.
+#[test]
+fn the_atomics_service_frees_a_dead_sessions_lock() {
+    use dmkit_fabric::rpc::atomics::{decode_fault, encode_request, AtomicsFault};
+    use dmkit_fabric::rpc::atomics::{AtomicsRequest as R, ATOMICS};
+    use dmkit_fabric::RpcFailure;
+    let sim = cx3(Some(2));
+    let f = sim.dyn_fabric();
+    let word = |b: Vec<u8>| u64::from_le_bytes(b.try_into().unwrap());
+    let mut a = f.connect_rpc(0).unwrap();
+    let mut b = f.connect_rpc(0).unwrap();
+    let lock = encode_request(&R::TryLock { slot: 5 });
+    assert_eq!(word(a.call(ATOMICS, &lock).unwrap()), 1);
+    assert_eq!(word(b.call(ATOMICS, &lock).unwrap()), 0);
+    let e = b
+        .call(ATOMICS, &encode_request(&R::Unlock { slot: 5 }))
+        .unwrap_err();
+    let RpcFailure::Service(bytes) = e else {
+        panic!("{e:?}")
+    };
+    assert!(matches!(
+        decode_fault(&bytes),
+        Some(AtomicsFault::NotHolder { slot: 5, .. })
+    ));
+    let seq = encode_request(&R::FetchAdd { slot: 5, delta: 1 });
+    assert_eq!(word(a.call(ATOMICS, &seq).unwrap()), 0);
+    assert_eq!(word(b.call(ATOMICS, &seq).unwrap()), 1);
+    drop(a);
+    assert_eq!(
+        word(b.call(ATOMICS, &lock).unwrap()),
+        1,
+        "the dead session's lock was freed"
+    );
+}

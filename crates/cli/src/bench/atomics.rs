@@ -1,9 +1,9 @@
 //! `dmkit bench atomics`: the memory-semantics study's remote atomics
 //! (§III-E, Fig. 10) — a spinlock and a sequencer, local vs remote vs
 //! RPC-based, with and without exponential backoff, threads swept, in one
-//! run. The RPC-based ones need the RPC channel to memory-node workers:
-//! until it is built they are reported as not built (and `--place rpc`
-//! alone fails with that error).
+//! run. The RPC-based ones call the memory node's built-in atomics service
+//! (its CPU does the atomic): on a backend whose node runs no RPC workers
+//! they are reported as not run (and `--place rpc` alone fails so).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -21,8 +21,8 @@ pub(crate) struct AtomicsArgs {
     /// Primitives: lock, sequencer.
     #[arg(long, value_delimiter = ',', default_value = "lock,sequencer")]
     primitive: Vec<Primitive>,
-    /// Where: local, remote, rpc (default: local and remote on shm, remote
-    /// on the simulator).
+    /// Where: local, remote, rpc (default: all three on shm and verbs,
+    /// remote and rpc on the simulator).
     #[arg(long, value_delimiter = ',')]
     place: Option<Vec<Place>>,
     /// Backoff: off, on, or both (off,on).
@@ -48,9 +48,9 @@ pub(crate) fn bench_atomics(a: AtomicsArgs) -> Res {
     let sim = matches!(a.fabric.backend, Backend::Sim);
     let places = a.place.clone().unwrap_or_else(|| {
         if sim {
-            vec![Place::Remote]
+            vec![Place::Remote, Place::Rpc]
         } else {
-            vec![Place::Local, Place::Remote]
+            vec![Place::Local, Place::Remote, Place::Rpc]
         }
     });
     let fabric = if sim {
@@ -64,7 +64,7 @@ pub(crate) fn bench_atomics(a: AtomicsArgs) -> Res {
         None
     };
     let mut results: Vec<AtomicsResult> = Vec::new();
-    let mut not_built = Vec::new();
+    let mut not_run = Vec::new();
     for &p in &a.primitive {
         for &place in &places {
             for b in &a.backoff {
@@ -80,11 +80,11 @@ pub(crate) fn bench_atomics(a: AtomicsArgs) -> Res {
                     };
                     match r {
                         Ok(r) => results.push(r),
-                        Err(e @ AtomicsError::RpcNotBuilt(_)) => {
+                        Err(e @ AtomicsError::NoRpcWorkers(_)) => {
                             if places.len() == 1 {
                                 return Err(e.to_string());
                             }
-                            not_built.push(e.to_string());
+                            not_run.push(e.to_string());
                             break;
                         }
                         Err(e) => return Err(e.to_string()),
@@ -110,9 +110,9 @@ pub(crate) fn bench_atomics(a: AtomicsArgs) -> Res {
             r.verified
         );
     }
-    not_built.dedup();
-    for e in &not_built {
-        println!("not built: {e}");
+    not_run.dedup();
+    for e in &not_run {
+        println!("not run: {e}");
     }
     if let Some(path) = &a.json {
         let text = serde_json::to_string_pretty(&results).expect("results serialise");

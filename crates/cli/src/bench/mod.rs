@@ -52,7 +52,7 @@ pub(crate) enum BenchCmd {
     /// regions, native vs the runtime's write-back buffer, θ swept.
     IoConsolidation(ConsolidationArgs),
     /// Remote atomics (memory-semantics §III-E): spinlock and sequencer,
-    /// local vs remote (vs RPC), with and without backoff.
+    /// local vs remote vs RPC, with and without backoff.
     Atomics(AtomicsArgs),
 }
 

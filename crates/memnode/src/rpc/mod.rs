@@ -40,6 +40,7 @@
 //! panicked. Nothing a client sends makes a worker panic; a service that
 //! panics fails that call and the worker goes on.
 
+pub mod atomics;
 pub(crate) mod pool;
 pub mod ring;
 
@@ -915,6 +916,7 @@ impl RpcHost {
     pub(crate) fn new(workers: usize) -> Self {
         let mut table = ServiceTable::default();
         table.insert(ECHO, Echo);
+        table.insert(atomics::ATOMICS, atomics::AtomicsService::default());
         Self {
             workers,
             table: std::sync::Mutex::new((Arc::new(table), 1)),
