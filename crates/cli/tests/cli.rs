@@ -1009,11 +1009,12 @@ fn a_killed_remote_benchmark_leaves_nothing_behind() {
     let roots = dmkit_ok(&["node", "roots", "--connect", &target, "--json"], None);
     let roots: serde_json::Value = serde_json::from_slice(&roots.stdout).unwrap();
     assert!(
-        roots.as_array().unwrap().iter().any(|r| r["name"]
-            .as_str()
+        roots
+            .as_array()
             .unwrap()
-            .starts_with("race/")
-            && r["refs"].as_u64() == Some(1)),
+            .iter()
+            .any(|r| r["name"].as_str().unwrap().starts_with("race/")
+                && r["refs"].as_u64() == Some(1)),
         "{roots}"
     );
     std::thread::sleep(Duration::from_millis(300));
