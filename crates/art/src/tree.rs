@@ -2154,13 +2154,12 @@ impl RemoteMap for ArtTree {
         let (root, locks) = (GlobalAddr::from_raw(d.root), GlobalAddr::from_raw(d.locks));
         Ok(Arc::new(Self::assemble(home, cfg, root, locks)))
     }
-    /// Removes the tree: unregisters its name and frees its chunk (the
-    /// descriptor, root node and node-lock table) and the chunks this
-    /// process's clients took (other processes free theirs by calling this
-    /// too, or lose them with the node). No client may use the tree
-    /// afterwards.
+    /// Drops this handle's hold on the tree; the last holder's drop (or
+    /// death) frees all of its memory, whichever process took it, and its
+    /// name (see `dmkit_index::lifecycle`). No client of this handle may
+    /// use the tree afterwards.
     fn destroy(&self) -> Result<(), IndexError> {
-        self.home.destroy(|| Ok([self.home.desc()]))
+        self.home.destroy()
     }
     /// A client for one worker on compute machine `machine` (its tasks
     /// share the client's allocator; every client of the machine shares the
@@ -2187,11 +2186,7 @@ impl RemoteMap for ArtTree {
             }),
             st: Rc::new(RefCell::new(ClientState {
                 buf: Vec::new(),
-                alloc: BlockAlloc::new(
-                    self.cfg.chunk_bytes,
-                    Nanos::MAX / 4,
-                    self.home.client_chunks(),
-                ),
+                alloc: BlockAlloc::new(self.cfg.chunk_bytes, Nanos::MAX / 4, self.home.group()),
                 owner: dmkit_index::lease::owner_of(id),
                 counters: TreeCounters::default(),
             })),

@@ -458,17 +458,12 @@ impl RemoteMap for Btree {
         Ok(Arc::new(Self::assemble(home, cfg, g, root, locks, false)))
     }
 
-    /// Removes the tree: unregisters its name and frees the descriptor
-    /// (with the first root leaf), the lock tables and the node chunks this
-    /// process's clients took (other processes free theirs by calling this
-    /// too, or lose them with their session). No client may use the tree
-    /// afterwards.
+    /// Drops this handle's hold on the tree; the last holder's drop (or
+    /// death) frees all of its memory, whichever process took it, and its
+    /// name (see `dmkit_index::lifecycle`). No client of this handle may
+    /// use the tree afterwards.
     fn destroy(&self) -> Result<(), IndexError> {
-        self.home.destroy(|| {
-            Ok(std::iter::once(self.home.desc())
-                .chain(self.locks.iter().copied())
-                .collect::<Vec<_>>())
-        })
+        self.home.destroy()
     }
 
     /// A client for one worker on compute machine `machine`: clients of one
@@ -496,11 +491,7 @@ impl RemoteMap for Btree {
             cache,
             spec,
             st: Rc::new(RefCell::new(ClientState {
-                alloc: BlockAlloc::new(
-                    self.cfg.chunk_bytes,
-                    Nanos::MAX / 4,
-                    self.home.client_chunks(),
-                ),
+                alloc: BlockAlloc::new(self.cfg.chunk_bytes, Nanos::MAX / 4, self.home.group()),
                 owner: dmkit_index::lease::owner_of(id),
                 root: self.root,
                 root_known: false,

@@ -127,6 +127,8 @@ fn main() -> ExitCode {
         Cmd::Sim(SimCmd::Speed(a)) => sim::sim_speed(a),
         Cmd::Sim(SimCmd::Check(a)) => sim::sim_check(a),
         Cmd::Node(NodeCmd::Stats(a)) => node::node_stats(a),
+        Cmd::Node(NodeCmd::Roots(a)) => node::node_roots(a),
+        Cmd::Node(NodeCmd::Gc(a)) => node::node_gc(a),
         Cmd::Node(NodeCmd::Shutdown(a)) => node::node_shutdown(a),
         Cmd::Corm(c) => corm::corm(c),
         Cmd::CloverMds(a) => clover_mds::clover_mds(a),

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use dmkit_memnode::server::{default_token_path, Server};
+use dmkit_memnode::server::{default_token_path, Server, ServerConfig};
 use dmkit_memnode::{MemNode, NodeConfig};
 
 use crate::args::{parse_listen, Listen, RdmaArgs};
@@ -41,6 +41,14 @@ pub(crate) struct MemnodeArgs {
     /// single-socket host the flag is refused: there is nothing to bind.
     #[arg(long)]
     numa_socket: Option<usize>,
+    /// Connections open at once, logged in or not (unix socket); the
+    /// next is refused with an error its client reports.
+    #[arg(long, default_value_t = dmkit_memnode::server::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// Milliseconds from accept to a complete login (unix socket); a
+    /// connection that misses it is closed.
+    #[arg(long, default_value_t = dmkit_memnode::server::DEFAULT_LOGIN_DEADLINE.as_millis() as u64)]
+    login_timeout_ms: u64,
     #[command(flatten)]
     rdma: RdmaArgs,
 }
@@ -103,7 +111,14 @@ fn serve(
     let token = token.to_path_buf();
     match &a.listen {
         Listen::Unix(path) => {
-            let server = Server::bind(node, path, &token).map_err(|e| e.to_string())?;
+            let server = Server::bind(node, path, &token)
+                .and_then(|s| {
+                    s.with_config(ServerConfig {
+                        max_connections: a.max_connections,
+                        login_deadline: std::time::Duration::from_millis(a.login_timeout_ms),
+                    })
+                })
+                .map_err(|e| e.to_string())?;
             log(format_args!(
                 "dmkit memnode: node {} serving {} (pages {}, {} RPC workers) on unix:{}; token file {}",
                 a.node_id,

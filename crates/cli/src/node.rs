@@ -1,11 +1,14 @@
 //! `dmkit node`: control operations on a running memory node (`stats`,
-//! `shutdown`).
+//! `roots`, `gc`, `shutdown`).
 
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use dmkit_fabric::shm::{parse_unix_target, ShmConfig, ShmFabric};
 use dmkit_fabric::Fabric;
+
+use dmkit_memnode::server::read_token_file;
+use dmkit_memnode::{AdminOp, Response};
 
 use crate::args::targets;
 use crate::Res;
@@ -15,6 +18,13 @@ use dmkit_fabric::ControlPlane;
 pub(crate) enum NodeCmd {
     /// Print a node's statistics as JSON.
     Stats(ConnectArgs),
+    /// List the node's roots and chunk groups: name, holding sessions
+    /// and their references, chunks and bytes (a table, or JSON).
+    Roots(RootsArgs),
+    /// Free what dead sessions left (persistent chunks whose session has
+    /// ended, groups nobody holds): an admin request, authorised by the
+    /// node's token file.
+    Gc(ConnectArgs),
     /// Ask a node to shut down.
     Shutdown(ConnectArgs),
 }
@@ -27,6 +37,15 @@ pub(crate) struct ConnectArgs {
     /// Token file (default PATH.token).
     #[arg(long)]
     token_file: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub(crate) struct RootsArgs {
+    #[command(flatten)]
+    connect: ConnectArgs,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 fn control(a: &ConnectArgs) -> Result<ShmFabric, String> {
@@ -51,4 +70,71 @@ pub(crate) fn node_stats(a: ConnectArgs) -> Res {
 pub(crate) fn node_shutdown(a: ConnectArgs) -> Res {
     let f = control(&a)?;
     f.shutdown_node(f.nodes()[0]).map_err(|e| e.to_string())
+}
+
+pub(crate) fn node_roots(a: RootsArgs) -> Res {
+    let f = control(&a.connect)?;
+    let roots = f.list_roots(f.nodes()[0]).map_err(|e| e.to_string())?;
+    if a.json {
+        let rows: Vec<serde_json::Value> = roots
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "name": r.name,
+                    "value": r.value,
+                    "group": r.group,
+                    "holders": r.holders.iter().map(|&(s, n)| serde_json::json!({"session": s, "refs": n})).collect::<Vec<_>>(),
+                    "refs": r.refs,
+                    "chunks": r.chunks,
+                    "bytes": r.bytes,
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).expect("roots serialise")
+        );
+        return Ok(());
+    }
+    println!(
+        "{:<40} {:>6} {:>8} {:>12}  owners (session×refs)",
+        "name", "refs", "chunks", "bytes"
+    );
+    for r in &roots {
+        let owners: Vec<String> = r.holders.iter().map(|(s, n)| format!("{s}×{n}")).collect();
+        let name = match (&r.group, r.value) {
+            (Some(g), _) if *g != r.name => format!("{} (of {g})", r.name),
+            (_, None) => format!("{} (chunks only)", r.name),
+            _ => r.name.clone(),
+        };
+        println!(
+            "{:<40} {:>6} {:>8} {:>12}  {}",
+            name,
+            r.refs,
+            r.chunks,
+            r.bytes,
+            if owners.is_empty() {
+                "-".into()
+            } else {
+                owners.join(" ")
+            }
+        );
+    }
+    Ok(())
+}
+
+pub(crate) fn node_gc(a: ConnectArgs) -> Res {
+    let t = &targets(std::slice::from_ref(&a.connect), &a.token_file)?[0];
+    let token = read_token_file(&t.token_file).map_err(|e| e.to_string())?;
+    let f = control(&a)?;
+    match f
+        .admin(f.nodes()[0], token, AdminOp::Gc)
+        .map_err(|e| e.to_string())?
+    {
+        Response::Collected { chunks, bytes } => {
+            println!("freed {chunks} chunks, {bytes} B");
+            Ok(())
+        }
+        other => Err(format!("unexpected answer to gc: {other:?}")),
+    }
 }

@@ -996,3 +996,105 @@ fn the_report_and_plot_formats_from_the_command_line() {
         assert!(std::fs::read(&f).unwrap().starts_with(magic), "{ext}");
     }
 }
+
+/// `dmkit node stats --connect TARGET` as JSON.
+fn node_stats(target: &str) -> serde_json::Value {
+    let out = dmkit_ok(&["node", "stats", "--connect", target], None);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A remote `bench ycsb` killed with SIGKILL mid-run leaves nothing on the
+/// node (issue 36, Found 2): its session ends with its socket, the index it
+/// alone held is freed — chunks and root — and `node roots` lists nothing;
+/// `node gc` finds nothing left to collect.
+#[test]
+fn a_killed_remote_benchmark_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("n.sock");
+    let target = format!("unix:{}", sock.display());
+    let mut node = Command::new(DMKIT)
+        .args(["memnode", "--size", "128MiB", "--listen", &target])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&dmkit_memnode_token(&sock));
+    let mut bench = Command::new(DMKIT)
+        .args([
+            "bench",
+            "ycsb",
+            "--connect",
+            &target,
+            "--index",
+            "race",
+            "--workload",
+            "a",
+            "--keys",
+            "20000",
+            "--threads",
+            "1",
+            "--duration",
+            "30s",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the benchmark's index holds memory on the node.
+    let t0 = Instant::now();
+    let held = loop {
+        let st = node_stats(&target);
+        let b = st["persistent_chunk_bytes"].as_u64().unwrap();
+        if b > 0 && st["roots"].as_u64().unwrap() > 0 {
+            break b;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the benchmark never built its index: {st}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let roots = dmkit_ok(&["node", "roots", "--connect", &target, "--json"], None);
+    let roots: serde_json::Value = serde_json::from_slice(&roots.stdout).unwrap();
+    assert!(
+        roots
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"].as_str().unwrap().starts_with("race/")
+                && r["refs"].as_u64() == Some(1)),
+        "{roots}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    bench.kill().unwrap(); // SIGKILL
+    bench.wait().unwrap();
+    let t0 = Instant::now();
+    let st = loop {
+        let st = node_stats(&target);
+        // Only this query's own session is left.
+        if st["sessions_active"].as_u64() == Some(1) {
+            break st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "{st}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(st["chunk_bytes"].as_u64(), Some(0), "{st}");
+    assert_eq!(st["roots"].as_u64(), Some(0), "{st}");
+    assert!(st["chunks_reclaimed"].as_u64().unwrap() > 0, "{st}");
+    assert_eq!(
+        st["heap_free_bytes"].as_u64(),
+        st["heap_bytes"].as_u64(),
+        "every byte of the {held} B index is back: {st}"
+    );
+    let roots = dmkit_ok(&["node", "roots", "--connect", &target, "--json"], None);
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&roots.stdout).unwrap(),
+        serde_json::json!([])
+    );
+    let gc = dmkit_ok(&["node", "gc", "--connect", &target], None);
+    assert_eq!(
+        String::from_utf8_lossy(&gc.stdout).trim(),
+        "freed 0 chunks, 0 B"
+    );
+    dmkit_ok(&["node", "shutdown", "--connect", &target], None);
+    node.wait().unwrap();
+}

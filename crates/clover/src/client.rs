@@ -490,18 +490,13 @@ impl CloverClient {
             return Ok(st.claimed.pop().expect("claimed at least one"));
         }
         let home = self.kv.home.home();
-        let (addr, len, _) = self
+        let chunk = self
             .kv
             .home
             .fabric()
-            .alloc_chunk(home, self.cfg().chunk_bytes, true)
+            .alloc_group_chunk(home, self.cfg().chunk_bytes, &self.kv.home.group())
             .map_err(IndexError::oom("allocating a chunk of versions"))?;
-        self.kv
-            .home
-            .client_chunks()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(addr);
+        let (addr, len) = (chunk.addr, chunk.len);
         st.counters.chunks += 1;
         // Chunks are 64-byte aligned: blocks stay aligned.
         st.bump = Some((addr.add(bytes), addr.offset() + len));

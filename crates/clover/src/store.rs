@@ -506,15 +506,14 @@ impl RemoteMap for CloverKv {
         Ok(kv)
     }
 
-    /// Removes the store: stops this process's metadata server thread,
-    /// unregisters the name, frees the descriptor, directory and pool and
-    /// the version chunks this process's clients took (other processes
-    /// free theirs by calling this too, or lose them with the node). No
-    /// client may use the store afterwards.
+    /// Drops this handle's hold on the store; the last holder's drop (or
+    /// death) frees all of its memory, whichever process took it, and its
+    /// name (see `dmkit_index::lifecycle`). No client of this handle may
+    /// use the store afterwards.
+    /// This process's metadata server thread stops first.
     fn destroy(&self) -> Result<(), IndexError> {
         self.stop_mds();
-        self.home
-            .destroy(|| Ok(vec![self.home.desc(), self.dir, self.pool_at]))
+        self.home.destroy()
     }
 
     /// A client for one worker (its tasks share the client's hint cache and

@@ -16,7 +16,8 @@
 //! [`ControlError::RootTableFull`], and so on, so callers branch on what
 //! happened rather than on a message.
 
-use dmkit_memnode::{NodeStats, RegionInfo, Request, Response, RpcError};
+use dmkit_memnode::proto::TOKEN_LEN;
+use dmkit_memnode::{AdminOp, NodeStats, RegionInfo, Request, Response, RootInfo, RpcError};
 
 use crate::addr::{GlobalAddr, NodeId, Rkey};
 use crate::error::FabricError;
@@ -68,6 +69,12 @@ pub enum ControlError {
     /// The node is shutting down.
     #[error("the memory node is shutting down")]
     ShuttingDown,
+    /// A group release by a session holding no reference on it.
+    #[error("this session holds no reference on group {0:?}")]
+    NotHolder(String),
+    /// An admin request without the node's token.
+    #[error("admin request refused: {0}")]
+    NotAdmin(String),
     /// Any other refusal, as the node put it.
     #[error("{0}")]
     Other(String),
@@ -98,9 +105,25 @@ impl From<RpcError> for ControlError {
             },
             RpcError::RootTableFull(n) => ControlError::RootTableFull(n),
             RpcError::ShuttingDown => ControlError::ShuttingDown,
+            RpcError::NotHolder(g) => ControlError::NotHolder(g),
+            RpcError::NotAdmin(m) => ControlError::NotAdmin(m),
             other => ControlError::Other(other.to_string()),
         }
     }
+}
+
+/// A chunk of a chunk group ([`ControlPlane::alloc_group_chunk`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupChunk {
+    /// Its address.
+    pub addr: GlobalAddr,
+    /// Its length (whole pages).
+    pub len: u64,
+    /// The key of the region covering it.
+    pub rkey: Rkey,
+    /// The allocation took this session's reference on the group (it held
+    /// none on that node): the caller owes a release.
+    pub took_ref: bool,
 }
 
 /// The control plane of a set of memory nodes.
@@ -117,8 +140,43 @@ pub trait ControlPlane: Send + Sync {
         persistent: bool,
     ) -> Result<(GlobalAddr, u64, Rkey), FabricError>;
 
-    /// Frees a chunk; returns its length.
+    /// Frees a chunk this session owns (its own, or one of a group it
+    /// holds); returns its length. Another's is [`ControlError::NotOwner`].
     fn free_chunk(&self, addr: GlobalAddr) -> Result<u64, FabricError>;
+
+    /// Allocates a chunk on `node` owned by chunk group `group` (a
+    /// structure's memory, named like its root): it lives while some
+    /// session holds the group. Takes a reference for this session if it
+    /// holds none on that node ([`GroupChunk::took_ref`]).
+    fn alloc_group_chunk(
+        &self,
+        node: NodeId,
+        len: u64,
+        group: &str,
+    ) -> Result<GroupChunk, FabricError>;
+
+    /// Takes a reference on `group` on `node`; returns the group's
+    /// references, all sessions together.
+    fn hold_group(&self, node: NodeId, group: &str) -> Result<u32, FabricError>;
+
+    /// Drops one of this session's references on `group` on `node`; the
+    /// last of all sessions frees the group's chunks and roots. Returns
+    /// the references left and the bytes freed.
+    fn release_group(&self, node: NodeId, group: &str) -> Result<(u32, u64), FabricError>;
+
+    /// Reads root `name` and, if set, takes a reference on its group.
+    fn open_root(&self, node: NodeId, name: &str) -> Result<Option<u64>, FabricError>;
+
+    /// The node's roots and chunk groups.
+    fn list_roots(&self, node: NodeId) -> Result<Vec<RootInfo>, FabricError>;
+
+    /// An admin request authorised by the node's token.
+    fn admin(
+        &self,
+        node: NodeId,
+        token: [u8; TOKEN_LEN],
+        op: AdminOp,
+    ) -> Result<Response, FabricError>;
 
     /// Reads a named root.
     fn get_root(&self, node: NodeId, name: &str) -> Result<Option<u64>, FabricError>;
@@ -188,6 +246,82 @@ impl<T: NodeRpc + ?Sized> ControlPlane for T {
         match self.rpc(node, Request::FreeChunk { offset })? {
             Response::Freed { len } => Ok(len),
             other => Err(unexpected(node, other)),
+        }
+    }
+
+    fn alloc_group_chunk(
+        &self,
+        node: NodeId,
+        len: u64,
+        group: &str,
+    ) -> Result<GroupChunk, FabricError> {
+        let req = Request::AllocGroupChunk {
+            len,
+            group: group.into(),
+        };
+        match self.rpc(node, req)? {
+            Response::GroupChunk {
+                offset,
+                len,
+                rkey,
+                took_ref,
+            } => Ok(GroupChunk {
+                addr: GlobalAddr::new(node, offset),
+                len,
+                rkey,
+                took_ref,
+            }),
+            other => Err(unexpected(node, other)),
+        }
+    }
+
+    fn hold_group(&self, node: NodeId, group: &str) -> Result<u32, FabricError> {
+        match self.rpc(
+            node,
+            Request::HoldGroup {
+                group: group.into(),
+            },
+        )? {
+            Response::Held { refs } => Ok(refs),
+            other => Err(unexpected(node, other)),
+        }
+    }
+
+    fn release_group(&self, node: NodeId, group: &str) -> Result<(u32, u64), FabricError> {
+        match self.rpc(
+            node,
+            Request::ReleaseGroup {
+                group: group.into(),
+            },
+        )? {
+            Response::Released { refs, freed_bytes } => Ok((refs, freed_bytes)),
+            other => Err(unexpected(node, other)),
+        }
+    }
+
+    fn open_root(&self, node: NodeId, name: &str) -> Result<Option<u64>, FabricError> {
+        match self.rpc(node, Request::OpenRoot { name: name.into() })? {
+            Response::Root(v) => Ok(v),
+            other => Err(unexpected(node, other)),
+        }
+    }
+
+    fn list_roots(&self, node: NodeId) -> Result<Vec<RootInfo>, FabricError> {
+        match self.rpc(node, Request::ListRoots)? {
+            Response::Roots(v) => Ok(v),
+            other => Err(unexpected(node, other)),
+        }
+    }
+
+    fn admin(
+        &self,
+        node: NodeId,
+        token: [u8; TOKEN_LEN],
+        op: AdminOp,
+    ) -> Result<Response, FabricError> {
+        match self.rpc(node, Request::Admin { token, op })? {
+            Response::Error(e) => Err(unexpected(node, Response::Error(e))),
+            ok => Ok(ok),
         }
     }
 

@@ -44,7 +44,7 @@ pub mod wr;
 
 pub use addr::{GlobalAddr, NodeId, RemoteRef, Rkey};
 pub use caps::Capabilities;
-pub use control::{ControlError, ControlPlane, NodeRpc};
+pub use control::{ControlError, ControlPlane, GroupChunk, NodeRpc};
 pub use dmkit_memnode::{NodeStats, RegionInfo};
 pub use error::{FabricError, PostError, RequestError, VerbError};
 pub use exec::Executor;

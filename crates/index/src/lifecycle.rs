@@ -8,15 +8,31 @@
 //! version, so `open` tells a foreign or corrupted root ([`IndexError::Corrupt`])
 //! from a structure written by another dmkit ([`IndexError::Version`]).
 //!
+//! # Who owns a structure's memory
+//!
+//! Every chunk of a structure — its descriptor, its initial image, and
+//! every chunk its clients' allocators take later, in any process — belongs
+//! to the structure's *chunk group* on its node, named like its root
+//! (`KIND/NAME`; see `dmkit_memnode::node`). Each handle ([`Home`]) holds
+//! one reference on the group on every memory node: [`Creation`] takes it
+//! (with its first chunk on a node, or at publish), [`open`] takes it, and
+//! [`Home::destroy`] drops it. **The last reference frees the structure**:
+//! its chunks on every node and its roots. A process that dies — exits,
+//! Ctrl-C, SIGKILL — drops its references with its session, so a killed
+//! benchmark leaves nothing behind unless a live process still holds the
+//! structure; a structure is never kept past its last holder.
+//! `destroy()` on one of several handles therefore detaches that handle
+//! (and succeeds); the structure goes with the last one.
+//!
 //! - [`Creation`] allocates the structure's chunks and writes its initial
 //!   image; [`Creation::publish`] claims the root. Until then every chunk
 //!   is freed if anything fails (or the creation is dropped): a failed
 //!   `create` leaves nothing behind on any node.
-//! - [`open`] finds the root, reads the descriptor and checks its magic.
+//! - [`open`] finds the root (taking a reference), reads the descriptor
+//!   and checks its magic.
 //! - [`Home`] is what an open structure keeps of its identity: the fabric,
-//!   its nodes and their region keys, its roots, and the chunks its
-//!   clients' allocators took in this process; [`Home::destroy`] releases
-//!   the roots and frees the structure's chunks and those.
+//!   its nodes and their region keys, and its group; [`Home::destroy`]
+//!   drops its references.
 //!
 //! ```text
 //!  home node root table            home node memory
@@ -26,7 +42,8 @@
 //!                                   +-------------------+
 //! ```
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use dmkit_fabric::{Fabric, FabricError, GlobalAddr, NodeId, RemoteRef, Rkey, SyncQp};
 
@@ -138,10 +155,11 @@ pub struct Home {
     desc: GlobalAddr,
     nodes: Vec<NodeId>,
     rkeys: Vec<Option<Rkey>>,
-    /// Registered roots and their values, the descriptor's first.
-    roots: Vec<(String, u64)>,
-    /// Chunks this process's clients took (their allocators add to it).
-    chunks: Arc<Mutex<Vec<GlobalAddr>>>,
+    /// The chunk group (the main root's name) this handle holds a
+    /// reference on, on every node.
+    group: Arc<str>,
+    /// The references were dropped ([`Home::destroy`] ran).
+    released: AtomicBool,
 }
 
 impl Home {
@@ -152,7 +170,6 @@ impl Home {
         desc: GlobalAddr,
         nodes: Vec<NodeId>,
         rkeys: Vec<Option<Rkey>>,
-        roots: Vec<(String, u64)>,
     ) -> Self {
         Home {
             fabric,
@@ -161,8 +178,8 @@ impl Home {
             desc,
             nodes,
             rkeys,
-            roots,
-            chunks: Arc::default(),
+            group: root_name(kind, name).into(),
+            released: AtomicBool::new(false),
         }
     }
 
@@ -211,10 +228,11 @@ impl Home {
         Ok(RemoteRef::new(addr, self.rkey(addr.node())?))
     }
 
-    /// The list this process's client allocators record their chunks in
-    /// (freed by [`Home::destroy`]).
-    pub fn client_chunks(&self) -> Arc<Mutex<Vec<GlobalAddr>>> {
-        self.chunks.clone()
+    /// The chunk group client allocators allocate in
+    /// ([`dmkit_fabric::ControlPlane::alloc_group_chunk`]): their chunks
+    /// live as long as the structure, whichever process took them.
+    pub fn group(&self) -> Arc<str> {
+        self.group.clone()
     }
 
     /// The value of the extra root `KIND/NAME/suffix`, if registered.
@@ -227,71 +245,44 @@ impl Home {
         )?)
     }
 
-    /// Records the extra root `suffix` (found by [`Home::extra_root`]) so
-    /// [`Home::destroy`] releases it too.
-    pub fn keep_extra_root(&mut self, suffix: &str, value: GlobalAddr) {
-        let name = format!("{}/{suffix}", root_name(self.kind, &self.name));
-        self.roots.push((name, value.raw()));
-    }
-
     /// A synchronous queue pair to `node` with `scratch` bytes (control
     /// paths: creation, destruction, checkers).
     pub fn sync_qp(&self, node: NodeId, scratch: usize) -> Result<SyncQp, IndexError> {
         Ok(SyncQp::new(self.fabric.as_ref(), node, scratch)?)
     }
 
-    /// Removes the structure: releases its roots (so the names can be
-    /// claimed again), then frees the chunks `structure()` names (it reads
-    /// them from the descriptor, after the release) and the chunks this
-    /// process's clients took. Every chunk is
-    /// tried even if one fails; the first failure is returned.
-    /// [`IndexError::NotFound`] if the root no longer names this
-    /// structure (destroyed already, by this handle or another).
-    ///
-    /// Chunks other processes' clients took are theirs to free (by
-    /// destroying through their own handle, or with their session).
-    pub fn destroy<I: IntoIterator<Item = GlobalAddr>>(
-        &self,
-        structure: impl FnOnce() -> Result<I, IndexError>,
-    ) -> Result<(), IndexError> {
-        let f = self.fabric.as_ref();
-        let (main, value) = &self.roots[0];
-        if !dmkit_fabric::release_root(f, self.home(), main, *value)? {
+    /// Drops this handle's references on the structure (one per memory
+    /// node). The last reference of all handles, in every process, frees
+    /// the structure: its chunks on every node, whichever client took them,
+    /// and its roots (so the name can be claimed again). With other holders
+    /// left the structure stays theirs and this handle is detached. Every
+    /// node is tried even if one fails; the first failure is returned.
+    /// [`IndexError::NotFound`] if this handle was destroyed already.
+    /// No client of this handle may use the structure afterwards.
+    pub fn destroy(&self) -> Result<(), IndexError> {
+        if self.released.swap(true, Ordering::AcqRel) {
             return Err(IndexError::NotFound {
                 kind: self.kind,
                 name: self.name.clone(),
             });
         }
-        let mut first: Option<IndexError> = None;
-        let mut note = |r: Result<(), IndexError>| {
-            if let Err(e) = r {
-                first.get_or_insert(e);
-            }
-        };
-        for (root, value) in &self.roots[1..] {
-            note(
-                dmkit_fabric::release_root(f, self.home(), root, *value)
-                    .map(|_| ())
-                    .map_err(Into::into),
-            );
-        }
-        // The structure's chunks are found (its descriptor read) once the
-        // root is ours to release: a handle that lost the race to another
-        // destroyer reads nothing freed.
-        match structure() {
-            Ok(chunks) => {
-                for c in chunks {
-                    note(f.free_chunk(c).map(|_| ()).map_err(Into::into));
-                }
-            }
-            Err(e) => note(Err(e)),
-        }
-        let clients = std::mem::take(&mut *self.chunks.lock().unwrap_or_else(|p| p.into_inner()));
-        for c in clients {
-            note(f.free_chunk(c).map(|_| ()).map_err(Into::into));
-        }
-        first.map_or(Ok(()), Err)
+        release_everywhere(self.fabric.as_ref(), &self.nodes, &self.group)
     }
+}
+
+/// Drops one reference on `group` on each of `nodes`; the first failure.
+fn release_everywhere(
+    fabric: &dyn Fabric,
+    nodes: &[NodeId],
+    group: &str,
+) -> Result<(), IndexError> {
+    let mut first: Option<IndexError> = None;
+    for &n in nodes {
+        if let Err(e) = fabric.release_group(n, group) {
+            first.get_or_insert(e.into());
+        }
+    }
+    first.map_or(Ok(()), Err)
 }
 
 /// A structure being made: allocations and writes that are undone unless
@@ -304,6 +295,9 @@ pub struct Creation {
     rkeys: Vec<Option<Rkey>>,
     /// Chunks allocated so far (freed on failure).
     taken: Vec<GlobalAddr>,
+    /// The nodes where this creation took a reference on the group (with
+    /// its first chunk there; dropped on failure).
+    held: Vec<NodeId>,
     /// One synchronous queue pair per node written to.
     qps: Vec<(NodeId, SyncQp)>,
     /// Extra roots to claim with the main one: (suffix, value).
@@ -333,6 +327,7 @@ impl Creation {
             nodes,
             rkeys,
             taken: Vec::new(),
+            held: Vec::new(),
             qps: Vec::new(),
             extra: Vec::new(),
             max_message,
@@ -362,20 +357,28 @@ impl Creation {
         }
     }
 
-    /// Allocates a persistent chunk of `len` bytes on `node` for the
-    /// structure (`what` names it in an out-of-memory error).
+    /// Allocates a chunk of `len` bytes on `node` in the structure's
+    /// group (`what` names it in an out-of-memory error).
     pub fn alloc(
         &mut self,
         node: NodeId,
         len: u64,
         what: &'static str,
     ) -> Result<GlobalAddr, IndexError> {
-        let (addr, _, _) = self
+        let group = root_name(self.kind, &self.name);
+        let got = self
             .fabric
-            .alloc_chunk(node, len, true)
+            .alloc_group_chunk(node, len, &group)
             .map_err(IndexError::oom(what))?;
-        self.taken.push(addr);
-        Ok(addr)
+        // The first chunk on a node takes this session's reference there,
+        // unless the session held the group already (another handle of
+        // the same name in this process): then there is none to drop on
+        // failure, and publish takes one of its own.
+        if got.took_ref {
+            self.held.push(node);
+        }
+        self.taken.push(got.addr);
+        Ok(got.addr)
     }
 
     /// The chunks allocated so far.
@@ -432,13 +435,18 @@ impl Creation {
     }
 
     /// Claims the structure's root (and the extra ones) for descriptor
-    /// `desc`. [`IndexError::AlreadyExists`] if another structure holds
-    /// the name; on any failure every chunk is freed and no root stays
-    /// claimed.
+    /// `desc`, and holds the structure's group on every node (the roots
+    /// are attached to it, so they go with its last reference).
+    /// [`IndexError::AlreadyExists`] if another structure holds the name;
+    /// on any failure every chunk is freed, no root stays claimed and no
+    /// reference stays held.
     pub fn publish(mut self, desc: GlobalAddr) -> Result<Home, IndexError> {
         let f = self.fabric.clone();
         let home = self.home();
         let main = root_name(self.kind, &self.name);
+        // The roots are attached to the group its holders claim: hold it
+        // on the home node before claiming, if no chunk did.
+        self.hold(home)?;
         let extra = self.extra.iter().map(|(s, v)| (format!("{main}/{s}"), *v));
         let roots: Vec<(String, u64)> = std::iter::once((main.clone(), desc.raw()))
             .chain(extra)
@@ -458,28 +466,55 @@ impl Creation {
                 });
             }
         }
+        // A reference on every node: chunks other processes' clients take
+        // there must not go with their session while this handle lives.
+        for n in self.nodes.clone() {
+            if let Err(e) = self.hold(n) {
+                for (r, v) in &roots {
+                    let _ = dmkit_fabric::release_root(f.as_ref(), home, r, *v);
+                }
+                return Err(e);
+            }
+        }
         self.taken.clear();
+        self.held.clear();
         let nodes = std::mem::take(&mut self.nodes);
         let rkeys = std::mem::take(&mut self.rkeys);
-        Ok(Home::new(
-            f, self.kind, &self.name, desc, nodes, rkeys, roots,
-        ))
+        Ok(Home::new(f, self.kind, &self.name, desc, nodes, rkeys))
+    }
+
+    /// Takes this creation's reference on the group on `node` if it has none.
+    fn hold(&mut self, node: NodeId) -> Result<(), IndexError> {
+        if !self.held.contains(&node) {
+            self.fabric
+                .hold_group(node, &root_name(self.kind, &self.name))?;
+            self.held.push(node);
+        }
+        Ok(())
     }
 }
 
 impl Drop for Creation {
     fn drop(&mut self) {
-        // Not published: nothing may outlive a failed create.
+        // Not published: nothing may outlive a failed create — not its
+        // chunks, not its references (which would keep a group, and so
+        // another structure of the same name, alive past its holders).
         for c in self.taken.drain(..) {
             let _ = self.fabric.free_chunk(c);
+        }
+        let group = root_name(self.kind, &self.name);
+        for n in self.held.drain(..) {
+            let _ = self.fabric.release_group(n, &group);
         }
     }
 }
 
 /// Opens structure `kind`/`name`: finds its root on the home node, reads
 /// `desc_len` bytes of its descriptor and checks the descriptor's magic
-/// against `magic`. Returns the structure's [`Home`] and the descriptor's
-/// bytes (decode them through the structure's descriptor type).
+/// against `magic`. The handle holds a reference on the structure on every
+/// node (see the module's ownership rule). Returns the structure's
+/// [`Home`] and the descriptor's bytes (decode them through the
+/// structure's descriptor type).
 pub fn open(
     fabric: Arc<dyn Fabric>,
     kind: &'static str,
@@ -491,26 +526,39 @@ pub fn open(
     let (home, nodes) = nodes_of(fabric.as_ref(), kind)?;
     let rkeys = dmkit_fabric::heap_rkeys(fabric.as_ref(), &nodes)?;
     let root = root_name(kind, name);
-    let desc = dmkit_fabric::find_root(fabric.as_ref(), home, &root)?.ok_or_else(|| {
-        IndexError::NotFound {
-            kind,
-            name: name.into(),
-        }
-    })?;
-    let rk = rkeys[home as usize].ok_or(FabricError::NoSuchNode(home))?;
-    let bytes = SyncQp::new(fabric.as_ref(), home, desc_len)?.read(desc, rk, desc_len.max(8))?;
-    let word = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
-    magic.check(word, kind, name, desc)?;
-    let home = Home::new(
-        fabric,
+    let not_found = || IndexError::NotFound {
         kind,
-        name,
-        desc,
-        nodes,
-        rkeys,
-        vec![(root, desc.raw())],
-    );
-    Ok((home, bytes))
+        name: name.into(),
+    };
+    // A set root comes with a reference on the home node's group.
+    let desc = match fabric.open_root(home, &root)? {
+        None => return Err(not_found()),
+        Some(0) => {
+            let _ = fabric.release_group(home, &root);
+            return Err(not_found());
+        }
+        Some(v) => GlobalAddr::from_raw(v),
+    };
+    let mut held = vec![home];
+    let checked = (|| {
+        for &n in nodes.iter().filter(|&&n| n != home) {
+            fabric.hold_group(n, &root)?;
+            held.push(n);
+        }
+        let rk = rkeys[home as usize].ok_or(FabricError::NoSuchNode(home))?;
+        let bytes =
+            SyncQp::new(fabric.as_ref(), home, desc_len)?.read(desc, rk, desc_len.max(8))?;
+        let word = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+        magic.check(word, kind, name, desc)?;
+        Ok::<_, IndexError>(bytes)
+    })();
+    match checked {
+        Ok(bytes) => Ok((Home::new(fabric, kind, name, desc, nodes, rkeys), bytes)),
+        Err(e) => {
+            let _ = release_everywhere(fabric.as_ref(), &held, &root);
+            Err(e)
+        }
+    }
 }
 
 #[cfg(test)]

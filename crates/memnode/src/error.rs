@@ -66,7 +66,11 @@ pub enum RpcError {
         /// The offset given.
         offset: u64,
     },
-    /// `FreeChunk` named a session-owned chunk of another session.
+    /// `FreeChunk` named a chunk the calling session does not own: another
+    /// session's, a persistent chunk another session allocated, a chunk of
+    /// a group the caller does not hold, or one the node reserved for
+    /// itself. Nothing changed; an admin request ([`crate::proto::AdminOp`])
+    /// may free it.
     #[error("chunk at offset {offset:#x} belongs to another session")]
     NotOwner {
         /// Start offset of the chunk.
@@ -133,4 +137,16 @@ pub enum RpcError {
     /// The node failed to set something up (a memfd, a thread).
     #[error("I/O on the memory node failed: {0}")]
     Io(String),
+    /// `ReleaseGroup` by a session that holds no reference on the group
+    /// (never held it, or released it already). Nothing changed.
+    #[error("this session holds no reference on group {0:?}")]
+    NotHolder(String),
+    /// An admin request without the node's token (or on a node that has
+    /// none: an embedded node takes admin calls only in process).
+    #[error("admin request refused: {0}")]
+    NotAdmin(String),
+    /// The node serves no more connections ([`crate::server::ServerConfig::max_connections`]);
+    /// sent to the refused client before the node closes the connection.
+    #[error("connection refused: the memory node serves at most {0} connections")]
+    TooManyConnections(usize),
 }

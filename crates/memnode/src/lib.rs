@@ -30,4 +30,4 @@ pub mod server;
 
 pub use error::{NodeError, RpcError};
 pub use node::{MemNode, NodeConfig, SessionId, DEFAULT_RPC_WORKERS};
-pub use proto::{NodeLayout, NodeStats, RegionInfo, Request, Response};
+pub use proto::{AdminOp, NodeLayout, NodeStats, RegionInfo, Request, Response, RootInfo};

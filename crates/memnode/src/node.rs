@@ -13,8 +13,36 @@
 //! pages; `phys_pages - remote_pages` spare pages let the node remap pages at
 //! run time ([`MemNode::migrate_page`]), the way CoRM (§3.5) re-registers or
 //! uses ODP on a NIC to move memory under a stable remote address.
+//!
+//! # Who owns memory
+//!
+//! Every chunk has one owner, and a chunk can be freed only by its owner
+//! or by an admin request carrying the node's token ([`AdminOp`]); any
+//! other `FreeChunk` is refused with [`RpcError::NotOwner`] and changes
+//! nothing.
+//!
+//! - A **session chunk** (`AllocChunk { persistent: false }`) belongs to the
+//!   session that took it and is freed when the session ends: a clean
+//!   close, Ctrl-C, or a crash (the kernel closes the socket).
+//! - A **group chunk** (`AllocGroupChunk`) belongs to a *chunk group*, a
+//!   structure's memory on this node, named like its root (`race/orders`).
+//!   A group is reference counted by sessions: `HoldGroup` (and opening the
+//!   root with `OpenRoot`, and a first `AllocGroupChunk`) take a reference,
+//!   `ReleaseGroup` drops one, and a session's end drops all of its. When
+//!   the last reference goes the node frees the group's chunks and removes
+//!   the roots attached to it (a root claimed by a holder of the group with
+//!   its name or a name under it), so a structure whose every client died
+//!   leaves nothing behind. Any holder may free a group chunk. A structure
+//!   is *not* kept past its last holder: to keep one, keep a session
+//!   holding it.
+//! - A **persistent chunk** (`AllocChunk { persistent: true }`) outlives
+//!   its session; only that session may free it while it lives, and once
+//!   it has ended only an admin request ([`AdminOp::Gc`] collects every
+//!   such chunk whose session is gone).
+//! - The node's own ranges ([`MemNode::reserve_internal`]) belong to no
+//!   session and are never freed by a client, admin or not.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,7 +52,9 @@ use crate::alloc::ExtentAllocator;
 use crate::error::{NodeError, RpcError};
 use crate::layout::{self, ControlHeader, PageEntry, RegionEntry, MAX_REGIONS, PAGE_VALID};
 use crate::memory::{create_sealed_memfd, Mapping};
-use crate::proto::{NodeLayout, NodeStats, RegionInfo, Request, Response};
+use crate::proto::{
+    AdminOp, NodeLayout, NodeStats, RegionInfo, Request, Response, RootInfo, TOKEN_LEN,
+};
 use crate::rpc::{RpcHost, Service, ServiceId};
 
 /// Most named roots a node keeps.
@@ -66,21 +96,56 @@ impl Default for NodeConfig {
 /// Identifier of a client session (one per connection or embedded client).
 pub type SessionId = u64;
 
-/// Owner of the ranges services inside the node reserve: no client session
-/// ever gets this id (sessions count up from 1), so none can free them.
-const INTERNAL_OWNER: SessionId = SessionId::MAX;
+/// Who owns a chunk (the module's "Who owns memory").
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Owner {
+    /// Freed when the session ends.
+    Session(SessionId),
+    /// Outlives the session that took it; only it (or an admin) frees it.
+    Persistent(SessionId),
+    /// Belongs to a chunk group; freed with the group's last reference.
+    Group(String),
+    /// The node's own range (a service's); no client frees it.
+    Internal,
+}
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct ChunkRec {
     len: u64,
-    owner: Option<SessionId>,
+    owner: Owner,
+}
+
+/// A chunk group: a structure's memory on this node, held by sessions.
+#[derive(Debug, Default)]
+struct Group {
+    /// References per session (a session may hold a group several times:
+    /// one per open handle).
+    holders: BTreeMap<SessionId, u32>,
+    /// Start offsets of the group's chunks.
+    chunks: BTreeSet<u64>,
+    bytes: u64,
+}
+
+impl Group {
+    fn refs(&self) -> u32 {
+        self.holders.values().sum()
+    }
+}
+
+/// A named root: its value and the group it is attached to (removed with
+/// the group).
+#[derive(Debug, Clone)]
+struct Root {
+    value: u64,
+    group: Option<String>,
 }
 
 #[derive(Debug)]
 struct Inner {
     alloc: ExtentAllocator,
     chunks: BTreeMap<u64, ChunkRec>,
-    roots: BTreeMap<String, u64>,
+    roots: BTreeMap<String, Root>,
+    groups: BTreeMap<String, Group>,
     sessions: HashSet<SessionId>,
     next_session: SessionId,
     spare_free: Vec<u64>,
@@ -121,6 +186,9 @@ pub struct MemNode {
     rpc: RpcHost,
     /// The CoRM store's accounting, if a store runs on this node.
     corm: Mutex<Option<std::sync::Weak<crate::corm::Accounting>>>,
+    /// The token admin requests must carry ([`MemNode::set_admin_token`]);
+    /// none: admin requests are refused.
+    admin_token: Mutex<Option<[u8; TOKEN_LEN]>>,
 }
 
 impl MemNode {
@@ -194,6 +262,7 @@ impl MemNode {
                 alloc: ExtentAllocator::new(heap_base, layout.remote_len(), layout.page_size()),
                 chunks: BTreeMap::new(),
                 roots: BTreeMap::new(),
+                groups: BTreeMap::new(),
                 sessions: HashSet::new(),
                 next_session: 1,
                 spare_free: (remote_pages..phys_pages).rev().collect(),
@@ -204,6 +273,7 @@ impl MemNode {
             pinned: AtomicBool::new(false),
             rpc: RpcHost::new(cfg.rpc_workers),
             corm: Mutex::new(None),
+            admin_token: Mutex::new(None),
         };
         node.init_control();
         node.heap = node.register_region(heap_base, node.heap.len, layout::access::ALL)?;
@@ -367,7 +437,7 @@ impl MemNode {
             .chunks
             .range(..=offset)
             .next_back()
-            .is_some_and(|(&o, c)| c.owner == Some(INTERNAL_OWNER) && offset < o + c.len);
+            .is_some_and(|(&o, c)| c.owner == Owner::Internal && offset < o + c.len);
         let entry = self.page_entry(remote_page);
         let Some(old) = entry.get().filter(|_| !internal) else {
             return Err(RpcError::BadPage(remote_page));
@@ -542,7 +612,7 @@ impl MemNode {
                 largest_free: inner.alloc.largest_free(),
             });
         };
-        let owner = Some(INTERNAL_OWNER);
+        let owner = Owner::Internal;
         inner.chunks.insert(offset, ChunkRec { len, owner });
         Ok((offset, len))
     }
@@ -551,10 +621,12 @@ impl MemNode {
     /// restores the identity translation of its pages first
     /// ([`MemNode::remap_pages`]), as every chunk starts with it.
     pub fn release_internal(&self, offset: u64) -> Result<u64, RpcError> {
-        self.free_chunk(INTERNAL_OWNER, offset).map(|r| match r {
-            Response::Freed { len } => len,
-            _ => unreachable!("free_chunk answers Freed"),
-        })
+        let mut inner = self.lock();
+        match inner.chunks.get(&offset) {
+            None => Err(RpcError::NotAllocated { offset }),
+            Some(c) if c.owner != Owner::Internal => Err(RpcError::NotOwner { offset }),
+            Some(_) => Ok(self.free_locked(&mut inner, offset)),
+        }
     }
 
     /// Points remote pages `[remote_first, +count)` at memory pages
@@ -655,28 +727,43 @@ impl MemNode {
         id
     }
 
-    /// Ends a session (clean close or detected death) and frees the chunks it
-    /// held that were not allocated as persistent. Returns the bytes reclaimed.
+    /// Ends a session (clean close or detected death): frees its session
+    /// chunks and drops its references on chunk groups, freeing the groups
+    /// it held last (and their roots). Returns the bytes reclaimed.
     pub fn close_session(&self, session: SessionId) -> u64 {
         let mut inner = self.lock();
         if !inner.sessions.remove(&session) {
             return 0;
         }
-        let owned: Vec<(u64, u64)> = inner
+        let owned: Vec<u64> = inner
             .chunks
             .iter()
-            .filter(|(_, c)| c.owner == Some(session))
-            .map(|(&o, c)| (o, c.len))
+            .filter(|(_, c)| c.owner == Owner::Session(session))
+            .map(|(&o, _)| o)
             .collect();
         let mut bytes = 0;
-        for (off, len) in owned {
-            inner.chunks.remove(&off);
-            self.release_pages(off, len);
-            inner.alloc.free(off, len);
-            bytes += len;
+        for off in owned {
+            bytes += self.free_locked(&mut inner, off);
             self.counters
                 .chunks_reclaimed
                 .fetch_add(1, Ordering::Relaxed);
+        }
+        let held: Vec<String> = inner
+            .groups
+            .iter()
+            .filter(|(_, g)| g.holders.contains_key(&session))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in held {
+            let g = inner.groups.get_mut(&name).expect("listed above");
+            g.holders.remove(&session);
+            if g.holders.is_empty() {
+                let (n, b) = self.free_group(&mut inner, &name);
+                self.counters
+                    .chunks_reclaimed
+                    .fetch_add(n, Ordering::Relaxed);
+                bytes += b;
+            }
         }
         self.counters
             .sessions_reaped
@@ -685,6 +772,108 @@ impl MemNode {
         // Its RPC channels go too, and services hear of it.
         self.rpc.pool.session_closed(session);
         bytes
+    }
+
+    /// Frees chunk `offset` (which must be allocated) whoever owns it and
+    /// takes it out of its group. Returns its length.
+    fn free_locked(&self, inner: &mut Inner, offset: u64) -> u64 {
+        let rec = inner.chunks.remove(&offset).expect("chunk is allocated");
+        if let Owner::Group(name) = &rec.owner {
+            if let Some(g) = inner.groups.get_mut(name) {
+                g.chunks.remove(&offset);
+                g.bytes -= rec.len;
+            }
+        }
+        self.release_pages(offset, rec.len);
+        inner.alloc.free(offset, rec.len);
+        rec.len
+    }
+
+    /// Frees group `name`'s chunks, removes the roots attached to it and
+    /// the group. Returns (chunks, bytes) freed.
+    fn free_group(&self, inner: &mut Inner, name: &str) -> (u64, u64) {
+        let Some(g) = inner.groups.remove(name) else {
+            return (0, 0);
+        };
+        debug_assert!(g.holders.is_empty(), "a held group is not freed");
+        let (mut n, mut bytes) = (0, 0);
+        for off in g.chunks {
+            let rec = inner
+                .chunks
+                .remove(&off)
+                .expect("a group's chunk is allocated");
+            debug_assert_eq!(rec.owner, Owner::Group(name.into()));
+            self.release_pages(off, rec.len);
+            inner.alloc.free(off, rec.len);
+            n += 1;
+            bytes += rec.len;
+        }
+        inner.roots.retain(|_, r| r.group.as_deref() != Some(name));
+        (n, bytes)
+    }
+
+    /// Sets the token admin requests must carry (the server's, written to
+    /// its token file).
+    pub fn set_admin_token(&self, token: [u8; TOKEN_LEN]) {
+        *self.admin_token.lock().unwrap_or_else(|p| p.into_inner()) = Some(token);
+    }
+
+    /// Frees what dead sessions left: persistent chunks whose session has
+    /// ended and groups nobody holds. Returns (chunks, bytes) freed.
+    pub fn gc(&self) -> (u64, u64) {
+        let mut inner = self.lock();
+        let orphans: Vec<u64> = inner
+            .chunks
+            .iter()
+            .filter(
+                |(_, c)| matches!(c.owner, Owner::Persistent(s) if !inner.sessions.contains(&s)),
+            )
+            .map(|(&o, _)| o)
+            .collect();
+        let (mut n, mut bytes) = (0, 0);
+        for off in orphans {
+            bytes += self.free_locked(&mut inner, off);
+            n += 1;
+        }
+        let unheld: Vec<String> = inner
+            .groups
+            .iter()
+            .filter(|(_, g)| g.holders.is_empty())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for name in unheld {
+            let (c, b) = self.free_group(&mut inner, &name);
+            n += c;
+            bytes += b;
+        }
+        self.counters
+            .chunks_reclaimed
+            .fetch_add(n, Ordering::Relaxed);
+        (n, bytes)
+    }
+
+    /// The roots and chunk groups, by name.
+    pub fn list_roots(&self) -> Vec<RootInfo> {
+        let inner = self.lock();
+        let names: BTreeSet<&String> = inner.roots.keys().chain(inner.groups.keys()).collect();
+        names
+            .into_iter()
+            .map(|name| {
+                let root = inner.roots.get(name);
+                let g = inner.groups.get(name);
+                RootInfo {
+                    name: name.clone(),
+                    value: root.map(|r| r.value),
+                    group: root.and_then(|r| r.group.clone()),
+                    holders: g.map_or_else(Vec::new, |g| {
+                        g.holders.iter().map(|(&s, &n)| (s, n)).collect()
+                    }),
+                    refs: g.map_or(0, Group::refs),
+                    chunks: g.map_or(0, |g| g.chunks.len() as u64),
+                    bytes: g.map_or(0, |g| g.bytes),
+                }
+            })
+            .collect()
     }
 
     /// Records a frame that could not be decoded or authenticated.
@@ -723,14 +912,28 @@ impl MemNode {
     pub fn handle(&self, session: SessionId, req: Request) -> Response {
         self.counters.rpcs.fetch_add(1, Ordering::Relaxed);
         let res = match req {
-            Request::AllocChunk { len, persistent } => self.alloc_chunk(session, len, persistent),
+            Request::AllocChunk { len, persistent } => {
+                let owner = if persistent {
+                    Owner::Persistent(session)
+                } else {
+                    Owner::Session(session)
+                };
+                self.alloc_chunk(session, len, owner)
+            }
+            Request::AllocGroupChunk { len, group } => check_root_name(&group)
+                .and_then(|()| self.alloc_chunk(session, len, Owner::Group(group))),
             Request::FreeChunk { offset } => self.free_chunk(session, offset),
             Request::GetRoot { name } => self.get_root(&name),
+            Request::OpenRoot { name } => self.open_root(session, name),
             Request::SetRoot {
                 name,
                 value,
                 expected,
-            } => self.set_root(name, value, expected),
+            } => self.set_root(session, name, value, expected),
+            Request::HoldGroup { group } => self.hold_group(session, group),
+            Request::ReleaseGroup { group } => self.release_group(session, &group),
+            Request::ListRoots => Ok(Response::Roots(self.list_roots())),
+            Request::Admin { token, op } => self.admin(&token, op),
             Request::ListRegions => Ok(Response::Regions(
                 self.lock().regions.iter().flatten().copied().collect(),
             )),
@@ -755,7 +958,7 @@ impl MemNode {
         &self,
         session: SessionId,
         len: u64,
-        persistent: bool,
+        owner: Owner,
     ) -> Result<Response, RpcError> {
         if self.is_shutting_down() {
             return Err(RpcError::ShuttingDown);
@@ -770,44 +973,138 @@ impl MemNode {
                 largest_free: inner.alloc.largest_free(),
             });
         };
-        let owner = (!persistent).then_some(session);
+        let rkey = self.heap.rkey;
+        let resp = if let Owner::Group(name) = &owner {
+            // A first chunk makes the session a holder: a group's memory
+            // is never held by nobody while it has chunks.
+            let g = inner.groups.entry(name.clone()).or_default();
+            let took_ref = !g.holders.contains_key(&session);
+            g.holders.entry(session).or_insert(1);
+            g.chunks.insert(offset);
+            g.bytes += len;
+            Response::GroupChunk {
+                offset,
+                len,
+                rkey,
+                took_ref,
+            }
+        } else {
+            Response::Chunk { offset, len, rkey }
+        };
         inner.chunks.insert(offset, ChunkRec { len, owner });
-        Ok(Response::Chunk {
-            offset,
-            len,
-            rkey: self.heap.rkey,
-        })
+        Ok(resp)
     }
 
     fn free_chunk(&self, session: SessionId, offset: u64) -> Result<Response, RpcError> {
         let mut inner = self.lock();
-        let rec = *inner
+        let rec = inner
             .chunks
             .get(&offset)
             .ok_or(RpcError::NotAllocated { offset })?;
-        if rec.owner.is_some_and(|o| o != session) {
+        let owns = match &rec.owner {
+            Owner::Session(s) | Owner::Persistent(s) => *s == session,
+            Owner::Group(g) => inner
+                .groups
+                .get(g)
+                .is_some_and(|g| g.holders.contains_key(&session)),
+            Owner::Internal => false,
+        };
+        if !owns {
             return Err(RpcError::NotOwner { offset });
         }
-        inner.chunks.remove(&offset);
-        self.release_pages(offset, rec.len);
-        inner.alloc.free(offset, rec.len);
-        Ok(Response::Freed { len: rec.len })
+        let len = self.free_locked(&mut inner, offset);
+        Ok(Response::Freed { len })
+    }
+
+    fn admin(&self, token: &[u8; TOKEN_LEN], op: AdminOp) -> Result<Response, RpcError> {
+        let ok = self
+            .admin_token
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|t| crate::server::token_eq(&t, token));
+        if !ok {
+            self.counters.auth_failures.fetch_add(1, Ordering::Relaxed);
+            return Err(RpcError::NotAdmin(
+                "the token does not match the node's (or the node has none)".into(),
+            ));
+        }
+        match op {
+            AdminOp::Gc => {
+                let (chunks, bytes) = self.gc();
+                Ok(Response::Collected { chunks, bytes })
+            }
+            AdminOp::FreeChunk { offset } => {
+                let mut inner = self.lock();
+                match inner.chunks.get(&offset) {
+                    None => Err(RpcError::NotAllocated { offset }),
+                    Some(c) if c.owner == Owner::Internal => Err(RpcError::NotOwner { offset }),
+                    Some(_) => Ok(Response::Freed {
+                        len: self.free_locked(&mut inner, offset),
+                    }),
+                }
+            }
+        }
     }
 
     fn get_root(&self, name: &str) -> Result<Response, RpcError> {
         check_root_name(name)?;
-        Ok(Response::Root(self.lock().roots.get(name).copied()))
+        Ok(Response::Root(self.lock().roots.get(name).map(|r| r.value)))
+    }
+
+    /// Reads root `name` and, if set, takes a reference on its group.
+    fn open_root(&self, session: SessionId, name: String) -> Result<Response, RpcError> {
+        check_root_name(&name)?;
+        let mut inner = self.lock();
+        let value = inner.roots.get(&name).map(|r| r.value);
+        if value.is_some() {
+            *inner
+                .groups
+                .entry(name)
+                .or_default()
+                .holders
+                .entry(session)
+                .or_insert(0) += 1;
+        }
+        Ok(Response::Root(value))
+    }
+
+    fn hold_group(&self, session: SessionId, group: String) -> Result<Response, RpcError> {
+        check_root_name(&group)?;
+        let mut inner = self.lock();
+        let g = inner.groups.entry(group).or_default();
+        *g.holders.entry(session).or_insert(0) += 1;
+        Ok(Response::Held { refs: g.refs() })
+    }
+
+    fn release_group(&self, session: SessionId, group: &str) -> Result<Response, RpcError> {
+        check_root_name(group)?;
+        let mut inner = self.lock();
+        let not_holder = || RpcError::NotHolder(group.into());
+        let g = inner.groups.get_mut(group).ok_or_else(not_holder)?;
+        let mine = g.holders.get_mut(&session).ok_or_else(not_holder)?;
+        *mine -= 1;
+        if *mine == 0 {
+            g.holders.remove(&session);
+        }
+        let refs = g.refs();
+        let freed_bytes = if refs == 0 {
+            self.free_group(&mut inner, group).1
+        } else {
+            0
+        };
+        Ok(Response::Released { refs, freed_bytes })
     }
 
     fn set_root(
         &self,
+        session: SessionId,
         name: String,
         value: u64,
         expected: Option<Option<u64>>,
     ) -> Result<Response, RpcError> {
         check_root_name(&name)?;
         let mut inner = self.lock();
-        let current = inner.roots.get(&name).copied();
+        let current = inner.roots.get(&name).map(|r| r.value);
         if let Some(exp) = expected {
             if exp != current {
                 return Err(RpcError::RootMismatch {
@@ -826,7 +1123,13 @@ impl MemNode {
         if current.is_none() && inner.roots.len() >= MAX_ROOTS {
             return Err(RpcError::RootTableFull(MAX_ROOTS));
         }
-        inner.roots.insert(name, value);
+        // A root claimed by a holder of the group of its name, or of a
+        // name above it (`race/t` for `race/t/hot`), goes with that group.
+        let group = match inner.roots.get(&name) {
+            Some(r) => r.group.clone(),
+            None => group_of(&inner, session, &name),
+        };
+        inner.roots.insert(name, Root { value, group });
         Ok(Response::RootSet { previous: current })
     }
 
@@ -839,10 +1142,9 @@ impl MemNode {
             self.rpc.pool.channel_counts();
         let (mut session_b, mut persistent_b) = (0, 0);
         for ch in inner.chunks.values() {
-            if ch.owner.is_some() {
-                session_b += ch.len;
-            } else {
-                persistent_b += ch.len;
+            match ch.owner {
+                Owner::Session(_) | Owner::Internal => session_b += ch.len,
+                Owner::Persistent(_) | Owner::Group(_) => persistent_b += ch.len,
             }
         }
         NodeStats {
@@ -894,6 +1196,23 @@ impl Drop for MemNode {
         // The RPC workers hold the node weakly: stop them (all but the
         // calling thread, if a worker dropped the last reference).
         self.rpc.pool.stop();
+    }
+}
+
+/// The longest group `session` holds whose name is `name` or a prefix of
+/// it ending at a `/`.
+fn group_of(inner: &Inner, session: SessionId, name: &str) -> Option<String> {
+    let mut cut = name.len();
+    loop {
+        let candidate = &name[..cut];
+        if inner
+            .groups
+            .get(candidate)
+            .is_some_and(|g| g.holders.contains_key(&session))
+        {
+            return Some(candidate.to_owned());
+        }
+        cut = candidate.rfind('/')?;
     }
 }
 
@@ -959,13 +1278,234 @@ mod tests {
         let st = n.stats();
         assert_eq!(st.chunk_bytes, 4096);
         assert_eq!(st.chunks_reclaimed, 1);
-        // The persistent chunk may be freed by anyone later.
+        // The persistent chunk is not another session's to free; once its
+        // session is gone, only an admin request (gc) frees it.
         let t = n.open_session();
         assert_eq!(
             n.handle(t, Request::FreeChunk { offset: b }),
-            Response::Freed { len: 4096 }
+            Response::Error(RpcError::NotOwner { offset: b })
         );
+        assert_eq!(
+            n.stats().chunk_bytes,
+            4096,
+            "a refused free changes nothing"
+        );
+        assert_eq!(n.gc(), (1, 4096));
         assert_eq!(n.stats().heap_free_bytes, n.stats().heap_bytes);
+    }
+
+    fn group_chunk(n: &MemNode, s: SessionId, len: u64, group: &str) -> u64 {
+        match n.handle(
+            s,
+            Request::AllocGroupChunk {
+                len,
+                group: group.into(),
+            },
+        ) {
+            Response::GroupChunk { offset, .. } => offset,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn set(n: &MemNode, s: SessionId, name: &str, value: u64) -> Response {
+        n.handle(
+            s,
+            Request::SetRoot {
+                name: name.into(),
+                value,
+                expected: Some(None),
+            },
+        )
+    }
+
+    /// A structure's memory lives while a session holds it: the creator's
+    /// death does not free what an opener still holds, the last holder's
+    /// death frees the chunks and removes the roots, and a holder that
+    /// released its reference cannot release again.
+    #[test]
+    fn groups_live_while_held_and_die_with_their_last_holder() {
+        let n = small();
+        let (a, b) = (n.open_session(), n.open_session());
+        group_chunk(&n, a, 8192, "race/t");
+        let desc = group_chunk(&n, a, 4096, "race/t");
+        assert_eq!(
+            set(&n, a, "race/t", desc),
+            Response::RootSet { previous: None }
+        );
+        assert_eq!(
+            set(&n, a, "race/t/hot", 9),
+            Response::RootSet { previous: None }
+        );
+        // Another structure whose name extends this one's is not attached.
+        assert_eq!(
+            set(&n, b, "race/t2", 5),
+            Response::RootSet { previous: None }
+        );
+        assert_eq!(
+            n.handle(
+                b,
+                Request::OpenRoot {
+                    name: "race/t".into()
+                }
+            ),
+            Response::Root(Some(desc))
+        );
+        let b_chunk = group_chunk(&n, b, 4096, "race/t");
+        let info = n.list_roots();
+        let t = info.iter().find(|r| r.name == "race/t").unwrap();
+        assert_eq!((t.refs, t.chunks, t.bytes), (2, 3, 16384));
+        assert_eq!(t.holders, vec![(a, 1), (b, 1)]);
+        let hot = info.iter().find(|r| r.name == "race/t/hot").unwrap();
+        assert_eq!(hot.group.as_deref(), Some("race/t"));
+        assert_eq!(
+            info.iter().find(|r| r.name == "race/t2").unwrap().group,
+            None
+        );
+        // The creator dies: nothing is freed, b still uses the structure.
+        assert_eq!(n.close_session(a), 0);
+        assert_eq!(n.stats().persistent_chunk_bytes, 16384);
+        // Any holder may free a group chunk; a non-holder may not.
+        let c = n.open_session();
+        assert_eq!(
+            n.handle(c, Request::FreeChunk { offset: b_chunk }),
+            Response::Error(RpcError::NotOwner { offset: b_chunk })
+        );
+        assert_eq!(
+            n.handle(
+                c,
+                Request::ReleaseGroup {
+                    group: "race/t".into()
+                }
+            ),
+            Response::Error(RpcError::NotHolder("race/t".into()))
+        );
+        // The last holder dies: chunks freed, its roots gone, others kept.
+        let reclaimed_before = n.stats().chunks_reclaimed;
+        assert_eq!(n.close_session(b), 16384);
+        let st = n.stats();
+        assert_eq!(st.chunk_bytes, 0);
+        assert_eq!(st.chunks_reclaimed - reclaimed_before, 3);
+        assert_eq!(
+            n.handle(
+                c,
+                Request::GetRoot {
+                    name: "race/t".into()
+                }
+            ),
+            Response::Root(None)
+        );
+        assert_eq!(
+            n.handle(
+                c,
+                Request::GetRoot {
+                    name: "race/t/hot".into()
+                }
+            ),
+            Response::Root(None)
+        );
+        assert_eq!(
+            n.handle(
+                c,
+                Request::GetRoot {
+                    name: "race/t2".into()
+                }
+            ),
+            Response::Root(Some(5))
+        );
+        assert_eq!(st.heap_free_bytes, st.heap_bytes);
+    }
+
+    /// Two handles in one session hold two references: the first release
+    /// detaches, the second frees; a third is refused.
+    #[test]
+    fn releases_count_down_references() {
+        let n = small();
+        let s = n.open_session();
+        let d = group_chunk(&n, s, 4096, "art/x");
+        set(&n, s, "art/x", d);
+        assert_eq!(
+            n.handle(
+                s,
+                Request::OpenRoot {
+                    name: "art/x".into()
+                }
+            ),
+            Response::Root(Some(d))
+        );
+        let rel = || {
+            n.handle(
+                s,
+                Request::ReleaseGroup {
+                    group: "art/x".into(),
+                },
+            )
+        };
+        assert_eq!(
+            rel(),
+            Response::Released {
+                refs: 1,
+                freed_bytes: 0
+            }
+        );
+        assert_eq!(
+            rel(),
+            Response::Released {
+                refs: 0,
+                freed_bytes: 4096
+            }
+        );
+        assert_eq!(rel(), Response::Error(RpcError::NotHolder("art/x".into())));
+        assert_eq!(n.stats().roots, 0);
+        assert_eq!(n.stats().chunks, 0);
+    }
+
+    /// Admin requests need the node's token; with it, any chunk but the
+    /// node's own can be freed.
+    #[test]
+    fn admin_requests_need_the_token() {
+        let n = small();
+        let s = n.open_session();
+        let Response::Chunk { offset, .. } = n.handle(
+            s,
+            Request::AllocChunk {
+                len: 4096,
+                persistent: false,
+            },
+        ) else {
+            panic!()
+        };
+        let t = n.open_session();
+        let free = |token| {
+            n.handle(
+                t,
+                Request::Admin {
+                    token,
+                    op: AdminOp::FreeChunk { offset },
+                },
+            )
+        };
+        assert!(matches!(
+            free([0; TOKEN_LEN]),
+            Response::Error(RpcError::NotAdmin(_))
+        ));
+        n.set_admin_token([7; TOKEN_LEN]);
+        assert!(matches!(
+            free([0; TOKEN_LEN]),
+            Response::Error(RpcError::NotAdmin(_))
+        ));
+        assert_eq!(n.stats().chunks, 1);
+        assert_eq!(free([7; TOKEN_LEN]), Response::Freed { len: 4096 });
+        let (internal, _) = n.reserve_internal(4096).unwrap();
+        assert_eq!(
+            n.handle(
+                t,
+                Request::Admin {
+                    token: [7; TOKEN_LEN],
+                    op: AdminOp::FreeChunk { offset: internal },
+                },
+            ),
+            Response::Error(RpcError::NotOwner { offset: internal })
+        );
     }
 
     #[test]

@@ -23,7 +23,10 @@ pub const PROTO_MAGIC: u64 = u64::from_le_bytes(*b"DMKITRPC");
 /// Protocol version in [`Hello`]. Version 2: RPC channels (the worker
 /// count in [`Welcome`]) and [`NodeStats`]'s `corm` section (bincode
 /// encodes fields by position, so a version-1 peer could not decode them).
-pub const PROTO_VERSION: u32 = 2;
+/// Version 3: chunk groups (memory owned by the sessions that hold a
+/// structure), `OpenRoot`, `ListRoots`, admin requests, and the
+/// refusal a node over its connection cap sends before it closes.
+pub const PROTO_VERSION: u32 = 3;
 /// Length of an authentication token in bytes (hex-encoded in the token file).
 pub const TOKEN_LEN: usize = 32;
 
@@ -148,6 +151,83 @@ pub enum Request {
         /// Largest request or reply payload.
         max_message: u32,
     },
+    /// Allocate a chunk owned by chunk group `group` (a structure: its
+    /// root's name). The calling session takes a reference on the group
+    /// if it holds none; the chunk lives until the group's last reference
+    /// goes (see [`crate::node`]'s ownership rule).
+    AllocGroupChunk {
+        /// Bytes wanted; the node rounds up to whole pages.
+        len: u64,
+        /// The group (1..=64 bytes of `[A-Za-z0-9_./-]`).
+        group: String,
+    },
+    /// Take one more reference on chunk group `group` (created empty if
+    /// new). Answer: [`Response::Held`].
+    HoldGroup {
+        /// The group.
+        group: String,
+    },
+    /// Drop one of the calling session's references on `group`; the last
+    /// reference of all sessions frees the group's chunks and the roots
+    /// attached to it. Answer: [`Response::Released`].
+    ReleaseGroup {
+        /// The group.
+        group: String,
+    },
+    /// Read named root `name` and, if it is set, take a reference on the
+    /// chunk group of the same name (opening a structure). Answer:
+    /// [`Response::Root`].
+    OpenRoot {
+        /// 1..=64 bytes of `[A-Za-z0-9_./-]`.
+        name: String,
+    },
+    /// List the roots and chunk groups with their holders and sizes.
+    /// Answer: [`Response::Roots`].
+    ListRoots,
+    /// An operator's request, authorised by the node's token again (the
+    /// login proves a client may use the node; this proves the caller
+    /// means to override ownership).
+    Admin {
+        /// The node's token.
+        token: [u8; TOKEN_LEN],
+        /// What to do.
+        op: AdminOp,
+    },
+}
+
+/// Admin operations ([`Request::Admin`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AdminOp {
+    /// Free what dead sessions left: persistent chunks whose allocating
+    /// session has ended, and chunk groups no session holds. Answer:
+    /// [`Response::Collected`].
+    Gc,
+    /// Free a chunk whoever owns it (not the node's internal ones).
+    /// Answer: [`Response::Freed`].
+    FreeChunk {
+        /// Start offset of the chunk.
+        offset: u64,
+    },
+}
+
+/// A root or chunk group as [`Request::ListRoots`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RootInfo {
+    /// The root's (or group's) name.
+    pub name: String,
+    /// The root's value, `None` for a group without a root here (a
+    /// structure's chunks on a node other than its home).
+    pub value: Option<u64>,
+    /// The group the root is attached to (freed with it), if any.
+    pub group: Option<String>,
+    /// Sessions holding the group and their reference counts.
+    pub holders: Vec<(u64, u32)>,
+    /// Sum of the holders' references.
+    pub refs: u32,
+    /// Chunks the group owns.
+    pub chunks: u64,
+    /// Bytes of those chunks.
+    pub bytes: u64,
 }
 
 /// Answers of the RPC service.
@@ -188,6 +268,39 @@ pub enum Response {
     Error(RpcError),
     /// A channel opened (its memfd travels with this frame).
     RpcChannel(crate::rpc::ring::ChannelGeometry),
+    /// Answer to `AllocGroupChunk`: a zeroed chunk inside the heap region.
+    GroupChunk {
+        /// Start of the chunk, a page-aligned byte offset (never 0).
+        offset: u64,
+        /// Length in bytes: the request rounded up to whole pages.
+        len: u64,
+        /// The heap region's rkey, which covers the chunk.
+        rkey: u32,
+        /// This allocation took the session's reference on the group (it
+        /// held none before); the caller owes a `ReleaseGroup`.
+        took_ref: bool,
+    },
+    /// Answer to `HoldGroup`.
+    Held {
+        /// The group's references now, all sessions together.
+        refs: u32,
+    },
+    /// Answer to `ReleaseGroup`.
+    Released {
+        /// References left, all sessions together (0: the group is gone).
+        refs: u32,
+        /// Bytes freed (non-zero only when the last reference went).
+        freed_bytes: u64,
+    },
+    /// Answer to `ListRoots`.
+    Roots(Vec<RootInfo>),
+    /// Answer to `Admin { op: Gc }`.
+    Collected {
+        /// Chunks freed.
+        chunks: u64,
+        /// Bytes freed.
+        bytes: u64,
+    },
 }
 
 /// Statistics of a memory node. One-sided verbs never reach the node's CPU,

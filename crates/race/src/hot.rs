@@ -355,13 +355,6 @@ impl HotArea {
         self.block_log2
     }
 
-    /// The chunks the area occupies (directory first).
-    pub(crate) fn chunks(&self) -> Vec<GlobalAddr> {
-        std::iter::once(self.dir)
-            .chain(self.areas.iter().copied())
-            .collect()
-    }
-
     /// Hot keys.
     pub fn len(&self) -> usize {
         self.index.len()

@@ -485,7 +485,7 @@ impl RemoteMap for RaceTable {
     /// from the table; `cfg` supplies the client-side ones (cache, grace,
     /// chunk size, retries).
     fn open(fabric: Arc<dyn Fabric>, name: &str, cfg: RaceConfig) -> Result<Arc<Self>, IndexError> {
-        let (mut home, desc) = dmkit_index::lifecycle::open(
+        let (home, desc) = dmkit_index::lifecycle::open(
             fabric,
             KIND,
             name,
@@ -518,7 +518,6 @@ impl RemoteMap for RaceTable {
             Some(hdir) => {
                 let area =
                     HotArea::open(&home, hdir, cfg.max_key, cfg.max_value, cfg.hot_params())?;
-                home.keep_extra_root(HOT_ROOT, hdir);
                 Some(area)
             }
         };
@@ -529,28 +528,12 @@ impl RemoteMap for RaceTable {
         };
         Ok(Arc::new(Self::assemble(home, cfg, dir, hot)))
     }
-    /// Removes the table: unregisters its name, frees its directory,
-    /// subtables and hot area, and the block chunks this process's clients
-    /// took (other processes free theirs by calling this too, or lose them
-    /// with the node). No client may use the table afterwards.
+    /// Drops this handle's hold on the table; the last holder's drop (or
+    /// death) frees all of its memory, whichever process took it, and its
+    /// name (see `dmkit_index::lifecycle`). No client of this handle may
+    /// use the table afterwards.
     fn destroy(&self) -> Result<(), IndexError> {
-        self.home.destroy(|| {
-            let home = self.dir.node();
-            let rk = self.home.rkey(home)?;
-            let mut qp = self.home.sync_qp(home, 64)?;
-            let g = qp.read_u64(self.dir.add(DIR_GLOBAL_DEPTH), rk)?;
-            let mut subs = std::collections::BTreeSet::new();
-            for i in 0..1u64 << g.min(self.cfg.max_depth as u64) {
-                subs.insert(unptr48(qp.read_u64(self.dir.add(DIR_ENTRIES + 8 * i), rk)?).raw());
-            }
-            let hot = self.hot.iter().flat_map(|h| h.chunks());
-            Ok(subs
-                .into_iter()
-                .map(GlobalAddr::from_raw)
-                .chain(std::iter::once(self.dir))
-                .chain(hot)
-                .collect::<Vec<_>>())
-        })
+        self.home.destroy()
     }
     /// A client for one worker on compute machine `machine` (its tasks
     /// share the client's caches and block allocator; the clients of one
@@ -576,11 +559,7 @@ impl RemoteMap for RaceTable {
                         .checked_next_power_of_two()
                         .unwrap_or(0)
                 ],
-                alloc: BlockAlloc::new(
-                    self.cfg.chunk_bytes,
-                    self.cfg.grace,
-                    self.home.client_chunks(),
-                ),
+                alloc: BlockAlloc::new(self.cfg.chunk_bytes, self.cfg.grace, self.home.group()),
                 owner: dmkit_index::lease::owner_of(id),
                 counters: TableCounters::default(),
             })),
@@ -1694,13 +1673,12 @@ impl RaceClient {
         let mut err = None;
         for i in 0..nodes.len() {
             let node = nodes[(first + i) % nodes.len()];
-            match self
-                .t
-                .home
-                .fabric()
-                .alloc_chunk(node, self.t.geo.bytes(), true)
-            {
-                Ok((a, _, _)) => return Ok(a),
+            match self.t.home.fabric().alloc_group_chunk(
+                node,
+                self.t.geo.bytes(),
+                &self.t.home.group(),
+            ) {
+                Ok(c) => return Ok(c.addr),
                 Err(e) => err = Some(e),
             }
         }

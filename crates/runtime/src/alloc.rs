@@ -3,14 +3,15 @@
 //! leaves.
 //!
 //! Blocks are multiples of 64 bytes (at most 127 units), carved from chunks
-//! the memory node hands out (`alloc_chunk`, persistent: the structure
-//! outlives the client that wrote a block). Freed blocks wait out a grace
+//! the memory node hands out in the structure's chunk group
+//! (`alloc_group_chunk`: the structure outlives the client that wrote a
+//! block, and the chunks go with the structure's last holder). Freed blocks wait out a grace
 //! period in quarantine before reuse, so a reader that fetched a pointer
 //! just before it changed still reads the block it named (checksums and key
 //! checks catch the rest; see each structure's docs).
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use dmkit_fabric::{Fabric, FabricError, GlobalAddr, NodeId};
 
@@ -28,16 +29,16 @@ pub struct BlockAlloc {
     /// Free blocks by size in 64-byte units.
     free: Vec<Vec<GlobalAddr>>,
     quarantine: VecDeque<(Nanos, GlobalAddr, u64)>,
-    /// Every chunk taken, shared with the table (so it can free them).
-    chunks: Arc<Mutex<Vec<GlobalAddr>>>,
+    /// The structure's chunk group, which owns every chunk taken.
+    group: Arc<str>,
 }
 
 impl BlockAlloc {
-    /// An allocator taking `chunk_bytes` at a time, recording every chunk
-    /// in `chunks` (so the structure's owner can free them).
-    pub fn new(chunk_bytes: u64, grace: Nanos, chunks: Arc<Mutex<Vec<GlobalAddr>>>) -> Self {
+    /// An allocator taking `chunk_bytes` at a time in chunk group `group`
+    /// (the structure's, so its chunks live and die with it).
+    pub fn new(chunk_bytes: u64, grace: Nanos, group: Arc<str>) -> Self {
         Self {
-            chunks,
+            group,
             chunk_bytes,
             grace,
             bump: Vec::new(),
@@ -86,12 +87,9 @@ impl BlockAlloc {
                     return Ok(a);
                 }
             }
-            match fabric.alloc_chunk(node, self.chunk_bytes.max(bytes), true) {
-                Ok((addr, len, _)) => {
-                    self.chunks
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(addr);
+            match fabric.alloc_group_chunk(node, self.chunk_bytes.max(bytes), &self.group) {
+                Ok(c) => {
+                    let (addr, len) = (c.addr, c.len);
                     let start = addr.offset();
                     self.bump.retain(|b| b.0 != node);
                     self.bump.push((node, start + bytes, start + len));

@@ -371,16 +371,11 @@ impl Database {
         })
     }
 
-    /// Removes the database: its root, tables, logs and descriptor.
+    /// Drops this handle's hold on the database; the last holder's drop
+    /// (or death) frees its root, tables, logs and descriptor (see
+    /// `dmkit_index::lifecycle`).
     pub fn destroy(&self) -> Result<(), TxnError> {
-        let mut chunks: Vec<GlobalAddr> = self
-            .tables
-            .iter()
-            .flat_map(|t| t.bases.iter().flatten().copied())
-            .collect();
-        chunks.extend(&self.log_bases);
-        chunks.push(self.home.desc());
-        Ok(self.home.destroy(|| Ok(chunks))?)
+        Ok(self.home.destroy()?)
     }
 
     /// The task-local memory a coordinator needs (give it to

@@ -38,12 +38,26 @@ pub(crate) fn connect(socket: &Path, token_file: &Path) -> Result<Connected, Fab
         version: PROTO_VERSION,
         token,
     };
-    proto::write_frame(&mut stream, &proto::encode(&hello))
-        .map_err(|e| fail(format!("send hello: {e}")))?;
+    // A node over its connection cap answers with a refusal before it
+    // reads anything and closes: the hello may then fail to send, but the
+    // refusal still waits to be read, and says more.
+    let sent = proto::write_frame(&mut stream, &proto::encode(&hello));
 
     // The welcome frame carries two descriptors on its first byte.
-    let (payload, fds) = recv_frame_with_fds(&mut stream).map_err(fail)?;
-    let welcome: Welcome = proto::decode(&payload).map_err(|e| fail(e.to_string()))?;
+    let (payload, fds) = match (recv_frame_with_fds(&mut stream), sent) {
+        (Ok(got), _) => got,
+        (Err(_), Err(e)) => return Err(fail(format!("send hello: {e}"))),
+        (Err(e), Ok(())) => return Err(fail(e)),
+    };
+    let welcome: Welcome = match proto::decode(&payload) {
+        Ok(w) => w,
+        Err(e) => {
+            return Err(fail(match proto::decode::<Response>(&payload) {
+                Ok(Response::Error(refusal)) => refusal.to_string(),
+                _ => e.to_string(),
+            }))
+        }
+    };
     let [data_fd, control_fd]: [OwnedFd; 2] = fds
         .try_into()
         .map_err(|v: Vec<OwnedFd>| fail(format!("expected 2 descriptors, got {}", v.len())))?;

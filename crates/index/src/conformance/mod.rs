@@ -262,8 +262,9 @@ pub fn bad_input<M: RemoteMap>(f: Arc<dyn Fabric>, cfg: M::Config) {
 }
 
 /// Create, open and destroy, and their errors: a taken name, a missing
-/// one, a second destroy, a name the node cannot keep; destroying returns
-/// every byte the map and its clients took; a destroyed name can be
+/// one, a second destroy, a name the node cannot keep; each handle holds
+/// the map, and the last handle's destroy returns every byte the map and
+/// all handles' clients took; a destroyed name can be
 /// created again (fresh and empty).
 ///
 /// # Panics
@@ -320,21 +321,41 @@ pub fn lifecycle<M: RemoteMap>(f: Arc<dyn Fabric>, cfg: M::Config) {
                 Some(b"v".to_vec())
             );
         }
+        // The second handle's clients write too: their chunks are the
+        // structure's, not this handle's.
+        for i in 300..600 {
+            assert!(c
+                .insert(&ctx, &test_key(&kc, i), b"w")
+                .await
+                .expect("insert"));
+        }
     });
     assert!(free(&f) < before);
-    // The second handle's clients took nothing (they only read): the
-    // first handle's destroy returns every byte.
+    // Each handle holds the structure: the first destroy detaches its
+    // handle (and succeeds), the structure stays the other's ...
     map.destroy().expect("destroy");
-    assert_eq!(free(&f), before, "destroy returns every chunk");
+    assert!(free(&f) < before, "the other handle still holds the map");
     let r = map.destroy();
     assert!(
         matches!(&r, Err(IndexError::NotFound { .. })),
-        "second destroy: {r:?}"
+        "second destroy of one handle: {r:?}"
     );
+    let kc = cfg.clone();
+    on_worker(f.as_ref(), &other.client(4), move |ctx, c| async move {
+        assert_eq!(
+            c.search(&ctx, &test_key(&kc, 450)).await.expect("search"),
+            Some(b"w".to_vec())
+        );
+    });
+    // ... and the last handle's destroy returns every byte both handles'
+    // clients took (issue 36: a second handle's destroy used to fail
+    // before freeing anything).
+    other.destroy().expect("destroy via the last handle");
+    assert_eq!(free(&f), before, "the last destroy returns every chunk");
     let r = other.destroy();
     assert!(
         matches!(&r, Err(IndexError::NotFound { .. })),
-        "destroy via another handle: {r:?}"
+        "destroy again: {r:?}"
     );
     let r = M::open(f.clone(), "conformance-life", cfg.clone());
     assert!(
