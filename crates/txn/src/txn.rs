@@ -7,20 +7,20 @@
 //! round trips, each one doorbell per memory node:
 //!
 //! 1. **probe** (only for keys whose slot the coordinator's address cache
-//!    does not know): READ the key's bucket; a record read for reading is
-//!    taken from it directly.
+//!    does not know): READ the key's bucket to find the key's slot.
 //! 2. **execute**: records to write are locked and read at once —
 //!    *hitchhiked locking*: a CAS of the primary's lock word (`0 →` this
 //!    coordinator's lease word) and a READ of the record behind it, one
 //!    doorbell; records only read are READ from a backup (*backup reads*)
-//!    or the primary.
+//!    or the primary — their lock and version first, then the record, and
+//!    the two versions must agree (a seqlock read: see "Torn reads").
 //! 3. **validate + log**: for every record only read, a READ of the
 //!    primary's lock and version (lock first: see below); a transaction
 //!    that reads but writes nothing stops here. A writing one also WRITEs
 //!    its undo log (old images) to `replicas` log copies in the same
 //!    doorbell (FORD's log, without its dedicated log QPs: SMART's FORD+).
-//!    Without hitchhiking, records to write are locked here (CAS + READ
-//!    of their version).
+//!    Without hitchhiking, records to write are locked first, in a round of
+//!    their own (CAS + READ of their version), and validated after.
 //! 4. **commit** (*coalescent*): for every written record and every
 //!    replica, a WRITE marking its version dirty, then a WRITE of key and
 //!    payload — all replicas in one round trip (off: backups, then
@@ -56,7 +56,11 @@
 //!
 //! Torn reads: a record read while a commit writes it shows new payload
 //! words only after that commit's dirty mark landed, so its validation
-//! sees the version changed.
+//! sees the version changed. The other way round — an old payload beside
+//! the clean version of a commit that landed entirely between the READ's
+//! payload and version words (a reader preempted mid-copy on shm) — is
+//! caught by the version READ posted before the record's: equal clean
+//! versions before and after mean no commit started in between.
 //!
 //! ## Locks, leases and recovery
 //!
@@ -642,16 +646,12 @@ impl Txn<'_> {
             if found {
                 self.c.cache.borrow_mut().insert((it.table, it.key), slot);
             }
-            if it.mode == Mode::Read {
-                if v.dirty() {
-                    self.note_lock(i, tail.lock);
-                    return Err(TxnError::Abort(AbortReason::Dirty));
-                }
-                let bytes = self.ctx.local_vec(rec);
-                self.ctx.put_local(self.rec_local(i), &bytes);
-                let it = &mut self.items[i];
-                it.version = v.0;
-                it.fetched = true;
+            // (A record to read is not taken from the bucket's copy: one
+            // READ cannot tell an old payload under a new version — the
+            // fetch round reads it version first; see `fetch`.)
+            if it.mode == Mode::Read && v.dirty() {
+                self.note_lock(i, tail.lock);
+                return Err(TxnError::Abort(AbortReason::Dirty));
             }
             return Ok(());
         }
@@ -688,6 +688,15 @@ impl Txn<'_> {
         }
         let word = self.lease_word();
         let mut cas: Vec<(usize, Ticket)> = Vec::new();
+        // Records read without our lock: their lock and version are READ
+        // first, then the record (one queue pair keeps the order), and the
+        // two versions must agree. A version read only behind the payload
+        // would let a whole commit slip in between (dirty mark, payload,
+        // clean version) and pair the old payload with the new version,
+        // which validation then confirms. With the version read before
+        // too, equal clean versions mean no commit wrote the payload
+        // meanwhile (versions only grow) — a seqlock read.
+        let mut before: Vec<usize> = Vec::new();
         for &i in &todo {
             let it = &mut self.items[i];
             let t = &db.tables[it.table as usize];
@@ -706,6 +715,11 @@ impl Txn<'_> {
             }
             let it = &self.items[i];
             let src = db.remote(db.slot_addr(t, slot, it.replica))?;
+            if !(hitchhike && it.mode == Mode::Write) {
+                let tail = src.add(layout::lock_offset(t.payload) as u64);
+                self.ctx.read(tail, db.local.hdr.piece(i, 16));
+                before.push(i);
+            }
             self.ctx.read(src, self.rec_local(i).prefix(t.rec));
         }
         self.ctx.sync().await?;
@@ -727,9 +741,17 @@ impl Txn<'_> {
                 .ctx
                 .get_as(rec.slice(layout::lock_offset(t.payload), 16));
             let v = Version(tail.version);
+            let torn = before.contains(&i) && {
+                let first: RecordTail = self.ctx.get_as(db.local.hdr.piece(i, 16));
+                first.version != tail.version
+            };
             let it = &mut self.items[i];
             it.fetched = true;
             it.version = v.0;
+            if torn {
+                failed.get_or_insert(AbortReason::Validation);
+                continue;
+            }
             if v.dirty() {
                 failed.get_or_insert(AbortReason::Dirty);
                 self.note_lock(i, tail.lock);
@@ -843,6 +865,19 @@ impl Txn<'_> {
     /// Round 3: validation reads (and, without hitchhiking, the locks of
     /// records to write) plus, for a writing transaction, the undo log.
     async fn validate_round(&mut self, rw: bool, writes: &[usize]) -> Result<(), TxnError> {
+        // Without hitchhiking the records to write are locked first, in a
+        // round of their own: validation must read the others only once
+        // every lock of ours is held (module docs, "Why it is
+        // serializable"). In one doorbell, a validation READ on one node
+        // could run before our CAS on another (or on the same queue pair,
+        // when posted before it) — two transactions each reading what the
+        // other writes would both validate (write skew; caught by the
+        // serializability test under load).
+        if rw {
+            if let Some(r) = self.lock_round().await? {
+                return Err(TxnError::Abort(r));
+            }
+        }
         let db = self.c.db.clone();
         let word = self.lease_word();
         let mut cas: Vec<(usize, Ticket)> = Vec::new();
@@ -906,6 +941,50 @@ impl Txn<'_> {
             Some(r) => Err(TxnError::Abort(r)),
             None => Ok(()),
         }
+    }
+
+    /// Without hitchhiking: a CAS on the lock of every record to write not
+    /// locked yet, each with a READ of its lock and version behind it (one
+    /// queue pair keeps their order); returns why to abort if a lock was
+    /// held or a version changed (the locks taken are released with the
+    /// transaction).
+    async fn lock_round(&mut self) -> Result<Option<AbortReason>, TxnError> {
+        let db = self.c.db.clone();
+        let word = self.lease_word();
+        let mut cas: Vec<(usize, Ticket)> = Vec::new();
+        for i in 0..self.items.len() {
+            let it = &self.items[i];
+            let (Some(slot), Mode::Write, None) = (it.slot, it.mode, it.locked) else {
+                continue;
+            };
+            let t = &db.tables[it.table as usize];
+            let tail = db.remote(
+                db.slot_addr(t, slot, 0)
+                    .add(layout::lock_offset(t.payload) as u64),
+            )?;
+            cas.push((i, self.ctx.cas(tail, 0, word)));
+            self.ctx
+                .read(tail.add(8), db.local.hdr.piece(i, 16).slice(8, 8));
+        }
+        if cas.is_empty() {
+            return Ok(None);
+        }
+        self.ctx.sync().await?;
+        let mut failed = None;
+        for (i, tk) in cas {
+            let old = self.ctx.value(tk);
+            if old == 0 {
+                self.items[i].locked = Some(word);
+                let v = self.ctx.local_u64(db.local.hdr.piece(i, 16).slice(8, 8));
+                if v != self.items[i].version {
+                    failed.get_or_insert(AbortReason::Validation);
+                }
+            } else {
+                self.note_lock(i, old);
+                failed = Some(AbortReason::LockHeld);
+            }
+        }
+        Ok(failed)
     }
 
     /// Writes the undo log's image to the task's log region.
