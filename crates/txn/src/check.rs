@@ -116,9 +116,17 @@ pub fn check_serializable(history: &[TxnRecord], restored: &[Restore]) -> Result
         None => Ok(()),
         Some(c) => {
             let ids: Vec<String> = c.iter().map(|&i| format!("{:#x}", history[i].id)).collect();
+            let sets: Vec<String> = c
+                .iter()
+                .map(|&i| {
+                    let t = &history[i];
+                    format!("{:#x}: reads {:?} writes {:?}", t.id, t.reads, t.writes)
+                })
+                .collect();
             Err(format!(
-                "not serializable: dependency cycle {}",
-                ids.join(" → ")
+                "not serializable: dependency cycle {} ({})",
+                ids.join(" → "),
+                sets.join("; ")
             ))
         }
     }

@@ -25,8 +25,9 @@
 //!    replica, a WRITE marking its version dirty, then a WRITE of key and
 //!    payload — all replicas in one round trip (off: backups, then
 //!    primaries).
-//! 5. **unlock**: per replica a WRITE of the clean new version; on the
-//!    primary, then a WRITE freeing the lock. The log's lease word is
+//! 5. **unlock**: per backup a CAS of the dirty new version to the clean
+//!    one (a late one cannot overwrite a later commit's version); on the
+//!    primary a WRITE of the clean version, then a WRITE freeing the lock. The log's lease word is
 //!    cleared after (posted, not awaited).
 //!
 //! ## Why it is serializable
@@ -43,8 +44,13 @@
 //! or held r's lock during the lock read; if W locks r after our lock read,
 //! W validates after we hold all our locks and sees them. So every pair of
 //! conflicting transactions is ordered one way (the classic OCC argument
-//! with locks, as FaRM's and FORD's). A read-only transaction needs only
-//! the version check (no write skew without writes). FORD validates a
+//! with locks, as FaRM's and FORD's). A read-only transaction checks the
+//! locks too: a writer W holding the lock of a record R it read may have
+//! validated already — W is then serialized before every transaction that
+//! locked anything after that — so a read-only reader of R's old version
+//! that also saw such a later commit elsewhere would close a cycle (found
+//! by the serializability test: a read-only T saw x after W' wrote it and
+//! y before W wrote it, while W had read x before W'). FORD validates a
 //! record read from a backup *on that backup*, where no lock is ever
 //! taken, which admits write skew between two read-write transactions; here
 //! validation always reads the primary (versions are equal on every replica).
@@ -929,7 +935,10 @@ impl Txn<'_> {
         for i in checked {
             let tail: RecordTail = self.ctx.get_as(db.local.hdr.piece(i, 16));
             let it = &self.items[i];
-            let lock_ok = !rw || it.mode == Mode::Write || tail.lock == 0;
+            // A record only read must be unlocked even in a read-only
+            // transaction: a writer holding its lock may already have
+            // validated (serialized) before a commit we saw elsewhere.
+            let lock_ok = it.mode == Mode::Write || tail.lock == 0;
             if tail.version != it.version || !lock_ok {
                 if tail.lock != 0 && it.locked != Some(tail.lock) {
                     self.note_lock(i, tail.lock);
@@ -1107,12 +1116,24 @@ impl Txn<'_> {
             let slot = it.slot.expect("written");
             let src = db.local.unl.piece(w, 8);
             self.ctx.set_local_u64(src, new[w].0);
-            for r in (0..db.replicas()).rev() {
-                self.ctx.write(
+            for r in (1..db.replicas()).rev() {
+                // A backup's clean version by CAS from this commit's dirty
+                // word: the primary's lock below may be free before this
+                // lands (another queue pair, another node), and a late
+                // plain WRITE would then overwrite the next commit's
+                // version (a backup left one version behind its primary,
+                // with the newer payload — seen under load).
+                let _ = self.ctx.cas(
                     self.remote(t, slot, r, layout::version_offset(t.payload))?,
-                    src,
+                    new[w].dirtied().0,
+                    new[w].0,
                 );
             }
+            // The primary's, then its lock (one queue pair keeps the order).
+            self.ctx.write(
+                self.remote(t, slot, 0, layout::version_offset(t.payload))?,
+                src,
+            );
         }
         for it in &mut self.items {
             if it.locked.take().is_some() {
