@@ -752,6 +752,22 @@ fn bad_values_exit_2_with_one_line_naming_the_flag() {
             "--json",
         ),
         (&["bench", "ycsb", "--plot", "/nonexistent/x.png"], "--plot"),
+        (&["bench", "ycsb", "--plot", "/tmp/x.bmp"], "--plot"),
+        (&["bench", "vector-io", "--plot", "/tmp/x.bmp"], "--plot"),
+        (
+            &["bench", "io-consolidation", "--json", "/nonexistent/x.json"],
+            "--json",
+        ),
+        (
+            &["bench", "atomics", "--json", "/nonexistent/x.json"],
+            "--json",
+        ),
+        (&["bench", "txn", "--json", "/nonexistent/x.json"], "--json"),
+        (
+            &["bench", "corm", "--json", "/nonexistent/x.json"],
+            "--json",
+        ),
+        (&["bench", "rpc", "--json", "/nonexistent/x.json"], "--json"),
     ];
     for (args, flag) in cases {
         let t0 = Instant::now();

@@ -45,6 +45,7 @@ pub(crate) struct AtomicsArgs {
 }
 
 pub(crate) fn bench_atomics(a: AtomicsArgs) -> Res {
+    super::check_outputs(a.json.as_deref(), None)?;
     let sim = matches!(a.fabric.backend, Backend::Sim);
     let places = a.place.clone().unwrap_or_else(|| {
         if sim {

@@ -56,6 +56,7 @@ pub(crate) struct ConsolidationArgs {
 }
 
 pub(crate) fn bench_consolidation(a: ConsolidationArgs) -> Res {
+    super::check_outputs(a.json.as_deref(), a.plot.as_deref())?;
     let mut points = Vec::new();
     for &threads in &a.threads {
         let thetas = (a.native == OnOff::On)

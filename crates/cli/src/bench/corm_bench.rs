@@ -85,6 +85,7 @@ fn read_percent(w: &str) -> Result<u32, String> {
 }
 
 pub(crate) fn bench_corm(a: CormBenchArgs) -> Res {
+    super::check_outputs(a.json.as_deref(), None)?;
     let sim = match a.backend.as_str() {
         "shm" => None,
         "sim" => Some(load_profile(&a.profile, None, None)?),

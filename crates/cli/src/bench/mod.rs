@@ -12,7 +12,7 @@ pub(crate) mod txn;
 pub(crate) mod vector_io;
 pub(crate) mod ycsb;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -273,4 +273,20 @@ fn open_fabric(a: &FabricArgs, needed: u64) -> Result<Arc<dyn Fabric>, String> {
             Ok(Arc::new(f))
         }
     }
+}
+
+/// Checks a benchmark's output files before any work (issue: a typo in an
+/// output path must not cost a whole run): `--json` must be writable;
+/// `--plot` writable and named with a format the plotter writes (.png,
+/// .svg, .pdf). Each refusal is a bad-input error naming the flag.
+pub(crate) fn check_outputs(json: Option<&Path>, plot: Option<&Path>) -> Result<(), String> {
+    if let Some(p) = json {
+        dmkit_bench::harness::check_output("--json", p).map_err(crate::bad_input)?;
+    }
+    if let Some(p) = plot {
+        dmkit_bench::plot::Format::of_path(p)
+            .map_err(|e| crate::bad_input(format!("--plot {e}")))?;
+        dmkit_bench::harness::check_output("--plot", p).map_err(crate::bad_input)?;
+    }
+    Ok(())
 }

@@ -68,6 +68,7 @@ pub(crate) struct RpcArgs {
 }
 
 pub(crate) fn bench_rpc(a: RpcArgs) -> Res {
+    super::check_outputs(a.json.as_deref(), None)?;
     let sim = matches!(a.backend, RpcBackend::Sim);
     let cfg = RpcConfig {
         size: usize::try_from(a.size).map_err(|_| "--size too large")?,

@@ -77,6 +77,7 @@ pub(crate) struct TxnArgs {
 }
 
 pub(crate) fn bench_txn(a: TxnArgs) -> Res {
+    super::check_outputs(a.json.as_deref(), None)?;
     let sim = matches!(a.fabric.backend, Backend::Sim);
     if !sim && (a.fabric.machines != 1 || a.fabric.memory_nodes != 1) {
         return Err(crate::bad_input(

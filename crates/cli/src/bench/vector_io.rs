@@ -77,6 +77,7 @@ fn x_axis(a: &VectorIoArgs) -> (&'static str, fn(&VectorIoResult) -> f64) {
 }
 
 pub(crate) fn bench_vector_io(a: VectorIoArgs) -> Res {
+    super::check_outputs(a.json.as_deref(), a.plot.as_deref())?;
     let sim = matches!(a.fabric.backend, Backend::Sim);
     if sim && a.local == OnOff::On {
         eprintln!("note: the local baseline is a host measurement; not run with --backend sim");

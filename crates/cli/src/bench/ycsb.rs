@@ -191,11 +191,7 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
             "--machines: several compute machines exist only on the simulator (--backend sim)",
         ));
     }
-    for (flag, p) in [("--json", &a.json), ("--plot", &a.plot)] {
-        if let Some(p) = p {
-            harness::check_output(flag, p).map_err(crate::bad_input)?;
-        }
-    }
+    super::check_outputs(a.json.as_deref(), a.plot.as_deref())?;
     let lcfg = ycsb_bench::sweep_config(&cfg, &points);
     let needed = ycsb_bench::memory_estimate(&lcfg);
     let threads = if sim {
