@@ -444,6 +444,15 @@ impl Database {
         Ok(self.home.remote(addr)?)
     }
 
+    /// The lock word of slot `slot` (on its primary, the only copy that
+    /// is ever locked).
+    pub(crate) fn lock_ref(&self, t: &TableInfo, slot: u64) -> Result<RemoteRef, TxnError> {
+        self.remote(
+            self.slot_addr(t, slot, 0)
+                .add(crate::layout::lock_offset(t.payload) as u64),
+        )
+    }
+
     /// The node holding replica `r` of slot `slot`.
     pub(crate) fn replicas(&self) -> usize {
         self.cfg.replicas

@@ -518,10 +518,7 @@ impl Txn<'_> {
             if it.locked.take().is_some() {
                 let t = &db.tables[it.table as usize];
                 let slot = it.slot.expect("a locked record has a slot");
-                let at = db.remote(
-                    db.slot_addr(t, slot, 0)
-                        .add(layout::lock_offset(t.payload) as u64),
-                )?;
+                let at = db.lock_ref(t, slot)?;
                 self.ctx.write(at, zero);
                 any = true;
             }
@@ -712,10 +709,7 @@ impl Txn<'_> {
             } else {
                 it.replica = 0;
                 if hitchhike {
-                    let lock = db.remote(
-                        db.slot_addr(t, slot, 0)
-                            .add(layout::lock_offset(t.payload) as u64),
-                    )?;
+                    let lock = db.lock_ref(t, slot)?;
                     cas.push((i, self.ctx.cas(lock, 0, word)));
                 }
             }
@@ -886,22 +880,18 @@ impl Txn<'_> {
         }
         let db = self.c.db.clone();
         let word = self.lease_word();
-        let mut cas: Vec<(usize, Ticket)> = Vec::new();
         let mut checked = Vec::new();
         for i in 0..self.items.len() {
             let it = &self.items[i];
-            let Some(slot) = it.slot else { continue };
+            // Records to write are locked by now (hitchhiked, or by
+            // `lock_round`; a read-only transaction has none): their
+            // versions were read under the lock.
+            let (Some(slot), Mode::Read) = (it.slot, it.mode) else {
+                continue;
+            };
             let t = &db.tables[it.table as usize];
             let hdr = db.local.hdr.piece(i, 16);
-            let tail = db.remote(
-                db.slot_addr(t, slot, 0)
-                    .add(layout::lock_offset(t.payload) as u64),
-            )?;
-            match (it.mode, it.locked) {
-                (Mode::Write, Some(_)) => continue,
-                (Mode::Write, None) => cas.push((i, self.ctx.cas(tail, 0, word))),
-                (Mode::Read, _) => {}
-            }
+            let tail = db.lock_ref(t, slot)?;
             if db.in_order {
                 self.ctx.read(tail, hdr);
             } else {
@@ -923,23 +913,13 @@ impl Txn<'_> {
         }
         self.ctx.sync().await?;
         let mut failed = None;
-        for (i, tk) in cas {
-            let old = self.ctx.value(tk);
-            if old == 0 {
-                self.items[i].locked = Some(word);
-            } else {
-                self.note_lock(i, old);
-                failed = Some(AbortReason::LockHeld);
-            }
-        }
         for i in checked {
             let tail: RecordTail = self.ctx.get_as(db.local.hdr.piece(i, 16));
             let it = &self.items[i];
             // A record only read must be unlocked even in a read-only
             // transaction: a writer holding its lock may already have
             // validated (serialized) before a commit we saw elsewhere.
-            let lock_ok = it.mode == Mode::Write || tail.lock == 0;
-            if tail.version != it.version || !lock_ok {
+            if tail.version != it.version || tail.lock != 0 {
                 if tail.lock != 0 && it.locked != Some(tail.lock) {
                     self.note_lock(i, tail.lock);
                 }
@@ -967,10 +947,7 @@ impl Txn<'_> {
                 continue;
             };
             let t = &db.tables[it.table as usize];
-            let tail = db.remote(
-                db.slot_addr(t, slot, 0)
-                    .add(layout::lock_offset(t.payload) as u64),
-            )?;
+            let tail = db.lock_ref(t, slot)?;
             cas.push((i, self.ctx.cas(tail, 0, word)));
             self.ctx
                 .read(tail.add(8), db.local.hdr.piece(i, 16).slice(8, 8));
@@ -1139,13 +1116,7 @@ impl Txn<'_> {
             if it.locked.take().is_some() {
                 let t = &db.tables[it.table as usize];
                 let slot = it.slot.expect("locked");
-                self.ctx.write(
-                    db.remote(
-                        db.slot_addr(t, slot, 0)
-                            .add(layout::lock_offset(t.payload) as u64),
-                    )?,
-                    zero,
-                );
+                self.ctx.write(db.lock_ref(t, slot)?, zero);
             }
         }
         self.ctx.sync().await?;
