@@ -139,6 +139,9 @@ pub struct Coordinator {
     /// record's tail (lock, version) and the word seen.
     pending_recovery: Option<(u16, RemoteRef, u64)>,
     history: Option<Vec<TxnRecord>>,
+    /// Fault injection: random preemption at the protocol's phase
+    /// boundaries ([`Coordinator::preempt_at_random`]).
+    preempt: Option<Preempt>,
     /// Its counters.
     pub stats: CoordStats,
     /// Restorations made by recoveries this coordinator ran (the checker
@@ -166,6 +169,7 @@ impl Database {
             crash: None,
             pending_recovery: None,
             history: None,
+            preempt: None,
             stats: CoordStats::default(),
             restored: Vec::new(),
         })
@@ -190,6 +194,22 @@ impl Coordinator {
     pub fn crash_at(&mut self, point: CrashPoint, nth: u64) {
         assert!(nth >= 1, "crash_at counts from 1");
         self.crash = Some((point, nth));
+    }
+
+    /// Fault injection for stress tests on real threads: at each phase
+    /// boundary of a transaction (between exec's probe and fetch, before
+    /// commit, between locking and validation, between validation and the
+    /// commit writes, between the commit writes and the unlock, after the
+    /// unlock), with probability `per_mille`/1000, this coordinator is
+    /// preempted — its OS thread yields, or sleeps up to 50 µs, or its
+    /// task sleeps up to 20 µs so the worker's other tasks run. Widens
+    /// the windows the protocol must be safe in; drawn from `seed`.
+    pub fn preempt_at_random(&mut self, seed: u64, per_mille: u64) {
+        assert!(per_mille <= 1000, "a probability in per mille");
+        self.preempt = Some(Preempt {
+            rng: dmkit_runtime::rng::Rng::new(seed),
+            per_mille,
+        });
     }
 
     /// Records the read and write sets of committed transactions (see
@@ -266,6 +286,32 @@ impl Coordinator {
                 self.id
             ))),
         }
+    }
+}
+
+/// Random preemption ([`Coordinator::preempt_at_random`]).
+struct Preempt {
+    rng: dmkit_runtime::rng::Rng,
+    per_mille: u64,
+}
+
+/// How a preemption point stalls.
+enum Stall {
+    Yield,
+    Thread(u64),
+    Task(u64),
+}
+
+impl Preempt {
+    fn draw(&mut self) -> Option<Stall> {
+        if self.rng.below(1000) >= self.per_mille {
+            return None;
+        }
+        Some(match self.rng.below(3) {
+            0 => Stall::Yield,
+            1 => Stall::Thread(self.rng.below(50_000)),
+            _ => Stall::Task(self.rng.below(20_000)),
+        })
     }
 }
 
@@ -441,6 +487,19 @@ impl Txn<'_> {
         it.new = Some(NewImage::Delete);
     }
 
+    /// A preemption point (fault injection; nothing when off).
+    async fn pause(&mut self) {
+        let Some(p) = self.c.preempt.as_mut() else {
+            return;
+        };
+        match p.draw() {
+            None => {}
+            Some(Stall::Yield) => std::thread::yield_now(),
+            Some(Stall::Thread(ns)) => std::thread::sleep(std::time::Duration::from_nanos(ns)),
+            Some(Stall::Task(ns)) => self.ctx.sleep(ns).await,
+        }
+    }
+
     fn lease_word(&self) -> u64 {
         self.c.db.cfg.lease.word(self.ctx, self.c.id)
     }
@@ -459,6 +518,7 @@ impl Txn<'_> {
         self.c.live()?;
         let r = async {
             self.probe().await?;
+            self.pause().await;
             self.fetch().await
         }
         .await;
@@ -790,6 +850,7 @@ impl Txn<'_> {
         if self.items.iter().any(|it| !it.fetched) {
             self.exec().await?;
         }
+        self.pause().await;
         let r = self.commit_rounds().await;
         if r.is_ok() {
             self.done = true;
@@ -838,11 +899,14 @@ impl Txn<'_> {
         if !writes.is_empty() {
             self.c.crash_here(CrashPoint::AfterLog)?;
         }
+        self.pause().await;
         self.check_lease("commit writes")?;
         let new = self.commit_writes(&writes).await?;
         self.c.crash_here(CrashPoint::BeforeUnlock)?;
+        self.pause().await;
         self.check_lease("unlock")?;
         self.unlock_round(&writes, &new).await?;
+        self.pause().await;
         self.record(&new);
         Ok(())
     }
@@ -877,6 +941,7 @@ impl Txn<'_> {
             if let Some(r) = self.lock_round().await? {
                 return Err(TxnError::Abort(r));
             }
+            self.pause().await;
         }
         let db = self.c.db.clone();
         let word = self.lease_word();

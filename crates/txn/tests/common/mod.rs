@@ -65,11 +65,28 @@ pub fn run_threads<W: Workload + 'static>(
     seed: u64,
     runtime: RuntimeConfig,
 ) -> RunOut {
+    run_threads_preempted(db, w, threads, tasks, txns, seed, runtime, 0)
+}
+
+/// [`run_threads`] with every coordinator preempted at random at its
+/// phase boundaries with probability `per_mille`/1000
+/// (`Coordinator::preempt_at_random`).
+#[allow(clippy::too_many_arguments)]
+pub fn run_threads_preempted<W: Workload + 'static>(
+    db: &Arc<Database>,
+    w: &Arc<W>,
+    threads: usize,
+    tasks: usize,
+    txns: usize,
+    seed: u64,
+    runtime: RuntimeConfig,
+    per_mille: u64,
+) -> RunOut {
     let outs: Vec<RunOut> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|ti| {
                 let (db, w, runtime) = (db.clone(), w.clone(), runtime.clone());
-                s.spawn(move || run_worker(&db, &w, ti, tasks, txns, seed, runtime))
+                s.spawn(move || run_worker(&db, &w, ti, tasks, txns, seed, runtime, per_mille))
             })
             .collect();
         hs.into_iter().map(|h| h.join().expect("thread")).collect()
@@ -85,7 +102,8 @@ pub fn run_threads<W: Workload + 'static>(
     all
 }
 
-/// One worker of `tasks` tasks (see [`run_threads`]).
+/// One worker of `tasks` tasks (see [`run_threads_preempted`]).
+#[allow(clippy::too_many_arguments)]
 pub fn run_worker<W: Workload + 'static>(
     db: &Arc<Database>,
     w: &Arc<W>,
@@ -94,6 +112,7 @@ pub fn run_worker<W: Workload + 'static>(
     txns: usize,
     seed: u64,
     runtime: RuntimeConfig,
+    per_mille: u64,
 ) -> RunOut {
     let mut wk = Worker::builder(db.fabric().as_ref())
         .config(RuntimeConfig {
@@ -117,6 +136,9 @@ pub fn run_worker<W: Workload + 'static>(
     for k in 0..tasks {
         let mut coord = db.coordinator(&cache).expect("coordinator");
         coord.record_history();
+        if per_mille > 0 {
+            coord.preempt_at_random(seed ^ (ti * 1000 + k) as u64, per_mille);
+        }
         let (w, history, effect, committed, aborts, user, failed) = (
             w.clone(),
             history.clone(),
