@@ -71,10 +71,17 @@
 //! ## Locks, leases and recovery
 //!
 //! Lock words are `dmkit_index::lease` leases (owner = coordinator id), so
-//! a dead coordinator's locks expire. A coordinator publishes (commit
-//! writes, unlock) only while its leases hold enough time
-//! (`LeaseConfig::holds`); a coordinator that stalled past that stops for
-//! good ([`TxnError::LeaseLost`]) and recovery finishes its transaction.
+//! a dead coordinator's locks expire; the undo log's first copy carries
+//! a lease word too, which a recoverer breaks to claim the log. Before
+//! each step that publishes (undo log, commit writes, unlock) a
+//! transaction renews whichever of its leases has too little time left
+//! (`LeaseConfig::holds`) by CAS, old word to fresh — a long transaction
+//! (a slow application between `exec` and `commit`, a descheduled
+//! thread) keeps its locks instead of failing. A renewal CAS fails only if
+//! another client broke that lease after it expired: before the log is
+//! written the transaction just aborts (the breaker found the log idle
+//! and freed the lock); after, the coordinator stops for good
+//! ([`TxnError::LeaseLost`]) and recovery finishes its transaction.
 //! A transaction that meets an expired lock or a dirty record under one
 //! aborts and recovers that lock's owner (`recovery`) before it backs off.
 //!
@@ -250,6 +257,7 @@ impl Coordinator {
             id,
             items: Vec::new(),
             logged: false,
+            log_lease: 0,
             writing: false,
             done: false,
         }
@@ -368,6 +376,9 @@ pub struct Txn<'a> {
     id: u64,
     items: Vec<Item>,
     logged: bool,
+    /// The lease word of the undo log's first copy (recovery claims the
+    /// log by breaking it), while `logged`.
+    log_lease: u64,
     /// Commit writes began: from here on a failure leaves the
     /// transaction to recovery.
     writing: bool,
@@ -892,6 +903,7 @@ impl Txn<'_> {
         } else {
             self.c.crash_here(CrashPoint::BeforeLocks)?;
         }
+        self.renew_leases("validation").await?;
         self.validate_round(true, &writes).await?;
         if !db.cfg.hitchhike {
             self.c.crash_here(CrashPoint::AfterLocks)?;
@@ -900,28 +912,82 @@ impl Txn<'_> {
             self.c.crash_here(CrashPoint::AfterLog)?;
         }
         self.pause().await;
-        self.check_lease("commit writes")?;
+        self.renew_leases("commit writes").await?;
         let new = self.commit_writes(&writes).await?;
         self.c.crash_here(CrashPoint::BeforeUnlock)?;
         self.pause().await;
-        self.check_lease("unlock")?;
+        self.renew_leases("unlock").await?;
         self.unlock_round(&writes, &new).await?;
         self.pause().await;
         self.record(&new);
         Ok(())
     }
 
-    /// Stops the coordinator if its earliest lock's lease is too short to
-    /// publish under.
-    fn check_lease(&mut self, step: &str) -> Result<(), TxnError> {
-        let lease = self.c.db.cfg.lease;
-        let earliest = self.items.iter().filter_map(|it| it.locked).min();
-        if let Some(w) = earliest {
-            if !lease.holds(self.ctx, w) {
-                let why = format!("leases too short to publish ({step})");
-                self.c.dead = Some(why.clone());
-                return Err(TxnError::LeaseLost(why));
+    /// Keeps every lease the transaction holds — its record locks' and
+    /// its undo log's — long enough to publish under
+    /// (`LeaseConfig::holds`): those with too little left are renewed by
+    /// CAS, old word to a fresh one, all in one round (no verb when every
+    /// lease holds, the common case). A CAS that fails means another
+    /// client broke that lease: before the undo log is written that is a
+    /// lock conflict (the breaker found the log idle and freed the lock;
+    /// the transaction releases the rest and aborts); after, the breaker
+    /// recovers (or recovered) the transaction from its log, so the
+    /// coordinator stops for good ([`TxnError::LeaseLost`]) and writes
+    /// nothing more.
+    async fn renew_leases(&mut self, step: &str) -> Result<(), TxnError> {
+        let db = self.c.db.clone();
+        let lease = db.cfg.lease;
+        let stale: Vec<usize> = (0..self.items.len())
+            .filter(|&i| {
+                self.items[i]
+                    .locked
+                    .is_some_and(|w| !lease.holds(self.ctx, w))
+            })
+            .collect();
+        let log_stale = self.logged && !lease.holds(self.ctx, self.log_lease);
+        if stale.is_empty() && !log_stale {
+            return Ok(());
+        }
+        let fresh = self.lease_word();
+        let mut cas = Vec::new();
+        for &i in &stale {
+            let it = &self.items[i];
+            let t = &db.tables[it.table as usize];
+            let lock = db.lock_ref(t, it.slot.expect("a locked record has a slot"))?;
+            let old = it.locked.expect("filtered");
+            cas.push((Some(i), old, self.ctx.cas(lock, old, fresh)));
+        }
+        if log_stale {
+            let log0 = db.remote(db.log_addr(self.c.id, 0))?;
+            cas.push((
+                None,
+                self.log_lease,
+                self.ctx.cas(log0, self.log_lease, fresh),
+            ));
+        }
+        self.ctx.sync().await?;
+        let mut lost = 0;
+        for (i, old, tk) in cas {
+            let ok = self.ctx.value(tk) == old;
+            lost += !ok as usize;
+            match i {
+                Some(i) if ok => self.items[i].locked = Some(fresh),
+                // Not ours any more: never to be released by us.
+                Some(i) => self.items[i].locked = None,
+                None if ok => self.log_lease = fresh,
+                None => {}
             }
+        }
+        if lost > 0 && !self.logged && !self.writing {
+            // Nothing logged or written yet: whoever broke the lock found
+            // our log idle and just freed the lock; we release the rest
+            // and abort as on any lock conflict.
+            return Err(TxnError::Abort(AbortReason::LockHeld));
+        }
+        if lost > 0 {
+            let why = format!("{lost} leases broken by another client before {step}");
+            self.c.dead = Some(why.clone());
+            return Err(TxnError::LeaseLost(why));
         }
         Ok(())
     }
@@ -972,6 +1038,7 @@ impl Txn<'_> {
                 self.ctx.write(db.remote(db.log_addr(self.c.id, k))?, image);
             }
             self.logged = true;
+            self.log_lease = word;
         }
         if checked.is_empty() && !self.logged {
             return Ok(());
