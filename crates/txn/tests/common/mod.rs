@@ -12,8 +12,8 @@ use dmkit_fabric::Fabric;
 use dmkit_index::LeaseConfig;
 use dmkit_runtime::rng::Rng;
 use dmkit_runtime::{RuntimeConfig, Worker};
-use dmkit_txn::workload::Workload;
-use dmkit_txn::{addr_cache, Database, TxnConfig, TxnError, TxnRecord};
+use dmkit_txn::workload::{drive, Workload};
+use dmkit_txn::{addr_cache, Database, TxnConfig, TxnRecord};
 
 /// A lease long enough that a descheduled thread on a loaded two-core
 /// machine never loses one (a live holder that does stops, by design).
@@ -150,27 +150,16 @@ pub fn run_worker<W: Workload + 'static>(
         );
         let mut rng = Rng::new(seed * 1_000_003 + (ti * 1000 + k) as u64 + 1);
         wk.spawn(move |ctx| async move {
-            for _ in 0..txns {
-                let tx = w.draw(&mut rng);
-                let _op = ctx.op("txn").await;
-                loop {
-                    match w.run(&mut coord, &ctx, &tx).await {
-                        Ok(d) => {
-                            effect.set(effect.get() + d);
-                            committed.set(committed.get() + 1);
-                            break;
-                        }
-                        Err(TxnError::UserAbort) => {
-                            user.set(user.get() + 1);
-                            break;
-                        }
-                        Err(e) if e.retryable() => aborts.set(aborts.get() + 1),
-                        Err(e) => {
-                            failed.borrow_mut().get_or_insert(format!("{tx:?}: {e}"));
-                            return;
-                        }
-                    }
-                }
+            let d = drive(w.as_ref(), &mut coord, &ctx, &mut rng, txns as u64).await;
+            effect.set(effect.get() + d.effect);
+            committed.set(committed.get() + d.committed);
+            aborts.set(aborts.get() + d.aborts);
+            user.set(user.get() + d.user_aborts);
+            if let Some(f) = d
+                .failure
+                .or(d.crashed.map(|t| format!("txn {t:#x} crashed")))
+            {
+                failed.borrow_mut().get_or_insert(f);
             }
             history.borrow_mut().extend(coord.take_history());
         });
