@@ -7,7 +7,9 @@
 //! round trips, each one doorbell per memory node:
 //!
 //! 1. **probe** (only for keys whose slot the coordinator's address cache
-//!    does not know): READ the key's bucket to find the key's slot.
+//!    does not know): READ the key's bucket to find the key's slot. A
+//!    record to read that the bucket shows absent (its would-be slot
+//!    empty and clean) is done here: no fetch, validation checks the slot.
 //! 2. **execute**: records to write are locked and read at once —
 //!    *hitchhiked locking*: a CAS of the primary's lock word (`0 →` this
 //!    coordinator's lease word) and a READ of the record behind it, one
@@ -67,6 +69,19 @@
 //! payload and version words (a reader preempted mid-copy on shm) — is
 //! caught by the version READ posted before the record's: equal clean
 //! versions before and after mean no commit started in between.
+//!
+//! That pre-read cannot go, not even for a read-only transaction whose
+//! record READ brings lock and version along with the payload: the tail
+//! is copied *after* the payload, so a clean, unlocked tail says only
+//! that no commit was under way when the tail was copied — a whole commit
+//! may have landed while the payload was being copied, leaving old (or
+//! half-old) payload words beside the new clean version, which validation
+//! then confirms (the seqlock bug found under preemption). One READ would
+//! do only with a version word *ahead* of the payload too (a seqlock in
+//! the record: front word copied first, tail last, on a fabric that
+//! copies a READ's words in ascending order and places a WRITE's in
+//! order), a layout change not made here. The pre-read is one more work
+//! request in the same doorbell, not a round trip.
 //!
 //! ## Locks, leases and recovery
 //!
@@ -726,6 +741,16 @@ impl Txn<'_> {
             if it.mode == Mode::Read && v.dirty() {
                 self.note_lock(i, tail.lock);
                 return Err(TxnError::Abort(AbortReason::Dirty));
+            }
+            if it.mode == Mode::Read && !found && tail.version == 0 {
+                // Absent: the slot it would go to was empty and clean
+                // when its version word was copied, and an empty slot has
+                // no payload to tear — the key was absent at that instant,
+                // as a fetch would show. No fetch round; validation
+                // re-reads this slot's lock and version (an insert makes
+                // it non-zero for good).
+                it.fetched = true;
+                it.version = 0;
             }
             return Ok(());
         }
