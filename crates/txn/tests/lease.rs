@@ -3,7 +3,7 @@
 //! client broke an expired lock meanwhile — then it aborts (nothing was
 //! logged or written) and commits on its retry, after the breaker's.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -12,7 +12,8 @@ use dmkit_index::LeaseConfig;
 use dmkit_runtime::{Ctx, Worker};
 use dmkit_txn::{addr_cache, AbortReason, Coordinator, Database, TableSpec, TxnConfig, TxnError};
 
-/// 20 ms leases; the long transaction sleeps 60 ms holding its lock.
+/// 20 ms leases; the long transaction sleeps 60 ms holding its lock (or,
+/// in the second test, until another client broke it and committed).
 const LEASE: LeaseConfig = LeaseConfig {
     lease: 20_000_000,
     skew: 1_000_000,
@@ -37,15 +38,37 @@ fn db(name: &str) -> Arc<Database> {
     db
 }
 
-/// Adds `d` to record `key`, sleeping `think` ns between its read and its
-/// commit (a slow application).
-async fn add(c: &mut Coordinator, ctx: &Ctx, key: u64, d: u64, think: u64) -> Result<(), TxnError> {
+/// What the application does between its transaction's read and commit.
+enum Think {
+    Nothing,
+    /// Sleeps this many ns.
+    Sleep(u64),
+    /// Sleeps until the flag is set (and at least the lease).
+    Until(Rc<Cell<bool>>),
+}
+
+/// Adds `d` to record `key`, thinking between its read and its commit (a
+/// slow application).
+async fn add(
+    c: &mut Coordinator,
+    ctx: &Ctx,
+    key: u64,
+    d: u64,
+    think: Think,
+) -> Result<(), TxnError> {
     let mut t = c.begin(ctx);
     let i = t.write(0, key)?;
     t.exec().await?;
     let v = t.word(i, 0);
-    if think > 0 {
-        ctx.sleep(think).await;
+    match think {
+        Think::Nothing => {}
+        Think::Sleep(ns) => ctx.sleep(ns).await,
+        Think::Until(flag) => {
+            ctx.sleep(LEASE.lease).await;
+            while !flag.get() {
+                ctx.sleep(1_000_000).await;
+            }
+        }
     }
     t.put(i, &(v + d).to_le_bytes())?;
     t.commit().await
@@ -76,7 +99,7 @@ fn a_transaction_longer_than_its_lease_renews_and_commits() {
     let out = Rc::new(RefCell::new(None));
     let o = out.clone();
     wk.spawn(move |ctx| async move {
-        let r = add(&mut c, &ctx, 3, 5, LONG).await;
+        let r = add(&mut c, &ctx, 3, 5, Think::Sleep(LONG)).await;
         let alive = !c.is_dead();
         let v = value(&mut c, &ctx, 3).await;
         *o.borrow_mut() = Some((r, alive, v));
@@ -102,10 +125,14 @@ fn a_lease_broken_while_thinking_aborts_and_the_retry_commits() {
     );
     let out = Rc::new(RefCell::new(None));
     let o = out.clone();
+    // The slow one thinks until the fast one committed (however the
+    // threads are scheduled).
+    let done = Rc::new(Cell::new(false));
+    let flag = done.clone();
     wk.spawn(move |ctx| async move {
-        let first = add(&mut slow, &ctx, 3, 5, LONG).await;
+        let first = add(&mut slow, &ctx, 3, 5, Think::Until(flag)).await;
         let alive = !slow.is_dead();
-        let retry = add(&mut slow, &ctx, 3, 5, 0).await;
+        let retry = add(&mut slow, &ctx, 3, 5, Think::Nothing).await;
         let v = value(&mut slow, &ctx, 3).await;
         *o.borrow_mut() = Some((first, alive, retry, v));
     });
@@ -117,11 +144,12 @@ fn a_lease_broken_while_thinking_aborts_and_the_retry_commits() {
         let mut tries = 0;
         let r = loop {
             tries += 1;
-            match add(&mut fast, &ctx, 3, 1000, 0).await {
+            match add(&mut fast, &ctx, 3, 1000, Think::Nothing).await {
                 Err(e) if e.retryable() && tries < 1000 => continue,
                 r => break r,
             }
         };
+        done.set(true);
         *fo.borrow_mut() = Some((r, tries, ctx.now()));
     });
     wk.run();
