@@ -165,6 +165,32 @@ struct Counters {
     pages_remapped: AtomicU64,
 }
 
+/// [`MemNode::translate`] without the node: it holds the control mapping
+/// (the page table lives there), not the node.
+#[derive(Debug, Clone)]
+pub(crate) struct Translator {
+    control: Arc<Mapping>,
+    remote_pages: u64,
+}
+
+impl Translator {
+    /// Memory page currently backing `remote_page`.
+    #[inline]
+    pub(crate) fn translate(&self, remote_page: u64) -> Option<u64> {
+        if remote_page >= self.remote_pages {
+            return None;
+        }
+        // SAFETY: remote_page < remote_pages and the page table occupies
+        // PAGE_TABLE_OFFSET + 8·remote_pages ≤ control_len bytes of the
+        // mapping `self.control` keeps alive; entries are atomics.
+        let e = unsafe {
+            &*(self.control.as_ptr().add(layout::PAGE_TABLE_OFFSET) as *const PageEntry)
+                .add(remote_page as usize)
+        };
+        e.get()
+    }
+}
+
 /// A memory node. Shared as `Arc<MemNode>` between the RPC server threads
 /// and, in embedded mode, the compute threads of the same process.
 #[derive(Debug)]
@@ -361,6 +387,16 @@ impl MemNode {
     /// The node's own mapping of the control memfd (embedded clients share it).
     pub fn control_mapping(&self) -> Arc<Mapping> {
         self.control.clone()
+    }
+
+    /// The node's page translation as a handle that does not keep the node
+    /// alive (services the node holds, such as the CoRM store, translate
+    /// through it without a reference cycle).
+    pub(crate) fn translator(&self) -> Translator {
+        Translator {
+            control: self.control.clone(),
+            remote_pages: self.layout.remote_pages,
+        }
     }
 
     /// Registers `[base, base+len)` of the remote space with `access` rights

@@ -535,7 +535,7 @@ fn threads_race_compaction_without_torn_or_stale_reads() {
     cf.policy.threshold = Some(1.4);
     cf.policy.merges_per_step = 2;
     let n = node(64);
-    let (store, ws) = Store::new(n, cf).unwrap();
+    let (store, ws) = Store::new(&n, cf).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let shared: Arc<std::sync::Mutex<HashMap<u64, (ObjPtr, u64)>>> = Default::default();
@@ -669,16 +669,16 @@ fn block_sizes_and_configurations_are_checked() {
         },
     ];
     for cf in bad {
-        assert!(Store::new(node(128), cf).is_err());
+        assert!(Store::new(&node(128), cf).is_err());
     }
     let n = node(128);
-    let (s, _w) = Store::new(n.clone(), StoreConfig::default()).unwrap();
+    let (s, _w) = Store::new(&n, StoreConfig::default()).unwrap();
     assert!(
-        Store::new(n.clone(), StoreConfig::default()).is_err(),
+        Store::new(&n, StoreConfig::default()).is_err(),
         "one store per node"
     );
     drop((s, _w));
-    let (_s, _w) = Store::new(n, StoreConfig::default()).unwrap();
+    let (_s, _w) = Store::new(&n, StoreConfig::default()).unwrap();
 }
 
 #[test]
