@@ -735,3 +735,57 @@ fn two_mib_pages_take_two_mib_blocks() {
     all_readable(&mut c, &objs);
     c.check().unwrap();
 }
+
+/// A mirror of the translation kept only by the node's retranslate hook
+/// (what the verbs server keeps: its view of the memory and the NIC's
+/// registrations) agrees with the node's table after compactions and
+/// address releases: every page the store moved or unmapped was told.
+#[test]
+fn the_retranslate_hook_hears_of_every_page_the_store_moves() {
+    let n = node(64);
+    let mirror: Arc<std::sync::Mutex<HashMap<u64, Option<u64>>>> = Default::default();
+    let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    {
+        let (m, weak, calls) = (mirror.clone(), Arc::downgrade(&n), calls.clone());
+        n.set_retranslate_hook(Some(Arc::new(move |first, count| {
+            calls.fetch_add(1, Ordering::Relaxed);
+            let node = weak.upgrade().expect("the node calls its hook");
+            let mut m = m.lock().unwrap();
+            for p in first..first + count {
+                m.insert(p, node.translate(p));
+            }
+        })));
+    }
+    let mut c = Cluster::new(n.clone(), cfg(2, Strategy::Corm(16), Correction::Scan)).unwrap();
+    let objs = fragment(&mut c, 500, 300, 4, 5);
+    let r = compact(&mut c, 0);
+    assert!(r.blocks_freed > 0, "{r:?}");
+    // Release every pointer: merged addresses are unmapped.
+    for (p, _) in &objs {
+        let q = match c.call(1, Op::Read(*p)) {
+            Ok(Reply::Read { ptr, .. }) => ptr,
+            other => panic!("{other:?}"),
+        };
+        assert!(matches!(
+            c.call(0, Op::ReleasePtr(q)),
+            Ok(Reply::Released(_))
+        ));
+    }
+    c.check().unwrap();
+    assert!(c.store().stats().vaddrs_released > 0);
+    assert!(calls.load(Ordering::Relaxed) > 0);
+    let m = mirror.lock().unwrap();
+    let mut moved = 0;
+    for p in 1..n.layout().remote_pages {
+        let now = n.translate(p);
+        if now != Some(p) {
+            moved += 1;
+            assert_eq!(m.get(&p), Some(&now), "page {p} changed untold");
+        } else if let Some(seen) = m.get(&p) {
+            assert_eq!(*seen, now, "page {p}: the mirror is stale");
+        }
+    }
+    assert!(moved > 0, "the store moved no page");
+    drop(m);
+    n.set_retranslate_hook(None);
+}
