@@ -981,20 +981,24 @@ fn send_queue<'q>(
     (depart, qp)
 }
 
-/// The time request `wr` holds its queue pair's processing unit at the
-/// requester NIC: `nic.wr_ns`, plus `nic.sge_ns` for each scatter/gather
-/// piece beyond the first (each is one more DMA of the host's memory).
-/// Requests of one queue pair pass the unit one at a time, so this cost
-/// does not shrink with doorbell batching (Thinking More about RDMA
-/// Memory Semantics, CLUSTER'21, §III-A, Fig. 4: a doorbell batch of 32
-/// WRITEs is only 1.53× as fast as single ones).
+/// The time request `wr`, the `index`-th of its post, holds its queue
+/// pair's processing unit at the requester NIC: `nic.wr_ns` unless it is
+/// the post's first (whose WQE came with the doorbell's MMIO write, the
+/// driver's BlueFlame path; the others are fetched by DMA one by one),
+/// plus `nic.sge_ns` for each scatter/gather piece beyond the first (each
+/// is one more DMA of the host's memory). Requests of one queue pair pass
+/// the unit one at a time, so this cost does not shrink with doorbell
+/// batching (Thinking More about RDMA Memory Semantics, CLUSTER'21,
+/// §III-A, Fig. 4: a doorbell batch of 32 WRITEs is only 1.53× as fast as
+/// single ones).
 #[inline(always)]
-fn qp_unit_ns(p: &Profile, wr: &WorkRequest) -> f64 {
+fn qp_unit_ns(p: &Profile, wr: &WorkRequest, index: usize) -> f64 {
     let extra = match wr.op {
         Op::ReadV { sgl } | Op::WriteV { sgl } => sgl.count.saturating_sub(1),
         _ => 0,
     };
-    p.nic.wr_ns + extra as f64 * p.nic.sge_ns
+    let fetch = if index == 0 { 0.0 } else { p.nic.wr_ns };
+    fetch + extra as f64 * p.nic.sge_ns
 }
 
 /// Stage 4, the request's packets: the requester's uplink, the switch,
@@ -1611,7 +1615,7 @@ impl Core {
             let kind = wr.kind();
             let len = wr.len();
             let shape = shape_of(shapes, p, slots, kind, len);
-            let unit = qp_unit_ns(p, wr);
+            let unit = qp_unit_ns(p, wr, index);
             let (depart, qp) = send_queue(p, slots, tx, qps, qi, stats, &shape, fetched, unit);
             // --- The switch position (crate::switch); off: `passed` is None
             // and the request goes its usual way.

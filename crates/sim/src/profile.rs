@@ -176,9 +176,12 @@ pub struct NicModel {
     /// A DMA write of data and CQE into host memory until it is visible to
     /// a polling CPU (ns).
     pub deliver_ns: f64,
-    /// Time each work request holds its queue pair's processing unit (ns):
-    /// a queue pair's requests pass it one at a time, so this cost does
-    /// not shrink with doorbell batching. Absent: 0 (the ConnectX-5 and -6
+    /// Time each work request of a post but the first holds its queue
+    /// pair's processing unit (ns): the NIC fetches those WQEs by DMA one
+    /// by one (the first comes with the doorbell's MMIO write, the
+    /// driver's BlueFlame path, in `fetch_ns`), and a queue pair's
+    /// requests pass the unit one at a time, so this cost does not shrink
+    /// with doorbell batching. Absent: 0 (the ConnectX-5 and -6
     /// profiles, whose figures do not show it). The ConnectX-3 profile's
     /// is fitted to the memory-semantics study's Fig. 4 (doorbell batch of
     /// 32 only 1.53× batch 1; configs/sim/cx3-56g.toml).
