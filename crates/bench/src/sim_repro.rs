@@ -801,6 +801,7 @@ fn ht_run_with(
         } else {
             p.warmup_ms
         }),
+        think: std::time::Duration::ZERO,
         seed: opts.seed,
         runtime,
         hot_keys: p.hot.keys,
@@ -1052,6 +1053,7 @@ fn tree_run_with(
             (false, crate::ycsb::Workload::A) => 120,
             (false, _) => 40,
         }),
+        think: std::time::Duration::ZERO,
         seed: opts.seed,
         runtime,
         hot_keys: 0,
@@ -1274,6 +1276,7 @@ fn fig12(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
                 value_size: 8,
                 duration: std::time::Duration::from_millis(if opts.quick { 1 } else { 10 }),
                 warmup: std::time::Duration::from_millis(if opts.quick { 1 } else { warmup_ms }),
+                think: std::time::Duration::ZERO,
                 seed: opts.seed,
                 runtime,
                 hot_keys: 0,
