@@ -1653,7 +1653,9 @@ impl ArtClient {
                 .0);
         };
         let h = dmkit_runtime::hash::hash64(&slot.ptr().raw().to_le_bytes(), 0x1EAF);
-        let g = q.acquire(ctx, (h % self.t.cfg.leaf_lock_entries as u64) as usize).await;
+        let g = q
+            .acquire(ctx, (h % self.t.cfg.leaf_lock_entries as u64) as usize)
+            .await;
         match self
             .locked_leaf_remote(ctx, slot, key, value, Some((q, g)))
             .await

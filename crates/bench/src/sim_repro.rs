@@ -202,7 +202,7 @@ impl Default for ReproOptions {
 }
 
 /// Figures this build reproduces.
-pub const FIGURES: [&str; 40] = [
+pub const FIGURES: [&str; 41] = [
     "smart-fig3a",
     "smart-fig4a",
     "smart-table1",
@@ -235,6 +235,7 @@ pub const FIGURES: [&str; 40] = [
     "smart-fig11",
     // SMART's and the radix tree's other figures (modules `smart`, `art`).
     "smart-fig8",
+    "smart-fig9",
     "smart-fig13",
     "smart-art-fig13",
     "smart-art-fig16",
