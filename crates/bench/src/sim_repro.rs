@@ -84,6 +84,12 @@
 //!   ratio beside it). dmkit switches read delegation and write combining
 //!   together (`--rdwc`), so both of their rows measure both. 16 compute
 //!   nodes × 24 threads as in the paper (quick: 16 × 2), 4 tasks each.
+//!   Every step without write combining runs the leaves under HOCL (a
+//!   machine's writers queue locally and hand the held leaf lock over, at
+//!   most 8 times in a row), as the paper gives Sherman's HOCL to its
+//!   baselines; so the rear lock saves only the unlock of the last writer
+//!   of each hand-over chain (quick runs: the "+rear lock" step 1.25×
+//!   before the hand-over existed, 0.98× with it).
 //!
 //! - `smart-fig10`, `smart-fig11` — §6.2.2, Figs. 10 and 11: FORD+ vs
 //!   SMART-DTX on SmallBank and TATP, described in module `txn`.
