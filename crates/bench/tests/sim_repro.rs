@@ -250,9 +250,10 @@ fn fig9_client_pauses_trade_throughput_for_latency() {
             .value
     };
     for s in ["RACE", "SMART-HT"] {
-        // 96 × 8 tasks pausing 1024 µs each offer at most 0.75 Mops.
+        // 96 × 8 tasks pausing 1024 µs each complete at most 2 operations
+        // each in the quick runs' 2 ms window: 0.768 Mops at most.
         let slow = v(s, 1024.0);
-        assert!(slow > 0.5 && slow <= 0.76, "{s}: {slow}");
+        assert!(slow > 0.5 && slow <= 0.768 + 1e-9, "{s}: {slow}");
         assert!(v(s, 0.0) > 4.0 * slow, "{s}: {} vs {slow}", v(s, 0.0));
         let p50 = format!("{s} p50");
         assert!(v(&p50, 1024.0) < v(&p50, 0.0), "{s}");
