@@ -67,7 +67,10 @@
 //!   HOCL 2.01, E-HOCL 2.98 and RDWC 33.0 Mops, retries 1.11 / 0.73 /
 //!   0.44 (RDWC 11.1× E-HOCL); quick runs (16 × 2) HOCL 2.78 → 3.63, E-HOCL
 //!   3.48 → 3.57 Mops with it, retries 0.84 → 0.67 and 0.63 → 0.63, RDWC
-//!   10.60 unchanged: 3.05× → 2.97× E-HOCL against the paper's 1.26×. The
+//!   10.60 unchanged: 3.05× → 2.97× E-HOCL against the paper's 1.26×;
+//!   the full run with it: HOCL 2.91, E-HOCL 3.35, RDWC 33.02 Mops,
+//!   retries 0.82 / 0.68 / 0.44, RDWC 9.85× E-HOCL, HOCL's and E-HOCL's p99
+//!   still 20–21 ms (RDWC 0.70 ms). The
 //!   hand-over removes the lock's CAS retries within a machine, not (the
 //!   likely cause of the rest, not yet measured on its own) the serial
 //!   resource: every update of the hottest leaf still holds its one
