@@ -176,6 +176,12 @@ pub struct YcsbConfig {
     /// not counted (lets contention, throttling and conflict avoidance
     /// reach their steady state).
     pub warmup: Duration,
+    /// Think time: each client (task) pauses this long after every
+    /// operation before it starts the next (0: a closed loop at full
+    /// speed). It throttles the offered load from the clients' side, as
+    /// SMART (ASPLOS'24) §6.2.1 throttles execution for its Figure 9; an
+    /// operation's latency excludes the pause.
+    pub think: Duration,
     /// Seed of the operation streams (each client derives its own).
     pub seed: u64,
     /// The runtime's switches and parameters (remote indexes).
@@ -1220,6 +1226,7 @@ fn spawn_run<C: MapClient>(
             cfg.seed,
         );
         let (kt, seed, vs) = (cfg.key_type, cfg.seed, cfg.value_size);
+        let think = cfg.think.as_nanos() as u64;
         w.spawn(move |ctx| async move {
             let mut version = 1u64;
             // One clock read per operation: its end is the next one's start.
@@ -1254,6 +1261,10 @@ fn spawn_run<C: MapClient>(
                     cost,
                 );
                 t = end;
+                if think > 0 {
+                    ctx.sleep(think).await;
+                    t = ctx.now();
+                }
             }
         });
     }

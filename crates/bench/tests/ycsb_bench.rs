@@ -28,6 +28,7 @@ fn cfg(index: IndexKind, workload: Workload, key_type: KeyType) -> YcsbConfig {
         value_size: 24,
         duration: Duration::from_millis(150),
         warmup: Duration::ZERO,
+        think: Duration::ZERO,
         seed: 3,
         runtime: RuntimeConfig::default(),
         hot_keys: 0,
