@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use dmkit_bench::corm_bench::{self, CormBenchConfig, ReadPath};
+use dmkit_bench::harness;
 
 use crate::args::load_profile;
 use crate::units::parse_size;
@@ -63,6 +64,10 @@ pub(crate) struct CormBenchArgs {
     /// Seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Measure this many times (each on a freshly loaded store); prints
+    /// each run and the mean and spread of their throughput.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// Write the result as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -111,32 +116,54 @@ pub(crate) fn bench_corm(a: CormBenchArgs) -> Res {
         warmup: a.warmup,
         seed: a.seed,
     };
-    let r = match sim {
-        None => corm_bench::run(&cfg),
-        Some(profile) => corm_bench::run_sim(
-            dmkit_sim::SimConfig {
-                profile,
-                seed: a.seed,
-                ..Default::default()
-            },
-            &cfg,
-        ),
+    if cfg.duration.is_zero() {
+        return Err(crate::bad_input("--duration must be longer than 0s"));
     }
-    .map_err(|e| e.to_string())?;
-    println!(
-        "{:<6} {:>8} {:>8} {:>5} {:>7} {:>5} {:>7} {:>9} {:>8} {:>8} {:>12}",
-        "read",
-        "workload",
-        "objects",
-        "size",
-        "threads",
-        "coros",
-        "workers",
-        "Mops",
-        "p50 µs",
-        "p99 µs",
-        "failed dr/s"
-    );
+    let on_sim = sim.is_some();
+    super::start_measuring(cfg.threads, on_sim);
+    let provenance =
+        harness::Provenance::new(a.seed, cfg.duration, cfg.warmup, false).repeat(a.repeat);
+    let mut header = true;
+    let runs = super::repeated(a.repeat, || {
+        let r = match &sim {
+            None => corm_bench::run(&cfg),
+            Some(profile) => corm_bench::run_sim(
+                dmkit_sim::SimConfig {
+                    profile: profile.clone(),
+                    seed: a.seed,
+                    ..Default::default()
+                },
+                &cfg,
+            ),
+        }
+        .map_err(|e| e.to_string())?;
+        print_row(&r, std::mem::take(&mut header));
+        Ok(r)
+    })?;
+    super::print_spread(&runs.iter().map(|r| r.mops).collect::<Vec<_>>());
+    if runs.iter().any(|r| r.interrupted) {
+        eprintln!("dmkit: interrupted: the last run's figures are of its shortened window");
+    }
+    super::write_runs(a.json.as_deref(), &provenance, &runs, |r| r.mops)
+}
+
+fn print_row(r: &corm_bench::CormBenchResult, header: bool) {
+    if header {
+        println!(
+            "{:<6} {:>8} {:>8} {:>5} {:>7} {:>5} {:>7} {:>9} {:>8} {:>8} {:>12}",
+            "read",
+            "workload",
+            "objects",
+            "size",
+            "threads",
+            "coros",
+            "workers",
+            "Mops",
+            "p50 µs",
+            "p99 µs",
+            "failed dr/s"
+        );
+    }
     println!(
         "{:<6} {:>8} {:>8} {:>5} {:>7} {:>5} {:>7} {:>9.4} {:>8.2} {:>8.2} {:>12.1}",
         r.read,
@@ -151,10 +178,4 @@ pub(crate) fn bench_corm(a: CormBenchArgs) -> Res {
         r.p99_us,
         r.failed_direct_reads_per_s
     );
-    if let Some(path) = a.json {
-        let text = serde_json::to_string_pretty(&r).expect("result serialises");
-        std::fs::write(&path, text + "\n")
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
-    }
-    Ok(())
 }
