@@ -222,12 +222,13 @@ signal,qp_policy,coros,depth,iters,ops,seconds,warmup_s,mops,gbps,mops_per_threa
 min_us,avg_us,p50_us,p95_us,p99_us,p999_us,max_us,interrupted,oversubscribed";
 
     /// This run as one CSV line of [`MicroResult::CSV_HEADER`]'s columns
-    /// (no field contains a comma; an absent value is empty).
+    /// (no field contains a comma; an absent value is empty; rates and
+    /// seconds at full precision, latencies in µs to the nanosecond).
     pub fn csv_row(&self) -> String {
         let opt = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
         let l = &self.latency;
         format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{}",
             self.backend,
             self.mode,
             self.verb,

@@ -779,7 +779,9 @@ mod tests {
             threads: 2,
             region_size: 1 << 20,
             pattern: Pattern::Random,
-            duration: Duration::from_millis(40),
+            // Long enough that both threads get a core inside the window on
+            // a loaded machine.
+            duration: Duration::from_millis(150),
             seed: 3,
         }
     }
