@@ -38,7 +38,7 @@ use serde::Serialize;
 
 use crate::harness;
 use crate::micro::BenchError;
-use crate::vector_io::raw_runtime;
+use crate::vector_io::{outcome, raw_runtime};
 
 /// The primitive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -429,12 +429,7 @@ fn rpc_read(fabric: &dyn Fabric, node: NodeId, lock: bool, id: usize) -> Result<
         *out2.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
     });
     wk.run();
-    let r = out
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take()
-        .expect("the task finished");
-    r.map_err(|e| OpError::Call(e).into())
+    outcome(&out).map_err(|e| OpError::Call(e).into())
 }
 
 fn run_remote(
@@ -492,12 +487,7 @@ fn run_remote(
             });
             arrival.arrive();
             wk.run();
-            let r = out
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take()
-                .expect("the task finished");
-            r
+            outcome(&out)
         },
         |_| {},
     );

@@ -24,7 +24,7 @@ use serde::Serialize;
 use crate::harness;
 use crate::micro::BenchError;
 use crate::rng::Rng;
-use crate::vector_io::raw_runtime;
+use crate::vector_io::{outcome, raw_runtime};
 
 /// One measured point.
 #[derive(Debug, Clone, PartialEq)]
@@ -295,12 +295,7 @@ fn measure(
             });
             arrival.arrive();
             w.run();
-            let r = out
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take()
-                .expect("the writer finished");
-            Ok((counted.load(Ordering::Relaxed), r?))
+            Ok((counted.load(Ordering::Relaxed), outcome(&out)?))
         },
         |_| {},
     );

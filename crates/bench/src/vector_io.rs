@@ -397,6 +397,15 @@ pub(crate) async fn one_batch(
     Ok(())
 }
 
+/// What a worker's task left in its slot once the worker ran it to the
+/// end (a task that did not finish is a bug of the benchmark).
+pub(crate) fn outcome<T>(slot: &std::sync::Mutex<Option<T>>) -> T {
+    slot.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+        .expect("the task finished")
+}
+
 /// The runtime configuration of the benchmark's workers: no throttling,
 /// no conflict avoidance, no per-operation statistics — the study's
 /// benchmark posts verbs directly.

@@ -323,6 +323,22 @@ pub(crate) fn repeated<T>(
     Ok(runs)
 }
 
+/// After a single-point bench's runs: prints their spread, says when
+/// Ctrl-C cut the last one short, and writes `--json` ([`write_runs`]).
+pub(crate) fn finish_runs<T: serde::Serialize>(
+    path: Option<&Path>,
+    provenance: &dmkit_bench::harness::Provenance,
+    runs: &[T],
+    mops: impl Fn(&T) -> f64,
+    interrupted: bool,
+) -> Result<(), String> {
+    print_spread(&runs.iter().map(&mops).collect::<Vec<_>>());
+    if interrupted {
+        eprintln!("dmkit: interrupted: the last run's figures are of its shortened window");
+    }
+    write_runs(path, provenance, runs, mops)
+}
+
 /// Prints the mean and spread of repeated runs' throughput (nothing for
 /// one run).
 pub(crate) fn print_spread(mops: &[f64]) {

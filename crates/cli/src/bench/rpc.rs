@@ -111,11 +111,14 @@ pub(crate) fn bench_rpc(a: RpcArgs) -> Res {
         print_row(&r, std::mem::take(&mut header));
         Ok(r)
     })?;
-    super::print_spread(&runs.iter().map(|r| r.mops).collect::<Vec<_>>());
-    if runs.iter().any(|r| r.interrupted) {
-        eprintln!("dmkit: interrupted: the last run's figures are of its shortened window");
-    }
-    super::write_runs(a.json.as_deref(), &provenance, &runs, |r| r.mops)
+    let interrupted = runs.iter().any(|r| r.interrupted);
+    super::finish_runs(
+        a.json.as_deref(),
+        &provenance,
+        &runs,
+        |r| r.mops,
+        interrupted,
+    )
 }
 
 fn shm_fabric(a: &RpcArgs, cfg: &RpcConfig) -> Result<ShmFabric, String> {
