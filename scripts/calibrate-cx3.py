@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fit of the simulator's ConnectX-3 profile (configs/sim/cx3-56g.toml) to
+"""Fit of the simulator's ConnectX-3 profile (configs/sim/cx3-40g.toml) to
 the micro-benchmarks of "Thinking More about RDMA Memory Semantics"
 (IEEE Cluster'21): Fig. 1, 4, 6, 8 and 10. Never to its application
 figures (12, 15, 16, 19): those are the model's predictions.
@@ -40,7 +40,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def profile_text(overrides):
     """The cx3 profile with `section.key=value` overrides applied."""
-    text = open(os.path.join(ROOT, "configs/sim/cx3-56g.toml")).read()
+    text = open(os.path.join(ROOT, "configs/sim/cx3-40g.toml")).read()
     for o in overrides:
         key, value = o.split("=", 1)
         section, field = key.split(".", 1)

@@ -45,7 +45,7 @@ fn the_distributed_join_equals_the_local_join_on_threads() {
 fn the_distributed_join_equals_the_local_join_on_simulator_seeds() {
     for seed in 1..=3u64 {
         let sim = dmkit_sim::SimConfig {
-            profile: dmkit_sim::Profile::builtin("cx3-56g").unwrap(),
+            profile: dmkit_sim::Profile::builtin("cx3-40g").unwrap(),
             compute_machines: 2,
             memory_nodes: 2,
             memory_bytes: 32 << 20,

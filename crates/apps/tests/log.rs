@@ -131,7 +131,7 @@ fn a_dead_writer_leaves_a_hole_that_a_reader_fills_on_threads() {
 fn simulator_seeds_with_faults_and_a_dead_writer() {
     for seed in 1..=4u64 {
         let sim = dmkit_sim::SimConfig {
-            profile: dmkit_sim::Profile::builtin("cx3-56g").unwrap(),
+            profile: dmkit_sim::Profile::builtin("cx3-40g").unwrap(),
             compute_machines: 2,
             memory_nodes: 1,
             memory_bytes: 16 << 20,

@@ -72,7 +72,7 @@ fn a_source_killed_mid_stage_fails_it_cleanly_and_the_rerun_completes() {
 fn simulator_seeds_partition_exactly_and_survive_a_kill() {
     for seed in 1..=4u64 {
         let sim = dmkit_sim::SimConfig {
-            profile: dmkit_sim::Profile::builtin("cx3-56g").unwrap(),
+            profile: dmkit_sim::Profile::builtin("cx3-40g").unwrap(),
             compute_machines: 2,
             memory_nodes: 2,
             memory_bytes: 32 << 20,

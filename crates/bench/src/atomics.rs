@@ -695,7 +695,7 @@ mod tests {
 
     #[test]
     fn the_simulated_lock_and_sequencer_verify() {
-        let prof = dmkit_sim::Profile::builtin("cx3-56g").unwrap();
+        let prof = dmkit_sim::Profile::builtin("cx3-40g").unwrap();
         for p in [Primitive::Lock, Primitive::Sequencer] {
             let c = AtomicsConfig {
                 duration: Duration::from_micros(300),

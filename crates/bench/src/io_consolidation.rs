@@ -433,7 +433,7 @@ mod tests {
 
     #[test]
     fn the_simulated_point_verifies_and_is_deterministic() {
-        let prof = dmkit_sim::Profile::builtin("cx3-56g").unwrap();
+        let prof = dmkit_sim::Profile::builtin("cx3-40g").unwrap();
         let p = ConsolidationPoint {
             duration: Duration::from_micros(400),
             ..point(Some(8))

@@ -902,7 +902,7 @@ mod tests {
     #[test]
     fn the_simulator_runs_a_point_deterministically() {
         let shape = SimShape {
-            profile: dmkit_sim::Profile::builtin("cx3-56g").unwrap(),
+            profile: dmkit_sim::Profile::builtin("cx3-40g").unwrap(),
             page_size: 4096,
             warmup: Duration::from_micros(50),
         };

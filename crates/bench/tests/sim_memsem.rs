@@ -2,7 +2,7 @@
 //! profile (quick mode): each runs, is deterministic, and shows the
 //! effect the study describes in the direction it describes. Their
 //! distance to the study's numbers is reported by the figures themselves
-//! (`published`), not asserted: the cx3-56g profile is fitted to the
+//! (`published`), not asserted: the cx3-40g profile is fitted to the
 //! micro-benchmarks (scripts/calibrate-cx3.py prints the fit), and the
 //! application figures are predictions.
 
@@ -11,7 +11,7 @@ use dmkit_bench::sim_repro::{reproduce, Figure, ReproOptions};
 fn quick() -> ReproOptions {
     ReproOptions {
         quick: true,
-        profile: dmkit_sim::Profile::builtin("cx3-56g").unwrap(),
+        profile: dmkit_sim::Profile::builtin("cx3-40g").unwrap(),
         ..ReproOptions::default()
     }
 }

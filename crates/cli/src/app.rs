@@ -67,8 +67,8 @@ struct Where {
     /// the regime batching is for; none by default.
     #[arg(long, value_parser = humantime::parse_duration)]
     rtt: Option<Duration>,
-    /// Simulator: device profile (the study's hardware: cx3-56g).
-    #[arg(long, default_value = "cx3-56g")]
+    /// Simulator: device profile (the study's hardware: cx3-40g).
+    #[arg(long, default_value = "cx3-40g")]
     profile: String,
     /// Simulator: compute machines the executors are spread over.
     #[arg(long, default_value_t = 1)]
@@ -223,7 +223,7 @@ pub(crate) struct HashtableArgs {
     #[arg(long, value_enum, default_value = "shm")]
     backend: AppBackend,
     /// Simulator: device profile.
-    #[arg(long, default_value = "cx3-56g")]
+    #[arg(long, default_value = "cx3-40g")]
     profile: String,
     /// Front ends (compute machines; simulator only).
     #[arg(long, default_value_t = 1)]

@@ -71,7 +71,7 @@ pub(crate) struct SpeedArgs {
     /// Virtual time to simulate.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     duration: Duration,
-    /// Device profile: cx6-200g, cx5-100g, cx3-56g, or a TOML file.
+    /// Device profile: cx6-200g, cx5-100g, cx3-56g, cx3-40g, or a TOML file.
     #[arg(long, default_value = "cx6-200g")]
     profile: String,
     #[arg(long, default_value_t = 1)]
@@ -104,10 +104,10 @@ pub(crate) struct ReproduceArgs {
     /// paper's value.
     #[arg(long, default_value_t = 0.3, requires = "report")]
     band: f64,
-    /// Device profile: cx6-200g, cx5-100g, cx3-56g, or a TOML file
-    /// (default: cx3-56g, the papers' hardware, for the memory-semantics
-    /// figures other than memsem-fig13 and for CoRM's; cx6-200g for the
-    /// others).
+    /// Device profile: cx6-200g, cx5-100g, cx3-56g, cx3-40g, or a TOML
+    /// file (default: the papers' hardware — cx3-40g for the
+    /// memory-semantics figures other than memsem-fig13, cx3-56g for
+    /// CoRM's, cx6-200g for the others).
     #[arg(long)]
     profile: Option<String>,
     /// Override the profile's order among atomics waiting for one address:
@@ -149,11 +149,14 @@ pub(crate) struct ReproduceArgs {
     quiet: bool,
 }
 
-/// The profile a figure runs on unless told: the papers' hardware
-/// (cx3-56g) for the memory-semantics study's figures other than
-/// memsem-fig13 and for CoRM's, cx6-200g for the others.
+/// The profile a figure runs on unless told: the papers' hardware — the
+/// study's 40 Gb ConnectX-3 (cx3-40g) for the memory-semantics figures
+/// other than memsem-fig13, CoRM's 56 Gb one (cx3-56g) for CoRM's,
+/// cx6-200g for the others.
 fn default_profile(name: &str) -> &'static str {
-    if (name.starts_with("memsem-") && name != "memsem-fig13") || name.starts_with("corm-") {
+    if name.starts_with("memsem-") && name != "memsem-fig13" {
+        "cx3-40g"
+    } else if name.starts_with("corm-") {
         "cx3-56g"
     } else {
         "cx6-200g"

@@ -184,7 +184,7 @@ pub struct NicModel {
     /// with doorbell batching. Absent: 0 (the ConnectX-5 and -6
     /// profiles, whose figures do not show it). The ConnectX-3 profile's
     /// is fitted to the memory-semantics study's Fig. 4 (doorbell batch of
-    /// 32 only 1.53× batch 1; configs/sim/cx3-56g.toml).
+    /// 32 only 1.53× batch 1; configs/sim/cx3-40g.toml).
     #[serde(default)]
     pub wr_ns: f64,
     /// Extra time on the queue pair's unit per scatter/gather piece beyond
@@ -344,10 +344,11 @@ pub struct Limits {
 
 const CX6: &str = include_str!("../../../configs/sim/cx6-200g.toml");
 const CX5: &str = include_str!("../../../configs/sim/cx5-100g.toml");
-const CX3: &str = include_str!("../../../configs/sim/cx3-56g.toml");
+const CX3: &str = include_str!("../../../configs/sim/cx3-40g.toml");
+const CX3_40: &str = include_str!("../../../configs/sim/cx3-40g.toml");
 
 /// Names of the built-in profiles.
-pub const BUILTIN: [&str; 3] = ["cx6-200g", "cx5-100g", "cx3-56g"];
+pub const BUILTIN: [&str; 4] = ["cx6-200g", "cx5-100g", "cx3-56g", "cx3-40g"];
 
 impl Profile {
     /// Parses a TOML profile.
@@ -357,12 +358,13 @@ impl Profile {
         Ok(p)
     }
 
-    /// A built-in profile by name (`cx6-200g`, `cx5-100g`, `cx3-56g`).
+    /// A built-in profile by name (`cx6-200g`, `cx5-100g`, `cx3-56g`, `cx3-40g`).
     pub fn builtin(name: &str) -> Result<Self, String> {
         let text = match name {
             "cx6-200g" => CX6,
             "cx5-100g" => CX5,
             "cx3-56g" => CX3,
+            "cx3-40g" => CX3_40,
             _ => {
                 return Err(format!(
                     "no built-in profile {name:?}; built in: {}",

@@ -13,7 +13,7 @@ use dmkit_sim::{NumaLayout, PortRule, Profile, Sim, SimConfig};
 /// `socket` (ns of virtual time).
 fn read_latency(numa: Option<NumaLayout>, socket: u32, node: u16) -> u64 {
     let mut sim = Sim::new(SimConfig {
-        profile: Profile::builtin("cx3-56g").unwrap(),
+        profile: Profile::builtin("cx3-40g").unwrap(),
         memory_nodes: 4,
         numa,
         ..SimConfig::default()
@@ -53,7 +53,7 @@ fn read_latency(numa: Option<NumaLayout>, socket: u32, node: u16) -> u64 {
 
 #[test]
 fn crossings_cost_what_the_model_says_and_nothing_when_off() {
-    let cross = Profile::builtin("cx3-56g").unwrap().numa.cross_ns as u64;
+    let cross = Profile::builtin("cx3-40g").unwrap().numa.cross_ns as u64;
     let testbed = |rule| NumaLayout {
         sockets: 2,
         ports: vec![1, 1],

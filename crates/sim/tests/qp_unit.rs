@@ -27,7 +27,7 @@ enum Post {
 /// Virtual ns from the post until its last completion, with the unit's
 /// costs set to `wr_ns` and `sge_ns`.
 fn post_ns(wr_ns: f64, sge_ns: f64, post: Post) -> u64 {
-    let mut profile = Profile::builtin("cx3-56g").unwrap();
+    let mut profile = Profile::builtin("cx3-40g").unwrap();
     profile.nic.wr_ns = wr_ns;
     profile.nic.sge_ns = sge_ns;
     // (No translation miss on the first access: its delay would overlap

@@ -1,6 +1,6 @@
 //! The memory-semantics study's figures on the simulator ("Thinking More
 //! about RDMA Memory Semantics", IEEE Cluster'21), on the study's hardware
-//! (`--profile cx3-56g`): the micro-benchmarks of §III (Fig. 3–6, 8, 10)
+//! (`--profile cx3-40g`): the micro-benchmarks of §III (Fig. 3–6, 8, 10)
 //! and the applications of §IV (Fig. 12, 15, 16, 19). `memsem-fig13` lives
 //! with the other YCSB figures in the parent module.
 //!

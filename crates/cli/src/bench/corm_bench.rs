@@ -34,7 +34,7 @@ pub(crate) struct CormBenchArgs {
     /// time).
     #[arg(long, default_value = "shm")]
     backend: String,
-    /// Simulator: device profile (cx6-200g, cx5-100g, cx3-56g, or a TOML
+    /// Simulator: device profile (cx6-200g, cx5-100g, cx3-56g, cx3-40g, or a TOML
     /// file); CoRM's testbed was ConnectX-3.
     #[arg(long, default_value = "cx3-56g")]
     profile: String,

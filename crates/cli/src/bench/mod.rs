@@ -139,7 +139,7 @@ struct FabricArgs {
     /// as huge pages keep an RNIC's MTT cache warm).
     #[arg(long, value_parser = parse_size)]
     page_size: Option<u64>,
-    /// Simulator: device profile (cx6-200g, cx5-100g, cx3-56g, or a TOML
+    /// Simulator: device profile (cx6-200g, cx5-100g, cx3-56g, cx3-40g, or a TOML
     /// file) [default: cx6-200g].
     #[arg(long, help_heading = "Simulator (--backend sim)")]
     profile: Option<String>,

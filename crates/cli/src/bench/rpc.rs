@@ -54,7 +54,7 @@ pub(crate) struct RpcArgs {
     /// Time before measuring (default 500ms on shm, 1ms on the simulator).
     #[arg(long, value_parser = humantime::parse_duration)]
     warmup: Option<Duration>,
-    /// Simulator: device profile (cx6-200g, cx5-100g, cx3-56g, or a TOML file).
+    /// Simulator: device profile (cx6-200g, cx5-100g, cx3-56g, cx3-40g, or a TOML file).
     #[arg(long, default_value = "cx3-56g")]
     profile: String,
     /// Seed.
