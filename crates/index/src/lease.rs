@@ -176,14 +176,16 @@ impl LeaseConfig {
     }
 
     /// [`LeaseConfig::short_expired`] at clock reading `now`. A deadline
-    /// further ahead than any live holder can have set (more than `lease +
-    /// skew`) is one that wrapped — a mark left for over half an hour — and
-    /// counts as passed too, so a wrapped mark blocks for at most one lease.
+    /// further ahead than any live holder can have set — more than `lease +
+    /// skew` and [`WRAP_SLACK_US`] besides, a margin no clock bound comes
+    /// near — is one that wrapped (a mark left for over half an hour) and
+    /// counts as passed too, so a wrapped mark blocks for at most a lease
+    /// and a second.
     #[inline]
     pub fn short_expired_at(&self, now: Nanos, d: u32) -> bool {
         let left = short_left_us(now, d);
         let skew = (self.skew / 1000) as i64 + 1;
-        left < -skew || left > (self.lease / 1000) as i64 + skew
+        left < -skew || left > (self.lease / 1000) as i64 + skew + WRAP_SLACK_US
     }
 
     /// Whether the holder of a mark with short deadline `d` may still
@@ -211,6 +213,10 @@ impl LeaseConfig {
         Ok(())
     }
 }
+
+/// How far (µs) beyond `lease + skew` a short deadline may lie ahead
+/// before it is taken for one that wrapped: a second.
+pub const WRAP_SLACK_US: i64 = 1_000_000;
 
 /// µs from clock reading `now` to short deadline `d`, modulo 2³²
 /// (negative: passed).
@@ -262,9 +268,14 @@ mod tests {
             assert!(!c.short_holds_at(late, d) && !c.short_expired_at(late, d));
             assert!(!c.short_expired_at(t0 + 2_200_000, d));
             assert!(c.short_expired_at(t0 + 2_202_000, d));
+            // A deadline ahead by more than a lease (a clock ahead of this
+            // one) is not taken for a wrapped one below the slack.
+            let ahead = c.short_deadline_at(t0 + 600_000);
+            assert!(!c.short_expired_at(t0, ahead));
             // A mark left half a wrap (35 min) and more: expired.
             assert!(c.short_expired_at(t0 + (1u64 << 31) * 1000, d));
-            assert!(c.short_expired_at(t0 + (1u64 << 32) * 1000 - 3_000_000, d));
+            assert!(c.short_expired_at(t0 + (1u64 << 32) * 1000 - 1_500_000_000, d));
+            assert!(!c.short_expired_at(t0 + (1u64 << 32) * 1000 - 3_000_000, d));
         }
     }
 }
