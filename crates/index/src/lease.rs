@@ -267,7 +267,7 @@ mod tests {
             let late = t0 + 1_400_000;
             assert!(!c.short_holds_at(late, d) && !c.short_expired_at(late, d));
             assert!(!c.short_expired_at(t0 + 2_200_000, d));
-            assert!(c.short_expired_at(t0 + 2_202_000, d));
+            assert!(c.short_expired_at(t0 + 2_203_000, d));
             // A deadline ahead by more than a lease (a clock ahead of this
             // one) is not taken for a wrapped one below the slack.
             let ahead = c.short_deadline_at(t0 + 600_000);
