@@ -711,6 +711,17 @@ fn art(seed: u64, crash: Option<Crash>) -> Result<Passed, String> {
     // then swing its slot; the mark is a lease too, undone by whoever
     // finds it expired with the leaf still in its slot.
     let sc = stress_shape(&mut r, seed);
+    let mut cfg = cfg;
+    // The leaf locks' HOCL (without write combining), from a generator of
+    // its own so every other draw stays the same: the local queue, its
+    // hand-over bound, and now and then a table of a few entries, where
+    // hand-overs reach writers of other leaves.
+    let mut h = Rng::new(seed ^ 0x4A0D_0FE2_0000_0000);
+    cfg.leaf_hocl = h.below(5) != 0;
+    cfg.leaf_handover = [0, 1, 8][h.below(3) as usize];
+    if h.below(4) == 0 {
+        cfg.leaf_lock_entries = 1 + h.below(4) as usize;
+    }
     let tree = ArtTree::create(f.clone(), "check", cfg.clone()).map_err(|e| e.to_string())?;
     // Two windows tables (machines), each shared by several workers; the
     // clients are kept to sum their counters.
@@ -745,7 +756,7 @@ fn art(seed: u64, crash: Option<Crash>) -> Result<Passed, String> {
         torn: s.torn,
         delayed: s.delayed,
         shape: format!(
-            "{}{}{} threads × {} tasks × {} ops, {} hot keys, {} % fills, in-place {}, rear lock {}, cache {}, rd {}, wc {}, lock-free {}, {} leaves in {} nodes",
+            "{}{}{} threads × {} tasks × {} ops, {} hot keys, {} % fills, in-place {}, rear lock {}, cache {}, rd {}, wc {}, leaf hocl {} (hand-over {}, {} entries), lock-free {}, {} leaves in {} nodes",
             run.crash_note(),
             if crash.is_some() {
                 format!("{undone} expired replaced marks undone; ")
@@ -762,6 +773,9 @@ fn art(seed: u64, crash: Option<Crash>) -> Result<Passed, String> {
             cfg.cache_bytes > 0,
             cfg.read_delegation,
             cfg.write_combining,
+            cfg.leaf_hocl,
+            cfg.leaf_handover,
+            cfg.leaf_lock_entries,
             cfg.lock_free_internal,
             rep.leaves,
             rep.internal_nodes
