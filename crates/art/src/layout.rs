@@ -71,6 +71,11 @@
 //! meta: bit 63 valid (V), bit 62 replaced (R, out-of-place mode),
 //!       bits 24..56 checksum (32 bits), bits 8..24 value length,
 //!       bits 0..8 key length.
+//! marked replaced (R set): bits 24..56 hold the mark's lease deadline
+//!       instead (`dmkit_index::LeaseConfig::short_deadline`, 32 bits of
+//!       µs); the leaf's bytes never change again, so the checksum is not
+//!       needed to read it, and whoever undoes an expired mark recomputes
+//!       it from the key and value ([`Item::unmarked`]).
 //! ```
 //! With in-place leaves, every leaf of a tree has room for `max_key` and
 //! `max_value` (K' and V' are those, padded), so an update overwrites it
@@ -384,6 +389,20 @@ pub const META_VALID: u64 = 1 << 63;
 /// Meta bit 62: an out-of-place update wrote a new leaf and replaced this one
 /// in its slot; a reader that finds it restarts.
 pub const META_REPLACED: u64 = 1 << 62;
+/// The meta word of a live leaf `meta` marked replaced by an out-of-place
+/// update whose lease ends at short deadline `deadline`: the checksum
+/// bits carry the deadline (see the module docs).
+pub fn replaced_mark(meta: u64, deadline: u32) -> u64 {
+    debug_assert!(meta & META_REPLACED == 0, "a leaf is marked once");
+    (meta & !META_SUM) | META_REPLACED | u64::from(deadline) << META_SUM_SHIFT
+}
+
+/// The lease deadline of a meta word marked replaced.
+pub fn mark_deadline(meta: u64) -> u32 {
+    debug_assert!(meta & META_REPLACED != 0, "only a mark has a deadline");
+    ((meta & META_SUM) >> META_SUM_SHIFT) as u32
+}
+
 /// Key and value lengths in the meta word.
 const META_LENS: u64 = (1 << 24) - 1;
 /// The checksum's place in the meta word.
@@ -476,6 +495,12 @@ impl Item<'_> {
     pub fn replaced(&self) -> bool {
         self.meta & META_REPLACED != 0
     }
+    /// The meta word this leaf had before it was marked replaced: valid,
+    /// unmarked, its checksum recomputed (what undoing a mark writes back).
+    pub fn unmarked(&self) -> u64 {
+        let lens = self.meta & META_LENS;
+        lens | checksum(lens, self.key, self.value) | META_VALID
+    }
 }
 
 /// A whole decoded leaf.
@@ -493,7 +518,10 @@ pub struct Leaf<'a> {
 
 /// Decodes an item read into `b` from a leaf's meta word on, with key room
 /// `kcap`; `None` when torn (checksum mismatch) or garbage. `b` may run
-/// past the value (the lock word, padding).
+/// past the value (the lock word, padding). A leaf marked replaced has no
+/// checksum (its bits hold the mark's deadline) and needs none: an
+/// out-of-place leaf is written whole before a slot names it and only its
+/// meta word changes after.
 pub fn decode_item(b: &[u8], kcap: usize) -> Option<Item<'_>> {
     let (meta, body) = u64::read_from_prefix(b).ok()?;
     let lens = meta & META_LENS;
@@ -504,7 +532,11 @@ pub fn decode_item(b: &[u8], kcap: usize) -> Option<Item<'_>> {
     }
     let key = &body[..k];
     let value = &body[v0..v0 + v];
-    (checksum(lens, key, value) == meta & META_SUM).then_some(Item { meta, key, value })
+    (meta & META_REPLACED != 0 || checksum(lens, key, value) == meta & META_SUM).then_some(Item {
+        meta,
+        key,
+        value,
+    })
 }
 
 /// Decodes a whole leaf read into `b` (reverse pointer to lock word) whose
@@ -577,6 +609,22 @@ mod tests {
         let mut dead = img.clone();
         dead[15] &= !0x80;
         assert!(!decode_leaf(&dead, 8).unwrap().item.valid());
+    }
+
+    #[test]
+    fn a_replaced_mark_carries_its_deadline_and_undoes_exactly() {
+        let mut img = Vec::new();
+        encode_leaf(GlobalAddr::new(1, 64), b"key", b"value", 8, 16, &mut img);
+        let live = decode_leaf(&img, 8).unwrap().item.meta;
+        let mark = replaced_mark(live, 0xDEAD_BEEF);
+        assert_eq!(mark_deadline(mark), 0xDEAD_BEEF);
+        let mut marked = img.clone();
+        marked[8..16].copy_from_slice(&mark.to_le_bytes());
+        let it = decode_leaf(&marked, 8)
+            .expect("a mark reads without its checksum")
+            .item;
+        assert!(it.replaced() && it.valid() && it.key == b"key" && it.value == b"value");
+        assert_eq!(it.unmarked(), live);
     }
 
     #[test]

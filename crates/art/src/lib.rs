@@ -53,6 +53,10 @@
 //!   releases it and takes its own. A lock handed over keeps its lease.
 //!   With `in_place` off, leaves are replaced out of place (RCU, §4.5): the
 //!   old leaf is marked replaced by CAS, then the slot swings to the new one.
+//!   The mark carries a lease deadline in place of the leaf's checksum; a
+//!   client that finds it expired with the leaf still in its slot rolls it
+//!   back (the old leaf is intact; the dead updater's new leaf stays
+//!   unlinked) — see `ArtClient`'s out-of-place update.
 //! - **Delete** marks the leaf deleted (under its lock, or by CAS in RCU
 //!   mode). The slot keeps its partial key and points at the dead leaf
 //!   until an insert of a key with that byte replaces it: partial keys never
@@ -104,10 +108,10 @@
 //!
 //! ## Not (yet) here
 //! Reclamation of dead leaves (a deleted or replaced leaf is never reused;
-//! its memory returns when the tree is destroyed). A client that dies
-//! holding a leaf lock (or, in the baseline, a node lock) blocks it: its
-//! waiters give up with `IndexError::Timeout` once the retry policy is
-//! spent.
+//! its memory returns when the tree is destroyed; so does the new leaf of
+//! an out-of-place update whose client died before linking it). Locks and
+//! "replaced" marks are leases (`dmkit_index::lease`): a dead client's
+//! lock is broken, and its mark undone, once the lease ran out.
 
 pub mod cache;
 pub mod check;

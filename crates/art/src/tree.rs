@@ -277,6 +277,10 @@ pub struct TreeCounters {
     /// Expired leases this client broke (locks of clients that died
     /// holding them).
     pub leases_broken: u64,
+    /// Expired "replaced" marks this client undid (out-of-place updates
+    /// whose client died between marking the leaf and swinging its slot);
+    /// also counted in `leases_broken`.
+    pub marks_undone: u64,
     /// Leaf locks a local predecessor handed over to this client (HOCL,
     /// `leaf_handover`): taken without a CAS.
     pub lock_handovers: u64,
@@ -530,8 +534,10 @@ const CACHED_ATTEMPTS: u32 = 3;
 enum LeafIs {
     /// Holds the key, valid.
     Live(LeafCopy),
-    /// Holds the key, being replaced out of place (retry).
-    Replaced,
+    /// Holds the key, being replaced out of place: `mark` is its meta word
+    /// (with the mark's lease deadline), `unmarked` the word that undoes
+    /// it (retry, or undo an expired mark).
+    Replaced { mark: u64, unmarked: u64 },
     /// Holds the key, deleted.
     Dead,
     /// Holds another key (`dead`: deleted).
@@ -946,7 +952,7 @@ impl ArtClient {
                 continue;
             };
             cached_only &= !p.fresh;
-            let Kind::Leaf { slot, .. } = p.kind else {
+            let Kind::Leaf { slot, idx, .. } = p.kind else {
                 self.note_cache(false);
                 return Ok(None);
             };
@@ -956,8 +962,14 @@ impl ArtClient {
                     self.note_cache(cached_only);
                     return Ok(Some(l.value));
                 }
-                LeafIs::Replaced => {
-                    self.pause(ctx, &mut retry).await?;
+                LeafIs::Replaced { mark, unmarked } => {
+                    let at = p.v.slot_addr(idx);
+                    if !self
+                        .undo_expired_mark(ctx, at, slot, mark, unmarked)
+                        .await?
+                    {
+                        self.pause(ctx, &mut retry).await?;
+                    }
                     from = Start::Top { use_cache: false };
                     cached_only = false;
                 }
@@ -1016,7 +1028,7 @@ impl ArtClient {
                         self.rcu_update(ctx, &p, idx, slot, key, value, wcb).await?
                     }
                     (_, true) => self.locked_leaf(ctx, slot, key, None).await?,
-                    (_, false) => self.rcu_delete(ctx, slot, key).await?,
+                    (_, false) => self.rcu_delete(ctx, &p, idx, slot, key).await?,
                 };
                 match r {
                     Locked::Done => return Ok(true),
@@ -1057,7 +1069,7 @@ impl ArtClient {
                     .await?
                 }
                 Kind::Leaf { pos, idx, slot } => match self.read_leaf(ctx, slot, key).await? {
-                    LeafIs::Live(_) | LeafIs::Replaced => return Ok(false),
+                    LeafIs::Live(_) | LeafIs::Replaced { .. } => return Ok(false),
                     LeafIs::Dead | LeafIs::Other { dead: true, .. } => {
                         let f = self.replace_dead(ctx, &p, idx, slot, tk[pos], key, value);
                         self.node_locked(ctx, p.v.addr, f).await?
@@ -1858,6 +1870,19 @@ impl ArtClient {
     /// Out-of-place mode: marks the leaf replaced (CAS of its meta word),
     /// then swings the slot to a new leaf; readers that meet the replaced
     /// leaf retry until the slot moved.
+    ///
+    /// The mark is a lease (`dmkit_index::lease`): its word carries the
+    /// lease's deadline in place of the checksum (see `layout`), the
+    /// update swings the slot only while [`LeaseConfig::short_holds`], and
+    /// a client that finds the mark expired with the leaf still in its
+    /// slot *rolls it back* ([`Self::undo_expired_mark`]): the old leaf is
+    /// whole and never changed, so undoing needs nothing but it, while
+    /// rolling forward would need the new leaf's address, for which the
+    /// mark word has no room next to its deadline (and a second word
+    /// written beside it could not be told from a losing updater's). The
+    /// dead client's update never returned, so either outcome is allowed;
+    /// its new leaf stays allocated but unlinked, until the tree is
+    /// destroyed (as replaced leaves do).
     #[allow(clippy::too_many_arguments)]
     async fn rcu_update(
         &self,
@@ -1871,7 +1896,12 @@ impl ArtClient {
     ) -> Result<Locked, IndexError> {
         let l = match self.read_leaf(ctx, slot, key).await? {
             LeafIs::Live(l) => l,
-            LeafIs::Replaced => return Ok(Locked::Retry),
+            LeafIs::Replaced { mark, unmarked } => {
+                let at = p.v.slot_addr(idx);
+                self.undo_expired_mark(ctx, at, slot, mark, unmarked)
+                    .await?;
+                return Ok(Locked::Retry);
+            }
             LeafIs::Dead | LeafIs::Other { .. } => return Ok(Locked::Absent),
         };
         assert!(
@@ -1882,12 +1912,12 @@ impl ArtClient {
         let value = rdwc::close_take(wcb, own);
         let (leaf, units, len) = self.new_leaf(ctx, parent, key, &value)?;
         let old_addr = slot.ptr();
+        let old_meta = self.t.remote(old_addr.add(LEAF_META))?;
+        let lease = self.t.cfg.lease;
+        let deadline = lease.short_deadline(ctx);
+        let mark = replaced_mark(l.meta, deadline);
         ctx.write(self.t.remote(leaf)?, self.sc().new.prefix(len));
-        let t = ctx.cas(
-            self.t.remote(old_addr.add(LEAF_META))?,
-            l.meta,
-            l.meta | META_REPLACED,
-        );
+        let t = ctx.cas(old_meta, l.meta, mark);
         ctx.sync().await?;
         let got = ctx.value(t) == l.meta;
         ctx.cas_outcome(got).await;
@@ -1903,6 +1933,15 @@ impl ArtClient {
         let tk = self.tree_key(key);
         let mut retry = Retry::new("update", self.t.cfg.retry);
         loop {
+            if !lease.short_holds(ctx, deadline) {
+                // Too late to publish (this worker stalled): undo the mark
+                // unless another client did (then it may be re-marked by
+                // now, with another deadline: the CAS leaves that alone),
+                // and start over. The new leaf was never linked.
+                ctx.cas_sync(old_meta, mark, l.meta).await?;
+                self.free_unpublished(leaf, len);
+                return Ok(Locked::Retry);
+            }
             let new = Slot::leaf(cur.pkey(), units, leaf)
                 .ok_or(corrupt(leaf, "leaf address beyond 48 bits"))?;
             assert!(
@@ -1932,16 +1971,69 @@ impl ArtClient {
                     cur = slot;
                     owner = q.v.addr;
                 }
+                // Only a mark undone after its lease ran out lets another
+                // update swing the slot: the check at the loop's top says
+                // so and starts over.
+                _ if !lease.short_holds(ctx, deadline) => {}
                 _ => return Err(corrupt(old_addr, "replaced leaf lost its slot")),
             }
         }
     }
 
+    /// Out-of-place mode: undoes the mark on the leaf of `slot` (read at
+    /// slot address `at`) if its lease ran out — the client that marked
+    /// it died, or stalled past its lease, before swinging the slot; the
+    /// leaf is then live again, with its old value. `Ok(true)`: the mark
+    /// is undone (here or by another client); `Ok(false)`: it still runs,
+    /// or its leaf left the slot (an update that finished: the leaf stays
+    /// marked for good, as stale cached paths may still lead to it).
+    /// The slot is read after the deadline passed, when the holder may no
+    /// longer swing it, so a slot that still names the leaf is final.
+    async fn undo_expired_mark(
+        &self,
+        ctx: &Ctx,
+        at: GlobalAddr,
+        slot: Slot,
+        mark: u64,
+        unmarked: u64,
+    ) -> Result<bool, IndexError> {
+        if !self.t.cfg.lease.short_expired(ctx, mark_deadline(mark)) {
+            return Ok(false);
+        }
+        let word = self.sc().word;
+        ctx.read(self.t.remote(at)?, word);
+        ctx.sync().await?;
+        if ctx.local_u64(word) != slot.0 {
+            return Ok(false);
+        }
+        debug_assert!(unmarked & META_REPLACED == 0 && unmarked & META_VALID != 0);
+        let meta = self.t.remote(slot.ptr().add(LEAF_META))?;
+        if ctx.cas_sync(meta, mark, unmarked).await? == mark {
+            self.count(|c| {
+                c.leases_broken += 1;
+                c.marks_undone += 1;
+            });
+        }
+        Ok(true)
+    }
+
     /// Out-of-place mode: clears the leaf's valid bit by CAS.
-    async fn rcu_delete(&self, ctx: &Ctx, slot: Slot, key: &[u8]) -> Result<Locked, IndexError> {
+    async fn rcu_delete(
+        &self,
+        ctx: &Ctx,
+        p: &Pos,
+        idx: usize,
+        slot: Slot,
+        key: &[u8],
+    ) -> Result<Locked, IndexError> {
         let l = match self.read_leaf(ctx, slot, key).await? {
             LeafIs::Live(l) => l,
-            LeafIs::Replaced => return Ok(Locked::Retry),
+            LeafIs::Replaced { mark, unmarked } => {
+                let at = p.v.slot_addr(idx);
+                self.undo_expired_mark(ctx, at, slot, mark, unmarked)
+                    .await?;
+                return Ok(Locked::Retry);
+            }
             LeafIs::Dead | LeafIs::Other { .. } => return Ok(Locked::Absent),
         };
         assert!(l.valid(), "only a live leaf is deleted");
@@ -2210,7 +2302,10 @@ fn classify(l: &crate::layout::Item<'_>, key: &[u8]) -> LeafIs {
         };
     }
     if l.replaced() {
-        LeafIs::Replaced
+        LeafIs::Replaced {
+            mark: l.meta,
+            unmarked: l.unmarked(),
+        }
     } else if l.valid() {
         LeafIs::Live(LeafCopy {
             meta: l.meta,

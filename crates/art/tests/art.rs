@@ -710,3 +710,92 @@ fn a_process_killed_mid_update_blocks_no_key() {
     );
     assert_eq!(ops, 1200);
 }
+
+/// `dmkit node gc --root` on a tree a live client holds: the node frees
+/// its memory and name at once; the holder's operations then fail with
+/// typed errors (its reads see freed, zeroed memory) — none panics or
+/// hangs — and its `destroy` is refused as collected.
+#[test]
+fn a_tree_collected_by_an_admin_gives_its_holder_typed_errors() {
+    use dmkit_memnode::server::{default_token_path, read_token_file};
+    use dmkit_memnode::{AdminOp, Response};
+    let node = conformance::serve_node(64 << 20);
+    let f = node.fabric.clone();
+    let c = ArtConfig {
+        retry: dmkit_index::RetryPolicy {
+            max_attempts: 50,
+            give_up_after: 20_000_000,
+        },
+        ..cfg(false, true)
+    };
+    let tree = ArtTree::create(f.clone(), "collected", c).unwrap();
+    let keys: Vec<Vec<u8>> = (0..200u32).map(|i| i.to_be_bytes().to_vec()).collect();
+    let ks = keys.clone();
+    on_worker(f.as_ref(), &tree.client(1), move |ctx, c| async move {
+        for k in &ks {
+            assert!(c.insert(&ctx, k, b"value").await.unwrap());
+        }
+    });
+    let token = read_token_file(&default_token_path(&node.socket)).unwrap();
+    let before = f.node_stats(0).unwrap().chunks;
+    let got = f
+        .admin(
+            0,
+            token,
+            AdminOp::GcRoot {
+                name: "art/collected".into(),
+            },
+        )
+        .unwrap();
+    let Response::Collected { chunks, bytes } = got else {
+        panic!("{got:?}")
+    };
+    assert!(
+        chunks >= 1 && bytes >= 1 << 20,
+        "{chunks} chunks, {bytes} B"
+    );
+    assert_eq!(f.node_stats(0).unwrap().chunks, before - chunks);
+    assert!(f.list_roots(0).unwrap().is_empty(), "the name is gone");
+    let ks = keys.clone();
+    on_worker(f.as_ref(), &tree.client(2), move |ctx, c| async move {
+        for k in ks.iter().take(20) {
+            let r = c.search(&ctx, k).await;
+            assert!(matches!(r, Err(_) | Ok(None)), "search after gc: {r:?}");
+            let r = c.update(&ctx, k, b"other").await;
+            assert!(matches!(r, Err(_) | Ok(false)), "update after gc: {r:?}");
+        }
+    });
+    let e = tree
+        .destroy()
+        .expect_err("a collected tree is not destroyed again");
+    assert!(e.to_string().contains("collected by an admin"), "{e}");
+    // A second collection finds nothing.
+    let again = f.admin(
+        0,
+        token,
+        AdminOp::GcRoot {
+            name: "art/collected".into(),
+        },
+    );
+    assert!(again.is_err(), "{again:?}");
+}
+
+/// The same with out-of-place (RCU) updates: a process killed between
+/// marking a leaf replaced and swinging its slot leaves a mark with a
+/// lease; the survivor undoes it once expired, and every operation
+/// completes.
+#[test]
+fn a_process_killed_mid_rcu_update_blocks_no_key() {
+    let ops = conformance::killed_processes::<ArtTree>(
+        "killed_child",
+        ArtConfig {
+            in_place: false,
+            lease: conformance::crash_lease(),
+            ..ArtConfig::default()
+        },
+        |_, t| {
+            dmkit_art::check_tree_after_crash(t).expect("the tree after the kill");
+        },
+    );
+    assert_eq!(ops, 1200);
+}

@@ -32,13 +32,13 @@
 //!   be linearizable; the structure must pass its checker's after-crash
 //!   form (what a dead client may legally leave: a B+tree split half its
 //!   parent does not name yet, a radix-tree leaf whose reverse pointer
-//!   still names its old parent, an unfinished type switch). Two features
-//!   stay out, with reasons: RACE's hot area (a machine's write-back
+//!   still names its old parent, an unfinished type switch). One feature
+//!   stays out, with its reason: RACE's hot area (a machine's write-back
 //!   buffer dies with it, acknowledged writes included — IO
-//!   consolidation's trade) and the radix tree's out-of-place updates
-//!   (their "replaced" mark has no lease: a client that dies between
-//!   marking a leaf and swinging its slot blocks the key until the retry
-//!   budget gives a typed timeout).
+//!   consolidation's trade). The radix tree runs both leaf modes: in
+//!   place (leaf locks) and out of place, whose "replaced" mark carries a
+//!   lease deadline — a client that dies between marking a leaf and
+//!   swinging its slot leaves a mark the survivors undo once it expires.
 //! - `clover`, `swordbox-locks` — Clover through SwordBox's steering, and
 //!   the B+tree's locks through CAS→WRITE: see [`crate::sim_check_swordbox`].
 //!
@@ -707,6 +707,9 @@ fn art(seed: u64, crash: Option<Crash>) -> Result<Passed, String> {
         lease: crash.map_or_else(Default::default, |_| CRASH_LEASE),
         ..ArtConfig::default()
     };
+    // Out-of-place updates (a third of the seeds) mark a leaf replaced,
+    // then swing its slot; the mark is a lease too, undone by whoever
+    // finds it expired with the leaf still in its slot.
     let sc = stress_shape(&mut r, seed);
     let mut cfg = cfg;
     // The leaf locks' HOCL (without write combining), from a generator of
@@ -719,22 +722,26 @@ fn art(seed: u64, crash: Option<Crash>) -> Result<Passed, String> {
     if h.below(4) == 0 {
         cfg.leaf_lock_entries = 1 + h.below(4) as usize;
     }
-    if crash.is_some() {
-        // Out-of-place updates mark a leaf replaced, then swing its slot;
-        // the mark carries no lease, so a client that dies between the two
-        // blocks the key (a typed timeout, not repaired): the crash
-        // scenario runs in-place leaves, whose locks have leases.
-        cfg.in_place = true;
-    }
     let tree = ArtTree::create(f.clone(), "check", cfg.clone()).map_err(|e| e.to_string())?;
-    // Two windows tables (machines), each shared by several workers.
+    // Two windows tables (machines), each shared by several workers; the
+    // clients are kept to sum their counters.
+    let clients: RefCell<Vec<dmkit_art::ArtClient>> = RefCell::default();
     let run = stress_on_sim(
         &mut sim,
         tree.local_layout(),
-        &|id| tree.client_on((id % 2) as usize, id),
+        &|id| {
+            let c = tree.client_on((id % 2) as usize, id);
+            clients.borrow_mut().push(c.clone());
+            c
+        },
         &sc,
         crash,
     );
+    let undone: u64 = clients
+        .borrow()
+        .iter()
+        .map(|c| c.counters().marks_undone)
+        .sum();
     let rep = if crash.is_some() {
         dmkit_art::check_tree_after_crash(&tree)
     } else {
@@ -749,8 +756,13 @@ fn art(seed: u64, crash: Option<Crash>) -> Result<Passed, String> {
         torn: s.torn,
         delayed: s.delayed,
         shape: format!(
-            "{}{} threads × {} tasks × {} ops, {} hot keys, {} % fills, in-place {}, rear lock {}, cache {}, rd {}, wc {}, leaf hocl {} (hand-over {}, {} entries), lock-free {}, {} leaves in {} nodes",
+            "{}{}{} threads × {} tasks × {} ops, {} hot keys, {} % fills, in-place {}, rear lock {}, cache {}, rd {}, wc {}, leaf hocl {} (hand-over {}, {} entries), lock-free {}, {} leaves in {} nodes",
             run.crash_note(),
+            if crash.is_some() {
+                format!("{undone} expired replaced marks undone; ")
+            } else {
+                String::new()
+            },
             sc.workers,
             sc.tasks,
             sc.ops_per_task,

@@ -129,3 +129,27 @@ fn art_survives_a_dead_machine() {
 fn btree_survives_a_dead_machine() {
     crashes("crash-btree", 60);
 }
+
+/// Seeds whose dead machine killed an out-of-place update between marking
+/// its leaf replaced and swinging the slot (found by scanning crash-art
+/// seeds): the survivors undo the expired mark and pass every check.
+#[test]
+fn art_undoes_a_dead_updaters_replaced_mark() {
+    for seed in [21, 117] {
+        let p = dmkit_bench::sim_check::run("crash-art", seed).unwrap_or_else(|e| {
+            panic!("crash-art seed {seed}:\n{e}\nreplay: dmkit sim check --scenario crash-art --seed {seed}")
+        });
+        let undone: u64 = p
+            .shape
+            .split_once(" expired replaced marks undone")
+            .and_then(|(head, _)| head.rsplit(' ').next())
+            .and_then(|n| n.parse().ok())
+            .expect("a crash-art report counts undone marks");
+        assert!(undone >= 1, "seed {seed}: {}", p.shape);
+        assert!(
+            p.shape.contains("in-place false"),
+            "seed {seed}: {}",
+            p.shape
+        );
+    }
+}

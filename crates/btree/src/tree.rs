@@ -245,6 +245,10 @@ pub struct TreeCounters {
     /// Expired leases this client broke (node locks of clients that died
     /// holding them).
     pub leases_broken: u64,
+    /// Leases this client lost while it held them (its worker stalled past
+    /// the lease and another client broke the lock): nothing was written,
+    /// and the step started over.
+    pub leases_lost: u64,
 }
 
 /// The task-local memory of the tree's operations, declared once per tree
@@ -973,6 +977,22 @@ impl BtreeClient {
         )))
     }
 
+    /// [`Self::keep`], with a lost lease as a lost race: `Ok(false)` when
+    /// another client broke the lock (nothing was written under it; the
+    /// caller starts its step over, as the lease design has a holder that
+    /// ran out of lease back out and try again), counted in
+    /// [`TreeCounters::leases_lost`].
+    async fn keep_or_lost(&self, ctx: &Ctx, held: &mut Held) -> Result<bool, IndexError> {
+        match self.keep(ctx, held).await {
+            Ok(()) => Ok(true),
+            Err(IndexError::LeaseLost(_)) => {
+                self.count(|c| c.leases_lost += 1);
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Queues the WRITE of `src` to `dst`, which must lie inside the node
     /// whose lock is `held` (the unlock that follows goes after it in
     /// queue-pair order).
@@ -1090,9 +1110,14 @@ impl BtreeClient {
                                 i
                             }
                             None => {
-                                self.split_leaf(ctx, img, held, tk, value, &mut path)
-                                    .await?;
-                                return Ok(true);
+                                if self
+                                    .split_leaf(ctx, img, held, tk, value, &mut path)
+                                    .await?
+                                {
+                                    return Ok(true);
+                                }
+                                // Lease lost before the split was published.
+                                break;
                             }
                         }
                     }
@@ -1100,7 +1125,9 @@ impl BtreeClient {
                 let at = img.at.add(g.slot_off(true, target) as u64);
                 let src = self.sc().slot;
                 ctx.put_local(src, &slot);
-                self.keep(ctx, &mut held).await?;
+                if !self.keep_or_lost(ctx, &mut held).await? {
+                    break;
+                }
                 self.write_back(ctx, &held, at, src);
                 self.unlock(ctx, held).await?;
                 if mode == WriteMode::Delete {
@@ -1179,7 +1206,8 @@ impl BtreeClient {
     /// half goes to a new right sibling, written first; then the leaf is
     /// rewritten with a new version, the lower fence of the sibling as its
     /// upper fence and the moved slots empty, and unlocked in the same
-    /// batch; then the separator goes up.
+    /// batch; then the separator goes up. `Ok(false)`: the lease ran out
+    /// before the leaf was written (nothing published; start over).
     async fn split_leaf(
         &self,
         ctx: &Ctx,
@@ -1188,7 +1216,7 @@ impl BtreeClient {
         tk: &[u8],
         value: &[u8],
         path: &mut [GlobalAddr; MAX_LEVELS],
-    ) -> Result<(), IndexError> {
+    ) -> Result<bool, IndexError> {
         let g = self.t.g;
         let sc = *self.sc();
         let n = Node::new(&g, &img.b);
@@ -1264,7 +1292,11 @@ impl BtreeClient {
         }
         assert!(placed, "the new key has a slot in one half");
         ctx.put_local(sc.back, &left);
-        self.keep(ctx, &mut held).await?;
+        if !self.keep_or_lost(ctx, &mut held).await? {
+            // Nothing published: the new sibling stays unlinked (like a
+            // dead splitter's) and the insert starts over.
+            return Ok(false);
+        }
         self.write_back(ctx, &held, img.at, sc.back);
         self.unlock(ctx, held).await?;
         self.count(|c| c.leaf_splits += 1);
@@ -1276,7 +1308,8 @@ impl BtreeClient {
         if let Some(at) = new_at {
             self.spec.put(tk, at);
         }
-        self.insert_parent(ctx, 1, sep, right, path).await
+        self.insert_parent(ctx, 1, sep, right, path).await?;
+        Ok(true)
     }
 
     /// Inserts separator `sep` → `child` into the node at `level` whose
@@ -1357,7 +1390,10 @@ impl BtreeClient {
                 };
                 build_inner(&g, &h, &es, &mut out);
                 ctx.put_local(sc.back, &out);
-                self.keep(ctx, &mut held).await?;
+                if !self.keep_or_lost(ctx, &mut held).await? {
+                    retry.lost(ctx)?;
+                    continue;
+                }
                 self.write_back(ctx, &held, img.at, sc.back);
                 self.unlock(ctx, held).await?;
                 self.cache_put(Arc::new(Snapshot::of(target, &Node::new(&g, &out))));
@@ -1405,7 +1441,11 @@ impl BtreeClient {
             };
             build_inner(&g, &lh, &es[..mid], &mut out);
             ctx.put_local(sc.back, &out);
-            self.keep(ctx, &mut held).await?;
+            if !self.keep_or_lost(ctx, &mut held).await? {
+                // The new right node stays unlinked; this level again.
+                retry.lost(ctx)?;
+                continue;
+            }
             self.write_back(ctx, &held, img.at, sc.back);
             self.unlock(ctx, held).await?;
             self.cache.put_all([

@@ -44,12 +44,13 @@ pub(crate) struct MemnodeArgs {
     /// single-socket host the flag is refused: there is nothing to bind.
     #[arg(long)]
     numa_socket: Option<usize>,
-    /// Connections open at once, logged in or not (unix socket); the
-    /// next is refused with an error its client reports.
+    /// Connections open at once, logged in or not (unix socket and TCP
+    /// control channel); the next is refused with an error its client
+    /// reports.
     #[arg(long, default_value_t = dmkit_memnode::server::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
-    /// Milliseconds from accept to a complete login (unix socket); a
-    /// connection that misses it is closed.
+    /// Milliseconds from accept to a complete login (unix socket and TCP
+    /// control channel); a connection that misses it is closed.
     #[arg(long, default_value_t = dmkit_memnode::server::DEFAULT_LOGIN_DEADLINE.as_millis() as u64)]
     login_timeout_ms: u64,
     #[command(flatten)]
@@ -211,6 +212,14 @@ pub(crate) fn memnode(a: MemnodeArgs) -> Res {
     Ok(())
 }
 
+/// The admission limits of the flags (both servers).
+fn limits(a: &MemnodeArgs) -> ServerConfig {
+    ServerConfig {
+        max_connections: a.max_connections,
+        login_deadline: std::time::Duration::from_millis(a.login_timeout_ms),
+    }
+}
+
 /// Serves `node` on `a.listen` until it is shut down.
 fn serve(
     a: &MemnodeArgs,
@@ -221,12 +230,7 @@ fn serve(
     match &a.listen {
         Listen::Unix(path) => {
             let server = Server::bind(node, path, &token)
-                .and_then(|s| {
-                    s.with_config(ServerConfig {
-                        max_connections: a.max_connections,
-                        login_deadline: std::time::Duration::from_millis(a.login_timeout_ms),
-                    })
-                })
+                .and_then(|s| s.with_config(limits(a)))
                 .map_err(|e| e.to_string())?;
             log(format_args!(
                 "dmkit memnode: node {} serving {} (pages {}, {} RPC workers) on unix:{}; token file {}",
@@ -240,7 +244,7 @@ fn serve(
             server.serve().map_err(|e| e.to_string())?;
         }
         Listen::Tcp(addr) => {
-            dmkit_verbs::serve_node(node, &a.rdma.sel(), addr, &token, |bound, dev| {
+            dmkit_verbs::serve_node(node, &a.rdma.sel(), addr, &token, limits(a), |bound, dev| {
                 log(format_args!(
                     "dmkit memnode: node {} serving {} (pages {}) to verbs clients on tcp:{bound} via {dev}; token file {}",
                     a.node_id,

@@ -22,9 +22,10 @@ pub(crate) enum NodeCmd {
     /// and their references, chunks and bytes (a table, or JSON).
     Roots(RootsArgs),
     /// Free what dead sessions left (persistent chunks whose session has
-    /// ended, groups nobody holds): an admin request, authorised by the
+    /// ended, groups nobody holds) — or, with --root, one index's root and
+    /// chunk group now, held or not: an admin request, authorised by the
     /// node's token file.
-    Gc(ConnectArgs),
+    Gc(GcArgs),
     /// Ask a node to shut down.
     Shutdown(ConnectArgs),
 }
@@ -37,6 +38,20 @@ pub(crate) struct ConnectArgs {
     /// Token file (default PATH.token).
     #[arg(long)]
     token_file: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub(crate) struct GcArgs {
+    #[command(flatten)]
+    connect: ConnectArgs,
+    /// Collect this root and its chunk group (e.g. `art/t`) even while
+    /// sessions hold it: its memory is freed and the name removed; each
+    /// holder's later requests on it fail with a "collected by an admin"
+    /// error, and its reads of the freed memory see zeros, which its
+    /// structure reports as a typed error. For an index whose clients are
+    /// stuck or gone; a live one loses its data.
+    #[arg(long)]
+    root: Option<String>,
 }
 
 #[derive(Args)]
@@ -123,16 +138,24 @@ pub(crate) fn node_roots(a: RootsArgs) -> Res {
     Ok(())
 }
 
-pub(crate) fn node_gc(a: ConnectArgs) -> Res {
-    let t = &targets(std::slice::from_ref(&a.connect), &a.token_file)?[0];
+pub(crate) fn node_gc(a: GcArgs) -> Res {
+    let c = &a.connect;
+    let t = &targets(std::slice::from_ref(&c.connect), &c.token_file)?[0];
     let token = read_token_file(&t.token_file).map_err(|e| e.to_string())?;
-    let f = control(&a)?;
+    let f = control(c)?;
+    let op = match &a.root {
+        Some(name) => AdminOp::GcRoot { name: name.clone() },
+        None => AdminOp::Gc,
+    };
     match f
-        .admin(f.nodes()[0], token, AdminOp::Gc)
+        .admin(f.nodes()[0], token, op)
         .map_err(|e| e.to_string())?
     {
         Response::Collected { chunks, bytes } => {
-            println!("freed {chunks} chunks, {bytes} B");
+            match &a.root {
+                Some(name) => println!("collected {name}: freed {chunks} chunks, {bytes} B"),
+                None => println!("freed {chunks} chunks, {bytes} B"),
+            }
             Ok(())
         }
         other => Err(format!("unexpected answer to gc: {other:?}")),

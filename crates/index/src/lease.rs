@@ -153,6 +153,55 @@ impl LeaseConfig {
         }
     }
 
+    /// The deadline of a lease taken now, in the short form a mark
+    /// embedded in a data word carries (the radix tree's out-of-place
+    /// "replaced" mark): 32 bits of µs of the shared clock, wrapping every
+    /// 71 minutes; read modulo 2³² by [`LeaseConfig::short_expired`] and
+    /// [`LeaseConfig::short_holds`].
+    #[inline]
+    pub fn short_deadline(&self, ctx: &Ctx) -> u32 {
+        self.short_deadline_at(ctx.now())
+    }
+
+    /// [`LeaseConfig::short_deadline`] at clock reading `now`.
+    #[inline]
+    pub fn short_deadline_at(&self, now: Nanos) -> u32 {
+        ((now + self.lease).div_ceil(1000) & u64::from(u32::MAX)) as u32
+    }
+
+    /// Whether short deadline `d` passed more than `skew` ago.
+    #[inline]
+    pub fn short_expired(&self, ctx: &Ctx, d: u32) -> bool {
+        self.short_expired_at(ctx.now(), d)
+    }
+
+    /// [`LeaseConfig::short_expired`] at clock reading `now`. A deadline
+    /// further ahead than any live holder can have set — more than `lease +
+    /// skew` and [`WRAP_SLACK_US`] besides, a margin no clock bound comes
+    /// near — is one that wrapped (a mark left for over half an hour) and
+    /// counts as passed too, so a wrapped mark blocks for at most a lease
+    /// and a second.
+    #[inline]
+    pub fn short_expired_at(&self, now: Nanos, d: u32) -> bool {
+        let left = short_left_us(now, d);
+        let skew = (self.skew / 1000) as i64 + 1;
+        left < -skew || left > (self.lease / 1000) as i64 + skew + WRAP_SLACK_US
+    }
+
+    /// Whether the holder of a mark with short deadline `d` may still
+    /// publish: more than a quarter of the lease left before `d − skew`
+    /// (the rule of [`LeaseConfig::holds`]).
+    #[inline]
+    pub fn short_holds(&self, ctx: &Ctx, d: u32) -> bool {
+        self.short_holds_at(ctx.now(), d)
+    }
+
+    /// [`LeaseConfig::short_holds`] at clock reading `now`.
+    #[inline]
+    pub fn short_holds_at(&self, now: Nanos, d: u32) -> bool {
+        short_left_us(now, d) > ((self.lease / MARGIN_DIV + self.skew) / 1000) as i64
+    }
+
     /// Checks the configuration: a lease longer than twice the skew.
     pub fn validate(&self) -> Result<(), String> {
         if self.lease == 0 || self.lease <= 2 * self.skew {
@@ -163,6 +212,18 @@ impl LeaseConfig {
         }
         Ok(())
     }
+}
+
+/// How far (µs) beyond `lease + skew` a short deadline may lie ahead
+/// before it is taken for one that wrapped: a second.
+pub const WRAP_SLACK_US: i64 = 1_000_000;
+
+/// µs from clock reading `now` to short deadline `d`, modulo 2³²
+/// (negative: passed).
+#[inline]
+fn short_left_us(now: Nanos, d: u32) -> i64 {
+    let now = ((now / 1000) & u64::from(u32::MAX)) as u32;
+    i64::from(d.wrapping_sub(now) as i32)
 }
 
 /// A lock owner id from a client id (non-zero; two live clients may share
@@ -189,5 +250,32 @@ mod tests {
         }
         assert!(LeaseConfig::default().validate().is_ok());
         assert!(LeaseConfig { lease: 10, skew: 5 }.validate().is_err());
+    }
+
+    #[test]
+    fn short_deadlines_expire_after_the_lease_and_survive_wrapping() {
+        let c = LeaseConfig {
+            lease: 2_000_000,
+            skew: 200_000,
+        };
+        // Around a wrap of the 32-bit µs clock, and far from one.
+        for t0 in [5_000_000u64, (1u64 << 32) * 1000 - 500_000, 7 << 40] {
+            let d = c.short_deadline_at(t0);
+            assert!(c.short_holds_at(t0, d) && !c.short_expired_at(t0, d));
+            // Past three quarters of the lease less the skew: no publishing,
+            // but not broken either.
+            let late = t0 + 1_400_000;
+            assert!(!c.short_holds_at(late, d) && !c.short_expired_at(late, d));
+            assert!(!c.short_expired_at(t0 + 2_200_000, d));
+            assert!(c.short_expired_at(t0 + 2_203_000, d));
+            // A deadline ahead by more than a lease (a clock ahead of this
+            // one) is not taken for a wrapped one below the slack.
+            let ahead = c.short_deadline_at(t0 + 600_000);
+            assert!(!c.short_expired_at(t0, ahead));
+            // A mark left half a wrap (35 min) and more: expired.
+            assert!(c.short_expired_at(t0 + (1u64 << 31) * 1000, d));
+            assert!(c.short_expired_at(t0 + (1u64 << 32) * 1000 - 1_500_000_000, d));
+            assert!(!c.short_expired_at(t0 + (1u64 << 32) * 1000 - 3_000_000, d));
+        }
     }
 }

@@ -149,4 +149,11 @@ pub enum RpcError {
     /// sent to the refused client before the node closes the connection.
     #[error("connection refused: the memory node serves at most {0} connections")]
     TooManyConnections(usize),
+    /// The group (and its root) this session held was collected by an
+    /// admin request ([`crate::AdminOp::GcRoot`]): its memory is gone.
+    #[error("group {0:?} was collected by an admin (node gc --root) while this session held it")]
+    Revoked(String),
+    /// No root or chunk group of that name on the node.
+    #[error("no root or chunk group named {0:?}")]
+    NoSuchRoot(String),
 }

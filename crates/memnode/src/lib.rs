@@ -18,6 +18,7 @@
 //!   memory: size classes, blocks, per-worker allocators, compaction that
 //!   remaps pages under one-sided readers, accounting, allocation traces.
 
+pub mod admission;
 pub mod alloc;
 pub mod corm;
 pub mod error;

@@ -146,6 +146,9 @@ struct Inner {
     chunks: BTreeMap<u64, ChunkRec>,
     roots: BTreeMap<String, Root>,
     groups: BTreeMap<String, Group>,
+    /// Groups an admin collected while these sessions held them
+    /// ([`AdminOp::GcRoot`]): their requests on the name are refused.
+    revoked: HashSet<(SessionId, String)>,
     sessions: HashSet<SessionId>,
     next_session: SessionId,
     spare_free: Vec<u64>,
@@ -306,6 +309,7 @@ impl MemNode {
                 chunks: BTreeMap::new(),
                 roots: BTreeMap::new(),
                 groups: BTreeMap::new(),
+                revoked: HashSet::new(),
                 sessions: HashSet::new(),
                 next_session: 1,
                 spare_free: (remote_pages..phys_pages).rev().collect(),
@@ -814,6 +818,7 @@ impl MemNode {
         if !inner.sessions.remove(&session) {
             return 0;
         }
+        inner.revoked.retain(|(s, _)| *s != session);
         let owned: Vec<u64> = inner
             .chunks
             .iter()
@@ -931,6 +936,42 @@ impl MemNode {
         (n, bytes)
     }
 
+    /// Collects root `name` and its chunk group now, held or not
+    /// ([`AdminOp::GcRoot`]): frees the group's chunks, removes the root
+    /// (and any root attached to the group), and remembers the holders, whose
+    /// later requests on the name get [`RpcError::Revoked`]. Returns
+    /// (chunks, bytes) freed.
+    pub fn gc_root(&self, name: &str) -> Result<(u64, u64), RpcError> {
+        check_root_name(name)?;
+        let mut inner = self.lock();
+        if !inner.roots.contains_key(name) && !inner.groups.contains_key(name) {
+            return Err(RpcError::NoSuchRoot(name.into()));
+        }
+        let holders: Vec<SessionId> = inner
+            .groups
+            .get_mut(name)
+            .map(|g| std::mem::take(&mut g.holders).into_keys().collect())
+            .unwrap_or_default();
+        for s in holders {
+            inner.revoked.insert((s, name.to_owned()));
+        }
+        let (n, bytes) = self.free_group(&mut inner, name);
+        inner.roots.remove(name);
+        self.counters
+            .chunks_reclaimed
+            .fetch_add(n, Ordering::Relaxed);
+        Ok((n, bytes))
+    }
+
+    /// [`RpcError::Revoked`] if an admin collected group `name` while
+    /// `session` held it.
+    fn check_revoked(&self, session: SessionId, name: &str) -> Result<(), RpcError> {
+        if self.lock().revoked.contains(&(session, name.to_owned())) {
+            return Err(RpcError::Revoked(name.into()));
+        }
+        Ok(())
+    }
+
     /// The roots and chunk groups, by name.
     pub fn list_roots(&self) -> Vec<RootInfo> {
         let inner = self.lock();
@@ -1000,6 +1041,7 @@ impl MemNode {
                 self.alloc_chunk(session, len, owner)
             }
             Request::AllocGroupChunk { len, group } => check_root_name(&group)
+                .and_then(|()| self.check_revoked(session, &group))
                 .and_then(|()| self.alloc_chunk(session, len, Owner::Group(group))),
             Request::FreeChunk { offset } => self.free_chunk(session, offset),
             Request::GetRoot { name } => self.get_root(&name),
@@ -1008,9 +1050,15 @@ impl MemNode {
                 name,
                 value,
                 expected,
-            } => self.set_root(session, name, value, expected),
-            Request::HoldGroup { group } => self.hold_group(session, group),
-            Request::ReleaseGroup { group } => self.release_group(session, &group),
+            } => self
+                .check_revoked(session, &name)
+                .and_then(|()| self.set_root(session, name, value, expected)),
+            Request::HoldGroup { group } => self
+                .check_revoked(session, &group)
+                .and_then(|()| self.hold_group(session, group)),
+            Request::ReleaseGroup { group } => self
+                .check_revoked(session, &group)
+                .and_then(|()| self.release_group(session, &group)),
             Request::ListRoots => Ok(Response::Roots(self.list_roots())),
             Request::Admin { token, op } => self.admin(&token, op),
             Request::ListRegions => Ok(Response::Regions(
@@ -1110,6 +1158,10 @@ impl MemNode {
         match op {
             AdminOp::Gc => {
                 let (chunks, bytes) = self.gc();
+                Ok(Response::Collected { chunks, bytes })
+            }
+            AdminOp::GcRoot { name } => {
+                let (chunks, bytes) = self.gc_root(&name)?;
                 Ok(Response::Collected { chunks, bytes })
             }
             AdminOp::FreeChunk { offset } => {

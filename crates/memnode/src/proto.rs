@@ -208,6 +208,14 @@ pub enum AdminOp {
         /// Start offset of the chunk.
         offset: u64,
     },
+    /// Collect root `name` and its chunk group now, held or not: the
+    /// chunks are freed, the root name removed, and each session that
+    /// held the group gets [`crate::RpcError::Revoked`] from its later
+    /// requests on it. Answer: [`Response::Collected`].
+    GcRoot {
+        /// The root (and group) name.
+        name: String,
+    },
 }
 
 /// A root or chunk group as [`Request::ListRoots`] reports it.

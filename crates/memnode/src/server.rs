@@ -13,38 +13,32 @@
 //!
 //! # Admission control
 //!
-//! One thread serves the listening socket and every connection that has
-//! not logged in yet, with an event loop ([`mio`]: epoll and nothing else,
-//! no runtime, no executor — the node's control path needs readiness
-//! events for a few thousand idle sockets, not an async ecosystem). A
-//! connection waiting for its login costs the node a table entry and a
-//! 64-byte buffer, not a thread. The whole pre-login exchange has one
-//! deadline ([`ServerConfig::login_deadline`], counted from the accept,
-//! however slowly the bytes come); a connection that misses it is closed.
-//! At most [`ServerConfig::max_connections`] connections, logged in or
-//! not, are open at once; the next one is answered with
+//! [`crate::admission`], shared with the verbs backend's TCP server: one
+//! event loop serves every connection until it logs in (one deadline for
+//! the whole login, [`ServerConfig::login_deadline`]); at most
+//! [`ServerConfig::max_connections`] are open at once, and the next one is
+//! answered with
 //! [`RpcError::TooManyConnections`](crate::RpcError::TooManyConnections)
-//! (the client reports it) and closed. A logged-in session gets its own
-//! thread (small stack) for its RPC loop: the cap bounds those threads too.
+//! (the client reports it) and closed; a logged-in session gets a thread
+//! of its own (small stack).
 //!
 //! Malformed frames get
 //! [`RpcError::BadFrame`](crate::RpcError::BadFrame); oversized frames, a
 //! failed handshake or I/O errors close the connection. Nothing a client
 //! sends can stop the node except an authenticated `Shutdown`.
 
-use std::collections::{HashMap, VecDeque};
 use std::fs;
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{IoSlice, Write};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use mio::{Events, Interest, Poll, Token};
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+
+use crate::admission::{self, Gate};
+pub use crate::admission::{ServerConfig, DEFAULT_LOGIN_DEADLINE, DEFAULT_MAX_CONNECTIONS};
 
 use crate::error::{NodeError, RpcError};
 use crate::memory::reopen_read_only;
@@ -140,39 +134,6 @@ pub fn token_eq(a: &[u8; TOKEN_LEN], b: &[u8; TOKEN_LEN]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Limits of a [`Server`] (see the module's "Admission control").
-#[derive(Debug, Clone, Copy)]
-pub struct ServerConfig {
-    /// Connections open at once, logged in or not; the next is refused.
-    pub max_connections: usize,
-    /// Time from accept to a complete login frame; a connection that
-    /// misses it is closed.
-    pub login_deadline: Duration,
-}
-
-/// Default [`ServerConfig::max_connections`].
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
-/// Default [`ServerConfig::login_deadline`].
-pub const DEFAULT_LOGIN_DEADLINE: Duration = Duration::from_secs(5);
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        Self {
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            login_deadline: DEFAULT_LOGIN_DEADLINE,
-        }
-    }
-}
-
-/// Largest login frame payload: a [`Hello`] is 44 bytes.
-const LOGIN_MAX: usize = 64;
-/// Stack of a session's RPC thread: it decodes small frames and calls the
-/// node; no deep recursion.
-const SESSION_STACK: usize = 256 * 1024;
-/// Longest the event loop sleeps: how soon it sees a shutdown request.
-const TICK: Duration = Duration::from_millis(50);
-const LISTENER: Token = Token(0);
-
 /// A bound memory node server.
 pub struct Server {
     node: Arc<MemNode>,
@@ -213,11 +174,7 @@ impl Server {
 
     /// Sets the server's limits.
     pub fn with_config(mut self, cfg: ServerConfig) -> Result<Self, NodeError> {
-        if cfg.max_connections == 0 || cfg.login_deadline.is_zero() {
-            return Err(NodeError::Config(
-                "max connections and the login deadline must be positive".into(),
-            ));
-        }
+        cfg.validate().map_err(NodeError::Config)?;
         self.cfg = cfg;
         Ok(self)
     }
@@ -251,203 +208,44 @@ impl Server {
     /// `Shutdown`, a signal, [`Running::stop`]). Logins are served by this
     /// thread's event loop; each session then gets a thread of its own.
     pub fn serve(self) -> Result<(), NodeError> {
-        let io = |what| move |source| NodeError::Io { what, source };
-        self.listener
-            .set_nonblocking(true)
-            .map_err(io("set listener non-blocking"))?;
-        let std_listener = self.listener.try_clone().map_err(io("clone listener"))?;
-        let mut listener = mio::net::UnixListener::from_std(std_listener);
-        let poll = Poll::new().map_err(io("create event loop"))?;
-        poll.registry()
-            .register(&mut listener, LISTENER, Interest::READABLE)
-            .map_err(io("register listener"))?;
-        let mut lp = Logins {
+        let gate = Arc::new(UnixGate {
             node: self.node.clone(),
             token: self.token,
-            cfg: self.cfg,
-            poll,
-            pending: HashMap::new(),
-            deadlines: VecDeque::new(),
-            next: 1,
-            sessions: Arc::new(AtomicUsize::new(0)),
-        };
-        let mut events = Events::with_capacity(256);
-        while !self.node.is_shutting_down() {
-            let now = Instant::now();
-            let wait = lp
-                .deadlines
-                .front()
-                .map_or(TICK, |&(d, _)| d.saturating_duration_since(now).min(TICK));
-            match lp.poll.poll(&mut events, Some(wait)) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(io("wait for events")(e)),
-            }
-            for ev in events.iter() {
-                if ev.token() == LISTENER {
-                    lp.accept_all(&mut listener);
-                } else {
-                    lp.read_login(ev.token().0);
-                }
-            }
-            lp.expire(Instant::now());
-        }
+        });
+        let served = admission::serve_unix(self.listener, self.cfg, gate, &|| false);
         let _ = fs::remove_file(&self.path);
-        Ok(())
+        served.map_err(|source| NodeError::Io {
+            what: "serve the unix socket",
+            source,
+        })
     }
 }
 
-/// A connection that has not logged in yet.
-struct Pending {
-    stream: mio::net::UnixStream,
-    buf: [u8; 4 + LOGIN_MAX],
-    got: usize,
-}
-
-/// The login event loop's state.
-struct Logins {
+/// The Unix socket's door: a [`Hello`] with the token logs in; a session
+/// gets the node's memfds and serves RPC frames.
+struct UnixGate {
     node: Arc<MemNode>,
     token: [u8; TOKEN_LEN],
-    cfg: ServerConfig,
-    poll: Poll,
-    pending: HashMap<usize, Pending>,
-    /// Login deadlines in accept order (all the same length, so sorted).
-    deadlines: VecDeque<(Instant, usize)>,
-    next: usize,
-    /// Logged-in sessions still running.
-    sessions: Arc<AtomicUsize>,
 }
 
-impl Logins {
-    fn open(&self) -> usize {
-        self.pending.len() + self.sessions.load(Ordering::Acquire)
+impl Gate for UnixGate {
+    type Stream = UnixStream;
+    fn node(&self) -> &MemNode {
+        &self.node
     }
-
-    fn accept_all(&mut self, listener: &mut mio::net::UnixListener) {
-        loop {
-            match listener.accept() {
-                Ok((mut stream, _)) => {
-                    if self.open() >= self.cfg.max_connections {
-                        self.refuse(&mut stream);
-                        continue;
-                    }
-                    let t = self.next;
-                    self.next += 1;
-                    if self
-                        .poll
-                        .registry()
-                        .register(&mut stream, Token(t), Interest::READABLE)
-                        .is_err()
-                    {
-                        self.node.note_refused_connection();
-                        continue;
-                    }
-                    self.pending.insert(
-                        t,
-                        Pending {
-                            stream,
-                            buf: [0; 4 + LOGIN_MAX],
-                            got: 0,
-                        },
-                    );
-                    self.deadlines
-                        .push_back((Instant::now() + self.cfg.login_deadline, t));
-                    // Bytes may have arrived before the registration.
-                    self.read_login(t);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                // Out of descriptors (EMFILE) and the like: the
-                // connection waits in the backlog; the next tick retries.
-                Err(_) => return,
-            }
-        }
-    }
-
-    /// Tells a connection over the cap why it is closed, as far as its
-    /// socket buffer takes it without blocking, and closes it.
-    fn refuse(&self, stream: &mut mio::net::UnixStream) {
-        self.node.note_refused_connection();
-        let resp = Response::Error(RpcError::TooManyConnections(self.cfg.max_connections));
-        let _ = proto::write_frame(stream, &proto::encode(&resp));
-    }
-
-    /// Reads what a pending connection sent; logs it in once its frame is
-    /// complete, drops it on end of stream, error or an oversized frame.
-    fn read_login(&mut self, t: usize) {
-        let Some(p) = self.pending.get_mut(&t) else {
-            return;
-        };
-        let done = loop {
-            let want = if p.got < 4 {
-                4
-            } else {
-                let len = u32::from_le_bytes(p.buf[..4].try_into().expect("4 bytes")) as usize;
-                if len > LOGIN_MAX {
-                    break Err(());
-                }
-                4 + len
-            };
-            if p.got == want {
-                break Ok(());
-            }
-            match p.stream.read(&mut p.buf[p.got..want]) {
-                Ok(0) => break Err(()),
-                Ok(n) => p.got += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => break Err(()),
-            }
-        };
-        let mut p = self.pending.remove(&t).expect("looked up above");
-        let _ = self.poll.registry().deregister(&mut p.stream);
-        let hello = done
-            .ok()
-            .and_then(|()| proto::decode::<Hello>(&p.buf[4..p.got]).ok());
-        let ok = hello.is_some_and(|h| {
+    fn login(&self, hello: &[u8]) -> bool {
+        proto::decode::<Hello>(hello).is_ok_and(|h| {
             h.magic == PROTO_MAGIC && h.version == PROTO_VERSION && token_eq(&h.token, &self.token)
-        });
-        if !ok {
-            self.node.note_auth_failure();
-            return;
-        }
-        self.start_session(p.stream.into());
+        })
     }
-
-    /// Closes the pending connections whose login deadline has passed.
-    fn expire(&mut self, now: Instant) {
-        while let Some(&(d, t)) = self.deadlines.front() {
-            if d > now {
-                break;
-            }
-            self.deadlines.pop_front();
-            if let Some(mut p) = self.pending.remove(&t) {
-                let _ = self.poll.registry().deregister(&mut p.stream);
-                self.node.note_auth_failure();
-            }
-        }
+    fn too_many(&self, max: usize) -> Vec<u8> {
+        proto::encode(&Response::Error(RpcError::TooManyConnections(max)))
     }
-
-    fn start_session(&self, stream: UnixStream) {
-        if stream.set_nonblocking(false).is_err() {
-            return;
-        }
-        let node = self.node.clone();
-        let sessions = self.sessions.clone();
-        sessions.fetch_add(1, Ordering::AcqRel);
-        let spawned = std::thread::Builder::new()
-            .name("dmkit-memnode-session".into())
-            .stack_size(SESSION_STACK)
-            .spawn(move || {
-                serve_session(&node, stream);
-                sessions.fetch_sub(1, Ordering::AcqRel);
-            });
-        // No thread to be had: refuse this client, not the node (the
-        // stream was dropped with the failed closure).
-        if spawned.is_err() {
-            self.sessions.fetch_sub(1, Ordering::AcqRel);
-            self.node.note_refused_connection();
-        }
+    fn denied(&self) -> Option<Vec<u8>> {
+        None
+    }
+    fn serve(&self, stream: UnixStream, _hello: &[u8]) {
+        serve_session(&self.node, stream);
     }
 }
 

@@ -124,11 +124,23 @@ fn codec() -> impl Options {
         .reject_trailing_bytes()
 }
 
+/// A message's frame payload.
+pub fn encode<T: Serialize>(msg: &T) -> io::Result<Vec<u8>> {
+    codec()
+        .serialize(msg)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+}
+
+/// A message from its frame payload.
+pub fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> io::Result<T> {
+    codec()
+        .deserialize(bytes)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+}
+
 /// Writes one message.
 pub fn send<T: Serialize>(w: &mut impl Write, msg: &T) -> io::Result<()> {
-    let bytes = codec()
-        .serialize(msg)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+    let bytes = encode(msg)?;
     write_frame(w, &bytes)
 }
 

@@ -85,25 +85,26 @@ pub fn open_fabric(
 }
 
 /// Serves `node` to verbs clients on `listen` (`HOST:PORT`) until the node
-/// shuts down; writes the token to `token_file`. Calls `ready` with the
+/// shuts down; writes the token to `token_file`; admits connections
+/// within `limits`. Calls `ready` with the
 /// bound address and device name once clients can connect.
 pub fn serve_node(
     node: Arc<MemNode>,
     sel: &DeviceSel,
     listen: &str,
     token_file: &Path,
+    limits: dmkit_memnode::admission::ServerConfig,
     ready: impl FnOnce(std::net::SocketAddr, &str),
 ) -> Result<(), VerbsError> {
     #[cfg(feature = "rdma")]
     {
-        let s = VerbsServer::bind(node, sel, listen, token_file)?;
+        let s = VerbsServer::bind(node, sel, listen, token_file)?.with_config(limits)?;
         ready(s.local_addr(), s.device().name());
-        s.serve();
-        Ok(())
+        s.serve()
     }
     #[cfg(not(feature = "rdma"))]
     {
-        let _ = (node, sel, listen, token_file, ready);
+        let _ = (node, sel, listen, token_file, limits, ready);
         Err(VerbsError::NotBuilt)
     }
 }

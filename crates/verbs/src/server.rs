@@ -15,6 +15,14 @@
 //!
 //! After setup the node's CPU is off the data path: clients' READ, WRITE,
 //! CAS and FAA are executed by the NIC against these registrations.
+//!
+//! The control channel's door is the Unix socket's
+//! ([`dmkit_memnode::admission`]): one event loop holds every connection
+//! until it logs in, under one deadline for the whole [`Ctl::Hello`]
+//! exchange; at most [`ServerConfig::max_connections`] connections are
+//! open at once and the next is answered [`CtlReply::Refused`] ("too many
+//! connections"), which the client reports; a logged-in session gets a
+//! thread of its own.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -24,8 +32,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
+use dmkit_memnode::admission::{self, Gate, ServerConfig};
 use dmkit_memnode::layout::access;
 use dmkit_memnode::memory::Mapping;
 use dmkit_memnode::proto::TOKEN_LEN;
@@ -63,6 +71,7 @@ struct Shared {
 pub struct VerbsServer {
     shared: Arc<Shared>,
     listener: TcpListener,
+    cfg: ServerConfig,
 }
 
 /// A server running on its own thread.
@@ -131,7 +140,18 @@ impl VerbsServer {
                     }
                 }
             })));
-        Ok(VerbsServer { shared, listener })
+        Ok(VerbsServer {
+            shared,
+            listener,
+            cfg: ServerConfig::default(),
+        })
+    }
+
+    /// Sets the control channel's admission limits.
+    pub fn with_config(mut self, cfg: ServerConfig) -> Result<Self, VerbsError> {
+        cfg.validate().map_err(VerbsError::Config)?;
+        self.cfg = cfg;
+        Ok(self)
     }
 
     /// The bound address.
@@ -150,7 +170,9 @@ impl VerbsServer {
         let addr = self.local_addr();
         let thread = std::thread::Builder::new()
             .name("dmkit-verbs-node".into())
-            .spawn(move || self.serve())
+            .spawn(move || {
+                let _ = self.serve();
+            })
             .expect("spawn server thread");
         RunningServer {
             shared,
@@ -159,26 +181,17 @@ impl VerbsServer {
         }
     }
 
-    /// Accepts connections until the node shuts down.
-    pub fn serve(self) {
-        let _ = self.listener.set_nonblocking(true);
-        while !self.shared.stop.load(Ordering::Acquire) && !self.shared.node.is_shutting_down() {
-            match self.listener.accept() {
-                Ok((stream, _)) => {
-                    let s = self.shared.clone();
-                    let spawned = std::thread::Builder::new()
-                        .name("dmkit-verbs-conn".into())
-                        .spawn(move || s.serve_connection(stream));
-                    if spawned.is_err() {
-                        self.shared.node.note_refused_connection();
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            }
-        }
+    /// Accepts connections until the node shuts down (see the module
+    /// docs for the door).
+    pub fn serve(self) -> Result<(), VerbsError> {
+        let stop = self.shared.clone();
+        admission::serve_tcp(self.listener, self.cfg, self.shared, &|| {
+            stop.stop.load(Ordering::Acquire)
+        })
+        .map_err(|e| VerbsError::Control {
+            peer: "control listener".into(),
+            what: format!("serving: {e}"),
+        })
     }
 }
 
@@ -439,30 +452,15 @@ impl Shared {
         Ok((qp, CtlReply::Connected { server }))
     }
 
-    /// Serves one control connection to its end. Never panics on client input.
-    fn serve_connection(self: Arc<Self>, mut stream: TcpStream) {
-        let _ = stream.set_nodelay(true);
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-        let ok = matches!(
-            ctl::recv::<Ctl>(&mut stream),
-            Ok(Some(Ctl::Hello { magic, version, token }))
-                if magic == CTL_MAGIC && version == CTL_VERSION && token_eq(&token, &self.token)
-        );
-        if !ok {
-            self.node.note_auth_failure();
-            let _ = ctl::send(
-                &mut stream,
-                &CtlReply::Refused("authentication failed".into()),
-            );
-            return;
-        }
+    /// Serves one logged-in control connection to its end (the gate
+    /// checked its [`Ctl::Hello`]). Never panics on client input.
+    fn serve_connection(&self, mut stream: TcpStream) {
         let session = self.node.open_session();
         let _ = self.sync_regions();
         if ctl::send(&mut stream, &self.welcome(session)).is_err() {
             self.node.close_session(session);
             return;
         }
-        let _ = stream.set_read_timeout(None);
         let mut qps: Vec<RawQp> = Vec::new();
         loop {
             let msg = match ctl::recv::<Ctl>(&mut stream) {
@@ -507,4 +505,34 @@ impl Shared {
         drop(qps);
         self.node.close_session(session);
     }
+}
+
+/// The control channel's door ([`dmkit_memnode::admission`]).
+impl Gate for Shared {
+    type Stream = TcpStream;
+    fn node(&self) -> &MemNode {
+        &self.node
+    }
+    fn login(&self, hello: &[u8]) -> bool {
+        matches!(
+            ctl::decode::<Ctl>(hello),
+            Ok(Ctl::Hello { magic, version, token })
+                if magic == CTL_MAGIC && version == CTL_VERSION && token_eq(&token, &self.token)
+        )
+    }
+    fn too_many(&self, max: usize) -> Vec<u8> {
+        refusal(format!(
+            "too many connections: the node serves at most {max} at once (memnode --max-connections)"
+        ))
+    }
+    fn denied(&self) -> Option<Vec<u8>> {
+        Some(refusal("authentication failed".into()))
+    }
+    fn serve(&self, stream: TcpStream, _hello: &[u8]) {
+        self.serve_connection(stream);
+    }
+}
+
+fn refusal(why: String) -> Vec<u8> {
+    ctl::encode(&CtlReply::Refused(why)).expect("a refusal encodes")
 }
