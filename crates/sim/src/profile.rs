@@ -344,7 +344,7 @@ pub struct Limits {
 
 const CX6: &str = include_str!("../../../configs/sim/cx6-200g.toml");
 const CX5: &str = include_str!("../../../configs/sim/cx5-100g.toml");
-const CX3: &str = include_str!("../../../configs/sim/cx3-40g.toml");
+const CX3: &str = include_str!("../../../configs/sim/cx3-56g.toml");
 const CX3_40: &str = include_str!("../../../configs/sim/cx3-40g.toml");
 
 /// Names of the built-in profiles.
