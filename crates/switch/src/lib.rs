@@ -46,6 +46,7 @@ pub mod hub;
 pub mod onwire;
 pub mod packet;
 pub mod policy;
+pub mod regions;
 pub mod wire;
 
 pub use packet::{
