@@ -80,6 +80,15 @@ pub(crate) struct SwitchArgs {
     /// the region table to be read again before it passes untranslated.
     #[arg(long, default_value = "100ms", value_parser = humantime::parse_duration)]
     park: Duration,
+    /// SwordBox's CAS→WRITE for lock words on the wire: not built (it
+    /// needs a queue pair of the switch's own on the server; see
+    /// dmkit-switch's docs). Refused.
+    #[arg(long)]
+    cas_to_write: bool,
+    /// SwordBox's connection multiplexing on the wire: not built (as
+    /// --cas-to-write). Refused.
+    #[arg(long)]
+    mux: bool,
 }
 
 fn parse_port(s: &str) -> Result<(String, SocketAddr), String> {
@@ -93,6 +102,16 @@ fn parse_port(s: &str) -> Result<(String, SocketAddr), String> {
 }
 
 pub(crate) fn switch(a: SwitchArgs) -> Res {
+    if a.cas_to_write || a.mux {
+        return Err(format!(
+            "{}: not built on the wire: the receiving rxe accepts an RC packet only from the \
+             source IP, to the QPN and at the PSN of one of its QPs, so the switch needs a queue \
+             pair of its own on the server (its control plane asking the node for one, ARP for \
+             its IP, rewriting and demultiplexing ACKs); the simulator runs both \
+             (dmkit-switch's docs: \"CAS→WRITE and multiplexing on the wire\")",
+            if a.mux { "--mux" } else { "--cas-to-write" }
+        ));
+    }
     let policy = match (a.steer, a.server) {
         (Steer::Off, None) => None,
         (_, None) => {

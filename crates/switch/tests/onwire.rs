@@ -289,3 +289,43 @@ fn a_steer_outside_every_region_is_not_applied_and_counted() {
         "{s:?}"
     );
 }
+
+#[test]
+fn the_switch_core_parks_until_its_control_plane_installs_the_table() {
+    use dmkit_switch::hub::{Core, Out};
+    let r = Rig::new(false);
+    let server = r.server;
+    let mut core = Core::new(vec!["client".into(), "mem".into()]).with_policy(
+        OnWire::new(
+            SwitchConfig {
+                steer: Steer::Write,
+                ..Default::default()
+            },
+            server,
+        )
+        .with_control(1000),
+    );
+    let mut p = r.cas.clone();
+    p.ext = Ext::Atomic {
+        va: wire_addr(0),
+        rkey: RKEY,
+        swap_add: link(1),
+        compare: clover::empty_word(KEY, true),
+    };
+    let mut f = p.to_bytes();
+    wire::seal(&mut f).unwrap();
+    let mut out = Vec::new();
+    core.process(0, &f, 0, &mut out);
+    assert!(out.is_empty(), "parked: no table yet");
+    assert!(core.wants_regions());
+    core.tick(10, &mut out);
+    assert!(out.is_empty());
+    core.install_regions(table(), 20, &mut out);
+    // The server's MAC is not learned yet: flooded, but not back to the
+    // port the request came from.
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, Out::FloodExcept(0));
+    assert_eq!(out[0].1, f, "unmodified: nothing to steer yet");
+    let s = core.policy_stats().unwrap();
+    assert_eq!((s.parked, s.requests, s.untranslated, s.tables), (1, 1, 0, 1), "{s:?}");
+}
