@@ -73,7 +73,7 @@ if [ "$STEER" != off ]; then
 fi
 fetch_token() { # the node's token, once it has one (the switch reads the file when it connects)
   for i in $(seq 1 1200); do
-    if curl -sf -o "$W/node.token.tmp" "http://127.0.0.1:$((MGMT + 1))/node.token" 2>/dev/null \
+    if curl -sf --connect-timeout 2 -m 5 -o "$W/node.token.tmp" "http://127.0.0.1:$((MGMT + 1))/node.token" 2>/dev/null \
         && [ -s "$W/node.token.tmp" ]; then
       chmod 600 "$W/node.token.tmp"; mv "$W/node.token.tmp" "$W/node.token"; return 0
     fi

@@ -274,7 +274,7 @@ mod control {
         while !stop.load(Ordering::Relaxed) {
             match refresh.recv_timeout(Duration::from_secs(5)) {
                 Ok(()) | Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return "the switch stopped".into(),
+                Err(RecvTimeoutError::Disconnected) => return STOPPED.into(),
             }
             if let Err(e) = ctl::send(&mut s, &Ctl::Regions) {
                 return format!("asking {addr} for regions: {e}");
@@ -282,7 +282,7 @@ mod control {
             match ctl::recv::<CtlReply>(&mut s) {
                 Ok(Some(CtlReply::Regions(rs))) => {
                     if tables.send(table(node, &rs)).is_err() {
-                        return "the switch stopped".into();
+                        return STOPPED.into();
                     }
                 }
                 Ok(Some(CtlReply::Refused(why))) => {
@@ -292,8 +292,11 @@ mod control {
                 Err(e) => return format!("regions from {addr}: {e}"),
             }
         }
-        "stopped".into()
+        STOPPED.into()
     }
+
+    /// What a session returns when the switch stops.
+    const STOPPED: &str = "the switch stopped";
 
     /// Starts the control plane's thread; it reconnects until `stop`.
     pub(super) fn spawn(
@@ -309,6 +312,9 @@ mod control {
                 let mut last = String::new();
                 while !stop.load(Ordering::Relaxed) {
                     let why = session(&addr, &token, &ttx, &rrx, &stop);
+                    if why == STOPPED || stop.load(Ordering::Relaxed) {
+                        break;
+                    }
                     // Say each new reason once (the node boots after the switch).
                     if why != last {
                         eprintln!("dmkit switch: control plane: {why}; retrying");
