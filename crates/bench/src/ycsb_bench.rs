@@ -728,7 +728,9 @@ fn run_shared_clover(
         ));
     }
     if share.clients == 0 {
-        return Err(BenchError::Config("a shared store needs at least one client".into()));
+        return Err(BenchError::Config(
+            "a shared store needs at least one client".into(),
+        ));
     }
     let run = |e: IndexError| BenchError::Run(format!("clover store {}: {e}", share.name));
     // Create, or open what another process created (it may be publishing
@@ -765,7 +767,10 @@ fn run_shared_clover(
             }
         }
     };
-    let (linked_root, done_root) = (format!("{}.linked", share.name), format!("{}.done", share.name));
+    let (linked_root, done_root) = (
+        format!("{}.linked", share.name),
+        format!("{}.done", share.name),
+    );
     let mine = kv.linked_versions();
     add(&linked_root, mine)?;
     let done = add(&done_root, 1)?;

@@ -327,5 +327,9 @@ fn the_switch_core_parks_until_its_control_plane_installs_the_table() {
     assert_eq!(out[0].0, Out::FloodExcept(0));
     assert_eq!(out[0].1, f, "unmodified: nothing to steer yet");
     let s = core.policy_stats().unwrap();
-    assert_eq!((s.parked, s.requests, s.untranslated, s.tables), (1, 1, 0, 1), "{s:?}");
+    assert_eq!(
+        (s.parked, s.requests, s.untranslated, s.tables),
+        (1, 1, 0, 1),
+        "{s:?}"
+    );
 }
