@@ -43,6 +43,14 @@
 //!   free lock — the rear embedded lock; on fabrics without in-order
 //!   placement inside a WRITE, a second WRITE in the same batch releases it
 //!   (queue-pair order). Readers check the checksum and re-read torn leaves.
+//!   Without write combining, a machine's writers of a leaf queue on a
+//!   local lock first and hand the remote lock over (Sherman's HOCL, which
+//!   the paper gives its baselines; with the rear lock, its E-HOCL): the
+//!   holder with a local waiter behind it writes the leaf back without
+//!   freeing the lock, at most `leaf_handover` times in a row, and the
+//!   waiter reads the leaf and writes it without a CAS. The local locks are
+//!   hashed by the leaf's address; a writer handed another leaf's lock
+//!   releases it and takes its own. A lock handed over keeps its lease.
 //!   With `in_place` off, leaves are replaced out of place (RCU, §4.5): the
 //!   old leaf is marked replaced by CAS, then the slot swings to the new one.
 //! - **Delete** marks the leaf deleted (under its lock, or by CAS in RCU
@@ -73,7 +81,10 @@
 //! its baselines, a machine's clients queue on a local table first and
 //! hand the remote lock over up to 8 times), `in_place`, `rear_lock`,
 //! `read_delegation`, `write_combining` and the cache budget; `dmkit sim
-//! reproduce smart-art-fig15` switches them on one by one.
+//! reproduce smart-art-fig15` switches them on one by one. Figure 16's:
+//! `leaf_hocl` (`--leaf-hocl`) and `leaf_handover` (`--leaf-handover`, 8
+//! as in Sherman) with `rear_lock`, counted in
+//! `TreeCounters::lock_handovers`.
 //!
 //! ## The index layer
 //! [`ArtTree`] is a `dmkit_index::RemoteMap` (ordered) and [`ArtClient`] a

@@ -11,7 +11,7 @@ use dmkit_index::{
     RetryPolicy, Shape,
 };
 use dmkit_runtime::alloc::{BlockAlloc, MAX_UNITS};
-use dmkit_runtime::machine::{PerMachine, TicketLocks};
+use dmkit_runtime::machine::{PerMachine, TicketGrant, TicketLocks};
 use dmkit_runtime::{Ctx, Local, LocalLayout, Nanos};
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -98,6 +98,40 @@ pub struct ArtConfig {
         arg(long = "rdwc", value_name = "on|off", value_parser = switch, default_value = "on", action = Set)
     )]
     pub read_delegation: bool,
+    /// Radix tree: a compute machine's writers of a leaf queue on a local
+    /// lock before they try its remote lock (without write combining).
+    ///
+    /// The local half of Sherman's hierarchical on-chip lock (HOCL), which
+    /// the radix-tree paper gives its baselines (§5.1) and compares with
+    /// RDWC in Figure 16. The local locks are hashed by the leaf's address
+    /// (several leaves may share one). Off, every writer retries the remote
+    /// lock itself. With write combining on, its windows order a machine's
+    /// writers instead and this switch does nothing.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "leaf-hocl", value_name = "on|off", value_parser = switch, default_value = "on", action = Set)
+    )]
+    pub leaf_hocl: bool,
+    /// Radix tree: times in a row a held leaf lock passes to the next local
+    /// writer before it is released remotely (0: never; `--leaf-hocl` only).
+    ///
+    /// HOCL's hand-over (Sherman's bound is 8): the holder writes the leaf
+    /// back without releasing its lock, and the next writer of the machine
+    /// queued on the same leaf reads the leaf and writes it without a CAS.
+    /// With `--rear-lock on` this is the radix-tree paper's E-HOCL, off its
+    /// HOCL (Figure 16). A lock handed over keeps its lease word (renewed
+    /// by the new holder when too little is left).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "leaf-handover", value_name = "N", default_value_t = ArtConfig::default().leaf_handover)
+    )]
+    pub leaf_handover: u32,
+    /// Entries of a compute machine's local leaf-lock table (`leaf_hocl`),
+    /// which leaves share by the hash of their lock's address: a lock
+    /// handed over through a shared entry may be another leaf's, and is
+    /// then released by the writer it reached.
+    #[cfg_attr(feature = "cli", arg(skip = ArtConfig::default().leaf_lock_entries))]
+    pub leaf_lock_entries: usize,
     /// Concurrent updates of one key on a machine share one write-back
     /// (§4.2). No flag of its own: `--rdwc` sets it through
     /// [`IndexConfig::fit`].
@@ -126,6 +160,9 @@ impl Default for ArtConfig {
             lock_free_internal: true,
             read_delegation: true,
             write_combining: true,
+            leaf_hocl: true,
+            leaf_handover: LEAF_LOCK_HANDOVER,
+            leaf_lock_entries: LOCK_WORDS as usize,
             chunk_bytes: 4 << 20,
             retry: RetryPolicy::default(),
             lease: LeaseConfig::default(),
@@ -192,6 +229,9 @@ impl ArtConfig {
                 MAX_UNITS * 64
             ));
         }
+        if self.leaf_lock_entries == 0 {
+            return bad("leaf_lock_entries must be positive".into());
+        }
         if self.chunk_bytes < NODE_BYTES as u64 * 4 {
             return bad(format!("chunk_bytes {} is too small", self.chunk_bytes));
         }
@@ -237,6 +277,12 @@ pub struct TreeCounters {
     /// Expired leases this client broke (locks of clients that died
     /// holding them).
     pub leases_broken: u64,
+    /// Leaf locks a local predecessor handed over to this client (HOCL,
+    /// `leaf_handover`): taken without a CAS.
+    pub lock_handovers: u64,
+    /// Leaf locks handed over through a shared local entry that were
+    /// another leaf's: this client released that one, then took its own.
+    pub foreign_handovers: u64,
 }
 
 /// [`IndexError::Corrupt`]: the bytes at `addr` are not the `what` the
@@ -247,6 +293,10 @@ fn corrupt(addr: GlobalAddr, what: &'static str) -> IndexError {
 
 /// Consecutive local hand-overs of a node lock (Sherman's HOCL bound).
 const NODE_LOCK_HANDOVER: u32 = 8;
+/// The default of [`ArtConfig::leaf_handover`]: Sherman's bound too
+/// (`kMaxHandOverTime` in its artifact), as the radix-tree paper applies
+/// Sherman's HOCL.
+const LEAF_LOCK_HANDOVER: u32 = 8;
 
 /// The task-local memory of the tree's operations, declared once per tree
 /// (see [`dmkit_runtime::LocalLayout`]).
@@ -329,9 +379,10 @@ pub struct ArtTree {
     /// Local halves of the node locks (HOCL), one table per compute
     /// machine, used when internal nodes are not lock-free.
     node_locks: PerMachine<TicketLocks>,
-    /// Local queues for leaf locks, one table per compute machine, used
-    /// when write combining (whose local locks order a machine's writers)
-    /// is off.
+    /// Local queues for leaf locks (HOCL: hashed by the lock's address,
+    /// with hand-over), one table per compute machine, used when write
+    /// combining (whose local locks order a machine's writers) is off and
+    /// `leaf_hocl` on.
     leaf_locks: PerMachine<TicketLocks>,
 }
 
@@ -1580,8 +1631,14 @@ impl ArtClient {
     /// the rear lock off, after the first completed).
     ///
     /// Without write combining, a machine's writers first queue on a local
-    /// entry for the leaf (HOCL's local half, which the paper gives every
-    /// baseline), so one of them at a time tries the remote lock.
+    /// entry for the leaf (`leaf_hocl`: HOCL's local half, which the paper
+    /// gives every baseline), so one of them at a time tries the remote
+    /// lock; and a holder with a local waiter behind it hands the remote
+    /// lock over (`leaf_handover` times in a row at most): it writes the
+    /// leaf back without releasing the lock, and the waiter reads the leaf
+    /// and writes it without a CAS. The entries are hashed by the lock's
+    /// address, so the lock handed over may be another leaf's: the waiter
+    /// then releases that one and takes its own.
     async fn locked_leaf(
         &self,
         ctx: &Ctx,
@@ -1590,102 +1647,164 @@ impl ArtClient {
         value: Option<(&[u8], Option<&rdwc::Shared>)>,
     ) -> Result<Locked, IndexError> {
         let Some(q) = &self.leaf_locks else {
-            return self.locked_leaf_remote(ctx, slot, key, value).await;
+            return Ok(self
+                .locked_leaf_remote(ctx, slot, key, value, None)
+                .await?
+                .0);
         };
-        let i =
-            dmkit_runtime::hash::hash64(&slot.ptr().raw().to_le_bytes(), 0x1EAF) & (LOCK_WORDS - 1);
-        let g = q.acquire(ctx, i as usize).await;
-        let r = self.locked_leaf_remote(ctx, slot, key, value).await;
-        q.abandon(g);
-        r
+        let h = dmkit_runtime::hash::hash64(&slot.ptr().raw().to_le_bytes(), 0x1EAF);
+        let g = q
+            .acquire(ctx, (h % self.t.cfg.leaf_lock_entries as u64) as usize)
+            .await;
+        match self
+            .locked_leaf_remote(ctx, slot, key, value, Some((q, g)))
+            .await
+        {
+            Ok((locked, Some((word, tag)))) => {
+                // Kept for the next local writer: it learns the word (its
+                // lease) and which lock it is before the entry passes on.
+                q.set_word(g.index, word);
+                q.set_tag(g.index, tag);
+                q.release(g);
+                Ok(locked)
+            }
+            Ok((locked, None)) => {
+                q.abandon(g);
+                Ok(locked)
+            }
+            Err(e) => {
+                // A lock kept for hand-over before the error is not passed
+                // on: its lease runs out and a writer breaks it.
+                q.abandon(g);
+                Err(e)
+            }
+        }
     }
 
+    /// [`ArtClient::locked_leaf`]'s remote part. With `local` (the
+    /// machine's entry, held), a lock handed over through it is used or,
+    /// when another leaf's, released; the second result is `Some((word,
+    /// tag))` when the lock was kept for the next local writer (the entry's
+    /// holder records both and passes the entry on). Every other path
+    /// leaves the leaf's lock released (or never taken).
     async fn locked_leaf_remote(
         &self,
         ctx: &Ctx,
         slot: Slot,
         key: &[u8],
         value: Option<(&[u8], Option<&rdwc::Shared>)>,
-    ) -> Result<Locked, IndexError> {
+        local: Option<(&TicketLocks, TicketGrant)>,
+    ) -> Result<(Locked, Option<(u64, u64)>), IndexError> {
         let addr = slot.ptr();
         let leaf = self.t.remote(addr)?;
         let len = self.t.leaf_cap();
         let lock = leaf.add(lock_offset(len) as u64);
+        let tag = lock.addr.raw();
         let buf = self.sc().leaf.prefix(len);
         let owner = self.st.borrow().owner;
-        // A writer that finds the lock taken spins on the same lock (the
-        // radix-tree paper's "busy waiting", §3 Challenge 1; its artifact
-        // re-CASes the leaf's lock after yielding): the leaf is updated in
-        // place, so its address stays good, and what it holds is checked
-        // below once the lock is ours. The first attempt reads the leaf in
-        // the same batch, so an uncontended lock is held for one round
-        // trip. Conflict avoidance, when on, backs off inside
-        // `cas_outcome`.
-        //
-        // Only the first attempt carries the READ: a failed attempt's READ
-        // is wasted, and under contention (the hot leaves of a zipfian
-        // update stream, one writer per compute machine after write
-        // combining) those READs were a fifth of a memory node's verbs.
-        // A contended acquisition pays one more round trip for its READ.
-        //
-        // `cas_outcome` backs off: the budget only counts.
-        //
-        // The lock word is a lease (`dmkit_index::lease`): a word whose
-        // lease ran out belongs to a client that died holding it, and is
-        // broken by CAS. Nothing needs repair: the holder's only write
-        // under the lock is the leaf's write-back, one WRITE that lands
-        // whole or not at all (the leaf is then the old or the new one,
-        // and its checksum says which bytes are one leaf); with the rear
-        // lock off, the release that never came is the broken word itself.
         let lease = self.t.cfg.lease;
-        let mut retry = Retry::new("leaf lock", self.t.cfg.retry);
+        // A lock handed over by a local predecessor (HOCL): ours with its
+        // lease word, renewed by CAS when too little of it is left (broken
+        // meanwhile by another machine's writer after it ran out: not ours,
+        // taken below like any other). Another leaf's lock, handed over
+        // through the shared entry, is released first: the machine held it
+        // for nobody else (its other writers of that leaf queue behind us).
+        let mut handed = None;
+        if let Some((_, g)) = local.filter(|(_, g)| g.handed) {
+            if g.tag == tag {
+                handed = lease.renew(ctx, lock, g.word, owner).await?;
+            } else {
+                let other = self.t.remote(GlobalAddr::from_raw(g.tag))?;
+                lease.release(ctx, other, g.word, self.sc().word).await?;
+                self.count(|c| c.foreign_handovers += 1);
+            }
+        }
         let mut mine;
-        loop {
-            mine = lease.word(ctx, owner);
-            let t = ctx.cas(lock, 0, mine);
-            if retry.attempts() == 0 {
-                ctx.read(leaf, buf);
-            }
+        if let Some(w) = handed {
+            self.count(|c| c.lock_handovers += 1);
+            mine = w;
+            ctx.read(leaf, buf);
             ctx.sync().await?;
-            let seen = ctx.value(t);
-            let mut got = seen == 0;
-            let mut read_again = retry.attempts() > 0;
-            if !got {
-                got = lease.break_expired(ctx, lock, seen, mine).await?;
-                if got {
-                    self.count(|c| c.leases_broken += 1);
-                    read_again = true;
-                }
-            }
-            ctx.cas_outcome(got).await;
-            if got {
-                if read_again {
+        } else {
+            // A writer that finds the lock taken spins on the same lock
+            // (the radix-tree paper's "busy waiting", §3 Challenge 1; its
+            // artifact re-CASes the leaf's lock after yielding): the leaf
+            // is updated in place, so its address stays good, and what it
+            // holds is checked below once the lock is ours. The first
+            // attempt reads the leaf in the same batch, so an uncontended
+            // lock is held for one round trip. Conflict avoidance, when on,
+            // backs off inside `cas_outcome`.
+            //
+            // Only the first attempt carries the READ: a failed attempt's
+            // READ is wasted, and under contention (the hot leaves of a
+            // zipfian update stream, one writer per compute machine after
+            // write combining) those READs were a fifth of a memory node's
+            // verbs. A contended acquisition pays one more round trip for
+            // its READ.
+            //
+            // `cas_outcome` backs off: the budget only counts.
+            //
+            // The lock word is a lease (`dmkit_index::lease`): a word whose
+            // lease ran out belongs to a client that died holding it, and
+            // is broken by CAS. Nothing needs repair: the holder's only
+            // write under the lock is the leaf's write-back, one WRITE that
+            // lands whole or not at all (the leaf is then the old or the
+            // new one, and its checksum says which bytes are one leaf);
+            // with the rear lock off, or the lock kept for a hand-over, the
+            // release that never came is the broken word itself.
+            let mut retry = Retry::new("leaf lock", self.t.cfg.retry);
+            loop {
+                mine = lease.word(ctx, owner);
+                let t = ctx.cas(lock, 0, mine);
+                if retry.attempts() == 0 {
                     ctx.read(leaf, buf);
-                    ctx.sync().await?;
                 }
-                break;
+                ctx.sync().await?;
+                let seen = ctx.value(t);
+                let mut got = seen == 0;
+                let mut read_again = retry.attempts() > 0;
+                if !got {
+                    got = lease.break_expired(ctx, lock, seen, mine).await?;
+                    if got {
+                        self.count(|c| c.leases_broken += 1);
+                        read_again = true;
+                    }
+                }
+                ctx.cas_outcome(got).await;
+                if got {
+                    if read_again {
+                        ctx.read(leaf, buf);
+                        ctx.sync().await?;
+                    }
+                    break;
+                }
+                retry.lost(ctx)?;
+                self.count(|c| c.lock_retries += 1);
             }
-            retry.lost(ctx)?;
-            self.count(|c| c.lock_retries += 1);
         }
         // The lock is ours (our CAS took it from free, or from a dead
-        // holder) and `buf` holds the leaf as read after that CAS
-        // (queue-pair order): every path below releases the lock exactly
-        // once.
+        // holder, or a local predecessor handed it over) and `buf` holds
+        // the leaf as read after that (queue-pair order, or the
+        // predecessor's completed write-back): every path below releases
+        // the lock exactly once, or keeps it for the next local writer.
         let Some(l) = self.decode(ctx, buf) else {
             lease.release(ctx, lock, mine, self.sc().word).await?;
             return Err(corrupt(addr, "leaf (checksum mismatch under its lock)"));
         };
         if !l.valid() || l.key != key {
             lease.release(ctx, lock, mine, self.sc().word).await?;
-            return Ok(Locked::Absent);
+            return Ok((Locked::Absent, None));
         }
         // Publish only with enough of the lease left: renewed by CAS when
         // this worker stalled; broken meanwhile, the breaker owns the leaf
         // and this update starts over.
-        if lease.renew(ctx, lock, mine, owner).await?.is_none() {
-            return Ok(Locked::Retry);
+        match lease.renew(ctx, lock, mine, owner).await? {
+            Some(w) => mine = w,
+            None => return Ok((Locked::Retry, None)),
         }
+        // Decided before the write-back is posted: kept, the write-back
+        // leaves the lock word as it is (ours).
+        let keep = local.is_some_and(|(q, g)| q.hand_over(g));
         let new = self.sc().new.prefix(len);
         match value {
             Some((own, wcb)) => {
@@ -1705,13 +1824,13 @@ impl ArtClient {
                     "the write-back covers the whole leaf and ends with a free lock"
                 );
                 ctx.put_local(new, &img);
-                if self.t.cfg.rear_lock && self.t.in_order {
+                let item = new.slice(LEAF_META as usize, item_len(len));
+                if keep {
+                    ctx.write(leaf.add(LEAF_META), item);
+                } else if self.t.cfg.rear_lock && self.t.in_order {
                     ctx.write(leaf.add(LEAF_META), new.skip(LEAF_META as usize));
                 } else {
-                    ctx.write(
-                        leaf.add(LEAF_META),
-                        new.slice(LEAF_META as usize, item_len(len)),
-                    );
+                    ctx.write(leaf.add(LEAF_META), item);
                     if !self.t.cfg.rear_lock {
                         ctx.sync().await?;
                     }
@@ -1724,14 +1843,16 @@ impl ArtClient {
                 ctx.set_local_u64(meta, l.meta & !(META_VALID | META_REPLACED));
                 ctx.set_local_u64(free, 0);
                 ctx.write(leaf.add(LEAF_META), meta);
-                if !self.t.cfg.rear_lock {
-                    ctx.sync().await?;
+                if !keep {
+                    if !self.t.cfg.rear_lock {
+                        ctx.sync().await?;
+                    }
+                    ctx.write(lock, free);
                 }
-                ctx.write(lock, free);
             }
         }
         ctx.sync().await?;
-        Ok(Locked::Done)
+        Ok((Locked::Done, keep.then_some((mine, tag))))
     }
 
     /// Out-of-place mode: marks the leaf replaced (CAS of its meta word),
@@ -2175,11 +2296,10 @@ impl RemoteMap for ArtTree {
                     TicketLocks::new(LOCK_WORDS as usize, NODE_LOCK_HANDOVER)
                 })
             }),
-            // No hand-over: the rear lock is released by the leaf's
-            // write-back itself, so only the queue part of HOCL applies.
-            leaf_locks: (!self.cfg.write_combining).then(|| {
-                self.leaf_locks
-                    .get(machine, || TicketLocks::new(LOCK_WORDS as usize, 0))
+            leaf_locks: (!self.cfg.write_combining && self.cfg.leaf_hocl).then(|| {
+                self.leaf_locks.get(machine, || {
+                    TicketLocks::new(self.cfg.leaf_lock_entries, self.cfg.leaf_handover)
+                })
             }),
             cache: self.caches.get(machine, || {
                 Cache::new(self.cfg.cache_bytes, Some(self.root))
@@ -2356,6 +2476,13 @@ mod cli_tests {
             (1 << 20, false, false, false)
         );
         assert!(!c.lock_free_internal);
+        let h = parse("--leaf-hocl off --leaf-handover 3");
+        assert_eq!((h.leaf_hocl, h.leaf_handover), (false, 3));
+        assert_eq!(
+            (c.leaf_hocl, c.leaf_handover),
+            (true, 8),
+            "HOCL's queue and Sherman's hand-over bound by default"
+        );
         c.fit(&Shape {
             keys: 1000,
             max_key: 8,

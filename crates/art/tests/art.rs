@@ -7,7 +7,8 @@
 //! linearizability under contention with node locks and out-of-place
 //! leaves; inclusive ranges; bad configurations, too little task memory
 //! and memory exhaustion; the round trips of a warm search; read
-//! delegation, write combining and the spinning leaf lock.
+//! delegation, write combining, the spinning leaf lock and the leaf
+//! lock's hand-over (HOCL, E-HOCL) with linearizability under it.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -439,6 +440,37 @@ fn concurrent_threads_are_linearizable_with_node_locks() {
     }
 }
 
+/// HOCL on the leaves (write combining off, so a machine's writers queue
+/// on its local leaf locks and hand the remote lock over): two workers of
+/// one machine on six hot keys, with the rear lock (E-HOCL) and without
+/// (HOCL), and with a local table of two entries, where most hand-overs
+/// reach a writer of another leaf (who releases that lock first).
+#[test]
+fn concurrent_threads_are_linearizable_with_leaf_hand_over() {
+    let hocl = ArtConfig {
+        read_delegation: false,
+        write_combining: false,
+        ..cfg(true, true)
+    };
+    for seed in 1..=2 {
+        stress_threads_with(hocl.clone(), seed);
+    }
+    stress_threads_with(
+        ArtConfig {
+            rear_lock: false,
+            ..hocl.clone()
+        },
+        3,
+    );
+    stress_threads_with(
+        ArtConfig {
+            leaf_lock_entries: 2,
+            ..hocl
+        },
+        4,
+    );
+}
+
 #[test]
 fn concurrent_threads_are_linearizable_out_of_place() {
     for seed in 1..=3 {
@@ -502,6 +534,97 @@ fn tasks_of_a_worker_combine_writes_and_delegate_reads() {
     });
     let k = off.counters();
     assert_eq!((k.combined_writes, k.delegated_reads), (0, 0));
+}
+
+/// Eight tasks of one worker update one key with write combining off:
+/// they queue on the machine's local lock of the leaf and the holder hands
+/// the remote lock to the next one (at most `leaf_handover` times in a
+/// row), so most updates take no CAS; the key ends with one task's last
+/// value. With no hand-over allowed, or the local queue off, none happens;
+/// with a one-entry table, two keys' writers share the entry and a lock
+/// handed to the other key's writer is released by it.
+#[test]
+fn a_machines_writers_hand_the_leaf_lock_over() {
+    let run = |name: &str, c: ArtConfig, keys: &'static [&'static [u8]]| {
+        let f = fabric(1, 64 << 20);
+        let tree = ArtTree::create(f.clone(), name, c).unwrap();
+        let client = tree.client(1);
+        on_worker(f.as_ref(), &client, |ctx, c| async move {
+            for i in 0..50u64 {
+                c.insert(&ctx, format!("k{i}").as_bytes(), b"0")
+                    .await
+                    .unwrap();
+            }
+        });
+        let last: Rc<RefCell<Vec<(usize, String)>>> = Rc::default();
+        let l = last.clone();
+        conformance::on_worker_tasks(f.as_ref(), &client, 8, move |t, ctx, c| {
+            let last = l.clone();
+            async move {
+                let key = keys[t % keys.len()];
+                let mut v = String::new();
+                for i in 0..100u64 {
+                    v = format!("{t}.{i}");
+                    assert!(c.update(&ctx, key, v.as_bytes()).await.unwrap());
+                }
+                last.borrow_mut().push((t % keys.len(), v));
+            }
+        });
+        for (k, &key) in keys.iter().enumerate() {
+            let got = on_worker(f.as_ref(), &client, move |ctx, c| async move {
+                c.search(&ctx, key).await.unwrap().unwrap()
+            })
+            .0;
+            let got = (k, String::from_utf8(got).unwrap());
+            assert!(last.borrow().contains(&got), "{got:?} not in {last:?}");
+        }
+        assert_eq!(check_tree(&tree).unwrap().leaves, 50);
+        client.counters()
+    };
+    let hocl = ArtConfig {
+        read_delegation: false,
+        write_combining: false,
+        ..cfg(true, false)
+    };
+    let k = run("handover", hocl.clone(), &[b"k7"]);
+    assert!(k.lock_handovers > 400, "{k:?}");
+    assert_eq!(k.foreign_handovers, 0, "{k:?}");
+    // At most 8 in a row: of the 800 acquisitions at least one in nine
+    // took the lock remotely.
+    assert!(9 * (800 - k.lock_handovers) >= 800, "{k:?}");
+    let k = run(
+        "bound1",
+        ArtConfig {
+            leaf_handover: 1,
+            ..hocl.clone()
+        },
+        &[b"k7"],
+    );
+    assert!(k.lock_handovers > 0 && 2 * k.lock_handovers <= 800, "{k:?}");
+    for c in [
+        ArtConfig {
+            leaf_handover: 0,
+            ..hocl.clone()
+        },
+        ArtConfig {
+            leaf_hocl: false,
+            ..hocl.clone()
+        },
+    ] {
+        let k = run("none", c, &[b"k7"]);
+        assert_eq!((k.lock_handovers, k.foreign_handovers), (0, 0), "{k:?}");
+    }
+    let k = run(
+        "shared",
+        ArtConfig {
+            leaf_lock_entries: 1,
+            ..hocl
+        },
+        &[b"k7", b"k8"],
+    );
+    // The queue alternates between the keys' writers: (nearly) every lock
+    // handed over is the other key's.
+    assert!(k.foreign_handovers > 400, "{k:?}");
 }
 
 #[test]

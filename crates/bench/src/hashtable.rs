@@ -58,6 +58,7 @@ pub fn config(step: Step, r: &HashtableRun) -> YcsbConfig {
         value_size: 64,
         duration: r.duration,
         warmup: r.warmup,
+        think: std::time::Duration::ZERO,
         seed: r.seed,
         runtime,
         hot_keys: if sw.hot_area { r.hot_keys } else { 0 },

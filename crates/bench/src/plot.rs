@@ -1183,11 +1183,15 @@ pub fn of_json(docs: &[(String, serde_json::Value)], sel: &Select) -> Result<Plo
                     })
                     .collect::<Result<_, &str>>()
                     .map_err(|e| format!("{file}: {e}"))?;
-            let title = format!(
-                "{} on the simulator ({})",
-                d["figure"].as_str().unwrap_or(file),
-                d["profile"].as_str().unwrap_or("?")
-            );
+            let figure = d["figure"].as_str().unwrap_or(file);
+            // Figures measured on a real backend name it (`corm-timeline`).
+            let title = match d["backend"].as_str().filter(|b| *b != "sim") {
+                Some(b) => format!("{figure} on {b}"),
+                None => format!(
+                    "{figure} on the simulator ({})",
+                    d["profile"].as_str().unwrap_or("?")
+                ),
+            };
             let p = figure_plot(&title, d["x_label"].as_str().unwrap_or("x"), &rows);
             if docs.len() == 1 {
                 return Ok(p);

@@ -709,6 +709,16 @@ fn art(seed: u64, crash: Option<Crash>) -> Result<Passed, String> {
     };
     let sc = stress_shape(&mut r, seed);
     let mut cfg = cfg;
+    // The leaf locks' HOCL (without write combining), from a generator of
+    // its own so every other draw stays the same: the local queue, its
+    // hand-over bound, and now and then a table of a few entries, where
+    // hand-overs reach writers of other leaves.
+    let mut h = Rng::new(seed ^ 0x4A0D_0FE2_0000_0000);
+    cfg.leaf_hocl = h.below(5) != 0;
+    cfg.leaf_handover = [0, 1, 8][h.below(3) as usize];
+    if h.below(4) == 0 {
+        cfg.leaf_lock_entries = 1 + h.below(4) as usize;
+    }
     if crash.is_some() {
         // Out-of-place updates mark a leaf replaced, then swing its slot;
         // the mark carries no lease, so a client that dies between the two
@@ -739,7 +749,7 @@ fn art(seed: u64, crash: Option<Crash>) -> Result<Passed, String> {
         torn: s.torn,
         delayed: s.delayed,
         shape: format!(
-            "{}{} threads × {} tasks × {} ops, {} hot keys, {} % fills, in-place {}, rear lock {}, cache {}, rd {}, wc {}, lock-free {}, {} leaves in {} nodes",
+            "{}{} threads × {} tasks × {} ops, {} hot keys, {} % fills, in-place {}, rear lock {}, cache {}, rd {}, wc {}, leaf hocl {} (hand-over {}, {} entries), lock-free {}, {} leaves in {} nodes",
             run.crash_note(),
             sc.workers,
             sc.tasks,
@@ -751,6 +761,9 @@ fn art(seed: u64, crash: Option<Crash>) -> Result<Passed, String> {
             cfg.cache_bytes > 0,
             cfg.read_delegation,
             cfg.write_combining,
+            cfg.leaf_hocl,
+            cfg.leaf_handover,
+            cfg.leaf_lock_entries,
             cfg.lock_free_internal,
             rep.leaves,
             rep.internal_nodes

@@ -29,7 +29,7 @@ use dmkit_runtime::{RuntimeConfig, Worker};
 use dmkit_txn::workload::smallbank::SmallBank;
 use dmkit_txn::workload::tatp::Tatp;
 use dmkit_txn::workload::tpcc::Tpcc;
-use dmkit_txn::workload::Workload;
+use dmkit_txn::workload::{drive, Workload};
 use dmkit_txn::{addr_cache, check_serializable, CrashPoint, Database, TxnConfig, TxnError};
 
 use crate::rng::Rng;
@@ -133,28 +133,14 @@ fn scenario<W: Workload + 'static>(seed: u64, r: &mut Rng, w: W) -> Result<Passe
             );
             let mut rng = Rng::new(seed.wrapping_mul(31) + (t * 100 + k) as u64);
             sim.worker_mut(th).spawn(move |ctx| async move {
-                'txns: for _ in 0..txns {
-                    let tx = w.draw(&mut rng);
-                    let _op = ctx.op("txn").await;
-                    loop {
-                        match w.run(&mut coord, &ctx, &tx).await {
-                            Ok(d) => {
-                                effect.set(effect.get() + d);
-                                committed.set(committed.get() + 1);
-                                break;
-                            }
-                            Err(TxnError::UserAbort) => break,
-                            Err(e) if e.retryable() => {}
-                            Err(TxnError::Crashed(_)) if victim => {
-                                crashed.set(Some(coord.last_txn()));
-                                break 'txns;
-                            }
-                            Err(e) => {
-                                failure.borrow_mut().get_or_insert(format!("{tx:?}: {e}"));
-                                break 'txns;
-                            }
-                        }
-                    }
+                let d = drive(w.as_ref(), &mut coord, &ctx, &mut rng, txns).await;
+                effect.set(effect.get() + d.effect);
+                committed.set(committed.get() + d.committed);
+                if d.crashed.is_some() {
+                    crashed.set(d.crashed);
+                }
+                if let Some(f) = d.failure {
+                    failure.borrow_mut().get_or_insert(f);
                 }
                 history.borrow_mut().extend(coord.take_history());
                 restored

@@ -129,6 +129,18 @@ pub struct CloverBench {
     pub steer: Steer,
     /// Partial steering: only the workload's hottest N keys (0: every key).
     pub steer_keys: usize,
+    /// Slots of the switch's address → key table that read steering looks
+    /// stale READs up in (SwordBox §4.4.2: "an array somewhat larger than
+    /// the size of the key space", collisions replace); 0: four times the
+    /// keys (at least 1,024), rounded up to a power of two.
+    pub steer_table: usize,
+    /// Before the warm-up, every client looks up every key once, unmeasured
+    /// (simulator only): the hint caches of a run long enough that each
+    /// client has met each key. A simulated run lasts milliseconds, so
+    /// without it a client's first touch of a key — a directory lookup,
+    /// two READs — is a large share of the bytes Clover moves (SwordBox's
+    /// runs last seconds; its Fig. 12 compares steady states).
+    pub warm_hints: bool,
     /// A store shared by several client processes (on a fabric): created
     /// by the first, opened by the others.
     pub share: Option<CloverShare>,
@@ -185,6 +197,12 @@ pub struct YcsbConfig {
     /// not counted (lets contention, throttling and conflict avoidance
     /// reach their steady state).
     pub warmup: Duration,
+    /// Think time: each client (task) pauses this long after every
+    /// operation before it starts the next (0: a closed loop at full
+    /// speed). It throttles the offered load from the clients' side, as
+    /// SMART (ASPLOS'24) §6.2.1 throttles execution for its Figure 9; an
+    /// operation's latency excludes the pause.
+    pub think: Duration,
     /// Seed of the operation streams (each client derives its own).
     pub seed: u64,
     /// The runtime's switches and parameters (remote indexes).
@@ -431,6 +449,20 @@ pub fn validate(cfg: &YcsbConfig) -> Result<(), BenchError> {
     {
         return bad("--steer-keys needs --steer write or read-write".into());
     }
+    if cfg.index == IndexKind::Clover
+        && cfg.clover.steer_table > 0
+        && cfg.clover.steer != Steer::ReadWrite
+    {
+        return bad(
+            "--steer-table sizes read steering's table: it needs --steer read-write".into(),
+        );
+    }
+    if cfg.clover.warm_hints && cfg.index != IndexKind::Clover {
+        return bad(format!(
+            "--warm-hints warms Clover's hint caches: use it with --index clover, not {}",
+            cfg.index.name()
+        ));
+    }
     if cfg.index != IndexKind::Clover && cfg.clover.share.is_some() {
         return bad("--clover-store is a Clover store: give --index clover".into());
     }
@@ -644,6 +676,13 @@ fn run_clover(
                     f.backend()
                 )));
             }
+            if cfg.clover.warm_hints {
+                return Err(BenchError::Config(format!(
+                    "--warm-hints: a simulated run's warm-up of every client's hints; a run on {} \
+                     lasts long enough to warm them itself (use --backend sim)",
+                    f.backend()
+                )));
+            }
             let rs = match &cfg.clover.share {
                 Some(share) => run_shared_clover(f, c, cfg, points, progress, share)?,
                 None => run_remote::<CloverKv>(Platform::Fabric(f), c, cfg, points, progress)?,
@@ -658,7 +697,10 @@ fn run_clover(
                     SwitchConfig {
                         steer,
                         clover_read_len: c.read_bytes() as u32,
-                        addr_slots: (4 * cfg.keys as usize).next_power_of_two().max(1 << 10),
+                        addr_slots: match cfg.clover.steer_table {
+                            0 => (4 * cfg.keys as usize).next_power_of_two().max(1 << 10),
+                            n => n,
+                        },
                         ..SwitchConfig::default()
                     },
                 ));
@@ -1244,6 +1286,60 @@ fn spawn_load<C: MapClient>(
     }
 }
 
+/// [`CloverBench::warm_hints`]: every client looks up every key once (its
+/// thread's tasks share the keys out), unmeasured; returns when all are done.
+fn warm<'a, C: MapClient + 'a>(
+    sim: &mut Sim,
+    threads: impl Iterator<Item = (dmkit_sim::ThreadId, &'a C)> + Clone,
+    cfg: &YcsbConfig,
+) -> Result<(), BenchError> {
+    let failed: Rc<RefCell<Option<String>>> = Rc::default();
+    let n = threads.clone().count();
+    for (th, client) in threads.clone() {
+        let w = sim.worker_mut(th);
+        for ci in 0..cfg.coros {
+            let (client, failed) = (client.clone(), failed.clone());
+            let (kt, seed, keys, coros) = (cfg.key_type, cfg.seed, cfg.keys, cfg.coros as u64);
+            w.spawn(move |ctx| async move {
+                for k in (ci as u64..keys).step_by(coros as usize) {
+                    let key = key_bytes(kt, k, seed);
+                    match client.search(&ctx, &key).await {
+                        Ok(Some(_)) => {}
+                        Ok(None) => {
+                            *failed.borrow_mut() =
+                                Some(format!("warming hints: key number {k} is missing"));
+                            return;
+                        }
+                        Err(e) => {
+                            *failed.borrow_mut() = Some(format!("warming hints: {e}"));
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+        sim.wake(th);
+    }
+    loop {
+        let out = sim.run_until(sim.now() + 1_000_000);
+        if let Some(e) = failed.borrow_mut().take() {
+            return Err(BenchError::Run(e));
+        }
+        if out.finished + out.blocked == n {
+            break;
+        }
+    }
+    if threads
+        .into_iter()
+        .any(|(th, _)| sim.worker_mut(th).live_tasks() > 0)
+    {
+        return Err(BenchError::Config(
+            "warming hints: a virtual thread blocked forever".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The run phase of thread `ti`: its tasks run the workload until `deadline`
 /// (of the worker's clock).
 fn spawn_run<C: MapClient>(
@@ -1269,6 +1365,7 @@ fn spawn_run<C: MapClient>(
             cfg.seed,
         );
         let (kt, seed, vs) = (cfg.key_type, cfg.seed, cfg.value_size);
+        let think = cfg.think.as_nanos() as u64;
         w.spawn(move |ctx| async move {
             let mut version = 1u64;
             // One clock read per operation: its end is the next one's start.
@@ -1303,6 +1400,10 @@ fn spawn_run<C: MapClient>(
                     cost,
                 );
                 t = end;
+                if think > 0 {
+                    ctx.sleep(think).await;
+                    t = ctx.now();
+                }
             }
         });
     }
@@ -1875,6 +1976,9 @@ fn on_sim<M: RemoteMap>(
         return Ok((outs, sim.stats().posted));
     }
     after_load(&sim, index)?;
+    if cfg.clover.warm_hints {
+        warm(&mut sim, threads.iter().map(|t| (t.0, &t.1)), cfg)?;
+    }
     let chooser = chooser(cfg);
     let start = sim.now();
     let from = start + cfg.warmup.as_nanos() as u64;

@@ -22,6 +22,145 @@ pub(crate) enum CormCmd {
     /// Replay an allocation trace: active memory under a compaction
     /// strategy vs no compaction and an ideal compactor (Fig. 17–19).
     Trace(TraceArgs),
+    /// Compaction latency against the blocks compacted and the block size
+    /// (CoRM Fig. 15), on the real store in this process: merge, copy and
+    /// the node's page-table remap — not an RNIC's re-registration, which
+    /// dominates the paper's figure (the simulator models that).
+    Compaction(CompactionArgs),
+}
+
+#[derive(Args)]
+pub(crate) struct CompactionArgs {
+    /// Block sizes to sweep (comma-separated).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "4KiB,64KiB,1MiB")]
+    block_size: Vec<u64>,
+    /// Blocks to fill and then leave a quarter full (three of four
+    /// objects freed) before the compaction, to sweep (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "4,64,1024")]
+    blocks: Vec<u64>,
+    /// Payload bytes of each object.
+    #[arg(long, value_parser = parse_size, default_value = "1000")]
+    object_size: u64,
+    /// Seed of ids and slots.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the results (an array) as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// One point of `dmkit corm compaction`.
+#[derive(serde::Serialize)]
+struct CompactionPoint {
+    block_size: u64,
+    blocks: u64,
+    objects: u64,
+    blocks_freed: u64,
+    objects_moved: u64,
+    compaction_ms: f64,
+    collection_ms: f64,
+    us_per_block: f64,
+    cpu: String,
+}
+
+fn compaction_point(bs: u64, blocks: u64, a: &CompactionArgs) -> Result<CompactionPoint, String> {
+    use dmkit_memnode::corm::{Cluster, Correction, Op, Policy, Reply, StoreConfig};
+    let size = u32::try_from(a.object_size).map_err(|_| "--object-size is too large")?;
+    let loaded = blocks;
+    let virtual_bytes = (2 * loaded + 8) * bs;
+    let node = dmkit_memnode::MemNode::new(dmkit_memnode::NodeConfig {
+        size: (virtual_bytes + 2 * bs + (4 << 20)).next_multiple_of(1 << 20),
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let mut c = Cluster::new(
+        node,
+        StoreConfig {
+            block_size: bs,
+            strategy: Strategy::Hybrid(16),
+            correction: Correction::Scan,
+            policy: Policy {
+                threshold: None,
+                on_alloc_failure: false,
+                merges_per_step: 0,
+                ..Policy::default()
+            },
+            virtual_bytes,
+            seed: Some(a.seed),
+            ..StoreConfig::default()
+        },
+    )?;
+    // Whole blocks of the object's class.
+    let classes = c.store().classes();
+    let class = classes
+        .for_payload(size)
+        .ok_or_else(|| format!("--object-size {size} B: larger than a block's largest class"))?;
+    let per_block = u64::from(classes.get(class).expect("a class for_payload gave").slots);
+    let objects = loaded * per_block;
+    let mut ptrs = Vec::with_capacity(objects as usize);
+    for _ in 0..objects {
+        match c.call(0, Op::Alloc(size)) {
+            Ok(Reply::Allocated(p)) => ptrs.push(p),
+            other => return Err(format!("alloc: {other:?}")),
+        }
+    }
+    for (i, p) in ptrs.into_iter().enumerate() {
+        if i % 4 != 0 {
+            c.call(0, Op::Free(p)).map_err(|e| format!("free: {e}"))?;
+        }
+    }
+    let r = match c.call(0, Op::Compact(None)) {
+        Ok(Reply::Compacted(r)) => r,
+        other => return Err(format!("compact: {other:?}")),
+    };
+    c.check()?;
+    Ok(CompactionPoint {
+        block_size: bs,
+        blocks,
+        objects: objects / 4,
+        blocks_freed: r.blocks_freed,
+        objects_moved: r.objects_moved,
+        compaction_ms: r.compaction_ns as f64 / 1e6,
+        collection_ms: r.collection_ns as f64 / 1e6,
+        us_per_block: r.compaction_ns as f64 / 1e3 / r.blocks_freed.max(1) as f64,
+        cpu: cpu_model(),
+    })
+}
+
+fn corm_compaction(a: CompactionArgs) -> Res {
+    if a.blocks.iter().any(|&b| !(2..=1 << 16).contains(&b)) || a.object_size == 0 {
+        return Err(crate::bad_input(
+            "--blocks are 2..=65536 and --object-size above zero",
+        ));
+    }
+    println!(
+        "{:>10} {:>7} {:>8} {:>7} {:>8} {:>14} {:>13} {:>10}",
+        "block", "blocks", "objects", "freed", "moved", "compaction ms", "collect ms", "µs/block"
+    );
+    let mut out = Vec::new();
+    for &bs in &a.block_size {
+        for &n in &a.blocks {
+            let p = compaction_point(bs, n, &a)?;
+            println!(
+                "{:>10} {:>7} {:>8} {:>7} {:>8} {:>14.3} {:>13.3} {:>10.1}",
+                format_size(bs),
+                n,
+                p.objects,
+                p.blocks_freed,
+                p.objects_moved,
+                p.compaction_ms,
+                p.collection_ms,
+                p.us_per_block
+            );
+            out.push(p);
+        }
+    }
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&out).expect("json");
+        std::fs::write(path, text + "\n")
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -101,6 +240,7 @@ pub(crate) struct TraceArgs {
 pub(crate) fn corm(cmd: CormCmd) -> Res {
     match cmd {
         CormCmd::Trace(a) => corm_trace(a),
+        CormCmd::Compaction(a) => corm_compaction(a),
     }
 }
 

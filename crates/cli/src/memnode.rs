@@ -4,6 +4,9 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use dmkit_memnode::corm::class::Strategy;
+use dmkit_memnode::corm::service::CormService;
+use dmkit_memnode::corm::{Correction, Policy, StoreConfig};
 use dmkit_memnode::server::{default_token_path, Server, ServerConfig};
 use dmkit_memnode::{MemNode, NodeConfig};
 
@@ -50,7 +53,93 @@ pub(crate) struct MemnodeArgs {
     #[arg(long, default_value_t = dmkit_memnode::server::DEFAULT_LOGIN_DEADLINE.as_millis() as u64)]
     login_timeout_ms: u64,
     #[command(flatten)]
+    corm: CormNodeArgs,
+    #[command(flatten)]
     rdma: RdmaArgs,
+}
+
+/// CoRM's compacting object store, served by the node's RPC workers.
+#[derive(Args)]
+struct CormNodeArgs {
+    /// Host a CoRM object store ("CoRM: Compactable Remote Memory over
+    /// RDMA", SIGMOD'21), served by the node's --workers (one allocator
+    /// each); clients use `dmkit-corm` over shm or verbs.
+    #[arg(long, help_heading = "CoRM store (--corm)")]
+    corm: bool,
+    /// Block size: a power of two, 4KiB to 1MiB (2MiB with 2MiB pages).
+    #[arg(long, default_value = "4KiB", value_parser = parse_size, help_heading = "CoRM store (--corm)")]
+    corm_block_size: u64,
+    /// Bits of the random object ids: 8, 12 or 16; 0 = offset-based (Mesh).
+    #[arg(long, default_value_t = 16, help_heading = "CoRM store (--corm)")]
+    corm_ids: u8,
+    /// Hybrid ids: offset-based for classes whose blocks hold more objects
+    /// than the id space (CoRM §4.4.1); otherwise such classes never compact.
+    #[arg(long, help_heading = "CoRM store (--corm)")]
+    corm_hybrid: bool,
+    /// Pointer correction on the RPC path (§3.2.1): scan the block, or
+    /// message the block's owning worker.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "scan",
+        help_heading = "CoRM store (--corm)"
+    )]
+    corm_correction: CorrectionArg,
+    /// Compact a size class when its fragmentation ratio exceeds this
+    /// (0: only on allocation failure and by request).
+    #[arg(long, default_value_t = 1.5, help_heading = "CoRM store (--corm)")]
+    corm_threshold: f64,
+    /// Remote address space the store takes (default: half of --size).
+    #[arg(long, value_parser = parse_size, help_heading = "CoRM store (--corm)")]
+    corm_space: Option<u64>,
+    /// Most memory the store's blocks may hold (default: its space).
+    #[arg(long, value_parser = parse_size, help_heading = "CoRM store (--corm)")]
+    corm_max_active: Option<u64>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum CorrectionArg {
+    Scan,
+    Message,
+}
+
+impl CormNodeArgs {
+    /// The store these flags describe, on a node of `size` bytes.
+    fn store_config(&self, size: u64) -> Result<Option<StoreConfig>, String> {
+        if !self.corm {
+            return Ok(None);
+        }
+        let strategy = match (self.corm_ids, self.corm_hybrid) {
+            (0, _) => Strategy::Mesh,
+            (b, false) => Strategy::Corm(b),
+            (b, true) => Strategy::Hybrid(b),
+        };
+        strategy
+            .validate()
+            .map_err(|e| format!("--corm-ids {}: {e}", self.corm_ids))?;
+        if !(self.corm_threshold == 0.0 || self.corm_threshold >= 1.0) {
+            return Err(format!(
+                "--corm-threshold {}: a fragmentation ratio ≥ 1 (0: off)",
+                self.corm_threshold
+            ));
+        }
+        let space = self.corm_space.unwrap_or(size / 2);
+        Ok(Some(StoreConfig {
+            block_size: self.corm_block_size,
+            strategy,
+            correction: match self.corm_correction {
+                CorrectionArg::Scan => Correction::Scan,
+                CorrectionArg::Message => Correction::Message,
+            },
+            policy: Policy {
+                threshold: (self.corm_threshold > 0.0).then_some(self.corm_threshold),
+                ..Policy::default()
+            },
+            virtual_bytes: space - space % self.corm_block_size.max(1),
+            max_active_bytes: self.corm_max_active,
+            ..StoreConfig::default()
+        }))
+    }
 }
 
 pub(crate) fn memnode(a: MemnodeArgs) -> Res {
@@ -63,6 +152,12 @@ pub(crate) fn memnode(a: MemnodeArgs) -> Res {
         }
         dmkit_runtime::numa::bind_memory_to(socket).map_err(|e| format!("--numa-socket: {e}"))?;
     }
+    let corm = a.corm.store_config(a.size).map_err(crate::bad_input)?;
+    if corm.is_some() && a.workers == 0 {
+        return Err(crate::bad_input(
+            "--corm needs --workers of at least 1: they serve the store",
+        ));
+    }
     let node = MemNode::new(NodeConfig {
         node_id: a.node_id,
         size: a.size,
@@ -71,6 +166,20 @@ pub(crate) fn memnode(a: MemnodeArgs) -> Res {
         rpc_workers: a.workers,
     })
     .map_err(|e| e.to_string())?;
+    if let Some(cfg) = corm {
+        // Before serving: the verbs server registers the store's region
+        // with the NIC when it starts, and hooks its page moves.
+        let store = CormService::register(&node, cfg).map_err(|e| format!("--corm: {e}"))?;
+        let c = store.config();
+        log(format_args!(
+            "dmkit memnode: CoRM store: {} blocks, {} ids, {:?} correction, {} of address space, {} workers",
+            format_size(c.block_size),
+            c.strategy.name(),
+            c.correction,
+            format_size(c.virtual_bytes),
+            c.workers
+        ));
+    }
     // SIGINT and SIGTERM (and SIGHUP) shut the node down as `node
     // shutdown` does: the serving loop ends, the socket and the token file
     // are removed, and the last log line says so.

@@ -29,5 +29,5 @@ pub mod rpc;
 pub mod server;
 
 pub use error::{NodeError, RpcError};
-pub use node::{MemNode, NodeConfig, SessionId, DEFAULT_RPC_WORKERS};
+pub use node::{MemNode, NodeConfig, RetranslateHook, SessionId, DEFAULT_RPC_WORKERS};
 pub use proto::{AdminOp, NodeLayout, NodeStats, RegionInfo, Request, Response, RootInfo};

@@ -165,6 +165,46 @@ struct Counters {
     pages_remapped: AtomicU64,
 }
 
+/// [`MemNode::translate`] without the node: it holds the control mapping
+/// (the page table lives there), not the node.
+#[derive(Debug, Clone)]
+pub(crate) struct Translator {
+    control: Arc<Mapping>,
+    remote_pages: u64,
+}
+
+impl Translator {
+    /// Memory page currently backing `remote_page`.
+    #[inline]
+    pub(crate) fn translate(&self, remote_page: u64) -> Option<u64> {
+        if remote_page >= self.remote_pages {
+            return None;
+        }
+        // SAFETY: remote_page < remote_pages and the page table occupies
+        // PAGE_TABLE_OFFSET + 8·remote_pages ≤ control_len bytes of the
+        // mapping `self.control` keeps alive; entries are atomics.
+        let e = unsafe {
+            &*(self.control.as_ptr().add(layout::PAGE_TABLE_OFFSET) as *const PageEntry)
+                .add(remote_page as usize)
+        };
+        e.get()
+    }
+}
+
+/// Called with `(first remote page, count)` after the node's translation
+/// of those pages changed by [`MemNode::remap_pages`] or
+/// [`MemNode::unmap_pages`] (see [`MemNode::set_retranslate_hook`]).
+pub type RetranslateHook = Arc<dyn Fn(u64, u64) + Send + Sync>;
+
+struct HookSlot(Mutex<Option<RetranslateHook>>);
+
+impl std::fmt::Debug for HookSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = self.0.lock().map(|h| h.is_some()).unwrap_or(true);
+        write!(f, "RetranslateHook({})", if set { "set" } else { "none" })
+    }
+}
+
 /// A memory node. Shared as `Arc<MemNode>` between the RPC server threads
 /// and, in embedded mode, the compute threads of the same process.
 #[derive(Debug)]
@@ -186,6 +226,9 @@ pub struct MemNode {
     rpc: RpcHost,
     /// The CoRM store's accounting, if a store runs on this node.
     corm: Mutex<Option<std::sync::Weak<crate::corm::Accounting>>>,
+    /// Told of every run of pages [`MemNode::remap_pages`] and
+    /// [`MemNode::unmap_pages`] changed ([`MemNode::set_retranslate_hook`]).
+    retranslate: HookSlot,
     /// The token admin requests must carry ([`MemNode::set_admin_token`]);
     /// none: admin requests are refused.
     admin_token: Mutex<Option<[u8; TOKEN_LEN]>>,
@@ -273,6 +316,7 @@ impl MemNode {
             pinned: AtomicBool::new(false),
             rpc: RpcHost::new(cfg.rpc_workers),
             corm: Mutex::new(None),
+            retranslate: HookSlot(Mutex::new(None)),
             admin_token: Mutex::new(None),
         };
         node.init_control();
@@ -361,6 +405,16 @@ impl MemNode {
     /// The node's own mapping of the control memfd (embedded clients share it).
     pub fn control_mapping(&self) -> Arc<Mapping> {
         self.control.clone()
+    }
+
+    /// The node's page translation as a handle that does not keep the node
+    /// alive (services the node holds, such as the CoRM store, translate
+    /// through it without a reference cycle).
+    pub(crate) fn translator(&self) -> Translator {
+        Translator {
+            control: self.control.clone(),
+            remote_pages: self.layout.remote_pages,
+        }
     }
 
     /// Registers `[base, base+len)` of the remote space with `access` rights
@@ -665,6 +719,7 @@ impl MemNode {
         self.counters
             .pages_remapped
             .fetch_add(count, Ordering::Relaxed);
+        self.retranslated(remote_first, count);
         Ok(())
     }
 
@@ -684,7 +739,31 @@ impl MemNode {
                 .store(0, Ordering::Release);
         }
         self.header().generation.fetch_add(1, Ordering::AcqRel);
+        self.retranslated(remote_first, count);
         Ok(())
+    }
+
+    /// Installs (or with `None` removes) the hook told of every change
+    /// [`MemNode::remap_pages`] and [`MemNode::unmap_pages`] make, on the
+    /// changing thread, after the table changed and before the call
+    /// returns. A server whose NIC reads the node's memory through its own
+    /// mapping (verbs) remaps it and re-registers there, so a caller's
+    /// protocol (CoRM: objects locked while their block moves) covers the
+    /// NIC too. The hook must not call back into remapping.
+    pub fn set_retranslate_hook(&self, hook: Option<RetranslateHook>) {
+        *self.retranslate.0.lock().unwrap_or_else(|p| p.into_inner()) = hook;
+    }
+
+    fn retranslated(&self, first: u64, count: u64) {
+        let hook = self
+            .retranslate
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(h) = hook {
+            h(first, count);
+        }
     }
 
     /// Returns memory pages `[data_first, +count)` to the OS (hole punch;

@@ -212,3 +212,32 @@ fn client_mistakes_are_typed_errors() {
     let node = f.embedded_node(0).unwrap();
     node.handle(node.open_session(), dmkit_memnode::Request::Shutdown);
 }
+
+/// The node holds the CoRM service, the store holds its node weakly: once
+/// the fabric (the last outside handle) is gone, the node is dropped —
+/// its workers stopped, its memory unmapped — store and all.
+#[test]
+fn a_node_serving_corm_is_dropped_with_its_last_handle() {
+    let f = setup(2, Correction::Scan);
+    let node = Arc::downgrade(&f.embedded_node(0).unwrap());
+    let mut ch = f.connect_rpc(0).unwrap();
+    let Reply::Allocated(p) = op(&mut *ch, Op::Alloc(64)).unwrap() else {
+        panic!()
+    };
+    op(&mut *ch, Op::Write(p, value(1, 64))).unwrap();
+    assert_eq!(read(&mut *ch, p, 64).unwrap(), value(1, 64));
+    assert!(node.upgrade().is_some_and(|n| n.stats().corm.is_some()));
+    drop(ch);
+    drop(f);
+    // The workers drop their state on their own threads: give them a
+    // moment to notice.
+    let t0 = std::time::Instant::now();
+    while node.strong_count() > 0 {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "the node outlived its last handle ({} strong references)",
+            node.strong_count()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}

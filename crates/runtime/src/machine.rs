@@ -57,6 +57,9 @@ struct Ticket {
     /// The remote lock word as its holder last wrote it (its lease), for
     /// the local waiter it is handed to.
     word: AtomicU64,
+    /// Which remote lock the handed-over word holds, when one entry stands
+    /// for several remote locks (a hashed table; 0 when unused).
+    tag: AtomicU64,
 }
 
 /// A compute machine's local lock table: one ticket lock per remote lock
@@ -79,6 +82,11 @@ pub struct TicketGrant {
     /// ([`TicketLocks::set_word`]; its lease, which the new holder renews
     /// when too little of it is left). 0 otherwise.
     pub word: u64,
+    /// With `handed`: the tag of the remote lock handed over
+    /// ([`TicketLocks::set_tag`]). An entry that stands for several remote
+    /// locks (hashed) may be handed a lock other than the one the new
+    /// holder came for: it must then release that one itself. 0 otherwise.
+    pub tag: u64,
 }
 
 impl TicketLocks {
@@ -106,14 +114,12 @@ impl TicketLocks {
                 .await;
         }
         let handed = e.handed.load(Ordering::Acquire);
+        let held = |v: &AtomicU64| if handed { v.load(Ordering::Acquire) } else { 0 };
         TicketGrant {
             index,
             handed,
-            word: if handed {
-                e.word.load(Ordering::Acquire)
-            } else {
-                0
-            },
+            word: held(&e.word),
+            tag: held(&e.tag),
         }
     }
 
@@ -160,6 +166,14 @@ impl TicketLocks {
     /// or renewed), so a local waiter it is handed to knows its lease.
     pub fn set_word(&self, index: usize, word: u64) {
         self.entries[index].word.store(word, Ordering::Release);
+    }
+
+    /// Records which remote lock the holder of entry `index` holds (e.g. its
+    /// address), for a table whose entries each stand for several remote
+    /// locks: the local waiter it is handed to checks it is the one it came
+    /// for ([`TicketGrant::tag`]).
+    pub fn set_tag(&self, index: usize, tag: u64) {
+        self.entries[index].tag.store(tag, Ordering::Release);
     }
 
     /// Whether another local client waits behind the holder of `index`.

@@ -935,7 +935,10 @@ fn shape_of(
 /// saturated NIC), then for the send-queue units, which serve it at the
 /// message rate or its PCIe bytes (WQE, CQE, data, and — beyond
 /// `wqe_cache` outstanding requests — expected WQE-cache misses),
-/// whichever is slower. Returns when it leaves the NIC, and its queue
+/// whichever is slower. Before that, the queue pair's own processing
+/// unit handles the request for `unit` ns (`nic.wr_ns` plus `nic.sge_ns`
+/// per gathered piece beyond the first, [`qp_unit_ns`]), one request of
+/// the queue pair at a time. Returns when it leaves the NIC, and its queue
 /// pair.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
@@ -948,6 +951,7 @@ fn send_queue<'q>(
     stats: &mut SimStats,
     shape: &Shape,
     fetched: f64,
+    unit: f64,
 ) -> (f64, &'q mut Qp) {
     tx.outstanding += 1;
     let outstanding = tx.outstanding as i64 as f64;
@@ -958,7 +962,9 @@ fn send_queue<'q>(
     };
     let pcie = shape.pcie_base + miss * p.nic.miss_bytes;
     let service = fmax(slots.nic, pcie / p.nic.pcie_gbs);
-    let turn = fmax(fetched, qps[qi].nic_free);
+    // (`unit` is 0 on profiles without a per-queue-pair cost: adding it
+    // changes no result.)
+    let turn = fmax(fetched, qps[qi].nic_free) + unit;
     expire_backlog(tx, qps, turn);
     let qp = &mut qps[qi];
     let turns = tx.backlogged + u32::from(!qp.in_backlog);
@@ -973,6 +979,26 @@ fn send_queue<'q>(
     stats.pcie_bytes += pcie;
     stats.wqe_misses += miss;
     (depart, qp)
+}
+
+/// The time request `wr`, the `index`-th of its post, holds its queue
+/// pair's processing unit at the requester NIC: `nic.wr_ns` unless it is
+/// the post's first (whose WQE came with the doorbell's MMIO write, the
+/// driver's BlueFlame path; the others are fetched by DMA one by one),
+/// plus `nic.sge_ns` for each scatter/gather piece beyond the first (each
+/// is one more DMA of the host's memory). Requests of one queue pair pass
+/// the unit one at a time, so this cost does not shrink with doorbell
+/// batching (Thinking More about RDMA Memory Semantics, CLUSTER'21,
+/// §III-A, Fig. 4: a doorbell batch of 32 WRITEs is only 1.53× as fast as
+/// single ones).
+#[inline(always)]
+fn qp_unit_ns(p: &Profile, wr: &WorkRequest, index: usize) -> f64 {
+    let extra = match wr.op {
+        Op::ReadV { sgl } | Op::WriteV { sgl } => sgl.count.saturating_sub(1),
+        _ => 0,
+    };
+    let fetch = if index == 0 { 0.0 } else { p.nic.wr_ns };
+    fetch + extra as f64 * p.nic.sge_ns
 }
 
 /// Stage 4, the request's packets: the requester's uplink, the switch,
@@ -1589,7 +1615,8 @@ impl Core {
             let kind = wr.kind();
             let len = wr.len();
             let shape = shape_of(shapes, p, slots, kind, len);
-            let (depart, qp) = send_queue(p, slots, tx, qps, qi, stats, &shape, fetched);
+            let unit = qp_unit_ns(p, wr, index);
+            let (depart, qp) = send_queue(p, slots, tx, qps, qi, stats, &shape, fetched, unit);
             // --- The switch position (crate::switch); off: `passed` is None
             // and the request goes its usual way.
             let passed = switch.as_deref_mut().map(|s| {

@@ -35,7 +35,11 @@
 //!    Holds are booked on a calendar, so a thread that asks earlier in
 //!    virtual time wins even if it is stepped later. The time a thread
 //!    waits is spent spinning, on its CPU.
-//! 3. **Requester NIC**: WQE fetch (`fetch_ns`), then the send-queue
+//! 3. **Requester NIC**: WQE fetch (`fetch_ns`), then the queue pair's
+//!    own unit, one request at a time: `wr_ns` for each request of a post
+//!    but the first and `sge_ns` per scatter/gather piece beyond the first
+//!    (costs doorbell batching does not amortise; memory-semantics
+//!    §III-A, Fig. 4), then the send-queue
 //!    processing units, bounded by the message rate (`iops`) and by PCIe
 //!    bytes (`wr_bytes` + payload + WQE-cache misses). Outstanding requests
 //!    (posted, CQE not yet polled) beyond `wqe_cache` miss with probability

@@ -176,6 +176,23 @@ pub struct NicModel {
     /// A DMA write of data and CQE into host memory until it is visible to
     /// a polling CPU (ns).
     pub deliver_ns: f64,
+    /// Time each work request of a post but the first holds its queue
+    /// pair's processing unit (ns): the NIC fetches those WQEs by DMA one
+    /// by one (the first comes with the doorbell's MMIO write, the
+    /// driver's BlueFlame path, in `fetch_ns`), and a queue pair's
+    /// requests pass the unit one at a time, so this cost does not shrink
+    /// with doorbell batching. Absent: 0 (the ConnectX-5 and -6
+    /// profiles, whose figures do not show it). The ConnectX-3 profile's
+    /// is fitted to the memory-semantics study's Fig. 4 (doorbell batch of
+    /// 32 only 1.53× batch 1; configs/sim/cx3-56g.toml).
+    #[serde(default)]
+    pub wr_ns: f64,
+    /// Extra time on the queue pair's unit per scatter/gather piece beyond
+    /// the first (ns): one more DMA of host memory each. Absent: 0. The
+    /// ConnectX-3 profile's is fitted to the memory-semantics study's
+    /// Fig. 4 (SP over SGL 1.11–2.14×).
+    #[serde(default)]
+    pub sge_ns: f64,
 }
 
 /// Links and the switch between machines (one top-of-rack switch).
@@ -417,6 +434,8 @@ impl Profile {
             ("nic.max_miss", self.nic.max_miss),
             ("nic.miss_bytes", self.nic.miss_bytes),
             ("nic.deliver_ns", self.nic.deliver_ns),
+            ("nic.wr_ns", self.nic.wr_ns),
+            ("nic.sge_ns", self.nic.sge_ns),
             ("link.header_bytes", self.link.header_bytes),
             ("link.wire_ns", self.link.wire_ns),
             ("responder.dma_read_ns", self.responder.dma_read_ns),

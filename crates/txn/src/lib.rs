@@ -31,7 +31,9 @@
 //! backends are DRAM (shm: memfd; sim: host memory): a WRITE that
 //! completed is visible to every later reader, and that is all they
 //! promise — the structure survives its coordinators, not a memory node's
-//! restart.
+//! restart. A file-backed memory node (a persistent-memory stand-in that
+//! keeps its tables across a restart) is not built: the node's allocator,
+//! roots and chunk groups live in its process, not in the file.
 //!
 //! ```no_run
 //! # use std::sync::Arc;

@@ -7,7 +7,9 @@
 //! round trips, each one doorbell per memory node:
 //!
 //! 1. **probe** (only for keys whose slot the coordinator's address cache
-//!    does not know): READ the key's bucket to find the key's slot.
+//!    does not know): READ the key's bucket to find the key's slot. A
+//!    record to read that the bucket shows absent (its would-be slot
+//!    empty and clean) is done here: no fetch, validation checks the slot.
 //! 2. **execute**: records to write are locked and read at once —
 //!    *hitchhiked locking*: a CAS of the primary's lock word (`0 →` this
 //!    coordinator's lease word) and a READ of the record behind it, one
@@ -68,13 +70,33 @@
 //! caught by the version READ posted before the record's: equal clean
 //! versions before and after mean no commit started in between.
 //!
+//! That pre-read cannot go, not even for a read-only transaction whose
+//! record READ brings lock and version along with the payload: the tail
+//! is copied *after* the payload, so a clean, unlocked tail says only
+//! that no commit was under way when the tail was copied — a whole commit
+//! may have landed while the payload was being copied, leaving old (or
+//! half-old) payload words beside the new clean version, which validation
+//! then confirms (the seqlock bug found under preemption). One READ would
+//! do only with a version word *ahead* of the payload too (a seqlock in
+//! the record: front word copied first, tail last, on a fabric that
+//! copies a READ's words in ascending order and places a WRITE's in
+//! order), a layout change not made here. The pre-read is one more work
+//! request in the same doorbell, not a round trip.
+//!
 //! ## Locks, leases and recovery
 //!
 //! Lock words are `dmkit_index::lease` leases (owner = coordinator id), so
-//! a dead coordinator's locks expire. A coordinator publishes (commit
-//! writes, unlock) only while its leases hold enough time
-//! (`LeaseConfig::holds`); a coordinator that stalled past that stops for
-//! good ([`TxnError::LeaseLost`]) and recovery finishes its transaction.
+//! a dead coordinator's locks expire; the undo log's first copy carries
+//! a lease word too, which a recoverer breaks to claim the log. Before
+//! each step that publishes (undo log, commit writes, unlock) a
+//! transaction renews whichever of its leases has too little time left
+//! (`LeaseConfig::holds`) by CAS, old word to fresh — a long transaction
+//! (a slow application between `exec` and `commit`, a descheduled
+//! thread) keeps its locks instead of failing. A renewal CAS fails only if
+//! another client broke that lease after it expired: before the log is
+//! written the transaction just aborts (the breaker found the log idle
+//! and freed the lock); after, the coordinator stops for good
+//! ([`TxnError::LeaseLost`]) and recovery finishes its transaction.
 //! A transaction that meets an expired lock or a dirty record under one
 //! aborts and recovers that lock's owner (`recovery`) before it backs off.
 //!
@@ -82,7 +104,6 @@
 //! avoidance when it is on).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -95,7 +116,8 @@ use crate::layout::{self, EntryHead, LogHeader, LogState, RecordTail, Version};
 
 /// A compute machine's (worker thread's) cache of record slots: (table,
 /// key) → slot number. Slots never move, so an entry never goes stale.
-pub type AddrCache = Rc<RefCell<HashMap<(TableId, u64), u64>>>;
+/// Hashed by `IntHasher` (SipHash showed in the read-only TATP profile).
+pub type AddrCache = Rc<RefCell<dmkit_runtime::hash::IntMap<(TableId, u64), u64>>>;
 
 /// A new, empty address cache.
 pub fn addr_cache() -> AddrCache {
@@ -139,6 +161,9 @@ pub struct Coordinator {
     /// record's tail (lock, version) and the word seen.
     pending_recovery: Option<(u16, RemoteRef, u64)>,
     history: Option<Vec<TxnRecord>>,
+    /// Fault injection: random preemption at the protocol's phase
+    /// boundaries ([`Coordinator::preempt_at_random`]).
+    preempt: Option<Preempt>,
     /// Its counters.
     pub stats: CoordStats,
     /// Restorations made by recoveries this coordinator ran (the checker
@@ -166,6 +191,7 @@ impl Database {
             crash: None,
             pending_recovery: None,
             history: None,
+            preempt: None,
             stats: CoordStats::default(),
             restored: Vec::new(),
         })
@@ -190,6 +216,22 @@ impl Coordinator {
     pub fn crash_at(&mut self, point: CrashPoint, nth: u64) {
         assert!(nth >= 1, "crash_at counts from 1");
         self.crash = Some((point, nth));
+    }
+
+    /// Fault injection for stress tests on real threads: at each phase
+    /// boundary of a transaction (between exec's probe and fetch, before
+    /// commit, between locking and validation, between validation and the
+    /// commit writes, between the commit writes and the unlock, after the
+    /// unlock), with probability `per_mille`/1000, this coordinator is
+    /// preempted — its OS thread yields, or sleeps up to 50 µs, or its
+    /// task sleeps up to 20 µs so the worker's other tasks run. Widens
+    /// the windows the protocol must be safe in; drawn from `seed`.
+    pub fn preempt_at_random(&mut self, seed: u64, per_mille: u64) {
+        assert!(per_mille <= 1000, "a probability in per mille");
+        self.preempt = Some(Preempt {
+            rng: dmkit_runtime::rng::Rng::new(seed),
+            per_mille,
+        });
     }
 
     /// Records the read and write sets of committed transactions (see
@@ -230,6 +272,7 @@ impl Coordinator {
             id,
             items: Vec::new(),
             logged: false,
+            log_lease: 0,
             writing: false,
             done: false,
         }
@@ -266,6 +309,32 @@ impl Coordinator {
                 self.id
             ))),
         }
+    }
+}
+
+/// Random preemption ([`Coordinator::preempt_at_random`]).
+struct Preempt {
+    rng: dmkit_runtime::rng::Rng,
+    per_mille: u64,
+}
+
+/// How a preemption point stalls.
+enum Stall {
+    Yield,
+    Thread(u64),
+    Task(u64),
+}
+
+impl Preempt {
+    fn draw(&mut self) -> Option<Stall> {
+        if self.rng.below(1000) >= self.per_mille {
+            return None;
+        }
+        Some(match self.rng.below(3) {
+            0 => Stall::Yield,
+            1 => Stall::Thread(self.rng.below(50_000)),
+            _ => Stall::Task(self.rng.below(20_000)),
+        })
     }
 }
 
@@ -322,6 +391,9 @@ pub struct Txn<'a> {
     id: u64,
     items: Vec<Item>,
     logged: bool,
+    /// The lease word of the undo log's first copy (recovery claims the
+    /// log by breaking it), while `logged`.
+    log_lease: u64,
     /// Commit writes began: from here on a failure leaves the
     /// transaction to recovery.
     writing: bool,
@@ -441,6 +513,19 @@ impl Txn<'_> {
         it.new = Some(NewImage::Delete);
     }
 
+    /// A preemption point (fault injection; nothing when off).
+    async fn pause(&mut self) {
+        let Some(p) = self.c.preempt.as_mut() else {
+            return;
+        };
+        match p.draw() {
+            None => {}
+            Some(Stall::Yield) => std::thread::yield_now(),
+            Some(Stall::Thread(ns)) => std::thread::sleep(std::time::Duration::from_nanos(ns)),
+            Some(Stall::Task(ns)) => self.ctx.sleep(ns).await,
+        }
+    }
+
     fn lease_word(&self) -> u64 {
         self.c.db.cfg.lease.word(self.ctx, self.c.id)
     }
@@ -459,6 +544,7 @@ impl Txn<'_> {
         self.c.live()?;
         let r = async {
             self.probe().await?;
+            self.pause().await;
             self.fetch().await
         }
         .await;
@@ -656,6 +742,16 @@ impl Txn<'_> {
                 self.note_lock(i, tail.lock);
                 return Err(TxnError::Abort(AbortReason::Dirty));
             }
+            if it.mode == Mode::Read && !found && tail.version == 0 {
+                // Absent: the slot it would go to was empty and clean
+                // when its version word was copied, and an empty slot has
+                // no payload to tear — the key was absent at that instant,
+                // as a fetch would show. No fetch round; validation
+                // re-reads this slot's lock and version (an insert makes
+                // it non-zero for good).
+                it.fetched = true;
+                it.version = 0;
+            }
             return Ok(());
         }
         let it = &mut self.items[i];
@@ -790,6 +886,7 @@ impl Txn<'_> {
         if self.items.iter().any(|it| !it.fetched) {
             self.exec().await?;
         }
+        self.pause().await;
         let r = self.commit_rounds().await;
         if r.is_ok() {
             self.done = true;
@@ -831,6 +928,7 @@ impl Txn<'_> {
         } else {
             self.c.crash_here(CrashPoint::BeforeLocks)?;
         }
+        self.renew_leases("validation").await?;
         self.validate_round(true, &writes).await?;
         if !db.cfg.hitchhike {
             self.c.crash_here(CrashPoint::AfterLocks)?;
@@ -838,26 +936,83 @@ impl Txn<'_> {
         if !writes.is_empty() {
             self.c.crash_here(CrashPoint::AfterLog)?;
         }
-        self.check_lease("commit writes")?;
+        self.pause().await;
+        self.renew_leases("commit writes").await?;
         let new = self.commit_writes(&writes).await?;
         self.c.crash_here(CrashPoint::BeforeUnlock)?;
-        self.check_lease("unlock")?;
+        self.pause().await;
+        self.renew_leases("unlock").await?;
         self.unlock_round(&writes, &new).await?;
+        self.pause().await;
         self.record(&new);
         Ok(())
     }
 
-    /// Stops the coordinator if its earliest lock's lease is too short to
-    /// publish under.
-    fn check_lease(&mut self, step: &str) -> Result<(), TxnError> {
-        let lease = self.c.db.cfg.lease;
-        let earliest = self.items.iter().filter_map(|it| it.locked).min();
-        if let Some(w) = earliest {
-            if !lease.holds(self.ctx, w) {
-                let why = format!("leases too short to publish ({step})");
-                self.c.dead = Some(why.clone());
-                return Err(TxnError::LeaseLost(why));
+    /// Keeps every lease the transaction holds — its record locks' and
+    /// its undo log's — long enough to publish under
+    /// (`LeaseConfig::holds`): those with too little left are renewed by
+    /// CAS, old word to a fresh one, all in one round (no verb when every
+    /// lease holds, the common case). A CAS that fails means another
+    /// client broke that lease: before the undo log is written that is a
+    /// lock conflict (the breaker found the log idle and freed the lock;
+    /// the transaction releases the rest and aborts); after, the breaker
+    /// recovers (or recovered) the transaction from its log, so the
+    /// coordinator stops for good ([`TxnError::LeaseLost`]) and writes
+    /// nothing more.
+    async fn renew_leases(&mut self, step: &str) -> Result<(), TxnError> {
+        let db = self.c.db.clone();
+        let lease = db.cfg.lease;
+        let stale: Vec<usize> = (0..self.items.len())
+            .filter(|&i| {
+                self.items[i]
+                    .locked
+                    .is_some_and(|w| !lease.holds(self.ctx, w))
+            })
+            .collect();
+        let log_stale = self.logged && !lease.holds(self.ctx, self.log_lease);
+        if stale.is_empty() && !log_stale {
+            return Ok(());
+        }
+        let fresh = self.lease_word();
+        let mut cas = Vec::new();
+        for &i in &stale {
+            let it = &self.items[i];
+            let t = &db.tables[it.table as usize];
+            let lock = db.lock_ref(t, it.slot.expect("a locked record has a slot"))?;
+            let old = it.locked.expect("filtered");
+            cas.push((Some(i), old, self.ctx.cas(lock, old, fresh)));
+        }
+        if log_stale {
+            let log0 = db.remote(db.log_addr(self.c.id, 0))?;
+            cas.push((
+                None,
+                self.log_lease,
+                self.ctx.cas(log0, self.log_lease, fresh),
+            ));
+        }
+        self.ctx.sync().await?;
+        let mut lost = 0;
+        for (i, old, tk) in cas {
+            let ok = self.ctx.value(tk) == old;
+            lost += !ok as usize;
+            match i {
+                Some(i) if ok => self.items[i].locked = Some(fresh),
+                // Not ours any more: never to be released by us.
+                Some(i) => self.items[i].locked = None,
+                None if ok => self.log_lease = fresh,
+                None => {}
             }
+        }
+        if lost > 0 && !self.logged && !self.writing {
+            // Nothing logged or written yet: whoever broke the lock found
+            // our log idle and just freed the lock; we release the rest
+            // and abort as on any lock conflict.
+            return Err(TxnError::Abort(AbortReason::LockHeld));
+        }
+        if lost > 0 {
+            let why = format!("{lost} leases broken by another client before {step}");
+            self.c.dead = Some(why.clone());
+            return Err(TxnError::LeaseLost(why));
         }
         Ok(())
     }
@@ -877,6 +1032,7 @@ impl Txn<'_> {
             if let Some(r) = self.lock_round().await? {
                 return Err(TxnError::Abort(r));
             }
+            self.pause().await;
         }
         let db = self.c.db.clone();
         let word = self.lease_word();
@@ -907,6 +1063,7 @@ impl Txn<'_> {
                 self.ctx.write(db.remote(db.log_addr(self.c.id, k))?, image);
             }
             self.logged = true;
+            self.log_lease = word;
         }
         if checked.is_empty() && !self.logged {
             return Ok(());

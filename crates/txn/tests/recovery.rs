@@ -20,8 +20,8 @@ use dmkit_index::LeaseConfig;
 use dmkit_runtime::rng::Rng;
 use dmkit_runtime::Worker;
 use dmkit_txn::workload::smallbank::SmallBank;
-use dmkit_txn::workload::Workload;
-use dmkit_txn::{addr_cache, check_serializable, CrashPoint, Database, TxnConfig, TxnError};
+use dmkit_txn::workload::{drive, Workload};
+use dmkit_txn::{addr_cache, check_serializable, CrashPoint, Database, TxnConfig};
 use dmkit_txn::{Restore, TxnRecord};
 
 /// Short enough that the survivors recover during the run, long enough
@@ -75,26 +75,14 @@ fn worker(
         );
         let mut rng = Rng::new((ti * 100 + k) as u64 + 1);
         wk.spawn(move |ctx| async move {
-            'txns: for _ in 0..txns {
-                let tx = w.draw(&mut rng);
-                loop {
-                    match w.run(&mut coord, &ctx, &tx).await {
-                        Ok(d) => {
-                            effect.set(effect.get() + d);
-                            break;
-                        }
-                        Err(TxnError::UserAbort) => break,
-                        Err(e) if e.retryable() => {}
-                        Err(TxnError::Crashed(_)) if victim => {
-                            crashed.set(Some(coord.last_txn()));
-                            break 'txns;
-                        }
-                        Err(e) => {
-                            failed.borrow_mut().get_or_insert(format!("{tx:?}: {e}"));
-                            break 'txns;
-                        }
-                    }
-                }
+            let d = drive(w.as_ref(), &mut coord, &ctx, &mut rng, txns as u64).await;
+            effect.set(effect.get() + d.effect);
+            if d.crashed.is_some() {
+                assert!(victim, "only the victim crashes");
+                crashed.set(d.crashed);
+            }
+            if let Some(f) = d.failure {
+                failed.borrow_mut().get_or_insert(f);
             }
             history.borrow_mut().extend(coord.take_history());
             restored

@@ -5,9 +5,11 @@
 //! page `p` at `view + p·page_size`, backed by the memory page the node's
 //! translation table names. Each registered region of the node is one
 //! memory registration over its part of the view, made once. When the node
-//! moves a page ([`VerbsServer::migrate_page`], CoRM compaction), the view
-//! is remapped and the covering registrations re-registered with
-//! `IBV_REREG_MR_CHANGE_TRANSLATION`, which keeps the keys clients hold
+//! moves a page ([`VerbsServer::migrate_page`]; CoRM's compaction, through
+//! the node's [`MemNode::set_retranslate_hook`]: aliased blocks, released
+//! addresses), the view is remapped and the covering registrations
+//! re-registered with `IBV_REREG_MR_CHANGE_TRANSLATION`, which keeps the
+//! keys clients hold
 //! (CoRM §3.5); on devices with on-demand paging no re-registration would
 //! be needed, which the welcome reports (`DeviceCaps::odp`).
 //!
@@ -111,6 +113,24 @@ impl VerbsServer {
             }
         }
         shared.sync_regions()?;
+        // Pages a service inside the node moves (CoRM's compaction aliases
+        // a source block onto its destination's memory, and unmaps
+        // released addresses): remap the view and re-register, on the
+        // moving thread, before the move is done.
+        let weak = Arc::downgrade(&shared);
+        shared
+            .node
+            .set_retranslate_hook(Some(Arc::new(move |first: u64, count: u64| {
+                if let Some(sh) = weak.upgrade() {
+                    if let Err(e) = sh.retranslate(first, count) {
+                        let _ = writeln!(
+                            std::io::stderr(),
+                            "dmkit verbs server: remote pages {first}..{}: {e}",
+                            first + count
+                        );
+                    }
+                }
+            })));
         Ok(VerbsServer { shared, listener })
     }
 
@@ -280,13 +300,13 @@ impl Shared {
     }
 
     /// Maps remote page `p` of the view onto the memory page the node's
-    /// table names.
+    /// table names (its own, if unmapped).
     fn remap(&self, p: u64) -> Result<(), VerbsError> {
         let ps = self.node.layout().page_size();
-        let phys = self
-            .node
-            .translate(p)
-            .ok_or_else(|| VerbsError::Config(format!("remote page {p} is not mapped")))?;
+        // An unmapped page (an address CoRM released) shows its own memory
+        // page, whose contents the node discarded: clients' checks on what
+        // they read (CoRM's object ids) fail, as a translation fault would.
+        let phys = self.node.translate(p).unwrap_or(p);
         let at = self.view_ptr(p * ps);
         // SAFETY: [at, at + ps) is one page inside the view we own; MAP_FIXED
         // replaces exactly that page with the node's memory page `phys` of
@@ -312,12 +332,22 @@ impl Shared {
             .node
             .migrate_page(page)
             .map_err(|e| VerbsError::Config(format!("migrating page {page}: {e}")))?;
-        self.remap(page)?;
+        self.retranslate(page, 1)?;
+        Ok(new)
+    }
+
+    /// Remote pages `[first, +count)` changed translation: remaps them in
+    /// the view, then re-registers every registration covering them once.
+    fn retranslate(&self, first: u64, count: u64) -> Result<(), VerbsError> {
+        for p in first..first + count {
+            self.remap(p)?;
+        }
         let ps = self.node.layout().page_size();
+        let (lo, hi) = (first * ps, (first + count) * ps);
         let mut mrs = self.mrs.lock().unwrap_or_else(|e| e.into_inner());
         for r in mrs.values_mut() {
             let (b, e) = (r.info.base, r.info.base + r.info.len);
-            if page * ps < e && (page + 1) * ps > b {
+            if lo < e && hi > b {
                 let at = self.view_ptr(b);
                 // SAFETY: the same view range the MR was registered over.
                 let kept = match unsafe { r.mr.rereg_translation(at, r.info.len as usize) } {
@@ -345,7 +375,7 @@ impl Shared {
                 }
             }
         }
-        Ok(new)
+        Ok(())
     }
 
     fn welcome(&self, session: SessionId) -> CtlReply {

@@ -54,23 +54,31 @@
 //!   snapshot). Starting scans from validated cached nodes would lift the
 //!   bound to about 90 M / 52 READs ≈ 1.7 Mops.
 //! - `smart-art-fig16` — §5.3, Fig. 16: YCSB A, SMART with HOCL (leaf
-//!   writers queue locally; the rear lock off: a separate unlock), E-HOCL
-//!   (the same with the rear lock) and RDWC. Published: lock-fail
-//!   retries 0.76 and 0.29 per operation, RDWC 26.2 % above E-HOCL. The
-//!   paper's HOCL keeps leaf locks in 128 MB of on-chip memory shared by
-//!   hashing (false conflicts); dmkit's leaf lock is in the leaf, so the
-//!   retry counts measure true conflicts only. A full run (16 × 24) gives
+//!   writers queue locally and the holder hands the lock to the next local
+//!   writer, at most 8 times in a row, Sherman's bound; the rear lock off:
+//!   a released lock takes a separate unlock), E-HOCL (the same with the
+//!   rear lock) and RDWC. Published: lock-fail retries 0.76 and 0.29 per
+//!   operation, RDWC 26.2 % above E-HOCL. The paper's HOCL keeps leaf
+//!   locks in 128 MB of on-chip memory shared by hashing (false
+//!   conflicts); dmkit's leaf lock is in the leaf, so the retry counts
+//!   measure true conflicts only, and HOCL differs from E-HOCL only in
+//!   the release of each hand-over chain's last writer. Before the
+//!   hand-over existed (a local queue only), a full run (16 × 24) gave
 //!   HOCL 2.01, E-HOCL 2.98 and RDWC 33.0 Mops, retries 1.11 / 0.73 /
-//!   0.44: RDWC 11.1× E-HOCL against the paper's 1.26×. The likely cause
-//!   is the implementation, not the device model: the paper's E-HOCL is
-//!   HOCL (a local queue *and* hand-over of the held lock to the next
-//!   local waiter) with the rear lock, while dmkit's leaf locks without
-//!   write combining queue locally but never hand over (the rear lock is
-//!   released by each write-back), so every update of the hottest leaf
-//!   takes the remote lock anew and its queue, not the memory nodes,
-//!   bounds YCSB A (p99 21–32 ms). The same gap is `smart-art-fig15`'s
-//!   "+write combining" step (10.3× vs 1.1×) and part of its "+rear lock"
-//!   step (1.6× vs 3.0×): both sides of it are bound by that lock queue.
+//!   0.44 (RDWC 11.1× E-HOCL); quick runs (16 × 2) HOCL 2.78 → 3.63, E-HOCL
+//!   3.48 → 3.57 Mops with it, retries 0.84 → 0.67 and 0.63 → 0.63, RDWC
+//!   10.60 unchanged: 3.05× → 2.97× E-HOCL against the paper's 1.26×;
+//!   the full run with it: HOCL 2.91, E-HOCL 3.35, RDWC 33.02 Mops,
+//!   retries 0.82 / 0.68 / 0.44, RDWC 9.85× E-HOCL, HOCL's and E-HOCL's p99
+//!   still 20–21 ms (RDWC 0.70 ms). The
+//!   hand-over removes the lock's CAS retries within a machine, not (the
+//!   likely cause of the rest, not yet measured on its own) the serial
+//!   resource: every update of the hottest leaf still holds its one
+//!   lock for a READ and a WRITE (two round trips), machine after machine,
+//!   while write combining carries a machine's concurrent updates of the
+//!   key in one write-back. The same lock bounds `smart-art-fig15`'s
+//!   "+write combining" step (2.97× on quick runs vs 1.1×) and leaves its
+//!   "+rear lock" step at 0.98× (vs 3.0×).
 //!
 //!   `smart-art-fig11`'s YCSB A ratio (3.7× vs 6.1×) is not the paper's
 //!   placement of Sherman: its artifact ran Sherman's A on 2–4 compute

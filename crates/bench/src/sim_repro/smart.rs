@@ -17,10 +17,15 @@
 //!   +ThdResAlloc (per-thread doorbell) and +WorkReqThrot (Algorithm 1's
 //!   candidates). `published`: the artifact's `fig13a.csv`/`fig13b.csv`.
 //!
-//! Not reproduced: Fig. 9 (throughput vs latency with the client's
-//! execution throttled) needs an open-loop or think-time client in the
-//! YCSB driver, which it does not have; a figure that varied the tasks
-//! instead would measure something else.
+//! - `smart-fig9` — §6.2.1, Fig. 9: throughput vs latency of the hash
+//!   table on YCSB C, one compute node, 96 threads × 8 tasks, RACE and
+//!   SMART-HT, the load throttled by the clients: every task pauses
+//!   between its operations (the YCSB driver's think time, as the
+//!   artifact's `IDLE_USEC`: 0, 16, 32, …, 8192 µs). `published`: the
+//!   artifact's `ae/raw-reference/fig9.csv` (Mops, p50 and p99 in µs per
+//!   pause). The text's claims are rows too: SMART-HT's p50 at most 30.3
+//!   µs, its lowest p50 11.2 µs, the largest p50 and p99 reductions over
+//!   RACE at one pause (69.6 % and 80.6 %).
 
 use super::{ht_run_with, run, Acc, HtPoint, ReproOptions};
 use crate::micro::BenchError;
@@ -28,12 +33,13 @@ use crate::sim_micro::SimMicroConfig;
 use dmkit_fabric::QpPolicy;
 
 /// The figures of this module.
-pub(super) const FIGURES: [&str; 2] = ["smart-fig8", "smart-fig13"];
+pub(super) const FIGURES: [&str; 3] = ["smart-fig8", "smart-fig9", "smart-fig13"];
 
 /// One pass over figure `name` (one of [`FIGURES`]): its x label.
 pub(super) fn figure(name: &str, opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
     match name {
         "smart-fig8" => fig8(opts, acc),
+        "smart-fig9" => fig9(opts, acc),
         "smart-fig13" => fig13(opts, acc),
         _ => unreachable!("dispatched only for this module's FIGURES"),
     }
@@ -133,6 +139,120 @@ fn fig8(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
         }
     }
     Ok("threads (1 compute node, 8 tasks each)".into())
+}
+
+/// The pauses of SMART's artifact for Fig. 9 (`IDLE_USEC`, µs).
+const FIG9_IDLE_US: [u64; 11] = [0, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192];
+
+/// SMART's artifact, `ae/raw-reference/fig9.csv`: per pause of
+/// [`FIG9_IDLE_US`], (Mops, p50 µs, p99 µs); RACE, then SMART-HT.
+#[rustfmt::skip]
+const FIG9_ARTIFACT: [[(f64, f64, f64); 11]; 2] = [
+    [
+        (5.766, 105.936, 281.874), (5.945, 67.303, 195.763), (6.337, 50.438, 167.677),
+        (6.233, 26.077, 96.765), (4.688, 13.526, 48.375), (2.668, 10.997, 24.778),
+        (1.414, 9.463, 19.386), (0.728, 9.955, 22.583), (0.368, 9.787, 23.381),
+        (0.186, 9.880, 23.647), (0.093, 10.310, 23.874),
+    ],
+    [
+        (15.641, 30.374, 57.353), (14.067, 18.349, 34.057), (11.604, 11.377, 31.201),
+        (7.909, 12.099, 25.478), (4.804, 11.885, 21.725), (2.674, 10.104, 19.272),
+        (1.411, 9.440, 18.192), (0.727, 9.523, 21.734), (0.369, 9.325, 22.592),
+        (0.186, 9.409, 22.596), (0.093, 9.979, 23.027),
+    ],
+];
+
+fn fig9(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
+    use crate::ycsb::Workload;
+    let idles: &[u64] = if opts.quick {
+        &[0, 64, 1024]
+    } else {
+        &FIG9_IDLE_US
+    };
+    // Per system and pause: (Mops, p50, p99).
+    let mut got = [Vec::new(), Vec::new()];
+    for (si, (label, smart)) in [("RACE", false), ("SMART-HT", true)]
+        .into_iter()
+        .enumerate()
+    {
+        for &idle in idles {
+            let r = ht_run_with(
+                opts,
+                &HtPoint {
+                    workload: Workload::C,
+                    warmup_ms: 100,
+                    // Long pauses leave few operations per millisecond
+                    // (0.09 Mops at 8192 µs): a longer window for them.
+                    measure_ms: if idle >= 1024 { 100 } else { 20 },
+                    machines: 1,
+                    threads: 96,
+                    smart,
+                    conflict_avoid: None,
+                    value_size: 8,
+                    hot: Default::default(),
+                },
+                |cfg| cfg.think = std::time::Duration::from_micros(idle),
+                acc,
+            )?;
+            let i = FIG9_IDLE_US.iter().position(|&x| x == idle);
+            let p = i.map(|i| FIG9_ARTIFACT[si][i]);
+            let x = idle as f64;
+            acc.push(label, x, r.mops, "Mops", p.map(|p| p.0));
+            acc.push(
+                &format!("{label} p50"),
+                x,
+                r.latency.p50_us,
+                "us",
+                p.map(|p| p.1),
+            );
+            acc.push(
+                &format!("{label} p99"),
+                x,
+                r.latency.p99_us,
+                "us",
+                p.map(|p| p.2),
+            );
+            got[si].push((r.latency.p50_us, r.latency.p99_us, r.mops));
+        }
+    }
+    // The text's claims (§6.2.1), over the pauses run.
+    let smart = &got[1];
+    let max_p50 = smart.iter().map(|g| g.0).fold(0.0, f64::max);
+    acc.push("SMART-HT highest p50", 0.0, max_p50, "us", Some(30.3));
+    let (min_p50, at_mops) = smart
+        .iter()
+        .map(|g| (g.0, g.2))
+        .fold((f64::MAX, 0.0), |a, b| if b.0 < a.0 { b } else { a });
+    acc.push("SMART-HT lowest p50", 0.0, min_p50, "us", Some(11.2));
+    acc.push(
+        "SMART-HT throughput at its lowest p50",
+        0.0,
+        at_mops,
+        "Mops",
+        Some(12.2),
+    );
+    let cut = |f: fn(&(f64, f64, f64)) -> f64| {
+        got[0]
+            .iter()
+            .zip(smart)
+            .map(|(r, s)| 1.0 - f(s) / f(r).max(1e-9))
+            .fold(f64::MIN, f64::max)
+    };
+    acc.push(
+        "largest p50 cut vs RACE",
+        0.0,
+        cut(|g| g.0),
+        "share",
+        Some(0.696),
+    );
+    acc.push(
+        "largest p99 cut vs RACE",
+        0.0,
+        cut(|g| g.1),
+        "share",
+        Some(0.806),
+    );
+    Ok("pause of every task between operations (µs), YCSB C, 96 threads × 8 tasks".into())
 }
 
 /// SMART's artifact, `ae/raw-reference/fig13a.csv` (Mops at

@@ -28,6 +28,15 @@ pub(crate) struct CloverArgs {
     /// Client processes on --clover-store (the last of them checks).
     #[arg(long, value_name = "N", requires = "clover_store")]
     clover_clients: Option<u32>,
+    /// SwordBox: slots of the switch's address → key table for read
+    /// steering (0: four times the keys, at least 1,024). Simulator only.
+    #[arg(long, default_value_t = 0, value_name = "SLOTS")]
+    steer_table: usize,
+    /// Before the warm-up, every client looks up every key once, unmeasured:
+    /// the hint caches of a long run (simulator only; a simulated run lasts
+    /// milliseconds, too short for each client to meet each key).
+    #[arg(long)]
+    warm_hints: bool,
 }
 
 impl CloverArgs {
@@ -50,6 +59,8 @@ impl CloverArgs {
             steer: self.steer,
             steer_keys: self.steer_keys,
             share,
+            steer_table: self.steer_table,
+            warm_hints: self.warm_hints,
         })
     }
 }

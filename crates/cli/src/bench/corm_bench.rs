@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use dmkit_bench::corm_bench::{self, CormBenchConfig, ReadPath};
+use dmkit_bench::corm_timeline;
+use dmkit_memnode::corm::Correction;
 
 use crate::args::load_profile;
 use crate::units::parse_size;
@@ -69,6 +71,98 @@ pub(crate) struct CormBenchArgs {
     /// No progress output (accepted for symmetry; the run prints one table).
     #[arg(long)]
     quiet: bool,
+    /// Timeline mode (CoRM Fig. 16, shm): load --objects, free three of
+    /// four, then one client reads the rest in order (--read direct: the
+    /// scan-read client; rpc: RPC reads) while a compaction runs at
+    /// --compact-at; throughput per --bucket for --duration. Ignores
+    /// --workload, --zipf, --threads, --coros and --warmup.
+    #[arg(long, help_heading = "Timeline (--timeline)")]
+    timeline: bool,
+    /// Timeline: when the compaction is asked for.
+    #[arg(long, default_value = "300ms", value_parser = humantime::parse_duration, help_heading = "Timeline (--timeline)")]
+    compact_at: Duration,
+    /// Timeline: length of a bucket of the series.
+    #[arg(long, default_value = "10ms", value_parser = humantime::parse_duration, help_heading = "Timeline (--timeline)")]
+    bucket: Duration,
+    /// Timeline: pointer correction on the node's RPC path (§3.2.1).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "scan",
+        help_heading = "Timeline (--timeline)"
+    )]
+    correction: CorrectionArg,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum CorrectionArg {
+    /// Scan the block for the object's id.
+    Scan,
+    /// Message the block's owning worker.
+    Message,
+}
+
+/// `--timeline`: the run, its table, its JSON.
+fn timeline(a: &CormBenchArgs) -> Res {
+    if a.backend != "shm" {
+        return Err(crate::bad_input(
+            "--timeline runs on shm; the simulator's is `dmkit sim reproduce corm-fig16`",
+        ));
+    }
+    let cfg = corm_timeline::TimelineConfig {
+        read: match a.read {
+            Read::Direct => ReadPath::Direct,
+            Read::Rpc => ReadPath::Rpc,
+        },
+        correction: match a.correction {
+            CorrectionArg::Scan => Correction::Scan,
+            CorrectionArg::Message => Correction::Message,
+        },
+        objects: a.objects,
+        size: u32::try_from(a.size).map_err(|_| "--size too large")?,
+        workers: a.workers.unwrap_or(dmkit_memnode::DEFAULT_RPC_WORKERS),
+        bucket: a.bucket,
+        compact_at: a.compact_at,
+        duration: a.duration,
+        seed: a.seed,
+    };
+    let r = corm_timeline::run(&cfg).map_err(|e| e.to_string())?;
+    println!(
+        "{:<6} {:>10} {:>7} {:>6} {:>13} {:>8} {:>11} {:>11} {:>11} {:>10} {:>9} {:>10}",
+        "read",
+        "correction",
+        "kept",
+        "blocks",
+        "compaction ms",
+        "active×",
+        "before Mops",
+        "during Mops",
+        "after Mops",
+        "during/bef",
+        "gap ms",
+        "failed dr"
+    );
+    println!(
+        "{:<6} {:>10} {:>7} {:>6} {:>13.2} {:>8.2} {:>11.4} {:>11.4} {:>11.4} {:>10.3} {:>9.2} {:>10}",
+        r.read,
+        r.correction,
+        r.kept,
+        r.compaction.blocks_freed,
+        r.compaction_ended_ms - r.compaction_started_ms,
+        r.active_bytes_before as f64 / r.active_bytes_after.max(1) as f64,
+        r.before_mops,
+        r.during_mops,
+        r.after_mops,
+        r.during_over_before,
+        r.longest_gap_ms,
+        r.failed_direct_reads
+    );
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&r).expect("result serialises");
+        std::fs::write(path, text + "\n")
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
 }
 
 fn read_percent(w: &str) -> Result<u32, String> {
@@ -86,6 +180,9 @@ fn read_percent(w: &str) -> Result<u32, String> {
 
 pub(crate) fn bench_corm(a: CormBenchArgs) -> Res {
     super::check_outputs(a.json.as_deref(), None)?;
+    if a.timeline {
+        return timeline(&a);
+    }
     let sim = match a.backend.as_str() {
         "shm" => None,
         "sim" => Some(load_profile(&a.profile, None, None)?),

@@ -84,6 +84,11 @@ pub(crate) struct YcsbArgs {
     /// adaptation settle).
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     warmup: Duration,
+    /// Think time: every client pauses this long between its operations
+    /// (throttles the offered load, as SMART's Figure 9; latency excludes
+    /// it).
+    #[arg(long = "think-time", default_value = "0s", value_parser = humantime::parse_duration)]
+    think_time: Duration,
     /// Hash table: put the run's N likeliest keys in a hot area served in
     /// blocks with IO consolidation (memory-semantics §IV-B; 0: off).
     #[arg(long, default_value_t = 0)]
@@ -170,6 +175,7 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
             Backend::Sim => Duration::from_millis(20),
         }),
         warmup: a.warmup,
+        think: a.think_time,
         seed: a.seed,
         runtime: a.switches.runtime_config(a.seed)?,
         hot_keys: a.hot_keys,

@@ -208,4 +208,7 @@ pub enum ObjError {
     /// in progress, or memory overwritten behind the store's back). Retry.
     #[error("object busy: locked too long")]
     Busy,
+    /// The memory node the store lives on is gone (dropped).
+    #[error("the memory node is gone")]
+    NodeGone,
 }

@@ -11,6 +11,8 @@ use crate::node::MemNode;
 /// A store and all its workers, stepped by one thread.
 #[derive(Debug)]
 pub struct Cluster {
+    /// The store does not keep its node alive; the driver does.
+    node: Arc<MemNode>,
     store: Store,
     workers: Vec<Worker>,
 }
@@ -18,8 +20,12 @@ pub struct Cluster {
 impl Cluster {
     /// A store on `node` with `cfg.workers` workers.
     pub fn new(node: Arc<MemNode>, cfg: StoreConfig) -> Result<Self, String> {
-        let (store, workers) = Store::new(node, cfg)?;
-        Ok(Cluster { store, workers })
+        let (store, workers) = Store::new(&node, cfg)?;
+        Ok(Cluster {
+            node,
+            store,
+            workers,
+        })
     }
 
     /// The store.
@@ -78,9 +84,15 @@ impl Cluster {
         self.store.check(&ws)
     }
 
+    /// The node the store lives on.
+    pub fn node(&self) -> &Arc<MemNode> {
+        &self.node
+    }
+
     /// The workers, to run them on threads (each with [`Worker::call`] and
-    /// [`Worker::step`]).
-    pub fn into_parts(self) -> (Store, Vec<Worker>) {
-        (self.store, self.workers)
+    /// [`Worker::step`]); the caller keeps the node alive while it uses
+    /// them.
+    pub fn into_parts(self) -> (Arc<MemNode>, Store, Vec<Worker>) {
+        (self.node, self.store, self.workers)
     }
 }

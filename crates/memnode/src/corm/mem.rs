@@ -8,25 +8,27 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::memory::Mapping;
-use crate::node::MemNode;
+use crate::node::{MemNode, Translator};
 
-/// Word access to the node's data through its translation table.
+/// Word access to the node's data through its translation table. Holds
+/// the node's mappings, not the node: the node holds the store (as a
+/// service), so a strong reference here would keep it alive forever.
 #[derive(Debug)]
 pub(crate) struct Mem {
-    node: Arc<MemNode>,
+    table: Translator,
     data: Arc<Mapping>,
     page_shift: u32,
     phys_pages: u64,
 }
 
 impl Mem {
-    pub(crate) fn new(node: Arc<MemNode>) -> Self {
+    pub(crate) fn new(node: &MemNode) -> Self {
         let l = node.layout();
         Mem {
             data: node.data_mapping(),
             page_shift: l.page_shift as u32,
             phys_pages: l.phys_pages,
-            node,
+            table: node.translator(),
         }
     }
 
@@ -35,7 +37,7 @@ impl Mem {
     #[inline]
     pub(crate) fn word(&self, off: u64) -> Option<&AtomicU64> {
         debug_assert_eq!(off % 8, 0);
-        let phys = self.node.translate(off >> self.page_shift)?;
+        let phys = self.table.translate(off >> self.page_shift)?;
         if phys >= self.phys_pages {
             return None;
         }

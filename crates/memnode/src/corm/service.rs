@@ -19,9 +19,9 @@
 //! integers, as the node's control protocol); a reply is a [`CormAnswer`],
 //! a failure the service error [`CormFault`], both bincode.
 //!
-//! The store holds its node (`Arc<MemNode>`), and the node holds its
-//! services: a node serving CoRM lives until the process ends, even after
-//! a `Shutdown` request stopped its workers.
+//! The node holds its services, the store holds its node weakly (its
+//! memory through the node's mappings): a node serving CoRM is dropped
+//! with its last outside handle, and takes the store with it.
 //!
 //! On the simulator the node's modelled cores poll the service as the
 //! threads do on shm (`dmkit_sim::rpc`), and compaction's work is charged
@@ -157,7 +157,7 @@ impl CormService {
             return Err("the node runs no RPC workers".into());
         }
         cfg.workers = workers;
-        let (store, ws) = Store::new(node.clone(), cfg)?;
+        let (store, ws) = Store::new(node, cfg)?;
         let svc = CormService {
             store: store.clone(),
             spare: Mutex::new(ws.into_iter().map(Some).collect()),

@@ -35,7 +35,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use super::config::ObjError;
 use crate::layout::access;
@@ -87,7 +87,9 @@ struct Free {
 /// The store's range of the node and its directory.
 #[derive(Debug)]
 pub(crate) struct Space {
-    node: Arc<MemNode>,
+    /// Weak: the node holds the store (as a service). Once the node is
+    /// gone its memory is too, and nothing of the store needs undoing.
+    node: Weak<MemNode>,
     /// Remote byte offset of virtual block 0 (block aligned).
     pub base: u64,
     /// Number of virtual blocks.
@@ -106,7 +108,7 @@ pub(crate) struct Space {
 impl Space {
     /// Reserves `virtual_bytes` of the node for blocks of `block_size`.
     pub(crate) fn new(
-        node: Arc<MemNode>,
+        node: &Arc<MemNode>,
         block_size: u64,
         virtual_bytes: u64,
         max_active_bytes: Option<u64>,
@@ -167,8 +169,13 @@ impl Space {
             }),
             max_frames,
             rkey,
-            node,
+            node: Arc::downgrade(node),
         })
+    }
+
+    /// The node, while it lives.
+    fn node(&self) -> Option<Arc<MemNode>> {
+        self.node.upgrade()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Free> {
@@ -233,10 +240,11 @@ impl Space {
         let (vb, gen) = if f.fresh < self.nvb {
             f.fresh += 1;
             (f.fresh - 1, 0)
-        } else if let Some(vb) = f.released.pop_front() {
+        } else if !f.released.is_empty() {
             // Released addresses were unmapped: back to their own frame.
-            self.node
-                .remap_pages(self.first_page(vb), self.first_page(vb), self.pages())
+            let node = self.node().ok_or(ObjError::NodeGone)?;
+            let vb = f.released.pop_front().expect("checked non-empty");
+            node.remap_pages(self.first_page(vb), self.first_page(vb), self.pages())
                 .expect("the store's pages are in range");
             (vb, self.dir(vb).gen.wrapping_add(1))
         } else {
@@ -259,21 +267,22 @@ impl Space {
 
     /// Points every page of `src` at the frame of `dst_primary`.
     pub(crate) fn alias(&self, src: u64, dst_primary: u64) {
-        self.node
-            .remap_pages(
-                self.first_page(src),
-                self.first_page(dst_primary),
-                self.pages(),
-            )
-            .expect("the store's pages are in range");
+        let Some(node) = self.node() else { return };
+        node.remap_pages(
+            self.first_page(src),
+            self.first_page(dst_primary),
+            self.pages(),
+        )
+        .expect("the store's pages are in range");
     }
 
     /// Releases virtual block `vb` (§3.3): unmapped, its directory entry
     /// unused (its generation kept, bumped at reuse), queued for reuse.
     pub(crate) fn release(&self, vb: u64) {
-        self.node
-            .unmap_pages(self.first_page(vb), self.pages())
-            .expect("the store's pages are in range");
+        if let Some(node) = self.node() {
+            node.unmap_pages(self.first_page(vb), self.pages())
+                .expect("the store's pages are in range");
+        }
         let d = self.dir(vb);
         self.set_dir(
             vb,
@@ -288,9 +297,10 @@ impl Space {
 
     /// Returns the frame of `primary` to the OS.
     pub(crate) fn free_frame(&self, primary: u64) {
-        self.node
-            .discard_data_pages(self.first_page(primary), self.pages())
-            .expect("the store's pages are in range");
+        if let Some(node) = self.node() {
+            node.discard_data_pages(self.first_page(primary), self.pages())
+                .expect("the store's pages are in range");
+        }
         let mut f = self.lock();
         debug_assert!(f.frames > 0);
         f.frames -= 1;
@@ -299,7 +309,10 @@ impl Space {
     /// The memory page behind `vb`'s first page (for the checker).
     pub(crate) fn translation(&self, vb: u64) -> Vec<Option<u64>> {
         (0..self.pages())
-            .map(|i| self.node.translate(self.first_page(vb) + i))
+            .map(|i| {
+                self.node()
+                    .and_then(|n| n.translate(self.first_page(vb) + i))
+            })
             .collect()
     }
 
@@ -319,15 +332,17 @@ impl Space {
 impl Drop for Space {
     fn drop(&mut self) {
         // Give the range back as the node handed it out: every page mapped
-        // 1:1 (then the chunk free discards the memory).
+        // 1:1 (then the chunk free discards the memory). A node already
+        // gone took its memory with it.
+        let Some(node) = self.node() else { return };
         let first = self.base >> self.page_shift;
-        let _ = self.node.remap_pages(
+        let _ = node.remap_pages(
             first,
             first,
             self.nvb << (self.block_shift - self.page_shift),
         );
-        let _ = self.node.deregister_region(self.rkey);
-        let _ = self.node.release_internal(self.chunk);
+        let _ = node.deregister_region(self.rkey);
+        let _ = node.release_internal(self.chunk);
     }
 }
 

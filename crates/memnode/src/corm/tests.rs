@@ -535,7 +535,7 @@ fn threads_race_compaction_without_torn_or_stale_reads() {
     cf.policy.threshold = Some(1.4);
     cf.policy.merges_per_step = 2;
     let n = node(64);
-    let (store, ws) = Store::new(n, cf).unwrap();
+    let (store, ws) = Store::new(&n, cf).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let shared: Arc<std::sync::Mutex<HashMap<u64, (ObjPtr, u64)>>> = Default::default();
@@ -669,16 +669,16 @@ fn block_sizes_and_configurations_are_checked() {
         },
     ];
     for cf in bad {
-        assert!(Store::new(node(128), cf).is_err());
+        assert!(Store::new(&node(128), cf).is_err());
     }
     let n = node(128);
-    let (s, _w) = Store::new(n.clone(), StoreConfig::default()).unwrap();
+    let (s, _w) = Store::new(&n, StoreConfig::default()).unwrap();
     assert!(
-        Store::new(n.clone(), StoreConfig::default()).is_err(),
+        Store::new(&n, StoreConfig::default()).is_err(),
         "one store per node"
     );
     drop((s, _w));
-    let (_s, _w) = Store::new(n, StoreConfig::default()).unwrap();
+    let (_s, _w) = Store::new(&n, StoreConfig::default()).unwrap();
 }
 
 #[test]
@@ -734,4 +734,58 @@ fn two_mib_pages_take_two_mib_blocks() {
     assert!(r.blocks_freed > 0, "{r:?}");
     all_readable(&mut c, &objs);
     c.check().unwrap();
+}
+
+/// A mirror of the translation kept only by the node's retranslate hook
+/// (what the verbs server keeps: its view of the memory and the NIC's
+/// registrations) agrees with the node's table after compactions and
+/// address releases: every page the store moved or unmapped was told.
+#[test]
+fn the_retranslate_hook_hears_of_every_page_the_store_moves() {
+    let n = node(64);
+    let mirror: Arc<std::sync::Mutex<HashMap<u64, Option<u64>>>> = Default::default();
+    let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    {
+        let (m, weak, calls) = (mirror.clone(), Arc::downgrade(&n), calls.clone());
+        n.set_retranslate_hook(Some(Arc::new(move |first, count| {
+            calls.fetch_add(1, Ordering::Relaxed);
+            let node = weak.upgrade().expect("the node calls its hook");
+            let mut m = m.lock().unwrap();
+            for p in first..first + count {
+                m.insert(p, node.translate(p));
+            }
+        })));
+    }
+    let mut c = Cluster::new(n.clone(), cfg(2, Strategy::Corm(16), Correction::Scan)).unwrap();
+    let objs = fragment(&mut c, 500, 300, 4, 5);
+    let r = compact(&mut c, 0);
+    assert!(r.blocks_freed > 0, "{r:?}");
+    // Release every pointer: merged addresses are unmapped.
+    for (p, _) in &objs {
+        let q = match c.call(1, Op::Read(*p)) {
+            Ok(Reply::Read { ptr, .. }) => ptr,
+            other => panic!("{other:?}"),
+        };
+        assert!(matches!(
+            c.call(0, Op::ReleasePtr(q)),
+            Ok(Reply::Released(_))
+        ));
+    }
+    c.check().unwrap();
+    assert!(c.store().stats().vaddrs_released > 0);
+    assert!(calls.load(Ordering::Relaxed) > 0);
+    let m = mirror.lock().unwrap();
+    let mut moved = 0;
+    for p in 1..n.layout().remote_pages {
+        let now = n.translate(p);
+        if now != Some(p) {
+            moved += 1;
+            assert_eq!(m.get(&p), Some(&now), "page {p} changed untold");
+        } else if let Some(seen) = m.get(&p) {
+            assert_eq!(*seen, now, "page {p}: the mirror is stale");
+        }
+    }
+    assert!(moved > 0, "the store moved no page");
+    drop(m);
+    n.set_retranslate_hook(None);
 }

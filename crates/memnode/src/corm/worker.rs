@@ -140,7 +140,11 @@ pub type Ticket = u64;
 impl Store {
     /// Builds a store on `node` and its `cfg.workers` workers. Registers
     /// its accounting with the node (one store per node).
-    pub fn new(node: Arc<MemNode>, cfg: StoreConfig) -> Result<(Store, Vec<Worker>), String> {
+    ///
+    /// The store does not keep `node` alive (the node holds it when it is
+    /// a service, [`super::service::CormService`]): the caller does, for as
+    /// long as it uses the store.
+    pub fn new(node: &Arc<MemNode>, cfg: StoreConfig) -> Result<(Store, Vec<Worker>), String> {
         if cfg.workers == 0 || cfg.workers > 255 {
             return Err(format!("{} workers: 1..=255", cfg.workers));
         }
@@ -152,7 +156,7 @@ impl Store {
             return Err("the fragmentation threshold is a ratio ≥ 1".into());
         }
         let space = Space::new(
-            node.clone(),
+            node,
             cfg.block_size,
             cfg.virtual_bytes,
             cfg.max_active_bytes,

@@ -76,3 +76,62 @@ pub fn words(payload: &[u8]) -> Vec<u64> {
 pub fn bytes(words: &[u64]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_le_bytes()).collect()
 }
+
+/// What [`drive`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Driven {
+    /// The sum of the committed transactions' effects.
+    pub effect: i64,
+    /// Transactions committed.
+    pub committed: u64,
+    /// Conflict aborts (each retried).
+    pub aborts: u64,
+    /// Transactions their logic rolled back.
+    pub user_aborts: u64,
+    /// The transaction the coordinator's injected crash stopped
+    /// ([`Coordinator::crash_at`]), if it was reached.
+    pub crashed: Option<u64>,
+    /// The first other error, with the transaction it stopped.
+    pub failure: Option<String>,
+}
+
+/// Runs `txns` transactions of `w` drawn with `rng` on `coord`, each
+/// retried until it commits or its logic rolls it back; stops early at
+/// the coordinator's injected crash or at any other failure. The driver of
+/// the crash tests (shm threads and `dmkit sim check --scenario txn`).
+pub async fn drive<W: Workload>(
+    w: &W,
+    coord: &mut Coordinator,
+    ctx: &Ctx,
+    rng: &mut Rng,
+    txns: u64,
+) -> Driven {
+    let mut d = Driven::default();
+    for _ in 0..txns {
+        let tx = w.draw(rng);
+        let _op = ctx.op("txn").await;
+        loop {
+            match w.run(coord, ctx, &tx).await {
+                Ok(e) => {
+                    d.effect += e;
+                    d.committed += 1;
+                    break;
+                }
+                Err(TxnError::UserAbort) => {
+                    d.user_aborts += 1;
+                    break;
+                }
+                Err(e) if e.retryable() => d.aborts += 1,
+                Err(TxnError::Crashed(_)) => {
+                    d.crashed = Some(coord.last_txn());
+                    return d;
+                }
+                Err(e) => {
+                    d.failure = Some(format!("{tx:?}: {e}"));
+                    return d;
+                }
+            }
+        }
+    }
+    d
+}

@@ -12,8 +12,8 @@ use dmkit_fabric::Fabric;
 use dmkit_index::LeaseConfig;
 use dmkit_runtime::rng::Rng;
 use dmkit_runtime::{RuntimeConfig, Worker};
-use dmkit_txn::workload::Workload;
-use dmkit_txn::{addr_cache, Database, TxnConfig, TxnError, TxnRecord};
+use dmkit_txn::workload::{drive, Workload};
+use dmkit_txn::{addr_cache, Database, TxnConfig, TxnRecord};
 
 /// A lease long enough that a descheduled thread on a loaded two-core
 /// machine never loses one (a live holder that does stops, by design).
@@ -65,11 +65,28 @@ pub fn run_threads<W: Workload + 'static>(
     seed: u64,
     runtime: RuntimeConfig,
 ) -> RunOut {
+    run_threads_preempted(db, w, threads, tasks, txns, seed, runtime, 0)
+}
+
+/// [`run_threads`] with every coordinator preempted at random at its
+/// phase boundaries with probability `per_mille`/1000
+/// (`Coordinator::preempt_at_random`).
+#[allow(clippy::too_many_arguments)]
+pub fn run_threads_preempted<W: Workload + 'static>(
+    db: &Arc<Database>,
+    w: &Arc<W>,
+    threads: usize,
+    tasks: usize,
+    txns: usize,
+    seed: u64,
+    runtime: RuntimeConfig,
+    per_mille: u64,
+) -> RunOut {
     let outs: Vec<RunOut> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|ti| {
                 let (db, w, runtime) = (db.clone(), w.clone(), runtime.clone());
-                s.spawn(move || run_worker(&db, &w, ti, tasks, txns, seed, runtime))
+                s.spawn(move || run_worker(&db, &w, ti, tasks, txns, seed, runtime, per_mille))
             })
             .collect();
         hs.into_iter().map(|h| h.join().expect("thread")).collect()
@@ -85,7 +102,8 @@ pub fn run_threads<W: Workload + 'static>(
     all
 }
 
-/// One worker of `tasks` tasks (see [`run_threads`]).
+/// One worker of `tasks` tasks (see [`run_threads_preempted`]).
+#[allow(clippy::too_many_arguments)]
 pub fn run_worker<W: Workload + 'static>(
     db: &Arc<Database>,
     w: &Arc<W>,
@@ -94,6 +112,7 @@ pub fn run_worker<W: Workload + 'static>(
     txns: usize,
     seed: u64,
     runtime: RuntimeConfig,
+    per_mille: u64,
 ) -> RunOut {
     let mut wk = Worker::builder(db.fabric().as_ref())
         .config(RuntimeConfig {
@@ -117,6 +136,9 @@ pub fn run_worker<W: Workload + 'static>(
     for k in 0..tasks {
         let mut coord = db.coordinator(&cache).expect("coordinator");
         coord.record_history();
+        if per_mille > 0 {
+            coord.preempt_at_random(seed ^ (ti * 1000 + k) as u64, per_mille);
+        }
         let (w, history, effect, committed, aborts, user, failed) = (
             w.clone(),
             history.clone(),
@@ -128,27 +150,16 @@ pub fn run_worker<W: Workload + 'static>(
         );
         let mut rng = Rng::new(seed * 1_000_003 + (ti * 1000 + k) as u64 + 1);
         wk.spawn(move |ctx| async move {
-            for _ in 0..txns {
-                let tx = w.draw(&mut rng);
-                let _op = ctx.op("txn").await;
-                loop {
-                    match w.run(&mut coord, &ctx, &tx).await {
-                        Ok(d) => {
-                            effect.set(effect.get() + d);
-                            committed.set(committed.get() + 1);
-                            break;
-                        }
-                        Err(TxnError::UserAbort) => {
-                            user.set(user.get() + 1);
-                            break;
-                        }
-                        Err(e) if e.retryable() => aborts.set(aborts.get() + 1),
-                        Err(e) => {
-                            failed.borrow_mut().get_or_insert(format!("{tx:?}: {e}"));
-                            return;
-                        }
-                    }
-                }
+            let d = drive(w.as_ref(), &mut coord, &ctx, &mut rng, txns as u64).await;
+            effect.set(effect.get() + d.effect);
+            committed.set(committed.get() + d.committed);
+            aborts.set(aborts.get() + d.aborts);
+            user.set(user.get() + d.user_aborts);
+            if let Some(f) = d
+                .failure
+                .or(d.crashed.map(|t| format!("txn {t:#x} crashed")))
+            {
+                failed.borrow_mut().get_or_insert(f);
             }
             history.borrow_mut().extend(coord.take_history());
         });

@@ -1,0 +1,461 @@
+//! `dmkit bench corm --timeline`: one client's read throughput over time
+//! before, during and after a compaction of a fragmented CoRM store, on
+//! shm ("CoRM: Compactable Remote Memory over RDMA", SIGMOD'21, §4.3.2,
+//! Fig. 16; the simulator's version is `sim reproduce corm-fig16`).
+//!
+//! An embedded node's RPC workers serve the store (`workers` of them). A
+//! loader allocates `objects` objects of `size` bytes and frees three of
+//! four at random (the paper's setting), leaving the store fragmented.
+//! Then one client reads the kept objects in order, again and again, and
+//! counts completed reads per `bucket`: with `read = direct`, DirectReads
+//! corrected by ScanRead when an object moved (the paper's "scan-read
+//! client"); with `read = rpc`, RPC reads the node corrects. At
+//! `compact_at` another client asks for a compaction of every class and
+//! waits for it (the leader merges without breaks, as the paper's run:
+//! `merges_per_step = 0`). The run ends at `duration`.
+//!
+//! Reported: the series (Mops per bucket), the compaction's span and
+//! blocks, the client's throughput before, during and after it, the
+//! longest time without a completed read (unavailability), and the direct
+//! reads that found their object moved. The JSON carries the series as
+//! figure rows, so `dmkit plot` draws it.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dmkit_corm::{CormClient, CormError};
+use dmkit_fabric::shm::{ShmConfig, ShmFabric};
+use dmkit_fabric::{Fabric, RpcChannel, RpcFailure};
+use dmkit_memnode::corm::class::Strategy;
+use dmkit_memnode::corm::service::{
+    decode_answer, decode_fault, encode_request, CormAnswer, CormRequest, CormService, CORM,
+};
+use dmkit_memnode::corm::{CompactionReport, Correction, ObjPtr, Op, Policy, Reply, StoreConfig};
+use dmkit_memnode::NodeConfig;
+use dmkit_runtime::{Ctx, Local, RuntimeConfig, Worker};
+use serde::Serialize;
+
+use crate::corm_bench::ReadPath;
+use crate::micro::BenchError;
+
+const BLOCK: u64 = 4096;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct TimelineConfig {
+    /// How the client reads.
+    pub read: ReadPath,
+    /// Pointer correction on the node's RPC path.
+    pub correction: Correction,
+    /// Objects loaded (a quarter is kept).
+    pub objects: usize,
+    /// Payload bytes of each object.
+    pub size: u32,
+    /// The node's RPC workers (the store's workers).
+    pub workers: usize,
+    /// Length of a bucket of the series.
+    pub bucket: Duration,
+    /// When the compaction is asked for, from the start of the reads.
+    pub compact_at: Duration,
+    /// Length of the run, from the start of the reads.
+    pub duration: Duration,
+    /// Seed (which objects are freed, the store's ids).
+    pub seed: u64,
+}
+
+/// One point of a series, as `sim reproduce` figures carry them.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// The series' name.
+    pub series: String,
+    /// Milliseconds since the reads started.
+    pub x: f64,
+    /// Throughput over the bucket.
+    pub value: f64,
+    /// `Mops`.
+    pub unit: String,
+    /// No published value (the paper's Fig. 16 is on other hardware).
+    pub published: Option<f64>,
+}
+
+/// What a timeline run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct TimelineResult {
+    /// `corm-timeline` (so `dmkit plot` draws the rows).
+    pub figure: String,
+    /// `shm`.
+    pub profile: String,
+    /// The x axis of the rows.
+    pub x_label: String,
+    /// `shm`.
+    pub backend: String,
+    /// `direct` (DirectRead, ScanRead on a moved object) or `rpc`.
+    pub read: String,
+    /// `scan` or `message`.
+    pub correction: String,
+    /// Objects loaded.
+    pub objects: usize,
+    /// Objects kept (and read).
+    pub kept: usize,
+    /// Payload bytes per object.
+    pub size: u32,
+    /// The node's RPC workers.
+    pub workers: usize,
+    /// Bucket length (ms).
+    pub bucket_ms: f64,
+    /// Length of the run (ms).
+    pub duration_ms: f64,
+    /// When the compaction was asked for (ms).
+    pub compaction_started_ms: f64,
+    /// When it was answered (ms).
+    pub compaction_ended_ms: f64,
+    /// What it did.
+    pub compaction: CompactionReport,
+    /// Active memory before and after the compaction (bytes).
+    pub active_bytes_before: u64,
+    /// Active memory after it.
+    pub active_bytes_after: u64,
+    /// Reads completed in the run.
+    pub reads: u64,
+    /// Throughput before the compaction (Mops).
+    pub before_mops: f64,
+    /// During it (the buckets it overlaps).
+    pub during_mops: f64,
+    /// After it.
+    pub after_mops: f64,
+    /// during / before.
+    pub during_over_before: f64,
+    /// The longest run of buckets without a completed read (ms).
+    pub longest_gap_ms: f64,
+    /// Direct reads that found their object moved (corrected by ScanRead).
+    pub failed_direct_reads: u64,
+    /// The series: Mops per bucket.
+    pub rows: Vec<Row>,
+    /// Wall-clock seconds the run took.
+    pub wall_seconds: f64,
+}
+
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+fn run_err(what: &str, e: impl std::fmt::Display) -> BenchError {
+    BenchError::Run(format!("{what}: {e}"))
+}
+
+fn call(ch: &mut dyn RpcChannel, r: CormRequest) -> Result<CormAnswer, BenchError> {
+    match ch.call(CORM, &encode_request(&r)) {
+        Ok(bytes) => decode_answer(&bytes).map_err(|e| run_err("a CoRM answer", e)),
+        Err(RpcFailure::Service(e)) => Err(run_err(
+            "the CoRM service",
+            decode_fault(&e).map_or_else(|x| x, |f| f.to_string()),
+        )),
+        Err(f) => Err(run_err("a CoRM call", f)),
+    }
+}
+
+fn op(ch: &mut dyn RpcChannel, o: Op) -> Result<Reply, BenchError> {
+    match call(ch, CormRequest::Op(o))? {
+        CormAnswer::Done(r) => Ok(r),
+        other => Err(run_err("unexpected answer", format!("{other:?}"))),
+    }
+}
+
+fn active_bytes(ch: &mut dyn RpcChannel) -> Result<u64, BenchError> {
+    match call(ch, CormRequest::Stats)? {
+        CormAnswer::Stats(s) => Ok(s.active_bytes),
+        other => Err(run_err("unexpected answer", format!("{other:?}"))),
+    }
+}
+
+/// Mops over buckets `[a, b)`.
+fn rate(v: &[u64], a: usize, b: usize, bucket_ns: f64) -> f64 {
+    let (a, b) = (a.min(v.len()), b.min(v.len()));
+    if b <= a {
+        return 0.0;
+    }
+    v[a..b].iter().sum::<u64>() as f64 / ((b - a) as f64 * bucket_ns) * 1e3
+}
+
+/// The longest run of empty buckets.
+fn longest_gap(v: &[u64]) -> usize {
+    let (mut best, mut cur) = (0, 0);
+    for &c in v {
+        cur = if c == 0 { cur + 1 } else { 0 };
+        best = best.max(cur);
+    }
+    best
+}
+
+fn check(cfg: &TimelineConfig) -> Result<(), BenchError> {
+    let bad = |m: &str| Err(BenchError::Config(m.into()));
+    if cfg.objects < 4 || cfg.workers == 0 || cfg.size == 0 {
+        return bad("--timeline needs --objects of at least 4, --size and --workers of at least 1");
+    }
+    if cfg.bucket.is_zero() || cfg.compact_at >= cfg.duration {
+        return bad(
+            "--timeline needs a --bucket above zero and --compact-at before the end of --duration",
+        );
+    }
+    if cfg.duration.as_nanos() / cfg.bucket.as_nanos() > 1_000_000 {
+        return bad("--timeline: more than a million buckets; raise --bucket");
+    }
+    Ok(())
+}
+
+/// Runs the timeline on an embedded shm node.
+pub fn run(cfg: &TimelineConfig) -> Result<TimelineResult, BenchError> {
+    check(cfg)?;
+    let wall = Instant::now();
+    let space = (cfg.objects as u64 * (u64::from(cfg.size) + 64) * 2)
+        .max(8 << 20)
+        .next_multiple_of(BLOCK);
+    let fabric = ShmFabric::embedded(
+        ShmConfig {
+            rpc_max_message: (cfg.size + 256).max(4096),
+            ..Default::default()
+        },
+        &[NodeConfig {
+            size: (2 * space + (16 << 20)).next_multiple_of(1 << 20),
+            rpc_workers: cfg.workers,
+            ..Default::default()
+        }],
+    )?;
+    let node = fabric
+        .embedded_node(0)
+        .ok_or_else(|| BenchError::Config("no embedded node".into()))?;
+    CormService::register(
+        &node,
+        StoreConfig {
+            block_size: BLOCK,
+            strategy: Strategy::Corm(16),
+            correction: cfg.correction,
+            policy: Policy {
+                threshold: None,
+                merges_per_step: 0,
+                ..Policy::default()
+            },
+            virtual_bytes: space,
+            seed: Some(cfg.seed),
+            ..StoreConfig::default()
+        },
+    )
+    .map_err(BenchError::Config)?;
+    // Load, then free three of four at random.
+    let mut ch = fabric.connect_rpc(0)?;
+    let mut kept = Vec::new();
+    let mut all = Vec::with_capacity(cfg.objects);
+    for i in 0..cfg.objects {
+        let Reply::Allocated(p) = op(&mut *ch, Op::Alloc(cfg.size))? else {
+            return Err(run_err("loading", "alloc answered something else"));
+        };
+        op(&mut *ch, Op::Write(p, vec![i as u8; cfg.size as usize]))?;
+        all.push(p);
+    }
+    for (i, p) in all.into_iter().enumerate() {
+        if mix(cfg.seed ^ i as u64).is_multiple_of(4) {
+            kept.push(p);
+        } else {
+            op(&mut *ch, Op::Free(p))?;
+        }
+    }
+    if kept.is_empty() {
+        return Err(BenchError::Config("no object kept: raise --objects".into()));
+    }
+    let active_before = active_bytes(&mut *ch)?;
+    let bucket_ns = cfg.bucket.as_nanos() as u64;
+    let buckets = (cfg.duration.as_nanos() as u64).div_ceil(bucket_ns) as usize;
+    let stop = Arc::new(AtomicBool::new(false));
+    let t0 = Instant::now();
+    let (counts, failed, span, report) = std::thread::scope(|s| {
+        let client = {
+            let (stop, fabric, kept) = (stop.clone(), &fabric, kept.clone());
+            s.spawn(move || -> Result<(Vec<u64>, u64), BenchError> {
+                let mut w = Worker::builder(fabric)
+                    .config(RuntimeConfig {
+                        seed: cfg.seed,
+                        op_stats: false,
+                        ..RuntimeConfig::default()
+                    })
+                    .tasks(1)
+                    .local_bytes(BLOCK as usize)
+                    .build()?;
+                let counts = Rc::new(RefCell::new(vec![0u64; buckets]));
+                let failed = Rc::new(RefCell::new(0u64));
+                let error: Rc<RefCell<Option<CormError>>> = Rc::default();
+                let (c2, f2, e2, read) = (counts.clone(), failed.clone(), error.clone(), cfg.read);
+                w.spawn(move |ctx: Ctx| async move {
+                    let r = async {
+                        let c = CormClient::connect(&ctx, 0).await?;
+                        let buf = Local::at(0, BLOCK as usize);
+                        let mut mine: Vec<ObjPtr> = kept;
+                        'run: loop {
+                            for q in mine.iter_mut() {
+                                if stop.load(Ordering::Relaxed) {
+                                    break 'run;
+                                }
+                                match read {
+                                    ReadPath::Rpc => drop(c.read(&ctx, q).await?),
+                                    ReadPath::Direct => match c.direct_read(&ctx, *q, buf).await {
+                                        Ok(_) => {}
+                                        Err(CormError::Moved) => {
+                                            *f2.borrow_mut() += 1;
+                                            c.scan_read(&ctx, q, buf).await?;
+                                        }
+                                        Err(e) => return Err(e),
+                                    },
+                                }
+                                let b = (t0.elapsed().as_nanos() as u64 / bucket_ns) as usize;
+                                if let Some(n) = c2.borrow_mut().get_mut(b) {
+                                    *n += 1;
+                                }
+                            }
+                        }
+                        Ok::<(), CormError>(())
+                    }
+                    .await;
+                    if let Err(e) = r {
+                        *e2.borrow_mut() = Some(e);
+                    }
+                });
+                while w.live_tasks() > 0 {
+                    if w.step() == 0 {
+                        std::hint::spin_loop();
+                    }
+                }
+                if let Some(e) = error.borrow_mut().take() {
+                    return Err(run_err("the reading client", e));
+                }
+                let v = counts.borrow().clone();
+                let n = *failed.borrow();
+                Ok((v, n))
+            })
+        };
+        // The compaction, asked for at `compact_at` and waited for.
+        let compacted = (|| {
+            std::thread::sleep(cfg.compact_at.saturating_sub(t0.elapsed()));
+            let started = t0.elapsed();
+            let r = match op(&mut *ch, Op::Compact(None))? {
+                Reply::Compacted(r) => r,
+                other => return Err(run_err("compact", format!("{other:?}"))),
+            };
+            Ok(((started, t0.elapsed()), r))
+        })();
+        std::thread::sleep(cfg.duration.saturating_sub(t0.elapsed()));
+        stop.store(true, Ordering::Relaxed);
+        let (counts, failed) = client
+            .join()
+            .map_err(|_| BenchError::Run("the reading client panicked".into()))??;
+        let (span, report) = compacted?;
+        Ok::<_, BenchError>((counts, failed, span, report))
+    })?;
+    let active_after = active_bytes(&mut *ch)?;
+    let bns = bucket_ns as f64;
+    let a = (span.0.as_nanos() as u64 / bucket_ns) as usize;
+    let b = (span.1.as_nanos() as u64).div_ceil(bucket_ns) as usize;
+    let (before, during, after) = (
+        rate(&counts, 0, a, bns),
+        rate(&counts, a, b, bns),
+        rate(&counts, b, buckets, bns),
+    );
+    let series = format!(
+        "{} client ({} correction)",
+        match cfg.read {
+            ReadPath::Direct => "scan-read",
+            ReadPath::Rpc => "RPC",
+        },
+        correction_name(cfg.correction)
+    );
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    Ok(TimelineResult {
+        figure: "corm-timeline".into(),
+        profile: "shm".into(),
+        x_label: "ms since the reads started".into(),
+        backend: "shm".into(),
+        read: cfg.read.name().into(),
+        correction: correction_name(cfg.correction).into(),
+        objects: cfg.objects,
+        kept: kept.len(),
+        size: cfg.size,
+        workers: cfg.workers,
+        bucket_ms: ms(cfg.bucket),
+        duration_ms: ms(cfg.duration),
+        compaction_started_ms: ms(span.0),
+        compaction_ended_ms: ms(span.1),
+        compaction: report,
+        active_bytes_before: active_before,
+        active_bytes_after: active_after,
+        reads: counts.iter().sum(),
+        before_mops: before,
+        during_mops: during,
+        after_mops: after,
+        during_over_before: if before > 0.0 { during / before } else { 0.0 },
+        longest_gap_ms: longest_gap(&counts) as f64 * ms(cfg.bucket),
+        failed_direct_reads: failed,
+        rows: counts
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| Row {
+                series: series.clone(),
+                x: i as f64 * ms(cfg.bucket),
+                value: c as f64 / bns * 1e3,
+                unit: "Mops".into(),
+                published: None,
+            })
+            .collect(),
+        wall_seconds: wall.elapsed().as_secs_f64(),
+    })
+}
+
+fn correction_name(c: Correction) -> &'static str {
+    match c {
+        Correction::Scan => "scan",
+        Correction::Message => "message",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gaps_and_rates() {
+        assert_eq!(longest_gap(&[3, 0, 0, 1, 0]), 2);
+        assert_eq!(longest_gap(&[1, 1]), 0);
+        assert!((rate(&[10, 20, 30], 1, 3, 1_000.0) - 25.0).abs() < 1e-9);
+        assert_eq!(rate(&[1], 2, 3, 1_000.0), 0.0);
+    }
+
+    /// A short run: the compaction happens inside it, returns memory, and
+    /// the client reads throughout, every bucket counted.
+    #[test]
+    fn a_short_timeline_sees_the_compaction() {
+        let cfg = TimelineConfig {
+            read: ReadPath::Direct,
+            correction: Correction::Scan,
+            objects: 4000,
+            size: 32,
+            workers: 1,
+            bucket: Duration::from_millis(5),
+            compact_at: Duration::from_millis(50),
+            duration: Duration::from_millis(200),
+            seed: 3,
+        };
+        let r = run(&cfg).unwrap();
+        assert!(r.compaction.blocks_freed > 0, "{:?}", r.compaction);
+        assert!(r.active_bytes_after < r.active_bytes_before);
+        assert!(r.compaction_started_ms >= 50.0);
+        assert!(r.compaction_ended_ms >= r.compaction_started_ms);
+        assert_eq!(r.rows.len(), 40);
+        assert!(
+            r.reads > 0 && r.before_mops > 0.0 && r.after_mops > 0.0,
+            "{r:?}"
+        );
+        assert!(r.failed_direct_reads > 0, "moved objects were read");
+    }
+}

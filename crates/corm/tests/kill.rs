@@ -1,0 +1,318 @@
+//! A CoRM client process killed with SIGKILL mid-write or mid-alloc (the
+//! kernel picks the instant), over shm, while another client compacts the
+//! store again and again and this process reads the dead client's objects
+//! one-sidedly.
+//!
+//! What a dead client can leave: in CoRM only the node's workers write
+//! objects (clients' region is read-only), so no lock bit or half-bumped
+//! version is ever a client's — a worker finishes every request it took,
+//! whether its client lives or not, and the node reclaims the dead
+//! client's channel when its session ends (no lease needed). What it
+//! cannot give back: the object of an Alloc whose reply it never read is
+//! allocated and unreachable (CoRM has no per-client ownership of
+//! objects; nor has the paper). The test bounds that to the one Alloc in
+//! flight and checks the accounting counts it.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dmkit_fabric::shm::{ShmConfig, ShmFabric, Target};
+use dmkit_fabric::{Fabric, GlobalAddr, RpcChannel, RpcFailure, SyncQp};
+use dmkit_memnode::corm::class::Strategy;
+use dmkit_memnode::corm::service::{
+    decode_answer, decode_fault, encode_request, CormAnswer, CormFault, CormRequest, CormService,
+    CORM,
+};
+use dmkit_memnode::corm::{
+    decode, scan_block, CormStats, ObjError, ObjPtr, Op, Policy, ReadFault, Reply, StoreConfig,
+};
+use dmkit_memnode::server::{default_token_path, Server};
+use dmkit_memnode::{MemNode, NodeConfig};
+
+const TESTKIT: &str = env!("CARGO_BIN_EXE_dmkit-corm-testkit");
+const BS: u64 = 4096;
+const SIZE: usize = 200;
+const OBJECTS: usize = 16;
+
+fn value(tag: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (tag as usize * 13 + i * 7) as u8)
+        .collect()
+}
+
+fn whole(v: &[u8]) -> bool {
+    v[..SIZE].windows(2).all(|w| w[1].wrapping_sub(w[0]) == 7)
+}
+
+fn call(ch: &mut dyn RpcChannel, r: CormRequest) -> Result<CormAnswer, CormFault> {
+    match ch.call(CORM, &encode_request(&r)) {
+        Ok(bytes) => Ok(decode_answer(&bytes).unwrap()),
+        Err(RpcFailure::Service(e)) => Err(decode_fault(&e).unwrap()),
+        Err(f) => panic!("transport failure: {f}"),
+    }
+}
+
+fn op(ch: &mut dyn RpcChannel, o: Op) -> Result<Reply, CormFault> {
+    match call(ch, CormRequest::Op(o))? {
+        CormAnswer::Done(r) => Ok(r),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn stats(ch: &mut dyn RpcChannel) -> CormStats {
+    match call(ch, CormRequest::Stats).unwrap() {
+        CormAnswer::Stats(s) => *s,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// DirectRead with ScanRead as its correction, retrying torn or locked
+/// reads: `Err` only when the object stays torn or locked (a lock a dead
+/// writer would have left) or is not in its block.
+fn one_sided(q: &mut SyncQp, slot: usize, p: ObjPtr) -> Result<Vec<u8>, String> {
+    let e = p.expect(BS);
+    for _ in 0..100_000 {
+        let bytes = q
+            .read(GlobalAddr::new(0, p.offset()), p.rkey(), slot)
+            .map_err(|e| e.to_string())?;
+        match decode(&bytes, e) {
+            Ok(v) => return Ok(v),
+            Err(ReadFault::WrongObject) => {
+                let block = q
+                    .read(GlobalAddr::new(0, p.home_block(BS)), p.rkey(), BS as usize)
+                    .map_err(|e| e.to_string())?;
+                let Some(off) = scan_block(&block, slot, e) else {
+                    continue; // Mid-merge: read again.
+                };
+                if let Ok(v) = decode(&block[off..off + slot], e) {
+                    return Ok(v);
+                }
+            }
+            Err(ReadFault::Torn | ReadFault::Locked) => std::hint::spin_loop(),
+        }
+    }
+    Err("the object stayed torn, locked or missing".into())
+}
+
+fn ptr(line: &str) -> ObjPtr {
+    let mut it = line.split_whitespace().skip(1);
+    let mut hex = || u64::from_str_radix(it.next().unwrap(), 16).unwrap();
+    ObjPtr {
+        addr: hex(),
+        meta: hex(),
+    }
+}
+
+#[test]
+fn a_client_killed_mid_write_or_alloc_leaves_the_store_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("corm.sock");
+    let node = MemNode::new(NodeConfig {
+        size: 64 << 20,
+        rpc_workers: 2,
+        ..Default::default()
+    })
+    .unwrap();
+    CormService::register(
+        &node,
+        StoreConfig {
+            block_size: BS,
+            strategy: Strategy::Corm(16),
+            policy: Policy {
+                threshold: None,
+                ..Policy::default()
+            },
+            virtual_bytes: 16 << 20,
+            seed: Some(5),
+            ..StoreConfig::default()
+        },
+    )
+    .unwrap();
+    let _running = Server::bind(node.clone(), &socket, &default_token_path(&socket))
+        .unwrap()
+        .spawn()
+        .unwrap();
+    let f = Arc::new(
+        ShmFabric::open(
+            ShmConfig {
+                rpc_max_message: 8192,
+                ..Default::default()
+            },
+            &[Target::new(&socket)],
+        )
+        .unwrap(),
+    );
+    let mut ch = f.connect_rpc(0).unwrap();
+    let slot = match call(&mut *ch, CormRequest::Info).unwrap() {
+        CormAnswer::Info(i) => {
+            let class = i
+                .classes
+                .iter()
+                .position(|&(_, cap)| cap as usize >= SIZE)
+                .unwrap();
+            i.classes[class].0 as usize
+        }
+        other => panic!("{other:?}"),
+    };
+    // Another client compacts, again and again, from the start: a
+    // fragmented class (four of five objects freed) keeps it busy.
+    let mut frag = Vec::new();
+    for i in 0..400u64 {
+        let Reply::Allocated(p) = op(&mut *ch, Op::Alloc(SIZE as u32)).unwrap() else {
+            panic!()
+        };
+        op(&mut *ch, Op::Write(p, value(i, SIZE))).unwrap();
+        frag.push(p);
+    }
+    let mut kept = Vec::new();
+    for (i, p) in frag.into_iter().enumerate() {
+        if i % 5 == 0 {
+            kept.push(p);
+        } else {
+            op(&mut *ch, Op::Free(p)).unwrap();
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let compactions = Arc::new(AtomicU64::new(0));
+    let compactor = {
+        let (f, stop, n) = (f.clone(), stop.clone(), compactions.clone());
+        std::thread::spawn(move || {
+            let mut ch = f.connect_rpc(0).unwrap();
+            while !stop.load(Ordering::Acquire) {
+                op(&mut *ch, Op::Compact(None)).unwrap();
+                n.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    // Its channel is open once it compacted.
+    while compactions.load(Ordering::Relaxed) == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let baseline = node.stats().rpc_channels;
+    let mut lasts = Vec::new();
+    for (round, delay_ms) in [40u64, 150, 400].into_iter().enumerate() {
+        let mut child = Command::new(TESTKIT)
+            .args([
+                "churn",
+                socket.to_str().unwrap(),
+                &OBJECTS.to_string(),
+                &SIZE.to_string(),
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut objs = Vec::new();
+        loop {
+            let mut l = String::new();
+            assert!(out.read_line(&mut l).unwrap() > 0, "the child died early");
+            if l.trim() == "ready" {
+                break;
+            }
+            objs.push(ptr(&l));
+        }
+        assert_eq!(objs.len(), OBJECTS);
+        // The child's progress, read as it goes.
+        let last: Arc<Mutex<String>> = Default::default();
+        let steps = Arc::new(AtomicU64::new(0));
+        let follower = {
+            let (last, steps) = (last.clone(), steps.clone());
+            std::thread::spawn(move || {
+                for l in out.lines() {
+                    *last.lock().unwrap() = l.unwrap();
+                    steps.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        };
+        // This process reads the child's objects one-sidedly while it
+        // writes them and the store compacts, then the child dies.
+        let mut q = SyncQp::new(&*f, 0, BS as usize).unwrap();
+        let t0 = Instant::now();
+        let mut reads = 0u64;
+        while t0.elapsed() < Duration::from_millis(delay_ms) {
+            for p in &objs {
+                let v = one_sided(&mut q, slot, *p).unwrap();
+                assert!(whole(&v), "round {round}: a torn object was accepted");
+                reads += 1;
+            }
+        }
+        assert!(reads > 0);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        follower.join().unwrap();
+        let last = last.lock().unwrap().clone();
+        eprintln!(
+            "round {round}: killed after {delay_ms} ms, {} steps, {reads} reads",
+            steps.load(Ordering::Relaxed)
+        );
+        // The node reclaims the dead client's channel and keeps serving.
+        let t0 = Instant::now();
+        while node.stats().rpc_channels != baseline {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "channel not reclaimed"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Every object the child wrote is whole and unlocked, and usable:
+        // written and read back by this client, through RPC and one-sided.
+        for (i, p) in objs.iter().enumerate() {
+            let v = one_sided(&mut q, slot, *p).unwrap();
+            assert!(whole(&v), "round {round}: object {i} torn after the kill");
+            let tag = 1000 * (round as u64 + 1) + i as u64;
+            op(&mut *ch, Op::Write(*p, value(tag, SIZE))).unwrap();
+            match op(&mut *ch, Op::Read(*p)).unwrap() {
+                Reply::Read { data, .. } => assert_eq!(data[..SIZE], value(tag, SIZE)[..]),
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(
+                one_sided(&mut q, slot, *p).unwrap()[..SIZE],
+                value(tag, SIZE)[..]
+            );
+        }
+        // The accounting: the kept objects, the child's, and what its
+        // last step may have left.
+        let in_flight_alloc = last == "alloc";
+        if last.starts_with("got ") {
+            assert_eq!(op(&mut *ch, Op::Free(ptr(&last))), Ok(Reply::Freed));
+        } else if last.starts_with("free ") {
+            // Freed or not: the kill decided.
+            match op(&mut *ch, Op::Free(ptr(&last))) {
+                Ok(Reply::Freed) | Err(CormFault::Obj(ObjError::Freed | ObjError::Stale)) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        for p in objs {
+            assert_eq!(op(&mut *ch, Op::Free(p)), Ok(Reply::Freed));
+        }
+        let st = stats(&mut *ch);
+        let unreachable = st.live_objects - kept.len() as u64;
+        assert!(
+            unreachable <= u64::from(in_flight_alloc),
+            "round {round}: {unreachable} objects unaccounted for (last step {last:?})"
+        );
+        assert_eq!(
+            st.live_bytes,
+            st.live_objects * SIZE as u64,
+            "round {round}: live bytes"
+        );
+        lasts.push(last);
+    }
+    stop.store(true, Ordering::Release);
+    compactor.join().unwrap();
+    assert!(compactions.load(Ordering::Relaxed) > 0);
+    let st = stats(&mut *ch);
+    assert!(st.compactions > 0, "{st:?}");
+    // The kept objects survived it all.
+    for (i, p) in kept.iter().enumerate() {
+        match op(&mut *ch, Op::Read(*p)).unwrap() {
+            Reply::Read { data, .. } => assert_eq!(data[..SIZE], value(5 * i as u64, SIZE)[..]),
+            other => panic!("{other:?}"),
+        }
+    }
+    eprintln!("the children's last steps: {lasts:?}");
+}
