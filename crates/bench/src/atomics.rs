@@ -36,8 +36,9 @@ use dmkit_runtime::rpc::{Atomics, AtomicsRequest, CallError};
 use dmkit_runtime::{Ctx, Local, Worker};
 use serde::Serialize;
 
-use crate::micro::{BenchError, Padded};
-use crate::vector_io::raw_runtime;
+use crate::harness;
+use crate::micro::BenchError;
+use crate::vector_io::{outcome, raw_runtime};
 
 /// The primitive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -181,6 +182,11 @@ pub struct AtomicsResult {
     pub failures_per_op: f64,
     /// Mutual exclusion held / every number unique (whole run).
     pub verified: bool,
+    /// Ctrl-C ended the window early: the figures are of the shortened
+    /// window.
+    pub interrupted: bool,
+    /// Set when more threads ran than the process has cores (shm, verbs).
+    pub oversubscribed: Option<String>,
 }
 
 fn result_of(
@@ -200,14 +206,22 @@ fn result_of(
         threads: c.threads,
         ops,
         seconds,
-        mops: ops as f64 / seconds.max(1e-12) / 1e6,
+        mops: harness::rate(ops as f64, seconds) / 1e6,
         failures_per_op: failures as f64 / total.max(1) as f64,
         verified,
+        interrupted: false,
+        oversubscribed: None,
     }
 }
 
 /// Runs one point on the host (`local`) or on `fabric` (`remote`).
-pub fn run(fabric: &dyn Fabric, c: &AtomicsConfig) -> Result<AtomicsResult, AtomicsError> {
+/// Both measure in one global window opened `warmup` after the start
+/// barrier ([`crate::harness`]).
+pub fn run(
+    fabric: &dyn Fabric,
+    c: &AtomicsConfig,
+    warmup: Duration,
+) -> Result<AtomicsResult, AtomicsError> {
     if c.threads == 0 {
         return Err(BenchError::Config("--threads must be at least 1".into()).into());
     }
@@ -215,36 +229,9 @@ pub fn run(fabric: &dyn Fabric, c: &AtomicsConfig) -> Result<AtomicsResult, Atom
         Place::Rpc if fabric.caps().rpc_workers == 0 => {
             Err(AtomicsError::NoRpcWorkers(c.primitive))
         }
-        Place::Local => Ok(run_local(c)),
-        Place::Remote | Place::Rpc => run_remote(fabric, c),
+        Place::Local => Ok(run_local(c, warmup)),
+        Place::Remote | Place::Rpc => run_remote(fabric, c, warmup),
     }
-}
-
-/// The measured window: `sum()` reads the threads' counters; the run
-/// ends at `duration` or when `stop` is set.
-fn window(
-    sum: impl Fn() -> u64,
-    stop: &AtomicBool,
-    started: &AtomicU64,
-    threads: usize,
-    duration: Duration,
-) -> (u64, f64) {
-    while started.load(Ordering::Acquire) < threads as u64 && !stop.load(Ordering::Relaxed) {
-        std::thread::yield_now();
-    }
-    let before = sum();
-    let t0 = Instant::now();
-    while !stop.load(Ordering::Relaxed) && t0.elapsed() < duration {
-        std::thread::sleep(
-            duration
-                .saturating_sub(t0.elapsed())
-                .min(Duration::from_millis(20)),
-        );
-    }
-    let after = sum();
-    let secs = t0.elapsed().as_secs_f64();
-    stop.store(true, Ordering::Relaxed);
-    (after.saturating_sub(before), secs)
 }
 
 fn spin_for(ns: u64) {
@@ -254,75 +241,79 @@ fn spin_for(ns: u64) {
     }
 }
 
-fn run_local(c: &AtomicsConfig) -> AtomicsResult {
+/// Local operations read the clock once per this many (a clock reading
+/// costs as much as an uncontended atomic): the window's edges blur by at
+/// most this many operations per thread.
+const LOCAL_CLOCK_EVERY: u64 = 64;
+
+fn run_local(c: &AtomicsConfig, warmup: Duration) -> AtomicsResult {
     #[repr(align(128))]
     struct Word(AtomicU64);
     let word = Word(AtomicU64::new(0));
     let inside = AtomicU64::new(0);
     let broken = AtomicBool::new(false);
-    let counters: Vec<Padded> = (0..c.threads).map(|_| Padded::default()).collect();
-    let stop = AtomicBool::new(false);
-    let started = AtomicU64::new(0);
-    let (w, failures, total) = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..c.threads)
-            .map(|t| {
-                let (word, inside, broken, counter, stop, started) =
-                    (&word, &inside, &broken, &counters[t], &stop, &started);
-                s.spawn(move || {
-                    started.fetch_add(1, Ordering::Release);
-                    let (mut n, mut failed) = (0u64, 0u64);
-                    while !stop.load(Ordering::Relaxed) {
-                        match c.primitive {
-                            Primitive::Sequencer => {
-                                word.0.fetch_add(1, Ordering::AcqRel);
-                            }
-                            Primitive::Lock => {
-                                let mut i = 0;
-                                while word
-                                    .0
-                                    .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-                                    .is_err()
-                                {
-                                    failed += 1;
-                                    if c.backoff {
-                                        spin_for(c.delay(i));
-                                        i += 1;
-                                    }
-                                }
-                                if inside.fetch_add(1, Ordering::Relaxed) != 0 {
-                                    broken.store(true, Ordering::Relaxed);
-                                }
-                                inside.fetch_sub(1, Ordering::Relaxed);
-                                word.0.store(0, Ordering::Release);
+    let (timed, outcomes) = harness::run_threads(
+        c.threads,
+        warmup,
+        c.duration,
+        |_, window, arrival| -> Result<(u64, u64, u64), std::convert::Infallible> {
+            let (mut n, mut counted, mut failed) = (0u64, 0u64, 0u64);
+            arrival.arrive();
+            loop {
+                if n % LOCAL_CLOCK_EVERY == 0 {
+                    let t = harness::now();
+                    if window.done(t) {
+                        break;
+                    }
+                    if n > 0 && window.counts(t) {
+                        counted += LOCAL_CLOCK_EVERY;
+                    }
+                }
+                match c.primitive {
+                    Primitive::Sequencer => {
+                        word.0.fetch_add(1, Ordering::AcqRel);
+                    }
+                    Primitive::Lock => {
+                        let mut i = 0;
+                        while word
+                            .0
+                            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+                            .is_err()
+                        {
+                            failed += 1;
+                            if c.backoff {
+                                spin_for(c.delay(i));
+                                i += 1;
                             }
                         }
-                        n += 1;
-                        counter.0.store(n, Ordering::Relaxed);
+                        if inside.fetch_add(1, Ordering::Relaxed) != 0 {
+                            broken.store(true, Ordering::Relaxed);
+                        }
+                        inside.fetch_sub(1, Ordering::Relaxed);
+                        word.0.store(0, Ordering::Release);
                     }
-                    (n, failed)
-                })
-            })
-            .collect();
-        let w = window(
-            || counters.iter().map(|c| c.0.load(Ordering::Relaxed)).sum(),
-            &stop,
-            &started,
-            c.threads,
-            c.duration,
-        );
-        let (mut total, mut failures) = (0, 0);
-        for h in hs {
-            let (n, f) = h.join().expect("atomics thread panicked");
-            total += n;
-            failures += f;
-        }
-        (w, failures, total)
-    });
+                }
+                n += 1;
+            }
+            Ok((counted, n, failed))
+        },
+        |_| {},
+    );
+    let (mut ops, mut total, mut failures) = (0, 0, 0);
+    for o in outcomes {
+        let Ok((k, n, f)) = o;
+        ops += k;
+        total += n;
+        failures += f;
+    }
     let verified = match c.primitive {
         Primitive::Lock => !broken.load(Ordering::Relaxed),
         Primitive::Sequencer => word.0.load(Ordering::Relaxed) == total,
     };
-    result_of("local", c, w.0, w.1, failures, total, verified)
+    let mut r = result_of("local", c, ops, timed.seconds, failures, total, verified);
+    r.interrupted = timed.interrupted;
+    r.oversubscribed = harness::oversubscribed(c.threads);
+    r
 }
 
 /// The lock word and counter slot the RPC variant uses.
@@ -415,9 +406,9 @@ fn numbers_exact(numbers: &mut [u64]) -> bool {
     numbers.windows(2).all(|w| w[1] == w[0] + 1)
 }
 
-/// A remote thread's operations, failed attempts and drawn numbers, or its
-/// error.
-type Outcome = Result<(u64, u64, Vec<u64>), OpError>;
+/// A remote thread's operations in the window and in the whole run, failed
+/// attempts and drawn numbers, or its error.
+type Outcome = Result<(u64, u64, u64, Vec<u64>), OpError>;
 
 /// The final value of the RPC variant's lock word (`lock`) or counter,
 /// read with one call from a worker of its own.
@@ -438,15 +429,14 @@ fn rpc_read(fabric: &dyn Fabric, node: NodeId, lock: bool, id: usize) -> Result<
         *out2.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
     });
     wk.run();
-    let r = out
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take()
-        .expect("the task finished");
-    r.map_err(|e| OpError::Call(e).into())
+    outcome(&out).map_err(|e| OpError::Call(e).into())
 }
 
-fn run_remote(fabric: &dyn Fabric, c: &AtomicsConfig) -> Result<AtomicsResult, AtomicsError> {
+fn run_remote(
+    fabric: &dyn Fabric,
+    c: &AtomicsConfig,
+    warmup: Duration,
+) -> Result<AtomicsResult, AtomicsError> {
     let node = *fabric
         .nodes()
         .first()
@@ -458,71 +448,49 @@ fn run_remote(fabric: &dyn Fabric, c: &AtomicsConfig) -> Result<AtomicsResult, A
         node,
         word: RemoteRef::new(addr, rkey),
     };
-    let counters: Vec<Arc<Padded>> = (0..c.threads).map(|_| Arc::default()).collect();
-    let stop = Arc::new(AtomicBool::new(false));
-    let started = AtomicU64::new(0);
     let inside = Arc::new(AtomicU64::new(0));
     let broken = Arc::new(AtomicBool::new(false));
-    let (w, outcomes) = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..c.threads)
-            .map(|t| {
-                let (counter, stop, started) = (counters[t].clone(), stop.clone(), &started);
-                let (inside, broken) = (inside.clone(), broken.clone());
-                s.spawn(move || -> Outcome {
-                    let mut wk = Worker::builder(fabric)
-                        .config(raw_runtime(1))
-                        .id(t)
-                        .local_bytes(64)
-                        .build()?;
-                    let out: Arc<std::sync::Mutex<Option<Outcome>>> = Arc::default();
-                    let (out2, c2, stop2) = (out.clone(), c.clone(), stop.clone());
-                    wk.spawn(move |ctx| async move {
-                        let zero = Local::at(0, 8);
-                        ctx.set_local_u64(zero, 0);
-                        let (mut n, mut failed, mut numbers) = (0u64, 0u64, Vec::new());
-                        let r = loop {
-                            if stop2.load(Ordering::Relaxed) {
-                                break Ok((n, failed, numbers));
-                            }
-                            match remote_op(&ctx, &c2, target, zero, &inside, &broken).await {
-                                Ok(d) => {
-                                    failed += d.failures;
-                                    numbers.extend(d.number);
-                                }
-                                Err(e) => break Err(e),
-                            }
-                            n += 1;
-                            counter.0.store(n, Ordering::Relaxed);
-                        };
-                        *out2.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
-                    });
-                    started.fetch_add(1, Ordering::Release);
-                    wk.run();
-                    let r = out
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .take()
-                        .expect("the task finished");
-                    if r.is_err() {
-                        stop.store(true, Ordering::Relaxed);
+    let (timed, outcomes) = harness::run_threads(
+        c.threads,
+        warmup,
+        c.duration,
+        |t, window, arrival| -> Outcome {
+            let mut wk = Worker::builder(fabric)
+                .config(raw_runtime(1))
+                .id(t)
+                .local_bytes(64)
+                .build()?;
+            let out: Arc<std::sync::Mutex<Option<Outcome>>> = Arc::default();
+            let (out2, c2, window) = (out.clone(), c.clone(), window.clone());
+            let (inside, broken) = (inside.clone(), broken.clone());
+            wk.spawn(move |ctx| async move {
+                let zero = Local::at(0, 8);
+                ctx.set_local_u64(zero, 0);
+                let (mut n, mut counted, mut failed, mut numbers) = (0u64, 0u64, 0u64, Vec::new());
+                let r = loop {
+                    if window.done(ctx.now()) {
+                        break Ok((counted, n, failed, numbers));
                     }
-                    r
-                })
-            })
-            .collect();
-        let w = window(
-            || counters.iter().map(|c| c.0.load(Ordering::Relaxed)).sum(),
-            &stop,
-            &started,
-            c.threads,
-            c.duration,
-        );
-        let outcomes: Vec<_> = hs
-            .into_iter()
-            .map(|h| h.join().expect("atomics worker panicked"))
-            .collect();
-        (w, outcomes)
-    });
+                    match remote_op(&ctx, &c2, target, zero, &inside, &broken).await {
+                        Ok(d) => {
+                            failed += d.failures;
+                            numbers.extend(d.number);
+                        }
+                        Err(e) => break Err(e),
+                    }
+                    n += 1;
+                    if window.counts(ctx.now()) {
+                        counted += 1;
+                    }
+                };
+                *out2.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+            });
+            arrival.arrive();
+            wk.run();
+            outcome(&out)
+        },
+        |_| {},
+    );
     // The lock is free again (0), and the numbers drawn are exact.
     let fin = if rpc {
         rpc_read(fabric, node, true, c.threads)
@@ -536,9 +504,10 @@ fn run_remote(fabric: &dyn Fabric, c: &AtomicsConfig) -> Result<AtomicsResult, A
     };
     fabric.free_chunk(addr)?;
     let fin = fin?;
-    let (mut total, mut failures, mut numbers) = (0, 0, Vec::new());
+    let (mut ops, mut total, mut failures, mut numbers) = (0, 0, 0, Vec::new());
     for o in outcomes {
-        let (n, f, mut nums) = o?;
+        let (k, n, f, mut nums) = o?;
+        ops += k;
         total += n;
         failures += f;
         numbers.append(&mut nums);
@@ -548,15 +517,18 @@ fn run_remote(fabric: &dyn Fabric, c: &AtomicsConfig) -> Result<AtomicsResult, A
             Primitive::Lock => fin == 0,
             Primitive::Sequencer => numbers.len() as u64 == total && numbers_exact(&mut numbers),
         };
-    Ok(result_of(
+    let mut r = result_of(
         fabric.backend(),
         c,
-        w.0,
-        w.1,
+        ops,
+        timed.seconds,
         failures,
         total,
         verified,
-    ))
+    );
+    r.interrupted = timed.interrupted;
+    r.oversubscribed = harness::oversubscribed(c.threads);
+    Ok(r)
 }
 
 /// Runs one remote point on the simulator: `c.threads` virtual threads,
@@ -714,7 +686,7 @@ mod tests {
                         duration: Duration::from_millis(200),
                         ..AtomicsConfig::new(p, place, backoff, 3)
                     };
-                    let r = run(&f, &c).unwrap();
+                    let r = run(&f, &c, Duration::from_millis(5)).unwrap();
                     assert!(r.verified && r.ops > 0, "{r:?}");
                 }
             }

@@ -8,7 +8,8 @@
 //! objects of `size` bytes; then each client thread (a runtime worker with
 //! `coros` tasks) picks objects (uniformly, or by YCSB's scrambled
 //! zipfian of skew `zipf`) and reads or writes them in a closed loop. Operations that end inside the measured window
-//! count; latencies go into an HDR histogram. A direct read that finds
+//! count ([`crate::harness`]: a start barrier, one global window after the
+//! warm-up); latencies go into an HDR histogram. A direct read that finds
 //! another object at the pointer's offset (the object moved) counts as a
 //! failed direct read and is retried as a scan read, which corrects the
 //! task's copy of the pointer.
@@ -19,8 +20,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dmkit_corm::{CormClient, CormError};
@@ -35,6 +35,7 @@ use dmkit_sim::{Sim, SimConfig};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use crate::harness::{self, TaskWindow};
 use crate::micro::BenchError;
 use crate::rng::Rng;
 use crate::ycsb::{fnv64, Zipfian};
@@ -122,6 +123,16 @@ pub struct CormBenchResult {
     /// Direct reads per second that found the object moved (and were
     /// corrected by a scan read).
     pub failed_direct_reads_per_s: f64,
+    /// Latency percentiles of the counted operations (min, avg, p50, p95,
+    /// p99, p99.9, max), microseconds.
+    pub latency: harness::Latency,
+    /// Unmeasured time before the window.
+    pub warmup_s: f64,
+    /// Ctrl-C ended the window early (shm): the figures are of the
+    /// shortened window.
+    pub interrupted: bool,
+    /// Set when more client threads ran than the process has cores (shm).
+    pub oversubscribed: Option<String>,
     /// Wall-clock seconds the run took.
     pub wall_seconds: f64,
 }
@@ -146,30 +157,6 @@ struct Tally {
     ops: Cell<u64>,
     failed_direct: Cell<u64>,
     errors: RefCell<Vec<String>>,
-}
-
-/// The measured window, by clock readings (simulator) or by flags set from
-/// the outside (shm).
-#[derive(Clone)]
-enum Window {
-    Virtual { from: u64, until: u64 },
-    Flags(Arc<(AtomicBool, AtomicBool)>),
-}
-
-impl Window {
-    fn over(&self, now: u64) -> bool {
-        match self {
-            Window::Virtual { until, .. } => now >= *until,
-            Window::Flags(f) => f.1.load(Ordering::Relaxed),
-        }
-    }
-
-    fn counts(&self, t0: u64, t1: u64) -> bool {
-        match self {
-            Window::Virtual { from, until } => t0 >= *from && t1 < *until,
-            Window::Flags(f) => f.0.load(Ordering::Relaxed) && !f.1.load(Ordering::Relaxed),
-        }
-    }
 }
 
 /// Bytes of the store's virtual range and of the node's memory for `cfg`.
@@ -252,7 +239,7 @@ fn spawn_clients(
     w: &mut Worker,
     cfg: &CormBenchConfig,
     id: usize,
-    window: Window,
+    window: TaskWindow,
     ptrs: Arc<Vec<ObjPtr>>,
     hist: Rc<RefCell<Histogram<u64>>>,
     tally: Rc<Tally>,
@@ -367,55 +354,52 @@ pub fn run(cfg: &CormBenchConfig) -> Result<CormBenchResult, BenchError> {
         w.run();
         loaded(&p, &e)?
     };
-    let flags = Arc::new((AtomicBool::new(false), AtomicBool::new(false)));
-    let merged = Mutex::new((histogram(), 0u64, 0u64, Vec::<String>::new()));
-    std::thread::scope(|s| -> Result<(), BenchError> {
-        let mut handles = Vec::new();
-        for id in 0..cfg.threads {
-            let (flags, rcfg, merged, ptrs, fabric) =
-                (flags.clone(), rcfg.clone(), &merged, ptrs.clone(), &fabric);
-            handles.push(s.spawn(move || -> Result<(), BenchError> {
-                let mut w = Worker::builder(fabric)
-                    .config(rcfg)
-                    .id(id)
-                    .tasks(cfg.coros)
-                    .local_bytes(BLOCK as usize)
-                    .build()?;
-                let hist = Rc::new(RefCell::new(histogram()));
-                let tally = Rc::new(Tally::default());
-                spawn_clients(
-                    &mut w,
-                    cfg,
-                    id,
-                    Window::Flags(flags),
-                    ptrs,
-                    hist.clone(),
-                    tally.clone(),
-                );
-                while w.live_tasks() > 0 {
-                    if w.step() == 0 {
-                        std::hint::spin_loop();
-                    }
+    // One global window (crate::harness): every client thread sets up,
+    // meets the others at the start barrier, and counts what completes
+    // inside the window.
+    let (timed, outcomes) = harness::run_threads(
+        cfg.threads,
+        cfg.warmup,
+        cfg.duration,
+        |id, window, arrival| -> Result<_, BenchError> {
+            let mut w = Worker::builder(&fabric)
+                .config(rcfg.clone())
+                .id(id)
+                .tasks(cfg.coros)
+                .local_bytes(BLOCK as usize)
+                .build()?;
+            let hist = Rc::new(RefCell::new(histogram()));
+            let tally = Rc::new(Tally::default());
+            spawn_clients(
+                &mut w,
+                cfg,
+                id,
+                TaskWindow::Wall(window.clone()),
+                ptrs.clone(),
+                hist.clone(),
+                tally.clone(),
+            );
+            arrival.arrive();
+            while w.live_tasks() > 0 {
+                if w.step() == 0 {
+                    std::hint::spin_loop();
                 }
-                let mut m = merged.lock().unwrap_or_else(|p| p.into_inner());
-                m.0.add(&*hist.borrow()).expect("same bounds");
-                m.1 += tally.ops.get();
-                m.2 += tally.failed_direct.get();
-                m.3.extend(tally.errors.borrow().iter().cloned());
-                Ok(())
-            }));
-        }
-        std::thread::sleep(cfg.warmup);
-        flags.0.store(true, Ordering::SeqCst);
-        std::thread::sleep(cfg.duration);
-        flags.1.store(true, Ordering::SeqCst);
-        for h in handles {
-            h.join().expect("a client thread panicked")?;
-        }
-        Ok(())
-    })?;
-    let m = merged.into_inner().unwrap_or_else(|p| p.into_inner());
-    result(cfg, "shm", None, m, wall)
+            }
+            let h = hist.borrow().clone();
+            let errors = tally.errors.borrow().clone();
+            Ok((h, tally.ops.get(), tally.failed_direct.get(), errors))
+        },
+        |_| {},
+    );
+    let mut m = (histogram(), 0u64, 0u64, Vec::<String>::new());
+    for o in outcomes {
+        let (h, ops, failed, errors) = o?;
+        m.0.add(&h).expect("same bounds");
+        m.1 += ops;
+        m.2 += failed;
+        m.3.extend(errors);
+    }
+    result(cfg, "shm", None, m, (timed, wall))
 }
 
 /// Runs the benchmark on the simulator: `sim` describes the cluster (client
@@ -473,7 +457,7 @@ pub fn run_sim(sim_cfg: SimConfig, cfg: &CormBenchConfig) -> Result<CormBenchRes
             sim.worker_mut(th),
             cfg,
             id,
-            Window::Virtual { from, until },
+            TaskWindow::Virtual { from, until },
             ptrs.clone(),
             hist.clone(),
             tally.clone(),
@@ -487,7 +471,11 @@ pub fn run_sim(sim_cfg: SimConfig, cfg: &CormBenchConfig) -> Result<CormBenchRes
         tally.failed_direct.get(),
         tally.errors.borrow().clone(),
     );
-    result(cfg, "sim", Some(profile), m, wall)
+    let timed = harness::Timed {
+        seconds: cfg.duration.as_secs_f64(),
+        interrupted: false,
+    };
+    result(cfg, "sim", Some(profile), m, (timed, wall))
 }
 
 fn result(
@@ -495,7 +483,7 @@ fn result(
     backend: &str,
     profile: Option<String>,
     merged: (Histogram<u64>, u64, u64, Vec<String>),
-    wall: Instant,
+    (timed, wall): (harness::Timed, Instant),
 ) -> Result<CormBenchResult, BenchError> {
     let (h, ops, failed, errors) = merged;
     if let Some(e) = errors.first() {
@@ -504,7 +492,7 @@ fn result(
             errors.len()
         )));
     }
-    let seconds = cfg.duration.as_secs_f64();
+    let seconds = timed.seconds;
     let us = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
     Ok(CormBenchResult {
         backend: backend.into(),
@@ -519,10 +507,16 @@ fn result(
         workers: cfg.workers,
         ops,
         seconds,
-        mops: ops as f64 / seconds / 1e6,
+        mops: harness::rate(ops as f64, seconds) / 1e6,
         p50_us: us(0.5),
         p99_us: us(0.99),
-        failed_direct_reads_per_s: failed as f64 / seconds,
+        latency: harness::Latency::of(&h),
+        failed_direct_reads_per_s: harness::rate(failed as f64, seconds),
+        warmup_s: cfg.warmup.as_secs_f64(),
+        interrupted: timed.interrupted,
+        oversubscribed: (backend != "sim")
+            .then(|| harness::oversubscribed(cfg.threads))
+            .flatten(),
         wall_seconds: wall.elapsed().as_secs_f64(),
     })
 }

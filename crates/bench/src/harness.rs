@@ -1,7 +1,10 @@
 //! The measurement discipline every benchmark follows, in one place.
 //!
 //! A benchmark that runs on OS threads against a real clock (`bench micro`,
-//! `bench ycsb` on shm and verbs, and any new one) measures like this:
+//! `ycsb`, `rpc`, `corm`, `vector-io`, `io-consolidation` and `atomics` on
+//! shm and verbs, and any new one) measures like this ([`run_threads`] does
+//! steps 1–3 for a benchmark whose threads each run one runtime worker or
+//! loop; [`TaskWindow`] is the window as its tasks see it):
 //!
 //! 1. **Start barrier.** Every worker sets itself up (queue pairs, local
 //!    memory, tasks) and then calls [`Window::arrive`]. Nothing is timed
@@ -292,6 +295,92 @@ pub fn coordinate(
     Timed {
         seconds: end.saturating_sub(start) as f64 / 1e9,
         interrupted: was_interrupted,
+    }
+}
+
+/// Runs a benchmark's `threads` OS threads under one [`Window`], the
+/// discipline of the module docs in one call: thread `t` runs
+/// `thread(t, window, arrival)`, which sets itself up, calls
+/// [`Arrival::arrive`] when ready, then works until [`Window::done`],
+/// counting what completes inside the window ([`Window::counts`]). The
+/// calling thread coordinates (`warmup`, then `duration`; `tick` about ten
+/// times a second). A thread that fails (returns an error, or fails
+/// before arriving) closes the window for all. Returns the window and each
+/// thread's outcome, in thread order.
+pub fn run_threads<R: Send, E: Send>(
+    threads: usize,
+    warmup: Duration,
+    duration: Duration,
+    thread: impl Fn(usize, &std::sync::Arc<Window>, &mut Arrival<'_>) -> Result<R, E> + Sync,
+    tick: impl FnMut(Tick),
+) -> (Timed, Vec<Result<R, E>>) {
+    let window = std::sync::Arc::new(Window::new(threads));
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (window, thread) = (&window, &thread);
+                s.spawn(move || {
+                    let mut arrival = Arrival::new(window);
+                    let r = thread(t, window, &mut arrival);
+                    if r.is_err() {
+                        window.abort();
+                    }
+                    r
+                })
+            })
+            .collect();
+        let timed = coordinate(&window, warmup, Some(duration), tick);
+        let outcomes = handles
+            .into_iter()
+            .map(|h| h.join().expect("a benchmark thread panicked"))
+            .collect();
+        (timed, outcomes)
+    })
+}
+
+/// The window as a runtime task sees it, on its worker's clock
+/// (`ctx.now()`): the harness's wall-clock [`Window`] on a real fabric, or
+/// `[from, until)` of virtual time on the simulator.
+#[derive(Clone)]
+pub enum TaskWindow {
+    /// Virtual nanoseconds of the simulation.
+    Virtual {
+        /// Counting starts.
+        from: u64,
+        /// Counting ends; the tasks stop.
+        until: u64,
+    },
+    /// The one global window of [`run_threads`] or [`coordinate`].
+    Wall(std::sync::Arc<Window>),
+}
+
+impl TaskWindow {
+    /// Whether a task should stop at `now`.
+    pub fn over(&self, now: u64) -> bool {
+        match self {
+            TaskWindow::Virtual { until, .. } => now >= *until,
+            TaskWindow::Wall(w) => w.done(now),
+        }
+    }
+
+    /// Whether an operation from `t0` to `t1` counts: wholly inside the
+    /// virtual window, or (the harness's rule) completed inside the
+    /// wall-clock one.
+    pub fn counts(&self, t0: u64, t1: u64) -> bool {
+        match self {
+            TaskWindow::Virtual { from, until } => t0 >= *from && t1 < *until,
+            TaskWindow::Wall(w) => w.counts(t1),
+        }
+    }
+}
+
+/// `n` per second over a window of `seconds` (0 for an empty window, not
+/// NaN or infinity).
+pub fn rate(n: f64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        n / seconds
+    } else {
+        0.0
     }
 }
 

@@ -12,18 +12,19 @@
 //! at the end and the remote image checked against the thread's own copy
 //! of what it wrote, so a consolidated run that lost a write fails.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dmkit_fabric::{Fabric, FabricError, RemoteRef};
 use dmkit_runtime::consolidate::{ConsolidationConfig, WriteBuffer};
 use dmkit_runtime::{Ctx, Local, LocalLayout, Worker};
 use serde::Serialize;
 
-use crate::micro::{BenchError, Padded};
+use crate::harness;
+use crate::micro::BenchError;
 use crate::rng::Rng;
-use crate::vector_io::raw_runtime;
+use crate::vector_io::{outcome, raw_runtime};
 
 /// One measured point.
 #[derive(Debug, Clone, PartialEq)]
@@ -96,6 +97,11 @@ pub struct ConsolidationResult {
     pub bytes_per_write: f64,
     /// The remote image equalled each thread's own copy at the end.
     pub verified: bool,
+    /// Ctrl-C ended the window early: the figures are of the shortened
+    /// window.
+    pub interrupted: bool,
+    /// Set when more threads ran than the process has cores.
+    pub oversubscribed: Option<String>,
 }
 
 /// What one thread did: its writes in the window, in the whole run, the
@@ -200,7 +206,7 @@ fn result_of(
     tallies: &[Tally],
 ) -> ConsolidationResult {
     let total: u64 = tallies.iter().map(|t| t.total).sum::<u64>().max(1);
-    let mops = writes as f64 / seconds.max(1e-12) / 1e6;
+    let mops = harness::rate(writes as f64, seconds) / 1e6;
     ConsolidationResult {
         backend: backend.into(),
         theta: p.theta.unwrap_or(0),
@@ -214,12 +220,18 @@ fn result_of(
         wrs_per_write: tallies.iter().map(|t| t.wrs).sum::<u64>() as f64 / total as f64,
         bytes_per_write: tallies.iter().map(|t| t.bytes).sum::<u64>() as f64 / total as f64,
         verified: !tallies.is_empty() && tallies.iter().all(|t| t.verified),
+        interrupted: false,
+        oversubscribed: None,
     }
 }
 
 /// Runs one point on `fabric` (shm or verbs): one OS thread per
 /// `p.threads`, each a worker with one task writing into its own regions.
-pub fn run(fabric: &dyn Fabric, p: &ConsolidationPoint) -> Result<ConsolidationResult, BenchError> {
+pub fn run(
+    fabric: &dyn Fabric,
+    p: &ConsolidationPoint,
+    warmup: Duration,
+) -> Result<ConsolidationResult, BenchError> {
     p.check().map_err(BenchError::Config)?;
     let node = *fabric
         .nodes()
@@ -231,7 +243,7 @@ pub fn run(fabric: &dyn Fabric, p: &ConsolidationPoint) -> Result<ConsolidationR
     let align = (p.region.next_power_of_two().min(4096)) as u64;
     let start = base.offset().next_multiple_of(align) - base.offset();
     let area0 = RemoteRef::new(base, rkey).add(start);
-    let r = measure(fabric, p, area0);
+    let r = measure(fabric, p, area0, warmup);
     let freed = fabric.free_chunk(base);
     let r = r?;
     freed?;
@@ -242,77 +254,61 @@ fn measure(
     fabric: &dyn Fabric,
     p: &ConsolidationPoint,
     area0: RemoteRef,
+    warmup: Duration,
 ) -> Result<ConsolidationResult, BenchError> {
     let (l, scratch) = layout(p);
-    let counters: Vec<Arc<Padded>> = (0..p.threads).map(|_| Arc::default()).collect();
-    let stop = Arc::new(AtomicBool::new(false));
-    let started = AtomicU64::new(0);
-    let (window, outcomes) = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..p.threads)
-            .map(|t| {
-                let (counter, stop, started, l) = (counters[t].clone(), stop.clone(), &started, &l);
-                s.spawn(move || -> Result<Tally, BenchError> {
-                    let mut w = Worker::builder(fabric)
-                        .config(raw_runtime(p.seed))
-                        .id(t)
-                        .local(l)
-                        .build()?;
-                    let out: Arc<std::sync::Mutex<Option<Result<Tally, FabricError>>>> =
-                        Arc::default();
-                    let out2 = out.clone();
-                    let area = area0.add(t as u64 * p.area());
-                    let (pp, seed) = (p.clone(), seed_of(p, t));
-                    let stop2 = stop.clone();
-                    w.spawn(move |ctx| async move {
-                        let r = writer(
-                            ctx,
-                            pp,
-                            area,
-                            scratch,
-                            seed,
-                            move |_| !stop2.load(Ordering::Relaxed),
-                            move |_, n| counter.0.store(n, Ordering::Relaxed),
-                        )
-                        .await;
-                        *out2.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
-                    });
-                    started.fetch_add(1, Ordering::Release);
-                    w.run();
-                    let r = out
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .take()
-                        .expect("the writer finished");
-                    if r.is_err() {
-                        stop.store(true, Ordering::Relaxed);
-                    }
-                    Ok(r?)
-                })
-            })
-            .collect();
-        while started.load(Ordering::Acquire) < p.threads as u64 {
-            std::thread::yield_now();
-        }
-        let before: u64 = counters.iter().map(|c| c.0.load(Ordering::Relaxed)).sum();
-        let t0 = Instant::now();
-        while !stop.load(Ordering::Relaxed) && t0.elapsed() < p.duration {
-            std::thread::sleep(
-                p.duration
-                    .saturating_sub(t0.elapsed())
-                    .min(Duration::from_millis(50)),
-            );
-        }
-        let after: u64 = counters.iter().map(|c| c.0.load(Ordering::Relaxed)).sum();
-        let secs = t0.elapsed().as_secs_f64();
-        stop.store(true, Ordering::Relaxed);
-        let outcomes: Vec<_> = handles
-            .into_iter()
-            .map(|h| h.join().expect("consolidation worker panicked"))
-            .collect();
-        ((after.saturating_sub(before), secs), outcomes)
-    });
-    let tallies = outcomes.into_iter().collect::<Result<Vec<_>, _>>()?;
-    Ok(result_of(fabric.backend(), p, window.0, window.1, &tallies))
+    // One global window (crate::harness): every thread sets up, meets the
+    // others at the start barrier, and counts the writes that complete
+    // inside the window opened `warmup` after it.
+    let (timed, outcomes) = harness::run_threads(
+        p.threads,
+        warmup,
+        p.duration,
+        |t, window, arrival| -> Result<(u64, Tally), BenchError> {
+            let mut w = Worker::builder(fabric)
+                .config(raw_runtime(p.seed))
+                .id(t)
+                .local(&l)
+                .build()?;
+            let out: Arc<std::sync::Mutex<Option<Result<Tally, FabricError>>>> = Arc::default();
+            let counted = Arc::new(AtomicU64::new(0));
+            let (out2, counted2) = (out.clone(), counted.clone());
+            let area = area0.add(t as u64 * p.area());
+            let (pp, seed) = (p.clone(), seed_of(p, t));
+            let (w1, w2) = (window.clone(), window.clone());
+            w.spawn(move |ctx| async move {
+                let r = writer(
+                    ctx,
+                    pp,
+                    area,
+                    scratch,
+                    seed,
+                    move |c| !w1.done(c.now()),
+                    move |c, _| {
+                        if w2.counts(c.now()) {
+                            counted2.fetch_add(1, Ordering::Relaxed);
+                        }
+                    },
+                )
+                .await;
+                *out2.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+            });
+            arrival.arrive();
+            w.run();
+            Ok((counted.load(Ordering::Relaxed), outcome(&out)?))
+        },
+        |_| {},
+    );
+    let (mut writes, mut tallies) = (0, Vec::with_capacity(p.threads));
+    for o in outcomes {
+        let (n, t) = o?;
+        writes += n;
+        tallies.push(t);
+    }
+    let mut r = result_of(fabric.backend(), p, writes, timed.seconds, &tallies);
+    r.interrupted = timed.interrupted;
+    r.oversubscribed = harness::oversubscribed(p.threads);
+    Ok(r)
 }
 
 /// Runs one point on the simulator: `p.threads` virtual threads on one
@@ -424,10 +420,10 @@ mod tests {
             }],
         )
         .unwrap();
-        let native = run(&f, &point(None)).unwrap();
+        let native = run(&f, &point(None), Duration::from_millis(5)).unwrap();
         assert!(native.verified && native.writes > 0, "{native:?}");
         assert!((native.wrs_per_write - 1.0).abs() < 1e-9, "{native:?}");
-        let c = run(&f, &point(Some(16))).unwrap();
+        let c = run(&f, &point(Some(16)), Duration::from_millis(5)).unwrap();
         assert!(c.verified && c.writes > 0, "{c:?}");
         assert!(
             c.wrs_per_write < 0.1,

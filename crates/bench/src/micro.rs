@@ -209,6 +209,60 @@ pub struct MicroResult {
     pub bytes_written: u64,
 }
 
+/// perftest's `-a`: every power of two from 2 B to 8 MiB.
+pub fn all_sizes() -> Vec<usize> {
+    (1..=23).map(|i| 1usize << i).collect()
+}
+
+impl MicroResult {
+    /// The columns of [`MicroResult::csv_row`] (perftest's and the table's
+    /// figures, one line per run).
+    pub const CSV_HEADER: &'static str = "backend,mode,verb,size,region_size,threads,batch,\
+signal,qp_policy,coros,depth,iters,ops,seconds,warmup_s,mops,gbps,mops_per_thread,\
+min_us,avg_us,p50_us,p95_us,p99_us,p999_us,max_us,interrupted,oversubscribed";
+
+    /// This run as one CSV line of [`MicroResult::CSV_HEADER`]'s columns
+    /// (no field contains a comma; an absent value is empty; rates and
+    /// seconds at full precision, latencies in µs to the nanosecond).
+    pub fn csv_row(&self) -> String {
+        let opt = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
+        let l = &self.latency;
+        format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{}",
+            self.backend,
+            self.mode,
+            self.verb,
+            self.size,
+            self.region_size,
+            self.threads,
+            self.batch,
+            match self.signal {
+                Signal::All => "all",
+                Signal::Last => "last",
+            },
+            self.qp_policy.replace(',', ";"),
+            opt(self.coros.map(|c| c as u64)),
+            opt(self.depth.map(|d| d as u64)),
+            opt(self.iters),
+            self.ops,
+            self.seconds,
+            self.warmup_s,
+            self.mops,
+            self.gbps,
+            self.mops_per_thread,
+            l.min_us,
+            l.avg_us,
+            l.p50_us,
+            l.p95_us,
+            l.p99_us,
+            l.p999_us,
+            l.max_us,
+            self.interrupted,
+            self.oversubscribed.is_some(),
+        )
+    }
+}
+
 /// A per-thread progress counter on its own cache lines.
 #[repr(align(128))]
 #[derive(Default)]

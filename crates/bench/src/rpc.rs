@@ -15,8 +15,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use dmkit_fabric::rpc::ECHO;
@@ -26,6 +25,7 @@ use dmkit_sim::{Sim, SimConfig};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use crate::harness::{self, TaskWindow};
 use crate::micro::BenchError;
 
 /// What to run.
@@ -97,8 +97,18 @@ pub struct RpcResult {
     pub p99_us: f64,
     /// Mean latency (µs).
     pub mean_us: f64,
+    /// Latency percentiles of the counted calls (min, avg, p50, p95,
+    /// p99, p99.9, max), microseconds.
+    pub latency: harness::Latency,
     /// Calls that failed (any is an error of the run).
     pub failures: u64,
+    /// Unmeasured time before the window.
+    pub warmup_s: f64,
+    /// Ctrl-C ended the window early (shm): the figures are of the
+    /// shortened window.
+    pub interrupted: bool,
+    /// Set when more client threads ran than the process has cores (shm).
+    pub oversubscribed: Option<String>,
     /// Wall-clock seconds the run took (the simulator's speed).
     pub wall_seconds: f64,
 }
@@ -113,7 +123,7 @@ fn histogram() -> Histogram<u64> {
 fn spawn_tasks(
     w: &mut Worker,
     cfg: &RpcConfig,
-    window: Window,
+    window: TaskWindow,
     hist: Rc<RefCell<Histogram<u64>>>,
     calls: Rc<Cell<u64>>,
     failures: Rc<Cell<u64>>,
@@ -144,30 +154,6 @@ fn spawn_tasks(
     }
 }
 
-/// The measured window, by clock readings (simulator) or by flags set from
-/// the outside (shm).
-#[derive(Clone)]
-enum Window {
-    Virtual { from: u64, until: u64 },
-    Flags(Arc<(AtomicBool, AtomicBool)>),
-}
-
-impl Window {
-    fn over(&self, now: u64) -> bool {
-        match self {
-            Window::Virtual { until, .. } => now >= *until,
-            Window::Flags(f) => f.1.load(Ordering::Relaxed),
-        }
-    }
-
-    fn counts(&self, t0: u64, t1: u64) -> bool {
-        match self {
-            Window::Virtual { from, until } => t0 >= *from && t1 < *until,
-            Window::Flags(f) => f.0.load(Ordering::Relaxed) && !f.1.load(Ordering::Relaxed),
-        }
-    }
-}
-
 /// What the tasks counted: calls in the window, failures, latencies.
 struct Tally<'a> {
     calls: u64,
@@ -181,7 +167,7 @@ fn result(
     cfg: &RpcConfig,
     workers: usize,
     t: Tally<'_>,
-    wall: Instant,
+    (timed, wall): (harness::Timed, Instant),
 ) -> Result<RpcResult, BenchError> {
     let Tally {
         calls,
@@ -193,7 +179,7 @@ fn result(
             "{failures} echo calls failed or returned other bytes"
         )));
     }
-    let seconds = cfg.duration.as_secs_f64();
+    let seconds = timed.seconds;
     let us = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
     Ok(RpcResult {
         backend: backend.into(),
@@ -204,11 +190,17 @@ fn result(
         workers,
         calls,
         seconds,
-        mops: calls as f64 / seconds / 1e6,
+        mops: harness::rate(calls as f64, seconds) / 1e6,
         p50_us: us(0.5),
         p99_us: us(0.99),
         mean_us: h.mean() / 1e3,
+        latency: harness::Latency::of(h),
         failures,
+        warmup_s: cfg.warmup.as_secs_f64(),
+        interrupted: timed.interrupted,
+        oversubscribed: (backend != "sim")
+            .then(|| harness::oversubscribed(cfg.threads))
+            .flatten(),
         wall_seconds: wall.elapsed().as_secs_f64(),
     })
 }
@@ -223,76 +215,63 @@ pub fn run(
 ) -> Result<RpcResult, BenchError> {
     cfg.check(fabric, 0)?;
     let wall = Instant::now();
-    let flags = Arc::new((AtomicBool::new(false), AtomicBool::new(false)));
     let total = AtomicU64::new(0);
-    let merged = Mutex::new((histogram(), 0u64, 0u64));
     let rcfg = RuntimeConfig {
         seed: cfg.seed,
         op_stats: false,
         ..RuntimeConfig::default()
     };
-    std::thread::scope(|s| -> Result<(), BenchError> {
-        let mut handles = Vec::new();
-        for id in 0..cfg.threads {
-            let (flags, rcfg, total, merged) = (flags.clone(), rcfg.clone(), &total, &merged);
-            handles.push(s.spawn(move || -> Result<(), BenchError> {
-                let mut w = Worker::builder(fabric)
-                    .config(rcfg)
-                    .id(id)
-                    .tasks(cfg.coros)
-                    .build()?;
-                let hist = Rc::new(RefCell::new(histogram()));
-                let (calls, failures) = (Rc::new(Cell::new(0)), Rc::new(Cell::new(0)));
-                spawn_tasks(
-                    &mut w,
-                    cfg,
-                    Window::Flags(flags.clone()),
-                    hist.clone(),
-                    calls.clone(),
-                    failures.clone(),
-                );
-                let mut reported = 0;
-                while w.live_tasks() > 0 {
-                    if w.step() == 0 {
-                        std::hint::spin_loop();
-                    }
-                    if calls.get() >= reported + 64 {
-                        total.fetch_add(calls.get() - reported, Ordering::Relaxed);
-                        reported = calls.get();
-                    }
-                }
-                total.fetch_add(calls.get() - reported, Ordering::Relaxed);
-                let mut m = merged.lock().unwrap_or_else(|p| p.into_inner());
-                m.0.add(&*hist.borrow()).expect("same bounds");
-                m.1 += calls.get();
-                m.2 += failures.get();
-                Ok(())
-            }));
-        }
-        std::thread::sleep(cfg.warmup);
-        flags.0.store(true, Ordering::SeqCst);
-        let t0 = Instant::now();
-        while t0.elapsed() < cfg.duration {
-            std::thread::sleep(Duration::from_millis(100).min(cfg.duration));
-            progress(
-                t0.elapsed().min(cfg.duration),
-                total.load(Ordering::Relaxed),
+    let (timed, outcomes) = harness::run_threads(
+        cfg.threads,
+        cfg.warmup,
+        cfg.duration,
+        |id, window, arrival| -> Result<_, BenchError> {
+            let mut w = Worker::builder(fabric)
+                .config(rcfg.clone())
+                .id(id)
+                .tasks(cfg.coros)
+                .build()?;
+            let hist = Rc::new(RefCell::new(histogram()));
+            let (calls, failures) = (Rc::new(Cell::new(0)), Rc::new(Cell::new(0)));
+            spawn_tasks(
+                &mut w,
+                cfg,
+                TaskWindow::Wall(window.clone()),
+                hist.clone(),
+                calls.clone(),
+                failures.clone(),
             );
-        }
-        flags.1.store(true, Ordering::SeqCst);
-        for h in handles {
-            h.join().expect("a client thread panicked")?;
-        }
-        Ok(())
-    })?;
-    let (h, calls, failures) = merged.into_inner().unwrap_or_else(|p| p.into_inner());
+            arrival.arrive();
+            let mut reported = 0;
+            while w.live_tasks() > 0 {
+                if w.step() == 0 {
+                    std::hint::spin_loop();
+                }
+                if calls.get() >= reported + 64 {
+                    total.fetch_add(calls.get() - reported, Ordering::Relaxed);
+                    reported = calls.get();
+                }
+            }
+            total.fetch_add(calls.get() - reported, Ordering::Relaxed);
+            let h = hist.borrow().clone();
+            Ok((h, calls.get(), failures.get()))
+        },
+        |tick| progress(tick.measured, total.load(Ordering::Relaxed)),
+    );
+    let (mut h, mut calls, mut failures) = (histogram(), 0, 0);
+    for o in outcomes {
+        let (oh, oc, of) = o?;
+        h.add(&oh).expect("same bounds");
+        calls += oc;
+        failures += of;
+    }
     let workers = fabric.caps().rpc_workers;
     let tally = Tally {
         calls,
         failures,
         hist: &h,
     };
-    result(fabric.backend(), None, cfg, workers, tally, wall)
+    result(fabric.backend(), None, cfg, workers, tally, (timed, wall))
 }
 
 /// Runs the benchmark on the simulator: `sim` describes the cluster (its
@@ -323,7 +302,7 @@ pub fn run_sim(sim_cfg: SimConfig, cfg: &RpcConfig) -> Result<RpcResult, BenchEr
         spawn_tasks(
             sim.worker_mut(th),
             cfg,
-            Window::Virtual { from, until },
+            TaskWindow::Virtual { from, until },
             hist.clone(),
             calls.clone(),
             failures.clone(),
@@ -337,5 +316,50 @@ pub fn run_sim(sim_cfg: SimConfig, cfg: &RpcConfig) -> Result<RpcResult, BenchEr
         failures: failures.get(),
         hist: &h,
     };
-    result("sim", Some(profile), cfg, workers, tally, wall)
+    let timed = harness::Timed {
+        seconds: cfg.duration.as_secs_f64(),
+        interrupted: false,
+    };
+    result("sim", Some(profile), cfg, workers, tally, (timed, wall))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dmkit_fabric::shm::{ShmConfig, ShmFabric};
+    use dmkit_memnode::NodeConfig;
+
+    /// Many more client threads than cores: the window is the one asked
+    /// for (the harness's, opened after every thread is ready), calls are
+    /// counted in it only, and the run says it was oversubscribed.
+    #[test]
+    fn oversubscribed_clients_count_one_window() {
+        let f = ShmFabric::embedded(
+            ShmConfig::default(),
+            &[NodeConfig {
+                size: 4 << 20,
+                rpc_workers: 1,
+                ..Default::default()
+            }],
+        )
+        .unwrap();
+        let cfg = RpcConfig {
+            size: 16,
+            threads: 4 * harness::cores(),
+            coros: 2,
+            duration: Duration::from_millis(200),
+            warmup: Duration::from_millis(20),
+            seed: 1,
+        };
+        let t0 = Instant::now();
+        let mut seen = 0;
+        let r = run(&f, &cfg, |_, calls| seen = seen.max(calls)).unwrap();
+        assert!((r.seconds - 0.2).abs() < 1e-9, "{r:?}");
+        assert!(t0.elapsed().as_secs_f64() >= r.seconds + r.warmup_s);
+        assert!(r.calls > 0 && r.failures == 0, "{r:?}");
+        assert!(seen <= r.calls, "progress saw {seen} of {}", r.calls);
+        assert!(r.oversubscribed.is_some() && !r.interrupted);
+        assert!((r.mops - r.calls as f64 / 0.2 / 1e6).abs() < 1e-9, "{r:?}");
+        assert!(r.latency.p50_us > 0.0 && r.latency.max_us >= r.latency.p99_us);
+    }
 }

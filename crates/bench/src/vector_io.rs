@@ -29,15 +29,16 @@
 //! come from the same local buffers.
 
 use std::io::{IoSlice, IoSliceMut};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dmkit_fabric::{Fabric, FabricError, GlobalAddr, RemoteRef, SyncQp};
 use dmkit_runtime::{Ctx, Local, LocalLayout, RuntimeConfig, Worker};
 use serde::Serialize;
 
-use crate::micro::{BenchError, Padded};
+use crate::harness;
+use crate::micro::BenchError;
 use crate::rng::Rng;
 
 /// How a batch of entries is moved (the study's Algorithm 1).
@@ -218,6 +219,11 @@ pub struct VectorIoResult {
     pub doorbells: u64,
     /// The local `pwritev`/`preadv` baseline of the same point, if run.
     pub local: Option<LocalResult>,
+    /// Ctrl-C ended the window early: the figures are of the shortened
+    /// window.
+    pub interrupted: bool,
+    /// Set when more threads ran than the process has cores.
+    pub oversubscribed: Option<String>,
 }
 
 /// The local vector-IO baseline of a point.
@@ -391,6 +397,15 @@ pub(crate) async fn one_batch(
     Ok(())
 }
 
+/// What a worker's task left in its slot once the worker ran it to the
+/// end (a task that did not finish is a bug of the benchmark).
+pub(crate) fn outcome<T>(slot: &std::sync::Mutex<Option<T>>) -> T {
+    slot.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+        .expect("the task finished")
+}
+
 /// The runtime configuration of the benchmark's workers: no throttling,
 /// no conflict avoidance, no per-operation statistics — the study's
 /// benchmark posts verbs directly.
@@ -409,12 +424,14 @@ fn entry_heap(batch: usize, size: usize) -> Vec<Vec<u8>> {
 }
 
 /// Runs one point on `fabric` (shm or verbs): `cfg.threads` OS threads,
-/// each a worker with one task, for `cfg.duration`; with `local`, the
+/// each a worker with one task, in one window of `cfg.duration` opened
+/// `warmup` after the start barrier ([`crate::harness`]); with `local`, the
 /// `pwritev`/`preadv` baseline right after, as long.
 pub fn run(
     fabric: &dyn Fabric,
     cfg: &VectorIoConfig,
     local: bool,
+    warmup: Duration,
 ) -> Result<VectorIoResult, BenchError> {
     let caps = fabric.caps();
     cfg.check(caps.max_message).map_err(BenchError::Config)?;
@@ -423,7 +440,13 @@ pub fn run(
         .first()
         .expect("a fabric has at least one node");
     let (base, _, rkey) = fabric.alloc_chunk(node, cfg.region_size, false)?;
-    let result = measure(fabric, cfg, RemoteRef::new(base, rkey), caps.max_sge);
+    let result = measure(
+        fabric,
+        cfg,
+        RemoteRef::new(base, rkey),
+        caps.max_sge,
+        warmup,
+    );
     let freed = fabric.free_chunk(base);
     let mut r = result?;
     freed?;
@@ -438,90 +461,74 @@ fn measure(
     cfg: &VectorIoConfig,
     region: RemoteRef,
     max_sge: usize,
+    warmup: Duration,
 ) -> Result<VectorIoResult, BenchError> {
     prefault(fabric, region.addr, region.rkey, cfg.region_size)?;
     let plan = Plan::new(cfg, region, max_sge);
     let (layout, mem) = TaskMem::declare(cfg.batch, cfg.size);
-    let counters: Vec<Arc<Padded>> = (0..cfg.threads).map(|_| Arc::default()).collect();
-    let stop = Arc::new(AtomicBool::new(false));
-    let started = AtomicU64::new(0);
-    let (elapsed, outcomes) = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..cfg.threads)
-            .map(|t| {
-                let (counter, stop, started, layout) = (&counters[t], &stop, &started, &layout);
-                s.spawn(move || -> Result<u64, BenchError> {
-                    let mut w = Worker::builder(fabric)
-                        .config(raw_runtime(cfg.seed))
-                        .id(t)
-                        .tasks(1)
-                        .local(layout)
-                        .build()?;
-                    let failure: Arc<std::sync::Mutex<Option<FabricError>>> = Arc::default();
-                    let (stop2, counter2, failure2) =
-                        (stop.clone(), counter.clone(), failure.clone());
-                    let seed = cfg.seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                    let batch = cfg.batch as u64;
-                    w.spawn(move |ctx| async move {
-                        let mut heap = entry_heap(plan.batch, plan.size);
-                        let span = plan.region_size / 64;
-                        let mut cursor = Cursor::new(&plan, seed, t as u64 * span / 8);
-                        let mut done = 0u64;
-                        while !stop2.load(Ordering::Relaxed) {
-                            if let Err(e) =
-                                one_batch(&ctx, &plan, &mem, &mut heap, &mut cursor).await
-                            {
-                                *failure2.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                                stop2.store(true, Ordering::Relaxed);
-                                return;
-                            }
-                            done += batch;
-                            counter2.0.store(done, Ordering::Relaxed);
-                        }
-                    });
-                    started.fetch_add(1, Ordering::Release);
-                    w.run();
-                    if let Some(e) = failure.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                        return Err(e.into());
+    // One global window (crate::harness): every thread sets up, meets the
+    // others at the start barrier, and counts the batches that complete
+    // inside the window opened `warmup` after it.
+    let (timed, outcomes) = harness::run_threads(
+        cfg.threads,
+        warmup,
+        cfg.duration,
+        |t, window, arrival| -> Result<(u64, u64), BenchError> {
+            let mut w = Worker::builder(fabric)
+                .config(raw_runtime(cfg.seed))
+                .id(t)
+                .tasks(1)
+                .local(&layout)
+                .build()?;
+            let failure: Arc<std::sync::Mutex<Option<FabricError>>> = Arc::default();
+            let counted = Arc::new(AtomicU64::new(0));
+            let (window, counted2, failure2) = (window.clone(), counted.clone(), failure.clone());
+            let seed = cfg.seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let batch = cfg.batch as u64;
+            w.spawn(move |ctx| async move {
+                let mut heap = entry_heap(plan.batch, plan.size);
+                let span = plan.region_size / 64;
+                let mut cursor = Cursor::new(&plan, seed, t as u64 * span / 8);
+                while !window.done(ctx.now()) {
+                    if let Err(e) = one_batch(&ctx, &plan, &mem, &mut heap, &mut cursor).await {
+                        *failure2.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                        window.abort();
+                        return;
                     }
-                    Ok(w.stats().counters.doorbells)
-                })
-            })
-            .collect();
-        while started.load(Ordering::Acquire) < cfg.threads as u64 && !stop.load(Ordering::Relaxed)
-        {
-            std::thread::yield_now();
-        }
-        // The window starts when every thread runs; entries counted
-        // before it are subtracted.
-        let before: u64 = counters.iter().map(|c| c.0.load(Ordering::Relaxed)).sum();
-        let t0 = Instant::now();
-        while !stop.load(Ordering::Relaxed) && t0.elapsed() < cfg.duration {
-            std::thread::sleep(
-                (cfg.duration.saturating_sub(t0.elapsed())).min(Duration::from_millis(50)),
-            );
-        }
-        let after: u64 = counters.iter().map(|c| c.0.load(Ordering::Relaxed)).sum();
-        let elapsed = t0.elapsed();
-        stop.store(true, Ordering::Relaxed);
-        let outcomes: Vec<_> = handles
-            .into_iter()
-            .map(|h| h.join().expect("vector-io worker panicked"))
-            .collect();
-        ((elapsed, after.saturating_sub(before)), outcomes)
-    });
-    let mut doorbells = 0;
+                    if window.counts(ctx.now()) {
+                        counted2.fetch_add(batch, Ordering::Relaxed);
+                    }
+                }
+            });
+            arrival.arrive();
+            w.run();
+            if let Some(e) = failure.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                return Err(e.into());
+            }
+            Ok((
+                counted.load(Ordering::Relaxed),
+                w.stats().counters.doorbells,
+            ))
+        },
+        |_| {},
+    );
+    let (mut entries, mut doorbells) = (0, 0);
     for o in outcomes {
-        doorbells += o?;
+        let (e, d) = o?;
+        entries += e;
+        doorbells += d;
     }
-    let (elapsed, entries) = elapsed;
-    Ok(result_of(
+    let mut r = result_of(
         fabric.backend(),
         cfg,
         &plan,
         entries,
-        elapsed.as_secs_f64(),
+        timed.seconds,
         doorbells,
-    ))
+    );
+    r.interrupted = timed.interrupted;
+    r.oversubscribed = harness::oversubscribed(cfg.threads);
+    Ok(r)
 }
 
 fn result_of(
@@ -532,7 +539,7 @@ fn result_of(
     seconds: f64,
     doorbells: u64,
 ) -> VectorIoResult {
-    let mops = entries as f64 / seconds.max(1e-12) / 1e6;
+    let mops = harness::rate(entries as f64, seconds) / 1e6;
     VectorIoResult {
         backend: backend.into(),
         method: cfg.method.name().into(),
@@ -558,6 +565,8 @@ fn result_of(
         requests_per_batch: plan.requests_per_batch(),
         doorbells,
         local: None,
+        interrupted: false,
+        oversubscribed: None,
     }
 }
 
@@ -602,70 +611,51 @@ pub fn local_vectored(cfg: &VectorIoConfig) -> Result<LocalResult, String> {
         off += n as u64;
     }
     let plan = Plan::new(cfg, RemoteRef::new(GlobalAddr::new(0, 0), 0), usize::MAX);
-    let stop = AtomicBool::new(false);
-    let counters: Vec<Padded> = (0..cfg.threads).map(|_| Padded::default()).collect();
-    let started = AtomicU64::new(0);
-    let (entries, seconds, failed) = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..cfg.threads)
-            .map(|t| {
-                let (stop, counter, started, fd, plan) =
-                    (&stop, &counters[t], &started, &fd, &plan);
-                s.spawn(move || -> Result<(), String> {
-                    let mut heap = entry_heap(cfg.batch, cfg.size);
-                    let seed = cfg.seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                    let mut cursor = Cursor::new(plan, seed, t as u64 * (cfg.region_size / 64) / 8);
-                    let mut done = 0u64;
-                    started.fetch_add(1, Ordering::Release);
-                    while !stop.load(Ordering::Relaxed) {
-                        let at = cursor.offset() as i64;
-                        let r = match cfg.direction {
-                            Direction::Write => {
-                                let iov: Vec<IoSlice<'_>> =
-                                    heap.iter().map(|e| IoSlice::new(e)).collect();
-                                nix::sys::uio::pwritev(fd, &iov, at)
-                            }
-                            Direction::Read => {
-                                let mut iov: Vec<IoSliceMut<'_>> =
-                                    heap.iter_mut().map(|e| IoSliceMut::new(e)).collect();
-                                nix::sys::uio::preadv(fd, &mut iov, at)
-                            }
-                        };
-                        match r {
-                            Ok(n) if n == cfg.batch * cfg.size => {}
-                            Ok(n) => {
-                                return Err(format!(
-                                    "vectored IO moved {n} of {} B",
-                                    cfg.batch * cfg.size
-                                ))
-                            }
-                            Err(e) => return Err(format!("pwritev/preadv: {e}")),
-                        }
-                        done += cfg.batch as u64;
-                        counter.0.store(done, Ordering::Relaxed);
+    // The remote run's discipline (crate::harness), without a warm-up.
+    let (timed, outcomes) = harness::run_threads(
+        cfg.threads,
+        Duration::ZERO,
+        cfg.duration,
+        |t, window, arrival| -> Result<u64, String> {
+            let mut heap = entry_heap(cfg.batch, cfg.size);
+            let seed = cfg.seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let mut cursor = Cursor::new(&plan, seed, t as u64 * (cfg.region_size / 64) / 8);
+            let mut counted = 0u64;
+            arrival.arrive();
+            while !window.done(harness::now()) {
+                let at = cursor.offset() as i64;
+                let r = match cfg.direction {
+                    Direction::Write => {
+                        let iov: Vec<IoSlice<'_>> = heap.iter().map(|e| IoSlice::new(e)).collect();
+                        nix::sys::uio::pwritev(&fd, &iov, at)
                     }
-                    Ok(())
-                })
-            })
-            .collect();
-        while started.load(Ordering::Acquire) < cfg.threads as u64 {
-            std::thread::yield_now();
-        }
-        let before: u64 = counters.iter().map(|c| c.0.load(Ordering::Relaxed)).sum();
-        let t0 = Instant::now();
-        std::thread::sleep(cfg.duration);
-        let after: u64 = counters.iter().map(|c| c.0.load(Ordering::Relaxed)).sum();
-        let seconds = t0.elapsed().as_secs_f64();
-        stop.store(true, Ordering::Relaxed);
-        let failed = handles
-            .into_iter()
-            .map(|h| h.join().expect("local vector-io thread panicked"))
-            .find_map(Result::err);
-        (after - before, seconds, failed)
-    });
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    let mops = entries as f64 / seconds / 1e6;
+                    Direction::Read => {
+                        let mut iov: Vec<IoSliceMut<'_>> =
+                            heap.iter_mut().map(|e| IoSliceMut::new(e)).collect();
+                        nix::sys::uio::preadv(&fd, &mut iov, at)
+                    }
+                };
+                match r {
+                    Ok(n) if n == cfg.batch * cfg.size => {}
+                    Ok(n) => {
+                        return Err(format!(
+                            "vectored IO moved {n} of {} B",
+                            cfg.batch * cfg.size
+                        ))
+                    }
+                    Err(e) => return Err(format!("pwritev/preadv: {e}")),
+                }
+                if window.counts(harness::now()) {
+                    counted += cfg.batch as u64;
+                }
+            }
+            Ok(counted)
+        },
+        |_| {},
+    );
+    let entries = outcomes.into_iter().sum::<Result<u64, String>>()?;
+    let seconds = timed.seconds;
+    let mops = harness::rate(entries as f64, seconds) / 1e6;
     Ok(LocalResult {
         entries,
         seconds,
@@ -798,7 +788,9 @@ mod tests {
             threads: 2,
             region_size: 1 << 20,
             pattern: Pattern::Random,
-            duration: Duration::from_millis(40),
+            // Long enough that both threads get a core inside the window on
+            // a loaded machine.
+            duration: Duration::from_millis(150),
             seed: 3,
         }
     }
@@ -865,7 +857,7 @@ mod tests {
         for method in Method::ALL {
             for dir in [Direction::Write, Direction::Read] {
                 let cfg = point(method, dir, 4);
-                let r = run(&f, &cfg, method == Method::Sp).unwrap();
+                let r = run(&f, &cfg, method == Method::Sp, Duration::from_millis(5)).unwrap();
                 assert!(r.entries > 0 && r.entries.is_multiple_of(4), "{r:?}");
                 assert_eq!(
                     r.requests_per_batch,
@@ -885,7 +877,7 @@ mod tests {
             region_size: 64,
             ..point(Method::Sgl, Direction::Write, 4)
         };
-        assert!(run(&f, &bad, false)
+        assert!(run(&f, &bad, false, Duration::ZERO)
             .unwrap_err()
             .to_string()
             .contains("--region-size"));

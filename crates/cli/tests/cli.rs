@@ -24,6 +24,37 @@ fn dmkit_ok(args: &[&str], extra: Option<&Path>) -> std::process::Output {
     out
 }
 
+/// Reads a JSON file a run wrote.
+fn read_json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}: {text}", path.display()))
+}
+
+/// Every result file starts with the run's provenance (issue 39, Deliver 1).
+fn assert_provenance(v: &serde_json::Value, what: &str) {
+    for k in [
+        "version",
+        "commit",
+        "command",
+        "host",
+        "seed",
+        "duration_s",
+        "warmup_s",
+        "quick",
+        "repeat",
+    ] {
+        assert!(
+            v["provenance"].get(k).is_some(),
+            "{what}: provenance lacks {k}: {v}"
+        );
+    }
+    assert!(
+        v["provenance"]["host"]["cores"].as_u64().unwrap() >= 1,
+        "{what}: {v}"
+    );
+    assert_eq!(v["provenance"]["command"][1], "bench", "{what}");
+}
+
 fn wait_for(path: &Path) {
     let t0 = Instant::now();
     while !path.exists() {
@@ -36,22 +67,79 @@ fn wait_for(path: &Path) {
     }
 }
 
+/// A `dmkit memnode` process listening on a socket in a directory of its
+/// own, returned once its socket and token file exist; killed (if still
+/// running) when dropped, so a failing test leaves no node behind.
+struct Node {
+    /// The process (`None` once a test took it to wait for its output).
+    child: Option<std::process::Child>,
+    sock: std::path::PathBuf,
+    /// `unix:SOCK`, what `--connect` takes.
+    target: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Node {
+    /// `dmkit memnode --size SIZE` with its stderr sent to `stderr`.
+    fn start(size: &str, stderr: Stdio) -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("n.sock");
+        let target = format!("unix:{}", sock.display());
+        let child = Command::new(DMKIT)
+            .args(["memnode", "--size", size, "--listen", &target])
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        wait_for(&sock);
+        wait_for(&dmkit_memnode_token(&sock));
+        Node {
+            child: Some(child),
+            sock,
+            target,
+            _dir: dir,
+        }
+    }
+
+    fn child(&mut self) -> &mut std::process::Child {
+        self.child.as_mut().expect("the node process")
+    }
+
+    fn token(&self) -> std::path::PathBuf {
+        dmkit_memnode_token(&self.sock)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            if let Ok(None) = c.try_wait() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+/// Runs `dmkit ARGS`, asserts it failed, and returns its stderr.
+fn dmkit_fails(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(DMKIT).args(args).output().unwrap();
+    assert!(!out.status.success(), "{args:?} should fail");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 #[test]
 fn memnode_process_serves_a_benchmark_then_shuts_down() {
+    let mut node = Node::start("64MiB", Stdio::piped());
+    let (sock, target) = (node.sock.clone(), node.target.clone());
     let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("n.sock");
-    let target = format!("unix:{}", sock.display());
-    let mut node = Command::new(DMKIT)
-        .args(["memnode", "--size", "64MiB", "--listen", &target])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
     let mut banner = String::new();
-    let mut node_log = BufReader::new(node.stderr.take().unwrap());
+    let mut node_log = BufReader::new(node.child().stderr.take().unwrap());
     node_log.read_line(&mut banner).unwrap();
     assert!(banner.contains("serving 64MiB"), "{banner}");
-    wait_for(&sock);
-    let token = dmkit_memnode_token(&sock);
+    let token = node.token();
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(
         std::fs::metadata(&token).unwrap().permissions().mode() & 0o777,
@@ -119,7 +207,7 @@ fn memnode_process_serves_a_benchmark_then_shuts_down() {
     assert!(down.status.success());
     let t0 = Instant::now();
     loop {
-        if let Some(status) = node.try_wait().unwrap() {
+        if let Some(status) = node.child().try_wait().unwrap() {
             assert!(status.success());
             break;
         }
@@ -393,9 +481,7 @@ fn bad_flags_are_clear_errors() {
         ),
     ];
     for (args, want) in cases {
-        let out = Command::new(DMKIT).args(*args).output().unwrap();
-        assert!(!out.status.success(), "{args:?} should fail");
-        let err = String::from_utf8_lossy(&out.stderr);
+        let (_, err) = dmkit_fails(args);
         assert!(err.contains(want), "{args:?}: expected {want:?} in {err}");
     }
 }
@@ -636,22 +722,7 @@ fn results_carry_provenance_and_sweeps_share_one_load() {
     );
     // One load: both points report the same load time.
     assert_eq!(runs[0]["load_seconds"], runs[1]["load_seconds"]);
-    for k in [
-        "version",
-        "commit",
-        "command",
-        "host",
-        "seed",
-        "duration_s",
-        "warmup_s",
-        "quick",
-    ] {
-        assert!(
-            v["provenance"].get(k).is_some(),
-            "provenance lacks {k}: {v}"
-        );
-    }
-    assert!(v["provenance"]["host"]["cores"].as_u64().unwrap() >= 1);
+    assert_provenance(&v, "ycsb");
     assert!(String::from_utf8_lossy(&out.stdout).contains("p999_us"));
 
     let cores = std::thread::available_parallelism().unwrap().get();
@@ -768,12 +839,37 @@ fn bad_values_exit_2_with_one_line_naming_the_flag() {
             "--json",
         ),
         (&["bench", "rpc", "--json", "/nonexistent/x.json"], "--json"),
+        // bench micro's size sweep and CSV (perftest's -a).
+        (&["bench", "micro", "-a", "--sizes", "64"], "--all-sizes"),
+        (
+            &["bench", "micro", "--sizes", "64,128", "--size", "8"],
+            "--size",
+        ),
+        (&["bench", "micro", "--verb", "faa", "-a"], "--verb faa"),
+        (
+            &["bench", "micro", "-a", "--region-size", "1MiB"],
+            "--region-size",
+        ),
+        (&["bench", "micro", "--sizes", "64,0"], "--size"),
+        (&["bench", "micro", "--csv", "/nonexistent/x.csv"], "--csv"),
+        // The other benches' window and repeats.
+        (&["bench", "rpc", "--duration", "0s"], "--duration"),
+        (&["bench", "rpc", "--threads", "0"], "--threads"),
+        (&["bench", "rpc", "--repeat", "0"], "--repeat"),
+        (&["bench", "corm", "--repeat", "0"], "--repeat"),
+        (&["bench", "corm", "--duration", "0s"], "--duration"),
+        (&["bench", "vector-io", "--duration", "0s"], "--duration"),
+        (
+            &["bench", "io-consolidation", "--duration", "0s"],
+            "--duration",
+        ),
+        (&["bench", "atomics", "--duration", "0s"], "--duration"),
+        (&["bench", "atomics", "--threads", "1,0"], "--threads"),
     ];
     for (args, flag) in cases {
         let t0 = Instant::now();
-        let out = Command::new(DMKIT).args(*args).output().unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        let (code, err) = dmkit_fails(args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
         assert!(err.contains(flag), "{args:?}: expected {flag:?} in {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
@@ -834,17 +930,8 @@ fn the_applications_write_the_json_the_checks_read() {
 /// duration is up and reports them; an unknown store is refused.
 #[test]
 fn clover_mds_runs_in_its_own_process() {
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("n.sock");
-    let target = format!("unix:{}", sock.display());
-    let mut node = Command::new(DMKIT)
-        .args(["memnode", "--size", "64MiB", "--listen", &target])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for(&sock);
-    wait_for(&dmkit_memnode_token(&sock));
-    let s = sock.to_str().unwrap();
+    let node = Node::start("64MiB", Stdio::null());
+    let s = node.sock.to_str().unwrap();
     let out = dmkit_ok(
         &[
             "clover-mds",
@@ -878,8 +965,7 @@ fn clover_mds_runs_in_its_own_process() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    node.kill().unwrap();
-    node.wait().unwrap();
+    drop(node);
 }
 
 /// `bench ycsb --index clover`: no switch on shm (no wire: steering is
@@ -1060,23 +1146,14 @@ fn two_processes_share_one_clover_store_and_the_last_checks_it() {
 #[test]
 fn memnode_shuts_down_cleanly_on_a_signal() {
     for sig in ["-TERM", "-INT"] {
-        let dir = tempfile::tempdir().unwrap();
-        let sock = dir.path().join("n.sock");
-        let target = format!("unix:{}", sock.display());
-        let node = Command::new(DMKIT)
-            .args(["memnode", "--size", "16MiB", "--listen", &target])
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        wait_for(&sock);
-        let token = dmkit_memnode_token(&sock);
-        wait_for(&token);
+        let mut node = Node::start("16MiB", Stdio::piped());
+        let (sock, token) = (node.sock.clone(), node.token());
         let killed = Command::new("kill")
-            .args([sig, &node.id().to_string()])
+            .args([sig, &node.child().id().to_string()])
             .status()
             .unwrap();
         assert!(killed.success());
-        let out = node.wait_with_output().unwrap();
+        let out = node.child.take().unwrap().wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{sig}: {:?} {err}", out.status);
         assert!(err.contains("shut down"), "{sig}: {err}");
@@ -1135,15 +1212,8 @@ fn node_stats(target: &str) -> serde_json::Value {
 /// `node gc` finds nothing left to collect.
 #[test]
 fn a_killed_remote_benchmark_leaves_nothing_behind() {
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("n.sock");
-    let target = format!("unix:{}", sock.display());
-    let mut node = Command::new(DMKIT)
-        .args(["memnode", "--size", "128MiB", "--listen", &target])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for(&dmkit_memnode_token(&sock));
+    let mut node = Node::start("128MiB", Stdio::null());
+    let target = node.target.clone();
     let mut bench = Command::new(DMKIT)
         .args([
             "bench",
@@ -1222,5 +1292,225 @@ fn a_killed_remote_benchmark_leaves_nothing_behind() {
         "freed 0 chunks, 0 B"
     );
     dmkit_ok(&["node", "shutdown", "--connect", &target], None);
-    node.wait().unwrap();
+    node.child().wait().unwrap();
+}
+
+/// `bench micro` as perftest users run it: `-a` sweeps 2 B to 8 MiB, `-n`
+/// runs a fixed number of requests, `--csv` writes one line per run
+/// beside the JSON, and `--repeat` gives each size its spread.
+#[test]
+fn micro_sweeps_sizes_with_iterations_and_csv() {
+    let dir = tempfile::tempdir().unwrap();
+    let (csv, json) = (dir.path().join("a.csv"), dir.path().join("a.json"));
+    let out = dmkit_ok(
+        &[
+            "bench",
+            "micro",
+            "-a",
+            "-n",
+            "16",
+            "--region-size",
+            "16MiB",
+            "--quiet",
+            "--csv",
+            csv.to_str().unwrap(),
+            "--json",
+        ],
+        Some(&json),
+    );
+    let sizes: Vec<u64> = (1..=23).map(|i| 1u64 << i).collect();
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1 + sizes.len(), "{text}");
+    let header: Vec<&str> = lines[0].split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    for (line, size) in lines[1..].iter().zip(&sizes) {
+        let f: Vec<&str> = line.split(',').collect();
+        assert_eq!(f.len(), header.len(), "{line}");
+        assert_eq!(f[col("size")], size.to_string(), "{line}");
+        assert_eq!(f[col("ops")], "16", "{line}");
+        let (p50, p99): (f64, f64) = (
+            f[col("p50_us")].parse().unwrap(),
+            f[col("p99_us")].parse().unwrap(),
+        );
+        assert!(p50 > 0.0 && p99 >= p50, "{line}");
+        // Gb/s is the payload of the counted requests over the window.
+        let (mops, gbps): (f64, f64) = (
+            f[col("mops")].parse().unwrap(),
+            f[col("gbps")].parse().unwrap(),
+        );
+        assert!(
+            (gbps - mops * *size as f64 * 8.0 / 1e3).abs() <= 1e-3 * gbps.max(1.0),
+            "{line}"
+        );
+    }
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().count(),
+        1 + sizes.len()
+    );
+    let v = read_json(&json);
+    assert_provenance(&v, "micro -a");
+    assert_eq!(v["sizes"].as_array().unwrap().len(), sizes.len());
+    assert_eq!(v["runs"].as_array().unwrap().len(), sizes.len());
+    assert_eq!(v["points"][22]["size"], 8 << 20);
+
+    let json = dir.path().join("r.json");
+    dmkit_ok(
+        &[
+            "bench",
+            "micro",
+            "--sizes",
+            "64,4KiB",
+            "--repeat",
+            "2",
+            "-n",
+            "50",
+            "--region-size",
+            "1MiB",
+            "--quiet",
+            "--json",
+        ],
+        Some(&json),
+    );
+    let v = read_json(&json);
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    assert_eq!(
+        (runs[1]["size"].clone(), runs[2]["size"].clone()),
+        (64.into(), 4096.into())
+    );
+    assert_eq!(v["points"][1]["mops"]["n"], 2);
+    assert_eq!(v["provenance"]["repeat"], 2);
+}
+
+/// Every other benchmark measures under the harness too: its JSON starts
+/// with the provenance, and its window is the one asked for (`seconds` is
+/// `--duration` exactly: one global window after the start barrier, not
+/// the threads' own staggered ones).
+#[test]
+fn every_bench_writes_provenance_and_measures_one_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let window = |r: &serde_json::Value, secs: f64, what: &str| {
+        let s = r["seconds"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{what}: {r}"));
+        assert!(
+            (s - secs).abs() < 1e-6,
+            "{what}: seconds {s}, not {secs}: {r}"
+        );
+        assert_eq!(r["interrupted"], false, "{what}");
+    };
+    let cases: &[(&str, &[&str], f64)] = &[
+        ("rpc", &["--duration", "200ms", "--warmup", "50ms"], 0.2),
+        (
+            "corm",
+            &[
+                "--objects",
+                "2000",
+                "--duration",
+                "200ms",
+                "--warmup",
+                "50ms",
+            ],
+            0.2,
+        ),
+        (
+            "vector-io",
+            &[
+                "--method",
+                "sp,sgl",
+                "--batch",
+                "4",
+                "--region-size",
+                "1MiB",
+                "--local",
+                "off",
+                "--duration",
+                "100ms",
+            ],
+            0.1,
+        ),
+        (
+            "io-consolidation",
+            &["--theta", "4", "--duration", "100ms"],
+            0.1,
+        ),
+        (
+            "atomics",
+            &[
+                "--primitive",
+                "sequencer",
+                "--place",
+                "local,remote",
+                "--backoff",
+                "off",
+                "--threads",
+                "1,2",
+                "--duration",
+                "100ms",
+            ],
+            0.1,
+        ),
+    ];
+    for (bench, args, secs) in cases {
+        let json = dir.path().join(format!("{bench}.json"));
+        let mut all = vec!["bench", bench];
+        all.extend_from_slice(args);
+        all.push("--json");
+        let out = dmkit_ok(&all, Some(&json));
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("Mops"),
+            "{bench}"
+        );
+        let v = read_json(&json);
+        assert_provenance(&v, bench);
+        match v["runs"].as_array() {
+            Some(points) => {
+                assert!(!points.is_empty(), "{bench}: {v}");
+                for p in points {
+                    window(p, *secs, bench);
+                }
+            }
+            None => window(&v, *secs, bench),
+        }
+    }
+    // --repeat: every run and the spread of their throughput.
+    let json = dir.path().join("rpc2.json");
+    dmkit_ok(
+        &[
+            "bench",
+            "rpc",
+            "--duration",
+            "100ms",
+            "--warmup",
+            "10ms",
+            "--repeat",
+            "2",
+            "--json",
+        ],
+        Some(&json),
+    );
+    let v = read_json(&json);
+    assert_eq!(v["runs"].as_array().unwrap().len(), 2, "{v}");
+    assert_eq!(v["mops"]["n"], 2, "{v}");
+    // The transaction benchmark keeps its own window but writes the same
+    // provenance.
+    let json = dir.path().join("txn.json");
+    dmkit_ok(
+        &[
+            "bench",
+            "txn",
+            "--scale",
+            "1000",
+            "--threads",
+            "1",
+            "--coros",
+            "2",
+            "--duration",
+            "200ms",
+            "--json",
+        ],
+        Some(&json),
+    );
+    assert_provenance(&read_json(&json), "txn");
 }

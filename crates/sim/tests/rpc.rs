@@ -87,11 +87,14 @@ fn median(v: &[u64]) -> u64 {
 
 /// CoRM §4.1 and §4.2.2 on its ConnectX-3 testbed: an RPC round trip
 /// under 4 µs, and a node that saturates near 700 K req/s (8 workers).
+/// (The paper bounds the round trip only from above; the floor here is
+/// the profile's network after its calibration on the memory-semantics
+/// study's round trips, 2.7 µs for an 8-byte echo.)
 #[test]
 fn cx3_matches_corms_rpc_latency_and_throughput() {
     let one = closed_loop(cx3(None), 1, ECHO, 8, 100_000, 2_100_000);
     let rtt = median(&one.latencies);
-    assert!((3_000..4_000).contains(&rtt), "unloaded echo {rtt} ns");
+    assert!((2_000..4_000).contains(&rtt), "unloaded echo {rtt} ns");
     let many = closed_loop(cx3(None), 16, ECHO, 8, 100_000, 2_100_000);
     let rate = many.calls as f64 / 2e-3;
     assert!(

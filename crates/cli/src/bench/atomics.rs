@@ -34,12 +34,12 @@ pub(crate) struct AtomicsArgs {
     /// Measured time per point (virtual with --backend sim).
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     duration: Duration,
-    /// Simulator: unmeasured virtual time before each point.
+    /// Unmeasured time before each point's window (virtual with --backend sim).
     #[arg(long, default_value = "200us", value_parser = humantime::parse_duration)]
     warmup: Duration,
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Write the points as a JSON array to this file.
+    /// Write the points as JSON to this file (`runs`, after `provenance`).
     #[arg(long)]
     json: Option<PathBuf>,
 }
@@ -64,18 +64,28 @@ pub(crate) fn bench_atomics(a: AtomicsArgs) -> Res {
     } else {
         None
     };
+    if a.duration.is_zero() {
+        return Err(crate::bad_input("--duration must be longer than 0s"));
+    }
+    if a.threads.contains(&0) {
+        return Err(crate::bad_input("--threads must be at least 1"));
+    }
+    super::start_measuring(a.threads.iter().copied().max().unwrap_or(1), sim);
     let mut results: Vec<AtomicsResult> = Vec::new();
     let mut not_run = Vec::new();
     for &p in &a.primitive {
         for &place in &places {
             for b in &a.backoff {
                 for &threads in &a.threads {
+                    if dmkit_bench::harness::interrupted() {
+                        break;
+                    }
                     let c = AtomicsConfig {
                         duration: a.duration,
                         ..AtomicsConfig::new(p, place, *b == crate::args::OnOff::On, threads)
                     };
                     let r = match (&fabric, &profile) {
-                        (Some(f), _) => atomics::run(&**f, &c),
+                        (Some(f), _) => atomics::run(&**f, &c, a.warmup),
                         (None, Some(prof)) => atomics::run_sim(&c, prof, a.warmup, a.seed),
                         _ => unreachable!("a backend was chosen"),
                     };
@@ -115,11 +125,8 @@ pub(crate) fn bench_atomics(a: AtomicsArgs) -> Res {
     for e in &not_run {
         println!("not run: {e}");
     }
-    if let Some(path) = &a.json {
-        let text = serde_json::to_string_pretty(&results).expect("results serialise");
-        std::fs::write(path, text + "\n")
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
-    }
+    let provenance = dmkit_bench::harness::Provenance::new(a.seed, a.duration, a.warmup, false);
+    super::write_points(a.json.as_deref(), &provenance, &results)?;
     if results.iter().any(|r| !r.verified) {
         return Err("a run broke mutual exclusion or lost a number".into());
     }

@@ -42,12 +42,12 @@ pub(crate) struct ConsolidationArgs {
     /// Longest a write stays buffered.
     #[arg(long, default_value = "1ms", value_parser = humantime::parse_duration)]
     lease: Duration,
-    /// Simulator: unmeasured virtual time before each point.
+    /// Unmeasured time before each point's window (virtual with --backend sim).
     #[arg(long, default_value = "200us", value_parser = humantime::parse_duration)]
     warmup: Duration,
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Write the points as a JSON array to this file.
+    /// Write the points as JSON to this file (`runs`, after `provenance`).
     #[arg(long)]
     json: Option<PathBuf>,
     /// Write a PNG chart (Mops vs θ, a line per thread count; native at θ = 0).
@@ -76,19 +76,33 @@ pub(crate) fn bench_consolidation(a: ConsolidationArgs) -> Res {
             });
         }
     }
+    if a.duration.is_zero() {
+        return Err(crate::bad_input("--duration must be longer than 0s"));
+    }
     let mut results: Vec<ConsolidationResult> = Vec::new();
+    let most = a.threads.iter().copied().max().unwrap_or(1);
     if matches!(a.fabric.backend, Backend::Sim) {
         let sc = a.fabric.sim_config(0, a.seed)?;
+        super::start_measuring(most, true);
         for p in &points {
+            if dmkit_bench::harness::interrupted() {
+                break;
+            }
             results.push(
                 io_consolidation::run_sim(p, &sc.profile, a.warmup).map_err(|e| e.to_string())?,
             );
         }
     } else {
-        let most = a.threads.iter().copied().max().unwrap_or(1) as u64;
-        let fabric = open_fabric(&a.fabric, a.region * a.regions as u64 * most + (16 << 20))?;
+        let fabric = open_fabric(
+            &a.fabric,
+            a.region * a.regions as u64 * most as u64 + (16 << 20),
+        )?;
+        super::start_measuring(most, false);
         for p in &points {
-            results.push(io_consolidation::run(&*fabric, p).map_err(|e| e.to_string())?);
+            if dmkit_bench::harness::interrupted() {
+                break;
+            }
+            results.push(io_consolidation::run(&*fabric, p, a.warmup).map_err(|e| e.to_string())?);
         }
     }
     println!(
@@ -129,11 +143,8 @@ pub(crate) fn bench_consolidation(a: ConsolidationArgs) -> Res {
             r.verified
         );
     }
-    if let Some(path) = &a.json {
-        let text = serde_json::to_string_pretty(&results).expect("results serialise");
-        std::fs::write(path, text + "\n")
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
-    }
+    let provenance = dmkit_bench::harness::Provenance::new(a.seed, a.duration, a.warmup, false);
+    super::write_points(a.json.as_deref(), &provenance, &results)?;
     if let Some(path) = &a.plot {
         let mut series: std::collections::BTreeMap<String, Vec<(f64, f64)>> = Default::default();
         for r in &results {

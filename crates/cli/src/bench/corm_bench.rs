@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use dmkit_bench::corm_bench::{self, CormBenchConfig, ReadPath};
 use dmkit_bench::corm_timeline;
+use dmkit_bench::harness;
 use dmkit_memnode::corm::Correction;
 
 use crate::args::load_profile;
@@ -65,6 +66,10 @@ pub(crate) struct CormBenchArgs {
     /// Seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Measure this many times (each on a freshly loaded store); prints
+    /// each run and the mean and spread of their throughput.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// Write the result as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -158,9 +163,8 @@ fn timeline(a: &CormBenchArgs) -> Res {
         r.failed_direct_reads
     );
     if let Some(path) = &a.json {
-        let text = serde_json::to_string_pretty(&r).expect("result serialises");
-        std::fs::write(path, text + "\n")
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        let provenance = harness::Provenance::new(a.seed, a.duration, Duration::ZERO, false);
+        harness::write_json(path, &provenance, &r)?;
     }
     Ok(())
 }
@@ -208,32 +212,57 @@ pub(crate) fn bench_corm(a: CormBenchArgs) -> Res {
         warmup: a.warmup,
         seed: a.seed,
     };
-    let r = match sim {
-        None => corm_bench::run(&cfg),
-        Some(profile) => corm_bench::run_sim(
-            dmkit_sim::SimConfig {
-                profile,
-                seed: a.seed,
-                ..Default::default()
-            },
-            &cfg,
-        ),
+    if cfg.duration.is_zero() {
+        return Err(crate::bad_input("--duration must be longer than 0s"));
     }
-    .map_err(|e| e.to_string())?;
-    println!(
-        "{:<6} {:>8} {:>8} {:>5} {:>7} {:>5} {:>7} {:>9} {:>8} {:>8} {:>12}",
-        "read",
-        "workload",
-        "objects",
-        "size",
-        "threads",
-        "coros",
-        "workers",
-        "Mops",
-        "p50 µs",
-        "p99 µs",
-        "failed dr/s"
-    );
+    let on_sim = sim.is_some();
+    super::start_measuring(cfg.threads, on_sim);
+    let provenance =
+        harness::Provenance::new(a.seed, cfg.duration, cfg.warmup, false).repeat(a.repeat);
+    let mut header = true;
+    let runs = super::repeated(a.repeat, || {
+        let r = match &sim {
+            None => corm_bench::run(&cfg),
+            Some(profile) => corm_bench::run_sim(
+                dmkit_sim::SimConfig {
+                    profile: profile.clone(),
+                    seed: a.seed,
+                    ..Default::default()
+                },
+                &cfg,
+            ),
+        }
+        .map_err(|e| e.to_string())?;
+        print_row(&r, std::mem::take(&mut header));
+        Ok(r)
+    })?;
+    let interrupted = runs.iter().any(|r| r.interrupted);
+    super::finish_runs(
+        a.json.as_deref(),
+        &provenance,
+        &runs,
+        |r| r.mops,
+        interrupted,
+    )
+}
+
+fn print_row(r: &corm_bench::CormBenchResult, header: bool) {
+    if header {
+        println!(
+            "{:<6} {:>8} {:>8} {:>5} {:>7} {:>5} {:>7} {:>9} {:>8} {:>8} {:>12}",
+            "read",
+            "workload",
+            "objects",
+            "size",
+            "threads",
+            "coros",
+            "workers",
+            "Mops",
+            "p50 µs",
+            "p99 µs",
+            "failed dr/s"
+        );
+    }
     println!(
         "{:<6} {:>8} {:>8} {:>5} {:>7} {:>5} {:>7} {:>9.4} {:>8.2} {:>8.2} {:>12.1}",
         r.read,
@@ -248,10 +277,4 @@ pub(crate) fn bench_corm(a: CormBenchArgs) -> Res {
         r.p99_us,
         r.failed_direct_reads_per_s
     );
-    if let Some(path) = a.json {
-        let text = serde_json::to_string_pretty(&r).expect("result serialises");
-        std::fs::write(&path, text + "\n")
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
-    }
-    Ok(())
 }

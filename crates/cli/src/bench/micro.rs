@@ -1,7 +1,7 @@
 //! `dmkit bench micro`: one verb at random addresses of a region, per
 //! thread, in batches (raw, or through the runtime's tasks).
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -42,6 +42,8 @@ enum SignalArg {
     after_help = "EXAMPLES:
   dmkit bench micro --verb read --threads 2 --duration 5s
   dmkit bench micro --verb write --size 4KiB -n 100000 --json w.json
+  dmkit bench micro --verb read -a -n 10000 --csv sweep.csv    # perftest's -a: 2 B .. 8 MiB
+  dmkit bench micro --sizes 64,4KiB,64KiB --threads 2 --duration 2s
   dmkit bench micro --coros 8 --depth 4 --warmup 1s --repeat 5
   dmkit memnode --size 4GiB --listen unix:/tmp/dm0.sock &
   dmkit bench micro --connect unix:/tmp/dm0.sock --region-size 512MiB"
@@ -52,9 +54,16 @@ pub(crate) struct MicroArgs {
     /// The verb to issue.
     #[arg(long, value_enum, default_value = "read")]
     verb: Verb,
-    /// Bytes per READ/WRITE (atomics: 8).
-    #[arg(long, default_value = "8", value_parser = parse_size)]
-    size: u64,
+    /// Bytes per READ/WRITE (atomics: 8) [default: 8].
+    #[arg(long, value_parser = parse_size)]
+    size: Option<u64>,
+    /// Sweep the message size over these (comma-separated, with units:
+    /// 64,4KiB,1MiB); one run per size.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    sizes: Vec<u64>,
+    /// Sweep every power of two from 2 B to 8 MiB (perftest's -a).
+    #[arg(short = 'a', long)]
+    all_sizes: bool,
     /// Region the random addresses are drawn from.
     #[arg(long, default_value = "1GiB", value_parser = parse_size)]
     region_size: u64,
@@ -105,9 +114,52 @@ pub(crate) struct MicroArgs {
     /// Write the result as JSON to this file.
     #[arg(help_heading = "Run and output", long)]
     json: Option<PathBuf>,
+    /// Write one CSV line per run to this file (header first; the table's
+    /// columns and every latency percentile).
+    #[arg(help_heading = "Run and output", long)]
+    csv: Option<PathBuf>,
     /// No progress bar.
     #[arg(help_heading = "Run and output", long)]
     quiet: bool,
+}
+
+/// The message sizes a run measures: `--size`, `--sizes` or `-a`.
+fn sizes_of(a: &MicroArgs, verb: VerbKind) -> Result<Vec<usize>, String> {
+    let sweep = a.all_sizes || !a.sizes.is_empty();
+    if a.all_sizes && !a.sizes.is_empty() {
+        return Err(crate::bad_input(
+            "--all-sizes (-a) and --sizes both choose the sizes: give one",
+        ));
+    }
+    if sweep && a.size.is_some() {
+        return Err(crate::bad_input(
+            "--size is one size; with --sizes or --all-sizes (-a) leave it out",
+        ));
+    }
+    if sweep && verb.is_atomic() {
+        return Err(crate::bad_input(format!(
+            "--sizes and --all-sizes (-a) sweep READ and WRITE; --verb {} moves 8 bytes",
+            verb.name()
+        )));
+    }
+    let sizes: Vec<u64> = if a.all_sizes {
+        micro::all_sizes().into_iter().map(|s| s as u64).collect()
+    } else if !a.sizes.is_empty() {
+        a.sizes.clone()
+    } else {
+        vec![a.size.unwrap_or(8)]
+    };
+    let flag = if a.all_sizes {
+        "--all-sizes"
+    } else if sweep {
+        "--sizes"
+    } else {
+        "--size"
+    };
+    sizes
+        .into_iter()
+        .map(|s| usize::try_from(s).map_err(|_| crate::bad_input(format!("{flag} {s}: too large"))))
+        .collect()
 }
 
 pub(crate) fn bench_micro(a: MicroArgs) -> Res {
@@ -118,9 +170,10 @@ pub(crate) fn bench_micro(a: MicroArgs) -> Res {
         Verb::Faa => VerbKind::Faa,
     };
     let rcfg = a.switches.runtime_config(a.seed)?;
+    let sizes = sizes_of(&a, verb)?;
     let cfg = MicroConfig {
         verb,
-        size: usize::try_from(a.size).map_err(|_| crate::bad_input("--size too large"))?,
+        size: sizes[0],
         region_size: a.region_size,
         threads: a.threads,
         batch: a.batch,
@@ -145,58 +198,113 @@ pub(crate) fn bench_micro(a: MicroArgs) -> Res {
             cfg: rcfg.clone(),
         }),
     };
+    let at = |size: usize| MicroConfig {
+        size,
+        ..cfg.clone()
+    };
     // Everything that can be checked before anything is allocated.
     if a.repeat == 0 {
         return Err(crate::bad_input("--repeat must be at least 1"));
     }
-    micro::validate(&cfg).map_err(crate::bad_input)?;
-    if let Some(p) = &a.json {
-        harness::check_output("--json", p).map_err(crate::bad_input)?;
+    for &size in &sizes {
+        micro::validate(&at(size)).map_err(crate::bad_input)?;
+    }
+    // Each thread's local buffers hold a batch (or a task round) of the
+    // largest message.
+    let largest = sizes.iter().copied().max().unwrap_or(8) as u64;
+    let per_round = cfg.runtime.as_ref().map_or(cfg.batch, |r| r.depth) as u64;
+    harness::check_memory(
+        "--size × --batch (or --depth) × --threads of local buffers",
+        largest
+            .saturating_mul(per_round)
+            .saturating_mul(cfg.threads as u64),
+    )
+    .map_err(crate::bad_input)?;
+    super::check_outputs(a.json.as_deref(), None)?;
+    if let Some(p) = &a.csv {
+        harness::check_output("--csv", p).map_err(crate::bad_input)?;
     }
     // The embedded node gets the region plus its reserved first page and slack.
     let fabric = open_fabric(&a.fabric, a.region_size + (8 << 20))?;
-    micro::check(&cfg, &*fabric)?;
+    for &size in &sizes {
+        micro::check(&at(size), &*fabric)?;
+    }
     if let Some(w) = harness::oversubscribed(cfg.threads) {
         eprintln!("dmkit: warning: {w}");
     }
+    let mut csv = match &a.csv {
+        Some(p) => {
+            let mut f =
+                std::fs::File::create(p).map_err(|e| format!("--csv {}: {e}", p.display()))?;
+            writeln!(f, "{}", micro::MicroResult::CSV_HEADER)
+                .map_err(|e| format!("writing {}: {e}", p.display()))?;
+            Some((f, p))
+        }
+        None => None,
+    };
     crate::args::stop_on_ctrl_c();
     let provenance =
         harness::Provenance::new(a.seed, cfg.duration, cfg.warmup, false).repeat(a.repeat);
-    let mut runs = Vec::with_capacity(a.repeat);
-    for i in 0..a.repeat {
+    let mut runs = Vec::with_capacity(a.repeat * sizes.len());
+    let mut points = Vec::with_capacity(sizes.len());
+    for &size in &sizes {
+        let cfg = at(size);
+        let first = runs.len();
+        for _ in 0..a.repeat {
+            if harness::interrupted() {
+                break;
+            }
+            let r = run_once(&*fabric, &cfg, a.quiet).map_err(|e| {
+                if e.contains("invalid chunk length") && !a.fabric.connect.is_empty() {
+                    format!(
+                        "{e}: --region-size {} does not fit in the memory node, which keeps \
+                         its first page for itself: start the node with a larger --size, or \
+                         give a smaller --region-size",
+                        format_size(cfg.region_size)
+                    )
+                } else {
+                    e
+                }
+            })?;
+            if runs.is_empty() {
+                print_header();
+            }
+            print_row(&r);
+            if let Some((f, p)) = &mut csv {
+                writeln!(f, "{}", r.csv_row())
+                    .and_then(|()| f.flush())
+                    .map_err(|e| format!("writing {}: {e}", p.display()))?;
+            }
+            runs.push(r);
+        }
+        let mine = &runs[first..];
+        if mine.is_empty() {
+            break;
+        }
+        if mine.len() > 1 {
+            let m = harness::Spread::of(&mine.iter().map(|r| r.mops).collect::<Vec<_>>());
+            println!(
+                "{} runs of {} B: {:.3} Mops mean, {:.3} standard deviation, {:.3} to {:.3}",
+                m.n, size, m.mean, m.stddev, m.min, m.max
+            );
+        }
+        points.push(SizePoint::of(size, mine));
         if harness::interrupted() {
             break;
         }
-        let r = run_once(&*fabric, &cfg, a.quiet).map_err(|e| {
-            if e.contains("invalid chunk length") && !a.fabric.connect.is_empty() {
-                format!(
-                    "{e}: --region-size {} does not fit in the memory node, which keeps \
-                     its first page for itself: start the node with a larger --size, or \
-                     give a smaller --region-size",
-                    format_size(cfg.region_size)
-                )
-            } else {
-                e
-            }
-        })?;
-        if i == 0 {
-            print_header();
-        }
-        print_row(&r);
-        runs.push(r);
-    }
-    if runs.len() > 1 {
-        let m = harness::Spread::of(&runs.iter().map(|r| r.mops).collect::<Vec<_>>());
-        println!(
-            "{} runs: {:.3} Mops mean, {:.3} standard deviation, {:.3} to {:.3}",
-            m.n, m.mean, m.stddev, m.min, m.max
-        );
     }
     if runs.last().is_some_and(|r| r.interrupted) || harness::interrupted() {
         eprintln!("dmkit: interrupted: the last run's figures are of its shortened window");
     }
     if let Some(path) = a.json {
-        if runs.len() == 1 {
+        if sizes.len() > 1 {
+            let body = Sweep {
+                sizes: &sizes,
+                points,
+                runs: &runs,
+            };
+            harness::write_json(&path, &provenance, &body)?;
+        } else if runs.len() == 1 {
             harness::write_json(&path, &provenance, &runs[0])?;
         } else {
             let mops = harness::Spread::of(&runs.iter().map(|r| r.mops).collect::<Vec<_>>());
@@ -204,6 +312,38 @@ pub(crate) fn bench_micro(a: MicroArgs) -> Res {
         }
     }
     Ok(())
+}
+
+/// A size sweep's JSON: the sizes asked for, each size's spread over its
+/// runs, and every run (what `dmkit plot --x size` reads).
+#[derive(serde::Serialize)]
+struct Sweep<'a> {
+    sizes: &'a [usize],
+    points: Vec<SizePoint>,
+    runs: &'a [micro::MicroResult],
+}
+
+/// One size of a sweep: its runs' throughput, bandwidth and median latency.
+#[derive(serde::Serialize)]
+struct SizePoint {
+    size: usize,
+    mops: harness::Spread,
+    gbps: harness::Spread,
+    p50_us: harness::Spread,
+}
+
+impl SizePoint {
+    fn of(size: usize, runs: &[micro::MicroResult]) -> Self {
+        let of = |f: fn(&micro::MicroResult) -> f64| {
+            harness::Spread::of(&runs.iter().map(f).collect::<Vec<_>>())
+        };
+        Self {
+            size,
+            mops: of(|r| r.mops),
+            gbps: of(|r| r.gbps),
+            p50_us: of(|r| r.latency.p50_us),
+        }
+    }
 }
 
 fn run_once(
@@ -247,7 +387,7 @@ fn run_once(
 /// The columns (README: "bench micro's columns").
 fn print_header() {
     println!(
-        "{:<8} {:<8} {:<6} {:>6} {:>8} {:>7} {:>5} {:>6} {:>12} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9}",
+        "{:<8} {:<8} {:<6} {:>8} {:>8} {:>7} {:>5} {:>6} {:>12} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9}",
         "backend", "mode", "verb", "size", "region", "threads", "batch", "signal", "ops",
         "seconds", "Mops", "Gb/s", "p50_us", "p99_us", "p999_us", "max_us"
     );
@@ -263,7 +403,7 @@ fn print_row(r: &micro::MicroResult) {
         Signal::Last => "last",
     };
     println!(
-        "{:<8} {:<8} {:<6} {:>6} {:>8} {:>7} {:>5} {:>6} {:>12} {:>8.2} {:>9.3} {:>8.3} {:>8.2} {:>8.2} {:>8.2} {:>9.2}",
+        "{:<8} {:<8} {:<6} {:>8} {:>8} {:>7} {:>5} {:>6} {:>12} {:>8.2} {:>9.3} {:>8.3} {:>8.2} {:>8.2} {:>8.2} {:>9.2}",
         r.backend,
         mode,
         r.verb,

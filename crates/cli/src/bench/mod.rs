@@ -290,3 +290,102 @@ pub(crate) fn check_outputs(json: Option<&Path>, plot: Option<&Path>) -> Result<
     }
     Ok(())
 }
+
+/// The measurement discipline's command-line side, shared by every bench
+/// (`dmkit_bench::harness`): a warning when polling threads oversubscribe
+/// the cores (not on the simulator, whose threads are virtual), and Ctrl-C
+/// as a normal end of the measurement.
+pub(crate) fn start_measuring(threads: usize, sim: bool) {
+    if !sim {
+        if let Some(w) = dmkit_bench::harness::oversubscribed(threads) {
+            eprintln!("dmkit: warning: {w}");
+        }
+    }
+    crate::args::stop_on_ctrl_c();
+}
+
+/// `--repeat N`: runs `once` N times, or until Ctrl-C (a run it ended
+/// is kept: its figures are of the shortened window). Refuses 0.
+pub(crate) fn repeated<T>(
+    n: usize,
+    mut once: impl FnMut() -> Result<T, String>,
+) -> Result<Vec<T>, String> {
+    if n == 0 {
+        return Err(crate::bad_input("--repeat must be at least 1"));
+    }
+    let mut runs = Vec::with_capacity(n);
+    for _ in 0..n {
+        if dmkit_bench::harness::interrupted() {
+            break;
+        }
+        runs.push(once()?);
+    }
+    Ok(runs)
+}
+
+/// After a single-point bench's runs: prints their spread, says when
+/// Ctrl-C cut the last one short, and writes `--json` ([`write_runs`]).
+pub(crate) fn finish_runs<T: serde::Serialize>(
+    path: Option<&Path>,
+    provenance: &dmkit_bench::harness::Provenance,
+    runs: &[T],
+    mops: impl Fn(&T) -> f64,
+    interrupted: bool,
+) -> Result<(), String> {
+    print_spread(&runs.iter().map(&mops).collect::<Vec<_>>());
+    if interrupted {
+        eprintln!("dmkit: interrupted: the last run's figures are of its shortened window");
+    }
+    write_runs(path, provenance, runs, mops)
+}
+
+/// Prints the mean and spread of repeated runs' throughput (nothing for
+/// one run).
+pub(crate) fn print_spread(mops: &[f64]) {
+    if mops.len() > 1 {
+        let m = dmkit_bench::harness::Spread::of(mops);
+        println!(
+            "{} runs: {:.4} Mops mean, {:.4} standard deviation, {:.4} to {:.4}",
+            m.n, m.mean, m.stddev, m.min, m.max
+        );
+    }
+}
+
+/// Writes a single-point bench's `--json`: its result as it serialises
+/// (one run), or `{mops: spread, runs}` (`--repeat`), each after the
+/// provenance.
+pub(crate) fn write_runs<T: serde::Serialize>(
+    path: Option<&Path>,
+    provenance: &dmkit_bench::harness::Provenance,
+    runs: &[T],
+    mops: impl Fn(&T) -> f64,
+) -> Result<(), String> {
+    let Some(path) = path else { return Ok(()) };
+    match runs {
+        [one] => dmkit_bench::harness::write_json(path, provenance, one),
+        _ => {
+            let body = serde_json::json!({
+                "mops": dmkit_bench::harness::Spread::of(&runs.iter().map(mops).collect::<Vec<_>>()),
+                "runs": runs,
+            });
+            dmkit_bench::harness::write_json(path, provenance, &body)
+        }
+    }
+}
+
+/// Writes a sweep's `--json`: `{provenance, runs: [every point]}` (what
+/// `dmkit plot` reads), and says when Ctrl-C cut the sweep short.
+pub(crate) fn write_points<T: serde::Serialize>(
+    path: Option<&Path>,
+    provenance: &dmkit_bench::harness::Provenance,
+    points: &[T],
+) -> Result<(), String> {
+    if dmkit_bench::harness::interrupted() {
+        eprintln!(
+            "dmkit: interrupted: {} points measured, the last one over its shortened window",
+            points.len()
+        );
+    }
+    let Some(path) = path else { return Ok(()) };
+    dmkit_bench::harness::write_json(path, provenance, &serde_json::json!({ "runs": points }))
+}

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use dmkit_bench::harness;
 use dmkit_bench::rpc::{self, RpcConfig};
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_memnode::NodeConfig;
@@ -59,6 +60,10 @@ pub(crate) struct RpcArgs {
     /// Seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Measure this many times; prints each run and the mean and spread of
+    /// their throughput.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// Write the result as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -71,7 +76,7 @@ pub(crate) fn bench_rpc(a: RpcArgs) -> Res {
     super::check_outputs(a.json.as_deref(), None)?;
     let sim = matches!(a.backend, RpcBackend::Sim);
     let cfg = RpcConfig {
-        size: usize::try_from(a.size).map_err(|_| "--size too large")?,
+        size: usize::try_from(a.size).map_err(|_| crate::bad_input("--size too large"))?,
         threads: a.threads,
         coros: a.coros,
         duration: a.duration,
@@ -82,11 +87,74 @@ pub(crate) fn bench_rpc(a: RpcArgs) -> Res {
         }),
         seed: a.seed,
     };
-    let r = match a.backend {
-        RpcBackend::Sim => {
-            if a.connect.is_some() {
-                return Err("--connect is an shm option: the simulator has its own nodes".into());
+    if cfg.duration.is_zero() {
+        return Err(crate::bad_input("--duration must be longer than 0s"));
+    }
+    if cfg.threads == 0 || cfg.coros == 0 {
+        return Err(crate::bad_input("--threads and --coros must be at least 1"));
+    }
+    if sim && a.connect.is_some() {
+        return Err(crate::bad_input(
+            "--connect is an shm option: the simulator has its own nodes",
+        ));
+    }
+    let fabric = match a.backend {
+        RpcBackend::Sim => None,
+        RpcBackend::Shm => Some(shm_fabric(&a, &cfg)?),
+    };
+    super::start_measuring(cfg.threads, sim);
+    let provenance =
+        harness::Provenance::new(a.seed, cfg.duration, cfg.warmup, false).repeat(a.repeat);
+    let mut header = true;
+    let runs = super::repeated(a.repeat, || {
+        let r = run_once(&a, &cfg, fabric.as_ref())?;
+        print_row(&r, std::mem::take(&mut header));
+        Ok(r)
+    })?;
+    let interrupted = runs.iter().any(|r| r.interrupted);
+    super::finish_runs(
+        a.json.as_deref(),
+        &provenance,
+        &runs,
+        |r| r.mops,
+        interrupted,
+    )
+}
+
+fn shm_fabric(a: &RpcArgs, cfg: &RpcConfig) -> Result<ShmFabric, String> {
+    let shm = ShmConfig {
+        rpc_max_message: (cfg.size as u32).max(4096),
+        ..Default::default()
+    };
+    match &a.connect {
+        None => ShmFabric::embedded(
+            shm,
+            &[NodeConfig {
+                size: 16 << 20,
+                rpc_workers: a.workers.unwrap_or(dmkit_memnode::DEFAULT_RPC_WORKERS),
+                ..Default::default()
+            }],
+        ),
+        Some(Listen::Unix(p)) => {
+            if a.workers.is_some() {
+                return Err(crate::bad_input("--workers sets the embedded node's; a node process has its own (dmkit memnode --workers N)"));
             }
+            ShmFabric::open(shm, &targets(std::slice::from_ref(p), &a.token_file)?)
+        }
+        Some(Listen::Tcp(_)) => {
+            return Err(crate::bad_input("bench rpc runs on shm and sim; tcp:HOST:PORT nodes serve the verbs backend"))
+        }
+    }
+    .map_err(|e| e.to_string())
+}
+
+fn run_once(
+    a: &RpcArgs,
+    cfg: &RpcConfig,
+    fabric: Option<&ShmFabric>,
+) -> Result<rpc::RpcResult, String> {
+    Ok(match fabric {
+        None => {
             let profile = load_profile(&a.profile, None, None)?;
             rpc::run_sim(
                 dmkit_sim::SimConfig {
@@ -96,48 +164,26 @@ pub(crate) fn bench_rpc(a: RpcArgs) -> Res {
                     rpc_workers: a.workers,
                     ..Default::default()
                 },
-                &cfg,
+                cfg,
             )
             .map_err(|e| e.to_string())?
         }
-        RpcBackend::Shm => {
-            let shm = ShmConfig {
-                rpc_max_message: (cfg.size as u32).max(4096),
-                ..Default::default()
-            };
-            let fabric = match &a.connect {
-                None => ShmFabric::embedded(
-                    shm,
-                    &[NodeConfig {
-                        size: 16 << 20,
-                        rpc_workers: a.workers.unwrap_or(dmkit_memnode::DEFAULT_RPC_WORKERS),
-                        ..Default::default()
-                    }],
-                ),
-                Some(Listen::Unix(p)) => {
-                    if a.workers.is_some() {
-                        return Err("--workers sets the embedded node's; a node process has its own (dmkit memnode --workers N)".into());
-                    }
-                    ShmFabric::open(shm, &targets(std::slice::from_ref(p), &a.token_file)?)
-                }
-                Some(Listen::Tcp(_)) => {
-                    return Err("bench rpc runs on shm and sim; tcp:HOST:PORT nodes serve the verbs backend".into())
-                }
-            }
-            .map_err(|e| e.to_string())?;
+        Some(fabric) => {
             let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
                 let b = ProgressBar::new(cfg.duration.as_millis() as u64);
                 b.set_style(
-                    ProgressStyle::with_template("{spinner} {bar:40} {elapsed}/{duration} {msg}")
+                    ProgressStyle::with_template("{spinner} {bar:40} {msg}")
                         .expect("valid template"),
                 );
                 b
             });
-            let r = rpc::run(&fabric, &cfg, |el, calls| {
+            let r = rpc::run(fabric, cfg, |el, calls| {
                 if let Some(b) = &bar {
                     b.set_position(el.as_millis() as u64);
                     b.set_message(format!(
-                        "{:.3} Mops",
+                        "{:.1}/{:.1} s  {:.3} Mops",
+                        el.as_secs_f64(),
+                        cfg.duration.as_secs_f64(),
                         calls as f64 / el.as_secs_f64().max(1e-9) / 1e6
                     ));
                 }
@@ -148,22 +194,28 @@ pub(crate) fn bench_rpc(a: RpcArgs) -> Res {
             }
             r
         }
-    };
+    })
+}
+
+fn print_row(r: &rpc::RpcResult, header: bool) {
+    if header {
+        println!(
+            "{:<8} {:>6} {:>7} {:>5} {:>7} {:>10} {:>8} {:>9} {:>8} {:>8} {:>8}",
+            "backend",
+            "size",
+            "threads",
+            "coros",
+            "workers",
+            "calls",
+            "seconds",
+            "Mops",
+            "p50_us",
+            "p99_us",
+            "p999_us"
+        );
+    }
     println!(
-        "{:<8} {:>6} {:>7} {:>5} {:>7} {:>10} {:>8} {:>9} {:>8} {:>8}",
-        "backend",
-        "size",
-        "threads",
-        "coros",
-        "workers",
-        "calls",
-        "seconds",
-        "Mops",
-        "p50 µs",
-        "p99 µs"
-    );
-    println!(
-        "{:<8} {:>6} {:>7} {:>5} {:>7} {:>10} {:>8.2} {:>9.4} {:>8.2} {:>8.2}",
+        "{:<8} {:>6} {:>7} {:>5} {:>7} {:>10} {:>8.2} {:>9.4} {:>8.2} {:>8.2} {:>8.2}",
         r.backend,
         r.size,
         r.threads,
@@ -173,12 +225,7 @@ pub(crate) fn bench_rpc(a: RpcArgs) -> Res {
         r.seconds,
         r.mops,
         r.p50_us,
-        r.p99_us
+        r.p99_us,
+        r.latency.p999_us
     );
-    if let Some(path) = a.json {
-        let text = serde_json::to_string_pretty(&r).expect("result serialises");
-        std::fs::write(&path, text + "\n")
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
-    }
-    Ok(())
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use dmkit_bench::harness;
 use dmkit_bench::txn_bench::{self, TxnBenchConfig, TxnPlatform, TxnResult, TxnWorkload};
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_fabric::Fabric;
@@ -121,8 +122,9 @@ pub(crate) fn bench_txn(a: TxnArgs) -> Res {
                 sc.memory_nodes = a.replicas.max(1);
             }
             sc.memory_bytes = a.fabric.mem_size.unwrap_or(256 << 20);
+            let provenance = harness::Provenance::new(a.seed, cfg.duration, cfg.warmup, false);
             let r = txn_bench::run_txn_on(TxnPlatform::Sim(Box::new(sc)), &cfg)?;
-            return report(&r, &a);
+            return report(&r, &a, &provenance);
         }
         Backend::Shm if a.fabric.connect.is_empty() => {
             // Embedded: one memory node per replica (sparse memfds).
@@ -141,16 +143,20 @@ pub(crate) fn bench_txn(a: TxnArgs) -> Res {
         }
         _ => open_fabric(&a.fabric, 1 << 30)?,
     };
+    // (No Ctrl-C handling here: the transaction benchmark's window is its
+    // own, not the harness's, and would not end early.)
+    if let Some(w) = harness::oversubscribed(cfg.threads) {
+        eprintln!("dmkit: warning: {w}");
+    }
+    let provenance = harness::Provenance::new(a.seed, cfg.duration, cfg.warmup, false);
     let r = txn_bench::run_txn(fabric, &cfg)?;
-    report(&r, &a)
+    report(&r, &a, &provenance)
 }
 
-fn report(r: &TxnResult, a: &TxnArgs) -> Res {
+fn report(r: &TxnResult, a: &TxnArgs, provenance: &harness::Provenance) -> Res {
     print_txn(r);
     if let Some(path) = &a.json {
-        let text = serde_json::to_string_pretty(&r).expect("result serialises");
-        std::fs::write(path, text + "\n")
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        harness::write_json(path, provenance, r)?;
     }
     if !r.invariants_ok {
         return Err(format!(

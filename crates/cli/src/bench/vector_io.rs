@@ -48,12 +48,12 @@ pub(crate) struct VectorIoArgs {
     /// (not with --backend sim: it is a host measurement).
     #[arg(long, value_enum, default_value = "on")]
     local: OnOff,
-    /// Simulator: unmeasured virtual time before each point.
+    /// Unmeasured time before each point's window (virtual with --backend sim).
     #[arg(long, default_value = "200us", value_parser = humantime::parse_duration)]
     warmup: Duration,
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Write the points as a JSON array to this file.
+    /// Write the points as JSON to this file (`runs`, after `provenance`).
     #[arg(long)]
     json: Option<PathBuf>,
     /// Write a PNG chart (Mops vs the swept dimension, a line per method).
@@ -106,7 +106,11 @@ pub(crate) fn bench_vector_io(a: VectorIoArgs) -> Res {
             }
         }
     }
+    if a.duration.is_zero() {
+        return Err(crate::bad_input("--duration must be longer than 0s"));
+    }
     let max_region = a.region_size.iter().copied().max().unwrap_or(0);
+    let most = a.threads.iter().copied().max().unwrap_or(1);
     let mut results = Vec::with_capacity(cfgs.len());
     if sim {
         let sc = a.fabric.sim_config(max_region, a.seed)?;
@@ -115,15 +119,23 @@ pub(crate) fn bench_vector_io(a: VectorIoArgs) -> Res {
             page_size: a.fabric.page_size.unwrap_or(4096),
             warmup: a.warmup,
         };
+        super::start_measuring(most, true);
         for c in &cfgs {
+            if dmkit_bench::harness::interrupted() {
+                break;
+            }
             results.push(vector_io::run_sim(c, &shape).map_err(|e| e.to_string())?);
         }
     } else {
         let fabric = open_fabric(&a.fabric, max_region + (16 << 20))?;
+        super::start_measuring(most, false);
         // The local baseline does not depend on the method: once per point.
         let mut local: Option<(VectorIoConfig, vector_io::LocalResult)> = None;
         for c in &cfgs {
-            let mut r = vector_io::run(&*fabric, c, false).map_err(|e| e.to_string())?;
+            if dmkit_bench::harness::interrupted() {
+                break;
+            }
+            let mut r = vector_io::run(&*fabric, c, false, a.warmup).map_err(|e| e.to_string())?;
             if a.local == OnOff::On {
                 let key = VectorIoConfig {
                     method: Method::Sp,
@@ -138,11 +150,8 @@ pub(crate) fn bench_vector_io(a: VectorIoArgs) -> Res {
         }
     }
     print_table(&results);
-    if let Some(path) = &a.json {
-        let text = serde_json::to_string_pretty(&results).expect("results serialise");
-        std::fs::write(path, text + "\n")
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
-    }
+    let provenance = dmkit_bench::harness::Provenance::new(a.seed, a.duration, a.warmup, false);
+    super::write_points(a.json.as_deref(), &provenance, &results)?;
     if let Some(path) = &a.plot {
         let (x_label, x_of) = x_axis(&a);
         let mut series: std::collections::BTreeMap<String, Vec<(f64, f64)>> = Default::default();
