@@ -10,11 +10,14 @@
 #   CLIENTS=2 STEPS=race tools/softroce/multi.sh # two clients at once
 #
 # env: W (work dir, default target/softroce-multi), PROFILE (default softroce), CLIENTS (1),
-#      STEPS (comma list: conformance,race,art,btree,clover), MEM (guest memory, 1G), SMP (1),
+#      STEPS (comma list: conformance,race,art,btree,clover,clover-shared), MEM (guest memory, 1G), SMP (1),
 #      ACCEL (tcg; kvm where it works), BASE (UDP base port, 47900), PCAP (file:
 #      capture at the switch), NOBUILD=1 (reuse the last build), DUR (YCSB seconds, 3),
 #      SWITCH_ARGS (extra `dmkit switch` flags), RESTART_AT (seconds: restart the switch then),
-#      RESTART_GAP (seconds the switch is down, 1)
+#      RESTART_GAP (seconds the switch is down, 1), STEER (off|write|read-write: the switch's
+#      steering, its control plane reading the node's region table over the management network),
+#      MGMT (host TCP port of the node's control server on that network, BASE+50; BASE+51: its
+#      token over HTTP)
 # Results: $W/report.txt (RESULT/REPORT lines per guest), $W/switch.json (the switch's counters),
 # $W/guest-*.log. Exit 0 iff every client check passed.
 set -euo pipefail
@@ -56,12 +59,35 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The management network: the memory node's guest has a second NIC (QEMU user networking,
+# restricted: no route out) whose only use is two forwarded ports on the host's loopback, its
+# verbs control server (MGMT) and its token (MGMT+1, busybox httpd). The switch's control plane
+# reads the node's region table there -- as a rack switch's CPU reaches servers over its
+# management port. RoCE traffic never takes this path: the switch is the only one between guests.
+MGMT=${MGMT:-$((BASE + 50))}
+STEER=${STEER:-off}
+rm -f "$W/node.token"
+SWITCH_CTL=()
+if [ "$STEER" != off ]; then
+  SWITCH_CTL=(--steer "$STEER" --server 10.77.0.1 --node-ctl "127.0.0.1:$MGMT" --node-token "$W/node.token")
+fi
+fetch_token() { # the node's token, once it has one (the switch reads the file when it connects)
+  for i in $(seq 1 1200); do
+    if curl -sf --connect-timeout 2 -m 5 -o "$W/node.token.tmp" "http://127.0.0.1:$((MGMT + 1))/node.token" 2>/dev/null \
+        && [ -s "$W/node.token.tmp" ]; then
+      chmod 600 "$W/node.token.tmp"; mv "$W/node.token.tmp" "$W/node.token"; return 0
+    fi
+    sleep 0.5
+  done
+  return 1
+}
+
 # The switch: port i is guest i's socket netdev (it sends from 127.0.0.1:BASE+1+i).
 ports=(--port "mem=127.0.0.1:$((BASE + 1))")
 for c in $(seq 1 "$CLIENTS"); do ports+=(--port "c$c=127.0.0.1:$((BASE + 1 + c))"); done
 start_switch() { # stats file, log
   "$W/bin/dmkit" switch --listen "127.0.0.1:$BASE" "${ports[@]}" --stats-json "$1" \
-    ${PCAP:+--pcap "$PCAP"} ${SWITCH_ARGS:-} > "$2" 2>&1 &
+    ${PCAP:+--pcap "$PCAP"} "${SWITCH_CTL[@]}" ${SWITCH_ARGS:-} > "$2" 2>&1 &
   SWITCH_PID=$!; pids+=($SWITCH_PID); echo $SWITCH_PID > "$W/switch.pid"
   sleep 0.3
 }
@@ -69,13 +95,18 @@ rm -f "$W"/switch*.json "$W"/switch*.log
 start_switch "$W/switch.json" "$W/switch.log"
 
 boot() { # index, ip, role, log
-  local i=$1 ip=$2 role=$3 log=$4 cpu=""
+  local i=$1 ip=$2 role=$3 log=$4 cpu="" mgmt=() mgmt_arg=""
   [ "$ACCEL" = kvm ] && cpu="-cpu ${KVM_CPU:-host,-arch-capabilities,-cx16}"
+  if [ "$role" = mem ]; then
+    mgmt=(-netdev "user,id=m0,restrict=on,hostfwd=tcp:127.0.0.1:$MGMT-:7471,hostfwd=tcp:127.0.0.1:$((MGMT + 1))-:8000"
+          -device "virtio-net-pci,romfile=,netdev=m0,mac=52:54:00:78:00:01")
+    mgmt_arg="dmkit.mgmt=10.0.2.15"
+  fi
   timeout ${TIMEOUT:-900} qemu-system-x86_64 -M pc -kernel "$W/vmlinux" -accel "$ACCEL" $cpu -smp "$SMP" -m "$MEM" \
     -nographic -nodefaults -serial stdio -no-reboot -initrd "$W/initrd.img" \
     -netdev "socket,id=n0,udp=127.0.0.1:$BASE,localaddr=127.0.0.1:$((BASE + 1 + i))" \
-    -device "virtio-net-pci,romfile=,netdev=n0,mac=52:54:00:77:00:$(printf %02x $((i + 1)))" \
-    -append "console=ttyS0 quiet panic=-1 no_timer_check dmkit.ip=$ip dmkit.role=$role dmkit.server=10.77.0.1 dmkit.steps=$STEPS dmkit.dur=$DUR" \
+    -device "virtio-net-pci,romfile=,netdev=n0,mac=52:54:00:77:00:$(printf %02x $((i + 1)))" "${mgmt[@]}" \
+    -append "console=ttyS0 quiet panic=-1 no_timer_check dmkit.ip=$ip dmkit.role=$role dmkit.server=10.77.0.1 dmkit.steps=$STEPS dmkit.dur=$DUR dmkit.clients=$CLIENTS $mgmt_arg" \
     -device isa-debug-exit,iobase=0xf4,iosize=0x04 < /dev/null > "$log" 2>&1 &
   echo $! > "$W/qemu-$i.pid"; wait $!
 }
@@ -83,6 +114,7 @@ boot() { # index, ip, role, log
 echo "multi: switch on udp:127.0.0.1:$BASE; booting 1 memory node + $CLIENTS client(s) ($ACCEL, $MEM, smp $SMP)" >&2
 t0=$(date +%s.%N)
 boot 0 10.77.0.1 mem "$W/guest-mem.log" & pids+=($!)
+fetch_token & pids+=($!)
 cpids=()
 for c in $(seq 1 "$CLIENTS"); do
   boot "$c" "10.77.0.$((10 + c))" client "$W/guest-c$c.log" & cpids+=($!); pids+=($!)

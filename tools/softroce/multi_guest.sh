@@ -4,13 +4,19 @@
 #   mem    : a memory node (verbs, tcp:0.0.0.0:7471) and busybox httpd on :8000 serving its
 #            token file to the clients; runs until the host stops the guest.
 #   client : fetches the token, then runs dmkit's checks against the memory node across the
-#            switch (DMKIT_GUEST_steps: conformance, ycsb indexes). RESULT/REPORT lines are
+#            switch (DMKIT_GUEST_steps: conformance, ycsb indexes, clover-shared: every client
+#            on one Clover store). RESULT/REPORT lines are
 #            collected by multi.sh.
 export DMKIT_RDMA_DEVICE=rxe0 DMKIT_GID_INDEX=$GIDX RUST_BACKTRACE=1
 role=${DMKIT_GUEST_role:-client}; srv=${DMKIT_GUEST_server:-10.77.0.1}
 echo "GUEST role=$role ip=$DMKIT_GUEST_ip gid-index=$GIDX"
 ip -br addr show eth0; ip -br link show eth0
 if [ "$role" = mem ]; then
+  if [ -n "${DMKIT_GUEST_mgmt:-}" ] && [ -e /sys/class/net/eth1 ]; then
+    # The management NIC (multi.sh): the host's switch reads the node's region table here.
+    ip link set eth1 up && ip addr add "$DMKIT_GUEST_mgmt/24" dev eth1 \
+      && echo "RESULT mgmt-nic PASS" || echo "RESULT mgmt-nic FAIL"
+  fi
   mkdir -p /tmp/share
   httpd -p 8000 -h /tmp/share
   /usr/local/bin/dmkit memnode --size 512MiB --listen tcp:0.0.0.0:7471 --rdma-device rxe0 \
@@ -47,6 +53,19 @@ for step in $(echo "${DMKIT_GUEST_steps:-conformance,race,art,btree}" | tr ',' '
       if /usr/local/bin/dmkit bench ycsb --backend verbs $C --index $step --workload a --keys 2000 \
            --threads 1 --coros 4 --duration ${DMKIT_GUEST_dur:-3}s --json /tmp/ycsb-$step.json --quiet \
            > /tmp/ycsb-$step.log 2>&1; then
+        echo "RESULT ycsb-$step-across-switch PASS"; sed 's/^/  /' /tmp/ycsb-$step.log
+        echo "REPORT ycsb-$step $(tr -d '\n ' < /tmp/ycsb-$step.json)"
+      else
+        echo "RESULT ycsb-$step-across-switch FAIL"; fail=1; tail -30 /tmp/ycsb-$step.log
+      fi;;
+    clover-shared)
+      # Every client guest on one Clover store (multi.sh's CLIENTS): the first creates it, the
+      # others open it; the last to finish checks every chain against all clients' linked
+      # versions ("chains intact" in its log) and removes the store.
+      if /usr/local/bin/dmkit bench ycsb --backend verbs $C --index clover --gc off \
+           --clover-store ycsb-shared --clover-clients "${DMKIT_GUEST_clients:-1}" --workload a \
+           --keys 2000 --threads 1 --coros 4 --duration ${DMKIT_GUEST_dur:-3}s \
+           --json /tmp/ycsb-$step.json --quiet > /tmp/ycsb-$step.log 2>&1; then
         echo "RESULT ycsb-$step-across-switch PASS"; sed 's/^/  /' /tmp/ycsb-$step.log
         echo "REPORT ycsb-$step $(tr -d '\n ' < /tmp/ycsb-$step.json)"
       else

@@ -141,6 +141,27 @@ pub struct CloverBench {
     /// two READs — is a large share of the bytes Clover moves (SwordBox's
     /// runs last seconds; its Fig. 12 compares steady states).
     pub warm_hints: bool,
+    /// A store shared by several client processes (on a fabric): created
+    /// by the first, opened by the others.
+    pub share: Option<CloverShare>,
+}
+
+/// A Clover store several client processes (e.g. one per host) run one
+/// YCSB workload on together: each creates store `name` or, if another
+/// did, opens it; each loads the keys (a key another loaded already is
+/// fine); none destroys it after its run. Instead each adds the versions
+/// its clients linked to the node's root `NAME.linked` and counts itself
+/// in `NAME.done`; the process that finishes last — every other one is
+/// quiet then — runs the chain checker over the whole store with the sum
+/// of all processes' linked versions (so a version any of them linked
+/// and lost is found), then destroys the store. Needs the metadata
+/// server off (`--gc off`): its cuts are counted in its own process only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloverShare {
+    /// The store's name on the memory node.
+    pub name: String,
+    /// Processes that run on it (the last of them checks).
+    pub clients: u32,
 }
 
 /// A YCSB run.
@@ -442,6 +463,9 @@ pub fn validate(cfg: &YcsbConfig) -> Result<(), BenchError> {
             cfg.index.name()
         ));
     }
+    if cfg.index != IndexKind::Clover && cfg.clover.share.is_some() {
+        return bad("--clover-store is a Clover store: give --index clover".into());
+    }
     if cfg.index.remote() && cfg.total_threads().saturating_mul(cfg.coros) > 65_535 {
         return bad(format!(
             "--threads {} x --coros {} is more than 65535 tasks",
@@ -616,7 +640,7 @@ fn run_remote_with<M: RemoteMap>(
     match platform {
         Platform::Fabric(f) => {
             let map = create::<M>(f.clone(), c)?;
-            on_threads(f.clone(), &map, cfg, points, progress)
+            on_threads(f.clone(), &map, cfg, points, progress, false)
         }
         Platform::Sim(sc) => {
             let sim = Sim::new(*sc)?;
@@ -659,7 +683,10 @@ fn run_clover(
                     f.backend()
                 )));
             }
-            let rs = run_remote::<CloverKv>(Platform::Fabric(f), c, cfg, points, progress)?;
+            let rs = match &cfg.clover.share {
+                Some(share) => run_shared_clover(f, c, cfg, points, progress, share)?,
+                None => run_remote::<CloverKv>(Platform::Fabric(f), c, cfg, points, progress)?,
+            };
             (rs, None)
         }
         Platform::Sim(mut sc) => {
@@ -704,6 +731,115 @@ fn run_clover(
     };
     for r in &mut rs {
         r.steer = tag.clone();
+    }
+    Ok(rs)
+}
+
+/// The first client id of this process's threads: ids must differ among
+/// a map's live clients (Clover's writer ids in version birth ids). Two
+/// processes on one shared map may have the same pid (identical guests
+/// booted alike): their ids take the clock's nanoseconds too.
+fn client_base(shared: bool) -> u64 {
+    let pid = std::process::id() as u64;
+    let salt = if shared {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            << 22
+    } else {
+        0
+    };
+    (salt ^ pid).wrapping_mul(4096)
+}
+
+/// Clover on a store shared with other client processes (see
+/// [`CloverShare`]).
+fn run_shared_clover(
+    f: Arc<dyn Fabric>,
+    c: CloverConfig,
+    cfg: &YcsbConfig,
+    points: &[Point],
+    progress: Progress<'_>,
+    share: &CloverShare,
+) -> Result<Vec<YcsbResult>, BenchError> {
+    if c.gc {
+        return Err(BenchError::Config(
+            "a shared Clover store is checked with every process's linked versions; the \
+             metadata server's cuts are known only in its own process: give --gc off"
+                .into(),
+        ));
+    }
+    if share.clients == 0 {
+        return Err(BenchError::Config(
+            "a shared store needs at least one client".into(),
+        ));
+    }
+    let run = |e: IndexError| BenchError::Run(format!("clover store {}: {e}", share.name));
+    // Create, or open what another process created (it may be publishing
+    // it right now: a store not there yet is retried for a while).
+    let t0 = Instant::now();
+    let kv = loop {
+        match CloverKv::create(f.clone(), &share.name, c.clone()) {
+            Ok(kv) => break kv,
+            Err(dmkit_index::IndexError::AlreadyExists { .. }) => {}
+            Err(e) => return Err(run(e)),
+        }
+        match CloverKv::open(f.clone(), &share.name, c.clone()) {
+            Ok(kv) => break kv,
+            Err(e) if t0.elapsed() > Duration::from_secs(30) => return Err(run(e)),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    let rs = on_threads(f.clone(), &kv, cfg, points, progress, true)?;
+    // Count this process in: its linked versions, then itself.
+    let node = kv.home().home();
+    let add = |root: &str, n: u64| -> Result<u64, BenchError> {
+        loop {
+            let old = f
+                .get_root(node, root)
+                .map_err(|e| BenchError::Run(format!("root {root}: {e}")))?;
+            let new = old.unwrap_or(0) + n;
+            match f.set_root(node, root, new, Some(old)) {
+                Ok(_) => return Ok(new),
+                Err(dmkit_fabric::FabricError::Refused {
+                    error: dmkit_fabric::ControlError::RootMismatch { .. },
+                    ..
+                }) => continue,
+                Err(e) => return Err(BenchError::Run(format!("root {root}: {e}"))),
+            }
+        }
+    };
+    let (linked_root, done_root) = (
+        format!("{}.linked", share.name),
+        format!("{}.done", share.name),
+    );
+    let mine = kv.linked_versions();
+    add(&linked_root, mine)?;
+    let done = add(&done_root, 1)?;
+    if done < share.clients as u64 {
+        eprintln!(
+            "clover: shared store {}: {mine} versions linked here; {done} of {} clients done (the last checks the chains)",
+            share.name, share.clients
+        );
+        return Ok(rs);
+    }
+    let total = f
+        .get_root(node, &linked_root)
+        .map_err(|e| BenchError::Run(format!("root {linked_root}: {e}")))?
+        .unwrap_or(0);
+    let rep = dmkit_clover::check_chains(&kv, Some(total)).map_err(|e| {
+        BenchError::Run(format!(
+            "clover: shared store {}: the chain checker failed after {} clients: {e}",
+            share.name, share.clients
+        ))
+    })?;
+    eprintln!(
+        "clover: shared store {}: chains intact after {} clients ({} keys, {} versions = {} linked by all, {mine} here, longest chain {})",
+        share.name, share.clients, rep.keys, rep.versions, total, rep.longest
+    );
+    kv.destroy().map_err(run)?;
+    for r in [&linked_root, &done_root] {
+        let _ = f.set_root(node, r, 0, None);
     }
     Ok(rs)
 }
@@ -1113,6 +1249,7 @@ fn spawn_load<C: MapClient>(
     ti: usize,
     loaded: &Arc<AtomicU64>,
     tally: &Tally,
+    shared: bool,
 ) {
     let clients = (cfg.total_threads() * cfg.coros) as u64;
     for ci in 0..cfg.coros {
@@ -1129,6 +1266,8 @@ fn spawn_load<C: MapClient>(
                 let t = ctx.now();
                 match client.insert(&ctx, &key, &value_for(vs, k, 0)).await {
                     Ok(true) => {}
+                    // Another process sharing the store loaded it.
+                    Ok(false) if shared => {}
                     Ok(false) => {
                         return tally.fail(format!(
                             "load: key number {k} was already present (two key numbers with equal key bytes)"
@@ -1652,6 +1791,7 @@ fn on_threads<M: RemoteMap>(
     cfg: &YcsbConfig,
     points: &[Point],
     progress: Progress<'_>,
+    shared: bool,
 ) -> Result<Vec<YcsbResult>, BenchError> {
     let lcfg = load_config(cfg, points);
     let threads = lcfg.threads;
@@ -1683,12 +1823,12 @@ fn on_threads<M: RemoteMap>(
                         return;
                     }
                 };
-                let client = index.client(std::process::id() as u64 * 4096 + ti as u64);
+                let client = index.client(client_base(shared) + ti as u64);
                 // Load.
                 let t0 = Instant::now();
                 let tally = Tally::new();
                 let c0 = (w.stats().counters, client.stats());
-                spawn_load(&mut w, &client, lcfg, ti, loaded, &tally);
+                spawn_load(&mut w, &client, lcfg, ti, loaded, &tally, shared);
                 w.run();
                 let mut out = phase_out(&w, &client, &tally, (&c0.0, c0.1));
                 out.load_seconds = t0.elapsed().as_secs_f64();
@@ -1751,10 +1891,15 @@ fn on_threads<M: RemoteMap>(
         }
         coordinate_points(&phases, rx, &lcfg, points, &loaded, progress)
     });
-    // Leave nothing behind on a memory node that outlives this run.
-    let destroyed = index
-        .destroy()
-        .map_err(|e| BenchError::Run(format!("{}: {e}", M::KIND)));
+    // Leave nothing behind on a memory node that outlives this run (a
+    // shared index: its last user does).
+    let destroyed = if shared {
+        Ok(())
+    } else {
+        index
+            .destroy()
+            .map_err(|e| BenchError::Run(format!("{}: {e}", M::KIND)))
+    };
     let (load, measured) = outcome?;
     destroyed?;
     Ok(results(fabric.backend(), &lcfg, points, load, measured))
@@ -1792,7 +1937,7 @@ fn on_sim<M: RemoteMap>(
         let client = index.client_on(machine, ti as u64);
         let tally = Tally::new();
         let before = (sim.thread_stats(th).counters, client.stats());
-        spawn_load(sim.worker_mut(th), &client, cfg, ti, &loaded, &tally);
+        spawn_load(sim.worker_mut(th), &client, cfg, ti, &loaded, &tally, false);
         threads.push((th, client, tally, before));
     }
     // Load, in slices so the progress bar moves.

@@ -8,6 +8,12 @@
 //! dmkit switch --listen 127.0.0.1:47900 --port mem=127.0.0.1:47901 \
 //!     --port c1=127.0.0.1:47902 --pcap run.pcap --stats-json sw.json
 //! ```
+//!
+//! With `--steer`, the switch's control plane reads the memory node's
+//! region table (NIC rkey and address ↔ the node's offsets) over the
+//! node's verbs control protocol (`--node-ctl`, authenticated by the
+//! node's token like any client) on a thread of its own, and again
+//! whenever a request names an rkey the table lacks.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -16,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use dmkit_switch::hub::{Hub, HubConfig};
+use dmkit_switch::hub::{ControlLink, Hub, HubConfig};
 use dmkit_switch::{Steer, SwitchConfig};
 
 use crate::Res;
@@ -59,6 +65,30 @@ pub(crate) struct SwitchArgs {
     /// Entries of the policy's address → key table.
     #[arg(long, default_value_t = 1 << 16)]
     addr_slots: usize,
+    /// The memory node's verbs control server as the switch reaches it
+    /// (its management network): the switch reads the node's region table
+    /// there, to translate the wire's NIC addresses into the node's
+    /// offsets. Needed by --steer.
+    #[arg(long, value_name = "HOST:PORT")]
+    node_ctl: Option<String>,
+    /// The node's token file (the control server admits the switch with
+    /// it, as any client); read when the switch connects, so it may
+    /// appear after the switch starts.
+    #[arg(long, value_name = "FILE")]
+    node_token: Option<PathBuf>,
+    /// How long a request under an rkey the switch does not know waits for
+    /// the region table to be read again before it passes untranslated.
+    #[arg(long, default_value = "100ms", value_parser = humantime::parse_duration)]
+    park: Duration,
+    /// SwordBox's CAS→WRITE for lock words on the wire: not built (it
+    /// needs a queue pair of the switch's own on the server; see
+    /// dmkit-switch's docs). Refused.
+    #[arg(long)]
+    cas_to_write: bool,
+    /// SwordBox's connection multiplexing on the wire: not built (as
+    /// --cas-to-write). Refused.
+    #[arg(long)]
+    mux: bool,
 }
 
 fn parse_port(s: &str) -> Result<(String, SocketAddr), String> {
@@ -72,6 +102,16 @@ fn parse_port(s: &str) -> Result<(String, SocketAddr), String> {
 }
 
 pub(crate) fn switch(a: SwitchArgs) -> Res {
+    if a.cas_to_write || a.mux {
+        return Err(format!(
+            "{}: not built on the wire: the receiving rxe accepts an RC packet only from the \
+             source IP, to the QPN and at the PSN of one of its QPs, so the switch needs a queue \
+             pair of its own on the server (its control plane asking the node for one, ARP for \
+             its IP, rewriting and demultiplexing ACKs); the simulator runs both \
+             (dmkit-switch's docs: \"CAS→WRITE and multiplexing on the wire\")",
+            if a.mux { "--mux" } else { "--cas-to-write" }
+        ));
+    }
     let policy = match (a.steer, a.server) {
         (Steer::Off, None) => None,
         (_, None) => {
@@ -95,6 +135,22 @@ pub(crate) fn switch(a: SwitchArgs) -> Res {
         ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed))
             .map_err(|e| format!("installing the signal handler: {e}"))?;
     }
+    let control = match (&policy, a.node_ctl.clone(), a.node_token.clone()) {
+        (None, None, None) => None,
+        (None, _, _) => {
+            return Err(crate::bad_input(
+                "--node-ctl and --node-token serve the policy's address translation: give --server (and --steer)",
+            ))
+        }
+        (Some(_), Some(addr), Some(token)) => Some((addr, token)),
+        (Some(_), None, None) if a.steer == Steer::Off => None,
+        (Some(_), _, _) => {
+            return Err(crate::bad_input(
+                "--steer needs --node-ctl HOST:PORT and --node-token FILE: the switch reads the \
+                 memory node's region table there to translate the wire's addresses",
+            ))
+        }
+    };
     let mut hub = Hub::bind(HubConfig {
         listen: a.listen,
         ports: a.ports.clone(),
@@ -105,6 +161,13 @@ pub(crate) fn switch(a: SwitchArgs) -> Res {
         policy,
     })
     .map_err(|e| e.to_string())?;
+    if let Some((addr, token)) = control {
+        let link = control::spawn(addr, token, stop.clone())?;
+        hub = hub.with_control(ControlLink {
+            park_us: a.park.as_micros() as u64,
+            ..link
+        });
+    }
     eprintln!(
         "dmkit switch: listening on udp:{} with {} ports ({})",
         hub.local_addr().map_err(|e| e.to_string())?,
@@ -126,6 +189,166 @@ pub(crate) fn switch(a: SwitchArgs) -> Res {
             "dmkit switch: steer {}: {} requests, {} rewritten ({} CAS steered, {} doomed, {} READs), {} responses held, {} released",
             a.steer, p.requests, p.rewritten, p.steered_cas, p.steered_doomed, p.steered_reads, p.held, p.released
         );
+        eprintln!(
+            "dmkit switch: region tables read {} ({} regions), {} requests parked ({} timed out), {} untranslated, {} outside their region",
+            p.tables, p.regions, p.parked, p.park_timeouts, p.untranslated, p.outside_region
+        );
     }
     Ok(())
+}
+
+/// The switch's control plane: a thread holding a control connection to
+/// the memory node, reading its region table when asked.
+#[cfg(feature = "verbs")]
+mod control {
+    use std::net::TcpStream;
+    use std::path::PathBuf;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use dmkit_memnode::server::read_token_file;
+    use dmkit_switch::hub::ControlLink;
+    use dmkit_switch::regions::{RegionTable, WireRegion};
+    use dmkit_verbs::ctl::{self, Ctl, CtlReply, NicRegion, CTL_MAGIC, CTL_VERSION};
+
+    fn table(node: u16, rs: &[NicRegion]) -> RegionTable {
+        RegionTable::new(
+            node,
+            rs.iter()
+                .map(|r| WireRegion {
+                    rkey: r.nic_rkey,
+                    addr: r.nic_addr,
+                    base: r.info.base,
+                    len: r.info.len,
+                    access: r.info.access,
+                })
+                .collect(),
+        )
+    }
+
+    /// One control session: hello, then the table on every refresh
+    /// request (and every few seconds). Returns why it ended.
+    fn session(
+        addr: &str,
+        token: &std::path::Path,
+        tables: &mpsc::Sender<RegionTable>,
+        refresh: &mpsc::Receiver<()>,
+        stop: &AtomicBool,
+    ) -> String {
+        let token = match read_token_file(token) {
+            Ok(t) => t,
+            Err(e) => return format!("token file {}: {e}", token.display()),
+        };
+        let mut s = match TcpStream::connect(addr) {
+            Ok(s) => s,
+            Err(e) => return format!("connecting to {addr}: {e}"),
+        };
+        let _ = s.set_nodelay(true);
+        let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+        let hello = Ctl::Hello {
+            magic: CTL_MAGIC,
+            version: CTL_VERSION,
+            token,
+        };
+        if let Err(e) = ctl::send(&mut s, &hello) {
+            return format!("hello to {addr}: {e}");
+        }
+        let node = match ctl::recv::<CtlReply>(&mut s) {
+            Ok(Some(CtlReply::Welcome {
+                layout, regions, ..
+            })) => {
+                let _ = tables.send(table(layout.node_id, &regions));
+                eprintln!(
+                    "dmkit switch: control plane: node {} at {addr}, {} regions",
+                    layout.node_id,
+                    regions.len()
+                );
+                layout.node_id
+            }
+            Ok(Some(CtlReply::Refused(why))) => return format!("{addr} refused: {why}"),
+            Ok(_) => return format!("{addr}: no welcome"),
+            Err(e) => return format!("welcome from {addr}: {e}"),
+        };
+        while !stop.load(Ordering::Relaxed) {
+            match refresh.recv_timeout(Duration::from_secs(5)) {
+                Ok(()) | Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return STOPPED.into(),
+            }
+            if let Err(e) = ctl::send(&mut s, &Ctl::Regions) {
+                return format!("asking {addr} for regions: {e}");
+            }
+            match ctl::recv::<CtlReply>(&mut s) {
+                Ok(Some(CtlReply::Regions(rs))) => {
+                    if tables.send(table(node, &rs)).is_err() {
+                        return STOPPED.into();
+                    }
+                }
+                Ok(Some(CtlReply::Refused(why))) => {
+                    return format!("{addr} refused regions: {why}")
+                }
+                Ok(_) => return format!("{addr} closed the control connection"),
+                Err(e) => return format!("regions from {addr}: {e}"),
+            }
+        }
+        STOPPED.into()
+    }
+
+    /// What a session returns when the switch stops.
+    const STOPPED: &str = "the switch stopped";
+
+    /// Starts the control plane's thread; it reconnects until `stop`.
+    pub(super) fn spawn(
+        addr: String,
+        token: PathBuf,
+        stop: Arc<AtomicBool>,
+    ) -> Result<ControlLink, String> {
+        let (ttx, trx) = mpsc::channel();
+        let (rtx, rrx): (SyncSender<()>, _) = mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("switch-control".into())
+            .spawn(move || {
+                let mut last = String::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let why = session(&addr, &token, &ttx, &rrx, &stop);
+                    if why == STOPPED || stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    // Say each new reason once (the node boots after the switch).
+                    if why != last {
+                        eprintln!("dmkit switch: control plane: {why}; retrying");
+                        last = why;
+                    }
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+            })
+            .map_err(|e| format!("starting the switch's control plane: {e}"))?;
+        Ok(ControlLink {
+            tables: trx,
+            refresh: rtx,
+            park_us: dmkit_switch::onwire::PARK_US,
+        })
+    }
+}
+
+/// The switch's control plane needs the verbs control protocol.
+#[cfg(not(feature = "verbs"))]
+mod control {
+    use std::path::PathBuf;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    use dmkit_switch::hub::ControlLink;
+
+    pub(super) fn spawn(
+        _addr: String,
+        _token: PathBuf,
+        _stop: Arc<AtomicBool>,
+    ) -> Result<ControlLink, String> {
+        Err(format!(
+            "--node-ctl: {}; build with --features dmkit/verbs",
+            dmkit_verbs::VerbsError::NotBuilt
+        ))
+    }
 }

@@ -1030,6 +1030,116 @@ fn ycsb_on_clover_with_and_without_the_switch() {
     assert!(r["cas_failures_per_op"].as_f64().is_some(), "{r}");
 }
 
+/// `bench ycsb --clover-store`: two processes on one memory node run on
+/// one Clover store (the first creates it, the other opens it); the last
+/// to finish checks the chains with both processes' linked versions.
+#[test]
+fn two_processes_share_one_clover_store_and_the_last_checks_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("n.sock");
+    let target = format!("unix:{}", sock.display());
+    let mut node = Command::new(DMKIT)
+        .args(["memnode", "--size", "128MiB", "--listen", &target])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&sock);
+    let args = |extra: &[&str]| -> Vec<String> {
+        [
+            "bench",
+            "ycsb",
+            "--connect",
+            &target,
+            "--index",
+            "clover",
+            "--workload",
+            "a",
+            "--keys",
+            "300",
+            "--threads",
+            "1",
+            "--coros",
+            "2",
+            "--duration",
+            "300ms",
+            "--quiet",
+        ]
+        .iter()
+        .chain(extra)
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let shared = [
+        "--gc",
+        "off",
+        "--clover-store",
+        "kv",
+        "--clover-clients",
+        "2",
+    ];
+    // Without --gc off the sum would be inexact: refused before the run.
+    let out = Command::new(DMKIT)
+        .args(args(&["--clover-store", "kv", "--clover-clients", "2"]))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--gc off"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let runs: Vec<_> = (0..2)
+        .map(|_| {
+            Command::new(DMKIT)
+                .args(args(&shared))
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let logs: Vec<String> = runs
+        .into_iter()
+        .map(|c| {
+            let out = c.wait_with_output().unwrap();
+            let log = String::from_utf8_lossy(&out.stderr).to_string();
+            assert!(out.status.success(), "{log}");
+            log
+        })
+        .collect();
+    let checked: Vec<&String> = logs
+        .iter()
+        .filter(|l| l.contains("chains intact after 2 clients"))
+        .collect();
+    assert_eq!(checked.len(), 1, "exactly the last checks: {logs:?}");
+    assert!(
+        logs.iter().any(|l| l.contains("1 of 2 clients done")),
+        "{logs:?}"
+    );
+    // Both loaded the same 300 keys: the store has them once.
+    assert!(checked[0].contains("(300 keys,"), "{}", checked[0]);
+    // The store was removed: a third run creates it afresh and, alone of
+    // one, checks it itself.
+    let out = Command::new(DMKIT)
+        .args(args(&[
+            "--gc",
+            "off",
+            "--clover-store",
+            "kv",
+            "--clover-clients",
+            "1",
+        ]))
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && log.contains("chains intact after 1 clients (300 keys"),
+        "{log}"
+    );
+    node.kill().unwrap();
+    node.wait().unwrap();
+}
+
 /// `dmkit memnode` ends cleanly on SIGTERM and on SIGINT: exit status 0,
 /// its socket and token file removed, a last log line (issue: memnode's
 /// lifecycle).

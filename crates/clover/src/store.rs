@@ -75,7 +75,7 @@ pub struct CloverConfig {
     /// (one 8-byte WRITE per write).
     #[cfg_attr(
         feature = "cli",
-        arg(long = "shortcut", value_name = "on|off", default_value = "on", value_parser = dmkit_index::cli::parse_switch)
+        arg(long = "shortcut", value_name = "on|off", default_value = "on", value_parser = dmkit_index::cli::parse_switch, action = clap::ArgAction::Set)
     )]
     pub shortcut: bool,
     /// Clover: run the metadata server's garbage collection in a thread of
@@ -84,7 +84,7 @@ pub struct CloverConfig {
     /// ([`crate::Mds::spawn`]), and when `dmkit clover-mds` runs it.
     #[cfg_attr(
         feature = "cli",
-        arg(long = "gc", id = "clover_gc", value_name = "on|off", default_value = "on", value_parser = dmkit_index::cli::parse_switch)
+        arg(long = "gc", id = "clover_gc", value_name = "on|off", default_value = "on", value_parser = dmkit_index::cli::parse_switch, action = clap::ArgAction::Set)
     )]
     pub gc: bool,
     /// The metadata server's settings.

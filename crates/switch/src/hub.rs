@@ -39,6 +39,9 @@ pub enum Out {
     Flood,
     /// Nowhere (its destination is the port it came from).
     Drop,
+    /// To every port but this one (a frame the policy released later,
+    /// which came from that port).
+    FloodExcept(usize),
 }
 
 /// Counters of RoCEv2 traffic.
@@ -198,7 +201,7 @@ impl Core {
 
     /// A frame arrives on port `from` at `now` (µs): with the policy on,
     /// the frames to send and where (the frame itself, rewritten, held
-    /// back, or with responses it releases).
+    /// back or parked, or with frames it releases).
     pub fn process(&mut self, from: usize, frame: &[u8], now: u64, out: &mut Vec<(Out, Vec<u8>)>) {
         if frame.len() < 14 {
             return;
@@ -207,16 +210,54 @@ impl Core {
         match (parsed, self.policy.as_mut()) {
             (Some(p), Some(pol)) => {
                 let mut frames = Vec::new();
-                pol.on_packet(p, frame, now, &mut frames);
-                for f in frames {
-                    let o = self.route(from, &f);
-                    out.push((o, f));
-                }
+                pol.on_packet(p, frame, now, from, &mut frames);
+                self.route_all(frames, out);
             }
             _ => {
                 let o = self.route(from, frame);
                 out.push((o, frame.to_vec()));
             }
+        }
+    }
+
+    /// Installs the memory node's region table in the policy (its control
+    /// plane read it) and routes the requests it releases.
+    pub fn install_regions(
+        &mut self,
+        t: crate::regions::RegionTable,
+        now: u64,
+        out: &mut Vec<(Out, Vec<u8>)>,
+    ) {
+        let mut frames = Vec::new();
+        if let Some(pol) = self.policy.as_mut() {
+            pol.install(t, now, &mut frames);
+        }
+        self.route_all(frames, out);
+    }
+
+    /// Time passes: requests parked too long for a region table go on
+    /// untranslated.
+    pub fn tick(&mut self, now: u64, out: &mut Vec<(Out, Vec<u8>)>) {
+        let mut frames = Vec::new();
+        if let Some(pol) = self.policy.as_mut() {
+            pol.tick(now, &mut frames);
+        }
+        self.route_all(frames, out);
+    }
+
+    /// Whether the policy needs the node's region table read (once per
+    /// need).
+    pub fn wants_regions(&mut self) -> bool {
+        self.policy.as_mut().is_some_and(|p| p.wants_table())
+    }
+
+    fn route_all(&mut self, frames: Vec<(usize, Vec<u8>)>, out: &mut Vec<(Out, Vec<u8>)>) {
+        for (from, f) in frames {
+            let o = match self.route(from, &f) {
+                Out::Flood => Out::FloodExcept(from),
+                o => o,
+            };
+            out.push((o, f));
         }
     }
 
@@ -305,6 +346,21 @@ pub struct HubConfig {
     pub policy: Option<(crate::SwitchConfig, std::net::Ipv4Addr)>,
 }
 
+/// The data plane's end of the switch's control plane: region tables of
+/// the memory node come in on `tables`; a message on `refresh` asks for
+/// the table to be read again (a request under an rkey the switch does
+/// not know). Whoever holds the other ends talks to the node
+/// (`dmkit switch --node-ctl`: the node's verbs control protocol).
+#[derive(Debug)]
+pub struct ControlLink {
+    /// Tables read from the node, newest last.
+    pub tables: std::sync::mpsc::Receiver<crate::regions::RegionTable>,
+    /// Requests to read the table again (a full channel: one is pending).
+    pub refresh: std::sync::mpsc::SyncSender<()>,
+    /// How long a request under an unknown rkey waits for the table (µs).
+    pub park_us: u64,
+}
+
 /// Why the switch could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum HubError {
@@ -338,13 +394,15 @@ pub struct Hub {
     peers: HashMap<SocketAddr, usize>,
     core: Core,
     pcap: Option<(PcapWriter<Spool>, Spool)>,
+    control: Option<ControlLink>,
 }
 
 impl Hub {
     /// Binds the socket and opens the capture.
     pub fn bind(cfg: HubConfig) -> Result<Hub, HubError> {
         let sock = UdpSocket::bind(cfg.listen).map_err(io(format!("binding {}", cfg.listen)))?;
-        sock.set_read_timeout(Some(Duration::from_millis(100)))
+        // Short: parked requests wait at most `park_us` plus this.
+        sock.set_read_timeout(Some(Duration::from_millis(10)))
             .map_err(io("socket timeout"))?;
         let peers = cfg
             .ports
@@ -380,7 +438,18 @@ impl Hub {
             peers,
             core,
             pcap,
+            control: None,
         })
+    }
+
+    /// Feeds the policy the memory node's region table through `link`
+    /// (no effect without a policy).
+    pub fn with_control(mut self, link: ControlLink) -> Self {
+        if let Some(p) = self.core.policy.take() {
+            self.core.policy = Some(p.with_control(link.park_us));
+        }
+        self.control = Some(link);
+        self
     }
 
     /// The address it listens on.
@@ -406,6 +475,49 @@ impl Hub {
         std::fs::rename(&tmp, path).map_err(io(format!("renaming to {}", path.display())))
     }
 
+    /// Installs region tables the control plane read, asks for a read
+    /// when the policy needs one, releases requests parked too long.
+    fn control_step(&mut self, now: u64, outs: &mut Vec<(Out, Vec<u8>)>) {
+        let Some(c) = &self.control else { return };
+        let tables: Vec<_> = c.tables.try_iter().collect();
+        for t in tables {
+            self.core.install_regions(t, now, outs);
+        }
+        if self.core.wants_regions() {
+            if let Some(c) = &self.control {
+                // Full: a read is already pending, which will do.
+                let _ = c.refresh.try_send(());
+            }
+        }
+        self.core.tick(now, outs);
+    }
+
+    fn send(&self, to: usize, f: &[u8]) -> Result<(), HubError> {
+        let addr = self.cfg.ports[to].1;
+        match self.sock.send_to(f, addr) {
+            Ok(_) => Ok(()),
+            // A guest not (yet, or no longer) listening: the frame is lost,
+            // as on a link that is down.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(()),
+            Err(e) => Err(io(format!("sending to {addr}"))(e)),
+        }
+    }
+
+    /// Sends frame `f`, received on port `from`, where `o` says.
+    fn emit(&self, from: usize, o: &Out, f: &[u8]) -> Result<(), HubError> {
+        let nports = self.cfg.ports.len();
+        match *o {
+            Out::Port(p) => self.send(p, f),
+            Out::Flood => (0..nports)
+                .filter(|&p| p != from)
+                .try_for_each(|p| self.send(p, f)),
+            Out::FloodExcept(x) => (0..nports)
+                .filter(|&p| p != x)
+                .try_for_each(|p| self.send(p, f)),
+            Out::Drop => Ok(()),
+        }
+    }
+
     /// Forwards frames until `stop` is set or the duration ends.
     pub fn run(&mut self, stop: Arc<AtomicBool>) -> Result<(), HubError> {
         let start = Instant::now();
@@ -422,6 +534,14 @@ impl Hub {
                     spool.flush().map_err(io("flushing the pcap"))?;
                 }
                 last_stats = Instant::now();
+            }
+            if self.control.is_some() {
+                let now = start.elapsed().as_micros() as u64;
+                outs.clear();
+                self.control_step(now, &mut outs);
+                for (o, f) in &outs {
+                    self.emit(usize::MAX, o, f)?;
+                }
             }
             let (n, from) = match self.sock.recv_from(&mut buf) {
                 Ok(x) => x,
@@ -452,36 +572,16 @@ impl Hub {
                         msg: e.to_string(),
                     })?;
             }
-            let send = |to: usize, f: &[u8]| -> Result<(), HubError> {
-                let addr = self.cfg.ports[to].1;
-                match self.sock.send_to(f, addr) {
-                    Ok(_) => Ok(()),
-                    // A guest not (yet, or no longer) listening: the frame is lost,
-                    // as on a link that is down.
-                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(()),
-                    Err(e) => Err(io(format!("sending to {addr}"))(e)),
-                }
-            };
-            let nports = self.cfg.ports.len();
-            let emit = |o: &Out, f: &[u8]| -> Result<(), HubError> {
-                match *o {
-                    Out::Port(p) => send(p, f),
-                    Out::Flood => (0..nports)
-                        .filter(|&p| p != port)
-                        .try_for_each(|p| send(p, f)),
-                    Out::Drop => Ok(()),
-                }
-            };
             if self.cfg.policy.is_some() {
                 let now = start.elapsed().as_micros() as u64;
                 outs.clear();
                 self.core.process(port, frame, now, &mut outs);
                 for (o, f) in &outs {
-                    emit(o, f)?;
+                    self.emit(port, o, f)?;
                 }
             } else {
                 let o = self.core.on_frame(port, frame);
-                emit(&o, frame)?;
+                self.emit(port, &o, frame)?;
             }
         }
         if let Some((_, spool)) = &mut self.pcap {

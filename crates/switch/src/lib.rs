@@ -15,9 +15,55 @@
 //! per-packet cost and the memory node's reordering after the switch) and
 //! `dmkit switch` on RoCEv2 packets between Soft-RoCE guests ([`wire`]:
 //! the codec; [`hub`]: the learning switch; [`onwire`]: the policy on
-//! packets). Both reduce what they
-//! see to a [`Request`] and write the [`Forward`] back. Not here: packets,
-//! timing, the control plane's own connection.
+//! packets; [`regions`]: the memory node's region table, which the
+//! switch's control plane reads to translate the wire's NIC addresses into
+//! the node's). Both reduce what they see to a [`Request`] and write the
+//! [`Forward`] back. Not here: timing, the control plane's own connection
+//! (`dmkit switch --node-ctl`).
+//!
+//! ## CAS→WRITE and multiplexing on the wire: design (not built)
+//!
+//! On the simulator the policy rewrites a lock CAS into a WRITE and moves
+//! clients' requests onto its own connections ([`Mux`]). Between real
+//! RNICs both change a packet's *connection*, and the receiving NIC checks
+//! it: `rdma_rxe` accepts an RC request only on a QP that exists, whose
+//! address vector names the packet's source IP (its address check), that
+//! is the packet's destination QPN, and whose next expected PSN is the
+//! packet's (its PSN check: an older PSN is a duplicate, a newer one is
+//! NAKed as out of sequence). A CAS turned into a WRITE also needs a plain
+//! ACK turned back into an atomic ACK carrying the value the client's
+//! CAS expects (the switch knows it: the lock word was free, or it would
+//! not have converted). What that takes:
+//!
+//! 1. **A queue pair of the switch's own on the server.** The switch's
+//!    control plane asks the node for a node-side QP connected to an
+//!    endpoint the switch makes up: its own IP's IPv4-mapped GID, a QPN
+//!    and a start PSN of its choosing. The verbs control protocol has the
+//!    request already (`Ctl::Connect { client }`: a node-side RC QP
+//!    connected to any endpoint); the node's QP lives as long as the
+//!    switch's control session. The server's NIC must resolve the
+//!    switch's IP to a MAC, so the switch answers ARP for it.
+//! 2. **Rewriting onto it.** Each client request the policy multiplexes
+//!    leaves the switch with source IP and MAC = the switch's, destination
+//!    QPN = the switch's QP on the server, PSN = that connection's next
+//!    PSN (one sequence for all clients), resealed; the switch records
+//!    (switch PSN → client connection, client PSN, original opcode).
+//! 3. **Demultiplexing.** The server answers the switch: each ACK, atomic
+//!    ACK or READ response is mapped back by its PSN (an ACK's MSN and
+//!    coalescing cover several PSNs: one ACK becomes one per client
+//!    connection, each with the client's own PSN and MSN), readdressed to
+//!    the client (IP, MAC, client QPN) and resealed; a NAK sequence error
+//!    on the switch's connection means the switch itself retransmits from
+//!    its log (go-back-N, [`Mux`]'s rule), since the clients' PSNs did not
+//!    go wrong.
+//! 4. **Client retransmissions** of a multiplexed request must be answered
+//!    from the switch's log, not forwarded again (the server would see a
+//!    PSN it never got on that connection).
+//!
+//! Built: the policy (all four rules, on the simulator) and the codec that
+//! rewrites and reseals any header field. Not built: the switch's own QP
+//! and ARP identity, and steps 2–4 on packets; `dmkit switch` refuses
+//! `--cas-to-write`/`--mux` with a "not built" error.
 //!
 //! ```
 //! use dmkit_switch::{clover, Request, Steer, Switch, SwitchConfig, Verb};
@@ -46,6 +92,7 @@ pub mod hub;
 pub mod onwire;
 pub mod packet;
 pub mod policy;
+pub mod regions;
 pub mod wire;
 
 pub use packet::{

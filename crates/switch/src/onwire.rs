@@ -7,7 +7,16 @@
 //! completion of steered appends) waits in the switch until a
 //! [`crate::Delivery`] names it.
 //!
-//! What RoCEv2 does not carry and this adapter infers:
+//! What RoCEv2 does not carry and this adapter infers or is told:
+//! - **Addresses.** A request carries the NIC's virtual address inside a
+//!   registered region and the region's NIC rkey; the policy speaks the
+//!   node's addresses. The memory node's region table
+//!   ([`crate::regions::RegionTable`], read by the switch's control plane
+//!   and installed with [`OnWire::install`]) translates both ways. A
+//!   request under an rkey the table does not know is *parked* (with every
+//!   later request of its connection, so their order holds) and the table
+//!   read again ([`OnWire::wants_table`]); the new table releases them, or,
+//!   after `park_us` without one, they pass untranslated.
 //! - **Connections.** A request names only the destination QP; its
 //!   connection is (client IP, server IP, server QP). A response names the
 //!   client's QP; the adapter pairs the two on the first response by its
@@ -22,10 +31,11 @@
 //! after a restart (`not_before`; a restarted switch starts with every key
 //! unknown, which is safe).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use serde::Serialize;
 
+use crate::regions::{access, RegionTable};
 use crate::wire::{self, opcode, Ext, RocePacket};
 use crate::{ConnId, Delivery, RespKind, Response, Switch, SwitchConfig};
 
@@ -51,13 +61,24 @@ pub struct OnWireStats {
     pub unpaired: u64,
     /// Connections seen.
     pub conns: u64,
-    /// Regions (rkeys) whose address translation is learned.
-    pub regions_learned: u64,
-    /// Requests not shown to the policy: their rkey's translation is not
-    /// learned yet.
+    /// Region tables installed (reads of the node's table).
+    pub tables: u64,
+    /// Regions in the table installed last.
+    pub regions: u64,
+    /// Requests parked until the region table was read again (an rkey it
+    /// did not know, or their connection's earlier request parked).
+    pub parked: u64,
+    /// Parked requests that waited longer than `park_us` for a table and
+    /// were released untranslated.
+    pub park_timeouts: u64,
+    /// Requests not shown to the policy: their rkey is in no region table
+    /// the switch has (none read yet, or a key the node does not know).
     pub untranslated: u64,
+    /// Requests not shown to the policy: their bytes lie outside the
+    /// region of their rkey (the receiving NIC refuses them).
+    pub outside_region: u64,
     /// Policy decisions not applied: the new address lies in no region
-    /// seen (forwarded unmodified).
+    /// granting the verb (forwarded unmodified).
     pub outside_regions: u64,
     /// The policy: CASes steered predicted to succeed.
     pub steered_cas: u64,
@@ -76,39 +97,39 @@ pub struct OnWireStats {
 }
 
 type Ip = [u8; 4];
+/// A connection as requests name it: (client IP, server IP, server QPN).
+type ConnKey = (Ip, Ip, u32);
+
+/// A request waiting for the region table.
+#[derive(Debug)]
+struct Parked {
+    tag: usize,
+    raw: Vec<u8>,
+    at: u64,
+}
 
 /// The policy and the state it needs on the wire.
 #[derive(Debug)]
 pub struct OnWire {
     sw: Switch,
     server: Ip,
-    conns: HashMap<(Ip, Ip, u32), ConnId>,
+    conns: HashMap<ConnKey, ConnId>,
     last_psn: HashMap<ConnId, u64>,
     pending: HashMap<(Ip, u32), ConnId>,
     resp_conns: HashMap<(Ip, u32), ConnId>,
-    held: HashMap<(ConnId, u64), Vec<u8>>,
-    xl: Xlate,
+    held: HashMap<(ConnId, u64), (usize, Vec<u8>)>,
+    table: Option<RegionTable>,
+    /// Whether a control plane answers [`OnWire::wants_table`] (else
+    /// nothing is parked).
+    control: bool,
+    park_us: u64,
+    parked: VecDeque<Parked>,
+    parked_conns: std::collections::HashSet<ConnKey>,
+    want_table: bool,
+    /// Keys the last table read did not know, and when: requests under
+    /// them pass until `park_us` later (no re-read per packet).
+    unknown: HashMap<u32, u64>,
     stats: OnWireStats,
-}
-
-/// Address translation between the wire and the policy. A packet carries
-/// the NIC's virtual address of a registered region (`nic_addr + offset -
-/// base`) and its rkey; the policy (like Clover's link words) speaks the
-/// node's offsets. The switch learns each rkey's difference from Clover's
-/// own traffic: an append CAS that links version `V` (its swap word names
-/// `V`'s offset) and succeeds makes `V` its key's tail, and the next
-/// append to that key that names `V` (compare: the key's empty word) is at
-/// `V`'s address on the wire — three such pairs agreeing fix the rkey's
-/// difference. The offsets seen under each rkey bound its region: a
-/// steered address is written back only under an rkey whose seen range
-/// holds it.
-#[derive(Debug, Default)]
-struct Xlate {
-    votes: HashMap<(u32, u64), u32>,
-    delta: HashMap<u32, u64>,
-    range: HashMap<u32, (u64, u64)>,
-    linked: HashMap<u64, u64>,
-    links: HashMap<(ConnId, u64), (u64, u64, u64)>,
 }
 
 fn with_addr(v: crate::Verb, a: u64) -> crate::Verb {
@@ -125,6 +146,16 @@ fn with_addr(v: crate::Verb, a: u64) -> crate::Verb {
     }
 }
 
+/// Bytes a verb touches, and the access it needs.
+fn extent(v: &crate::Verb) -> (u64, u64) {
+    use crate::Verb::*;
+    match *v {
+        Read { len, .. } => (len as u64, access::READ),
+        Write { len, .. } => (len as u64, access::WRITE),
+        Cas { .. } | Faa { .. } => (8, access::ATOMIC),
+    }
+}
+
 fn extend(last: u64, p24: u32) -> u64 {
     let base = last & !0xFF_FFFF;
     let c = base | p24 as u64;
@@ -138,8 +169,14 @@ fn extend(last: u64, p24: u32) -> u64 {
     }
 }
 
+/// How long a request waits for the region table by default (µs): well
+/// under rxe's retry budget (dmkit's QPs: 7 retries of ~67 ms).
+pub const PARK_US: u64 = 100_000;
+
 impl OnWire {
-    /// The policy `cfg` in front of the memory node at `server`.
+    /// The policy `cfg` in front of the memory node at `server`, with no
+    /// region table and no control plane: every request passes
+    /// untranslated until [`OnWire::install`] gives it one.
     pub fn new(cfg: SwitchConfig, server: std::net::Ipv4Addr) -> Self {
         OnWire {
             sw: Switch::new(cfg),
@@ -149,9 +186,24 @@ impl OnWire {
             pending: HashMap::new(),
             resp_conns: HashMap::new(),
             held: HashMap::new(),
-            xl: Xlate::default(),
+            table: None,
+            control: false,
+            park_us: PARK_US,
+            parked: VecDeque::new(),
+            parked_conns: Default::default(),
+            want_table: false,
+            unknown: HashMap::new(),
             stats: OnWireStats::default(),
         }
+    }
+
+    /// A control plane answers [`OnWire::wants_table`] by calling
+    /// [`OnWire::install`]: requests under unknown rkeys wait for it up to
+    /// `park_us` µs.
+    pub fn with_control(mut self, park_us: u64) -> Self {
+        self.control = true;
+        self.park_us = park_us;
+        self
     }
 
     /// The counters, the policy's included.
@@ -160,7 +212,7 @@ impl OnWire {
         OnWireStats {
             holding: self.held.len() as u64,
             conns: self.conns.len() as u64,
-            regions_learned: self.xl.delta.len() as u64,
+            regions: self.table.as_ref().map_or(0, |t| t.regions().len() as u64),
             steered_cas: p.steered_cas,
             steered_doomed: p.steered_doomed,
             steered_reads: p.steered_reads,
@@ -172,34 +224,145 @@ impl OnWire {
         }
     }
 
-    /// A RoCEv2 packet `p` (parsed from `raw`) at `now` (µs): the frames
-    /// to send, in order (none if it is held; more than one if it releases
-    /// held responses).
-    pub fn on_packet(&mut self, p: RocePacket, raw: &[u8], now: u64, out: &mut Vec<Vec<u8>>) {
-        if p.ip.destination == self.server {
-            if let Some(v) = wire::verb_of(&p) {
-                return self.request(p, raw, v, now, out);
-            }
-        } else if p.ip.source == self.server {
-            return self.response(p, raw, out);
-        }
-        out.push(raw.to_vec());
+    /// Whether the switch needs the node's region table (read) now; true
+    /// once per need.
+    pub fn wants_table(&mut self) -> bool {
+        std::mem::take(&mut self.want_table)
     }
 
+    /// Installs the node's region table at `now` (µs) and releases the
+    /// requests parked for it into `out`, in order.
+    pub fn install(&mut self, t: RegionTable, now: u64, out: &mut Vec<(usize, Vec<u8>)>) {
+        self.stats.tables += 1;
+        self.table = Some(t);
+        self.unknown.clear();
+        self.release(now, out);
+    }
+
+    /// Time passes (`now`, µs): requests parked longer than `park_us` are
+    /// released (untranslated) into `out`.
+    pub fn tick(&mut self, now: u64, out: &mut Vec<(usize, Vec<u8>)>) {
+        if self
+            .parked
+            .front()
+            .is_some_and(|p| now.saturating_sub(p.at) >= self.park_us)
+        {
+            self.stats.park_timeouts += self.parked.len() as u64;
+            self.release(now, out);
+        }
+    }
+
+    /// Requests parked right now.
+    pub fn parked_now(&self) -> usize {
+        self.parked.len()
+    }
+
+    fn release(&mut self, now: u64, out: &mut Vec<(usize, Vec<u8>)>) {
+        self.parked_conns.clear();
+        let parked = std::mem::take(&mut self.parked);
+        for q in parked {
+            let Ok(wire::Frame::Roce(p, raw)) = wire::parse(&q.raw) else {
+                out.push((q.tag, q.raw));
+                continue;
+            };
+            // Keys still unknown pass for a while without another read.
+            if let Ext::Reth { rkey, .. } | Ext::Atomic { rkey, .. } = p.ext {
+                if !self.table.as_ref().is_some_and(|t| t.knows(rkey)) {
+                    self.unknown.insert(rkey, now);
+                }
+            }
+            self.packet(p, raw, now, q.tag, false, out);
+        }
+    }
+
+    /// A RoCEv2 packet `p` (parsed from `raw`, which came from port `tag`)
+    /// at `now` (µs): the frames to send with the port each came from, in
+    /// order (none if it is held or parked; more than one if it releases
+    /// held responses).
+    pub fn on_packet(
+        &mut self,
+        p: RocePacket,
+        raw: &[u8],
+        now: u64,
+        tag: usize,
+        out: &mut Vec<(usize, Vec<u8>)>,
+    ) {
+        self.packet(p, raw, now, tag, true, out)
+    }
+
+    fn packet(
+        &mut self,
+        p: RocePacket,
+        raw: &[u8],
+        now: u64,
+        tag: usize,
+        may_park: bool,
+        out: &mut Vec<(usize, Vec<u8>)>,
+    ) {
+        if p.ip.destination == self.server {
+            let ck = (p.ip.source, p.ip.destination, p.bth.dest_qp);
+            if may_park && self.parked_conns.contains(&ck) {
+                return self.park(ck, tag, raw, now);
+            }
+            if let Some(v) = wire::verb_of(&p) {
+                return self.request(p, raw, v, now, tag, may_park, out);
+            }
+        } else if p.ip.source == self.server {
+            return self.response(p, raw, tag, out);
+        }
+        out.push((tag, raw.to_vec()));
+    }
+
+    fn park(&mut self, conn: ConnKey, tag: usize, raw: &[u8], now: u64) {
+        if self.parked.is_empty() {
+            self.want_table = true;
+        }
+        self.stats.parked += 1;
+        self.parked_conns.insert(conn);
+        self.parked.push_back(Parked {
+            tag,
+            raw: raw.to_vec(),
+            at: now,
+        });
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn request(
         &mut self,
         mut p: RocePacket,
         raw: &[u8],
         v: crate::Verb,
         now: u64,
-        out: &mut Vec<Vec<u8>>,
+        tag: usize,
+        may_park: bool,
+        out: &mut Vec<(usize, Vec<u8>)>,
     ) {
+        let ck = (p.ip.source, p.ip.destination, p.bth.dest_qp);
+        let (va, rkey) = match p.ext {
+            Ext::Reth { va, rkey, .. } | Ext::Atomic { va, rkey, .. } => (va, rkey),
+            _ => return out.push((tag, raw.to_vec())),
+        };
+        let known = self.table.as_ref().is_some_and(|t| t.knows(rkey));
+        if !known {
+            let recently_unknown = self
+                .unknown
+                .get(&rkey)
+                .is_some_and(|&at| now.saturating_sub(at) < self.park_us);
+            if may_park && self.control && !recently_unknown {
+                return self.park(ck, tag, raw, now);
+            }
+            self.stats.untranslated += 1;
+            return out.push((tag, raw.to_vec()));
+        }
+        let (len, _) = extent(&v);
+        let table = self.table.as_ref().expect("known key: a table");
+        let Some(addr) = table.to_node(rkey, va, len) else {
+            self.stats.outside_region += 1;
+            return out.push((tag, raw.to_vec()));
+        };
         self.stats.requests += 1;
         let next = self.conns.len() as ConnId + 1;
-        let conn = *self
-            .conns
-            .entry((p.ip.source, p.ip.destination, p.bth.dest_qp))
-            .or_insert(next);
+        let conn = *self.conns.entry(ck).or_insert(next);
         let last = self
             .last_psn
             .entry(conn)
@@ -212,37 +375,7 @@ impl OnWire {
             }
             self.pending.insert((p.ip.source, p.bth.psn), conn);
         }
-        let (va, rkey) = match p.ext {
-            Ext::Reth { va, rkey, .. } | Ext::Atomic { va, rkey, .. } => (va, rkey),
-            _ => return out.push(raw.to_vec()),
-        };
-        // Learning the translation from Clover's appends.
-        if let crate::Verb::Cas { compare, swap, .. } = v {
-            if let (Some((key, _)), Some((new, _))) =
-                (crate::clover::empty(compare), crate::clover::link(swap))
-            {
-                if let Some(&off) = self.xl.linked.get(&key) {
-                    let d = va.wrapping_sub(off);
-                    let n = self.xl.votes.entry((rkey, d)).or_default();
-                    *n += 1;
-                    if *n >= 3 {
-                        self.xl.delta.entry(rkey).or_insert(d);
-                    }
-                }
-                if self.xl.links.len() > 1 << 16 {
-                    self.xl.links.clear();
-                }
-                self.xl.links.insert((conn, psn), (key, new, compare));
-            }
-        }
-        let Some(&delta) = self.xl.delta.get(&rkey) else {
-            self.stats.untranslated += 1;
-            return out.push(raw.to_vec());
-        };
-        let off = va.wrapping_sub(delta);
-        let r = self.xl.range.entry(rkey).or_insert((off, off));
-        *r = (r.0.min(off), r.1.max(off));
-        let vg = with_addr(v, off);
+        let vg = with_addr(v, addr);
         let fwd = self.sw.on_request(
             &crate::Request {
                 conn,
@@ -253,26 +386,17 @@ impl OnWire {
             now,
         );
         if fwd.verb == vg {
-            return out.push(raw.to_vec());
+            return out.push((tag, raw.to_vec()));
         }
-        let to = fwd.verb.addr();
-        let in_range = |k: &u32| {
-            self.xl
-                .range
-                .get(k)
-                .is_some_and(|&(a, b)| (a..=b).contains(&to))
-        };
-        let Some(rk) = std::iter::once(rkey)
-            .chain(self.xl.delta.keys().copied())
-            .find(in_range)
-        else {
+        let (flen, need) = extent(&fwd.verb);
+        let Some((rk, to)) = table.to_wire(fwd.verb.addr(), flen, rkey, need) else {
             self.stats.outside_regions += 1;
-            return out.push(raw.to_vec());
+            return out.push((tag, raw.to_vec()));
         };
-        let wire_verb = with_addr(fwd.verb, to.wrapping_add(self.xl.delta[&rk]));
+        let wire_verb = with_addr(fwd.verb, to);
         if !wire::set_verb(&mut p, &wire_verb) {
             self.stats.unrewritable += 1;
-            return out.push(raw.to_vec());
+            return out.push((tag, raw.to_vec()));
         }
         if let Ext::Reth { rkey, .. } | Ext::Atomic { rkey, .. } = &mut p.ext {
             *rkey = rk;
@@ -281,27 +405,27 @@ impl OnWire {
         match wire::seal(&mut f) {
             Ok(()) => {
                 self.stats.rewritten += 1;
-                out.push(f)
+                out.push((tag, f))
             }
             Err(_) => {
                 self.stats.unrewritable += 1;
-                out.push(raw.to_vec())
+                out.push((tag, raw.to_vec()))
             }
         }
     }
 
-    fn response(&mut self, p: RocePacket, raw: &[u8], out: &mut Vec<Vec<u8>>) {
+    fn response(&mut self, p: RocePacket, raw: &[u8], tag: usize, out: &mut Vec<(usize, Vec<u8>)>) {
         let kind = match (p.bth.opcode, p.ext) {
             (opcode::ACKNOWLEDGE, Ext::Aeth { syndrome, .. }) => match syndrome >> 5 {
                 0 => RespKind::Ack,
                 3 => RespKind::Nak,
-                _ => return out.push(raw.to_vec()), // RNR NAK: not the policy's
+                _ => return out.push((tag, raw.to_vec())), // RNR NAK: not the policy's
             },
             (opcode::ATOMIC_ACKNOWLEDGE, Ext::AtomicAck { orig, .. }) => {
                 RespKind::Atomic { old: orig }
             }
             (opcode::READ_RESPONSE_ONLY, _) => RespKind::Read,
-            _ => return out.push(raw.to_vec()),
+            _ => return out.push((tag, raw.to_vec())),
         };
         let client = p.ip.destination;
         let key = (client, p.bth.dest_qp);
@@ -315,26 +439,19 @@ impl OnWire {
                 }
                 None => {
                     self.stats.unpaired += 1;
-                    return out.push(raw.to_vec());
+                    return out.push((tag, raw.to_vec()));
                 }
             },
         };
         self.stats.responses += 1;
         let last = self.last_psn.get(&conn).copied().unwrap_or(1 << 24);
         let psn = extend(last, p.bth.psn);
-        if let RespKind::Atomic { old } = kind {
-            if let Some((key, new, compare)) = self.xl.links.remove(&(conn, psn)) {
-                if old == compare {
-                    self.xl.linked.insert(key, new);
-                }
-            }
-        }
         let ds: Vec<Delivery> = self.sw.on_response(&Response { conn, psn, kind });
         let mut mine = false;
         for d in ds {
             if d.conn == conn && d.psn == psn && !mine {
                 mine = true;
-                out.push(raw.to_vec());
+                out.push((tag, raw.to_vec()));
             } else if let Some(f) = self.held.remove(&(d.conn, d.psn)) {
                 self.stats.released += 1;
                 out.push(f);
@@ -342,7 +459,7 @@ impl OnWire {
         }
         if !mine {
             self.stats.held += 1;
-            self.held.insert((conn, psn), raw.to_vec());
+            self.held.insert((conn, psn), (tag, raw.to_vec()));
         }
     }
 }
