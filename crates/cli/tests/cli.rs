@@ -1514,3 +1514,27 @@ fn every_bench_writes_provenance_and_measures_one_window() {
     );
     assert_provenance(&read_json(&json), "txn");
 }
+
+/// A default `dmkit memnode` (1 GiB) and a default `bench micro --connect`
+/// fit together: with --connect the region defaults to 512 MiB (a 1 GiB
+/// region would not fit beside the node's own first page).
+#[test]
+fn a_default_node_holds_a_default_micro_run() {
+    let node = Node::start("1GiB", Stdio::null());
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("m.json");
+    dmkit_ok(
+        &[
+            "bench",
+            "micro",
+            "--connect",
+            &node.target,
+            "-n",
+            "2000",
+            "--json",
+        ],
+        Some(&json),
+    );
+    let r = read_json(&json);
+    assert_eq!(r["region_size"].as_u64(), Some(512 << 20), "{r}");
+}

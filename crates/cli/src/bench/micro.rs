@@ -64,9 +64,11 @@ pub(crate) struct MicroArgs {
     /// Sweep every power of two from 2 B to 8 MiB (perftest's -a).
     #[arg(short = 'a', long)]
     all_sizes: bool,
-    /// Region the random addresses are drawn from.
-    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
-    region_size: u64,
+    /// Region the random addresses are drawn from [default: 1GiB; 512MiB
+    /// with --connect, so that a default `dmkit memnode` (1 GiB, whose first
+    /// page is its own) holds it].
+    #[arg(long, value_parser = parse_size)]
+    region_size: Option<u64>,
     /// Threads, each with its own queue pair.
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -171,10 +173,15 @@ pub(crate) fn bench_micro(a: MicroArgs) -> Res {
     };
     let rcfg = a.switches.runtime_config(a.seed)?;
     let sizes = sizes_of(&a, verb)?;
+    let region_size = a.region_size.unwrap_or(if a.fabric.connect.is_empty() {
+        1 << 30
+    } else {
+        512 << 20
+    });
     let cfg = MicroConfig {
         verb,
         size: sizes[0],
-        region_size: a.region_size,
+        region_size,
         threads: a.threads,
         batch: a.batch,
         duration: a.duration,
@@ -225,7 +232,7 @@ pub(crate) fn bench_micro(a: MicroArgs) -> Res {
         harness::check_output("--csv", p).map_err(crate::bad_input)?;
     }
     // The embedded node gets the region plus its reserved first page and slack.
-    let fabric = open_fabric(&a.fabric, a.region_size + (8 << 20))?;
+    let fabric = open_fabric(&a.fabric, region_size + (8 << 20))?;
     for &size in &sizes {
         micro::check(&at(size), &*fabric)?;
     }
