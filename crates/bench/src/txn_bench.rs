@@ -29,7 +29,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
 use dmkit_fabric::Fabric;
@@ -172,6 +172,8 @@ pub struct TxnResult {
     pub idle_us: f64,
     /// Work requests the simulator executed in the whole run (0 off it).
     pub sim_verbs: u64,
+    /// Ctrl-C ended the window early: `seconds` is the shortened window.
+    pub interrupted: bool,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -285,16 +287,18 @@ fn run_peer<W: Workload + 'static>(
         let (outs, secs, sim_verbs) = match sim.as_mut() {
             None => {
                 let clock = MonotonicClock;
-                let from = clock.now() + cfg.warmup.as_nanos() as u64;
-                let window = Window {
-                    from,
-                    end: from + cfg.duration.as_nanos() as u64,
+                // The window opens once every thread has built its worker
+                // and coordinators (a start barrier): a thread that starts
+                // late cannot shift it.
+                let gate = Gate {
+                    barrier: Barrier::new(cfg.threads),
+                    window: OnceLock::new(),
                 };
                 let outs: Vec<Result<ThreadOut, String>> = std::thread::scope(|s| {
                     let hs: Vec<_> = (0..cfg.threads)
                         .map(|ti| {
-                            let (db, w) = (db.clone(), w.clone());
-                            s.spawn(move || thread(&db, &w, ti, cfg, window))
+                            let (db, w, gate) = (db.clone(), w.clone(), &gate);
+                            s.spawn(move || thread(&db, &w, ti, cfg, gate))
                         })
                         .collect();
                     hs.into_iter()
@@ -304,7 +308,9 @@ fn run_peer<W: Workload + 'static>(
                         })
                         .collect()
                 });
-                let secs = (clock.now().max(window.end) - window.from) as f64 / 1e9;
+                let window = *gate.window.get().expect("the barrier's leader opened it");
+                let secs =
+                    (clock.now().min(window.end).max(window.from + 1) - window.from) as f64 / 1e9;
                 (outs, secs, 0)
             }
             Some((sim, machines)) => on_sim(sim, *machines, &db, &w, cfg)?,
@@ -376,6 +382,7 @@ fn run_peer<W: Workload + 'static>(
             local_attempted_per_s: local,
             vs_local: local.map(|l| attempted as f64 / secs / l),
             sim_verbs,
+            interrupted: crate::harness::interrupted(),
         })
     })();
     db.destroy().map_err(e)?;
@@ -392,6 +399,13 @@ type Measured = (Vec<Result<ThreadOut, String>>, f64, u64);
 struct Window {
     from: Nanos,
     end: Nanos,
+}
+
+/// The start barrier of the threads on a fabric and the window its
+/// leader opens when every thread is ready.
+struct Gate {
+    barrier: Barrier,
+    window: OnceLock<Window>,
 }
 
 /// A thread's tallies, shared by its tasks.
@@ -451,7 +465,7 @@ fn spawn_tasks<W: Workload + 'static>(
         let (w, t) = (w.clone(), tally.clone());
         let mut rng = Rng::new(cfg.seed.wrapping_mul(1_000_003) + (ti * 1000 + k) as u64 + 1);
         wk.spawn(move |ctx| async move {
-            while ctx.now() < window.end {
+            while ctx.now() < window.end && !crate::harness::interrupted() {
                 let mut tx = w.draw(&mut rng);
                 while read_only && !w.read_only(&tx) {
                     tx = w.draw(&mut rng);
@@ -505,9 +519,9 @@ fn thread<W: Workload + 'static>(
     w: &Arc<W>,
     ti: usize,
     cfg: &TxnBenchConfig,
-    window: Window,
+    gate: &Gate,
 ) -> Result<ThreadOut, String> {
-    let mut wk = Worker::builder(db.fabric().as_ref())
+    let built = Worker::builder(db.fabric().as_ref())
         .config(RuntimeConfig {
             seed: cfg.seed + ti as u64,
             ..cfg.runtime.clone()
@@ -516,8 +530,19 @@ fn thread<W: Workload + 'static>(
         .tasks(cfg.coros)
         .local(db.local_layout())
         .build()
-        .map_err(|e| e.to_string())?;
-    let coords = coordinators(db, cfg)?;
+        .map_err(|e| e.to_string())
+        .and_then(|wk| Ok((wk, coordinators(db, cfg)?)));
+    // Every thread passes the barrier, built or not, so none waits for ever.
+    if gate.barrier.wait().is_leader() {
+        let from = MonotonicClock.now() + cfg.warmup.as_nanos() as u64;
+        let _ = gate.window.set(Window {
+            from,
+            end: from + cfg.duration.as_nanos() as u64,
+        });
+    }
+    gate.barrier.wait();
+    let window = *gate.window.get().expect("set before the second wait");
+    let (mut wk, coords) = built?;
     let tally = spawn_tasks(&mut wk, coords, w, ti, cfg, window);
     wk.run();
     // Statistics of the whole run (warm-up included) per committed

@@ -649,12 +649,21 @@ fn a_closed_stdout_ends_quietly() {
 #[test]
 fn ctrl_c_ends_a_benchmark_with_its_partial_result() {
     let dir = tempfile::tempdir().unwrap();
-    for bench in ["micro", "ycsb"] {
+    for bench in ["micro", "ycsb", "txn"] {
         let json = dir.path().join(format!("{bench}.json"));
-        let mut args = vec!["bench", bench, "--duration", "60s", "--quiet"];
+        let mut args = vec!["bench", bench, "--duration", "60s"];
         match bench {
-            "micro" => args.extend(["--region-size", "1MiB"]),
-            _ => args.extend(["--keys", "2000", "--threads", "1", "--coros", "2"]),
+            "micro" => args.extend(["--quiet", "--region-size", "1MiB"]),
+            "ycsb" => args.extend([
+                "--quiet",
+                "--keys",
+                "2000",
+                "--threads",
+                "1",
+                "--coros",
+                "2",
+            ]),
+            _ => args.extend(["--threads", "1", "--coros", "2"]),
         }
         let child = Command::new(DMKIT)
             .args(&args)
@@ -678,7 +687,8 @@ fn ctrl_c_ends_a_benchmark_with_its_partial_result() {
         );
         assert_eq!(out.status.code(), Some(130), "{bench}: {out:?}");
         let table = String::from_utf8_lossy(&out.stdout);
-        assert!(table.contains("Mops"), "{bench}: {table}");
+        let unit = if bench == "txn" { "commit/s" } else { "Mops" };
+        assert!(table.contains(unit), "{bench}: {table}");
         let v: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         assert_eq!(v["interrupted"], true, "{bench}: {v}");

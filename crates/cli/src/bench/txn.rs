@@ -143,8 +143,9 @@ pub(crate) fn bench_txn(a: TxnArgs) -> Res {
         }
         _ => open_fabric(&a.fabric, 1 << 30)?,
     };
-    // (No Ctrl-C handling here: the transaction benchmark's window is its
-    // own, not the harness's, and would not end early.)
+    // Ctrl-C ends the window: the partial result is printed and written,
+    // and the database destroyed, as a full run's.
+    crate::args::stop_on_ctrl_c();
     if let Some(w) = harness::oversubscribed(cfg.threads) {
         eprintln!("dmkit: warning: {w}");
     }
@@ -155,6 +156,9 @@ pub(crate) fn bench_txn(a: TxnArgs) -> Res {
 
 fn report(r: &TxnResult, a: &TxnArgs, provenance: &harness::Provenance) -> Res {
     print_txn(r);
+    if r.interrupted {
+        eprintln!("dmkit: interrupted: the figures are of the shortened window");
+    }
     if let Some(path) = &a.json {
         harness::write_json(path, provenance, r)?;
     }
