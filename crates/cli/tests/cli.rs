@@ -1503,8 +1503,8 @@ fn every_bench_writes_provenance_and_measures_one_window() {
     let v = read_json(&json);
     assert_eq!(v["runs"].as_array().unwrap().len(), 2, "{v}");
     assert_eq!(v["mops"]["n"], 2, "{v}");
-    // The transaction benchmark keeps its own window but writes the same
-    // provenance.
+    // The transaction benchmark: its window opens at a start barrier, it
+    // writes the same provenance, and --repeat gives the spread.
     let json = dir.path().join("txn.json");
     dmkit_ok(
         &[
@@ -1518,11 +1518,20 @@ fn every_bench_writes_provenance_and_measures_one_window() {
             "2",
             "--duration",
             "200ms",
+            "--repeat",
+            "2",
             "--json",
         ],
         Some(&json),
     );
-    assert_provenance(&read_json(&json), "txn");
+    let v = read_json(&json);
+    assert_provenance(&v, "txn");
+    assert_eq!(v["runs"].as_array().unwrap().len(), 2, "{v}");
+    assert_eq!(v["mops"]["n"], 2, "{v}");
+    for r in v["runs"].as_array().unwrap() {
+        // Seconds are the window's, not the run's.
+        assert!((r["seconds"].as_f64().unwrap() - 0.2).abs() < 1e-6, "{r}");
+    }
 }
 
 /// A default `dmkit memnode` (1 GiB) and a default `bench micro --connect`

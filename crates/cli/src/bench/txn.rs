@@ -72,6 +72,10 @@ pub(crate) struct TxnArgs {
     local_peer: bool,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Measure this many times (each run loads its own database); prints
+    /// the mean and spread of the committed rate.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// Write the result as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -122,9 +126,12 @@ pub(crate) fn bench_txn(a: TxnArgs) -> Res {
                 sc.memory_nodes = a.replicas.max(1);
             }
             sc.memory_bytes = a.fabric.mem_size.unwrap_or(256 << 20);
-            let provenance = harness::Provenance::new(a.seed, cfg.duration, cfg.warmup, false);
-            let r = txn_bench::run_txn_on(TxnPlatform::Sim(Box::new(sc)), &cfg)?;
-            return report(&r, &a, &provenance);
+            let provenance =
+                harness::Provenance::new(a.seed, cfg.duration, cfg.warmup, false).repeat(a.repeat);
+            let runs = super::repeated(a.repeat, || {
+                txn_bench::run_txn_on(TxnPlatform::Sim(Box::new(sc.clone())), &cfg)
+            })?;
+            return report(&runs, &a, &provenance);
         }
         Backend::Shm if a.fabric.connect.is_empty() => {
             // Embedded: one memory node per replica (sparse memfds).
@@ -149,20 +156,27 @@ pub(crate) fn bench_txn(a: TxnArgs) -> Res {
     if let Some(w) = harness::oversubscribed(cfg.threads) {
         eprintln!("dmkit: warning: {w}");
     }
-    let provenance = harness::Provenance::new(a.seed, cfg.duration, cfg.warmup, false);
-    let r = txn_bench::run_txn(fabric, &cfg)?;
-    report(&r, &a, &provenance)
+    let provenance =
+        harness::Provenance::new(a.seed, cfg.duration, cfg.warmup, false).repeat(a.repeat);
+    let runs = super::repeated(a.repeat, || txn_bench::run_txn(fabric.clone(), &cfg))?;
+    report(&runs, &a, &provenance)
 }
 
-fn report(r: &TxnResult, a: &TxnArgs, provenance: &harness::Provenance) -> Res {
-    print_txn(r);
-    if r.interrupted {
-        eprintln!("dmkit: interrupted: the figures are of the shortened window");
+/// Prints every run, the spread of the committed rate (in M txn/s) over
+/// repeated runs, writes `--json`, and fails if a run broke an invariant.
+fn report(runs: &[TxnResult], a: &TxnArgs, provenance: &harness::Provenance) -> Res {
+    for r in runs {
+        print_txn(r);
     }
-    if let Some(path) = &a.json {
-        harness::write_json(path, provenance, r)?;
-    }
-    if !r.invariants_ok {
+    let interrupted = runs.iter().any(|r| r.interrupted);
+    super::finish_runs(
+        a.json.as_deref(),
+        provenance,
+        runs,
+        |r| r.committed_per_s / 1e6,
+        interrupted,
+    )?;
+    if let Some(r) = runs.iter().find(|r| !r.invariants_ok) {
         return Err(format!(
             "bench txn: invariants violated: {}",
             r.invariants_error.as_deref().unwrap_or("?")
