@@ -1286,6 +1286,18 @@ fn spawn_load<C: MapClient>(
     }
 }
 
+/// Runs `sim` in 1 ms slices, calling `each` after every slice, until all
+/// `threads` virtual threads have finished or blocked.
+fn run_settled(sim: &mut Sim, threads: usize, mut each: impl FnMut(&Sim)) {
+    loop {
+        let out = sim.run_until(sim.now() + 1_000_000);
+        each(sim);
+        if out.finished + out.blocked == threads {
+            break;
+        }
+    }
+}
+
 /// [`CloverBench::warm_hints`]: every client looks up every key once (its
 /// thread's tasks share the keys out), unmeasured; returns when all are done.
 fn warm<'a, C: MapClient + 'a>(
@@ -1320,14 +1332,9 @@ fn warm<'a, C: MapClient + 'a>(
         }
         sim.wake(th);
     }
-    loop {
-        let out = sim.run_until(sim.now() + 1_000_000);
-        if let Some(e) = failed.borrow_mut().take() {
-            return Err(BenchError::Run(e));
-        }
-        if out.finished + out.blocked == n {
-            break;
-        }
+    run_settled(sim, n, |_| {});
+    if let Some(e) = failed.borrow_mut().take() {
+        return Err(BenchError::Run(e));
     }
     if threads
         .into_iter()
@@ -1942,18 +1949,13 @@ fn on_sim<M: RemoteMap>(
     }
     // Load, in slices so the progress bar moves.
     let t0 = sim.now();
-    loop {
-        let slice = sim.now() + 1_000_000;
-        let out = sim.run_until(slice);
+    run_settled(&mut sim, threads.len(), |_| {
         progress(update(
             "load",
             loaded.load(Ordering::Relaxed).min(cfg.keys),
             cfg.keys,
-        ));
-        if out.finished + out.blocked == threads.len() {
-            break;
-        }
-    }
+        ))
+    });
     let last = threads.iter().map(|t| t.2.last.get()).max().unwrap_or(t0);
     let load_seconds = last.saturating_sub(t0) as f64 / 1e9;
     let mut outs = Vec::new();
