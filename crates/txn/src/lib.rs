@@ -28,12 +28,20 @@
 //!
 //! Persistence: FORD keeps tables in persistent memory and makes a WRITE
 //! durable with a READ behind it (selective remote flush). dmkit's
-//! backends are DRAM (shm: memfd; sim: host memory): a WRITE that
-//! completed is visible to every later reader, and that is all they
-//! promise — the structure survives its coordinators, not a memory node's
-//! restart. A file-backed memory node (a persistent-memory stand-in that
-//! keeps its tables across a restart) is not built: the node's allocator,
-//! roots and chunk groups live in its process, not in the file.
+//! stand-in is a memory node whose memory is a file (`dmkit memnode
+//! --memory-file PATH`, `dmkit_memnode::file`): its chunk groups and roots
+//! survive the node's restart, so a database on it does, and a recovery
+//! pass ([`Database::recover_all`]) after the restart rolls every
+//! half-done transaction back or forward from its undo log — the test
+//! `crates/cli/tests/memory_file.rs` SIGKILLs two such nodes mid-run and
+//! checks the bank against its committed history. What the shm backend
+//! promises is the page cache's: a WRITE that completed survives the death
+//! of any process (node or client), not a kernel crash or power cut
+//! unless the node was shut down cleanly (it then writes its file back).
+//! There is no further flush to make, so selective remote flush has no
+//! switch here; on an RNIC with persistent memory it would be one READ per
+//! written node behind the commit writes, in the same doorbell. The DRAM
+//! nodes (memfd; sim) keep nothing across a restart.
 //!
 //! ```no_run
 //! # use std::sync::Arc;
