@@ -10,15 +10,6 @@
 //!    does not know): READ the key's bucket to find the key's slot. A
 //!    record to read that the bucket shows absent (its would-be slot
 //!    empty and clean) is done here: no fetch, validation checks the slot.
-//!    The cache remembers that slot too, flagged [`ABSENT`], when every
-//!    slot before it holds another key's committed record: the next read
-//!    of the key fetches the slot at once (one READ of a record instead
-//!    of a round of bucket READs), and finds the key absent while the slot
-//!    is still empty — a key goes to the first empty slot of its probe
-//!    sequence, and a committed record's slot is never emptied (only an
-//!    uncommitted insert is rolled back to empty), so while that slot is
-//!    empty the key is nowhere. A fetch that finds another key there drops the
-//!    entry and aborts (the retry probes); records to write never use it.
 //! 2. **execute**: records to write are locked and read at once —
 //!    *hitchhiked locking*: a CAS of the primary's lock word (`0 →` this
 //!    coordinator's lease word) and a READ of the record behind it, one
@@ -124,15 +115,9 @@ use crate::error::{AbortReason, CrashPoint, TxnError};
 use crate::layout::{self, EntryHead, LogHeader, LogState, RecordTail, Version};
 
 /// A compute machine's (worker thread's) cache of record slots: (table,
-/// key) → slot number. Slots never move, so an entry never goes stale; an
-/// entry flagged [`ABSENT`] is the empty slot an absent key would take,
-/// valid while that slot stays empty (module docs, "probe").
+/// key) → slot number. Slots never move, so an entry never goes stale.
 /// Hashed by `IntHasher` (SipHash showed in the read-only TATP profile).
 pub type AddrCache = Rc<RefCell<dmkit_runtime::hash::IntMap<(TableId, u64), u64>>>;
-
-/// The flag of an [`AddrCache`] entry for an absent key (its would-be
-/// slot, which was empty); slot numbers never reach it.
-pub const ABSENT: u64 = 1 << 63;
 
 /// A new, empty address cache.
 pub fn addr_cache() -> AddrCache {
@@ -675,12 +660,8 @@ impl Txn<'_> {
             .iter_mut()
             .filter(|it| !it.fetched && it.slot.is_none())
         {
-            match self.c.cache.borrow().get(&(it.table, it.key)) {
-                Some(&s) if s & ABSENT == 0 => it.slot = Some(s),
-                // An absent key's would-be slot, only to read (two keys
-                // to write must not lock one empty slot).
-                Some(&s) if it.mode == Mode::Read => it.slot = Some(s & !ABSENT),
-                _ => {}
+            if let Some(&s) = self.c.cache.borrow().get(&(it.table, it.key)) {
+                it.slot = Some(s);
             }
         }
         loop {
@@ -724,12 +705,6 @@ impl Txn<'_> {
         let t = &db.tables[it.table as usize];
         let bucket = (db.home_bucket(t, it.table, it.key) + it.probed) % t.buckets;
         let copy = db.local.bkt.piece(j, spb * db.max_rec);
-        // Whether every slot before this one in the key's probe sequence
-        // holds another key, committed (clean): such a slot never empties
-        // (only an uncommitted insert is rolled back to empty), so the
-        // first empty slot stays the key's would-be slot — what an
-        // [`ABSENT`] cache entry needs. Only the home bucket is tracked.
-        let mut settled = it.probed == 0;
         for s in 0..spb {
             let rec = copy.slice(s * t.rec, t.rec);
             let key = self.ctx.local_u64(rec);
@@ -740,7 +715,6 @@ impl Txn<'_> {
             let slot = bucket * spb as u64 + s as u64;
             let found = !v.empty() && key == it.key;
             if !v.empty() && !found {
-                settled &= !v.dirty();
                 continue;
             }
             if !found
@@ -753,7 +727,6 @@ impl Txn<'_> {
                 // An empty slot another key of this transaction goes to:
                 // two keys in one slot would lock it twice (and abort
                 // forever).
-                settled = false;
                 continue;
             }
             // The key's slot, or the first empty one (where it would go).
@@ -778,12 +751,6 @@ impl Txn<'_> {
                 // it non-zero for good).
                 it.fetched = true;
                 it.version = 0;
-                if settled {
-                    self.c
-                        .cache
-                        .borrow_mut()
-                        .insert((it.table, it.key), slot | ABSENT);
-                }
             }
             return Ok(());
         }
@@ -887,16 +854,7 @@ impl Txn<'_> {
                 continue;
             }
             if !v.empty() && key != it.key {
-                // The empty slot a probe chose (or the cache remembered
-                // for an absent key) was taken by another key: the retry
-                // probes.
-                let mut cache = self.c.cache.borrow_mut();
-                if cache
-                    .get(&(it.table, it.key))
-                    .is_some_and(|&s| s & ABSENT != 0)
-                {
-                    cache.remove(&(it.table, it.key));
-                }
+                // The empty slot a probe chose was taken by another key.
                 failed.get_or_insert(AbortReason::SlotTaken);
                 continue;
             }
