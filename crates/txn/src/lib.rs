@@ -43,6 +43,28 @@
 //! written node behind the commit writes, in the same doorbell. The DRAM
 //! nodes (memfd; sim) keep nothing across a restart.
 //!
+//! Read-only TATP against the local peer (`dmkit bench txn --workload
+//! tatp --read-only --local-peer`, issue 35's goal ≥ 0.5): on a shared
+//! 2-core AMD EPYC (load average 12–17), 1 thread × 8 coordinators, 4 s,
+//! remote/local is 0.36–0.39 (attempted 182k–196k/s against 490k–520k/s;
+//! 1.28 round trips per attempt). It is CPU per transaction, not round
+//! trips: at `--scale 10000`, where nearly every key is cached and the
+//! tables sit in the last-level cache, round trips fall to 1.10 per
+//! attempt and the remote side gains 1.5× — but the local peer gains 2.5×
+//! and the ratio drops to 0.24–0.29. A profile of the remote thread puts
+//! a quarter of it in copying remote words (cache misses on the records
+//! and buckets), an eighth in the address cache's hash look-up (one more
+//! miss per record than the peer's single map), a tenth in reading the
+//! clock (per-op statistics, lease words), and the rest in the runtime's
+//! post/poll/task switch — fixed costs per verb and per transaction that
+//! the peer does not pay. Remembering absent keys' slots in the address
+//! cache (no probe round for them) was tried and measured worse (median
+//! 0.33 against 0.37: the cache grows faster than keys repeat at 100,000
+//! subscribers), and posting probes in the fetch's doorbell would save a
+//! round trip only for GetNewDestination's uncached keys (a tenth of the
+//! mix). What would close the gap: fewer clock reads and cheaper
+//! per-verb bookkeeping in the runtime, or a denser address cache.
+//!
 //! ```no_run
 //! # use std::sync::Arc;
 //! # use dmkit_txn::{Database, TableSpec, TxnConfig, TxnError};
