@@ -51,13 +51,14 @@
 //! trips: at `--scale 10000`, where nearly every key is cached and the
 //! tables sit in the last-level cache, round trips fall to 1.10 per
 //! attempt and the remote side gains 1.5× — but the local peer gains 2.5×
-//! and the ratio drops to 0.24–0.29. A profile of the remote thread puts
-//! a quarter of it in copying remote words (cache misses on the records
-//! and buckets), an eighth in the address cache's hash look-up (one more
-//! miss per record than the peer's single map), a tenth in reading the
-//! clock (per-op statistics, lease words), and the rest in the runtime's
-//! post/poll/task switch — fixed costs per verb and per transaction that
-//! the peer does not pay. Remembering absent keys' slots in the address
+//! and the ratio drops to 0.24–0.29. A profile (`perf`) of the remote
+//! thread puts two fifths of it (default scale; a quarter at 10,000) in
+//! copying remote words — cache misses on records and buckets — and, at
+//! 10,000, an eighth in the address cache's hash look-up (a miss the peer
+//! pays once, in its one map, where the remote side pays it beside the
+//! record's), a tenth in reading the clock, and most of the rest in the
+//! runtime's post/poll/task switch: fixed costs per verb and per
+//! transaction that the peer does not pay. Remembering absent keys' slots in the address
 //! cache (no probe round for them) was tried and measured worse (median
 //! 0.33 against 0.37: the cache grows faster than keys repeat at 100,000
 //! subscribers), and posting probes in the fetch's doorbell would save a
