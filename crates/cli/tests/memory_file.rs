@@ -154,7 +154,9 @@ impl Nodes {
         }
         for sock in &self.socks {
             let t0 = Instant::now();
-            while !(sock.exists() && Self::token(sock).exists()) {
+            // The token file is made, then written: wait for its line.
+            let written = |p: PathBuf| std::fs::read(p).is_ok_and(|t| t.ends_with(b"\n"));
+            while !(sock.exists() && written(Self::token(sock))) {
                 assert!(t0.elapsed() < Duration::from_secs(20), "node never served");
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -350,4 +352,30 @@ fn a_bank_survives_sigkilled_file_backed_nodes() {
     assert_eq!(balances(&db), model);
     db.destroy().unwrap();
     nodes.stop();
+    drop(db); // its mappings would keep the files locked
+              // A file is served only with the geometry it was made with, and never
+              // with the CoRM store (which remaps pages).
+    let file = dir.join("m0.dat");
+    let sock = format!("unix:{}", dir.join("x.sock").display());
+    for (extra, status, says) in [
+        (&["--size", "64MiB"][..], 1, "this geometry needs"),
+        (&["--size", "32MiB", "--node-id", "1"][..], 1, "made for"),
+        (
+            &["--size", "32MiB", "--corm"][..],
+            2,
+            "--memory-file with --corm",
+        ),
+    ] {
+        let out = Command::new(DMKIT)
+            .arg("memnode")
+            .args(extra)
+            .arg("--memory-file")
+            .arg(&file)
+            .args(["--listen", &sock])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(status), "{extra:?}: {err}");
+        assert!(err.contains(says), "{extra:?}: {err}");
+    }
 }
