@@ -206,7 +206,7 @@ impl BankRun {
     /// Runs it on a fresh database `name` with `cfg` and checks it.
     pub fn check(&self, cfg: TxnConfig, name: &str) {
         let f = shm_fabric(self.nodes, self.node_bytes);
-        let w = Arc::new(self.bank.clone());
+        let w = Arc::new(self.bank);
         let db = loaded(f, name, cfg, w.as_ref());
         let out = run_threads_preempted(
             &db,
