@@ -42,7 +42,10 @@
 //! - The file is locked (`flock`, exclusive) while a node serves it, and
 //!   the lock lasts while any process maps it: a second node on the same
 //!   file is refused, and so is a restart while a client of the old node
-//!   still maps its memory (and could write to it behind the new node). A memfd's seals cannot be
+//!   still maps its memory (and could write to it behind the new node).
+//!   On shm a client outlives its node's death with its mapping: its
+//!   one-sided verbs still reach the file (only its next RPC fails), as
+//!   no NIC stops them. Stop or kill the clients, then restart the node. A memfd's seals cannot be
 //!   put on a file: whoever truncates the file under a running node
 //!   crashes its clients with `SIGBUS`.
 
