@@ -509,7 +509,7 @@ pub async fn push_encoded(
     };
     // The entries, in registered memory (SP packs from `heap` instead).
     if p.method != Method::Sp {
-        ctx.put_local(mem.entries, &heap);
+        ctx.put_local(mem.entries, heap);
     }
     // Phase 1: reserve.
     let mut counts = vec![0u64; st.parts];
@@ -548,7 +548,7 @@ pub async fn push_encoded(
                 j,
                 &mut pending[j],
                 &mut next[j],
-                &heap,
+                heap,
                 mem,
                 p,
                 &mut ring,
@@ -572,7 +572,7 @@ pub async fn push_encoded(
                 j,
                 &mut pending[j],
                 &mut next[j],
-                &heap,
+                heap,
                 mem,
                 p,
                 &mut ring,
