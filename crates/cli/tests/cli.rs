@@ -209,6 +209,61 @@ fn bench_corm_runs_against_a_corm_memnode_and_leaves_its_store_empty() {
     assert!(err.contains("--connect tcp:HOST:PORT"), "{err}");
 }
 
+/// `bench corm --latency` (Fig. 9/10) on the simulator: a table row per
+/// call, JSON rows per call and size, indirect rows timed on objects the
+/// compaction moved; the same seed gives the same rows.
+#[test]
+fn bench_corm_latency_on_the_simulator_is_deterministic() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str| {
+        let json = dir.path().join(name);
+        let out = Command::new(DMKIT)
+            .args(["bench", "corm", "--latency", "--backend", "sim"])
+            .args(["--sizes", "32,512", "--latency-objects", "32", "--json"])
+            .arg(&json)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            read_json(&json),
+        )
+    };
+    let (table, a) = run("a.json");
+    let (_, b) = run("b.json");
+    assert!(table.contains("direct_read+scan_read"), "{table}");
+    assert_eq!(a["rows"], b["rows"]);
+    assert_eq!(a["backend"], "sim");
+    let rows = a["rows"].as_array().unwrap();
+    for size in [32, 512] {
+        for (call, pointer) in [
+            ("alloc", "-"),
+            ("direct_read", "direct"),
+            ("read", "indirect"),
+        ] {
+            let r = rows
+                .iter()
+                .find(|r| r["call"] == call && r["pointer"] == pointer && r["size"] == size)
+                .unwrap_or_else(|| panic!("{call} {pointer} {size}: {a}"));
+            assert!(r["p50_us"].as_f64().unwrap() > 0.0, "{r}");
+        }
+    }
+    assert_eq!(a["store"]["live_objects"], 0);
+    let (code, err) = dmkit_fails(&[
+        "bench",
+        "corm",
+        "--latency",
+        "--connect",
+        "unix:/nonexistent.sock",
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("--connect"), "{err}");
+}
+
 #[test]
 fn memnode_process_serves_a_benchmark_then_shuts_down() {
     let mut node = Node::start("64MiB", Stdio::piped());

@@ -114,6 +114,21 @@ pub(crate) struct CormBenchArgs {
         help_heading = "Timeline (--timeline)"
     )]
     correction: CorrectionArg,
+    /// Latency mode (CoRM §4.1, Fig. 9/10; shm or sim): one client, one
+    /// call at a time — Alloc, Free, RPC Read and Write, DirectRead and a
+    /// raw READ with direct pointers; after a compaction, RPC Read and
+    /// Write, DirectRead corrected by ScanRead or by RPC Read, and
+    /// ReleasePtr with indirect pointers — median µs per --sizes. Ignores
+    /// --read, --workload, --zipf, --threads, --coros, --duration and
+    /// --warmup.
+    #[arg(long, help_heading = "Latency (--latency)")]
+    latency: bool,
+    /// Latency: payload sizes (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "16,64,256,1024", value_parser = parse_size, help_heading = "Latency (--latency)")]
+    sizes: Vec<u64>,
+    /// Latency: objects timed per call and size (4× are allocated).
+    #[arg(long, default_value_t = 1000, help_heading = "Latency (--latency)")]
+    latency_objects: usize,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -122,6 +137,91 @@ enum CorrectionArg {
     Scan,
     /// Message the block's owning worker.
     Message,
+}
+
+/// `--latency`: the run, its table (median µs per call and size), its JSON.
+fn latency(a: &CormBenchArgs) -> Res {
+    use dmkit_bench::corm_latency::{self, LatencyConfig};
+    if a.connect.is_some() {
+        return Err(crate::bad_input(
+            "--latency runs on an embedded node or the simulator (it compacts the store it loads); drop --connect",
+        ));
+    }
+    let sim = match a.backend.as_str() {
+        "shm" => None,
+        "sim" => Some(load_profile(&a.profile, None, None)?),
+        other => {
+            return Err(crate::bad_input(format!(
+                "--latency --backend {other}: runs on shm and sim"
+            )))
+        }
+    };
+    let sizes = a
+        .sizes
+        .iter()
+        .map(|&s| u32::try_from(s).map_err(|_| crate::bad_input("--sizes: too large")))
+        .collect::<Result<Vec<u32>, String>>()?;
+    let cfg = LatencyConfig {
+        sizes,
+        objects: a.latency_objects,
+        workers: a.workers.unwrap_or(match &sim {
+            Some(p) => p.rpc.cores as usize,
+            None => dmkit_memnode::DEFAULT_RPC_WORKERS,
+        }),
+        seed: a.seed,
+    };
+    let r = match sim {
+        None => corm_latency::run(&cfg),
+        Some(profile) => corm_latency::run_sim(
+            dmkit_sim::SimConfig {
+                profile,
+                seed: a.seed,
+                ..Default::default()
+            },
+            &cfg,
+        ),
+    }
+    .map_err(|e| e.to_string())?;
+    print!("{:<22} {:<9}", "call (median µs)", "pointer");
+    for s in &cfg.sizes {
+        print!(" {:>9}", format!("{s} B"));
+    }
+    println!();
+    let mut seen = Vec::new();
+    for row in &r.rows {
+        let key = (row.call.as_str(), row.pointer.as_str());
+        if seen.contains(&key) {
+            continue;
+        }
+        seen.push(key);
+        print!("{:<22} {:<9}", row.call, row.pointer);
+        for &s in &cfg.sizes {
+            match r.row(&row.call, &row.pointer, s) {
+                Some(x) if x.n > 0 => print!(" {:>9.2}", x.p50_us),
+                _ => print!(" {:>9}", "-"),
+            }
+        }
+        println!();
+    }
+    let moved: Vec<String> = r
+        .compactions
+        .iter()
+        .map(|(s, c)| format!("{s} B: {}", c.objects_moved))
+        .collect();
+    println!(
+        "{} backend{}; objects moved by the compaction (timed as indirect): {}",
+        r.backend,
+        r.profile
+            .as_ref()
+            .map(|p| format!(" ({p})"))
+            .unwrap_or_default(),
+        moved.join(", ")
+    );
+    if let Some(path) = &a.json {
+        let provenance = harness::Provenance::new(a.seed, Duration::ZERO, Duration::ZERO, false);
+        harness::write_json(path, &provenance, &r)?;
+    }
+    Ok(())
 }
 
 /// `--timeline`: the run, its table, its JSON.
@@ -201,6 +301,14 @@ fn read_percent(w: &str) -> Result<u32, String> {
 
 pub(crate) fn bench_corm(a: CormBenchArgs) -> Res {
     super::check_outputs(a.json.as_deref(), None)?;
+    if a.latency && a.timeline {
+        return Err(crate::bad_input(
+            "--latency and --timeline are separate modes",
+        ));
+    }
+    if a.latency {
+        return latency(&a);
+    }
     if a.timeline {
         if a.connect.is_some() {
             return Err(crate::bad_input(
