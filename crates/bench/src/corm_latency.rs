@@ -200,31 +200,38 @@ async fn client(ctx: &Ctx, cfg: &LatencyConfig) -> Result<Measured, CormError> {
             ns.push(ctx.now() - t0);
         }
         t("alloc", "-", ns);
-        let (mut kept, others): (Vec<(usize, ObjPtr)>, Vec<(usize, ObjPtr)>) =
-            all.into_iter().enumerate().partition(|(i, _)| i % 4 == 0);
+        let mut kept: Vec<ObjPtr> = Vec::with_capacity(cfg.objects);
+        let mut others: Vec<ObjPtr> = Vec::with_capacity(3 * cfg.objects);
+        for (i, p) in all.into_iter().enumerate() {
+            if i % 4 == 0 {
+                kept.push(p)
+            } else {
+                others.push(p)
+            }
+        }
         let mut ns = Vec::new();
-        for (_, p) in &mut kept {
+        for p in &mut kept {
             let t0 = ctx.now();
             c.write(ctx, p, &payload).await?;
             ns.push(ctx.now() - t0);
         }
         t("write", "direct", ns);
         let mut ns = Vec::new();
-        for (_, p) in &mut kept {
+        for p in &mut kept {
             let t0 = ctx.now();
             c.read(ctx, p).await?;
             ns.push(ctx.now() - t0);
         }
         t("read", "direct", ns);
         let mut ns = Vec::new();
-        for (_, p) in &kept {
+        for p in &kept {
             let t0 = ctx.now();
             c.direct_read(ctx, *p, buf).await?;
             ns.push(ctx.now() - t0);
         }
         t("direct_read", "direct", ns);
         let mut ns = Vec::new();
-        for (_, p) in &kept {
+        for p in &kept {
             let slot = Local::at(0, c.slot_size(*p)?);
             let t0 = ctx.now();
             ctx.read_sync(RemoteRef::new(GlobalAddr::new(0, p.offset()), rkey), slot)
@@ -233,7 +240,7 @@ async fn client(ctx: &Ctx, cfg: &LatencyConfig) -> Result<Measured, CormError> {
         }
         t("raw_read", "-", ns);
         let mut free_ns = Vec::new();
-        for (_, p) in others {
+        for p in others {
             let t0 = ctx.now();
             c.free(ctx, p).await?;
             free_ns.push(ctx.now() - t0);
@@ -243,7 +250,7 @@ async fn client(ctx: &Ctx, cfg: &LatencyConfig) -> Result<Measured, CormError> {
         out.compactions.push((size, report));
         let mut moved = Vec::new();
         let mut unmoved = Vec::new();
-        for (_, p) in kept {
+        for p in kept {
             match c.direct_read(ctx, p, buf).await {
                 Err(CormError::Moved) => moved.push(p),
                 Ok(_) => unmoved.push(p),
