@@ -831,3 +831,43 @@ fn the_retranslate_hook_hears_of_every_page_the_store_moves() {
     drop(m);
     n.set_retranslate_hook(None);
 }
+
+/// A compaction never takes an object whose write lock outlives its wait
+/// (a writer descheduled for seconds): it leaves that block where it is,
+/// whole, and merges it once the writer is done.
+#[test]
+fn a_merge_leaves_a_block_whose_object_stays_write_locked() {
+    use super::layout::{LOCK_COMPACT, LOCK_WRITE};
+    let mut c = Cluster::new(node(64), cfg(1, Strategy::Corm(16), Correction::Scan)).unwrap();
+    let objs = fragment(&mut c, 200, 40, 4, 3);
+    let before = c.store().stats();
+    assert!(before.blocks >= 2, "{before:?}");
+    // Every kept object's header write-locked, as by a stalled writer.
+    let sh = c.store().sh.clone();
+    let locked: Vec<u64> = objs
+        .iter()
+        .map(|(p, _)| {
+            let h = sh.mem.load(p.offset()).unwrap();
+            sh.mem.cas(p.offset(), h, h | LOCK_WRITE).unwrap();
+            h | LOCK_WRITE
+        })
+        .collect();
+    let t = std::time::Instant::now();
+    let r = compact(&mut c, 0);
+    assert!(t.elapsed() >= super::worker::BUSY_TIMEOUT, "a merge waited");
+    assert_eq!(r.blocks_freed, 0, "{r:?}");
+    assert!(r.merge_failures > 0, "{r:?}");
+    assert_eq!(c.store().stats().blocks, before.blocks);
+    for ((p, v), h) in objs.iter().zip(&locked) {
+        assert_eq!(sh.mem.load(p.offset()).unwrap(), *h, "untouched");
+        assert_eq!(h & LOCK_COMPACT, 0);
+        sh.mem.clear_bits(p.offset(), LOCK_WRITE);
+        assert_eq!(&one_sided(c.store(), *p).unwrap()[..v.len()], &v[..]);
+    }
+    c.check().unwrap();
+    // The writer is done: the same blocks merge now.
+    let r = compact(&mut c, 0);
+    assert!(r.blocks_freed > 0, "{r:?}");
+    all_readable(&mut c, &objs);
+    c.check().unwrap();
+}
