@@ -1867,6 +1867,32 @@ impl ArtClient {
         Ok((Locked::Done, keep.then_some((mine, tag))))
     }
 
+    /// Out-of-place mode: the leaf of `slot` (at slot `idx` of `p`) that
+    /// an update or delete of `key` acts on, if it is live; otherwise what
+    /// the operation does instead — [`Locked::Retry`] after meeting a
+    /// "replaced" mark (undone first if its lease ran out, see
+    /// [`Self::undo_expired_mark`]), [`Locked::Absent`] for a deleted leaf
+    /// or another key's.
+    async fn rcu_live_leaf(
+        &self,
+        ctx: &Ctx,
+        p: &Pos,
+        idx: usize,
+        slot: Slot,
+        key: &[u8],
+    ) -> Result<Result<LeafCopy, Locked>, IndexError> {
+        Ok(match self.read_leaf(ctx, slot, key).await? {
+            LeafIs::Live(l) => Ok(l),
+            LeafIs::Replaced { mark, unmarked } => {
+                let at = p.v.slot_addr(idx);
+                self.undo_expired_mark(ctx, at, slot, mark, unmarked)
+                    .await?;
+                Err(Locked::Retry)
+            }
+            LeafIs::Dead | LeafIs::Other { .. } => Err(Locked::Absent),
+        })
+    }
+
     /// Out-of-place mode: marks the leaf replaced (CAS of its meta word),
     /// then swings the slot to a new leaf; readers that meet the replaced
     /// leaf retry until the slot moved.
@@ -1894,15 +1920,9 @@ impl ArtClient {
         own: &[u8],
         wcb: Option<&rdwc::Shared>,
     ) -> Result<Locked, IndexError> {
-        let l = match self.read_leaf(ctx, slot, key).await? {
-            LeafIs::Live(l) => l,
-            LeafIs::Replaced { mark, unmarked } => {
-                let at = p.v.slot_addr(idx);
-                self.undo_expired_mark(ctx, at, slot, mark, unmarked)
-                    .await?;
-                return Ok(Locked::Retry);
-            }
-            LeafIs::Dead | LeafIs::Other { .. } => return Ok(Locked::Absent),
+        let l = match self.rcu_live_leaf(ctx, p, idx, slot, key).await? {
+            Ok(l) => l,
+            Err(instead) => return Ok(instead),
         };
         assert!(
             l.valid() && l.meta & META_REPLACED == 0,
@@ -2026,15 +2046,9 @@ impl ArtClient {
         slot: Slot,
         key: &[u8],
     ) -> Result<Locked, IndexError> {
-        let l = match self.read_leaf(ctx, slot, key).await? {
-            LeafIs::Live(l) => l,
-            LeafIs::Replaced { mark, unmarked } => {
-                let at = p.v.slot_addr(idx);
-                self.undo_expired_mark(ctx, at, slot, mark, unmarked)
-                    .await?;
-                return Ok(Locked::Retry);
-            }
-            LeafIs::Dead | LeafIs::Other { .. } => return Ok(Locked::Absent),
+        let l = match self.rcu_live_leaf(ctx, p, idx, slot, key).await? {
+            Ok(l) => l,
+            Err(instead) => return Ok(instead),
         };
         assert!(l.valid(), "only a live leaf is deleted");
         let addr = slot.ptr();
