@@ -1021,7 +1021,8 @@ impl MemNode {
                 .expect("a group's chunk is allocated");
             debug_assert_eq!(rec.owner, Owner::Group(name.into()));
             debug_assert!(
-                off % self.layout.page_size() == 0 && rec.len % self.layout.page_size() == 0
+                off.is_multiple_of(self.layout.page_size())
+                    && rec.len.is_multiple_of(self.layout.page_size())
             );
             self.release_pages(off, rec.len);
             self.unmap_pages(off >> shift, rec.len >> shift)
