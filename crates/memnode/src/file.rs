@@ -36,9 +36,10 @@
 //!   selective remote flush (a READ behind a WRITE, so the NIC has pushed
 //!   the WRITE into persistent memory) has nothing to push here — a WRITE
 //!   that completed is already as durable as the backend makes it.
-//! - The translation stays the identity: remapping pages (CoRM's
-//!   compaction, `migrate_page`) is refused, because the page table lives
-//!   in the control memfd, not in the file.
+//! - A remote page is only ever its own page of the file (or unmapped,
+//!   as `node gc --root` fences a held group): moving it to another
+//!   memory page (CoRM's compaction, `migrate_page`) is refused, because
+//!   the page table lives in the control memfd, not in the file.
 //! - The file is locked (`flock`, exclusive) while a node serves it, and
 //!   the lock lasts while any process maps it: a second node on the same
 //!   file is refused, and so is a restart while a client of the old node

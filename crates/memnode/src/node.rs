@@ -516,8 +516,11 @@ impl MemNode {
         self.backing.as_ref().map(|b| b.path.as_path())
     }
 
-    /// [`RpcError::Unsupported`] on a file-backed node: its translation
-    /// stays the identity (the page table is not part of the file).
+    /// [`RpcError::Unsupported`] on a file-backed node: a remote page is
+    /// only ever its own memory page, or unmapped (the page table is not
+    /// part of the file, so a page moved elsewhere would come back to the
+    /// wrong bytes after a restart). Unmapping and restoring the identity
+    /// (`gc_root`'s fences) stay allowed.
     fn check_remappable(&self) -> Result<(), RpcError> {
         match &self.backing {
             None => Ok(()),
@@ -901,7 +904,9 @@ impl MemNode {
         data_first: u64,
         count: u64,
     ) -> Result<(), RpcError> {
-        self.check_remappable()?;
+        if data_first != remote_first {
+            self.check_remappable()?;
+        }
         let l = self.layout;
         if remote_first
             .checked_add(count)
@@ -932,7 +937,6 @@ impl MemNode {
     /// a verb touching them fails with "page not mapped" (the shm analogue
     /// of an RNIC translation fault). CoRM uses it for released addresses.
     pub fn unmap_pages(&self, remote_first: u64, count: u64) -> Result<(), RpcError> {
-        self.check_remappable()?;
         if remote_first
             .checked_add(count)
             .is_none_or(|e| e > self.layout.remote_pages)
@@ -2268,7 +2272,7 @@ mod tests {
             write(&n, g + 8, 77);
             write(&n, t, 99);
             assert!(matches!(
-                n.remap_pages(g >> 12, 1, 1),
+                n.remap_pages(g >> 12, (g >> 12) + 1, 1),
                 Err(RpcError::Unsupported(_))
             ));
             assert!(n.migrate_page(g >> 12).is_err());
@@ -2325,6 +2329,21 @@ mod tests {
                 freed_bytes: 8192
             }
         );
+        // An admin collecting a held group fences it (unmapped, then the
+        // identity again when its holder ends), which a file allows.
+        let Response::GroupChunk { offset: h, .. } = n.handle(
+            s,
+            Request::AllocGroupChunk {
+                len: 4096,
+                group: "art/t".into(),
+            },
+        ) else {
+            panic!()
+        };
+        assert_eq!(n.gc_root("art/t"), Ok((1, 4096)));
+        assert_eq!(n.translate(h >> 12), None);
+        n.close_session(s);
+        assert_eq!(n.translate(h >> 12), Some(h >> 12));
         drop(n);
         let n = MemNode::with_memory_file(cfg, &path).unwrap();
         assert!(n.list_roots().is_empty(), "the release was kept too");
