@@ -10,7 +10,9 @@
 //! the keys unless stated, client threads spread over up to 7 client
 //! machines (56 threads each), one operation in flight per thread, no
 //! backoff (Clover retries at once), Clover's hint cache, chasing
-//! threshold 4 and shortcut on. The metadata server is off: its 100 ms
+//! threshold 4 and the shortcut on, read beside every walk's first READ as
+//! public Clover's pointer chasing does (so a READ the switch does not
+//! steer costs one more version, not a walk). The metadata server is off: its 100 ms
 //! grace period outlasts every run, so it would reclaim nothing. Before
 //! the warm-up every client looks each key up once, unmeasured
 //! (`--warm-hints`): the paper's runs last seconds, so its clients hold a
