@@ -123,7 +123,7 @@ pub fn clover(seed: u64) -> Result<Passed, String> {
         // From the seed (the generator's draws stay as they were): half
         // the seeds of each steering mode read the shortcut with a walk's
         // first READ.
-        shortcut_first: (seed / 3) % 2 == 0,
+        shortcut_first: (seed / 3).is_multiple_of(2),
         gc: false,
         mds: MdsConfig {
             period: 100_000 + r.below(400_000),

@@ -369,8 +369,7 @@ impl CloverClient {
         let mut hops = 0u32;
         // The shortcut read beside the walk's first READ (if it is the
         // walk's to make).
-        let mut with_shortcut =
-            read.is_none() && self.cfg().shortcut && self.cfg().shortcut_first;
+        let mut with_shortcut = read.is_none() && self.cfg().shortcut && self.cfg().shortcut_first;
         let mut jump = None;
         loop {
             if !self.fresh(ctx, s.learned) {
@@ -382,10 +381,7 @@ impl CloverClient {
                     let t = ctx.now();
                     ctx.read(self.kv.remote(s.at)?, self.sc().ver);
                     if with_shortcut {
-                        ctx.read(
-                            self.kv.entry(s.key_id)?.add(DIR_SHORTCUT),
-                            self.sc().word,
-                        );
+                        ctx.read(self.kv.entry(s.key_id)?.add(DIR_SHORTCUT), self.sc().word);
                     }
                     ctx.sync().await?;
                     // Checked again once read: a task descheduled between
