@@ -14,7 +14,7 @@ use dmkit_sim::{Profile, Sim, SimConfig, SwitchMode, SwitchModel};
 use dmkit_switch::SwitchConfig;
 
 mod common;
-use common::{rcfg, LOCAL_BYTES};
+use common::{rcfg, small, LOCAL_BYTES};
 
 /// Batches of two READs (a 128-byte one and an 8-byte one, one doorbell)
 /// completed in 200 µs of virtual time by 64 closed-loop clients on two
@@ -29,10 +29,9 @@ fn batches(switch: Option<f64>) -> u64 {
         profile: Profile::builtin("cx5-100g").unwrap(),
         compute_machines: 2,
         memory_nodes: 1,
-        memory_bytes: 64 << 20,
         seed: 7,
         switch,
-        ..SimConfig::default()
+        ..small()
     })
     .unwrap();
     let f = sim.dyn_fabric();
