@@ -145,6 +145,27 @@ pub fn chart_of_points(ps: &[Point]) -> Chart {
     }
 }
 
+/// `points` sorted by x, the points that share an x (the runs of one
+/// point under `--repeat`) replaced by their mean: a repeated sweep draws
+/// one line through each point's mean, not a zigzag through its runs.
+pub fn mean_by_x(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let mut sorted = points.to_vec();
+    sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut out: Vec<(f64, f64)> = Vec::with_capacity(sorted.len());
+    let mut i = 0;
+    while i < sorted.len() {
+        let x = sorted[i].0;
+        let same: Vec<f64> = sorted[i..]
+            .iter()
+            .take_while(|p| p.0.total_cmp(&x).is_eq())
+            .map(|p| p.1)
+            .collect();
+        i += same.len();
+        out.push((x, same.iter().sum::<f64>() / same.len() as f64));
+    }
+    out
+}
+
 /// A series: measured points, and the paper's where it states them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Series {
@@ -219,7 +240,7 @@ impl From<&Chart> for Plot {
             }
             series.push(Series {
                 name: name.clone(),
-                points: pts.clone(),
+                points: mean_by_x(pts),
                 paper: Vec::new(),
             });
         }
@@ -1302,8 +1323,9 @@ pub fn of_json(docs: &[(String, serde_json::Value)], sel: &Select) -> Result<Plo
             }),
         }
     }
+    // Repeated runs of a point (`--repeat`): their mean.
     for s in &mut series {
-        s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        s.points = mean_by_x(&s.points);
     }
     let files: Vec<String> = docs.iter().map(|(f, _)| f.clone()).collect();
     Ok(Plot {
@@ -1569,5 +1591,26 @@ mod tests {
         let p = of_json(&[("f.json".into(), fig)], &Select::default()).unwrap();
         assert_eq!(p.panels.len(), 2);
         assert_eq!(p.panels[0].series[0].paper, vec![(1.0, 1.2)]);
+    }
+
+    /// A repeated sweep (`--repeat 3`: three runs per point, in `runs`)
+    /// plots one point per x, the mean of its runs, not a zigzag.
+    #[test]
+    fn repeated_runs_plot_their_mean() {
+        let doc = serde_json::json!({"runs": [
+            {"method": "sgl", "batch": 1, "mops": 1.0},
+            {"method": "sgl", "batch": 1, "mops": 3.0},
+            {"method": "sgl", "batch": 4, "mops": 5.0},
+            {"method": "sgl", "batch": 4, "mops": 7.0},
+            {"method": "sgl", "batch": 4, "mops": 9.0}
+        ]});
+        let p = of_json(&[("r.json".into(), doc)], &Select::default()).unwrap();
+        assert_eq!(p.panels[0].x_label, "batch");
+        assert_eq!(p.panels[0].series.len(), 1);
+        assert_eq!(p.panels[0].series[0].points, vec![(1.0, 2.0), (4.0, 7.0)]);
+        assert_eq!(
+            mean_by_x(&[(2.0, 1.0), (1.0, 4.0), (2.0, 3.0)]),
+            vec![(1.0, 4.0), (2.0, 2.0)]
+        );
     }
 }
