@@ -879,6 +879,8 @@ fn bad_values_exit_2_with_one_line_naming_the_flag() {
         (&["bench", "io-consolidation", "--repeat", "0"], "--repeat"),
         (&["bench", "atomics", "--repeat", "0"], "--repeat"),
         (&["bench", "txn", "--repeat", "0"], "--repeat"),
+        (&["bench", "txn", "--duration", "0s"], "--duration"),
+        (&["bench", "txn", "--threads", "0"], "--threads"),
         // The simulator is deterministic: a repeat would say nothing.
         (
             &["bench", "vector-io", "--backend", "sim", "--repeat", "2"],

@@ -324,16 +324,17 @@ pub(crate) fn repeated<T>(
 }
 
 /// After a single-point bench's runs: prints their spread, says when
-/// Ctrl-C cut the last one short, and writes `--json` ([`write_runs`]).
+/// Ctrl-C cut the last one short (`interrupted` reads a run's mark), and
+/// writes `--json` ([`write_runs`]).
 pub(crate) fn finish_runs<T: serde::Serialize>(
     path: Option<&Path>,
     provenance: &dmkit_bench::harness::Provenance,
     runs: &[T],
     mops: impl Fn(&T) -> f64,
-    interrupted: bool,
+    interrupted: impl Fn(&T) -> bool,
 ) -> Result<(), String> {
     print_spread(&runs.iter().map(&mops).collect::<Vec<_>>());
-    if interrupted {
+    if runs.iter().any(interrupted) {
         eprintln!("dmkit: interrupted: the last run's figures are of its shortened window");
     }
     write_runs(path, provenance, runs, mops)
