@@ -1119,6 +1119,10 @@ const SWEPT: [&str; 26] = [
     "qps",
 ];
 
+/// Appended to the title of a quick run's figure (`sim reproduce
+/// --quick`, and `dmkit plot` of its JSON, whose provenance says `quick`).
+pub const QUICK_MARK: &str = " — quick run, not a reproduction";
+
 /// Text fields that name what a record measured (its legend text).
 const NAMES: [&str; 10] = [
     "index", "workload", "system", "method", "op", "kind", "app", "name", "backend", "mode",
@@ -1212,6 +1216,11 @@ pub fn of_json(docs: &[(String, serde_json::Value)], sel: &Select) -> Result<Plo
                     "{figure} on the simulator ({})",
                     d["profile"].as_str().unwrap_or("?")
                 ),
+            };
+            let title = if d["provenance"]["quick"] == true {
+                title + QUICK_MARK
+            } else {
+                title
             };
             let p = figure_plot(&title, d["x_label"].as_str().unwrap_or("x"), &rows);
             if docs.len() == 1 {
@@ -1588,9 +1597,15 @@ mod tests {
                 {"series": "a pcie", "x": 1.0, "value": 96.0, "unit": "B/wr", "published": null}
             ]
         });
-        let p = of_json(&[("f.json".into(), fig)], &Select::default()).unwrap();
+        let p = of_json(&[("f.json".into(), fig.clone())], &Select::default()).unwrap();
         assert_eq!(p.panels.len(), 2);
         assert_eq!(p.panels[0].series[0].paper, vec![(1.0, 1.2)]);
+        assert!(!p.title.contains("quick"), "{}", p.title);
+        // A quick run's figure says so in its title.
+        let mut quick = fig;
+        quick["provenance"] = serde_json::json!({"quick": true});
+        let p = of_json(&[("f.json".into(), quick)], &Select::default()).unwrap();
+        assert!(p.title.ends_with(QUICK_MARK), "{}", p.title);
     }
 
     /// A repeated sweep (`--repeat 3`: three runs per point, in `runs`)

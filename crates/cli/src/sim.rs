@@ -391,7 +391,7 @@ pub(crate) fn sim_reproduce(a: ReproduceArgs) -> Res {
         dmkit_bench::harness::write_json(path, &prov, &f)?;
     }
     if let Some(path) = &a.plot {
-        plot::write(&sim_repro::chart(&f), path)
+        plot::write(&sim_repro::chart(&f, a.quick), path)
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
     Ok(())
