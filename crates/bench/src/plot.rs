@@ -1123,6 +1123,16 @@ const SWEPT: [&str; 26] = [
 /// --quick`, and `dmkit plot` of its JSON, whose provenance says `quick`).
 pub const QUICK_MARK: &str = " — quick run, not a reproduction";
 
+/// Text fields of results that are messages, not settings: never a
+/// series.
+const FREE_TEXT: [&str; 5] = [
+    "oversubscribed",
+    "invariants_error",
+    "error",
+    "command",
+    "note",
+];
+
 /// Text fields that name what a record measured (its legend text).
 const NAMES: [&str; 10] = [
     "index", "workload", "system", "method", "op", "kind", "app", "name", "backend", "mode",
@@ -1285,6 +1295,37 @@ pub fn of_json(docs: &[(String, serde_json::Value)], sel: &Select) -> Result<Plo
                     .filter(|k| Some(k.to_string()) != x && varies(k))
                     .map(|k| k.to_string()),
             );
+            // Any other text field that takes several values (vector-io's
+            // `pattern`, `direction`): runs that differ in it are different
+            // lines, never one line through both.
+            let mut texts: Vec<String> = recs
+                .iter()
+                .filter_map(|(_, r)| r.as_object())
+                .flat_map(|o| {
+                    o.iter()
+                        .filter(|(_, v)| v.is_string())
+                        .map(|(k, _)| k.clone())
+                })
+                .filter(|k| !v.contains(k))
+                .collect();
+            texts.sort();
+            texts.dedup();
+            v.extend(texts.into_iter().filter(|k| {
+                // Not free text (a warning, an error) nor a field that is
+                // sometimes null.
+                if FREE_TEXT.contains(&k.as_str())
+                    || recs
+                        .iter()
+                        .any(|(_, r)| field(r, k).is_some_and(|v| !v.is_string()))
+                {
+                    return false;
+                }
+                let mut vs: Vec<&serde_json::Value> =
+                    recs.iter().filter_map(|(_, r)| field(r, k)).collect();
+                vs.sort_by_key(|v| v.to_string());
+                vs.dedup();
+                vs.len() > 1
+            }));
             v
         }
     };
@@ -1623,6 +1664,25 @@ mod tests {
         assert_eq!(p.panels[0].x_label, "batch");
         assert_eq!(p.panels[0].series.len(), 1);
         assert_eq!(p.panels[0].series[0].points, vec![(1.0, 2.0), (4.0, 7.0)]);
+        // A text field that varies (vector-io's pattern) splits the lines.
+        let doc = serde_json::json!({"runs": [
+            {"method": "sgl", "pattern": "seq", "batch": 1, "mops": 1.0},
+            {"method": "sgl", "pattern": "random", "batch": 1, "mops": 3.0},
+            {"method": "sgl", "pattern": "seq", "batch": 4, "mops": 5.0},
+            {"method": "sgl", "pattern": "random", "batch": 4, "mops": 7.0}
+        ]});
+        let p = of_json(&[("r.json".into(), doc)], &Select::default()).unwrap();
+        let names: Vec<&str> = p.panels[0].series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["sgl seq", "sgl random"]);
+        // A warning that differs per run (oversubscription) does not.
+        let doc = serde_json::json!({"runs": [
+            {"index": "race", "threads": 1, "mops": 1.0, "oversubscribed": null},
+            {"index": "race", "threads": 4, "mops": 3.0, "oversubscribed": "4 polling threads"},
+            {"index": "race", "threads": 8, "mops": 3.5, "oversubscribed": "8 polling threads"}
+        ]});
+        let p = of_json(&[("r.json".into(), doc)], &Select::default()).unwrap();
+        assert_eq!(p.panels[0].series.len(), 1, "{:?}", p.panels[0].series);
+        assert_eq!(p.panels[0].series[1].points, vec![(1.0, 3.0), (4.0, 7.0)]);
         assert_eq!(
             mean_by_x(&[(2.0, 1.0), (1.0, 4.0), (2.0, 3.0)]),
             vec![(1.0, 4.0), (2.0, 2.0)]

@@ -163,7 +163,11 @@ pub(crate) fn bench_consolidation(a: ConsolidationArgs) -> Res {
         let mut series: std::collections::BTreeMap<String, Vec<(f64, f64)>> = Default::default();
         for r in &results {
             series
-                .entry(format!("{} threads", r.threads))
+                .entry(format!(
+                    "{} thread{}",
+                    r.threads,
+                    if r.threads == 1 { "" } else { "s" }
+                ))
                 .or_default()
                 .push((r.theta as f64, r.mops));
         }
@@ -174,7 +178,7 @@ pub(crate) fn bench_consolidation(a: ConsolidationArgs) -> Res {
                 a.region,
                 results.first().map_or("", |r| r.backend.as_str())
             ),
-            x_label: "theta (0 = native)".into(),
+            x_label: "θ, modifications per write-back (0 = native)".into(),
             y_label: "Mops (writes)".into(),
             series,
         };
