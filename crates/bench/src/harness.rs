@@ -386,17 +386,6 @@ impl TaskWindow {
             TaskWindow::Wall(w) => w.counts(t1),
         }
     }
-
-    /// Where counting starts and ends on the tasks' clock (the wall-clock
-    /// window's once [`coordinate`] set it).
-    pub fn bounds(&self) -> (u64, u64) {
-        match self {
-            TaskWindow::Virtual { from, until } | TaskWindow::VirtualEnd { from, until } => {
-                (*from, *until)
-            }
-            TaskWindow::Wall(w) => w.bounds(),
-        }
-    }
 }
 
 /// `n` per second over a window of `seconds` (0 for an empty window, not
@@ -842,7 +831,6 @@ mod tests {
         assert!(!whole.counts(150, 200) && !by_end.counts(150, 200));
         assert!(!by_end.counts(50, 99));
         assert!(!by_end.over(199) && by_end.over(200) && whole.over(200));
-        assert_eq!(by_end.bounds(), (100, 200));
     }
 
     #[test]
