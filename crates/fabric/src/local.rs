@@ -157,6 +157,26 @@ impl LocalMem {
         unsafe { (*(p as *const AtomicU64)).load(Ordering::Acquire) }
     }
 
+    /// Faults every page of the region in, keeping its contents, as
+    /// `ibv_reg_mr` does when it pins a buffer: a backend with no NIC calls
+    /// it when the memory is registered, so that a benchmark's window never
+    /// pays the kernel's first-touch fault and zeroing for local memory the
+    /// verbs backend would have had pinned before the run. (The simulator
+    /// does not call it: its hundreds of workers' buffers stay lazily
+    /// mapped, and its time is virtual.) Cheap when already populated.
+    pub fn populate(&self) {
+        if self.0.len < 4096 {
+            return;
+        }
+        for off in (0..self.0.len).step_by(4096) {
+            let p = self.checked(off, 1);
+            // SAFETY: in range (checked); an atomic OR of zero leaves the
+            // byte unchanged whoever else accesses it, and is a write, so
+            // the kernel maps a private page.
+            unsafe { (*(p as *const AtomicU8)).fetch_or(0, Ordering::Relaxed) };
+        }
+    }
+
     /// Stores a native-endian `u64` at `offset` (8-byte aligned).
     ///
     /// # Panics

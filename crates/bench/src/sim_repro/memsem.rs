@@ -534,10 +534,32 @@ fn app_sim(
     machines: usize,
     numa: Option<dmkit_sim::NumaLayout>,
 ) -> dmkit_sim::SimConfig {
+    app_sim_on(opts, machines, 1, numa)
+}
+
+/// The study's testbed for the all-to-all stages (shuffle, and the join's
+/// partition phase): eight machines, each both pushing (executors) and
+/// receiving (partition buffers) through its one NIC (§II-A, §IV-C: "n
+/// executors will distribute data to m executors ... all-to-all"). The
+/// simulator's compute machines and memory nodes are distinct hosts, so
+/// the eight NICs are split evenly: four compute machines and four memory
+/// nodes, partition `j`'s buffer on node `j mod 4`. (Until this session
+/// every partition sat on one memory node, whose single 40 Gb link capped
+/// every batched run at ~73 M 64-byte entries per second.)
+const MESH_COMPUTE: usize = 4;
+/// See [`MESH_COMPUTE`].
+const MESH_MEMORY: usize = 4;
+
+fn app_sim_on(
+    opts: &ReproOptions,
+    machines: usize,
+    memory_nodes: usize,
+    numa: Option<dmkit_sim::NumaLayout>,
+) -> dmkit_sim::SimConfig {
     dmkit_sim::SimConfig {
         profile: opts.profile.clone(),
         compute_machines: machines,
-        memory_nodes: 1,
+        memory_nodes,
         memory_bytes: 512 << 20,
         page_size: 2 << 20,
         seed: opts.seed,
@@ -603,7 +625,7 @@ fn fig15(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
                 push: push_params(opts, method, batch),
                 seed: opts.seed,
             };
-            let sim = app_sim(opts, 4, None);
+            let sim = app_sim_on(opts, MESH_COMPUTE, MESH_MEMORY, None);
             app_run(acc, move || {
                 let mut p = Platform::sim(sim).map_err(app_err)?;
                 Ok(dmkit_apps::shuffle::run(&mut p, &cfg, None, 0)
@@ -638,7 +660,7 @@ fn fig15(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
             }
         }
     }
-    Ok("x: entries per batch; 64 B entries on 4 compute machines, one memory node".into())
+    Ok(format!("x: entries per batch; 64 B entries, executors on {MESH_COMPUTE} compute machines pushing to partitions on {MESH_MEMORY} memory nodes (the study's 8 machines)"))
 }
 
 /// Fig. 16: the join, the partition phase unbatched (the naive distributed
@@ -659,7 +681,7 @@ fn fig16(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
                 push: push_params(opts, m, 16),
                 seed: opts.seed,
             };
-            let sim = app_sim(opts, 4, None);
+            let sim = app_sim_on(opts, MESH_COMPUTE, MESH_MEMORY, None);
             let v = app_run(acc, move || {
                 let mut p = Platform::sim(sim).map_err(app_err)?;
                 dmkit_apps::join::run(&mut p, &cfg).map_err(app_err)
@@ -690,7 +712,7 @@ fn fig16(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
                 push: push_params(opts, AppMethod::Sp, 16),
                 seed: opts.seed,
             };
-            let sim = app_sim(opts, 4, Some(two_sockets(aware)));
+            let sim = app_sim_on(opts, MESH_COMPUTE, MESH_MEMORY, Some(two_sockets(aware)));
             numa[k] = app_run(acc, move || {
                 let mut p = Platform::sim(sim).map_err(app_err)?;
                 dmkit_apps::join::run(&mut p, &cfg).map_err(app_err)

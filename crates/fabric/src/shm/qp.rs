@@ -51,6 +51,8 @@ impl QueuePair for ShmQp {
     }
 
     fn register_local(&mut self, mem: &LocalMem) -> Lkey {
+        // Registration pins the buffer on an RNIC; fault it in likewise.
+        mem.populate();
         self.exec.register_local(mem)
     }
 
