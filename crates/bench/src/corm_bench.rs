@@ -14,9 +14,18 @@
 //! failed direct read and is retried as a scan read, which corrects the
 //! task's copy of the pointer.
 //!
+//! Against a memory node process ([`run_connected`]: `dmkit memnode
+//! --corm`, over shm or verbs) the store is the node's: its workers and
+//! policy are the node's flags, the run loads its objects there and frees
+//! them when it ends (the node is left as it was found).
+//!
 //! On the simulator ([`run_sim`]) the node's modelled cores serve the
 //! store (and poll its background work); the window is virtual time, and
 //! the same seed gives the same result.
+//!
+//! Every result carries the store's accounting at the end of the window
+//! ([`CormBenchResult::store`]: live objects, active and ideal memory,
+//! blocks, per-class fragmentation, compactions).
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -28,7 +37,7 @@ use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_fabric::Fabric;
 use dmkit_memnode::corm::class::Strategy;
 use dmkit_memnode::corm::service::CormService;
-use dmkit_memnode::corm::{ObjPtr, Policy, StoreConfig};
+use dmkit_memnode::corm::{CormStats, ObjPtr, Policy, Store, StoreConfig};
 use dmkit_memnode::{MemNode, NodeConfig};
 use dmkit_runtime::{Ctx, Local, RuntimeConfig, Worker};
 use dmkit_sim::{Sim, SimConfig};
@@ -135,6 +144,25 @@ pub struct CormBenchResult {
     pub oversubscribed: Option<String>,
     /// Wall-clock seconds the run took.
     pub wall_seconds: f64,
+    /// The store's accounting when the window ended (issue 32 item 5):
+    /// live objects and bytes, active memory (`active_bytes`, what the node
+    /// holds) beside `ideal_bytes`, blocks, per-class fragmentation
+    /// (`classes[].fragmentation_permille`), compactions and what they
+    /// moved. With `--connect` it is the node's whole store (other
+    /// clients' objects included).
+    pub store: CormStats,
+}
+
+impl CormBenchResult {
+    /// Active memory over what an ideal compactor would hold (1 = none
+    /// wasted; 0 for an empty store).
+    pub fn active_over_ideal(&self) -> f64 {
+        if self.store.ideal_bytes == 0 {
+            0.0
+        } else {
+            self.store.active_bytes as f64 / self.store.ideal_bytes as f64
+        }
+    }
 }
 
 fn histogram() -> Histogram<u64> {
@@ -166,7 +194,7 @@ fn sizes(cfg: &CormBenchConfig) -> (u64, u64) {
 }
 
 /// Registers the benchmark's store on `node`.
-fn register(node: &Arc<MemNode>, cfg: &CormBenchConfig) -> Result<(), BenchError> {
+fn register(node: &Arc<MemNode>, cfg: &CormBenchConfig) -> Result<Store, BenchError> {
     let (need, _) = sizes(cfg);
     CormService::register(
         node,
@@ -182,7 +210,6 @@ fn register(node: &Arc<MemNode>, cfg: &CormBenchConfig) -> Result<(), BenchError
             ..StoreConfig::default()
         },
     )
-    .map(drop)
     .map_err(BenchError::Config)
 }
 
@@ -341,11 +368,113 @@ pub fn run(cfg: &CormBenchConfig) -> Result<CormBenchResult, BenchError> {
     let node = fabric
         .embedded_node(0)
         .ok_or_else(|| BenchError::Config("no embedded node".into()))?;
-    register(&node, cfg)?;
+    let store = register(&node, cfg)?;
+    let m = measure(&fabric, cfg)?;
+    result(cfg, "shm", None, m, wall, store.stats())
+}
+
+/// Runs the benchmark against the CoRM store that memory node 0 of
+/// `fabric` serves (a `dmkit memnode --corm` process, over shm or verbs;
+/// `backend` names it in the result). `cfg.workers` is ignored: the
+/// result reports the node's. The run's objects are freed when it ends.
+pub fn run_connected(
+    fabric: &dyn Fabric,
+    backend: &str,
+    cfg: &CormBenchConfig,
+) -> Result<CormBenchResult, BenchError> {
+    let wall = Instant::now();
+    let before = store_stats(fabric, cfg)?;
+    let cfg = &CormBenchConfig {
+        workers: before.workers as usize,
+        ..cfg.clone()
+    };
+    check(cfg)?;
+    let (m, ptrs) = measure_keeping(fabric, cfg)?;
+    let stats = store_stats(fabric, cfg)?;
+    free_all(fabric, cfg, &ptrs)?;
+    result(cfg, backend, None, m, wall, stats)
+}
+
+/// One RPC task on a worker of its own: the store's accounting.
+fn store_stats(fabric: &dyn Fabric, cfg: &CormBenchConfig) -> Result<CormStats, BenchError> {
+    let mut w = Worker::builder(fabric)
+        .config(runtime_config(cfg))
+        .tasks(1)
+        .build()?;
+    let out: Rc<RefCell<Option<Result<CormStats, CormError>>>> = Rc::default();
+    let o = out.clone();
+    w.spawn(move |ctx: Ctx| async move {
+        let r = async { CormClient::connect(&ctx, 0).await?.stats(&ctx).await }.await;
+        *o.borrow_mut() = Some(r);
+    });
+    w.run();
+    let r = out.borrow_mut().take();
+    match r {
+        Some(Ok(s)) => Ok(s),
+        Some(Err(e)) => Err(BenchError::Config(format!(
+            "the memory node's CoRM store (is it `dmkit memnode --corm`?): {e}"
+        ))),
+        None => Err(BenchError::Config(
+            "the statistics task did not finish".into(),
+        )),
+    }
+}
+
+/// Frees the run's objects (LOADERS tasks), leaving a node process's store
+/// as the run found it.
+fn free_all(fabric: &dyn Fabric, cfg: &CormBenchConfig, ptrs: &[ObjPtr]) -> Result<(), BenchError> {
+    let mut w = Worker::builder(fabric)
+        .config(runtime_config(cfg))
+        .tasks(LOADERS)
+        .build()?;
+    let err: Rc<RefCell<Option<CormError>>> = Rc::default();
+    let ptrs: Rc<Vec<ObjPtr>> = Rc::new(ptrs.to_vec());
+    let tasks = LOADERS.min(ptrs.len()).max(1);
+    for t in 0..tasks {
+        let (e, p) = (err.clone(), ptrs.clone());
+        w.spawn(move |ctx: Ctx| async move {
+            let r = async {
+                let c = CormClient::connect(&ctx, 0).await?;
+                for q in p.iter().skip(t).step_by(tasks) {
+                    c.free(&ctx, *q).await?;
+                }
+                Ok::<(), CormError>(())
+            }
+            .await;
+            if let Err(x) = r {
+                e.borrow_mut().get_or_insert(x);
+            }
+        });
+    }
+    w.run();
+    let e = err.borrow_mut().take();
+    match e {
+        Some(e) => Err(BenchError::Config(format!(
+            "freeing the run's objects: {e}"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// What the client threads measured: merged histogram, operations,
+/// failed direct reads, errors, and the window.
+type Measured = (Histogram<u64>, u64, u64, Vec<String>, harness::Timed);
+
+/// Loads the store on `fabric`'s node 0, then runs the client threads
+/// over one global window.
+fn measure(fabric: &dyn Fabric, cfg: &CormBenchConfig) -> Result<Measured, BenchError> {
+    measure_keeping(fabric, cfg).map(|(m, _)| m)
+}
+
+/// [`measure`], also returning the loaded objects' pointers.
+fn measure_keeping(
+    fabric: &dyn Fabric,
+    cfg: &CormBenchConfig,
+) -> Result<(Measured, Arc<Vec<ObjPtr>>), BenchError> {
     let rcfg = runtime_config(cfg);
     // Load.
     let ptrs = {
-        let mut w = Worker::builder(&fabric)
+        let mut w = Worker::builder(fabric)
             .config(rcfg.clone())
             .tasks(LOADERS)
             .build()?;
@@ -362,7 +491,7 @@ pub fn run(cfg: &CormBenchConfig) -> Result<CormBenchResult, BenchError> {
         cfg.warmup,
         cfg.duration,
         |id, window, arrival| -> Result<_, BenchError> {
-            let mut w = Worker::builder(&fabric)
+            let mut w = Worker::builder(fabric)
                 .config(rcfg.clone())
                 .id(id)
                 .tasks(cfg.coros)
@@ -391,7 +520,7 @@ pub fn run(cfg: &CormBenchConfig) -> Result<CormBenchResult, BenchError> {
         },
         |_| {},
     );
-    let mut m = (histogram(), 0u64, 0u64, Vec::<String>::new());
+    let mut m = (histogram(), 0u64, 0u64, Vec::<String>::new(), timed);
     for o in outcomes {
         let (h, ops, failed, errors) = o?;
         m.0.add(&h).expect("same bounds");
@@ -399,7 +528,7 @@ pub fn run(cfg: &CormBenchConfig) -> Result<CormBenchResult, BenchError> {
         m.2 += failed;
         m.3.extend(errors);
     }
-    result(cfg, "shm", None, m, (timed, wall))
+    Ok((m, ptrs))
 }
 
 /// Runs the benchmark on the simulator: `sim` describes the cluster (client
@@ -425,7 +554,7 @@ pub fn run_sim(sim_cfg: SimConfig, cfg: &CormBenchConfig) -> Result<CormBenchRes
         .memory()
         .embedded_node(0)
         .ok_or_else(|| BenchError::Config("the simulation has no memory node 0".into()))?;
-    register(&node, cfg)?;
+    let store = register(&node, cfg)?;
     let rcfg = runtime_config(cfg);
     let (p, e) = (Rc::default(), Rc::default());
     let th = sim.add_worker(0, |f: &dyn Fabric, clock| {
@@ -465,27 +594,29 @@ pub fn run_sim(sim_cfg: SimConfig, cfg: &CormBenchConfig) -> Result<CormBenchRes
     }
     sim.run_until(until);
     let h = hist.borrow();
+    let timed = harness::Timed {
+        seconds: cfg.duration.as_secs_f64(),
+        interrupted: false,
+    };
     let m = (
         h.clone(),
         tally.ops.get(),
         tally.failed_direct.get(),
         tally.errors.borrow().clone(),
+        timed,
     );
-    let timed = harness::Timed {
-        seconds: cfg.duration.as_secs_f64(),
-        interrupted: false,
-    };
-    result(cfg, "sim", Some(profile), m, (timed, wall))
+    result(cfg, "sim", Some(profile), m, wall, store.stats())
 }
 
 fn result(
     cfg: &CormBenchConfig,
     backend: &str,
     profile: Option<String>,
-    merged: (Histogram<u64>, u64, u64, Vec<String>),
-    (timed, wall): (harness::Timed, Instant),
+    merged: Measured,
+    wall: Instant,
+    store: CormStats,
 ) -> Result<CormBenchResult, BenchError> {
-    let (h, ops, failed, errors) = merged;
+    let (h, ops, failed, errors, timed) = merged;
     if let Some(e) = errors.first() {
         return Err(BenchError::Config(format!(
             "{} operations failed; first: {e}",
@@ -518,5 +649,6 @@ fn result(
             .then(|| harness::oversubscribed(cfg.threads))
             .flatten(),
         wall_seconds: wall.elapsed().as_secs_f64(),
+        store,
     })
 }

@@ -26,6 +26,7 @@
 
 pub mod atomics;
 pub mod corm_bench;
+pub mod corm_latency;
 pub mod corm_timeline;
 pub mod harness;
 pub mod hashtable;

@@ -82,11 +82,18 @@ struct Node {
 impl Node {
     /// `dmkit memnode --size SIZE` with its stderr sent to `stderr`.
     fn start(size: &str, stderr: Stdio) -> Node {
+        Node::start_with(&["--size", size], stderr)
+    }
+
+    /// `dmkit memnode ARGS` (listening on its own socket).
+    fn start_with(args: &[&str], stderr: Stdio) -> Node {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("n.sock");
         let target = format!("unix:{}", sock.display());
         let child = Command::new(DMKIT)
-            .args(["memnode", "--size", size, "--listen", &target])
+            .arg("memnode")
+            .args(args)
+            .args(["--listen", &target])
             .stderr(stderr)
             .spawn()
             .unwrap();
@@ -128,6 +135,133 @@ fn dmkit_fails(args: &[&str]) -> (Option<i32>, String) {
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// `bench corm --connect` against a `dmkit memnode --corm` process: the
+/// result reports the node's workers and store (its objects live at the
+/// window's end), and the run frees them, so the node's store is empty
+/// afterwards. Flags that belong to an embedded node are refused.
+#[test]
+fn bench_corm_runs_against_a_corm_memnode_and_leaves_its_store_empty() {
+    let node = Node::start_with(
+        &["--size", "128MiB", "--corm", "--workers", "2"],
+        Stdio::null(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("corm.json");
+    let out = Command::new(DMKIT)
+        .args(["bench", "corm", "--connect", &node.target])
+        .args([
+            "--objects",
+            "1000",
+            "--duration",
+            "200ms",
+            "--warmup",
+            "50ms",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = read_json(&json);
+    assert_provenance(&r, "bench corm --connect");
+    assert_eq!(r["backend"], "shm");
+    assert_eq!(r["workers"], 2, "the node's workers: {r}");
+    assert!(r["ops"].as_u64().unwrap() > 0, "{r}");
+    let st = &r["store"];
+    assert_eq!(st["workers"], 2);
+    assert_eq!(st["strategy"], "corm-16");
+    assert_eq!(st["live_objects"], 1000, "{st}");
+    assert_eq!(st["live_bytes"], 1000 * 32);
+    assert!(st["active_bytes"].as_u64().unwrap() >= st["ideal_bytes"].as_u64().unwrap());
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("active KiB"), "{table}");
+    // The node's own accounting: the run's objects are gone.
+    let stats = Command::new(DMKIT)
+        .args(["node", "stats", "--connect", &node.target])
+        .output()
+        .unwrap();
+    assert!(stats.status.success());
+    let ns: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(ns["corm"]["live_objects"], 0, "{ns}");
+    assert_eq!(ns["corm"]["allocs"], 1000);
+    assert_eq!(ns["corm"]["frees"], 1000);
+    // An embedded node's flags, and a node process without --connect.
+    for (args, flag) in [
+        (vec!["--workers", "2"], "--workers"),
+        (vec!["--timeline"], "--timeline"),
+        (vec!["--backend", "sim"], "simulator"),
+        (vec!["--backend", "verbs"], "unix:PATH"),
+    ] {
+        let mut all = vec!["bench", "corm", "--connect", &node.target];
+        all.extend(args);
+        let (code, err) = dmkit_fails(&all);
+        assert_eq!(code, Some(2), "{all:?}: {err}");
+        assert!(err.contains(flag), "{all:?}: {err}");
+    }
+    let (code, err) = dmkit_fails(&["bench", "corm", "--backend", "verbs"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("--connect tcp:HOST:PORT"), "{err}");
+}
+
+/// `bench corm --latency` (Fig. 9/10) on the simulator: a table row per
+/// call, JSON rows per call and size, indirect rows timed on objects the
+/// compaction moved; the same seed gives the same rows.
+#[test]
+fn bench_corm_latency_on_the_simulator_is_deterministic() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str| {
+        let json = dir.path().join(name);
+        let out = Command::new(DMKIT)
+            .args(["bench", "corm", "--latency", "--backend", "sim"])
+            .args(["--sizes", "32,512", "--latency-objects", "32", "--json"])
+            .arg(&json)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            read_json(&json),
+        )
+    };
+    let (table, a) = run("a.json");
+    let (_, b) = run("b.json");
+    assert!(table.contains("direct_read+scan_read"), "{table}");
+    assert_eq!(a["rows"], b["rows"]);
+    assert_eq!(a["backend"], "sim");
+    let rows = a["rows"].as_array().unwrap();
+    for size in [32, 512] {
+        for (call, pointer) in [
+            ("alloc", "-"),
+            ("direct_read", "direct"),
+            ("read", "indirect"),
+        ] {
+            let r = rows
+                .iter()
+                .find(|r| r["call"] == call && r["pointer"] == pointer && r["size"] == size)
+                .unwrap_or_else(|| panic!("{call} {pointer} {size}: {a}"));
+            assert!(r["p50_us"].as_f64().unwrap() > 0.0, "{r}");
+        }
+    }
+    assert_eq!(a["store"]["live_objects"], 0);
+    let (code, err) = dmkit_fails(&[
+        "bench",
+        "corm",
+        "--latency",
+        "--connect",
+        "unix:/nonexistent.sock",
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("--connect"), "{err}");
 }
 
 #[test]

@@ -11,8 +11,11 @@
 //! cannot give back: the object of an Alloc whose reply it never read is
 //! allocated and unreachable (CoRM has no per-client ownership of
 //! objects; nor has the paper). The test bounds that to the one Alloc in
-//! flight and checks the accounting counts it.
+//! flight: it lists the store's live objects from memory
+//! (`Store::live_pointers`), finds nothing but the kept objects and at most
+//! that one, frees it, and checks the accounting agrees exactly.
 
+use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -107,7 +110,6 @@ fn ptr(line: &str) -> ObjPtr {
 }
 
 #[test]
-#[ignore = "known bug, open: about 3 runs in 8 end with one object live that no step of the dead child can explain (its last step \"freed\"), even with the compactor paused for the count; run with --ignored"]
 fn a_client_killed_mid_write_or_alloc_leaves_the_store_exact() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("corm.sock");
@@ -117,7 +119,7 @@ fn a_client_killed_mid_write_or_alloc_leaves_the_store_exact() {
         ..Default::default()
     })
     .unwrap();
-    CormService::register(
+    let store = CormService::register(
         &node,
         StoreConfig {
             block_size: BS,
@@ -178,24 +180,19 @@ fn a_client_killed_mid_write_or_alloc_leaves_the_store_exact() {
     }
     let stop = Arc::new(AtomicBool::new(false));
     let compactions = Arc::new(AtomicU64::new(0));
-    // The compactor pauses while a round's accounting is read (a count
-    // taken while a compaction moves objects need not be exact): `pause`
-    // asks, `paused` answers once no compaction is in flight.
-    let pause = Arc::new(AtomicBool::new(false));
-    let paused = Arc::new(AtomicBool::new(false));
+    // The compactor holds `gate` while it compacts; a round's accounting
+    // is read holding it (memory scanned while a compaction moves objects
+    // need not list each object once).
+    let gate = Arc::new(Mutex::new(()));
     let compactor = {
         let (f, stop, n) = (f.clone(), stop.clone(), compactions.clone());
-        let (pause, paused) = (pause.clone(), paused.clone());
+        let gate = gate.clone();
         std::thread::spawn(move || {
             let mut ch = f.connect_rpc(0).unwrap();
             while !stop.load(Ordering::Acquire) {
-                if pause.load(Ordering::Acquire) {
-                    paused.store(true, Ordering::Release);
-                    std::thread::sleep(Duration::from_millis(1));
-                    continue;
-                }
-                paused.store(false, Ordering::Release);
+                let compacting = gate.lock().unwrap();
                 op(&mut *ch, Op::Compact(None)).unwrap();
+                drop(compacting);
                 n.fetch_add(1, Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(2));
             }
@@ -230,14 +227,12 @@ fn a_client_killed_mid_write_or_alloc_leaves_the_store_exact() {
         }
         assert_eq!(objs.len(), OBJECTS);
         // The child's progress, read as it goes.
-        let last: Arc<Mutex<String>> = Default::default();
-        let steps = Arc::new(AtomicU64::new(0));
+        let log: Arc<Mutex<Vec<String>>> = Default::default();
         let follower = {
-            let (last, steps) = (last.clone(), steps.clone());
+            let log = log.clone();
             std::thread::spawn(move || {
                 for l in out.lines() {
-                    *last.lock().unwrap() = l.unwrap();
-                    steps.fetch_add(1, Ordering::Relaxed);
+                    log.lock().unwrap().push(l.unwrap());
                 }
             })
         };
@@ -257,10 +252,11 @@ fn a_client_killed_mid_write_or_alloc_leaves_the_store_exact() {
         child.kill().unwrap();
         child.wait().unwrap();
         follower.join().unwrap();
-        let last = last.lock().unwrap().clone();
+        let log = std::mem::take(&mut *log.lock().unwrap());
+        let last = log.last().cloned().unwrap_or_default();
         eprintln!(
-            "round {round}: killed after {delay_ms} ms, {} steps, {reads} reads",
-            steps.load(Ordering::Relaxed)
+            "round {round}: killed after {delay_ms} ms, {} steps, {reads} reads, last step {last:?}",
+            log.len()
         );
         // The node reclaims the dead client's channel and keeps serving.
         let t0 = Instant::now();
@@ -288,11 +284,8 @@ fn a_client_killed_mid_write_or_alloc_leaves_the_store_exact() {
             );
         }
         // The accounting: the kept objects, the child's, and what its
-        // last step may have left (read with the compactor paused).
-        pause.store(true, Ordering::Release);
-        while !paused.load(Ordering::Acquire) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        // last step may have left (read with no compaction running).
+        let no_compaction = gate.lock().unwrap();
         let in_flight_alloc = last == "alloc";
         if last.starts_with("got ") {
             assert_eq!(op(&mut *ch, Op::Free(ptr(&last))), Ok(Reply::Freed));
@@ -306,11 +299,31 @@ fn a_client_killed_mid_write_or_alloc_leaves_the_store_exact() {
         for p in objs {
             assert_eq!(op(&mut *ch, Op::Free(p)), Ok(Reply::Freed));
         }
-        let st = stats(&mut *ch);
-        let unreachable = st.live_objects - kept.len() as u64;
+        // Memory holds the kept objects and at most the object of an
+        // Alloc the kill cut short (allocated, its reply never read):
+        // found by scanning the store, it is freed here, so each round
+        // starts exact (an earlier version of this test let one round's
+        // unreachable object count against the next round's child).
+        let key = |p: &ObjPtr| (p.home_block(BS), p.id());
+        let kept_keys: HashSet<_> = kept.iter().map(key).collect();
+        let extra: Vec<ObjPtr> = store
+            .live_pointers()
+            .into_iter()
+            .filter(|p| !kept_keys.contains(&key(p)))
+            .collect();
         assert!(
-            unreachable <= u64::from(in_flight_alloc),
-            "round {round}: {unreachable} objects unaccounted for (last step {last:?})"
+            extra.len() <= usize::from(in_flight_alloc),
+            "round {round}: live objects no step of the child explains: {extra:?}; \
+             the child's steps: {log:?}"
+        );
+        for p in extra {
+            assert_eq!(op(&mut *ch, Op::Free(p)), Ok(Reply::Freed));
+        }
+        let st = stats(&mut *ch);
+        assert_eq!(
+            st.live_objects,
+            kept.len() as u64,
+            "round {round}: the accounting disagrees with memory"
         );
         assert_eq!(
             st.live_bytes,
@@ -318,7 +331,7 @@ fn a_client_killed_mid_write_or_alloc_leaves_the_store_exact() {
             "round {round}: live bytes"
         );
         lasts.push(last);
-        pause.store(false, Ordering::Release);
+        drop(no_compaction);
     }
     stop.store(true, Ordering::Release);
     compactor.join().unwrap();

@@ -1,16 +1,20 @@
 //! `dmkit bench corm`: object reads and writes on a CoRM store, reads
-//! one-sided or through RPC (`dmkit_bench::corm_bench`).
+//! one-sided or through RPC (`dmkit_bench::corm_bench`): on an embedded
+//! node, on a `dmkit memnode --corm` process (`--connect`, shm or verbs),
+//! or on the simulator.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use dmkit_bench::corm_bench::{self, CormBenchConfig, ReadPath};
 use dmkit_bench::corm_timeline;
 use dmkit_bench::harness;
+use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_memnode::corm::Correction;
 
-use crate::args::load_profile;
+use crate::args::{load_profile, parse_listen, targets, Listen, RdmaArgs};
 use crate::units::parse_size;
 use crate::Res;
 
@@ -30,10 +34,23 @@ pub(crate) struct CormBenchArgs {
     /// Read:write percentages: 50:50, 95:5 or 100:0 (any R:W summing to 100).
     #[arg(long, default_value = "50:50")]
     workload: String,
-    /// Backend: `shm` (an embedded node) or `sim` (the simulator, virtual
-    /// time).
+    /// Backend: `shm` (an embedded node, or a node process with
+    /// --connect unix:PATH), `verbs` (a node process with --connect
+    /// tcp:HOST:PORT; build with --features dmkit/verbs) or `sim` (the
+    /// simulator, virtual time).
     #[arg(long, default_value = "shm")]
     backend: String,
+    /// The memory node process serving the store (`dmkit memnode --corm`,
+    /// whose flags set its workers, block size and compaction policy):
+    /// unix:PATH (shm) or tcp:HOST:PORT (--backend verbs). The run loads
+    /// --objects there and frees them when it ends.
+    #[arg(long, value_parser = parse_listen)]
+    connect: Option<Listen>,
+    /// Token file for --connect (default: the node's, next to its address).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    #[command(flatten)]
+    rdma: RdmaArgs,
     /// Simulator: device profile (cx6-200g, cx5-100g, cx3-56g, cx3-40g, or a TOML
     /// file); CoRM's testbed was ConnectX-3.
     #[arg(long, default_value = "cx3-56g")]
@@ -97,6 +114,21 @@ pub(crate) struct CormBenchArgs {
         help_heading = "Timeline (--timeline)"
     )]
     correction: CorrectionArg,
+    /// Latency mode (CoRM §4.1, Fig. 9/10; shm or sim): one client, one
+    /// call at a time — Alloc, Free, RPC Read and Write, DirectRead and a
+    /// raw READ with direct pointers; after a compaction, RPC Read and
+    /// Write, DirectRead corrected by ScanRead or by RPC Read, and
+    /// ReleasePtr with indirect pointers — median µs per --sizes. Ignores
+    /// --read, --workload, --zipf, --threads, --coros, --duration and
+    /// --warmup.
+    #[arg(long, help_heading = "Latency (--latency)")]
+    latency: bool,
+    /// Latency: payload sizes (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "16,64,256,1024", value_parser = parse_size, help_heading = "Latency (--latency)")]
+    sizes: Vec<u64>,
+    /// Latency: objects timed per call and size (4× are allocated).
+    #[arg(long, default_value_t = 1000, help_heading = "Latency (--latency)")]
+    latency_objects: usize,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -105,6 +137,91 @@ enum CorrectionArg {
     Scan,
     /// Message the block's owning worker.
     Message,
+}
+
+/// `--latency`: the run, its table (median µs per call and size), its JSON.
+fn latency(a: &CormBenchArgs) -> Res {
+    use dmkit_bench::corm_latency::{self, LatencyConfig};
+    if a.connect.is_some() {
+        return Err(crate::bad_input(
+            "--latency runs on an embedded node or the simulator (it compacts the store it loads); drop --connect",
+        ));
+    }
+    let sim = match a.backend.as_str() {
+        "shm" => None,
+        "sim" => Some(load_profile(&a.profile, None, None)?),
+        other => {
+            return Err(crate::bad_input(format!(
+                "--latency --backend {other}: runs on shm and sim"
+            )))
+        }
+    };
+    let sizes = a
+        .sizes
+        .iter()
+        .map(|&s| u32::try_from(s).map_err(|_| crate::bad_input("--sizes: too large")))
+        .collect::<Result<Vec<u32>, String>>()?;
+    let cfg = LatencyConfig {
+        sizes,
+        objects: a.latency_objects,
+        workers: a.workers.unwrap_or(match &sim {
+            Some(p) => p.rpc.cores as usize,
+            None => dmkit_memnode::DEFAULT_RPC_WORKERS,
+        }),
+        seed: a.seed,
+    };
+    let r = match sim {
+        None => corm_latency::run(&cfg),
+        Some(profile) => corm_latency::run_sim(
+            dmkit_sim::SimConfig {
+                profile,
+                seed: a.seed,
+                ..Default::default()
+            },
+            &cfg,
+        ),
+    }
+    .map_err(|e| e.to_string())?;
+    print!("{:<22} {:<9}", "call (median µs)", "pointer");
+    for s in &cfg.sizes {
+        print!(" {:>9}", format!("{s} B"));
+    }
+    println!();
+    let mut seen = Vec::new();
+    for row in &r.rows {
+        let key = (row.call.as_str(), row.pointer.as_str());
+        if seen.contains(&key) {
+            continue;
+        }
+        seen.push(key);
+        print!("{:<22} {:<9}", row.call, row.pointer);
+        for &s in &cfg.sizes {
+            match r.row(&row.call, &row.pointer, s) {
+                Some(x) if x.n > 0 => print!(" {:>9.2}", x.p50_us),
+                _ => print!(" {:>9}", "-"),
+            }
+        }
+        println!();
+    }
+    let moved: Vec<String> = r
+        .compactions
+        .iter()
+        .map(|(s, c)| format!("{s} B: {}", c.objects_moved))
+        .collect();
+    println!(
+        "{} backend{}; objects moved by the compaction (timed as indirect): {}",
+        r.backend,
+        r.profile
+            .as_ref()
+            .map(|p| format!(" ({p})"))
+            .unwrap_or_default(),
+        moved.join(", ")
+    );
+    if let Some(path) = &a.json {
+        let provenance = harness::Provenance::new(a.seed, Duration::ZERO, Duration::ZERO, false);
+        harness::write_json(path, &provenance, &r)?;
+    }
+    Ok(())
 }
 
 /// `--timeline`: the run, its table, its JSON.
@@ -184,14 +301,32 @@ fn read_percent(w: &str) -> Result<u32, String> {
 
 pub(crate) fn bench_corm(a: CormBenchArgs) -> Res {
     super::check_outputs(a.json.as_deref(), None)?;
+    if a.latency && a.timeline {
+        return Err(crate::bad_input(
+            "--latency and --timeline are separate modes",
+        ));
+    }
+    if a.latency {
+        return latency(&a);
+    }
     if a.timeline {
+        if a.connect.is_some() {
+            return Err(crate::bad_input(
+                "--timeline runs on an embedded node (it compacts a store it fragmented itself); drop --connect",
+            ));
+        }
         return timeline(&a);
     }
     let sim = match a.backend.as_str() {
-        "shm" => None,
+        "shm" | "verbs" => None,
         "sim" => Some(load_profile(&a.profile, None, None)?),
-        other => return Err(format!("--backend {other}: bench corm runs on shm and sim")),
+        other => {
+            return Err(crate::bad_input(format!(
+                "--backend {other}: bench corm runs on shm, verbs and sim"
+            )))
+        }
     };
+    let remote = connect(&a)?;
     let _ = a.quiet;
     let cfg = CormBenchConfig {
         read: match a.read {
@@ -221,9 +356,10 @@ pub(crate) fn bench_corm(a: CormBenchArgs) -> Res {
         harness::Provenance::new(a.seed, cfg.duration, cfg.warmup, false).repeat(a.repeat);
     let mut header = true;
     let runs = super::repeated(a.repeat, || {
-        let r = match &sim {
-            None => corm_bench::run(&cfg),
-            Some(profile) => corm_bench::run_sim(
+        let r = match (&sim, &remote) {
+            (None, Some(f)) => corm_bench::run_connected(&**f, &a.backend, &cfg),
+            (None, None) => corm_bench::run(&cfg),
+            (Some(profile), _) => corm_bench::run_sim(
                 dmkit_sim::SimConfig {
                     profile: profile.clone(),
                     seed: a.seed,
@@ -245,10 +381,71 @@ pub(crate) fn bench_corm(a: CormBenchArgs) -> Res {
     )
 }
 
+/// The node process of `--connect`, opened on the backend asked for (none
+/// without --connect: the run embeds its node).
+fn connect(a: &CormBenchArgs) -> Result<Option<Arc<dyn dmkit_fabric::Fabric>>, String> {
+    let Some(to) = &a.connect else {
+        if a.backend == "verbs" {
+            return Err(crate::bad_input(
+                "--backend verbs: give the memory node as --connect tcp:HOST:PORT \
+                 (start it with `dmkit memnode --corm --listen tcp:HOST:PORT`)",
+            ));
+        }
+        return Ok(None);
+    };
+    if a.workers.is_some() {
+        return Err(crate::bad_input(
+            "--workers configures the embedded node; with --connect the node process's --workers serve the store",
+        ));
+    }
+    // Room for a payload, and for the statistics' answer.
+    let rpc_max_message = (u32::try_from(a.size)
+        .unwrap_or(u32::MAX)
+        .saturating_add(256))
+    .max(8192);
+    match (a.backend.as_str(), to) {
+        ("shm", Listen::Unix(path)) => {
+            let cfg = ShmConfig {
+                rpc_max_message,
+                ..Default::default()
+            };
+            let f = ShmFabric::open(cfg, &targets(std::slice::from_ref(path), &a.token_file)?)
+                .map_err(|e| e.to_string())?;
+            Ok(Some(Arc::new(f)))
+        }
+        ("verbs", Listen::Tcp(addr)) => {
+            let target = dmkit_verbs::VerbsTarget {
+                addr: addr.clone(),
+                token_file: a
+                    .token_file
+                    .clone()
+                    .unwrap_or_else(|| dmkit_verbs::default_token_path(addr)),
+            };
+            let cfg = dmkit_verbs::VerbsConfig {
+                device: a.rdma.sel(),
+                rpc_max_message,
+                ..Default::default()
+            };
+            dmkit_verbs::open_fabric(cfg, &[target])
+                .map(Some)
+                .map_err(|e| e.to_string())
+        }
+        ("sim", _) => Err(crate::bad_input(
+            "--connect is for a node process; the simulator has its own memory node",
+        )),
+        (_, Listen::Tcp(_)) => Err(crate::bad_input(
+            "tcp:HOST:PORT nodes serve RDMA devices: use --backend verbs (shm nodes listen on unix:PATH)",
+        )),
+        (_, Listen::Unix(_)) => Err(crate::bad_input(
+            "--backend verbs reaches nodes at tcp:HOST:PORT (unix:PATH is shm)",
+        )),
+    }
+}
+
 fn print_row(r: &corm_bench::CormBenchResult, header: bool) {
     if header {
         println!(
-            "{:<6} {:>8} {:>8} {:>5} {:>7} {:>5} {:>7} {:>9} {:>8} {:>8} {:>12}",
+            "{:<6} {:>8} {:>8} {:>5} {:>7} {:>5} {:>7} {:>9} {:>8} {:>8} {:>12} {:>9} {:>10} {:>7} {:>11}",
             "read",
             "workload",
             "objects",
@@ -259,11 +456,15 @@ fn print_row(r: &corm_bench::CormBenchResult, header: bool) {
             "Mops",
             "p50 µs",
             "p99 µs",
-            "failed dr/s"
+            "failed dr/s",
+            "live obj",
+            "active KiB",
+            "/ideal",
+            "compactions"
         );
     }
     println!(
-        "{:<6} {:>8} {:>8} {:>5} {:>7} {:>5} {:>7} {:>9.4} {:>8.2} {:>8.2} {:>12.1}",
+        "{:<6} {:>8} {:>8} {:>5} {:>7} {:>5} {:>7} {:>9.4} {:>8.2} {:>8.2} {:>12.1} {:>9} {:>10} {:>7.3} {:>11}",
         r.read,
         r.workload,
         r.objects,
@@ -274,6 +475,10 @@ fn print_row(r: &corm_bench::CormBenchResult, header: bool) {
         r.mops,
         r.p50_us,
         r.p99_us,
-        r.failed_direct_reads_per_s
+        r.failed_direct_reads_per_s,
+        r.store.live_objects,
+        r.store.active_bytes / 1024,
+        r.active_over_ideal(),
+        r.store.compactions
     );
 }

@@ -250,7 +250,12 @@ impl Worker {
                 .find(|&p| self.blocks[&p].can_absorb(src));
             match b {
                 Some(b) => {
-                    self.merge(a, b);
+                    if !self.merge(a, b) {
+                        // An object of `a` stayed write-locked: set it aside.
+                        let cj = self.compaction.as_mut().expect("running");
+                        cj.failed.insert(a);
+                        cj.report.merge_failures += 1;
+                    }
                 }
                 None => {
                     let cj = self.compaction.as_mut().expect("running");
@@ -303,7 +308,12 @@ impl Worker {
     }
 
     /// Merges block `a` into block `b` (both this worker's, same class).
-    fn merge(&mut self, a: u64, b: u64) {
+    /// Returns false, with both blocks as they were, when an object of `a`
+    /// stays write-locked past [`super::worker::BUSY_TIMEOUT`]: a writer
+    /// descheduled that long still holds it, and taking the object anyway
+    /// would copy a torn image, keep the write bit set in the copy for good,
+    /// or let the late writer's bytes land in whatever reuses the old slot.
+    fn merge(&mut self, a: u64, b: u64) -> bool {
         let sh = self.sh.clone();
         let space = &sh.space;
         let mut src = self.blocks.remove(&a).expect("owned");
@@ -326,8 +336,32 @@ impl Worker {
         }
         let mut objs: Vec<(u16, Obj)> = src.objects.iter().map(|(&i, &o)| (i, o)).collect();
         objs.sort_unstable_by_key(|(_, o)| o.slot);
-        for (_, o) in &objs {
-            self.lock_for_compaction(sh.slot_offset(a, c, o.slot));
+        for (k, (_, o)) in objs.iter().enumerate() {
+            if !self.lock_for_compaction(sh.slot_offset(a, c, o.slot)) {
+                for (_, o) in &objs[..k] {
+                    sh.mem
+                        .clear_bits(sh.slot_offset(a, c, o.slot), LOCK_COMPACT);
+                }
+                // Nothing moved: close the move the sequence announced.
+                for &vb in &vbs {
+                    let d = space.dir(vb);
+                    space.set_dir(
+                        vb,
+                        super::space::Dir {
+                            seq: d.seq.wrapping_add(1),
+                            ..d
+                        },
+                    );
+                }
+                for (blk, at) in [(&src, a), (&dst, b)] {
+                    if !blk.is_full() {
+                        self.not_full[c as usize].insert((blk.free_slots(), at));
+                    }
+                }
+                self.blocks.insert(a, src);
+                self.blocks.insert(b, dst);
+                return false;
+            }
         }
         for &vb in &vbs {
             dst.vbs.entry(vb).or_insert(0);
@@ -392,6 +426,7 @@ impl Worker {
         for vb in empty {
             self.release_vb(b, vb);
         }
+        true
     }
 
     /// The threshold trigger (§3.1.3), checked after a free of class `c`.
@@ -414,20 +449,22 @@ impl Worker {
     }
 
     /// Sets the compaction bit of the header at `off`, waiting out a write
-    /// in progress on another worker.
-    fn lock_for_compaction(&self, off: u64) {
+    /// in progress on another worker; false if the write lock is still
+    /// held after [`super::worker::BUSY_TIMEOUT`].
+    fn lock_for_compaction(&self, off: u64) -> bool {
         let mem = &self.sh.mem;
         let t = Instant::now();
         loop {
             let h = mem.load(off).unwrap_or(0);
-            if h & LOCK_WRITE != 0 && t.elapsed() < super::worker::BUSY_TIMEOUT {
+            if h & LOCK_WRITE != 0 {
+                if t.elapsed() >= super::worker::BUSY_TIMEOUT {
+                    return false;
+                }
                 std::hint::spin_loop();
                 continue;
             }
-            // (After the timeout the write lock is memory gone wrong: the
-            // metadata is the truth, take the object anyway.)
             if mem.cas(off, h, h | LOCK_COMPACT).is_ok() {
-                return;
+                return true;
             }
         }
     }

@@ -251,6 +251,48 @@ fn compaction_returns_memory_and_keeps_every_object_reachable() {
     }
 }
 
+/// `live_pointers` lists each live object once, from memory alone (also
+/// after compaction moved objects and aliased addresses), and its pointers
+/// work: an object whose pointer was lost is found and freed.
+#[test]
+fn live_pointers_find_every_object_once_even_after_compaction() {
+    for strategy in [Strategy::Corm(16), Strategy::Mesh] {
+        let mut c = Cluster::new(node(64), cfg(2, strategy, Correction::Scan)).unwrap();
+        let objs = fragment(&mut c, 200, 400, 5, 11);
+        let key = |p: &ObjPtr| (p.home_block(4096), p.id());
+        let want = |objs: &[(ObjPtr, Vec<u8>)]| {
+            let mut v: Vec<_> = objs.iter().map(|(p, _)| key(p)).collect();
+            v.sort_unstable();
+            v
+        };
+        let listed = |c: &Cluster| {
+            let mut v: Vec<_> = c.store().live_pointers().iter().map(key).collect();
+            v.sort_unstable();
+            v
+        };
+        assert_eq!(listed(&c), want(&objs), "{}", strategy.name());
+        let r = compact(&mut c, 0);
+        assert!(r.blocks_freed > 0, "{}: {r:?}", strategy.name());
+        assert_eq!(
+            listed(&c),
+            want(&objs),
+            "{} after compaction",
+            strategy.name()
+        );
+        // "Lose" every pointer: the listed ones read the same values, and
+        // free every object.
+        let by_key: HashMap<_, _> = objs.iter().map(|(p, v)| (key(p), v.clone())).collect();
+        for p in c.store().live_pointers() {
+            let (_, data) = read(&mut c, 1, p).unwrap();
+            assert_eq!(&data[..200], &by_key[&key(&p)][..]);
+            assert_eq!(c.call(0, Op::Free(p)), Ok(Reply::Freed));
+        }
+        assert!(c.store().live_pointers().is_empty());
+        assert_eq!(c.store().stats().live_objects, 0);
+        c.check().unwrap();
+    }
+}
+
 #[test]
 fn pointer_correction_returns_direct_pointers_and_release_frees_addresses() {
     for correction in [Correction::Scan, Correction::Message] {
@@ -788,4 +830,44 @@ fn the_retranslate_hook_hears_of_every_page_the_store_moves() {
     assert!(moved > 0, "the store moved no page");
     drop(m);
     n.set_retranslate_hook(None);
+}
+
+/// A compaction never takes an object whose write lock outlives its wait
+/// (a writer descheduled for seconds): it leaves that block where it is,
+/// whole, and merges it once the writer is done.
+#[test]
+fn a_merge_leaves_a_block_whose_object_stays_write_locked() {
+    use super::layout::{LOCK_COMPACT, LOCK_WRITE};
+    let mut c = Cluster::new(node(64), cfg(1, Strategy::Corm(16), Correction::Scan)).unwrap();
+    let objs = fragment(&mut c, 200, 40, 4, 3);
+    let before = c.store().stats();
+    assert!(before.blocks >= 2, "{before:?}");
+    // Every kept object's header write-locked, as by a stalled writer.
+    let sh = c.store().sh.clone();
+    let locked: Vec<u64> = objs
+        .iter()
+        .map(|(p, _)| {
+            let h = sh.mem.load(p.offset()).unwrap();
+            sh.mem.cas(p.offset(), h, h | LOCK_WRITE).unwrap();
+            h | LOCK_WRITE
+        })
+        .collect();
+    let t = std::time::Instant::now();
+    let r = compact(&mut c, 0);
+    assert!(t.elapsed() >= super::worker::BUSY_TIMEOUT, "a merge waited");
+    assert_eq!(r.blocks_freed, 0, "{r:?}");
+    assert!(r.merge_failures > 0, "{r:?}");
+    assert_eq!(c.store().stats().blocks, before.blocks);
+    for ((p, v), h) in objs.iter().zip(&locked) {
+        assert_eq!(sh.mem.load(p.offset()).unwrap(), *h, "untouched");
+        assert_eq!(h & LOCK_COMPACT, 0);
+        sh.mem.clear_bits(p.offset(), LOCK_WRITE);
+        assert_eq!(&one_sided(c.store(), *p).unwrap()[..v.len()], &v[..]);
+    }
+    c.check().unwrap();
+    // The writer is done: the same blocks merge now.
+    let r = compact(&mut c, 0);
+    assert!(r.blocks_freed > 0, "{r:?}");
+    all_readable(&mut c, &objs);
+    c.check().unwrap();
 }

@@ -233,6 +233,40 @@ impl Store {
         v.truncate(len);
         v
     }
+
+    /// A pointer to every live object, found in memory as a one-sided
+    /// scanner finds it (each used virtual block read through the node's
+    /// translation; an object is listed at the address of its home block),
+    /// not from any worker's metadata. Exact on a quiescent store; while
+    /// compaction moves objects it may miss or repeat one.
+    ///
+    /// For a node's operator (and tests): an object whose Alloc reply its
+    /// client never read is reachable only this way, and freed with the
+    /// pointer returned here.
+    pub fn live_pointers(&self) -> Vec<ObjPtr> {
+        let sh = &self.sh;
+        let bs = sh.block_size() as usize;
+        let mut out = Vec::new();
+        for vb in 0..sh.space.touched() {
+            let d = sh.space.dir(vb);
+            if !d.used {
+                continue;
+            }
+            let home = sh.home_of(vb);
+            let info = *sh.class(d.class);
+            let s = info.slot_size as usize;
+            let bytes = self.read_raw(sh.space.vb_offset(vb), bs);
+            for k in 0..info.slots as usize {
+                let h = ObjHeader(u64::from_ne_bytes(
+                    bytes[k * s..k * s + 8].try_into().expect("8 bytes"),
+                ));
+                if h.used() && h.home() == home {
+                    out.push(sh.pointer(vb, d.gen, d.class, h.id(), k as u32));
+                }
+            }
+        }
+        out
+    }
 }
 
 /// Messages between workers.
