@@ -350,6 +350,16 @@ pub enum TaskWindow {
         /// Counting ends; the tasks stop.
         until: u64,
     },
+    /// Virtual nanoseconds of the simulation, an operation counted when it
+    /// *ends* in `[from, until)` wherever it started (`bench txn`'s rule:
+    /// a transaction counts where it commits, as on a real fabric, so one
+    /// that began in the warm-up still counts).
+    VirtualEnd {
+        /// Counting starts.
+        from: u64,
+        /// Counting ends; the tasks stop.
+        until: u64,
+    },
     /// The one global window of [`run_threads`] or [`coordinate`].
     Wall(std::sync::Arc<Window>),
 }
@@ -358,17 +368,21 @@ impl TaskWindow {
     /// Whether a task should stop at `now`.
     pub fn over(&self, now: u64) -> bool {
         match self {
-            TaskWindow::Virtual { until, .. } => now >= *until,
+            TaskWindow::Virtual { until, .. } | TaskWindow::VirtualEnd { until, .. } => {
+                now >= *until
+            }
             TaskWindow::Wall(w) => w.done(now),
         }
     }
 
     /// Whether an operation from `t0` to `t1` counts: wholly inside the
-    /// virtual window, or (the harness's rule) completed inside the
-    /// wall-clock one.
+    /// virtual window ([`TaskWindow::Virtual`]), or (the harness's rule)
+    /// completed inside the window ([`TaskWindow::VirtualEnd`], the
+    /// wall-clock [`TaskWindow::Wall`]).
     pub fn counts(&self, t0: u64, t1: u64) -> bool {
         match self {
             TaskWindow::Virtual { from, until } => t0 >= *from && t1 < *until,
+            TaskWindow::VirtualEnd { from, until } => (*from..*until).contains(&t1),
             TaskWindow::Wall(w) => w.counts(t1),
         }
     }
@@ -797,6 +811,26 @@ mod tests {
         });
         assert!(window.aborted());
         assert!(timed.seconds < 10.0, "{timed:?}");
+    }
+
+    /// The two virtual rules differ only on an operation that began
+    /// before the window: `Virtual` wants it wholly inside, `VirtualEnd`
+    /// (bench txn's) counts it where it ends; both stop at `until`.
+    #[test]
+    fn virtual_windows_count_by_their_rule() {
+        let whole = TaskWindow::Virtual {
+            from: 100,
+            until: 200,
+        };
+        let by_end = TaskWindow::VirtualEnd {
+            from: 100,
+            until: 200,
+        };
+        assert!(!whole.counts(90, 150) && by_end.counts(90, 150));
+        assert!(whole.counts(100, 199) && by_end.counts(100, 199));
+        assert!(!whole.counts(150, 200) && !by_end.counts(150, 200));
+        assert!(!by_end.counts(50, 99));
+        assert!(!by_end.over(199) && by_end.over(200) && whole.over(200));
     }
 
     #[test]

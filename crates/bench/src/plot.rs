@@ -145,6 +145,27 @@ pub fn chart_of_points(ps: &[Point]) -> Chart {
     }
 }
 
+/// `points` sorted by x, the points that share an x (the runs of one
+/// point under `--repeat`) replaced by their mean: a repeated sweep draws
+/// one line through each point's mean, not a zigzag through its runs.
+pub fn mean_by_x(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let mut sorted = points.to_vec();
+    sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut out: Vec<(f64, f64)> = Vec::with_capacity(sorted.len());
+    let mut i = 0;
+    while i < sorted.len() {
+        let x = sorted[i].0;
+        let same: Vec<f64> = sorted[i..]
+            .iter()
+            .take_while(|p| p.0.total_cmp(&x).is_eq())
+            .map(|p| p.1)
+            .collect();
+        i += same.len();
+        out.push((x, same.iter().sum::<f64>() / same.len() as f64));
+    }
+    out
+}
+
 /// A series: measured points, and the paper's where it states them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Series {
@@ -219,7 +240,7 @@ impl From<&Chart> for Plot {
             }
             series.push(Series {
                 name: name.clone(),
-                points: pts.clone(),
+                points: mean_by_x(pts),
                 paper: Vec::new(),
             });
         }
@@ -1098,6 +1119,20 @@ const SWEPT: [&str; 26] = [
     "qps",
 ];
 
+/// Appended to the title of a quick run's figure (`sim reproduce
+/// --quick`, and `dmkit plot` of its JSON, whose provenance says `quick`).
+pub const QUICK_MARK: &str = " — quick run, not a reproduction";
+
+/// Text fields of results that are messages, not settings: never a
+/// series.
+const FREE_TEXT: [&str; 5] = [
+    "oversubscribed",
+    "invariants_error",
+    "error",
+    "command",
+    "note",
+];
+
 /// Text fields that name what a record measured (its legend text).
 const NAMES: [&str; 10] = [
     "index", "workload", "system", "method", "op", "kind", "app", "name", "backend", "mode",
@@ -1192,6 +1227,11 @@ pub fn of_json(docs: &[(String, serde_json::Value)], sel: &Select) -> Result<Plo
                     d["profile"].as_str().unwrap_or("?")
                 ),
             };
+            let title = if d["provenance"]["quick"] == true {
+                title + QUICK_MARK
+            } else {
+                title
+            };
             let p = figure_plot(&title, d["x_label"].as_str().unwrap_or("x"), &rows);
             if docs.len() == 1 {
                 return Ok(p);
@@ -1255,6 +1295,37 @@ pub fn of_json(docs: &[(String, serde_json::Value)], sel: &Select) -> Result<Plo
                     .filter(|k| Some(k.to_string()) != x && varies(k))
                     .map(|k| k.to_string()),
             );
+            // Any other text field that takes several values (vector-io's
+            // `pattern`, `direction`): runs that differ in it are different
+            // lines, never one line through both.
+            let mut texts: Vec<String> = recs
+                .iter()
+                .filter_map(|(_, r)| r.as_object())
+                .flat_map(|o| {
+                    o.iter()
+                        .filter(|(_, v)| v.is_string())
+                        .map(|(k, _)| k.clone())
+                })
+                .filter(|k| !v.contains(k))
+                .collect();
+            texts.sort();
+            texts.dedup();
+            v.extend(texts.into_iter().filter(|k| {
+                // Not free text (a warning, an error) nor a field that is
+                // sometimes null.
+                if FREE_TEXT.contains(&k.as_str())
+                    || recs
+                        .iter()
+                        .any(|(_, r)| field(r, k).is_some_and(|v| !v.is_string()))
+                {
+                    return false;
+                }
+                let mut vs: Vec<&serde_json::Value> =
+                    recs.iter().filter_map(|(_, r)| field(r, k)).collect();
+                vs.sort_by_key(|v| v.to_string());
+                vs.dedup();
+                vs.len() > 1
+            }));
             v
         }
     };
@@ -1302,8 +1373,9 @@ pub fn of_json(docs: &[(String, serde_json::Value)], sel: &Select) -> Result<Plo
             }),
         }
     }
+    // Repeated runs of a point (`--repeat`): their mean.
     for s in &mut series {
-        s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        s.points = mean_by_x(&s.points);
     }
     let files: Vec<String> = docs.iter().map(|(f, _)| f.clone()).collect();
     Ok(Plot {
@@ -1566,8 +1638,54 @@ mod tests {
                 {"series": "a pcie", "x": 1.0, "value": 96.0, "unit": "B/wr", "published": null}
             ]
         });
-        let p = of_json(&[("f.json".into(), fig)], &Select::default()).unwrap();
+        let p = of_json(&[("f.json".into(), fig.clone())], &Select::default()).unwrap();
         assert_eq!(p.panels.len(), 2);
         assert_eq!(p.panels[0].series[0].paper, vec![(1.0, 1.2)]);
+        assert!(!p.title.contains("quick"), "{}", p.title);
+        // A quick run's figure says so in its title.
+        let mut quick = fig;
+        quick["provenance"] = serde_json::json!({"quick": true});
+        let p = of_json(&[("f.json".into(), quick)], &Select::default()).unwrap();
+        assert!(p.title.ends_with(QUICK_MARK), "{}", p.title);
+    }
+
+    /// A repeated sweep (`--repeat 3`: three runs per point, in `runs`)
+    /// plots one point per x, the mean of its runs, not a zigzag.
+    #[test]
+    fn repeated_runs_plot_their_mean() {
+        let doc = serde_json::json!({"runs": [
+            {"method": "sgl", "batch": 1, "mops": 1.0},
+            {"method": "sgl", "batch": 1, "mops": 3.0},
+            {"method": "sgl", "batch": 4, "mops": 5.0},
+            {"method": "sgl", "batch": 4, "mops": 7.0},
+            {"method": "sgl", "batch": 4, "mops": 9.0}
+        ]});
+        let p = of_json(&[("r.json".into(), doc)], &Select::default()).unwrap();
+        assert_eq!(p.panels[0].x_label, "batch");
+        assert_eq!(p.panels[0].series.len(), 1);
+        assert_eq!(p.panels[0].series[0].points, vec![(1.0, 2.0), (4.0, 7.0)]);
+        // A text field that varies (vector-io's pattern) splits the lines.
+        let doc = serde_json::json!({"runs": [
+            {"method": "sgl", "pattern": "seq", "batch": 1, "mops": 1.0},
+            {"method": "sgl", "pattern": "random", "batch": 1, "mops": 3.0},
+            {"method": "sgl", "pattern": "seq", "batch": 4, "mops": 5.0},
+            {"method": "sgl", "pattern": "random", "batch": 4, "mops": 7.0}
+        ]});
+        let p = of_json(&[("r.json".into(), doc)], &Select::default()).unwrap();
+        let names: Vec<&str> = p.panels[0].series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["sgl seq", "sgl random"]);
+        assert_eq!(p.panels[0].series[1].points, vec![(1.0, 3.0), (4.0, 7.0)]);
+        // A warning that differs per run (oversubscription) does not.
+        let doc = serde_json::json!({"runs": [
+            {"index": "race", "threads": 1, "mops": 1.0, "oversubscribed": null},
+            {"index": "race", "threads": 4, "mops": 3.0, "oversubscribed": "4 polling threads"},
+            {"index": "race", "threads": 8, "mops": 3.5, "oversubscribed": "8 polling threads"}
+        ]});
+        let p = of_json(&[("r.json".into(), doc)], &Select::default()).unwrap();
+        assert_eq!(p.panels[0].series.len(), 1, "{:?}", p.panels[0].series);
+        assert_eq!(
+            mean_by_x(&[(2.0, 1.0), (1.0, 4.0), (2.0, 3.0)]),
+            vec![(1.0, 4.0), (2.0, 2.0)]
+        );
     }
 }

@@ -238,7 +238,7 @@ pre {{ background: #f6f6f6; padding: 0.5em; white-space: pre-wrap; }}
         let _ = writeln!(html, "<p>{}</p>", esc(&info));
         let _ = writeln!(html, "<p>Rerun:</p><pre>{}</pre>", esc(&e.command));
         let _ = writeln!(md, "{info}\n\nRerun: `{}`\n", e.command);
-        let svg = crate::plot::svg(&crate::sim_repro::chart(f));
+        let svg = crate::plot::svg(&crate::sim_repro::chart(f, o.quick));
         let svg_path = dir.join("figures").join(format!("{}.svg", e.name));
         std::fs::write(&svg_path, &svg).map_err(|err| io(&svg_path, err))?;
         let json_path = dir.join("json").join(format!("{}.json", e.name));

@@ -250,7 +250,19 @@ pub struct Seeds {
 /// `jobs` is: seeds are taken in increasing order and every seed taken
 /// runs to its end, so each seed below a failure ran.
 pub fn run_seeds(name: &str, first: u64, end: u64, jobs: usize) -> Seeds {
-    over_seeds(&|seed| run(name, seed), first, end, jobs)
+    run_seeds_with(name, first, end, jobs, &|_| {})
+}
+
+/// [`run_seeds`], calling `progress(n)` each time a seed ends, `n` the
+/// seeds ended so far (progress bars; the results do not depend on it).
+pub fn run_seeds_with(
+    name: &str,
+    first: u64,
+    end: u64,
+    jobs: usize,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Seeds {
+    over_seeds(&|seed| run(name, seed), first, end, jobs, progress)
 }
 
 fn over_seeds(
@@ -258,10 +270,12 @@ fn over_seeds(
     first: u64,
     end: u64,
     jobs: usize,
+    progress: &(dyn Fn(u64) + Sync),
 ) -> Seeds {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Mutex;
     let next = AtomicU64::new(first);
+    let ended = AtomicU64::new(0);
     let out = Mutex::new(Seeds {
         ops: 0,
         torn: 0,
@@ -271,7 +285,7 @@ fn over_seeds(
     let workers = end.saturating_sub(first).min(jobs.max(1) as u64) as usize;
     std::thread::scope(|s| {
         for w in 0..workers {
-            let (next, lock) = (&next, &lock);
+            let (next, lock, ended) = (&next, &lock, &ended);
             crate::sim_thread(format!("check-{w}"))
                 .spawn_scoped(s, move || loop {
                     let seed = next.fetch_add(1, Ordering::Relaxed);
@@ -281,6 +295,7 @@ fn over_seeds(
                         break;
                     }
                     let r = run(seed);
+                    progress(ended.fetch_add(1, Ordering::Relaxed) + 1);
                     let mut o = lock();
                     match r {
                         Ok(p) => {
@@ -869,6 +884,7 @@ fn btree(seed: u64, crash: Option<Crash>) -> Result<Passed, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     /// A stand-in scenario: seed `s` checks `s` operations and fails when
     /// `fails(s)`; low seeds are slow so that, with several jobs, higher
@@ -918,7 +934,7 @@ mod tests {
     fn the_smallest_failing_seed_is_reported_whatever_the_jobs() {
         let run = fake(|s| s == 7 || s == 9 || s == 40);
         for jobs in [1, 2, 3, 8] {
-            let out = over_seeds(&run, 1, 100, jobs);
+            let out = over_seeds(&run, 1, 100, jobs, &|_| {});
             assert_eq!(out.failure, Some((7, "seed 7 broke".into())), "{jobs} jobs");
         }
     }
@@ -927,11 +943,22 @@ mod tests {
     fn passing_seeds_add_up_the_same_whatever_the_jobs() {
         let run = fake(|_| false);
         for jobs in [1, 2, 5] {
-            let out = over_seeds(&run, 3, 50, jobs);
+            // The progress callback sees every seed end, once.
+            let (calls, most) = (AtomicU64::new(0), AtomicU64::new(0));
+            let out = over_seeds(&run, 3, 50, jobs, &|n| {
+                calls.fetch_add(1, Ordering::Relaxed);
+                most.fetch_max(n, Ordering::Relaxed);
+            });
+            assert_eq!(calls.into_inner(), 47, "{jobs} jobs");
+            assert_eq!(most.into_inner(), 47, "{jobs} jobs");
             assert_eq!(out.failure, None);
             assert_eq!(out.ops, (3..50).sum::<u64>(), "{jobs} jobs");
             assert_eq!(out.torn, 47, "{jobs} jobs");
         }
-        assert_eq!(over_seeds(&run, 5, 5, 2).ops, 0, "no seeds, nothing run");
+        assert_eq!(
+            over_seeds(&run, 5, 5, 2, &|_| {}).ops,
+            0,
+            "no seeds, nothing run"
+        );
     }
 }

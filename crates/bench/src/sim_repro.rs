@@ -1472,7 +1472,10 @@ const FIG14_ARTIFACT_HIST: [(bool, usize, [f64; 9]); 10] = [
 
 /// The figure as a plot: one panel per unit, the paper's values as hollow
 /// markers of their series (see [`crate::plot`]).
-pub fn chart(f: &Figure) -> crate::plot::Plot {
+///
+/// A quick run's chart (`quick`) says so in its title: it checks that the
+/// model runs, it is not a reproduction to print.
+pub fn chart(f: &Figure, quick: bool) -> crate::plot::Plot {
     let rows: Vec<crate::plot::FigureRow> = f
         .rows
         .iter()
@@ -1485,7 +1488,12 @@ pub fn chart(f: &Figure) -> crate::plot::Plot {
         })
         .collect();
     crate::plot::figure_plot(
-        &format!("{} on the simulator ({})", f.figure, f.profile),
+        &format!(
+            "{} on the simulator ({}){}",
+            f.figure,
+            f.profile,
+            if quick { crate::plot::QUICK_MARK } else { "" }
+        ),
         &f.x_label,
         &rows,
     )

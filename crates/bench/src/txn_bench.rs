@@ -29,14 +29,13 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use std::sync::{Arc, Barrier, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use dmkit_fabric::Fabric;
-use dmkit_runtime::clock::{Clock, MonotonicClock};
 use dmkit_runtime::rng::Rng;
 use dmkit_runtime::stats::Counters;
-use dmkit_runtime::{Nanos, RuntimeConfig, Worker};
+use dmkit_runtime::{RuntimeConfig, Worker};
 use dmkit_sim::{Sim, SimConfig};
 use dmkit_txn::workload::smallbank::SmallBank;
 use dmkit_txn::workload::tatp::Tatp;
@@ -45,6 +44,8 @@ use dmkit_txn::workload::Workload;
 use dmkit_txn::{addr_cache, Coordinator, Database, TxnConfig, TxnError};
 use hdrhistogram::Histogram;
 use serde::Serialize;
+
+use crate::harness::{self, Arrival, TaskWindow};
 
 /// Which workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -284,37 +285,25 @@ fn run_peer<W: Workload + 'static>(
         w.load(&db).map_err(e)?;
         let local = peer.map(|p| p(&db)).transpose()?;
         let w = Arc::new(w);
-        let (outs, secs, sim_verbs) = match sim.as_mut() {
+        let (outs, timed, sim_verbs) = match sim.as_mut() {
+            // The harness's discipline: a start barrier once every thread
+            // has built its worker and coordinators, one global window
+            // after the warm-up, transactions counted where they end.
             None => {
-                let clock = MonotonicClock;
-                // The window opens once every thread has built its worker
-                // and coordinators (a start barrier): a thread that starts
-                // late cannot shift it.
-                let gate = Gate {
-                    barrier: Barrier::new(cfg.threads),
-                    window: OnceLock::new(),
-                };
-                let outs: Vec<Result<ThreadOut, String>> = std::thread::scope(|s| {
-                    let hs: Vec<_> = (0..cfg.threads)
-                        .map(|ti| {
-                            let (db, w, gate) = (db.clone(), w.clone(), &gate);
-                            s.spawn(move || thread(&db, &w, ti, cfg, gate))
-                        })
-                        .collect();
-                    hs.into_iter()
-                        .map(|h| {
-                            h.join()
-                                .map_err(|_| "a worker thread panicked".to_string())?
-                        })
-                        .collect()
-                });
-                let window = *gate.window.get().expect("the barrier's leader opened it");
-                let secs =
-                    (clock.now().min(window.end).max(window.from + 1) - window.from) as f64 / 1e9;
-                (outs, secs, 0)
+                let (timed, outs) = harness::run_threads(
+                    cfg.threads,
+                    cfg.warmup,
+                    cfg.duration,
+                    |ti, window, arrival| {
+                        thread(&db, &w, ti, cfg, TaskWindow::Wall(window.clone()), arrival)
+                    },
+                    |_| {},
+                );
+                (outs, timed, 0)
             }
             Some((sim, machines)) => on_sim(sim, *machines, &db, &w, cfg)?,
         };
+        let secs = timed.seconds;
         let kinds = w.types().len();
         let mut lat = histogram();
         let (mut att, mut com, mut abo) = (vec![0; kinds], vec![0; kinds], vec![0; kinds]);
@@ -356,8 +345,8 @@ fn run_peer<W: Workload + 'static>(
             seconds: secs,
             committed,
             attempted,
-            committed_per_s: committed as f64 / secs,
-            attempted_per_s: attempted as f64 / secs,
+            committed_per_s: harness::rate(committed as f64, secs),
+            attempted_per_s: harness::rate(attempted as f64, secs),
             abort_rate: abo.iter().sum::<u64>() as f64 / attempted.max(1) as f64,
             types: (0..kinds)
                 .map(|k| TypeResult {
@@ -380,33 +369,18 @@ fn run_peer<W: Workload + 'static>(
             read_only: cfg.read_only,
             idle_us: cfg.idle.as_nanos() as f64 / 1000.0,
             local_attempted_per_s: local,
-            vs_local: local.map(|l| attempted as f64 / secs / l),
+            vs_local: local.map(|l| harness::rate(attempted as f64, secs) / l),
             sim_verbs,
-            interrupted: crate::harness::interrupted(),
+            interrupted: timed.interrupted,
         })
     })();
     db.destroy().map_err(e)?;
     out
 }
 
-/// The threads' tallies, the window's seconds and the work requests the
-/// simulator executed (0 off it).
-type Measured = (Vec<Result<ThreadOut, String>>, f64, u64);
-
-/// The measured window on the workers' clock: a transaction counts if
-/// it ends in `[from, end)`; none starts at or after `end`.
-#[derive(Debug, Clone, Copy)]
-struct Window {
-    from: Nanos,
-    end: Nanos,
-}
-
-/// The start barrier of the threads on a fabric and the window its
-/// leader opens when every thread is ready.
-struct Gate {
-    barrier: Barrier,
-    window: OnceLock<Window>,
-}
+/// The threads' tallies, the window as measured and the work requests
+/// the simulator executed (0 off it).
+type Measured = (Vec<Result<ThreadOut, String>>, harness::Timed, u64);
 
 /// A thread's tallies, shared by its tasks.
 #[derive(Clone)]
@@ -447,25 +421,26 @@ impl Tally {
 
 /// Spawns thread `ti`'s `cfg.coros` tasks on `wk`: each a coordinator
 /// running drawn transactions (each retried until it commits or its logic
-/// rolls it back) until `window.end`, idling `cfg.idle` after each commit.
-/// Attempts, commits and latencies count inside `window` only; the
-/// effects on the data (SmallBank's balance) count always.
+/// rolls it back) until `window` is over, idling `cfg.idle` after each
+/// commit. Attempts, commits and latencies count when the transaction
+/// ends inside `window` (`TaskWindow::Wall` or `VirtualEnd`); the effects
+/// on the data (SmallBank's balance) count always.
 fn spawn_tasks<W: Workload + 'static>(
     wk: &mut Worker,
     coords: Vec<Coordinator>,
     w: &Arc<W>,
     ti: usize,
     cfg: &TxnBenchConfig,
-    window: Window,
+    window: &TaskWindow,
 ) -> Tally {
     let tally = Tally::new(w.types().len());
     let read_only = cfg.read_only;
     let idle = cfg.idle.as_nanos() as u64;
     for (k, mut coord) in coords.into_iter().enumerate() {
-        let (w, t) = (w.clone(), tally.clone());
+        let (w, t, window) = (w.clone(), tally.clone(), window.clone());
         let mut rng = Rng::new(cfg.seed.wrapping_mul(1_000_003) + (ti * 1000 + k) as u64 + 1);
         wk.spawn(move |ctx| async move {
-            while ctx.now() < window.end && !crate::harness::interrupted() {
+            while !window.over(ctx.now()) {
                 let mut tx = w.draw(&mut rng);
                 while read_only && !w.read_only(&tx) {
                     tx = w.draw(&mut rng);
@@ -489,7 +464,7 @@ fn spawn_tasks<W: Workload + 'static>(
                     }
                 };
                 let now = ctx.now();
-                if (window.from..window.end).contains(&now) {
+                if window.counts(t0, now) {
                     t.attempted.borrow_mut()[kind] += attempts;
                     t.aborts.borrow_mut()[kind] += aborts;
                     if committed {
@@ -514,12 +489,15 @@ fn coordinators(db: &Arc<Database>, cfg: &TxnBenchConfig) -> Result<Vec<Coordina
         .collect()
 }
 
+/// Thread `ti` on a real fabric: builds its worker and coordinators,
+/// waits at the start barrier, runs its tasks until the window closes.
 fn thread<W: Workload + 'static>(
     db: &Arc<Database>,
     w: &Arc<W>,
     ti: usize,
     cfg: &TxnBenchConfig,
-    gate: &Gate,
+    window: TaskWindow,
+    arrival: &mut Arrival<'_>,
 ) -> Result<ThreadOut, String> {
     let built = Worker::builder(db.fabric().as_ref())
         .config(RuntimeConfig {
@@ -530,20 +508,13 @@ fn thread<W: Workload + 'static>(
         .tasks(cfg.coros)
         .local(db.local_layout())
         .build()
-        .map_err(|e| e.to_string())
-        .and_then(|wk| Ok((wk, coordinators(db, cfg)?)));
-    // Every thread passes the barrier, built or not, so none waits for ever.
-    if gate.barrier.wait().is_leader() {
-        let from = MonotonicClock.now() + cfg.warmup.as_nanos() as u64;
-        let _ = gate.window.set(Window {
-            from,
-            end: from + cfg.duration.as_nanos() as u64,
-        });
-    }
-    gate.barrier.wait();
-    let window = *gate.window.get().expect("set before the second wait");
-    let (mut wk, coords) = built?;
-    let tally = spawn_tasks(&mut wk, coords, w, ti, cfg, window);
+        .map_err(|e| e.to_string());
+    // A thread that fails here leaves through its `Arrival`, which
+    // arrives for it and closes the window, so nobody waits for ever.
+    let mut wk = built?;
+    let coords = coordinators(db, cfg)?;
+    let tally = spawn_tasks(&mut wk, coords, w, ti, cfg, &window);
+    arrival.arrive();
     wk.run();
     // Statistics of the whole run (warm-up included) per committed
     // transaction of the window: equal shares when warm-up is 0.
@@ -585,25 +556,23 @@ fn on_sim<W: Workload + 'static>(
     // starts.
     sim.run();
     let from = sim.now() + cfg.warmup.as_nanos() as u64;
-    let window = Window {
-        from,
-        end: from + cfg.duration.as_nanos() as u64,
-    };
+    let until = from + cfg.duration.as_nanos() as u64;
+    let window = TaskWindow::VirtualEnd { from, until };
     let threads = threads
         .into_iter()
         .enumerate()
         .map(|(ti, (th, coords))| {
-            let tally = spawn_tasks(sim.worker_mut(th), coords, w, ti, cfg, window);
+            let tally = spawn_tasks(sim.worker_mut(th), coords, w, ti, cfg, &window);
             sim.wake(th);
             (th, tally)
         })
         .collect::<Vec<_>>();
-    sim.run_until(window.from);
+    sim.run_until(from);
     let before: Vec<Counters> = threads
         .iter()
         .map(|(th, _)| sim.thread_stats(*th).counters)
         .collect();
-    sim.run_until(window.end);
+    sim.run_until(until);
     let after: Vec<Counters> = threads
         .iter()
         .map(|(th, _)| sim.thread_stats(*th).counters)
@@ -621,7 +590,11 @@ fn on_sim<W: Workload + 'static>(
             Ok(t.out(&a.since(b)))
         })
         .collect();
-    Ok((outs, cfg.duration.as_secs_f64(), sim.stats().posted))
+    let timed = harness::Timed {
+        seconds: cfg.duration.as_secs_f64(),
+        interrupted: false,
+    };
+    Ok((outs, timed, sim.stats().posted))
 }
 
 /// The local peer: TATP's read-only transactions on the loaded records
@@ -649,47 +622,49 @@ fn local_tatp(db: &Database, w: &Tatp, cfg: &TxnBenchConfig) -> Result<f64, Stri
     };
     // A look-up copies the record out, as a READ does.
     let get = |t: u16, k: u64| map.get(&(t, k)).map(|r| r.value().clone());
-    let start = Instant::now();
-    let end = start + cfg.duration;
-    let total: u64 = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..cfg.threads)
-            .map(|ti| {
-                let get = &get;
-                s.spawn(move || {
-                    let mut rng = Rng::new(cfg.seed.wrapping_mul(7_000_001) + ti as u64 + 1);
-                    let mut n = 0u64;
-                    let mut found = 0u64;
-                    while Instant::now() < end {
-                        let mut tx = w.draw(&mut rng);
-                        while !w.read_only(&tx) {
-                            tx = w.draw(&mut rng);
-                        }
-                        let ok = match tx {
-                            TatpTxn::GetSubscriberData { s } => get(SUBSCRIBER, s).is_some(),
-                            TatpTxn::GetNewDestination { s, sf, start, end } => {
-                                let f = get(SPECIAL_FACILITY, sf_key(s, sf));
-                                let cfs: Vec<_> = [0u64, 8, 16]
-                                    .into_iter()
-                                    .filter(|&st| st <= start)
-                                    .map(|st| get(CALL_FORWARDING, cf_key(s, sf, st)))
-                                    .collect();
-                                f.is_some_and(|f| word(&f, 0) == 1)
-                                    && cfs.iter().flatten().any(|c| end < word(c, 0))
-                            }
-                            TatpTxn::GetAccessData { s, ai } => {
-                                get(ACCESS_INFO, dmkit_txn::workload::tatp::ai_key(s, ai)).is_some()
-                            }
-                            _ => unreachable!("read-only types only"),
-                        };
-                        found += ok as u64;
-                        n += 1;
+    // The same discipline as the remote run: a start barrier, one window
+    // after the warm-up, transactions counted where they end.
+    let (timed, outs) = harness::run_threads(
+        cfg.threads,
+        cfg.warmup,
+        cfg.duration,
+        |ti, window, arrival| -> Result<u64, String> {
+            let mut rng = Rng::new(cfg.seed.wrapping_mul(7_000_001) + ti as u64 + 1);
+            let mut n = 0u64;
+            let mut found = 0u64;
+            arrival.arrive();
+            let mut t = harness::now();
+            while !window.done(t) {
+                let mut tx = w.draw(&mut rng);
+                while !w.read_only(&tx) {
+                    tx = w.draw(&mut rng);
+                }
+                let ok = match tx {
+                    TatpTxn::GetSubscriberData { s } => get(SUBSCRIBER, s).is_some(),
+                    TatpTxn::GetNewDestination { s, sf, start, end } => {
+                        let f = get(SPECIAL_FACILITY, sf_key(s, sf));
+                        let cfs: Vec<_> = [0u64, 8, 16]
+                            .into_iter()
+                            .filter(|&st| st <= start)
+                            .map(|st| get(CALL_FORWARDING, cf_key(s, sf, st)))
+                            .collect();
+                        f.is_some_and(|f| word(&f, 0) == 1)
+                            && cfs.iter().flatten().any(|c| end < word(c, 0))
                     }
-                    std::hint::black_box(found);
-                    n
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().expect("peer thread")).sum()
-    });
-    Ok(total as f64 / start.elapsed().as_secs_f64())
+                    TatpTxn::GetAccessData { s, ai } => {
+                        get(ACCESS_INFO, dmkit_txn::workload::tatp::ai_key(s, ai)).is_some()
+                    }
+                    _ => unreachable!("read-only types only"),
+                };
+                found += ok as u64;
+                t = harness::now();
+                n += window.counts(t) as u64;
+            }
+            std::hint::black_box(found);
+            Ok(n)
+        },
+        |_| {},
+    );
+    let total = outs.into_iter().sum::<Result<u64, String>>()?;
+    Ok(harness::rate(total as f64, timed.seconds))
 }

@@ -45,6 +45,9 @@ pub(crate) struct CheckArgs {
     /// on it.
     #[arg(long)]
     jobs: Option<usize>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(Args)]
@@ -391,7 +394,7 @@ pub(crate) fn sim_reproduce(a: ReproduceArgs) -> Res {
         dmkit_bench::harness::write_json(path, &prov, &f)?;
     }
     if let Some(path) = &a.plot {
-        plot::write(&sim_repro::chart(&f), path)
+        plot::write(&sim_repro::chart(&f, a.quick), path)
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
     Ok(())
@@ -491,7 +494,27 @@ pub(crate) fn sim_check(a: CheckArgs) -> Res {
     }
     let (first, end) = (a.first, a.first.saturating_add(a.seeds));
     let t0 = std::time::Instant::now();
-    let out = sim_check::run_seeds(&a.scenario, first, end, jobs);
+    // A bar on a terminal (long scenarios take minutes), counting seeds.
+    let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
+        let b = ProgressBar::new(end - first);
+        b.set_style(
+            ProgressStyle::with_template(&format!(
+                "{} {{spinner}} seeds {{bar:40}} {{pos}}/{{len}} {{elapsed}}",
+                a.scenario
+            ))
+            .expect("valid template"),
+        );
+        b.enable_steady_tick(Duration::from_millis(200));
+        b
+    });
+    let out = sim_check::run_seeds_with(&a.scenario, first, end, jobs, &|n| {
+        if let Some(b) = &bar {
+            b.set_position(n);
+        }
+    });
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
     if let Some((seed, why)) = out.failure {
         return replay(&why, seed);
     }

@@ -1009,6 +1009,32 @@ fn bad_values_exit_2_with_one_line_naming_the_flag() {
         ),
         (&["bench", "atomics", "--duration", "0s"], "--duration"),
         (&["bench", "atomics", "--threads", "1,0"], "--threads"),
+        (&["bench", "vector-io", "--repeat", "0"], "--repeat"),
+        (&["bench", "io-consolidation", "--repeat", "0"], "--repeat"),
+        (&["bench", "atomics", "--repeat", "0"], "--repeat"),
+        (&["bench", "txn", "--repeat", "0"], "--repeat"),
+        (&["bench", "txn", "--duration", "0s"], "--duration"),
+        (&["bench", "txn", "--threads", "0"], "--threads"),
+        // The simulator is deterministic: a repeat would say nothing.
+        (
+            &["bench", "vector-io", "--backend", "sim", "--repeat", "2"],
+            "--repeat",
+        ),
+        (
+            &[
+                "bench",
+                "io-consolidation",
+                "--backend",
+                "sim",
+                "--repeat",
+                "2",
+            ],
+            "--repeat",
+        ),
+        (
+            &["bench", "atomics", "--backend", "sim", "--repeat", "2"],
+            "--repeat",
+        ),
     ];
     for (args, flag) in cases {
         let t0 = Instant::now();
@@ -1617,6 +1643,75 @@ fn every_bench_writes_provenance_and_measures_one_window() {
             }
             None => window(&v, *secs, bench),
         }
+    }
+    // --repeat on the sweeps: every run, each point's runs in a row, and
+    // each point's spread (keyed by its swept fields).
+    let sweeps: &[(&str, &[&str], &str)] = &[
+        (
+            "vector-io",
+            &[
+                "--method",
+                "sp",
+                "--batch",
+                "1,4",
+                "--region-size",
+                "1MiB",
+                "--local",
+                "off",
+            ],
+            "batch",
+        ),
+        (
+            "io-consolidation",
+            &["--theta", "2,4", "--native", "off"],
+            "theta",
+        ),
+        (
+            "atomics",
+            &[
+                "--primitive",
+                "sequencer",
+                "--place",
+                "local",
+                "--backoff",
+                "off",
+                "--threads",
+                "1,2",
+            ],
+            "threads",
+        ),
+    ];
+    for (bench, args, swept) in sweeps {
+        let json = dir.path().join(format!("{bench}-repeat.json"));
+        let mut all = vec!["bench", bench, "--duration", "50ms", "--repeat", "3"];
+        all.extend_from_slice(args);
+        all.push("--json");
+        let out = dmkit_ok(&all, Some(&json));
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("3 runs,"),
+            "{bench}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let v = read_json(&json);
+        assert_eq!(v["provenance"]["repeat"], 3, "{bench}");
+        let runs = v["runs"].as_array().unwrap();
+        let points = v["points"].as_array().unwrap();
+        assert_eq!((runs.len(), points.len()), (6, 2), "{bench}: {v}");
+        for (i, p) in points.iter().enumerate() {
+            assert_eq!(p["mops"]["n"], 3, "{bench}: {p}");
+            let mine = &runs[3 * i..3 * i + 3];
+            assert!(mine.iter().all(|r| r[swept] == p[swept]), "{bench}: {v}");
+            let mean = mine
+                .iter()
+                .map(|r| r["mops"].as_f64().unwrap())
+                .sum::<f64>()
+                / 3.0;
+            assert!(
+                (p["mops"]["mean"].as_f64().unwrap() - mean).abs() < 1e-9,
+                "{bench}: {p}"
+            );
+        }
+        assert_ne!(points[0][swept], points[1][swept], "{bench}: {v}");
     }
     // --repeat: every run and the spread of their throughput.
     let json = dir.path().join("rpc2.json");

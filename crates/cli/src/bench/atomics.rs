@@ -39,6 +39,11 @@ pub(crate) struct AtomicsArgs {
     warmup: Duration,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Measure each point this many times in a row; prints each point's
+    /// mean and spread, and the JSON gets `points` (not on the simulator,
+    /// which is deterministic).
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// Write the points as JSON to this file (`runs`, after `provenance`).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -54,6 +59,14 @@ pub(crate) fn bench_atomics(a: AtomicsArgs) -> Res {
             vec![Place::Local, Place::Remote, Place::Rpc]
         }
     });
+    // Everything that can be checked before the fabric is opened.
+    if a.duration.is_zero() {
+        return Err(crate::bad_input("--duration must be longer than 0s"));
+    }
+    if a.threads.contains(&0) {
+        return Err(crate::bad_input("--threads must be at least 1"));
+    }
+    super::check_repeat(a.repeat, sim)?;
     let fabric = if sim {
         None
     } else {
@@ -64,41 +77,37 @@ pub(crate) fn bench_atomics(a: AtomicsArgs) -> Res {
     } else {
         None
     };
-    if a.duration.is_zero() {
-        return Err(crate::bad_input("--duration must be longer than 0s"));
-    }
-    if a.threads.contains(&0) {
-        return Err(crate::bad_input("--threads must be at least 1"));
-    }
     super::start_measuring(a.threads.iter().copied().max().unwrap_or(1), sim);
     let mut results: Vec<AtomicsResult> = Vec::new();
     let mut not_run = Vec::new();
     for &p in &a.primitive {
         for &place in &places {
             for b in &a.backoff {
-                for &threads in &a.threads {
-                    if dmkit_bench::harness::interrupted() {
-                        break;
-                    }
-                    let c = AtomicsConfig {
-                        duration: a.duration,
-                        ..AtomicsConfig::new(p, place, *b == crate::args::OnOff::On, threads)
-                    };
-                    let r = match (&fabric, &profile) {
-                        (Some(f), _) => atomics::run(&**f, &c, a.warmup),
-                        (None, Some(prof)) => atomics::run_sim(&c, prof, a.warmup, a.seed),
-                        _ => unreachable!("a backend was chosen"),
-                    };
-                    match r {
-                        Ok(r) => results.push(r),
-                        Err(e @ AtomicsError::NoRpcWorkers(_)) => {
-                            if places.len() == 1 {
-                                return Err(e.to_string());
-                            }
-                            not_run.push(e.to_string());
+                'point: for &threads in &a.threads {
+                    for _ in 0..a.repeat {
+                        if dmkit_bench::harness::interrupted() {
                             break;
                         }
-                        Err(e) => return Err(e.to_string()),
+                        let c = AtomicsConfig {
+                            duration: a.duration,
+                            ..AtomicsConfig::new(p, place, *b == crate::args::OnOff::On, threads)
+                        };
+                        let r = match (&fabric, &profile) {
+                            (Some(f), _) => atomics::run(&**f, &c, a.warmup),
+                            (None, Some(prof)) => atomics::run_sim(&c, prof, a.warmup, a.seed),
+                            _ => unreachable!("a backend was chosen"),
+                        };
+                        match r {
+                            Ok(r) => results.push(r),
+                            Err(e @ AtomicsError::NoRpcWorkers(_)) => {
+                                if places.len() == 1 {
+                                    return Err(e.to_string());
+                                }
+                                not_run.push(e.to_string());
+                                break 'point;
+                            }
+                            Err(e) => return Err(e.to_string()),
+                        }
                     }
                 }
             }
@@ -125,8 +134,20 @@ pub(crate) fn bench_atomics(a: AtomicsArgs) -> Res {
     for e in &not_run {
         println!("not run: {e}");
     }
-    let provenance = dmkit_bench::harness::Provenance::new(a.seed, a.duration, a.warmup, false);
-    super::write_points(a.json.as_deref(), &provenance, &results)?;
+    let provenance =
+        dmkit_bench::harness::Provenance::new(a.seed, a.duration, a.warmup, false).repeat(a.repeat);
+    super::finish_sweep(
+        a.json.as_deref(),
+        &provenance,
+        &results,
+        |r| {
+            serde_json::json!({
+                "primitive": r.primitive, "place": r.place, "backoff": r.backoff,
+                "threads": r.threads,
+            })
+        },
+        |r| r.mops,
+    )?;
     if results.iter().any(|r| !r.verified) {
         return Err("a run broke mutual exclusion or lost a number".into());
     }

@@ -47,6 +47,11 @@ pub(crate) struct ConsolidationArgs {
     warmup: Duration,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Measure each point this many times in a row; prints each point's
+    /// mean and spread, and the JSON gets `points` (not on the simulator,
+    /// which is deterministic).
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// Write the points as JSON to this file (`runs`, after `provenance`).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -79,9 +84,11 @@ pub(crate) fn bench_consolidation(a: ConsolidationArgs) -> Res {
     if a.duration.is_zero() {
         return Err(crate::bad_input("--duration must be longer than 0s"));
     }
+    let sim = matches!(a.fabric.backend, Backend::Sim);
+    super::check_repeat(a.repeat, sim)?;
     let mut results: Vec<ConsolidationResult> = Vec::new();
     let most = a.threads.iter().copied().max().unwrap_or(1);
-    if matches!(a.fabric.backend, Backend::Sim) {
+    if sim {
         let sc = a.fabric.sim_config(0, a.seed)?;
         super::start_measuring(most, true);
         for p in &points {
@@ -98,7 +105,7 @@ pub(crate) fn bench_consolidation(a: ConsolidationArgs) -> Res {
             a.region * a.regions as u64 * most as u64 + (16 << 20),
         )?;
         super::start_measuring(most, false);
-        for p in &points {
+        for p in points.iter().flat_map(|p| std::iter::repeat_n(p, a.repeat)) {
             if dmkit_bench::harness::interrupted() {
                 break;
             }
@@ -143,13 +150,24 @@ pub(crate) fn bench_consolidation(a: ConsolidationArgs) -> Res {
             r.verified
         );
     }
-    let provenance = dmkit_bench::harness::Provenance::new(a.seed, a.duration, a.warmup, false);
-    super::write_points(a.json.as_deref(), &provenance, &results)?;
+    let provenance =
+        dmkit_bench::harness::Provenance::new(a.seed, a.duration, a.warmup, false).repeat(a.repeat);
+    super::finish_sweep(
+        a.json.as_deref(),
+        &provenance,
+        &results,
+        |r| serde_json::json!({ "theta": r.theta, "threads": r.threads }),
+        |r| r.mops,
+    )?;
     if let Some(path) = &a.plot {
         let mut series: std::collections::BTreeMap<String, Vec<(f64, f64)>> = Default::default();
         for r in &results {
             series
-                .entry(format!("{} threads", r.threads))
+                .entry(format!(
+                    "{} thread{}",
+                    r.threads,
+                    if r.threads == 1 { "" } else { "s" }
+                ))
                 .or_default()
                 .push((r.theta as f64, r.mops));
         }
@@ -160,7 +178,7 @@ pub(crate) fn bench_consolidation(a: ConsolidationArgs) -> Res {
                 a.region,
                 results.first().map_or("", |r| r.backend.as_str())
             ),
-            x_label: "theta (0 = native)".into(),
+            x_label: "θ, modifications per write-back (0 = native)".into(),
             y_label: "Mops (writes)".into(),
             series,
         };

@@ -372,13 +372,12 @@ pub(crate) fn bench_corm(a: CormBenchArgs) -> Res {
         print_row(&r, std::mem::take(&mut header));
         Ok(r)
     })?;
-    let interrupted = runs.iter().any(|r| r.interrupted);
     super::finish_runs(
         a.json.as_deref(),
         &provenance,
         &runs,
         |r| r.mops,
-        interrupted,
+        |r| r.interrupted,
     )
 }
 

@@ -324,16 +324,17 @@ pub(crate) fn repeated<T>(
 }
 
 /// After a single-point bench's runs: prints their spread, says when
-/// Ctrl-C cut the last one short, and writes `--json` ([`write_runs`]).
+/// Ctrl-C cut the last one short (`interrupted` reads a run's mark), and
+/// writes `--json` ([`write_runs`]).
 pub(crate) fn finish_runs<T: serde::Serialize>(
     path: Option<&Path>,
     provenance: &dmkit_bench::harness::Provenance,
     runs: &[T],
     mops: impl Fn(&T) -> f64,
-    interrupted: bool,
+    interrupted: impl Fn(&T) -> bool,
 ) -> Result<(), String> {
     print_spread(&runs.iter().map(&mops).collect::<Vec<_>>());
-    if interrupted {
+    if runs.iter().any(interrupted) {
         eprintln!("dmkit: interrupted: the last run's figures are of its shortened window");
     }
     write_runs(path, provenance, runs, mops)
@@ -373,19 +374,124 @@ pub(crate) fn write_runs<T: serde::Serialize>(
     }
 }
 
-/// Writes a sweep's `--json`: `{provenance, runs: [every point]}` (what
-/// `dmkit plot` reads), and says when Ctrl-C cut the sweep short.
-pub(crate) fn write_points<T: serde::Serialize>(
+/// `--repeat N` of a sweep bench: at least 1, and 1 on the simulator,
+/// which is deterministic (a repeat would give the same figures).
+pub(crate) fn check_repeat(n: usize, sim: bool) -> Result<(), String> {
+    if n == 0 {
+        return Err(crate::bad_input("--repeat must be at least 1"));
+    }
+    if sim && n > 1 {
+        return Err(crate::bad_input(
+            "--repeat: the simulator is deterministic, a repeat gives the same figures \
+             (vary --seed instead)",
+        ));
+    }
+    Ok(())
+}
+
+/// A sweep's runs grouped by point: consecutive runs whose `key` (the
+/// point's swept fields, a JSON object) is equal are one point's repeats.
+fn group_runs<T>(
+    runs: &[T],
+    key: impl Fn(&T) -> serde_json::Value,
+) -> Vec<(serde_json::Value, &[T])> {
+    let mut groups: Vec<(serde_json::Value, &[T])> = Vec::new();
+    let mut start = 0;
+    for i in 1..=runs.len() {
+        if i == runs.len() || key(&runs[i]) != key(&runs[start]) {
+            groups.push((key(&runs[start]), &runs[start..i]));
+            start = i;
+        }
+    }
+    groups
+}
+
+/// `k=v k=v` of a point's key (its swept fields), only those of `shown`
+/// (the fields that vary over the sweep).
+fn point_label(key: &serde_json::Value, shown: &[String]) -> String {
+    let Some(o) = key.as_object() else {
+        return String::new();
+    };
+    let parts: Vec<String> = o
+        .iter()
+        .filter(|(k, _)| shown.contains(k))
+        .map(|(k, v)| match v {
+            serde_json::Value::String(s) => format!("{k}={s}"),
+            v => format!("{k}={v}"),
+        })
+        .collect();
+    if parts.is_empty() {
+        "the point".into()
+    } else {
+        parts.join(" ")
+    }
+}
+
+/// After a sweep's runs (each point's `--repeat` runs in a row): prints
+/// each point's mean and spread (with `--repeat` > 1), says when Ctrl-C
+/// cut the sweep short, and writes `--json`: `{provenance, runs: [every
+/// run]}` (what `dmkit plot` reads; it draws each point's mean), and with
+/// `--repeat` also `points: [{the point's swept fields…, mops: spread}]`.
+pub(crate) fn finish_sweep<T: serde::Serialize>(
     path: Option<&Path>,
     provenance: &dmkit_bench::harness::Provenance,
-    points: &[T],
+    runs: &[T],
+    key: impl Fn(&T) -> serde_json::Value,
+    mops: impl Fn(&T) -> f64,
 ) -> Result<(), String> {
+    use dmkit_bench::harness::Spread;
+    let mut points = Vec::new();
+    if provenance.repeat > 1 {
+        println!("mean and spread of each point's Mops over its runs:");
+        let groups = group_runs(runs, &key);
+        // The label names the fields that vary over the sweep.
+        let shown: Vec<String> = groups
+            .first()
+            .and_then(|(k, _)| k.as_object())
+            .map(|o| {
+                o.keys()
+                    .filter(|f| {
+                        groups
+                            .iter()
+                            .any(|(g, _)| g.get(f.as_str()) != o.get(f.as_str()))
+                    })
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (k, rs) in groups {
+            let m = Spread::of(&rs.iter().map(&mops).collect::<Vec<_>>());
+            println!(
+                "  {}: {} run{}, {:.4} mean, {:.4} standard deviation, {:.4} to {:.4}",
+                point_label(&k, &shown),
+                m.n,
+                if m.n == 1 { "" } else { "s" },
+                m.mean,
+                m.stddev,
+                m.min,
+                m.max
+            );
+            let mut k = k;
+            if let Some(o) = k.as_object_mut() {
+                o.insert(
+                    "mops".into(),
+                    serde_json::to_value(&m).expect("plain numbers"),
+                );
+            }
+            points.push(k);
+        }
+    }
     if dmkit_bench::harness::interrupted() {
         eprintln!(
-            "dmkit: interrupted: {} points measured, the last one over its shortened window",
-            points.len()
+            "dmkit: interrupted: {} runs measured, the last one over its shortened window",
+            runs.len()
         );
     }
     let Some(path) = path else { return Ok(()) };
-    dmkit_bench::harness::write_json(path, provenance, &serde_json::json!({ "runs": points }))
+    let body = if provenance.repeat > 1 {
+        serde_json::json!({ "runs": runs, "points": points })
+    } else {
+        serde_json::json!({ "runs": runs })
+    };
+    dmkit_bench::harness::write_json(path, provenance, &body)
 }

@@ -89,6 +89,16 @@ pub(crate) fn bench_txn(a: TxnArgs) -> Res {
             "--machines and --memory-nodes are simulator options (--backend sim)",
         ));
     }
+    // Everything that can be checked before a database is built.
+    if a.threads == 0 || a.coros == 0 {
+        return Err(crate::bad_input("--threads and --coros must be at least 1"));
+    }
+    if a.duration.is_some_and(|d| d.is_zero()) {
+        return Err(crate::bad_input("--duration must be longer than 0s"));
+    }
+    if a.repeat == 0 {
+        return Err(crate::bad_input("--repeat must be at least 1"));
+    }
     let cfg = TxnBenchConfig {
         workload: a.workload,
         scale: a.scale,
@@ -152,10 +162,7 @@ pub(crate) fn bench_txn(a: TxnArgs) -> Res {
     };
     // Ctrl-C ends the window: the partial result is printed and written,
     // and the database destroyed, as a full run's.
-    crate::args::stop_on_ctrl_c();
-    if let Some(w) = harness::oversubscribed(cfg.threads) {
-        eprintln!("dmkit: warning: {w}");
-    }
+    super::start_measuring(cfg.threads, false);
     let provenance =
         harness::Provenance::new(a.seed, cfg.duration, cfg.warmup, false).repeat(a.repeat);
     let runs = super::repeated(a.repeat, || txn_bench::run_txn(fabric.clone(), &cfg))?;
@@ -168,13 +175,12 @@ fn report(runs: &[TxnResult], a: &TxnArgs, provenance: &harness::Provenance) -> 
     for r in runs {
         print_txn(r);
     }
-    let interrupted = runs.iter().any(|r| r.interrupted);
     super::finish_runs(
         a.json.as_deref(),
         provenance,
         runs,
         |r| r.committed_per_s / 1e6,
-        interrupted,
+        |r| r.interrupted,
     )?;
     if let Some(r) = runs.iter().find(|r| !r.invariants_ok) {
         return Err(format!(

@@ -53,6 +53,11 @@ pub(crate) struct VectorIoArgs {
     warmup: Duration,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Measure each point this many times in a row; prints each point's
+    /// mean and spread, and the JSON gets `points` (not on the simulator,
+    /// which is deterministic).
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// Write the points as JSON to this file (`runs`, after `provenance`).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -79,6 +84,10 @@ fn x_axis(a: &VectorIoArgs) -> (&'static str, fn(&VectorIoResult) -> f64) {
 pub(crate) fn bench_vector_io(a: VectorIoArgs) -> Res {
     super::check_outputs(a.json.as_deref(), a.plot.as_deref())?;
     let sim = matches!(a.fabric.backend, Backend::Sim);
+    if a.duration.is_zero() {
+        return Err(crate::bad_input("--duration must be longer than 0s"));
+    }
+    super::check_repeat(a.repeat, sim)?;
     if sim && a.local == OnOff::On {
         eprintln!("note: the local baseline is a host measurement; not run with --backend sim");
     }
@@ -106,9 +115,6 @@ pub(crate) fn bench_vector_io(a: VectorIoArgs) -> Res {
             }
         }
     }
-    if a.duration.is_zero() {
-        return Err(crate::bad_input("--duration must be longer than 0s"));
-    }
     let max_region = a.region_size.iter().copied().max().unwrap_or(0);
     let most = a.threads.iter().copied().max().unwrap_or(1);
     let mut results = Vec::with_capacity(cfgs.len());
@@ -129,9 +135,10 @@ pub(crate) fn bench_vector_io(a: VectorIoArgs) -> Res {
     } else {
         let fabric = open_fabric(&a.fabric, max_region + (16 << 20))?;
         super::start_measuring(most, false);
-        // The local baseline does not depend on the method: once per point.
+        // The local baseline does not depend on the method (nor on the
+        // repeat): once per point.
         let mut local: Option<(VectorIoConfig, vector_io::LocalResult)> = None;
-        for c in &cfgs {
+        for c in cfgs.iter().flat_map(|c| std::iter::repeat_n(c, a.repeat)) {
             if dmkit_bench::harness::interrupted() {
                 break;
             }
@@ -150,8 +157,20 @@ pub(crate) fn bench_vector_io(a: VectorIoArgs) -> Res {
         }
     }
     print_table(&results);
-    let provenance = dmkit_bench::harness::Provenance::new(a.seed, a.duration, a.warmup, false);
-    super::write_points(a.json.as_deref(), &provenance, &results)?;
+    let provenance =
+        dmkit_bench::harness::Provenance::new(a.seed, a.duration, a.warmup, false).repeat(a.repeat);
+    super::finish_sweep(
+        a.json.as_deref(),
+        &provenance,
+        &results,
+        |r| {
+            serde_json::json!({
+                "method": r.method, "pattern": r.pattern, "batch": r.batch, "size": r.size,
+                "threads": r.threads, "region_size": r.region_size,
+            })
+        },
+        |r| r.mops,
+    )?;
     if let Some(path) = &a.plot {
         let (x_label, x_of) = x_axis(&a);
         let mut series: std::collections::BTreeMap<String, Vec<(f64, f64)>> = Default::default();
