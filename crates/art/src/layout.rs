@@ -77,6 +77,14 @@
 //!       needed to read it, and whoever undoes an expired mark recomputes
 //!       it from the key and value ([`Item::unmarked`]).
 //! ```
+//! Out-of-place leaves take no lock: their last word (where the lock
+//! sits, written 0 with the leaf; at [`intent_offset`]) is the *intent*
+//! word instead. The client that marked the leaf replaced writes there
+//! the new leaf it is about to link (a leaf [`Slot`] word with partial
+//! key 0, so never 0: [`intent_word`]), while its mark's lease holds;
+//! whoever undoes the expired mark takes that leaf back (see the tree's
+//! out-of-place update).
+//!
 //! With in-place leaves, every leaf of a tree has room for `max_key` and
 //! `max_value` (K' and V' are those, padded), so an update overwrites it
 //! where it is. The checksum covers the lengths, key and value (not the
@@ -403,6 +411,30 @@ pub fn mark_deadline(meta: u64) -> u32 {
     ((meta & META_SUM) >> META_SUM_SHIFT) as u32
 }
 
+/// Offset of the intent word in an out-of-place leaf whose meta word is
+/// `meta` and whose key room is `kcap` (its value room is its value's
+/// length): the word where an in-place leaf keeps its lock, the last of
+/// the leaf's image (see the module docs).
+pub fn intent_offset(meta: u64, kcap: usize) -> u64 {
+    let v = ((meta & META_LENS) >> 8) as usize;
+    lock_offset(leaf_bytes(kcap, v)) as u64
+}
+
+/// The intent word naming new leaf `leaf` of `units` 64-byte units (a
+/// leaf slot word with partial key 0: never 0); `None` if `leaf` has no
+/// ptr48 form.
+pub fn intent_word(leaf: GlobalAddr, units: u64) -> Option<u64> {
+    Slot::leaf(0, units, leaf).map(|s| s.0)
+}
+
+/// The leaf and its units an intent word names; `None` for 0 (no intent)
+/// or a word that is not an intent.
+pub fn intent_leaf(word: u64) -> Option<(GlobalAddr, u64)> {
+    let s = Slot(word);
+    (word != 0 && s.is_leaf() && s.pkey() == 0 && (1..=127).contains(&s.units()))
+        .then(|| (s.ptr(), s.units()))
+}
+
 /// Key and value lengths in the meta word.
 const META_LENS: u64 = (1 << 24) - 1;
 /// The checksum's place in the meta word.
@@ -625,6 +657,30 @@ mod tests {
             .item;
         assert!(it.replaced() && it.valid() && it.key == b"key" && it.value == b"value");
         assert_eq!(it.unmarked(), live);
+    }
+
+    #[test]
+    fn the_intent_word_is_an_out_of_place_leafs_last_word() {
+        // An out-of-place leaf's value room is its value: the intent word
+        // is the image's last word, written 0 with it, past the item.
+        let mut img = Vec::new();
+        encode_leaf(GlobalAddr::new(1, 64), b"key", b"value!", 8, 6, &mut img);
+        let meta = decode_leaf(&img, 8).unwrap().item.meta;
+        let at = intent_offset(meta, 8) as usize;
+        assert_eq!(at + 8, img.len());
+        assert_eq!(img[at..], [0; 8]);
+        assert!(at >= LEAF_META as usize + item_bytes(8, 6));
+        // Marking the leaf keeps its lengths, so the offset.
+        assert_eq!(intent_offset(replaced_mark(meta, 7), 8), at as u64);
+        let w = intent_word(GlobalAddr::new(1, 4096), 3).unwrap();
+        assert_ne!(w, 0);
+        assert_eq!(intent_leaf(w), Some((GlobalAddr::new(1, 4096), 3)));
+        assert_eq!(intent_leaf(0), None);
+        // A node slot or a slot with a partial key is no intent.
+        let node = Slot::node(0, NodeType::N4, GlobalAddr::new(1, 4096)).unwrap();
+        assert_eq!(intent_leaf(node.0), None);
+        let keyed = Slot::leaf(9, 3, GlobalAddr::new(1, 4096)).unwrap();
+        assert_eq!(intent_leaf(keyed.0), None);
     }
 
     #[test]

@@ -55,8 +55,11 @@
 //!   old leaf is marked replaced by CAS, then the slot swings to the new one.
 //!   The mark carries a lease deadline in place of the leaf's checksum; a
 //!   client that finds it expired with the leaf still in its slot rolls it
-//!   back (the old leaf is intact; the dead updater's new leaf stays
-//!   unlinked) — see `ArtClient`'s out-of-place update.
+//!   back (the old leaf is intact) and takes the dead updater's unlinked
+//!   new leaf into its own allocator: the updater names it in the old
+//!   leaf's *intent* word (its rear word, unlocked in this mode) once its
+//!   mark won, in the doorbell of its slot CAS — see `ArtClient`'s
+//!   out-of-place update for the ownership rule and what stays leaked.
 //! - **Delete** marks the leaf deleted (under its lock, or by CAS in RCU
 //!   mode). The slot keeps its partial key and points at the dead leaf
 //!   until an insert of a key with that byte replaces it: partial keys never
@@ -109,7 +112,9 @@
 //! ## Not (yet) here
 //! Reclamation of dead leaves (a deleted or replaced leaf is never reused;
 //! its memory returns when the tree is destroyed; so does the new leaf of
-//! an out-of-place update whose client died before linking it). Locks and
+//! an out-of-place update whose client died before its mark won or
+//! before it named the leaf in the intent word — one round trip — and a
+//! dead client's free blocks and chunk tail). Locks and
 //! "replaced" marks are leases (`dmkit_index::lease`): a dead client's
 //! lock is broken, and its mark undone, once the lease ran out.
 

@@ -281,6 +281,18 @@ pub struct TreeCounters {
     /// whose client died between marking the leaf and swinging its slot);
     /// also counted in `leases_broken`.
     pub marks_undone: u64,
+    /// Bytes of new out-of-place leaves this client wrote and neither
+    /// linked nor freed: what it left behind when it died mid-update, or
+    /// handed to the client that undid its expired mark (counted there in
+    /// `leaf_bytes_reclaimed`); 0 for a live client between operations
+    /// otherwise.
+    pub unlinked_leaf_bytes: u64,
+    /// Bytes of other updaters' never-linked new leaves this client took
+    /// into its allocator after undoing their expired marks (read from
+    /// the marked leaf's intent word). Over all of a tree's clients,
+    /// `Σ unlinked_leaf_bytes − Σ leaf_bytes_reclaimed` is what dead
+    /// updaters leaked.
+    pub leaf_bytes_reclaimed: u64,
     /// Leaf locks a local predecessor handed over to this client (HOCL,
     /// `leaf_handover`): taken without a CAS.
     pub lock_handovers: u64,
@@ -1867,6 +1879,32 @@ impl ArtClient {
         Ok((Locked::Done, keep.then_some((mine, tag))))
     }
 
+    /// Out-of-place mode: the leaf of `slot` (at slot `idx` of `p`) that
+    /// an update or delete of `key` acts on, if it is live; otherwise what
+    /// the operation does instead — [`Locked::Retry`] after meeting a
+    /// "replaced" mark (undone first if its lease ran out, see
+    /// [`Self::undo_expired_mark`]), [`Locked::Absent`] for a deleted leaf
+    /// or another key's.
+    async fn rcu_live_leaf(
+        &self,
+        ctx: &Ctx,
+        p: &Pos,
+        idx: usize,
+        slot: Slot,
+        key: &[u8],
+    ) -> Result<Result<LeafCopy, Locked>, IndexError> {
+        Ok(match self.read_leaf(ctx, slot, key).await? {
+            LeafIs::Live(l) => Ok(l),
+            LeafIs::Replaced { mark, unmarked } => {
+                let at = p.v.slot_addr(idx);
+                self.undo_expired_mark(ctx, at, slot, mark, unmarked)
+                    .await?;
+                Err(Locked::Retry)
+            }
+            LeafIs::Dead | LeafIs::Other { .. } => Err(Locked::Absent),
+        })
+    }
+
     /// Out-of-place mode: marks the leaf replaced (CAS of its meta word),
     /// then swings the slot to a new leaf; readers that meet the replaced
     /// leaf retry until the slot moved.
@@ -1880,9 +1918,39 @@ impl ArtClient {
     /// rolling forward would need the new leaf's address, for which the
     /// mark word has no room next to its deadline (and a second word
     /// written beside it could not be told from a losing updater's). The
-    /// dead client's update never returned, so either outcome is allowed;
-    /// its new leaf stays allocated but unlinked, until the tree is
-    /// destroyed (as replaced leaves do).
+    /// dead client's update never returned, so either outcome is allowed.
+    ///
+    /// **The dead updater's new leaf is reclaimed** through the old leaf's
+    /// *intent* word (`layout::intent_offset`: the rear word, which
+    /// out-of-place leaves do not lock). In the batch of its mark CAS —
+    /// so no round trip more, and a client that dies waiting for the
+    /// mark's outcome has named its leaf all the same — the updater CASes
+    /// the intent word from 0 to its new leaf. The mark alone is the lock;
+    /// the intent is a hint with one ownership rule: **a block named in an
+    /// intent word belongs to whoever CASes the word from it to 0.** So:
+    /// - a client that undoes an expired mark reads the intent in the
+    ///   batch of its undo CAS (one leaf, one queue pair: the read lands
+    ///   first, while the mark still stands) and, if its undo won, claims
+    ///   the block named there (a dead updater's, or a losing updater's
+    ///   not yet taken back) and quarantines it in its own allocator for
+    ///   a lease before reuse — the block lies in the tree's chunk group,
+    ///   which every client allocates from, so it does not matter that the
+    ///   dead client's chunk also holds the leaves and nodes it linked;
+    /// - an updater whose mark lost, or that gives up past its deadline,
+    ///   takes its block back the same way when its intent CAS had won
+    ///   (and frees it only if that CAS wins too: else another client has
+    ///   it), and simply frees it when its intent CAS had lost (nobody
+    ///   else ever saw its address);
+    /// - an update that swung the slot leaves its intent in the old leaf,
+    ///   which is never undone again (no slot names it), so never claimed.
+    ///
+    /// What stays unreclaimed until the tree is destroyed: the new leaf of
+    /// an updater that won the mark but lost the intent CAS (two
+    /// updaters' batches crossed, or a claimer died between its undo and
+    /// its claim) and then died; the new leaf of one that died before its
+    /// batch was posted; the free blocks and unused chunk tail of a dead
+    /// client's allocator. [`TreeCounters::unlinked_leaf_bytes`] and
+    /// [`TreeCounters::leaf_bytes_reclaimed`] count both sides.
     #[allow(clippy::too_many_arguments)]
     async fn rcu_update(
         &self,
@@ -1894,15 +1962,9 @@ impl ArtClient {
         own: &[u8],
         wcb: Option<&rdwc::Shared>,
     ) -> Result<Locked, IndexError> {
-        let l = match self.read_leaf(ctx, slot, key).await? {
-            LeafIs::Live(l) => l,
-            LeafIs::Replaced { mark, unmarked } => {
-                let at = p.v.slot_addr(idx);
-                self.undo_expired_mark(ctx, at, slot, mark, unmarked)
-                    .await?;
-                return Ok(Locked::Retry);
-            }
-            LeafIs::Dead | LeafIs::Other { .. } => return Ok(Locked::Absent),
+        let l = match self.rcu_live_leaf(ctx, p, idx, slot, key).await? {
+            Ok(l) => l,
+            Err(instead) => return Ok(instead),
         };
         assert!(
             l.valid() && l.meta & META_REPLACED == 0,
@@ -1911,18 +1973,27 @@ impl ArtClient {
         let parent = p.v.addr;
         let value = rdwc::close_take(wcb, own);
         let (leaf, units, len) = self.new_leaf(ctx, parent, key, &value)?;
+        self.count(|c| c.unlinked_leaf_bytes += units * 64);
         let old_addr = slot.ptr();
         let old_meta = self.t.remote(old_addr.add(LEAF_META))?;
+        let intent_at = self
+            .t
+            .remote(old_addr.add(intent_offset(l.meta, self.t.cfg.kcap())))?;
+        let intent =
+            intent_word(leaf, units).ok_or(corrupt(leaf, "leaf address beyond 48 bits"))?;
         let lease = self.t.cfg.lease;
         let deadline = lease.short_deadline(ctx);
         let mark = replaced_mark(l.meta, deadline);
+        // One batch: the new leaf, the intent naming it, the mark.
         ctx.write(self.t.remote(leaf)?, self.sc().new.prefix(len));
+        let ti = ctx.cas(intent_at, 0, intent);
         let t = ctx.cas(old_meta, l.meta, mark);
         ctx.sync().await?;
+        let named = ctx.value(ti) == 0;
         let got = ctx.value(t) == l.meta;
         ctx.cas_outcome(got).await;
         if !got {
-            self.free_unpublished(leaf, len);
+            self.take_back(ctx, intent_at, intent, named).await?;
             return Ok(Locked::Retry);
         }
         // The new leaf is written (its WRITE completed with the CAS's
@@ -1939,7 +2010,7 @@ impl ArtClient {
                 // now, with another deadline: the CAS leaves that alone),
                 // and start over. The new leaf was never linked.
                 ctx.cas_sync(old_meta, mark, l.meta).await?;
-                self.free_unpublished(leaf, len);
+                self.take_back(ctx, intent_at, intent, named).await?;
                 return Ok(Locked::Retry);
             }
             let new = Slot::leaf(cur.pkey(), units, leaf)
@@ -1950,6 +2021,7 @@ impl ArtClient {
             );
             let old = ctx.cas_sync(self.t.remote(at)?, cur.0, new.0).await?;
             if old == cur.0 {
+                self.count(|c| c.unlinked_leaf_bytes -= units * 64);
                 if owner != parent {
                     let word = self.sc().word;
                     ctx.set_local_u64(word, owner.raw());
@@ -1980,6 +2052,34 @@ impl ArtClient {
         }
     }
 
+    /// Out-of-place mode: an update that will not link its new leaf
+    /// (intent word `intent`) takes it back (see [`Self::rcu_update`]):
+    /// if its intent CAS had won (`named`), by CAS of the intent word at
+    /// `intent_at` to 0 — a lost CAS means a client that undid the mark
+    /// took the block; a won one quarantines it for a lease — else at
+    /// once (nobody else saw it).
+    async fn take_back(
+        &self,
+        ctx: &Ctx,
+        intent_at: RemoteRef,
+        intent: u64,
+        named: bool,
+    ) -> Result<(), IndexError> {
+        let (leaf, units) = intent_leaf(intent).expect("an update's own intent word");
+        if !named {
+            self.free_unpublished(leaf, units as usize * 64);
+        } else if ctx.cas_sync(intent_at, intent, 0).await? == intent {
+            // Quarantined like a claimed block: an undoer's claim of it
+            // may still be in flight.
+            let now = ctx.now();
+            self.st.borrow_mut().alloc.retire(leaf, units, now);
+        } else {
+            return Ok(());
+        }
+        self.count(|c| c.unlinked_leaf_bytes -= units * 64);
+        Ok(())
+    }
+
     /// Out-of-place mode: undoes the mark on the leaf of `slot` (read at
     /// slot address `at`) if its lease ran out — the client that marked
     /// it died, or stalled past its lease, before swinging the slot; the
@@ -1989,6 +2089,9 @@ impl ArtClient {
     /// marked for good, as stale cached paths may still lead to it).
     /// The slot is read after the deadline passed, when the holder may no
     /// longer swing it, so a slot that still names the leaf is final.
+    /// The leaf's intent word is read in the undo CAS's batch; if this
+    /// client's undo wins, it claims the dead updater's new leaf named
+    /// there ([`Self::claim_intent`]; see [`Self::rcu_update`]).
     async fn undo_expired_mark(
         &self,
         ctx: &Ctx,
@@ -2008,13 +2111,49 @@ impl ArtClient {
         }
         debug_assert!(unmarked & META_REPLACED == 0 && unmarked & META_VALID != 0);
         let meta = self.t.remote(slot.ptr().add(LEAF_META))?;
-        if ctx.cas_sync(meta, mark, unmarked).await? == mark {
+        let intent_at = self
+            .t
+            .remote(slot.ptr().add(intent_offset(mark, self.t.cfg.kcap())))?;
+        ctx.read(intent_at, word);
+        let t = ctx.cas(meta, mark, unmarked);
+        ctx.sync().await?;
+        if ctx.value(t) == mark {
             self.count(|c| {
                 c.leases_broken += 1;
                 c.marks_undone += 1;
             });
+            let found = ctx.local_u64(word);
+            self.claim_intent(ctx, intent_at, found).await?;
         }
         Ok(true)
+    }
+
+    /// Out-of-place mode, after this client won the undo of a mark: takes
+    /// the never-linked new leaf the intent word at `intent_at` named
+    /// (`found`, read before the undo; 0: none) by CAS of the word to 0,
+    /// and puts it in this client's allocator. A lost CAS means another
+    /// client took it (its writer, or another undoer).
+    async fn claim_intent(
+        &self,
+        ctx: &Ctx,
+        intent_at: RemoteRef,
+        found: u64,
+    ) -> Result<(), IndexError> {
+        if found == 0 {
+            return Ok(());
+        }
+        let (leaf, units) =
+            intent_leaf(found).ok_or(corrupt(intent_at.addr, "leaf intent word"))?;
+        if ctx.cas_sync(intent_at, found, 0).await? == found {
+            // Quarantined for a lease: a CAS of the word from this block
+            // that was in flight (its writer taking it back) cannot then
+            // meet the block named again after reuse.
+            let now = ctx.now();
+            let mut st = self.st.borrow_mut();
+            st.alloc.retire(leaf, units, now);
+            st.counters.leaf_bytes_reclaimed += units * 64;
+        }
+        Ok(())
     }
 
     /// Out-of-place mode: clears the leaf's valid bit by CAS.
@@ -2026,15 +2165,9 @@ impl ArtClient {
         slot: Slot,
         key: &[u8],
     ) -> Result<Locked, IndexError> {
-        let l = match self.read_leaf(ctx, slot, key).await? {
-            LeafIs::Live(l) => l,
-            LeafIs::Replaced { mark, unmarked } => {
-                let at = p.v.slot_addr(idx);
-                self.undo_expired_mark(ctx, at, slot, mark, unmarked)
-                    .await?;
-                return Ok(Locked::Retry);
-            }
-            LeafIs::Dead | LeafIs::Other { .. } => return Ok(Locked::Absent),
+        let l = match self.rcu_live_leaf(ctx, p, idx, slot, key).await? {
+            Ok(l) => l,
+            Err(instead) => return Ok(instead),
         };
         assert!(l.valid(), "only a live leaf is deleted");
         let addr = slot.ptr();
@@ -2401,7 +2534,13 @@ impl RemoteMap for ArtTree {
             }),
             st: Rc::new(RefCell::new(ClientState {
                 buf: Vec::new(),
-                alloc: BlockAlloc::new(self.cfg.chunk_bytes, Nanos::MAX / 4, self.home.group()),
+                // Only unlinked leaves reclaimed from an intent word are
+                // retired (see `rcu_update`): a lease and its skew.
+                alloc: BlockAlloc::new(
+                    self.cfg.chunk_bytes,
+                    self.cfg.lease.lease + 2 * self.cfg.lease.skew,
+                    self.home.group(),
+                ),
                 owner: dmkit_index::lease::owner_of(id),
                 counters: TreeCounters::default(),
             })),

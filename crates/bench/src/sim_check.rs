@@ -737,11 +737,21 @@ fn art(seed: u64, crash: Option<Crash>) -> Result<Passed, String> {
         &sc,
         crash,
     );
-    let undone: u64 = clients
-        .borrow()
-        .iter()
-        .map(|c| c.counters().marks_undone)
-        .sum();
+    let sum = |f: fn(&dmkit_art::TreeCounters) -> u64| -> u64 {
+        clients.borrow().iter().map(|c| f(&c.counters())).sum()
+    };
+    let undone = sum(|c| c.marks_undone);
+    // Dead updaters' never-linked new leaves (out of place): what they
+    // left, and what the survivors took back through the intent words.
+    let (unlinked, reclaimed) = (
+        sum(|c| c.unlinked_leaf_bytes),
+        sum(|c| c.leaf_bytes_reclaimed),
+    );
+    if reclaimed > unlinked {
+        return Err(format!(
+            "{reclaimed} B of unlinked leaves reclaimed, but only {unlinked} B were left unlinked (a block taken twice)"
+        ));
+    }
     let rep = if crash.is_some() {
         dmkit_art::check_tree_after_crash(&tree)
     } else {
@@ -759,7 +769,10 @@ fn art(seed: u64, crash: Option<Crash>) -> Result<Passed, String> {
             "{}{}{} threads × {} tasks × {} ops, {} hot keys, {} % fills, in-place {}, rear lock {}, cache {}, rd {}, wc {}, leaf hocl {} (hand-over {}, {} entries), lock-free {}, {} leaves in {} nodes",
             run.crash_note(),
             if crash.is_some() {
-                format!("{undone} expired replaced marks undone; ")
+                format!(
+                    "{undone} expired replaced marks undone, {reclaimed} B of unlinked leaves reclaimed, {} B leaked; ",
+                    unlinked - reclaimed
+                )
             } else {
                 String::new()
             },

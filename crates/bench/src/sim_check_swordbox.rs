@@ -120,6 +120,10 @@ pub fn clover(seed: u64) -> Result<Passed, String> {
         alloc_batch: 8,
         chase_limit: r.below(4) as u32,
         shortcut: r.below(4) != 0,
+        // From the seed (the generator's draws stay as they were): half
+        // the seeds of each steering mode read the shortcut with a walk's
+        // first READ.
+        shortcut_first: (seed / 3).is_multiple_of(2),
         gc: false,
         mds: MdsConfig {
             period: 100_000 + r.below(400_000),
@@ -142,14 +146,15 @@ pub fn clover(seed: u64) -> Result<Passed, String> {
     // A quarter of the seeds run without reclamation.
     let gc = r.below(4) != 0;
     let note = format!(
-        "switch {}, gc {gc}, cache {}, chase limit {}, shortcut {}",
+        "switch {}, gc {gc}, cache {}, chase limit {}, shortcut {} (first {})",
         match &with_switch {
             None => "none".to_string(),
             Some(s) => format!("{} ({:?})", s.policy.steer, switch_fault(seed)),
         },
         cfg.cache_entries,
         cfg.chase_limit,
-        cfg.shortcut
+        cfg.shortcut,
+        cfg.shortcut_first
     );
     clover_run(seed, &mut r, cfg, with_switch, gc).map_err(|e| {
         format!(

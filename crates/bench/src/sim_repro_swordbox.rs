@@ -10,7 +10,9 @@
 //! the keys unless stated, client threads spread over up to 7 client
 //! machines (56 threads each), one operation in flight per thread, no
 //! backoff (Clover retries at once), Clover's hint cache, chasing
-//! threshold 4 and shortcut on. The metadata server is off: its 100 ms
+//! threshold 4 and the shortcut on, read beside every walk's first READ as
+//! public Clover's pointer chasing does (so a READ the switch does not
+//! steer costs one more version, not a walk). The metadata server is off: its 100 ms
 //! grace period outlasts every run, so it would reclaim nothing. Before
 //! the warm-up every client looks each key up once, unmeasured
 //! (`--warm-hints`): the paper's runs last seconds, so its clients hold a
@@ -18,11 +20,19 @@
 //! client's first touch of a key (a directory lookup, two READs) would be
 //! a large share of the bytes of Fig. 12. 5 ms of warm-up, 10 ms measured
 //! (quick: 1 and 1). Read steering's address → key table has four slots
-//! per key (the paper: "somewhat larger than the key space"); it bounds how
-//! stale a READ the switch can still steer, and with 392 clients it is
-//! what keeps read steering above the optimum in Fig. 12 (a table of 256
-//! slots per key brings YCSB B to the optimum: `--steer-table` reruns it;
-//! it is not tuned here).
+//! per key (the paper: "somewhat larger than the key space"), filled as
+//! the paper says (each append's address, hashed; a collision replaces the
+//! old entry) and also with each append CAS's target. It bounds how stale
+//! a READ the switch can still steer: an entry lives about `slots / (2 ×
+//! appends per second)`, while a client's hint of a key of popularity `p`
+//! is about `1 / (p × the client's operations per second)` old, so the
+//! table steers a key's stale READs only if `slots ≳ 2 × clients ×
+//! write share / p` — a property of the client count and the key's rank,
+//! not of the key space. With 392 clients the READs of the colder keys
+//! miss, pass unsteered and cost one more version (READ with the shortcut,
+//! then the shortcut's version): that residue is what keeps read steering
+//! above the optimum in Fig. 12 (a table of 256 slots per key brings YCSB B
+//! to the optimum: `--steer-table` reruns it; it is not tuned here).
 //!
 //! - `swordbox-fig5` — §3.2, Fig. 5: the share of operations that
 //!   succeed at once (no retry: the hint was the tail, the first CAS won)

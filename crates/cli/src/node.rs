@@ -47,9 +47,11 @@ pub(crate) struct GcArgs {
     /// Collect this root and its chunk group (e.g. `art/t`) even while
     /// sessions hold it: its memory is freed and the name removed; each
     /// holder's later requests on it fail with a "collected by an admin"
-    /// error, and its reads of the freed memory see zeros, which its
-    /// structure reports as a typed error. For an index whose clients are
-    /// stuck or gone; a live one loses its data.
+    /// error. Its addresses are fenced until the holders' sessions end:
+    /// unmapped (a holder's one-sided verbs fail with "page not mapped" on
+    /// shm; through the verbs server they reach only the discarded memory)
+    /// and given to nobody else. For an index whose clients are stuck or
+    /// gone; a live one loses its data.
     #[arg(long)]
     root: Option<String>,
 }

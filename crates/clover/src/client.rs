@@ -65,7 +65,8 @@ pub struct CloverCounters {
     pub appends: u64,
     /// Extra READs along a chain (a stale hint or a lost race).
     pub hops: u64,
-    /// Jumps to a key's shortcut after `chase_limit` hops.
+    /// Jumps to a key's shortcut (read with a walk's first READ, or after
+    /// `chase_limit` hops).
     pub shortcut_jumps: u64,
     /// Directory lookups (no fresh hint, or a walk that had to start over).
     pub lookups: u64,
@@ -366,6 +367,10 @@ impl CloverClient {
         mut read: Option<Version>,
     ) -> Result<Walk, IndexError> {
         let mut hops = 0u32;
+        // The shortcut read beside the walk's first READ (if it is the
+        // walk's to make).
+        let mut with_shortcut = read.is_none() && self.cfg().shortcut && self.cfg().shortcut_first;
+        let mut jump = None;
         loop {
             if !self.fresh(ctx, s.learned) {
                 return Ok(Walk::Restart);
@@ -375,11 +380,19 @@ impl CloverClient {
                 None => {
                     let t = ctx.now();
                     ctx.read(self.kv.remote(s.at)?, self.sc().ver);
+                    if with_shortcut {
+                        ctx.read(self.kv.entry(s.key_id)?.add(DIR_SHORTCUT), self.sc().word);
+                    }
                     ctx.sync().await?;
                     // Checked again once read: a task descheduled between
                     // the check and its READ may have read a reused block.
                     if !self.fresh(ctx, s.learned) {
                         return Ok(Walk::Restart);
+                    }
+                    if std::mem::take(&mut with_shortcut) {
+                        let w = ctx.local_u64(self.sc().word);
+                        jump = decode_shortcut(w, self.kv.home.home(), ctx.now())
+                            .filter(|&(at, l)| at != s.at && self.fresh(ctx, l));
                     }
                     (t, self.decode(ctx))
                 }
@@ -407,6 +420,18 @@ impl CloverClient {
                     self.count(|c| c.hops += 1);
                     retry.again(ctx)?;
                     s.at = to;
+                    if let Some((at, learned)) = jump.take() {
+                        // Not the tail: on from the shortcut read with it.
+                        if at != to {
+                            self.count(|c| c.shortcut_jumps += 1);
+                            s = Start {
+                                key_id: s.key_id,
+                                at,
+                                learned,
+                            };
+                        }
+                        continue;
+                    }
                     let limit = self.cfg().chase_limit;
                     if limit > 0 && hops.is_multiple_of(limit) {
                         if let Some((at, learned)) = self.shortcut(ctx, s.key_id).await? {

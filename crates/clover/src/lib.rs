@@ -34,11 +34,13 @@
 //! ```
 //!
 //! ## Operations (round trips on the common path)
-//! - **search**: READ the version the client's hint names (1 round trip
-//!   when it is still the tail); while its next word is a link, READ the
-//!   successor (one per hop); after `chase_limit` hops READ the key's
-//!   shortcut in the directory and continue from there (Clover's chasing
-//!   threshold and "shortcut"). Without a fresh hint: READ the key's probe
+//! - **search**: READ the version the client's hint names ∥ READ the
+//!   key's shortcut in the directory (1 round trip when the version is
+//!   still the tail); if it is not, go on from the shortcut's version
+//!   (public Clover's pointer chasing reads the shortcut beside its first
+//!   READ; `shortcut_first`), then while a next word is a link, READ the
+//!   successor (one per hop); after `chase_limit` hops READ the shortcut
+//!   again and continue from there (Clover's chasing threshold). Without a fresh hint: READ the key's probe
 //!   window of the directory, then the version its entry names (2).
 //! - **update / delete / insert on a key with a chain**: WRITE the new
 //!   version ∥ CAS the believed tail's next word from *empty(key, state the

@@ -78,6 +78,18 @@ pub struct CloverConfig {
         arg(long = "shortcut", value_name = "on|off", default_value = "on", value_parser = dmkit_index::cli::parse_switch, action = clap::ArgAction::Set)
     )]
     pub shortcut: bool,
+    /// Clover: the first READ of a chain walk (a reader's at its hint, a
+    /// writer's after a lost CAS) goes with a READ of the key's shortcut,
+    /// in the same round trip; if the version read is not the tail, the
+    /// walk jumps to the shortcut's version (public Clover's pointer
+    /// chasing: `mitsume_tool_pointer_chasing` reads the shortcut beside
+    /// the entry on its first iteration). Off: the shortcut is read only
+    /// after `chase_limit` hops. Needs `shortcut`.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "shortcut-first", value_name = "on|off", default_value = "on", value_parser = dmkit_index::cli::parse_switch, action = clap::ArgAction::Set)
+    )]
+    pub shortcut_first: bool,
     /// Clover: run the metadata server's garbage collection in a thread of
     /// the process that creates or opens the store (the embedded setup).
     /// Off on the simulator, which runs it as a virtual thread instead
@@ -111,6 +123,7 @@ impl Default for CloverConfig {
             alloc_batch: 64,
             chase_limit: 4,
             shortcut: true,
+            shortcut_first: true,
             gc: true,
             mds: MdsConfig::default(),
             seed: 0xC10E_5EED,

@@ -149,10 +149,24 @@ struct Inner {
     /// Groups an admin collected while these sessions held them
     /// ([`AdminOp::GcRoot`]): their requests on the name are refused.
     revoked: HashSet<(SessionId, String)>,
+    /// Address ranges of groups an admin collected while sessions held
+    /// them: unmapped, their memory discarded, and kept out of the
+    /// allocator until the last of those sessions ends (see
+    /// [`MemNode::gc_root`]).
+    fenced: Vec<Fence>,
     sessions: HashSet<SessionId>,
     next_session: SessionId,
     spare_free: Vec<u64>,
     regions: [Option<RegionInfo>; MAX_REGIONS],
+}
+
+/// A collected group's address range that revoked holders may still
+/// address with one-sided verbs: fenced until `holders` have all ended.
+#[derive(Debug)]
+struct Fence {
+    offset: u64,
+    len: u64,
+    holders: HashSet<SessionId>,
 }
 
 #[derive(Debug, Default)]
@@ -310,6 +324,7 @@ impl MemNode {
                 roots: BTreeMap::new(),
                 groups: BTreeMap::new(),
                 revoked: HashSet::new(),
+                fenced: Vec::new(),
                 sessions: HashSet::new(),
                 next_session: 1,
                 spare_free: (remote_pages..phys_pages).rev().collect(),
@@ -819,6 +834,7 @@ impl MemNode {
             return 0;
         }
         inner.revoked.retain(|(s, _)| *s != session);
+        self.unfence(&mut inner, session);
         let owned: Vec<u64> = inner
             .chunks
             .iter()
@@ -941,6 +957,23 @@ impl MemNode {
     /// (and any root attached to the group), and remembers the holders, whose
     /// later requests on the name get [`RpcError::Revoked`]. Returns
     /// (chunks, bytes) freed.
+    ///
+    /// **Fencing.** A holder still running may go on with one-sided verbs
+    /// on the group's addresses, which no control request sees. So a held
+    /// group's memory is discarded at once (the bytes count as freed) but
+    /// its address range is *fenced*: its pages are unmapped in the
+    /// translation table and the range stays out of the allocator until
+    /// every revoked holder's session has ended. On shm a fenced address
+    /// fails the holder's verb with "page not mapped" (a typed error, as
+    /// an RNIC's translation fault); through the verbs server's view (the
+    /// retranslate hook) an unmapped page shows its own discarded memory
+    /// page, so a holder's WRITEs land there and its READs see zeros or
+    /// its own stray writes — not a typed error (an RNIC would need a
+    /// memory window or registration per group to refuse them, which the
+    /// node does not make), but never another client's memory, as the
+    /// range is handed out again only once its holders are gone (zeroed
+    /// again first). A holder that closes its session and keeps using the
+    /// addresses is beyond any fence a session can give.
     pub fn gc_root(&self, name: &str) -> Result<(u64, u64), RpcError> {
         check_root_name(name)?;
         let mut inner = self.lock();
@@ -952,15 +985,86 @@ impl MemNode {
             .get_mut(name)
             .map(|g| std::mem::take(&mut g.holders).into_keys().collect())
             .unwrap_or_default();
-        for s in holders {
-            inner.revoked.insert((s, name.to_owned()));
+        for s in &holders {
+            inner.revoked.insert((*s, name.to_owned()));
         }
-        let (n, bytes) = self.free_group(&mut inner, name);
+        let (n, bytes) = if holders.is_empty() {
+            self.free_group(&mut inner, name)
+        } else {
+            self.fence_group(&mut inner, name, holders.into_iter().collect())
+        };
         inner.roots.remove(name);
         self.counters
             .chunks_reclaimed
             .fetch_add(n, Ordering::Relaxed);
         Ok((n, bytes))
+    }
+
+    /// Like [`Self::free_group`], for a group `holders` still hold: each
+    /// chunk's memory is discarded and its pages unmapped, and its range
+    /// fenced until the holders' sessions end ([`Self::unfence`]).
+    fn fence_group(
+        &self,
+        inner: &mut Inner,
+        name: &str,
+        holders: HashSet<SessionId>,
+    ) -> (u64, u64) {
+        let Some(g) = inner.groups.remove(name) else {
+            return (0, 0);
+        };
+        let shift = self.layout.page_shift;
+        let (mut n, mut bytes) = (0, 0);
+        for off in g.chunks {
+            let rec = inner
+                .chunks
+                .remove(&off)
+                .expect("a group's chunk is allocated");
+            debug_assert_eq!(rec.owner, Owner::Group(name.into()));
+            debug_assert!(
+                off.is_multiple_of(self.layout.page_size())
+                    && rec.len.is_multiple_of(self.layout.page_size())
+            );
+            self.release_pages(off, rec.len);
+            self.unmap_pages(off >> shift, rec.len >> shift)
+                .expect("an allocated chunk lies in the page table");
+            inner.fenced.push(Fence {
+                offset: off,
+                len: rec.len,
+                holders: holders.clone(),
+            });
+            n += 1;
+            bytes += rec.len;
+        }
+        inner.roots.retain(|_, r| r.group.as_deref() != Some(name));
+        (n, bytes)
+    }
+
+    /// Session `session` ended: ranges fenced for it alone get their
+    /// identity translation back, are zeroed (a revoked holder may have
+    /// written there) and return to the allocator.
+    fn unfence(&self, inner: &mut Inner, session: SessionId) {
+        let shift = self.layout.page_shift;
+        let mut i = 0;
+        while i < inner.fenced.len() {
+            let f = &mut inner.fenced[i];
+            f.holders.remove(&session);
+            if !f.holders.is_empty() {
+                i += 1;
+                continue;
+            }
+            let f = inner.fenced.swap_remove(i);
+            let (first, count) = (f.offset >> shift, f.len >> shift);
+            self.remap_pages(first, first, count)
+                .expect("a fenced range lies in the page table");
+            self.release_pages(f.offset, f.len);
+            inner.alloc.free(f.offset, f.len);
+        }
+    }
+
+    /// Bytes of address space fenced after [`Self::gc_root`] (held by
+    /// revoked sessions still open).
+    pub fn fenced_bytes(&self) -> u64 {
+        self.lock().fenced.iter().map(|f| f.len).sum()
     }
 
     /// [`RpcError::Revoked`] if an admin collected group `name` while
@@ -1781,6 +1885,73 @@ mod tests {
         assert_eq!(word(after).load(Ordering::SeqCst), 0xfeed);
         assert_eq!(n.stats().pages_remapped, 1);
         assert_eq!(n.migrate_page(1 << 30), Err(RpcError::BadPage(1 << 30)));
+    }
+
+    /// `node gc --root` on a group a live session holds: its memory is
+    /// discarded and its pages unmapped at once (a holder's verbs fault),
+    /// but its addresses go to nobody else until the holder's session
+    /// ends; then they are mapped, zero and allocatable again.
+    #[test]
+    fn a_collected_groups_addresses_stay_fenced_until_its_holders_end() {
+        let n = small();
+        let (s, other) = (n.open_session(), n.open_session());
+        let Response::GroupChunk { offset, len, .. } = n.handle(
+            s,
+            Request::AllocGroupChunk {
+                len: 64 << 10,
+                group: "art/t".into(),
+            },
+        ) else {
+            panic!("a group chunk")
+        };
+        let (first, pages) = (offset / 4096, len / 4096);
+        // The holder writes through its mapping (what a verb does).
+        // SAFETY (test): the page is mapped (identity) inside the data
+        // mapping; atomic access.
+        let word = |phys: u64| unsafe {
+            &*(n.data_mapping().as_ptr().add(phys as usize * 4096 + 8) as *const AtomicU64)
+        };
+        word(first).store(0xdead, Ordering::SeqCst);
+        assert_eq!(n.gc_root("art/t"), Ok((1, len)));
+        assert!((first..first + pages).all(|p| n.translate(p).is_none()));
+        assert_eq!(n.fenced_bytes(), len);
+        // Nobody else gets the fenced addresses while the holder lives.
+        let mut got = Vec::new();
+        while let Response::Chunk {
+            offset: o, len: l, ..
+        } = n.handle(
+            other,
+            Request::AllocChunk {
+                len: 64 << 10,
+                persistent: false,
+            },
+        ) {
+            assert!(
+                o + l <= offset || o >= offset + len,
+                "fenced range handed out"
+            );
+            got.push(o);
+        }
+        assert!(!got.is_empty());
+        n.close_session(other);
+        // A stray write of the holder after the collection.
+        word(first).store(0xbeef, Ordering::SeqCst);
+        n.close_session(s);
+        assert_eq!(n.fenced_bytes(), 0);
+        assert!((first..first + pages).all(|p| n.translate(p) == Some(p)));
+        assert_eq!(word(first).load(Ordering::SeqCst), 0, "zeroed before reuse");
+        let t = n.open_session();
+        let mut reused = false;
+        while let Response::Chunk { offset: o, .. } = n.handle(
+            t,
+            Request::AllocChunk {
+                len: 64 << 10,
+                persistent: false,
+            },
+        ) {
+            reused |= o == offset;
+        }
+        assert!(reused, "the range is allocatable again");
     }
 
     #[test]

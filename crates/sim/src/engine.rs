@@ -1741,7 +1741,7 @@ impl Core {
                         (tx.down_resp_free, rx.up_resp_free) = links;
                     }
                     // `enqueue` numbers the effect `*next_seq + 1`.
-                    let cq = s.complete(ps, *next_seq + 1, exec, spread, cq);
+                    let cq = s.complete(ps, *next_seq + 1, exec, spread, cq, late);
                     qp.last_cq = cq;
                     cq
                 }

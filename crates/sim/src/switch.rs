@@ -199,10 +199,14 @@ pub(crate) struct SwitchStage {
     psn: Vec<u64>,
     /// DPDK cores: busy until (by outgoing connection).
     cores: HashMap<u32, f64>,
-    /// Multiplexed connections: their last execution.
-    mux_exec: HashMap<u32, f64>,
-    /// Per 64-byte line: its last execution (line order).
-    line_exec: IntMap<u64, f64>,
+    /// Multiplexed connections: their last execution, and whether it was
+    /// late.
+    mux_exec: HashMap<u32, (f64, bool)>,
+    /// Per 64-byte line: its last WRITE's execution (line order), and
+    /// whether it was late.
+    line_exec: IntMap<u64, (f64, bool)>,
+    /// Per client queue pair: whether its last request executed late.
+    qp_late: Vec<bool>,
     /// Requests the policy tracks, by their effect's sequence number.
     tracked: IntMap<u64, Track>,
     /// Completions of requests by token (ordered completion), kept until
@@ -266,6 +270,7 @@ impl SwitchStage {
             cores: HashMap::new(),
             mux_exec: HashMap::new(),
             line_exec: IntMap::default(),
+            qp_late: Vec::new(),
             tracked: IntMap::default(),
             cq: HashMap::new(),
             cq_expiry: std::collections::BinaryHeap::new(),
@@ -427,7 +432,11 @@ impl SwitchStage {
     /// those of requests that executed before it — the engine's links are
     /// FIFOs in the order it meets requests, and a late response would
     /// block the node's uplink for everything met after it, which a
-    /// reordering NIC does not do.
+    /// reordering NIC does not do. A request that waits for a late one (the
+    /// next of its queue pair, of its shared connection, or on a line a
+    /// late WRITE holds) executes late too: its response is as far from
+    /// the links' order (the second READ of a doorbell batch whose first
+    /// was delayed, the CAS after its version's delayed WRITE).
     ///
     /// `qp_last` is the client queue pair's last execution: a request that
     /// keeps its client's order follows it before it takes its place on a
@@ -459,18 +468,33 @@ impl SwitchStage {
                 "a retransmission is forwarded as its original"
             );
         }
-        if p.qp_order {
-            exec = exec.max(qp_last + 1.0);
+        let qi = p.token.conn as usize;
+        if self.qp_late.len() <= qi {
+            self.qp_late.resize(qi + 1, false);
+        }
+        if p.qp_order && qp_last + 1.0 > exec {
+            exec = qp_last + 1.0;
+            late |= self.qp_late[qi];
         }
         if p.fwd.conn != p.token.conn {
-            let last = self.mux_exec.entry(p.fwd.conn).or_insert(0.0);
-            exec = exec.max(*last + 1.0);
+            let (last, was_late) = self.mux_exec.entry(p.fwd.conn).or_insert((0.0, false));
+            if *last + 1.0 > exec {
+                exec = *last + 1.0;
+                late |= *was_late;
+            }
             *last = exec;
+            *was_late = late;
         }
         for line in lines(&p.wr) {
-            if let Some(l) = self.line_exec.get(&line) {
-                exec = exec.max(*l + 1.0);
+            if let Some(&(l, was_late)) = self.line_exec.get(&line) {
+                if l + 1.0 > exec {
+                    exec = l + 1.0;
+                    late |= was_late;
+                }
             }
+        }
+        if p.qp_order {
+            self.qp_late[qi] = late;
         }
         (exec, late)
     }
@@ -485,13 +509,16 @@ impl SwitchStage {
         exec: f64,
         spread: f64,
         cq: f64,
+        late: bool,
     ) -> f64 {
         // A WRITE's lines: nothing later may execute there before its last
         // piece has landed.
         if p.wr.kind() == VerbKind::Write {
             for line in lines(&p.wr) {
-                let l = self.line_exec.entry(line).or_insert(0.0);
-                *l = l.max(exec + spread);
+                let l = self.line_exec.entry(line).or_insert((0.0, false));
+                if exec + spread >= l.0 {
+                    *l = (exec + spread, late);
+                }
             }
         }
         let mut cq = cq;

@@ -32,7 +32,12 @@
 //!   predicted tail's state is predicted to succeed and moves the
 //!   prediction to its new version. An address → key table (hashed,
 //!   collisions replace the old entry; a WRITE to an address removes it,
-//!   for a reclaimed block written anew is another key's) recognises READs
+//!   for a reclaimed block written anew is another key's; each append
+//!   puts its new version, as the paper's "address of each write", and
+//!   the address its CAS named — what a client with the same stale hint
+//!   READs: without it, read and write steering's bytes per operation
+//!   rose from 251 to 316 on YCSB B with 392 clients, 2 ms, readers
+//!   chasing four hops before the shortcut) recognises READs
 //!   of a key's versions and steers them to the key's predicted tail
 //!   (`ReadWrite`), their responses held until that version's append is
 //!   released (its link may not have landed when the READ does). Misses pass unmodified. **Partial steering**: only the
