@@ -80,8 +80,10 @@
 //! writers predicts 63 Mops against the study's 17.7. Unbatched gives 2.3
 //! Mops. The batched log is bounded by hardware:
 //!
-//! - up to 7 writers, by each writer's own pipeline: 7.96 M records/s for
-//!   one writer, 52.3 for seven (`dmkit app log --backend sim --method sp
+//! - up to 7 writers, by each writer's reservation round trip. A writer
+//!   waits for its FAA before it builds and posts the batch, so it makes
+//!   one reservation per 4.0 µs. That gives 7.96 M records/s for one
+//!   writer and 52.3 for seven (`dmkit app log --backend sim --method sp
 //!   --batch 32 --records 20000 --depth 8`);
 //! - at 14 writers (68 Mops in that run), by the log node: its 40 Gb
 //!   downlink carries 2 KiB WRITEs at about 87 % of line rate, and its FAA
