@@ -61,7 +61,11 @@
 //!   3.19 Mops for one front end's basic step, and 4.76 with uniform
 //!   keys, where the calibrated profile gives 0.382 and 0.459. Whether the
 //!   unit is per queue pair or per NIC is a question for the simulator,
-//!   not for this figure.
+//!   not for this figure. At six front ends, the same ceiling also takes
+//!   in hot-key contention. `bench ycsb` on six machines gives 1.98 Mops:
+//!   0.49 failed CAS per op, 4.5 round trips and 8.6 verbs, so about four
+//!   charged requests and a cap of 0.37 Mops per front end. Each front
+//!   end actually does 0.33.
 //! - *The table differs from the study's.* The study's update is a single
 //!   WRITE of the entry, or an FAA for a version and then a WRITE (its
 //!   "+atomics"). dmkit's is RACE's out-of-place update: read the bucket
