@@ -53,6 +53,13 @@ pub(crate) struct MemnodeArgs {
     /// control channel); a connection that misses it is closed.
     #[arg(long, default_value_t = dmkit_memnode::server::DEFAULT_LOGIN_DEADLINE.as_millis() as u64)]
     login_timeout_ms: u64,
+    /// Keep the node's memory in this file (made if absent), a
+    /// persistent-memory stand-in: a node restarted on it finds its chunk
+    /// groups and roots (metadata in PATH.meta). A killed node loses
+    /// nothing that completed; only a clean shutdown also survives a power
+    /// cut. No page remapping (so no --corm).
+    #[arg(long, value_name = "PATH")]
+    memory_file: Option<PathBuf>,
     #[command(flatten)]
     corm: CormNodeArgs,
     #[command(flatten)]
@@ -159,14 +166,31 @@ pub(crate) fn memnode(a: MemnodeArgs) -> Res {
             "--corm needs --workers of at least 1: they serve the store",
         ));
     }
-    let node = MemNode::new(NodeConfig {
+    if corm.is_some() && a.memory_file.is_some() {
+        return Err(crate::bad_input(
+            "--memory-file with --corm: the CoRM store remaps pages, a file-backed node keeps the identity translation",
+        ));
+    }
+    let cfg = NodeConfig {
         node_id: a.node_id,
         size: a.size,
         page_size: a.page_size,
         spare_pages: a.spare_pages,
         rpc_workers: a.workers,
-    })
+    };
+    let node = match &a.memory_file {
+        None => MemNode::new(cfg),
+        Some(path) => MemNode::with_memory_file(cfg, path),
+    }
     .map_err(|e| e.to_string())?;
+    if let Some(path) = &a.memory_file {
+        let roots = node.list_roots();
+        log(format_args!(
+            "dmkit memnode: memory file {}: {} roots and chunk groups kept",
+            path.display(),
+            roots.len()
+        ));
+    }
     if let Some(cfg) = corm {
         // Before serving: the verbs server registers the store's region
         // with the NIC when it starts, and hooks its page moves.

@@ -79,6 +79,35 @@ impl ExtentAllocator {
         self.free_bytes += len;
     }
 
+    /// Takes exactly `[off, off+len)` out of the free list (a restarted
+    /// file-backed node re-taking the chunks its metadata lists). `false`,
+    /// changing nothing, if it is not all free or not aligned.
+    pub fn take(&mut self, off: u64, len: u64) -> bool {
+        if len == 0 || !off.is_multiple_of(self.align) || !len.is_multiple_of(self.align) {
+            return false;
+        }
+        let Some((&foff, &flen)) = self.free.range(..=off).next_back() else {
+            return false;
+        };
+        if off.checked_add(len).is_none_or(|e| e > foff + flen) {
+            return false;
+        }
+        self.free.remove(&foff);
+        if off > foff {
+            self.free.insert(foff, off - foff);
+        }
+        if off + len < foff + flen {
+            self.free.insert(off + len, foff + flen - off - len);
+        }
+        self.free_bytes -= len;
+        true
+    }
+
+    /// The free extents, `(offset, length)` in address order.
+    pub fn free_ranges(&self) -> Vec<(u64, u64)> {
+        self.free.iter().map(|(&o, &l)| (o, l)).collect()
+    }
+
     /// Bytes currently free.
     pub fn free_bytes(&self) -> u64 {
         self.free_bytes
@@ -121,6 +150,22 @@ mod tests {
         assert_eq!(a.free_extents(), 1);
         assert_eq!(a.free_bytes(), 4096 * 100);
         assert_eq!(a.largest_free(), 4096 * 100);
+    }
+
+    #[test]
+    fn take_carves_an_exact_extent_or_refuses() {
+        let mut a = ExtentAllocator::new(4096, 4096 * 11, 4096);
+        assert!(a.take(4096 * 3, 4096 * 2));
+        assert!(!a.take(4096 * 4, 4096), "already taken");
+        assert!(!a.take(4096 * 10, 4096 * 2), "past the end");
+        assert!(!a.take(100, 4096), "unaligned");
+        assert_eq!(
+            a.free_ranges(),
+            vec![(4096, 4096 * 2), (4096 * 5, 4096 * 6)]
+        );
+        assert_eq!(a.free_bytes(), 4096 * 8);
+        a.free(4096 * 3, 4096 * 2);
+        assert_eq!(a.free_ranges(), vec![(4096, 4096 * 10)]);
     }
 
     #[test]

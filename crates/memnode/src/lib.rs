@@ -10,6 +10,8 @@
 //!
 //! - [`layout`]: `#[repr(C)]` tables shared with clients through the control memfd.
 //! - [`memory`]: sealed memfds and their mappings.
+//! - [`file`]: a node whose memory is a file (`--memory-file`): what
+//!   survives a restart, and what it promises.
 //! - [`node`]: the node itself.
 //! - [`proto`]: the control RPC messages and their framing.
 //! - [`rpc`]: services on the node's worker threads (the RPC channel).
@@ -22,6 +24,7 @@ pub mod admission;
 pub mod alloc;
 pub mod corm;
 pub mod error;
+pub mod file;
 pub mod layout;
 pub mod memory;
 pub mod node;

@@ -34,7 +34,10 @@
 //!   its name or a name under it), so a structure whose every client died
 //!   leaves nothing behind. Any holder may free a group chunk. A structure
 //!   is *not* kept past its last holder: to keep one, keep a session
-//!   holding it.
+//!   holding it — except on a file-backed node ([`crate::file`]), where
+//!   a session's end drops its references but frees no group: what it
+//!   held stays, unheld, until a client releases it last (a structure's
+//!   `destroy`) or an admin collects it.
 //! - A **persistent chunk** (`AllocChunk { persistent: true }`) outlives
 //!   its session; only that session may free it while it lives, and once
 //!   it has ended only an admin request ([`AdminOp::Gc`] collects every
@@ -45,11 +48,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::alloc::ExtentAllocator;
 use crate::error::{NodeError, RpcError};
+use crate::file::{self, Meta};
 use crate::layout::{self, ControlHeader, PageEntry, RegionEntry, MAX_REGIONS, PAGE_VALID};
 use crate::memory::{create_sealed_memfd, Mapping};
 use crate::proto::{
@@ -222,6 +227,20 @@ impl std::fmt::Debug for HookSlot {
     }
 }
 
+/// The file behind a file-backed node's memory ([`crate::file`]).
+#[derive(Debug)]
+struct Backing {
+    /// The data file.
+    path: PathBuf,
+    /// Its metadata file.
+    meta: PathBuf,
+    /// The metadata last written (an unchanged state is not rewritten).
+    written: Mutex<String>,
+    /// Set by the shutdown: what sessions ending then free stays in the
+    /// file, as if the node had been killed.
+    frozen: AtomicBool,
+}
+
 /// A memory node. Shared as `Arc<MemNode>` between the RPC server threads
 /// and, in embedded mode, the compute threads of the same process.
 #[derive(Debug)]
@@ -249,11 +268,25 @@ pub struct MemNode {
     /// The token admin requests must carry ([`MemNode::set_admin_token`]);
     /// none: admin requests are refused.
     admin_token: Mutex<Option<[u8; TOKEN_LEN]>>,
+    /// The file the memory lives in, if not a memfd.
+    backing: Option<Backing>,
 }
 
 impl MemNode {
-    /// Creates the node's memory and tables.
+    /// Creates the node's memory (a sealed memfd) and tables.
     pub fn new(cfg: NodeConfig) -> Result<Arc<Self>, NodeError> {
+        Self::build(cfg, None)
+    }
+
+    /// A node whose memory is file `path` (made if absent or empty), so
+    /// its chunk groups and roots survive the node's restart: see
+    /// [`crate::file`] for what it promises. An existing file is served
+    /// only with the geometry and node id it was made with.
+    pub fn with_memory_file(cfg: NodeConfig, path: &Path) -> Result<Arc<Self>, NodeError> {
+        Self::build(cfg, Some(path))
+    }
+
+    fn build(cfg: NodeConfig, path: Option<&Path>) -> Result<Arc<Self>, NodeError> {
         let page_shift = match cfg.page_size {
             4096 => 12u8,
             0x20_0000 => 21u8,
@@ -294,8 +327,33 @@ impl MemNode {
             phys_pages,
             control_len: control_len as u64,
         };
-        let name = CString::new(format!("dmkit-node{}-data", cfg.node_id)).expect("no NUL");
-        let data_fd = create_sealed_memfd(&name, layout.data_len() as usize)?;
+        let geometry = [
+            cfg.node_id as u64,
+            page_shift as u64,
+            remote_pages,
+            phys_pages,
+        ];
+        let (data_fd, meta) = match path {
+            None => {
+                let name = CString::new(format!("dmkit-node{}-data", cfg.node_id)).expect("no NUL");
+                (
+                    create_sealed_memfd(&name, layout.data_len() as usize)?,
+                    None,
+                )
+            }
+            Some(p) => {
+                let opened = file::open_data_file(p, layout.data_len())?;
+                if let Some(m) = opened.meta.as_ref().filter(|m| m.geometry != geometry) {
+                    return Err(NodeError::Config(format!(
+                        "--memory-file {}: made for node id, page shift, remote and memory pages \
+                         {:?}; this node has {geometry:?}",
+                        p.display(),
+                        m.geometry
+                    )));
+                }
+                (OwnedFd::from(opened.file), opened.meta)
+            }
+        };
         let name = CString::new(format!("dmkit-node{}-control", cfg.node_id)).expect("no NUL");
         let control_fd = create_sealed_memfd(&name, control_len)?;
         let data = Arc::new(Mapping::map(
@@ -337,10 +395,139 @@ impl MemNode {
             corm: Mutex::new(None),
             retranslate: HookSlot(Mutex::new(None)),
             admin_token: Mutex::new(None),
+            backing: path.map(|p| Backing {
+                path: p.to_owned(),
+                meta: file::meta_path(p),
+                written: Mutex::new(String::new()),
+                frozen: AtomicBool::new(false),
+            }),
         };
         node.init_control();
         node.heap = node.register_region(heap_base, node.heap.len, layout::access::ALL)?;
+        if let Some(m) = meta {
+            node.restore(&m).map_err(|e| {
+                NodeError::Config(format!(
+                    "--memory-file {}: its metadata does not fit the node: {e}",
+                    path.expect("a file-backed node").display()
+                ))
+            })?;
+        }
+        node.persist().map_err(|e| {
+            NodeError::Config(format!("--memory-file: cannot write its metadata: {e}"))
+        })?;
         Ok(Arc::new(node))
+    }
+
+    /// Re-takes what a file-backed node's metadata lists: its chunks (the
+    /// groups' unheld), its roots; then zeroes every page no chunk holds,
+    /// as a chunk starts zeroed.
+    fn restore(&self, m: &Meta) -> Result<(), String> {
+        let mut inner = self.lock();
+        for (off, len, group) in &m.chunks {
+            if !inner.alloc.take(*off, *len) {
+                return Err(format!(
+                    "chunk {off:#x}+{len:#x} overlaps another or leaves the heap"
+                ));
+            }
+            let owner = match group {
+                Some(g) => {
+                    check_root_name(g).map_err(|e| e.to_string())?;
+                    let gr = inner.groups.entry(g.clone()).or_default();
+                    gr.chunks.insert(*off);
+                    gr.bytes += len;
+                    Owner::Group(g.clone())
+                }
+                // Session 0 is never opened: only an admin frees it.
+                None => Owner::Persistent(0),
+            };
+            inner.chunks.insert(*off, ChunkRec { len: *len, owner });
+        }
+        for (name, value, group) in &m.roots {
+            check_root_name(name).map_err(|e| e.to_string())?;
+            if inner.roots.len() >= MAX_ROOTS || *value == 0 {
+                return Err(format!("root {name:?}: too many roots, or value 0"));
+            }
+            let group = group.clone();
+            inner.roots.insert(
+                name.clone(),
+                Root {
+                    value: *value,
+                    group,
+                },
+            );
+        }
+        for (off, len) in inner.alloc.free_ranges() {
+            self.release_pages(off, len);
+        }
+        Ok(())
+    }
+
+    /// The metadata of a file-backed node's present state.
+    fn meta(&self, inner: &Inner) -> Meta {
+        let l = self.layout;
+        Meta {
+            geometry: [
+                l.node_id as u64,
+                l.page_shift as u64,
+                l.remote_pages,
+                l.phys_pages,
+            ],
+            chunks: inner
+                .chunks
+                .iter()
+                .filter_map(|(&off, c)| match &c.owner {
+                    Owner::Group(g) => Some((off, c.len, Some(g.clone()))),
+                    Owner::Persistent(_) => Some((off, c.len, None)),
+                    Owner::Session(_) | Owner::Internal => None,
+                })
+                .collect(),
+            roots: inner
+                .roots
+                .iter()
+                .map(|(n, r)| (n.clone(), r.value, r.group.clone()))
+                .collect(),
+        }
+    }
+
+    /// Writes a file-backed node's metadata if its state changed since the
+    /// last write (under the node's lock, so the last write is the latest
+    /// state). After the shutdown a changed state is refused instead.
+    fn persist(&self) -> Result<(), RpcError> {
+        let Some(b) = &self.backing else {
+            return Ok(());
+        };
+        let inner = self.lock();
+        let text = self.meta(&inner).encode();
+        let mut last = b.written.lock().unwrap_or_else(|p| p.into_inner());
+        if *last == text {
+            return Ok(());
+        }
+        if b.frozen.load(Ordering::Acquire) {
+            return Err(RpcError::ShuttingDown);
+        }
+        file::write_atomically(&b.meta, &text, false)
+            .map_err(|e| RpcError::Io(format!("writing {}: {e}", b.meta.display())))?;
+        *last = text;
+        Ok(())
+    }
+
+    /// The file the node's memory lives in (`None`: a memfd).
+    pub fn memory_file(&self) -> Option<&Path> {
+        self.backing.as_ref().map(|b| b.path.as_path())
+    }
+
+    /// [`RpcError::Unsupported`] on a file-backed node: a remote page is
+    /// only ever its own memory page, or unmapped (the page table is not
+    /// part of the file, so a page moved elsewhere would come back to the
+    /// wrong bytes after a restart). Unmapping and restoring the identity
+    /// (`gc_root`'s fences) stay allowed.
+    fn check_remappable(&self) -> Result<(), RpcError> {
+        match &self.backing {
+            None => Ok(()),
+            Some(_) => Err(RpcError::Unsupported(
+                "remapping pages of a file-backed node (its page table is not in the file)".into(),
+            )),
+        }
     }
 
     fn init_control(&mut self) {
@@ -499,6 +686,7 @@ impl MemNode {
     /// writers: a WRITE that lands on the old page during the copy is lost.
     /// Callers (CoRM compaction) must quiesce or version the page first.
     pub fn migrate_page(&self, remote_page: u64) -> Result<u64, RpcError> {
+        self.check_remappable()?;
         if remote_page >= self.layout.remote_pages {
             return Err(RpcError::BadPage(remote_page));
         }
@@ -716,6 +904,9 @@ impl MemNode {
         data_first: u64,
         count: u64,
     ) -> Result<(), RpcError> {
+        if data_first != remote_first {
+            self.check_remappable()?;
+        }
         let l = self.layout;
         if remote_first
             .checked_add(count)
@@ -857,7 +1048,10 @@ impl MemNode {
         for name in held {
             let g = inner.groups.get_mut(&name).expect("listed above");
             g.holders.remove(&session);
-            if g.holders.is_empty() {
+            // A file-backed node keeps what a dead client held (a
+            // persistent-memory structure outlives its clients): only an
+            // explicit last release or an admin frees it.
+            if g.holders.is_empty() && self.backing.is_none() {
                 let (n, b) = self.free_group(&mut inner, &name);
                 self.counters
                     .chunks_reclaimed
@@ -869,6 +1063,9 @@ impl MemNode {
             .sessions_reaped
             .fetch_add(1, Ordering::Relaxed);
         drop(inner);
+        // A failed write is healed by the next one (each writes the whole
+        // state); nobody waits for this one's answer.
+        let _ = self.persist();
         // Its RPC channels go too, and services hear of it.
         self.rpc.pool.session_closed(session);
         bytes
@@ -949,6 +1146,8 @@ impl MemNode {
         self.counters
             .chunks_reclaimed
             .fetch_add(n, Ordering::Relaxed);
+        drop(inner);
+        let _ = self.persist();
         (n, bytes)
     }
 
@@ -997,6 +1196,8 @@ impl MemNode {
         self.counters
             .chunks_reclaimed
             .fetch_add(n, Ordering::Relaxed);
+        drop(inner);
+        self.persist()?;
         Ok((n, bytes))
     }
 
@@ -1125,6 +1326,17 @@ impl MemNode {
     /// Requests shutdown (the server stops accepting and returns) and marks
     /// the node closed in the control header, so clients' verbs fail.
     pub fn request_shutdown(&self) {
+        if let Some(b) = &self.backing {
+            // Freeze the metadata first (sessions ending now keep what they
+            // held in the file), then write the data and metadata back.
+            let inner = self.lock();
+            if !b.frozen.swap(true, Ordering::AcqRel) {
+                let text = self.meta(&inner).encode();
+                let _ = file::write_atomically(&b.meta, &text, true);
+                *b.written.lock().unwrap_or_else(|p| p.into_inner()) = text;
+                let _ = nix::unistd::fdatasync(self.data_fd.as_raw_fd());
+            }
+        }
         self.shutdown.store(true, Ordering::Release);
         self.header()
             .state
@@ -1135,6 +1347,17 @@ impl MemNode {
     /// Serves one RPC request of `session`. Never panics on client input.
     pub fn handle(&self, session: SessionId, req: Request) -> Response {
         self.counters.rpcs.fetch_add(1, Ordering::Relaxed);
+        // Requests that may change what a file-backed node keeps: their
+        // answer waits for the metadata's write.
+        let keeps = matches!(
+            req,
+            Request::AllocChunk { .. }
+                | Request::AllocGroupChunk { .. }
+                | Request::FreeChunk { .. }
+                | Request::SetRoot { .. }
+                | Request::ReleaseGroup { .. }
+                | Request::Admin { .. }
+        );
         let res = match req {
             Request::AllocChunk { len, persistent } => {
                 let owner = if persistent {
@@ -1179,6 +1402,12 @@ impl MemNode {
                 "RPC channels are opened over the node's Unix socket or in process".into(),
             )),
         };
+        let res = res.and_then(|r| {
+            if keeps {
+                self.persist()?;
+            }
+            Ok(r)
+        });
         res.unwrap_or_else(|e| {
             self.counters.rpc_errors.fetch_add(1, Ordering::Relaxed);
             Response::Error(e)
@@ -1982,5 +2211,141 @@ mod tests {
         ] {
             assert!(matches!(MemNode::new(cfg), Err(NodeError::Config(_))));
         }
+    }
+
+    /// A file-backed node restarted on its file keeps its groups, their
+    /// bytes and its roots, unheld; session chunks die with the node and
+    /// their pages read zero; a second node on a served file, another
+    /// geometry and page remapping are refused.
+    #[test]
+    fn a_memory_file_keeps_groups_and_roots_across_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mem");
+        let cfg = NodeConfig {
+            size: 1 << 20,
+            spare_pages: 4,
+            node_id: 2,
+            ..Default::default()
+        };
+        let write = |n: &MemNode, off: u64, v: u64| {
+            // SAFETY: off is inside a chunk of the node's data mapping, 8-byte
+            // aligned, written through an atomic (identity translation).
+            unsafe { &*(n.data.as_ptr().add(off as usize) as *const AtomicU64) }
+                .store(v, Ordering::Release)
+        };
+        let read = |n: &MemNode, off: u64| {
+            // SAFETY: as in `write`.
+            unsafe { &*(n.data.as_ptr().add(off as usize) as *const AtomicU64) }
+                .load(Ordering::Acquire)
+        };
+        let (g, t) = {
+            let n = MemNode::with_memory_file(cfg.clone(), &path).unwrap();
+            assert!(matches!(
+                MemNode::with_memory_file(cfg.clone(), &path),
+                Err(NodeError::Config(e)) if e.contains("has it open")
+            ));
+            let s = n.open_session();
+            let Response::GroupChunk { offset: g, .. } = n.handle(
+                s,
+                Request::AllocGroupChunk {
+                    len: 8192,
+                    group: "txn/bank".into(),
+                },
+            ) else {
+                panic!()
+            };
+            let Response::Chunk { offset: t, .. } = n.handle(
+                s,
+                Request::AllocChunk {
+                    len: 4096,
+                    persistent: false,
+                },
+            ) else {
+                panic!()
+            };
+            let set = Request::SetRoot {
+                name: "txn/bank".into(),
+                value: g,
+                expected: None,
+            };
+            assert!(matches!(n.handle(s, set), Response::RootSet { .. }));
+            write(&n, g + 8, 77);
+            write(&n, t, 99);
+            assert!(matches!(
+                n.remap_pages(g >> 12, (g >> 12) + 1, 1),
+                Err(RpcError::Unsupported(_))
+            ));
+            assert!(n.migrate_page(g >> 12).is_err());
+            // The node dies without closing its sessions (as a SIGKILL).
+            (g, t)
+        };
+        let other = NodeConfig {
+            node_id: 3,
+            ..cfg.clone()
+        };
+        assert!(matches!(
+            MemNode::with_memory_file(other, &path),
+            Err(NodeError::Config(e)) if e.contains("made for")
+        ));
+        let n = MemNode::with_memory_file(cfg.clone(), &path).unwrap();
+        let roots = n.list_roots();
+        assert_eq!(roots.len(), 1, "{roots:?}");
+        assert_eq!(roots[0].value, Some(g));
+        assert_eq!(roots[0].refs, 0, "kept, held by nobody");
+        assert_eq!(roots[0].bytes, 8192);
+        assert_eq!(read(&n, g + 8), 77, "the group's bytes");
+        assert_eq!(read(&n, t), 0, "a session chunk died with the node");
+        // A session's end frees nothing on a file-backed node; a last
+        // explicit release does.
+        let s = n.open_session();
+        assert_eq!(
+            n.handle(
+                s,
+                Request::OpenRoot {
+                    name: "txn/bank".into()
+                }
+            ),
+            Response::Root(Some(g))
+        );
+        n.close_session(s);
+        assert_eq!(n.list_roots()[0].bytes, 8192);
+        let s = n.open_session();
+        n.handle(
+            s,
+            Request::HoldGroup {
+                group: "txn/bank".into(),
+            },
+        );
+        let r = n.handle(
+            s,
+            Request::ReleaseGroup {
+                group: "txn/bank".into(),
+            },
+        );
+        assert_eq!(
+            r,
+            Response::Released {
+                refs: 0,
+                freed_bytes: 8192
+            }
+        );
+        // An admin collecting a held group fences it (unmapped, then the
+        // identity again when its holder ends), which a file allows.
+        let Response::GroupChunk { offset: h, .. } = n.handle(
+            s,
+            Request::AllocGroupChunk {
+                len: 4096,
+                group: "art/t".into(),
+            },
+        ) else {
+            panic!()
+        };
+        assert_eq!(n.gc_root("art/t"), Ok((1, 4096)));
+        assert_eq!(n.translate(h >> 12), None);
+        n.close_session(s);
+        assert_eq!(n.translate(h >> 12), Some(h >> 12));
+        drop(n);
+        let n = MemNode::with_memory_file(cfg, &path).unwrap();
+        assert!(n.list_roots().is_empty(), "the release was kept too");
     }
 }

@@ -102,6 +102,9 @@ pub struct Welcome {
     pub heap: RegionInfo,
     /// The node's RPC worker threads (0: it serves no RPC channel).
     pub rpc_workers: u32,
+    /// The data descriptor is the node's memory file
+    /// ([`crate::file`]), not a sealed memfd: a file cannot be sealed.
+    pub memory_file: bool,
 }
 
 /// Requests of the RPC service.

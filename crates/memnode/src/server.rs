@@ -315,6 +315,7 @@ fn send_welcome(node: &MemNode, stream: &UnixStream, session: u64) -> Result<(),
         layout: node.layout(),
         heap: node.heap_region(),
         rpc_workers: node.rpc_workers() as u32,
+        memory_file: node.memory_file().is_some(),
     };
     send_with_fds(
         stream,

@@ -28,12 +28,43 @@
 //!
 //! Persistence: FORD keeps tables in persistent memory and makes a WRITE
 //! durable with a READ behind it (selective remote flush). dmkit's
-//! backends are DRAM (shm: memfd; sim: host memory): a WRITE that
-//! completed is visible to every later reader, and that is all they
-//! promise — the structure survives its coordinators, not a memory node's
-//! restart. A file-backed memory node (a persistent-memory stand-in that
-//! keeps its tables across a restart) is not built: the node's allocator,
-//! roots and chunk groups live in its process, not in the file.
+//! stand-in is a memory node whose memory is a file (`dmkit memnode
+//! --memory-file PATH`, `dmkit_memnode::file`): its chunk groups and roots
+//! survive the node's restart, so a database on it does, and a recovery
+//! pass ([`Database::recover_all`]) after the restart rolls every
+//! half-done transaction back or forward from its undo log — the test
+//! `crates/cli/tests/memory_file.rs` SIGKILLs two such nodes mid-run and
+//! checks the bank against its committed history. What the shm backend
+//! promises is the page cache's: a WRITE that completed survives the death
+//! of any process (node or client), not a kernel crash or power cut
+//! unless the node was shut down cleanly (it then writes its file back).
+//! There is no further flush to make, so selective remote flush has no
+//! switch here; on an RNIC with persistent memory it would be one READ per
+//! written node behind the commit writes, in the same doorbell. The DRAM
+//! nodes (memfd; sim) keep nothing across a restart.
+//!
+//! Read-only TATP against the local peer (`dmkit bench txn --workload
+//! tatp --read-only --local-peer`, issue 35's goal ≥ 0.5): on a shared
+//! 2-core AMD EPYC (load average 12–17), 1 thread × 8 coordinators, 4 s,
+//! remote/local is 0.36–0.39 (attempted 182k–196k/s against 490k–520k/s;
+//! 1.28 round trips per attempt). It is CPU per transaction, not round
+//! trips: at `--scale 10000`, where nearly every key is cached and the
+//! tables sit in the last-level cache, round trips fall to 1.10 per
+//! attempt and the remote side gains 1.5× — but the local peer gains 2.5×
+//! and the ratio drops to 0.24–0.29. A profile (`perf`) of the remote
+//! thread puts two fifths of it (default scale; a quarter at 10,000) in
+//! copying remote words — cache misses on records and buckets — and, at
+//! 10,000, an eighth in the address cache's hash look-up (a miss the peer
+//! pays once, in its one map, where the remote side pays it beside the
+//! record's), a tenth in reading the clock, and most of the rest in the
+//! runtime's post/poll/task switch: fixed costs per verb and per
+//! transaction that the peer does not pay. Remembering absent keys' slots in the address
+//! cache (no probe round for them) was tried and measured worse (median
+//! 0.33 against 0.37: the cache grows faster than keys repeat at 100,000
+//! subscribers), and posting probes in the fetch's doorbell would save a
+//! round trip only for GetNewDestination's uncached keys (a tenth of the
+//! mix). What would close the gap: fewer clock reads and cheaper
+//! per-verb bookkeeping in the runtime, or a denser address cache.
 //!
 //! ```no_run
 //! # use std::sync::Arc;

@@ -15,13 +15,9 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use dmkit_index::conformance::shm_fabric;
-use dmkit_runtime::RuntimeConfig;
+use common::BankRun;
 use dmkit_txn::workload::smallbank::SmallBank;
-use dmkit_txn::workload::Workload;
-use dmkit_txn::{check_serializable, TxnConfig};
+use dmkit_txn::TxnConfig;
 
 /// Threads: three times the two cores CI has.
 const THREADS: usize = 6;
@@ -35,35 +31,27 @@ fn seed() -> u64 {
         .unwrap_or(1)
 }
 
-fn stress(cfg: TxnConfig, name: &str) {
-    let f = shm_fabric(2, 32 << 20);
-    let w = Arc::new(SmallBank {
-        accounts: 60,
-        hot: 8,
-    });
-    let db = common::loaded(f, name, cfg, w.as_ref());
-    let out = common::run_threads_preempted(
-        &db,
-        &w,
-        THREADS,
-        3,
-        120,
-        seed(),
-        RuntimeConfig::default(),
-        PREEMPT,
-    );
-    assert!(out.committed > 1500, "committed {}", out.committed);
-    assert!(out.aborts > 0, "a contended run aborts some transactions");
-    check_serializable(&out.history, &[]).unwrap();
-    w.check(&db, out.effect).unwrap();
-    db.check_replicas().unwrap();
-    assert_eq!(db.stuck_records().unwrap(), 0);
-    db.destroy().unwrap();
+fn stress() -> BankRun {
+    BankRun {
+        nodes: 2,
+        node_bytes: 32 << 20,
+        bank: SmallBank {
+            accounts: 60,
+            hot: 8,
+        },
+        threads: THREADS,
+        tasks: 3,
+        txns: 120,
+        seed: seed(),
+        preempt: PREEMPT,
+        min_committed: 1501,
+        expect_aborts: true,
+    }
 }
 
 #[test]
 fn preempted_coordinators_stay_serializable() {
-    stress(common::config(), "stress-on");
+    stress().check(common::config(), "stress-on");
 }
 
 #[test]
@@ -74,5 +62,5 @@ fn preempted_coordinators_stay_serializable_without_ford_switches() {
         coalescent_commit: false,
         ..common::config()
     };
-    stress(cfg, "stress-off");
+    stress().check(cfg, "stress-off");
 }

@@ -63,6 +63,7 @@ pub(crate) fn connect(socket: &Path, token_file: &Path) -> Result<Connected, Fab
         .map_err(|v: Vec<OwnedFd>| fail(format!("expected 2 descriptors, got {}", v.len())))?;
 
     let l = welcome.layout;
+    let l_file = welcome.memory_file;
     for (fd, need, what) in [
         (&data_fd, l.data_len(), "data"),
         (&control_fd, l.control_len, "control"),
@@ -73,7 +74,10 @@ pub(crate) fn connect(socket: &Path, token_file: &Path) -> Result<Connected, Fab
                 "{what} memfd is {have} B, layout needs {need} B"
             )));
         }
-        if !is_shrink_sealed(fd.as_fd()) {
+        // A file-backed node's data is its file, which cannot be sealed
+        // (`dmkit_memnode::file`); the control memfd always is.
+        let file = what == "data" && l_file;
+        if !file && !is_shrink_sealed(fd.as_fd()) {
             return Err(fail(format!(
                 "{what} memfd is not sealed against shrinking"
             )));

@@ -9,11 +9,13 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use dmkit_fabric::Fabric;
+use dmkit_index::conformance::shm_fabric;
 use dmkit_index::LeaseConfig;
 use dmkit_runtime::rng::Rng;
 use dmkit_runtime::{RuntimeConfig, Worker};
+use dmkit_txn::workload::smallbank::SmallBank;
 use dmkit_txn::workload::{drive, Workload};
-use dmkit_txn::{addr_cache, Database, TxnConfig, TxnRecord};
+use dmkit_txn::{addr_cache, check_serializable, Database, TxnConfig, TxnRecord};
 
 /// A lease long enough that a descheduled thread on a loaded two-core
 /// machine never loses one (a live holder that does stops, by design).
@@ -175,5 +177,60 @@ pub fn run_worker<W: Workload + 'static>(
         committed: committed.get(),
         aborts: aborts.get(),
         user_aborts: user.get(),
+    }
+}
+
+/// A contended SmallBank run on shm threads and every check a quiescent
+/// bank must pass: the committed history serializable, the total balance
+/// exact, replicas byte-identical, nothing left locked.
+pub struct BankRun {
+    /// Memory nodes (each replica on its own).
+    pub nodes: u16,
+    /// Bytes per memory node.
+    pub node_bytes: u64,
+    /// The bank.
+    pub bank: SmallBank,
+    pub threads: usize,
+    pub tasks: usize,
+    pub txns: usize,
+    pub seed: u64,
+    /// Random preemption at phase boundaries, per mille (0: none).
+    pub preempt: u64,
+    /// Fewest committed transactions the run must reach (0: no floor).
+    pub min_committed: u64,
+    /// Whether the run must see aborts (a contended run does).
+    pub expect_aborts: bool,
+}
+
+impl BankRun {
+    /// Runs it on a fresh database `name` with `cfg` and checks it.
+    pub fn check(&self, cfg: TxnConfig, name: &str) {
+        let f = shm_fabric(self.nodes, self.node_bytes);
+        let w = Arc::new(self.bank);
+        let db = loaded(f, name, cfg, w.as_ref());
+        let out = run_threads_preempted(
+            &db,
+            &w,
+            self.threads,
+            self.tasks,
+            self.txns,
+            self.seed,
+            RuntimeConfig::default(),
+            self.preempt,
+        );
+        assert!(
+            out.committed >= self.min_committed,
+            "committed {} < {}",
+            out.committed,
+            self.min_committed
+        );
+        if self.expect_aborts {
+            assert!(out.aborts > 0, "a contended run aborts some transactions");
+        }
+        check_serializable(&out.history, &[]).unwrap();
+        w.check(&db, out.effect).unwrap();
+        db.check_replicas().unwrap();
+        assert_eq!(db.stuck_records().unwrap(), 0);
+        db.destroy().unwrap();
     }
 }
