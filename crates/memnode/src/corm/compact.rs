@@ -325,14 +325,7 @@ impl Worker {
         let vbs: Vec<u64> = src.vbs.keys().copied().collect();
         // Moving: scanners of these addresses scan again.
         for &vb in &vbs {
-            let d = space.dir(vb);
-            space.set_dir(
-                vb,
-                super::space::Dir {
-                    seq: d.seq.wrapping_add(1),
-                    ..d
-                },
-            );
+            space.bump_seq(vb);
         }
         let mut objs: Vec<(u16, Obj)> = src.objects.iter().map(|(&i, &o)| (i, o)).collect();
         objs.sort_unstable_by_key(|(_, o)| o.slot);
@@ -344,14 +337,7 @@ impl Worker {
                 }
                 // Nothing moved: close the move the sequence announced.
                 for &vb in &vbs {
-                    let d = space.dir(vb);
-                    space.set_dir(
-                        vb,
-                        super::space::Dir {
-                            seq: d.seq.wrapping_add(1),
-                            ..d
-                        },
-                    );
+                    space.bump_seq(vb);
                 }
                 for (blk, at) in [(&src, a), (&dst, b)] {
                     if !blk.is_full() {
@@ -407,14 +393,7 @@ impl Worker {
             sh.mem.clear_bits(to, LOCK_COMPACT);
         }
         for &vb in &vbs {
-            let d = space.dir(vb);
-            space.set_dir(
-                vb,
-                super::space::Dir {
-                    seq: d.seq.wrapping_add(1),
-                    ..d
-                },
-            );
+            space.bump_seq(vb);
         }
         space.free_frame(a);
         sh.acct.block_removed(c);

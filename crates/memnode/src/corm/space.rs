@@ -217,6 +217,19 @@ impl Space {
         self.dir[vb as usize].store(d.pack(), Ordering::Release);
     }
 
+    /// Advances the move sequence of `vb`'s directory entry (its owner
+    /// only): a scanner that saw the old sequence scans again.
+    pub(crate) fn bump_seq(&self, vb: u64) {
+        let d = self.dir(vb);
+        self.set_dir(
+            vb,
+            Dir {
+                seq: d.seq.wrapping_add(1),
+                ..d
+            },
+        );
+    }
+
     /// Frames in use.
     pub(crate) fn frames(&self) -> u64 {
         self.lock().frames
