@@ -789,9 +789,6 @@ fn run_clover(
                 if let Stage::Window(from) = stage {
                     // The phase breakdown: operations of the measured window.
                     kv.count_phases_from(from);
-                    if std::env::var_os("DMKIT_DIAG").is_some() {
-                        let _ = dmkit_sim::engine::diag_report();
-                    }
                     *store.borrow_mut() = Some(kv.clone());
                     return Ok(());
                 }
@@ -814,9 +811,6 @@ fn run_clover(
                 for r in &mut rs {
                     r.clover_phases = Some(phases);
                 }
-            }
-            if std::env::var_os("DMKIT_DIAG").is_some() {
-                eprintln!("{}", dmkit_sim::engine::diag_report());
             }
             (rs, tag)
         }

@@ -746,7 +746,9 @@ impl CloverClient {
         let b = match block {
             Some((b, _)) => *b,
             None => {
-                let b = self.timed(ctx, |c| &mut c.write_alloc_ns, self.alloc(ctx)).await?;
+                let b = self
+                    .timed(ctx, |c| &mut c.write_alloc_ns, self.alloc(ctx))
+                    .await?;
                 *block = Some((b, None));
                 b
             }
@@ -842,7 +844,10 @@ impl CloverClient {
             // Where to append: the hint, else the directory's start.
             let mut s = match hinted.then(|| self.hint(ctx, h)).flatten() {
                 Some(s) => s,
-                None => match self.timed(ctx, |c| &mut c.write_lookup_ns, self.find(ctx, key, h)).await? {
+                None => match self
+                    .timed(ctx, |c| &mut c.write_lookup_ns, self.find(ctx, key, h))
+                    .await?
+                {
                     // (Writes CAS at once: the version read is not needed.)
                     Lookup::Found(s, _) => s,
                     Lookup::Absent { slot } => {
@@ -874,7 +879,9 @@ impl CloverClient {
                 let b = match *block {
                     Some((b, _)) => b,
                     None => {
-                        let b = self.timed(ctx, |c| &mut c.write_alloc_ns, self.alloc(ctx)).await?;
+                        let b = self
+                            .timed(ctx, |c| &mut c.write_alloc_ns, self.alloc(ctx))
+                            .await?;
                         *block = Some((b, None));
                         b
                     }

@@ -359,11 +359,17 @@ impl CloverKv {
         sum
     }
 
-    /// From now on [`CloverKv::retired_counters`] counts only operations
+    /// From now on [`CloverKv::phase_counters`] counts only operations
     /// that begin at or after `at` (ns of the clients' clocks: a
     /// benchmark's measured window).
+    /// Forgets what was counted so far.
     pub fn count_phases_from(&self, at: Nanos) {
         self.phases_from.store(at, Ordering::Relaxed);
+        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        windows.1 = CloverCounters::default();
+        for w in &windows.0 {
+            *w.lock().unwrap_or_else(|p| p.into_inner()) = CloverCounters::default();
+        }
     }
 
     /// Versions this process's clients linked into chains (a chain's first
@@ -580,10 +586,9 @@ impl RemoteMap for CloverKv {
     /// version birth ids.
     fn client_on(self: &Arc<Self>, machine: usize, id: u64) -> CloverClient {
         let hints = if self.cfg.shared_hints {
-            Hints::Machine(
-                self.hints
-                    .get(machine, || Mutex::new(HintCache::new(self.cfg.cache_entries))),
-            )
+            Hints::Machine(self.hints.get(machine, || {
+                Mutex::new(HintCache::new(self.cfg.cache_entries))
+            }))
         } else {
             Hints::Own(HintCache::new(self.cfg.cache_entries))
         };

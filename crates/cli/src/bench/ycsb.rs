@@ -296,7 +296,7 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
         );
         if let Some(p) = &r.clover_phases {
             println!(
-                "clover: per search {:.2} READs, {:.1} us ({:.3} first try); per write {:.2} CAS ({:.2} failed), {:.2} READs, {:.1} us: CAS round trips {:.1}, walks {:.1}, lookups {:.1}, allocation {:.1} ({:.3} first try; whole run)",
+                "clover: per search {:.2} READs, {:.1} us ({:.3} first try); per write {:.2} CAS ({:.2} failed), {:.2} READs, {:.1} us: CAS round trips {:.1}, walks {:.1}, lookups {:.1}, allocation {:.1} ({:.3} first try; measured window)",
                 p.search_reads,
                 p.search_us,
                 p.search_first_try,
