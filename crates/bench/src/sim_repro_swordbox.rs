@@ -9,7 +9,9 @@
 //! switch, 1,024 keys of 128-byte values (8-byte keys), zipfian 0.99 over
 //! the keys unless stated, client threads spread over up to 7 client
 //! machines (56 threads each), one operation in flight per thread, no
-//! backoff (Clover retries at once), Clover's hint cache, chasing
+//! backoff (Clover retries at once), Clover's hint cache (one per client
+//! machine, shared by its 56 threads, as public Clover's clients keep one
+//! table per process: `shared_hints`), chasing
 //! threshold 4 and the shortcut on, read beside every walk's first READ as
 //! public Clover's pointer chasing does (so a READ the switch does not
 //! steer costs one more version, not a walk). The metadata server is off: its 100 ms
