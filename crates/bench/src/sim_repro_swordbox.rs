@@ -109,6 +109,14 @@ fn cx5() -> Result<Profile, BenchError> {
     Profile::builtin("cx5-100g").map_err(BenchError::Config)
 }
 
+/// The testbed's device, with the model switches of the command line that
+/// are not the device's: `response_gaps` (`--response-gaps`).
+fn testbed(opts: &ReproOptions) -> Result<Profile, BenchError> {
+    let mut p = cx5()?;
+    p.link.response_gaps = opts.profile.link.response_gaps;
+    Ok(p)
+}
+
 /// The name of the device the figures run on.
 pub(crate) fn profile_name() -> String {
     cx5().map_or_else(|e| format!("cx5-100g ({e})"), |p| p.name)
@@ -197,7 +205,7 @@ fn ycsb(
 ) -> Result<YcsbResult, BenchError> {
     let needed = crate::ycsb_bench::memory_estimate(&cfg);
     let sim = SimConfig {
-        profile: cx5()?,
+        profile: testbed(opts)?,
         compute_machines: cfg.machines,
         memory_nodes: nodes,
         colocated: false,
@@ -327,7 +335,7 @@ fn fig10(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
     };
     for write in [false, true] {
         for &t in threads {
-            let (profile, quick, seed) = (cx5()?, opts.quick, opts.seed);
+            let (profile, quick, seed) = (testbed(opts)?, opts.quick, opts.seed);
             let mops = match acc
                 .ask(|| Job::Values(Box::new(move || cas_micro(profile, t, write, quick, seed))))
             {
