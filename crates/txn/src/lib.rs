@@ -98,4 +98,4 @@ pub use check::{check_serializable, Restore};
 pub use db::{Database, Row, TableId, TableSpec, TxnConfig};
 pub use error::{AbortReason, CrashPoint, TxnError};
 pub use recovery::{recover_logs, Recovered, RecoveryReport};
-pub use txn::{addr_cache, AddrCache, CoordStats, Coordinator, ItemId, Txn, TxnRecord};
+pub use txn::{addr_cache, AddrCache, CoordStats, Coordinator, ItemId, KeyHasher, Txn, TxnRecord};
