@@ -9,6 +9,8 @@
 //! - [`db`]: tables of fixed-size records with a hash index each, sharded
 //!   over the memory nodes with primary-backup replication of configurable
 //!   degree; the descriptor's lifecycle; loading; quiescent checks.
+//! - [`cache`]: the address cache (table, key) → record slot, one cache
+//!   line per look-up.
 //! - [`txn`]: coordinators and transactions — hitchhiked locking,
 //!   validation, coalescent commit, undo logging; aborts back off through
 //!   the runtime (conflict avoidance). Each FORD technique is a switch of
@@ -86,6 +88,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cache;
 pub mod check;
 pub mod db;
 pub mod error;
@@ -94,8 +97,9 @@ pub mod recovery;
 pub mod txn;
 pub mod workload;
 
+pub use cache::SlotCache;
 pub use check::{check_serializable, Restore};
 pub use db::{Database, Row, TableId, TableSpec, TxnConfig};
 pub use error::{AbortReason, CrashPoint, TxnError};
 pub use recovery::{recover_logs, Recovered, RecoveryReport};
-pub use txn::{addr_cache, AddrCache, CoordStats, Coordinator, ItemId, KeyHasher, Txn, TxnRecord};
+pub use txn::{addr_cache, AddrCache, CoordStats, Coordinator, ItemId, Txn, TxnRecord};

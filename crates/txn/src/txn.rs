@@ -104,54 +104,21 @@
 //! avoidance when it is on).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::rc::Rc;
 use std::sync::Arc;
 
 use dmkit_fabric::RemoteRef;
 use dmkit_runtime::{Ctx, Local, Ticket};
 
+use crate::cache::SlotCache;
 use crate::db::{Database, TableId, TableInfo, PROBE_ROUND};
 use crate::error::{AbortReason, CrashPoint, TxnError};
 use crate::layout::{self, EntryHead, LogHeader, LogState, RecordTail, Version};
 
 /// A compute machine's (worker thread's) cache of record slots: (table,
-/// key) → slot number. Slots never move, so an entry never goes stale.
-/// Hashed by [`KeyHasher`] (SipHash showed in the read-only TATP profile;
-/// so did `IntHasher`, whose low bits cluster composite keys).
-pub type AddrCache = Rc<RefCell<HashMap<(TableId, u64), u64, BuildHasherDefault<KeyHasher>>>>;
-
-/// The address cache's hasher for `(table, key)`: murmur3's finaliser of
-/// `key ^ table·φ` (the home bucket's hash, `Database::home_bucket`).
-///
-/// A multiplicative hash (`dmkit_runtime::hash::IntHasher`) does not do
-/// here: the map's bucket index is the hash's *low* bits, and the low
-/// bits of a product depend only on the low bits of the key — TATP's
-/// composite keys (`s << 16 | sf << 8 | start`) keep their variety in
-/// high bits, so a few thousand start positions served hundreds of
-/// thousands of keys and a look-up walked long probe sequences (a third
-/// of the remote thread's time in the read-only TATP profile went to the
-/// look-up).
-#[derive(Default, Clone, Copy)]
-pub struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        dmkit_runtime::hash::fmix64(self.0)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u16(&mut self, v: u16) {
-        self.0 ^= (v as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 ^= v;
-    }
-}
+/// key) → slot number (see [`crate::cache`]). Slots never move, so an
+/// entry never goes stale.
+pub type AddrCache = Rc<RefCell<SlotCache>>;
 
 /// A new, empty address cache.
 pub fn addr_cache() -> AddrCache {
@@ -476,6 +443,9 @@ impl Txn<'_> {
             }
             return Ok(ItemId(i));
         }
+        // Its slot is looked up in `exec`: start loading that line now,
+        // so the look-ups of a transaction's records overlap.
+        self.c.cache.borrow().prefetch(table, key);
         self.items.push(Item {
             table,
             key,
@@ -711,7 +681,7 @@ impl Txn<'_> {
             .iter_mut()
             .filter(|it| !it.fetched && it.slot.is_none())
         {
-            if let Some(&s) = self.c.cache.borrow().get(&(it.table, it.key)) {
+            if let Some(s) = self.c.cache.borrow().get(it.table, it.key) {
                 it.slot = Some(s);
                 it.cached = true;
             }
@@ -789,7 +759,7 @@ impl Txn<'_> {
             let it = &mut self.items[i];
             it.slot = Some(slot);
             if found {
-                self.c.cache.borrow_mut().insert((it.table, it.key), slot);
+                self.c.cache.borrow_mut().insert(it.table, it.key, slot);
                 it.cached = true;
             }
             // (A record to read is not taken from the bucket's copy: one
@@ -926,7 +896,7 @@ impl Txn<'_> {
                 self.c
                     .cache
                     .borrow_mut()
-                    .insert((it.table, it.key), it.slot.expect("fetched"));
+                    .insert(it.table, it.key, it.slot.expect("fetched"));
                 it.cached = true;
             }
         }
@@ -1390,43 +1360,5 @@ impl Drop for Txn<'_> {
         );
         // Its item list goes back to the coordinator for the next one.
         self.c.spare_items = std::mem::take(&mut self.items);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::hash::BuildHasher;
-
-    use super::*;
-
-    /// The address cache's bucket index (the hash's low bits) spreads
-    /// composite keys whose variety is in their high bits — TATP's call
-    /// forwardings `s << 16 | sf << 8 | start` — over nearly all buckets
-    /// (a multiplicative hash reached about one in thirteen here).
-    #[test]
-    fn key_hasher_spreads_composite_keys_over_low_bits() {
-        let build = BuildHasherDefault::<KeyHasher>::default();
-        let bits = 16;
-        let mut seen = vec![false; 1 << bits];
-        let mut keys = 0u64;
-        for s in 1..=20_000u64 {
-            for sf in 1..=4u64 {
-                for start in [0u64, 8, 16] {
-                    let h = build.hash_one((4 as TableId, s << 16 | sf << 8 | start));
-                    seen[(h & ((1 << bits) - 1)) as usize] = true;
-                    keys += 1;
-                }
-            }
-        }
-        let used = seen.iter().filter(|&&b| b).count() as f64;
-        // 240,000 keys into 65,536 buckets: a uniform hash leaves
-        // e^(-240000/65536) ≈ 2.6 % empty.
-        let expect = (1u64 << bits) as f64 * (1.0 - (-(keys as f64) / (1u64 << bits) as f64).exp());
-        assert!(used > 0.97 * expect, "{used} of {expect} buckets used");
-        // The table takes part: the same key in two tables hashes apart.
-        assert_ne!(
-            build.hash_one((0 as TableId, 7u64)),
-            build.hash_one((1 as TableId, 7u64))
-        );
     }
 }
