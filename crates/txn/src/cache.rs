@@ -197,7 +197,7 @@ mod tests {
         for i in 0..200_000u64 {
             let table = rng.below(5) as TableId;
             // TATP-like composite keys: the variety in the high bits.
-            let key = (1 + rng.below(50_000)) << 16 | (1 + rng.below(4)) << 8 | 8 * rng.below(3);
+            let key = (1 + rng.below(50_000)) << 16 | (1 + rng.below(4)) << 8 | (8 * rng.below(3));
             let slot = i % 3_000_000;
             c.insert(table, key, slot);
             m.insert((table, key), slot);
