@@ -73,11 +73,11 @@
 //! lines a multi-record validation reads after a backup read) and a
 //! tenth waits for the address cache's line; the peer pays two or three
 //! misses per record too. Remembering absent keys' slots in the address
-//! cache was tried before (with the old hash) and measured worse. The
-//! next step is outside this crate: the shm queue pair executes a
-//! doorbell's requests one after another at post, so their misses
-//! barely overlap — prefetching every request's remote lines first would
-//! let them.
+//! cache was tried before (with the old hash) and measured worse.
+//! Prefetching every request's remote lines before the shm queue pair
+//! executes a doorbell (so a record's pre-read and READ miss together)
+//! was tried outside this crate and showed no gain above the noise
+//! (remote attempts median 232k/s against 237k/s, five pairs).
 //!
 //! ```no_run
 //! # use std::sync::Arc;
