@@ -364,6 +364,9 @@ struct Qp {
     /// With processing units: when its last request left the NIC, its
     /// unit's time included (requests of a queue pair leave in order).
     sent: f64,
+    /// With processing units: when its last request would execute with
+    /// its unit's delay (`last_exec` is without it; see [`send_queue`]).
+    phys_exec: f64,
 }
 
 /// A request whose execution instant is not known when it is posted: an
@@ -1456,6 +1459,7 @@ impl Core {
             cross: 0,
             pu: u32::MAX,
             sent: 0.0,
+            phys_exec: 0.0,
         };
         let default_db = |m: &mut Machine, p: &Profile| {
             let low = p.doorbell.low_latency;
@@ -1794,9 +1798,21 @@ impl Core {
             }
             // One queue pair's requests take effect in posting order (not a
             // lock request the switch moved alone to a shared connection).
+            let nominal = exec;
             let exec = match &passed {
                 Some(ps) if !ps.keeps_qp_order() => exec,
                 _ => fmax(exec, qp.last_exec + 1.0),
+            };
+            // With processing units, the completion's delay is what the
+            // unit adds beyond the wait queue-pair order already imposed
+            // (a translation miss of an earlier request and the unit's
+            // time overlap: they are not added).
+            let lag = if tx.pu_free.is_empty() {
+                lag
+            } else {
+                let phys = fmax(nominal + lag, qp.phys_exec + 1.0);
+                qp.phys_exec = phys + spread;
+                fmax(phys - exec, 0.0)
             };
             let last_exec = qp.last_exec;
             let links = (tx.down_resp_free, rx.up_resp_free);
