@@ -1739,6 +1739,15 @@ impl Core {
             } else {
                 shape.rsvc
             };
+            // With processing units: how long the request queued on the
+            // links and at the responder (behind its own post's earlier
+            // requests, booked without the unit's spacing, or others').
+            let queued = if lag > 0.0 && passed.is_none() {
+                fmax(arrive - depart - 2.0 * (shape.ser + half_wire), 0.0)
+                    + fmax(rx.resp_free - arrive, 0.0)
+            } else {
+                0.0
+            };
             let admitted = responder_admit(p, rx, stats, arrive, rsvc, wr, page_shift);
             let admitted = if cross & CROSS_REMOTE != 0 {
                 admitted + p.numa.cross_ns
@@ -1810,7 +1819,10 @@ impl Core {
             let lag = if tx.pu_free.is_empty() {
                 lag
             } else {
-                let phys = fmax(nominal + lag, qp.phys_exec + 1.0);
+                // Spaced by its unit, the request would not have queued
+                // behind its own post: the queueing (at most the unit's
+                // delay) overlaps the delay.
+                let phys = fmax(nominal + lag - queued.min(lag), qp.phys_exec + 1.0);
                 qp.phys_exec = phys + spread;
                 fmax(phys - exec, 0.0)
             };
