@@ -19,13 +19,28 @@
 //!
 //! The application figures are predictions. The device model is calibrated
 //! on the micro-benchmarks only, and none of its parameters was changed to
-//! bring the two figures below closer to the study. Both are far off. The
+//! bring the two figures below closer to the study (`nic.processing_units`
+//! was fitted on Fig. 5, a micro-benchmark). Both are far off. The
 //! numbers are from full runs (`dmkit sim reproduce memsem-fig12|19
 //! --jobs 1`, seed 1, `cx3-40g`), and the diagnosis from 1 ms
 //! runs of the same shape (`dmkit bench ycsb --backend sim --index race
 //! --workload u ...`, `dmkit app hashtable|log --backend sim ...`).
 //!
-//! **Fig. 12 (hash table), FULL12 of the study.** FULL12DETAIL
+//! **Fig. 12 (hash table), below the study.** The full run before
+//! `nic.processing_units` (memsem5's) predicted, at 6 front ends, +NUMA
+//! 1.87 Mops against the study's 10.5, +IO consolidation 2.98 against
+//! 24.4, and +atomics / basic 1.68× against 2.7×: 0.12–0.18 of the study.
+//! With three processing units (full run, `--jobs 1`, seed 1, 1647 s
+//! wall on a loaded 2-core machine) +NUMA at 6 front ends predicts 3.21
+//! Mops (0.31 of the study), +IO consolidation 4.11 (0.17), and +atomics
+//! / basic 1.31× (0.48; was 0.62). Basic at one front end goes from
+//! about 0.40 to 1.16 Mops. The consolidated steps now gain less than
+//! basic (they post fewer charged requests), so the step ratio moves away
+//! from the study's. And the figure now levels off: basic and +NUMA reach
+//! 3.0 at 4 front ends and 3.2 at 6; +IO consolidation and +atomics reach
+//! 4.1 at 3 and stay there. Something shared by the front ends (the
+//! memory nodes, or hot keys) now sets the plateau; it was not diagnosed.
+//! Two causes of the gap:
 //!
 //! - *The requester NIC's processing units.* Until `nic.processing_units`,
 //!   the simulator booked `nic.wr_ns` (665 ns, fitted on Fig. 4's doorbell
@@ -47,8 +62,8 @@
 //!   (one queue pair) is unchanged to the bit. The cap per front end
 //!   moves from 0.45 to about 1.1–1.4 Mops (quick runs, 1 front end:
 //!   1.10 with 3 units, 1.28 with one unit per queue pair, 1.72 with
-//!   `wr_ns = 0`): the units still matter, but they are no longer the
-//!   whole story.
+//!   `wr_ns = 0`). The units still matter, but they no longer set the
+//!   figure alone.
 //! - *The table differs from the study's.* The study's update is a single
 //!   WRITE of the entry, or an FAA for a version and then a WRITE (its
 //!   "+atomics"). dmkit's is RACE's out-of-place update: read the bucket
@@ -59,7 +74,13 @@
 //!   no quick fix for it exists. Even with the NIC ceiling lifted, a front
 //!   end would still do at most half of the study's work per op.
 //!
-//! ATOMICS_PARA
+//! The +atomics step is still about the same as +IO consolidation (1.71
+//! Mops each at one front end, 4.15 and 4.11 at six), so +atomics / basic
+//! is set by IO consolidation alone. What sets the plateau from three or
+//! four front ends on was not diagnosed; a 1 ms `bench ycsb --backend sim
+//! --index race --workload u` breakdown at 4–6 machines (round trips,
+//! verbs and failed CAS per op, and the memory nodes' responder load) as
+//! memsem5 did is the next step.
 //!
 //! **Fig. 19 (log), 3.6× the study batched.** SP at batch 32 with 14
 //! writers predicts 63 Mops against the study's 17.7. Unbatched gives 2.3
