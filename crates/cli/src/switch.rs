@@ -80,13 +80,22 @@ pub(crate) struct SwitchArgs {
     /// the region table to be read again before it passes untranslated.
     #[arg(long, default_value = "100ms", value_parser = humantime::parse_duration)]
     park: Duration,
-    /// SwordBox's CAS→WRITE for lock words on the wire: not built (it
-    /// needs a queue pair of the switch's own on the server; see
-    /// dmkit-switch's docs). Refused.
+    /// SwordBox's CAS→WRITE on each client's own connection: a CAS the
+    /// switch knows will succeed (it caches every CAS target's value)
+    /// reaches the server as an RDMA WRITE, and the server's ACK returns
+    /// to the client as an atomic ACK with the old value; requests to a
+    /// word from other connections wait while one is unanswered
+    /// (dmkit-switch's `caswrite`). Needs --server; not with --steer.
     #[arg(long)]
     cas_to_write: bool,
-    /// SwordBox's connection multiplexing on the wire: not built (as
-    /// --cas-to-write). Refused.
+    /// With --cas-to-write: after it starts, the switch drops plain ACKs
+    /// at PSNs it saw no request for this long (a restarted switch cannot
+    /// tell an old conversion's ACK from another).
+    #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
+    quiet: Duration,
+    /// SwordBox's connection multiplexing on the wire: not built (it needs
+    /// a queue pair of the switch's own on the server; see dmkit-switch's
+    /// docs). Refused.
     #[arg(long)]
     mux: bool,
 }
@@ -102,17 +111,34 @@ fn parse_port(s: &str) -> Result<(String, SocketAddr), String> {
 }
 
 pub(crate) fn switch(a: SwitchArgs) -> Res {
-    if a.cas_to_write || a.mux {
-        return Err(format!(
-            "{}: not built on the wire: the receiving rxe accepts an RC packet only from the \
+    if a.mux {
+        return Err(
+            "--mux: not built on the wire: the receiving rxe accepts an RC packet only from the \
              source IP, to the QPN and at the PSN of one of its QPs, so the switch needs a queue \
              pair of its own on the server (its control plane asking the node for one, ARP for \
-             its IP, rewriting and demultiplexing ACKs); the simulator runs both \
-             (dmkit-switch's docs: \"CAS→WRITE and multiplexing on the wire\")",
-            if a.mux { "--mux" } else { "--cas-to-write" }
-        ));
+             its IP, rewriting and demultiplexing ACKs); the simulator runs it, and \
+             --cas-to-write runs on each client's own connection (dmkit-switch's docs: \
+             \"CAS→WRITE and multiplexing on the wire\")"
+                .to_string(),
+        );
     }
+    let cas_to_write = match (a.cas_to_write, a.server, a.steer) {
+        (false, _, _) => None,
+        (true, None, _) => {
+            return Err(crate::bad_input(
+                "--cas-to-write needs --server IPV4 (the memory node)",
+            ))
+        }
+        (true, Some(_), s) if s != Steer::Off => {
+            return Err(crate::bad_input(
+                "--cas-to-write and --steer do not run together yet: both rewrite the node's \
+                 requests and would each need to see the other's rewrites",
+            ))
+        }
+        (true, Some(ip), _) => Some((ip, a.quiet.as_micros() as u64)),
+    };
     let policy = match (a.steer, a.server) {
+        (Steer::Off, _) if cas_to_write.is_some() => None,
         (Steer::Off, None) => None,
         (_, None) => {
             return Err(crate::bad_input(
@@ -159,6 +185,7 @@ pub(crate) fn switch(a: SwitchArgs) -> Res {
         duration: a.duration,
         check_icrc: !a.no_icrc_check,
         policy,
+        cas_to_write,
     })
     .map_err(|e| e.to_string())?;
     if let Some((addr, token)) = control {
@@ -184,6 +211,12 @@ pub(crate) fn switch(a: SwitchArgs) -> Res {
         "dmkit switch: {} frames ({} forwarded, {} flooded), {} RoCEv2 packets ({} ICRC mismatches, {} malformed)",
         s.frames, s.forwarded, s.flooded, s.roce.packets, s.roce.icrc_mismatch, s.roce.malformed
     );
+    if let Some(c) = &s.cas_to_write {
+        eprintln!(
+            "dmkit switch: cas-to-write: {} CASes, {} turned into WRITEs ({} resent), {} passed (value unknown), {} passed (doomed), {} atomic ACKs made ({} for a covering response), {} requests held, {} mispredictions, {} ACKs dropped while quiet",
+            c.cas, c.converted, c.reconverted, c.passed_unknown, c.passed_doomed, c.atomic_acks, c.covered, c.held, c.mispredictions, c.quiet_dropped
+        );
+    }
     if let Some(p) = &s.policy {
         eprintln!(
             "dmkit switch: steer {}: {} requests, {} rewritten ({} CAS steered, {} doomed, {} READs), {} responses held, {} released",

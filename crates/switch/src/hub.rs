@@ -113,6 +113,8 @@ pub struct HubStats {
     pub per_port_rx: BTreeMap<String, u64>,
     /// The policy on the wire (`--steer`), when it runs.
     pub policy: Option<crate::onwire::OnWireStats>,
+    /// CAS→WRITE on the wire (`--cas-to-write`), when it runs.
+    pub cas_to_write: Option<crate::caswrite::CasWriteStats>,
 }
 
 /// The opcode names Wireshark uses (short form).
@@ -155,6 +157,7 @@ pub struct Core {
     pub check_icrc: bool,
     stats: HubStats,
     policy: Option<crate::onwire::OnWire>,
+    cas: Option<crate::caswrite::CasWrite>,
 }
 
 impl Core {
@@ -170,7 +173,20 @@ impl Core {
             check_icrc: true,
             stats,
             policy: None,
+            cas: None,
         }
+    }
+
+    /// Runs CAS→WRITE on RoCEv2 packets (see [`crate::caswrite`]).
+    pub fn with_cas_to_write(mut self, c: crate::caswrite::CasWrite) -> Self {
+        self.cas = Some(c);
+        self
+    }
+
+    /// The frames CAS→WRITE made since the last call (kept for the
+    /// capture: [`crate::caswrite::CasWrite::keep_made`]).
+    pub fn take_made(&mut self) -> Vec<Vec<u8>> {
+        self.cas.as_mut().map(|c| c.take_made()).unwrap_or_default()
     }
 
     /// Runs the policy on RoCEv2 packets (see [`crate::onwire`]).
@@ -207,6 +223,11 @@ impl Core {
             return;
         }
         let parsed = self.observe(from, frame);
+        if let (Some(p), Some(cas)) = (&parsed, self.cas.as_mut()) {
+            let mut frames = Vec::new();
+            cas.on_packet(p.clone(), frame, now, from, &mut frames);
+            return self.route_all(frames, out);
+        }
         match (parsed, self.policy.as_mut()) {
             (Some(p), Some(pol)) => {
                 let mut frames = Vec::new();
@@ -242,6 +263,9 @@ impl Core {
         if let Some(pol) = self.policy.as_mut() {
             pol.tick(now, &mut frames);
         }
+        if let Some(cas) = self.cas.as_mut() {
+            cas.tick(now, &mut frames);
+        }
         self.route_all(frames, out);
     }
 
@@ -264,6 +288,11 @@ impl Core {
     /// The policy's counters, when it runs.
     pub fn policy_stats(&self) -> Option<crate::onwire::OnWireStats> {
         self.policy.as_ref().map(|p| p.stats())
+    }
+
+    /// CAS→WRITE's counters, when it runs.
+    pub fn cas_stats(&self) -> Option<crate::caswrite::CasWriteStats> {
+        self.cas.as_ref().map(|c| c.stats())
     }
 
     fn observe(&mut self, from: usize, frame: &[u8]) -> Option<wire::RocePacket> {
@@ -344,6 +373,10 @@ pub struct HubConfig {
     /// Run the policy on the packets to and from the memory node at this
     /// address.
     pub policy: Option<(crate::SwitchConfig, std::net::Ipv4Addr)>,
+    /// Run CAS→WRITE on the packets to and from the memory node at this
+    /// address (not with `policy`), with this quiet period after the
+    /// start (µs).
+    pub cas_to_write: Option<(std::net::Ipv4Addr, u64)>,
 }
 
 /// The data plane's end of the switch's control plane: region tables of
@@ -432,6 +465,13 @@ impl Hub {
         if let Some((pc, server)) = &cfg.policy {
             core = core.with_policy(crate::onwire::OnWire::new(pc.clone(), *server));
         }
+        if let Some((server, quiet)) = cfg.cas_to_write {
+            let mut c = crate::caswrite::CasWrite::new(server).with_quiet(quiet);
+            if cfg.pcap.is_some() {
+                c = c.keep_made();
+            }
+            core = core.with_cas_to_write(c);
+        }
         Ok(Hub {
             cfg,
             sock,
@@ -461,6 +501,7 @@ impl Hub {
     pub fn stats(&self) -> HubStats {
         HubStats {
             policy: self.core.policy_stats(),
+            cas_to_write: self.core.cas_stats(),
             ..self.core.stats().clone()
         }
     }
@@ -542,6 +583,13 @@ impl Hub {
                 for (o, f) in &outs {
                     self.emit(usize::MAX, o, f)?;
                 }
+            } else if self.cfg.cas_to_write.is_some() {
+                let now = start.elapsed().as_micros() as u64;
+                outs.clear();
+                self.core.tick(now, &mut outs);
+                for (o, f) in &outs {
+                    self.emit(usize::MAX, o, f)?;
+                }
             }
             let (n, from) = match self.sock.recv_from(&mut buf) {
                 Ok(x) => x,
@@ -572,12 +620,27 @@ impl Hub {
                         msg: e.to_string(),
                     })?;
             }
-            if self.cfg.policy.is_some() {
+            if self.cfg.policy.is_some() || self.cfg.cas_to_write.is_some() {
                 let now = start.elapsed().as_micros() as u64;
                 outs.clear();
                 self.core.process(port, frame, now, &mut outs);
                 for (o, f) in &outs {
                     self.emit(port, o, f)?;
+                }
+                // The capture shows what the switch made, too (after the
+                // frame it came from: a WRITE for a CAS, an atomic ACK).
+                let made = self.core.take_made();
+                if let Some((w, _)) = &mut self.pcap {
+                    let ts = SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .unwrap_or_default();
+                    for f in made {
+                        w.write_packet(&PcapPacket::new(ts, f.len() as u32, &f))
+                            .map_err(|e| HubError::Pcap {
+                                path: self.cfg.pcap.clone().unwrap_or_default(),
+                                msg: e.to_string(),
+                            })?;
+                    }
                 }
             } else {
                 let o = self.core.on_frame(port, frame);

@@ -87,6 +87,7 @@
 
 #![warn(missing_docs)]
 
+pub mod caswrite;
 pub mod clover;
 pub mod hub;
 pub mod onwire;
