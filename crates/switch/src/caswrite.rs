@@ -85,6 +85,9 @@ pub struct CasWriteStats {
     pub converted: u64,
     /// Retransmitted CASes sent again as their WRITE.
     pub reconverted: u64,
+    /// Retransmitted requests (a PSN at or before their connection's
+    /// newest): forwarded as decided the first time.
+    pub retransmissions: u64,
     /// CASes passed: the word's value unknown.
     pub passed_unknown: u64,
     /// CASes passed: the switch knew they would fail.
@@ -190,6 +193,8 @@ pub struct CasWrite {
     resp_conns: HashMap<RespKey, ConnKey>,
     paired: HashSet<ConnKey>,
     held: HashMap<ConnKey, HeldConn>,
+    /// Each connection's newest request PSN (older ones are retransmissions).
+    newest: HashMap<ConnKey, u32>,
     /// Requests seen in the quiet period (client IP, PSN).
     seen: HashSet<(Ip, u32)>,
     started: Option<u64>,
@@ -219,6 +224,7 @@ impl CasWrite {
             resp_conns: HashMap::new(),
             paired: HashSet::new(),
             held: HashMap::new(),
+            newest: HashMap::new(),
             seen: HashSet::new(),
             started: None,
             quiet_us: QUIET_US,
@@ -401,8 +407,14 @@ impl CasWrite {
 
     fn decide(&mut self, p: &RocePacket, conn: ConnKey, now: u64) -> Verdict {
         let psn = p.bth.psn;
-        // A retransmission of a conversion: the same WRITE again.
-        if p.bth.opcode == opcode::COMPARE_SWAP {
+        // A retransmission (a PSN at or before the connection's latest):
+        // decided when it was new. A conversion goes out as the same WRITE
+        // again; anything else as it is, changing nothing the switch knows
+        // (a CAS that failed, sent again when the word is free, must not
+        // become a WRITE: the server answers a duplicate without executing
+        // it).
+        if self.newest.get(&conn).is_some_and(|&h| psn_le(psn, h)) {
+            self.stats.retransmissions += 1;
             if let Some(c) = self
                 .convs
                 .get_mut(&conn)
@@ -412,7 +424,17 @@ impl CasWrite {
                 self.stats.reconverted += 1;
                 return Verdict::Send(c.write.clone());
             }
+            return Verdict::Forward;
         }
+        let v = self.decide_new(p, conn, now);
+        if !matches!(v, Verdict::Hold(_)) {
+            self.newest.insert(conn, psn);
+        }
+        v
+    }
+
+    fn decide_new(&mut self, p: &RocePacket, conn: ConnKey, now: u64) -> Verdict {
+        let psn = p.bth.psn;
         // Requests that change what the switch knows of a word.
         let touched: Vec<Word> = match (p.bth.opcode, p.ext) {
             (opcode::COMPARE_SWAP | opcode::FETCH_ADD, Ext::Atomic { va, rkey, .. }) => {

@@ -482,3 +482,38 @@ fn after_a_start_plain_acks_at_unseen_psns_are_dropped_for_the_quiet_period() {
     );
     assert_eq!(r.sw.stats().quiet_dropped, 1);
 }
+
+#[test]
+fn a_retransmitted_cas_that_passed_is_never_converted_later() {
+    let mut r = Rig::new(0);
+    r.learn_free();
+    // B learns its response key, then A takes the lock (converted).
+    assert_eq!(r.read(B, 500).len(), 1);
+    assert_eq!(r.answer(B, 500, 0x1F, None).len(), 1);
+    assert_eq!(r.cas(A, 12, 0, 1)[0].bth.opcode, opcode::WRITE_ONLY);
+    assert_eq!(r.answer(A, 12, 0x1F, None).len(), 1);
+    // B's CAS(0→2) is doomed and passes; the server fails it (orig 1), but
+    // the atomic ACK to B is lost.
+    assert_eq!(r.cas(B, 501, 0, 2)[0].bth.opcode, opcode::COMPARE_SWAP);
+    assert_eq!(r.answer(B, 501, 0x1F, Some(1)).len(), 1);
+    // A releases (converted): the switch knows the lock is free.
+    assert_eq!(r.cas(A, 13, 1, 0)[0].bth.opcode, opcode::WRITE_ONLY);
+    assert_eq!(r.answer(A, 13, 0x1F, None).len(), 1);
+    // B's timer sends CAS 501 again. Converting it now would make B believe
+    // it took the lock: the server answers a duplicate WRITE without
+    // executing it, and the word stays 0. It must pass as the CAS it was.
+    let out = r.cas(B, 501, 0, 2);
+    assert_eq!(out[0].bth.opcode, opcode::COMPARE_SWAP);
+    assert_eq!(
+        r.answer(B, 501, 0x1F, Some(1)).len(),
+        1,
+        "the server replays orig 1"
+    );
+    // The switch still knows the lock is free: B's next CAS converts.
+    assert_eq!(r.cas(B, 502, 0, 2)[0].bth.opcode, opcode::WRITE_ONLY);
+    let s = r.sw.stats();
+    assert_eq!(
+        (s.retransmissions, s.reconverted, s.mispredictions),
+        (1, 0, 0)
+    );
+}
