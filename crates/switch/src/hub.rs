@@ -115,6 +115,8 @@ pub struct HubStats {
     pub policy: Option<crate::onwire::OnWireStats>,
     /// CAS→WRITE on the wire (`--cas-to-write`), when it runs.
     pub cas_to_write: Option<crate::caswrite::CasWriteStats>,
+    /// The switch's own address and queue pair (`--switch-ip`).
+    pub own_qp: Option<crate::ownqp::OwnQpStats>,
 }
 
 /// The opcode names Wireshark uses (short form).
@@ -158,6 +160,7 @@ pub struct Core {
     stats: HubStats,
     policy: Option<crate::onwire::OnWire>,
     cas: Option<crate::caswrite::CasWrite>,
+    own: Option<crate::ownqp::OwnQp>,
 }
 
 impl Core {
@@ -174,7 +177,35 @@ impl Core {
             stats,
             policy: None,
             cas: None,
+            own: None,
         }
+    }
+
+    /// Gives the switch an address and a queue pair of its own (see
+    /// [`crate::ownqp`]).
+    pub fn with_own(mut self, o: crate::ownqp::OwnQp) -> Self {
+        self.own = Some(o);
+        self
+    }
+
+    /// The control plane made the switch's queue pair on the node.
+    pub fn own_connected(&mut self, r: crate::ownqp::OwnRemote) {
+        if let Some(o) = self.own.as_mut() {
+            o.connected(r);
+        }
+    }
+
+    /// Time passes: the frame the switch sends from its own address now
+    /// (a probe of its queue pair), and where.
+    pub fn own_tick(&mut self, now: u64) -> Option<(Out, Vec<u8>)> {
+        let f = self.own.as_mut()?.tick(now)?;
+        let o = self.route(usize::MAX, &f);
+        Some((o, f))
+    }
+
+    /// The own address's and queue pair's counters.
+    pub fn own_stats(&self) -> Option<crate::ownqp::OwnQpStats> {
+        self.own.as_ref().map(|o| o.stats())
     }
 
     /// Runs CAS→WRITE on RoCEv2 packets (see [`crate::caswrite`]).
@@ -221,6 +252,16 @@ impl Core {
     pub fn process(&mut self, from: usize, frame: &[u8], now: u64, out: &mut Vec<(Out, Vec<u8>)>) {
         if frame.len() < 14 {
             return;
+        }
+        if let Some(own) = self.own.as_mut() {
+            match own.on_frame(frame) {
+                crate::ownqp::Own::Pass => {}
+                crate::ownqp::Own::Consumed => {
+                    self.observe(from, frame);
+                    return;
+                }
+                crate::ownqp::Own::Reply(r) => out.push((Out::Port(from), r)),
+            }
         }
         let parsed = self.observe(from, frame);
         if let (Some(p), Some(cas)) = (&parsed, self.cas.as_mut()) {
@@ -377,6 +418,9 @@ pub struct HubConfig {
     /// address (not with `policy`), with this quiet period after the
     /// start (µs).
     pub cas_to_write: Option<(std::net::Ipv4Addr, u64)>,
+    /// An address of the switch's own and the memory node's: the switch
+    /// answers ARP for it and probes its queue pair on the node.
+    pub own: Option<(std::net::Ipv4Addr, std::net::Ipv4Addr)>,
 }
 
 /// The data plane's end of the switch's control plane: region tables of
@@ -428,6 +472,7 @@ pub struct Hub {
     core: Core,
     pcap: Option<(PcapWriter<Spool>, Spool)>,
     control: Option<ControlLink>,
+    own_link: Option<std::sync::mpsc::Receiver<crate::ownqp::OwnRemote>>,
 }
 
 impl Hub {
@@ -472,6 +517,9 @@ impl Hub {
             }
             core = core.with_cas_to_write(c);
         }
+        if let Some((ip, server)) = cfg.own {
+            core = core.with_own(crate::ownqp::OwnQp::new(ip, server));
+        }
         Ok(Hub {
             cfg,
             sock,
@@ -479,6 +527,7 @@ impl Hub {
             core,
             pcap,
             control: None,
+            own_link: None,
         })
     }
 
@@ -492,6 +541,13 @@ impl Hub {
         self
     }
 
+    /// The node-side ends of the switch's queue pair come in on `rx`
+    /// (its control plane made them).
+    pub fn with_own_link(mut self, rx: std::sync::mpsc::Receiver<crate::ownqp::OwnRemote>) -> Self {
+        self.own_link = Some(rx);
+        self
+    }
+
     /// The address it listens on.
     pub fn local_addr(&self) -> Result<SocketAddr, HubError> {
         self.sock.local_addr().map_err(io("local address"))
@@ -502,6 +558,7 @@ impl Hub {
         HubStats {
             policy: self.core.policy_stats(),
             cas_to_write: self.core.cas_stats(),
+            own_qp: self.core.own_stats(),
             ..self.core.stats().clone()
         }
     }
@@ -583,7 +640,28 @@ impl Hub {
                 for (o, f) in &outs {
                     self.emit(usize::MAX, o, f)?;
                 }
-            } else if self.cfg.cas_to_write.is_some() {
+            }
+            if let Some(rx) = &self.own_link {
+                let now = start.elapsed().as_micros() as u64;
+                let rs: Vec<_> = rx.try_iter().collect();
+                for r in rs {
+                    self.core.own_connected(r);
+                }
+                if let Some((o, f)) = self.core.own_tick(now) {
+                    self.emit(usize::MAX, &o, &f)?;
+                    if let Some((w, _)) = &mut self.pcap {
+                        let ts = SystemTime::now()
+                            .duration_since(UNIX_EPOCH)
+                            .unwrap_or_default();
+                        w.write_packet(&PcapPacket::new(ts, f.len() as u32, &f))
+                            .map_err(|e| HubError::Pcap {
+                                path: self.cfg.pcap.clone().unwrap_or_default(),
+                                msg: e.to_string(),
+                            })?;
+                    }
+                }
+            }
+            if self.control.is_none() && self.cfg.cas_to_write.is_some() {
                 let now = start.elapsed().as_micros() as u64;
                 outs.clear();
                 self.core.tick(now, &mut outs);
@@ -620,7 +698,10 @@ impl Hub {
                         msg: e.to_string(),
                     })?;
             }
-            if self.cfg.policy.is_some() || self.cfg.cas_to_write.is_some() {
+            if self.cfg.policy.is_some()
+                || self.cfg.cas_to_write.is_some()
+                || self.cfg.own.is_some()
+            {
                 let now = start.elapsed().as_micros() as u64;
                 outs.clear();
                 self.core.process(port, frame, now, &mut outs);

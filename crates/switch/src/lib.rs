@@ -110,6 +110,7 @@ pub mod caswrite;
 pub mod clover;
 pub mod hub;
 pub mod onwire;
+pub mod ownqp;
 pub mod packet;
 pub mod policy;
 pub mod regions;
