@@ -67,9 +67,12 @@
 //! checks pass unchanged, and the switch restores its own order across
 //! connections by holding a word's requests from other connections while
 //! one is unanswered (rxe runs a task per QP and would otherwise apply two
-//! clients' requests in either order). Not built: the switch's own QP and
-//! ARP identity, and steps 2–4 on packets; `dmkit switch` refuses `--mux`
-//! with a "not built" error. Which rxe checks a multiplexed request must
+//! clients' requests in either order). Step 1 is built too ([`ownqp`],
+//! `dmkit switch --switch-ip`): the switch answers ARP for an address of
+//! its own, its control plane asks the node for a QP connected to it, and
+//! the switch probes that QP with READs of its own. Not built: steps 2–4
+//! (moving clients' requests onto that QP and back); `dmkit switch`
+//! refuses `--mux` with a "not built" error. Which rxe checks a multiplexed request must
 //! pass (drivers/infiniband/sw/rxe): `rxe_recv.c`'s `hdr_check` finds the
 //! QP by the BTH's destination QPN (`rxe_pool_get_index`), then
 //! `check_addr` drops a packet whose IPv4 source is not the QP's
