@@ -36,8 +36,9 @@ pub(crate) struct SwitchArgs {
     /// switch sends to). Repeat for each port.
     #[arg(long = "port", value_name = "NAME=HOST:PORT", required = true, value_parser = parse_port)]
     ports: Vec<(String, SocketAddr)>,
-    /// Capture every frame received (pcap, Ethernet link type: Wireshark
-    /// decodes RoCEv2 as InfiniBand).
+    /// Capture every frame received, and every frame the switch makes
+    /// (--cas-to-write, --switch-ip) after the one it came from (pcap,
+    /// Ethernet link type: Wireshark decodes RoCEv2 as InfiniBand).
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
     /// Write the counters (JSON) every second and at the end.

@@ -403,7 +403,8 @@ pub struct HubConfig {
     pub listen: SocketAddr,
     /// The ports: name and the UDP address its peer sends from.
     pub ports: Vec<(String, SocketAddr)>,
-    /// Capture every frame received into this pcap file (Ethernet).
+    /// Capture every frame received into this pcap file (Ethernet), and
+    /// every frame CAS→WRITE or the own queue pair makes.
     pub pcap: Option<PathBuf>,
     /// Write the counters here (JSON) every second and at the end.
     pub stats_json: Option<PathBuf>,
