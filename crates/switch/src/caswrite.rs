@@ -198,6 +198,8 @@ pub struct CasWrite {
     /// Requests seen in the quiet period (client IP, PSN).
     seen: HashSet<(Ip, u32)>,
     started: Option<u64>,
+    /// When words were last pruned (µs).
+    pruned: u64,
     quiet_us: u64,
     stats: CasWriteStats,
     /// Copies of the frames made since [`CasWrite::take_made`] (for the
@@ -227,6 +229,7 @@ impl CasWrite {
             newest: HashMap::new(),
             seen: HashSet::new(),
             started: None,
+            pruned: 0,
             quiet_us: QUIET_US,
             stats: CasWriteStats::default(),
             made: None,
@@ -313,9 +316,14 @@ impl CasWrite {
                 out.push((x.tag, x.raw));
             }
         }
-        if self.words.len() > 1024 {
+        // Words untouched for WORD_TTL_US are forgotten (checked every
+        // 100 ms), unless requests wait on them or theirs are unanswered.
+        if now.saturating_sub(self.pruned) >= 100_000 {
+            self.pruned = now;
             self.words.retain(|_, s| {
-                now.saturating_sub(s.touched) < WORD_TTL_US || !s.waiters.is_empty()
+                now.saturating_sub(s.touched) < WORD_TTL_US
+                    || !s.waiters.is_empty()
+                    || s.busy.is_some()
             });
         }
     }

@@ -517,3 +517,17 @@ fn a_retransmitted_cas_that_passed_is_never_converted_later() {
         (1, 0, 0)
     );
 }
+
+#[test]
+fn a_word_untouched_for_its_lifetime_is_forgotten() {
+    let mut r = Rig::new(0);
+    r.learn_free();
+    let mut out = Vec::new();
+    r.sw.tick(r.now + caswrite::WORD_TTL_US / 2, &mut out);
+    assert_eq!(r.sw.stats().words, 1);
+    r.sw.tick(r.now + caswrite::WORD_TTL_US + 100_000, &mut out);
+    assert!(out.is_empty());
+    assert_eq!(r.sw.stats().words, 0);
+    // Unknown again: the next CAS passes and teaches it.
+    assert_eq!(r.cas(A, 12, 0, 1)[0].bth.opcode, opcode::COMPARE_SWAP);
+}
