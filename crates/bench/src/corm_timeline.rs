@@ -27,21 +27,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dmkit_corm::{CormClient, CormError};
-use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_fabric::{Fabric, RpcChannel, RpcFailure};
-use dmkit_memnode::corm::class::Strategy;
 use dmkit_memnode::corm::service::{
-    decode_answer, decode_fault, encode_request, CormAnswer, CormRequest, CormService, CORM,
+    decode_answer, decode_fault, encode_request, CormAnswer, CormRequest, CORM,
 };
 use dmkit_memnode::corm::{CompactionReport, Correction, ObjPtr, Op, Policy, Reply, StoreConfig};
-use dmkit_memnode::NodeConfig;
 use dmkit_runtime::{Ctx, Local, RuntimeConfig, Worker};
 use serde::Serialize;
 
-use crate::corm_bench::ReadPath;
+use crate::corm_bench::{self, ReadPath, BLOCK};
 use crate::micro::BenchError;
-
-const BLOCK: u64 = 4096;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -64,6 +59,8 @@ pub struct TimelineConfig {
     pub duration: Duration,
     /// Seed (which objects are freed, the store's ids).
     pub seed: u64,
+    /// The shm latency model's round trip of every verb and RPC, or none.
+    pub rtt: Option<Duration>,
 }
 
 /// One point of a series, as `sim reproduce` figures carry them.
@@ -212,40 +209,22 @@ fn check(cfg: &TimelineConfig) -> Result<(), BenchError> {
 pub fn run(cfg: &TimelineConfig) -> Result<TimelineResult, BenchError> {
     check(cfg)?;
     let wall = Instant::now();
-    let space = (cfg.objects as u64 * (u64::from(cfg.size) + 64) * 2)
-        .max(8 << 20)
-        .next_multiple_of(BLOCK);
-    let fabric = ShmFabric::embedded(
-        ShmConfig {
-            rpc_max_message: (cfg.size + 256).max(4096),
-            ..Default::default()
-        },
-        &[NodeConfig {
-            size: (2 * space + (16 << 20)).next_multiple_of(1 << 20),
-            rpc_workers: cfg.workers,
-            ..Default::default()
-        }],
-    )?;
-    let node = fabric
-        .embedded_node(0)
-        .ok_or_else(|| BenchError::Config("no embedded node".into()))?;
-    CormService::register(
-        &node,
+    let space = corm_bench::store_space(cfg.objects as u64, cfg.size);
+    let base = corm_bench::store_config(space, cfg.seed);
+    let (fabric, _store) = corm_bench::embedded_store(
+        space,
+        cfg.size,
+        cfg.workers,
+        cfg.rtt,
         StoreConfig {
-            block_size: BLOCK,
-            strategy: Strategy::Corm(16),
             correction: cfg.correction,
             policy: Policy {
-                threshold: None,
                 merges_per_step: 0,
-                ..Policy::default()
+                ..base.policy
             },
-            virtual_bytes: space,
-            seed: Some(cfg.seed),
-            ..StoreConfig::default()
+            ..base
         },
-    )
-    .map_err(BenchError::Config)?;
+    )?;
     // Load, then free three of four at random.
     let mut ch = fabric.connect_rpc(0)?;
     let mut kept = Vec::new();
@@ -445,6 +424,7 @@ mod tests {
             compact_at: Duration::from_millis(50),
             duration: Duration::from_millis(200),
             seed: 3,
+            rtt: None,
         };
         let r = run(&cfg).unwrap();
         assert!(r.compaction.blocks_freed > 0, "{:?}", r.compaction);

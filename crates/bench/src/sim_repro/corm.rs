@@ -121,6 +121,7 @@ fn fig12(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
                         duration: Duration::from_millis(window),
                         warmup: Duration::from_millis(1),
                         seed: opts.seed,
+                        rtt: None,
                     };
                     let sim = SimConfig {
                         profile: opts.profile.clone(),
