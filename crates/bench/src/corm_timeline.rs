@@ -129,10 +129,111 @@ pub struct TimelineResult {
     pub longest_gap_ms: f64,
     /// Direct reads that found their object moved (corrected by ScanRead).
     pub failed_direct_reads: u64,
+    /// Where the time of each phase went (the client's CPU share, its
+    /// reads per CPU second, its scan reads and retries).
+    pub phases: Phases,
     /// The series: Mops per bucket.
     pub rows: Vec<Row>,
     /// Wall-clock seconds the run took.
     pub wall_seconds: f64,
+}
+
+/// The client's phases: before, during and after the compaction.
+#[derive(Debug, Clone, Serialize)]
+pub struct Phases {
+    /// Before the compaction was asked for.
+    pub before: Phase,
+    /// The buckets the compaction overlaps.
+    pub during: Phase,
+    /// After it was answered.
+    pub after: Phase,
+}
+
+/// What the reading client did in one phase: enough to tell a loss of
+/// CPU (the machine's other threads, the compaction's leader among them,
+/// ran instead of the client) from a loss of work (each read costing more:
+/// scan reads of moved objects, retries of locked ones).
+#[derive(Debug, Clone, Serialize)]
+pub struct Phase {
+    /// Length (ms).
+    pub ms: f64,
+    /// Reads completed.
+    pub reads: u64,
+    /// The client thread's CPU time over the phase's wall time (1: it ran
+    /// throughout).
+    pub cpu_share: f64,
+    /// Reads per microsecond of the client's CPU time (Mops per core the
+    /// client had): the phase's cost per read, whatever its CPU share.
+    pub mops_per_cpu: f64,
+    /// DirectReads that found their object moved (each then a ScanRead).
+    pub scan_reads: u64,
+    /// Reads retried after a backoff (a locked or torn object).
+    pub retries: u64,
+}
+
+/// The reading client's tallies per bucket.
+#[derive(Debug, Clone)]
+struct Buckets {
+    reads: Vec<u64>,
+    scans: Vec<u64>,
+    retries: Vec<u64>,
+    /// The client thread's CPU time (ns).
+    cpu_ns: Vec<u64>,
+}
+
+impl Buckets {
+    fn new(n: usize) -> Self {
+        Self {
+            reads: vec![0; n],
+            scans: vec![0; n],
+            retries: vec![0; n],
+            cpu_ns: vec![0; n],
+        }
+    }
+
+    /// A read completed in bucket `b` (past the end: not counted).
+    fn count(&mut self, b: usize, scanned: bool, retries: u64) {
+        if b < self.reads.len() {
+            self.reads[b] += 1;
+            self.scans[b] += u64::from(scanned);
+            self.retries[b] += retries;
+        }
+    }
+
+    /// The client's CPU time while its reads were in bucket `b`.
+    fn charge_cpu(&mut self, b: usize, ns: u64) {
+        if let Some(x) = self.cpu_ns.get_mut(b) {
+            *x += ns;
+        }
+    }
+
+    /// Buckets `[a, b)` of `bucket_ns` each, summed.
+    fn phase(&self, a: usize, b: usize, bucket_ns: f64) -> Phase {
+        let (a, b) = (a.min(self.reads.len()), b.min(self.reads.len()).max(a));
+        let a = a.min(b);
+        let sum = |v: &[u64]| v[a..b].iter().sum::<u64>();
+        let (reads, cpu) = (sum(&self.reads), sum(&self.cpu_ns));
+        let wall = (b - a) as f64 * bucket_ns;
+        Phase {
+            ms: wall / 1e6,
+            reads,
+            cpu_share: if wall > 0.0 { cpu as f64 / wall } else { 0.0 },
+            mops_per_cpu: if cpu > 0 {
+                reads as f64 / cpu as f64 * 1e3
+            } else {
+                0.0
+            },
+            scan_reads: sum(&self.scans),
+            retries: sum(&self.retries),
+        }
+    }
+}
+
+/// This thread's CPU time (ns; 0 if the clock cannot be read).
+fn thread_cpu_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
 }
 
 fn mix(mut x: u64) -> u64 {
@@ -251,10 +352,10 @@ pub fn run(cfg: &TimelineConfig) -> Result<TimelineResult, BenchError> {
     let buckets = (cfg.duration.as_nanos() as u64).div_ceil(bucket_ns) as usize;
     let stop = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
-    let (counts, failed, span, report) = std::thread::scope(|s| {
+    let (tally, span, report) = std::thread::scope(|s| {
         let client = {
             let (stop, fabric, kept) = (stop.clone(), &fabric, kept.clone());
-            s.spawn(move || -> Result<(Vec<u64>, u64), BenchError> {
+            s.spawn(move || -> Result<Buckets, BenchError> {
                 let mut w = Worker::builder(fabric)
                     .config(RuntimeConfig {
                         seed: cfg.seed,
@@ -264,37 +365,45 @@ pub fn run(cfg: &TimelineConfig) -> Result<TimelineResult, BenchError> {
                     .tasks(1)
                     .local_bytes(BLOCK as usize)
                     .build()?;
-                let counts = Rc::new(RefCell::new(vec![0u64; buckets]));
-                let failed = Rc::new(RefCell::new(0u64));
+                let tally = Rc::new(RefCell::new(Buckets::new(buckets)));
                 let error: Rc<RefCell<Option<CormError>>> = Rc::default();
-                let (c2, f2, e2, read) = (counts.clone(), failed.clone(), error.clone(), cfg.read);
+                let (t2, e2, read) = (tally.clone(), error.clone(), cfg.read);
                 w.spawn(move |ctx: Ctx| async move {
                     let r = async {
                         let c = CormClient::connect(&ctx, 0).await?;
                         let buf = Local::at(0, BLOCK as usize);
                         let mut mine: Vec<ObjPtr> = kept;
+                        // The bucket of the last read, and the thread's CPU
+                        // time when it began (charged to it when it ends).
+                        let (mut cur, mut cpu) = (0usize, thread_cpu_ns());
                         'run: loop {
                             for q in mine.iter_mut() {
                                 if stop.load(Ordering::Relaxed) {
                                     break 'run;
                                 }
+                                let (mut scanned, retries) = (false, ctx.retries());
                                 match read {
                                     ReadPath::Rpc => drop(c.read(&ctx, q).await?),
                                     ReadPath::Direct => match c.direct_read(&ctx, *q, buf).await {
                                         Ok(_) => {}
                                         Err(CormError::Moved) => {
-                                            *f2.borrow_mut() += 1;
+                                            scanned = true;
                                             c.scan_read(&ctx, q, buf).await?;
                                         }
                                         Err(e) => return Err(e),
                                     },
                                 }
                                 let b = (t0.elapsed().as_nanos() as u64 / bucket_ns) as usize;
-                                if let Some(n) = c2.borrow_mut().get_mut(b) {
-                                    *n += 1;
+                                let mut t = t2.borrow_mut();
+                                if b != cur {
+                                    let now = thread_cpu_ns();
+                                    t.charge_cpu(cur, now - cpu);
+                                    (cur, cpu) = (b, now);
                                 }
+                                t.count(b, scanned, ctx.retries() - retries);
                             }
                         }
+                        t2.borrow_mut().charge_cpu(cur, thread_cpu_ns() - cpu);
                         Ok::<(), CormError>(())
                     }
                     .await;
@@ -310,9 +419,8 @@ pub fn run(cfg: &TimelineConfig) -> Result<TimelineResult, BenchError> {
                 if let Some(e) = error.borrow_mut().take() {
                     return Err(run_err("the reading client", e));
                 }
-                let v = counts.borrow().clone();
-                let n = *failed.borrow();
-                Ok((v, n))
+                let t = tally.borrow().clone();
+                Ok(t)
             })
         };
         // The compaction, asked for at `compact_at` and waited for.
@@ -327,21 +435,23 @@ pub fn run(cfg: &TimelineConfig) -> Result<TimelineResult, BenchError> {
         })();
         std::thread::sleep(cfg.duration.saturating_sub(t0.elapsed()));
         stop.store(true, Ordering::Relaxed);
-        let (counts, failed) = client
+        let tally = client
             .join()
             .map_err(|_| BenchError::Run("the reading client panicked".into()))??;
         let (span, report) = compacted?;
-        Ok::<_, BenchError>((counts, failed, span, report))
+        Ok::<_, BenchError>((tally, span, report))
     })?;
     let active_after = active_bytes(&mut *ch)?;
     let bns = bucket_ns as f64;
     let a = (span.0.as_nanos() as u64 / bucket_ns) as usize;
     let b = (span.1.as_nanos() as u64).div_ceil(bucket_ns) as usize;
+    let counts = &tally.reads;
     let (before, during, after) = (
-        rate(&counts, 0, a, bns),
-        rate(&counts, a, b, bns),
-        rate(&counts, b, buckets, bns),
+        rate(counts, 0, a, bns),
+        rate(counts, a, b, bns),
+        rate(counts, b, buckets, bns),
     );
+    let phases = [(0, a), (a, b), (b, buckets)].map(|(x, y)| tally.phase(x, y, bns));
     let series = format!(
         "{} client ({} correction)",
         match cfg.read {
@@ -374,8 +484,13 @@ pub fn run(cfg: &TimelineConfig) -> Result<TimelineResult, BenchError> {
         during_mops: during,
         after_mops: after,
         during_over_before: if before > 0.0 { during / before } else { 0.0 },
-        longest_gap_ms: longest_gap(&counts) as f64 * ms(cfg.bucket),
-        failed_direct_reads: failed,
+        longest_gap_ms: longest_gap(counts) as f64 * ms(cfg.bucket),
+        failed_direct_reads: tally.scans.iter().sum(),
+        phases: Phases {
+            before: phases[0].clone(),
+            during: phases[1].clone(),
+            after: phases[2].clone(),
+        },
         rows: counts
             .iter()
             .enumerate()

@@ -287,6 +287,23 @@ fn timeline(a: &CormBenchArgs) -> Res {
         r.longest_gap_ms,
         r.failed_direct_reads
     );
+    // Where a phase's throughput went: the client's CPU share (the
+    // machine's other threads, the compaction's leader among them) and
+    // its reads per CPU second (what each read cost).
+    println!(
+        "{:<7} {:>9} {:>10} {:>14} {:>11} {:>9}",
+        "phase", "ms", "client CPU", "Mops/CPU core", "scan reads", "retries"
+    );
+    for (name, p) in [
+        ("before", &r.phases.before),
+        ("during", &r.phases.during),
+        ("after", &r.phases.after),
+    ] {
+        println!(
+            "{:<7} {:>9.1} {:>10.3} {:>14.4} {:>11} {:>9}",
+            name, p.ms, p.cpu_share, p.mops_per_cpu, p.scan_reads, p.retries
+        );
+    }
     if let Some(path) = &a.json {
         let provenance = harness::Provenance::new(a.seed, a.duration, Duration::ZERO, false);
         harness::write_json(path, &provenance, &r)?;
