@@ -371,7 +371,7 @@ fn spawn_clients(
                     match c.direct_read(&ctx, mine[k], buf).await {
                         Err(CormError::Moved) => {
                             moved = true;
-                            c.scan_read(&ctx, &mut mine[k], buf).await.map(drop)
+                            c.scan_moved(&ctx, &mut mine[k], buf).await.map(drop)
                         }
                         other => other.map(drop),
                     }

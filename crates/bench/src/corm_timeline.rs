@@ -388,7 +388,7 @@ pub fn run(cfg: &TimelineConfig) -> Result<TimelineResult, BenchError> {
                                         Ok(_) => {}
                                         Err(CormError::Moved) => {
                                             scanned = true;
-                                            c.scan_read(&ctx, q, buf).await?;
+                                            c.scan_moved(&ctx, q, buf).await?;
                                         }
                                         Err(e) => return Err(e),
                                     },

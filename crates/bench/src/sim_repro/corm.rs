@@ -457,7 +457,7 @@ fn timeline(p: &TimelinePoint) -> Result<Timeline, BenchError> {
                             match c.direct_read(&ctx, *q, buf).await {
                                 Ok(_) => {}
                                 Err(CormError::Moved) if correction == Correction::Message => {
-                                    c.scan_read(&ctx, q, buf).await?;
+                                    c.scan_moved(&ctx, q, buf).await?;
                                 }
                                 Err(CormError::Moved) => {
                                     c.read(&ctx, q).await?;
