@@ -26,11 +26,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dmkit_corm::{CormClient, CormError};
-use dmkit_fabric::{Fabric, RpcChannel, RpcFailure};
-use dmkit_memnode::corm::service::{
-    decode_answer, decode_fault, encode_request, CormAnswer, CormRequest, CORM,
-};
+use dmkit_corm::{sync, CormClient, CormError};
+use dmkit_fabric::{Fabric, RpcChannel};
 use dmkit_memnode::corm::{CompactionReport, Correction, ObjPtr, Op, Policy, Reply, StoreConfig};
 use dmkit_runtime::{Ctx, Local, RuntimeConfig, Worker};
 use serde::Serialize;
@@ -246,29 +243,14 @@ fn run_err(what: &str, e: impl std::fmt::Display) -> BenchError {
     BenchError::Run(format!("{what}: {e}"))
 }
 
-fn call(ch: &mut dyn RpcChannel, r: CormRequest) -> Result<CormAnswer, BenchError> {
-    match ch.call(CORM, &encode_request(&r)) {
-        Ok(bytes) => decode_answer(&bytes).map_err(|e| run_err("a CoRM answer", e)),
-        Err(RpcFailure::Service(e)) => Err(run_err(
-            "the CoRM service",
-            decode_fault(&e).map_or_else(|x| x, |f| f.to_string()),
-        )),
-        Err(f) => Err(run_err("a CoRM call", f)),
-    }
-}
-
 fn op(ch: &mut dyn RpcChannel, o: Op) -> Result<Reply, BenchError> {
-    match call(ch, CormRequest::Op(o))? {
-        CormAnswer::Done(r) => Ok(r),
-        other => Err(run_err("unexpected answer", format!("{other:?}"))),
-    }
+    sync::op(ch, o).map_err(|e| run_err("a CoRM call", e))
 }
 
 fn active_bytes(ch: &mut dyn RpcChannel) -> Result<u64, BenchError> {
-    match call(ch, CormRequest::Stats)? {
-        CormAnswer::Stats(s) => Ok(s.active_bytes),
-        other => Err(run_err("unexpected answer", format!("{other:?}"))),
-    }
+    sync::stats(ch)
+        .map(|s| s.active_bytes)
+        .map_err(|e| run_err("the CoRM store's statistics", e))
 }
 
 /// Mops over buckets `[a, b)`.

@@ -41,6 +41,8 @@ use dmkit_runtime::{Ctx, Local};
 
 pub use dmkit_memnode::corm::ObjPtr as Pointer;
 
+pub mod sync;
+
 /// Reads of a torn or locked object, each after the runtime's backoff,
 /// before the reader slows to one read per [`PATIENCE_STEP`].
 pub const MAX_READ_RETRIES: u32 = 1000;
