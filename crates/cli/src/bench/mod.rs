@@ -6,6 +6,7 @@ pub(crate) mod atomics;
 pub(crate) mod clover;
 pub(crate) mod consolidation;
 pub(crate) mod corm_bench;
+pub(crate) mod lockcheck;
 pub(crate) mod micro;
 pub(crate) mod rpc;
 pub(crate) mod txn;
@@ -55,6 +56,9 @@ pub(crate) enum BenchCmd {
     /// Remote atomics (memory-semantics §III-E): spinlock and sequencer,
     /// local vs remote vs RPC, with and without backoff.
     Atomics(AtomicsArgs),
+    /// A spinlock on one remote word shared by client processes (one per
+    /// host), with a mutual-exclusion check (`dmkit switch --cas-to-write`).
+    Lockcheck(lockcheck::LockcheckArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
