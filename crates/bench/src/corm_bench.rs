@@ -38,7 +38,7 @@ use dmkit_fabric::Fabric;
 use dmkit_memnode::corm::class::Strategy;
 use dmkit_memnode::corm::service::CormService;
 use dmkit_memnode::corm::{CormStats, ObjPtr, Policy, Store, StoreConfig};
-use dmkit_memnode::{MemNode, NodeConfig};
+use dmkit_memnode::NodeConfig;
 use dmkit_runtime::{Ctx, Local, RuntimeConfig, Worker};
 use dmkit_sim::{Sim, SimConfig};
 use hdrhistogram::Histogram;
@@ -94,6 +94,9 @@ pub struct CormBenchConfig {
     pub warmup: Duration,
     /// Seed.
     pub seed: u64,
+    /// shm: the emulated network round trip of every verb and RPC
+    /// (`ShmConfig::rtt`), or none.
+    pub rtt: Option<Duration>,
 }
 
 /// What a run measured.
@@ -119,6 +122,9 @@ pub struct CormBenchResult {
     pub coros: usize,
     /// The node's RPC workers.
     pub workers: usize,
+    /// shm: the emulated round trip of every verb and RPC (µs; `None`:
+    /// none, or another backend).
+    pub rtt_us: Option<f64>,
     /// Operations completed in the window.
     pub ops: u64,
     /// Length of the window.
@@ -187,33 +193,93 @@ struct Tally {
     errors: RefCell<Vec<String>>,
 }
 
-/// Bytes of the store's virtual range and of the node's memory for `cfg`.
-fn sizes(cfg: &CormBenchConfig) -> (u64, u64) {
-    let need = (cfg.objects as u64 * (u64::from(cfg.size) + 64) * 2).max(8 << 20);
-    (need, (2 * need + (16 << 20)).next_multiple_of(1 << 20))
+/// Bytes of a store's address space for `objects` objects of `size`
+/// bytes: twice their slots (header and cache-line versions included),
+/// at least 8 MiB, whole blocks. Every `bench corm` mode sizes its store so.
+pub(crate) fn store_space(objects: u64, size: u32) -> u64 {
+    (objects * (u64::from(size) + 64) * 2)
+        .max(8 << 20)
+        .next_multiple_of(BLOCK)
 }
 
-/// Registers the benchmark's store on `node`.
-fn register(node: &Arc<MemNode>, cfg: &CormBenchConfig) -> Result<Store, BenchError> {
-    let (need, _) = sizes(cfg);
-    CormService::register(
-        node,
-        StoreConfig {
-            block_size: BLOCK,
-            strategy: Strategy::Corm(16),
-            policy: Policy {
-                threshold: None,
-                ..Policy::default()
-            },
-            virtual_bytes: need.next_multiple_of(BLOCK),
-            seed: Some(cfg.seed),
-            ..StoreConfig::default()
+/// Bytes of memory node for a store of `space` bytes (room for the
+/// compaction's destination blocks and the node's own tables).
+pub(crate) fn node_bytes(space: u64) -> u64 {
+    (2 * space + (16 << 20)).next_multiple_of(1 << 20)
+}
+
+/// The store every `bench corm` mode runs: `space` bytes of 4 KiB blocks,
+/// CoRM-16 object ids, no fragmentation-threshold trigger (a mode sets the
+/// rest of the policy), `seed`'s ids.
+pub(crate) fn store_config(space: u64, seed: u64) -> StoreConfig {
+    StoreConfig {
+        block_size: BLOCK,
+        strategy: Strategy::Corm(16),
+        policy: Policy {
+            threshold: None,
+            ..Policy::default()
         },
-    )
-    .map_err(BenchError::Config)
+        virtual_bytes: space,
+        seed: Some(seed),
+        ..StoreConfig::default()
+    }
 }
 
-const BLOCK: u64 = 4096;
+/// An embedded shm node for a store of `space` bytes whose payloads reach
+/// `largest` bytes, served by `workers` RPC workers, every verb and RPC
+/// delayed by `rtt` (the shm latency model); registers `store` on it.
+pub(crate) fn embedded_store(
+    space: u64,
+    largest: u32,
+    workers: usize,
+    rtt: Option<Duration>,
+    store: StoreConfig,
+) -> Result<(ShmFabric, Store), BenchError> {
+    let fabric = ShmFabric::embedded(
+        ShmConfig {
+            rpc_max_message: (largest + 256).max(4096),
+            rtt,
+            ..Default::default()
+        },
+        &[NodeConfig {
+            size: node_bytes(space),
+            rpc_workers: workers,
+            ..Default::default()
+        }],
+    )?;
+    let node = fabric
+        .embedded_node(0)
+        .ok_or_else(|| BenchError::Config("no embedded node".into()))?;
+    let store = CormService::register(&node, store).map_err(BenchError::Config)?;
+    Ok((fabric, store))
+}
+
+/// `sim` fitted to a store of `space` bytes served by `workers` of node 0's
+/// modelled cores: memory grown to what the store needs, translation
+/// pages shrunk to the store's blocks.
+pub(crate) fn sim_for_store(mut sim: SimConfig, space: u64, workers: usize) -> SimConfig {
+    sim.memory_bytes = sim.memory_bytes.max(node_bytes(space));
+    sim.page_size = sim.page_size.min(BLOCK);
+    sim.rpc_workers = Some(workers);
+    sim
+}
+
+/// Registers a store on the simulator's memory node 0.
+pub(crate) fn sim_store(sim: &Sim, store: StoreConfig) -> Result<Store, BenchError> {
+    let node = sim
+        .fabric()
+        .memory()
+        .embedded_node(0)
+        .ok_or_else(|| BenchError::Config("the simulation has no memory node 0".into()))?;
+    CormService::register(&node, store).map_err(BenchError::Config)
+}
+
+fn space(cfg: &CormBenchConfig) -> u64 {
+    store_space(cfg.objects as u64, cfg.size)
+}
+
+/// The store's block size (4 KiB, the paper's default).
+pub(crate) const BLOCK: u64 = 4096;
 
 /// Spawns the loader's tasks on `w`: `LOADERS` tasks allocate and write
 /// the objects, their pointers go to `ptrs` in object order.
@@ -305,7 +371,7 @@ fn spawn_clients(
                     match c.direct_read(&ctx, mine[k], buf).await {
                         Err(CormError::Moved) => {
                             moved = true;
-                            c.scan_read(&ctx, &mut mine[k], buf).await.map(drop)
+                            c.scan_moved(&ctx, &mut mine[k], buf).await.map(drop)
                         }
                         other => other.map(drop),
                     }
@@ -353,22 +419,13 @@ fn runtime_config(cfg: &CormBenchConfig) -> RuntimeConfig {
 pub fn run(cfg: &CormBenchConfig) -> Result<CormBenchResult, BenchError> {
     check(cfg)?;
     let wall = Instant::now();
-    let (_, node_bytes) = sizes(cfg);
-    let fabric = ShmFabric::embedded(
-        ShmConfig {
-            rpc_max_message: (cfg.size + 256).max(4096),
-            ..Default::default()
-        },
-        &[NodeConfig {
-            size: node_bytes,
-            rpc_workers: cfg.workers,
-            ..Default::default()
-        }],
+    let (fabric, store) = embedded_store(
+        space(cfg),
+        cfg.size,
+        cfg.workers,
+        cfg.rtt,
+        store_config(space(cfg), cfg.seed),
     )?;
-    let node = fabric
-        .embedded_node(0)
-        .ok_or_else(|| BenchError::Config("no embedded node".into()))?;
-    let store = register(&node, cfg)?;
     let m = measure(&fabric, cfg)?;
     result(cfg, "shm", None, m, wall, store.stats())
 }
@@ -542,19 +599,16 @@ fn measure_keeping(
 pub fn run_sim(sim_cfg: SimConfig, cfg: &CormBenchConfig) -> Result<CormBenchResult, BenchError> {
     check(cfg)?;
     let wall = Instant::now();
+    if cfg.rtt.is_some() {
+        return Err(BenchError::Config(
+            "--rtt is the shm latency model; the simulator times its own network".into(),
+        ));
+    }
     let profile = sim_cfg.profile.name.clone();
-    let mut sim_cfg = sim_cfg;
-    sim_cfg.memory_bytes = sim_cfg.memory_bytes.max(sizes(cfg).1);
-    sim_cfg.page_size = sim_cfg.page_size.min(BLOCK);
-    sim_cfg.rpc_workers = Some(cfg.workers);
+    let sim_cfg = sim_for_store(sim_cfg, space(cfg), cfg.workers);
     let machines = sim_cfg.compute_machines.max(1);
     let mut sim = Sim::new(sim_cfg)?;
-    let node = sim
-        .fabric()
-        .memory()
-        .embedded_node(0)
-        .ok_or_else(|| BenchError::Config("the simulation has no memory node 0".into()))?;
-    let store = register(&node, cfg)?;
+    let store = sim_store(&sim, store_config(space(cfg), cfg.seed))?;
     let rcfg = runtime_config(cfg);
     let (p, e) = (Rc::default(), Rc::default());
     let th = sim.add_worker(0, |f: &dyn Fabric, clock| {
@@ -636,6 +690,7 @@ fn result(
         threads: cfg.threads,
         coros: cfg.coros,
         workers: cfg.workers,
+        rtt_us: cfg.rtt.map(|d| d.as_secs_f64() * 1e6),
         ops,
         seconds,
         mops: harness::rate(ops as f64, seconds) / 1e6,

@@ -27,23 +27,17 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use dmkit_corm::{CormClient, CormError};
-use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_fabric::{Fabric, GlobalAddr, RemoteRef};
-use dmkit_memnode::corm::class::Strategy;
-use dmkit_memnode::corm::service::CormService;
 use dmkit_memnode::corm::{CompactionReport, CormStats, ObjPtr, Policy, Store, StoreConfig};
-use dmkit_memnode::{MemNode, NodeConfig};
 use dmkit_runtime::{Ctx, Local, RuntimeConfig, Worker};
 use dmkit_sim::{Sim, SimConfig};
 use serde::Serialize;
 
+use crate::corm_bench::{self, BLOCK};
 use crate::micro::BenchError;
-
-const BLOCK: u64 = 4096;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -56,6 +50,8 @@ pub struct LatencyConfig {
     pub workers: usize,
     /// Seed (the store's ids and slots).
     pub seed: u64,
+    /// The shm latency model's round trip of every verb and RPC, or none.
+    pub rtt: Option<Duration>,
 }
 
 /// One call's latency at one size.
@@ -124,34 +120,23 @@ fn check(cfg: &LatencyConfig) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// Bytes of the store's address space and of the node for `cfg` (every
-/// object of the largest size allocated at once, twice over).
-fn sizes(cfg: &LatencyConfig) -> (u64, u64) {
-    let big = u64::from(*cfg.sizes.iter().max().unwrap_or(&1));
-    let need = (4 * cfg.objects as u64 * (big + 64) * 2)
-        .max(8 << 20)
-        .next_multiple_of(BLOCK);
-    (need, (2 * need + (16 << 20)).next_multiple_of(1 << 20))
+/// Bytes of the store's address space for `cfg` (every object of the
+/// largest size allocated at once).
+fn space(cfg: &LatencyConfig) -> u64 {
+    let big = *cfg.sizes.iter().max().unwrap_or(&1);
+    corm_bench::store_space(4 * cfg.objects as u64, big)
 }
 
 /// A store compacting only when asked (the run asks once per size).
-fn register(node: &Arc<MemNode>, cfg: &LatencyConfig) -> Result<Store, BenchError> {
-    CormService::register(
-        node,
-        StoreConfig {
-            block_size: BLOCK,
-            strategy: Strategy::Corm(16),
-            policy: Policy {
-                threshold: None,
-                on_alloc_failure: false,
-                ..Policy::default()
-            },
-            virtual_bytes: sizes(cfg).0,
-            seed: Some(cfg.seed),
-            ..StoreConfig::default()
+fn store_config(cfg: &LatencyConfig) -> StoreConfig {
+    let base = corm_bench::store_config(space(cfg), cfg.seed);
+    StoreConfig {
+        policy: Policy {
+            on_alloc_failure: false,
+            ..base.policy
         },
-    )
-    .map_err(BenchError::Config)
+        ..base
+    }
 }
 
 type Outcome = Rc<RefCell<Option<Result<Measured, CormError>>>>;
@@ -370,21 +355,8 @@ pub fn run(cfg: &LatencyConfig) -> Result<LatencyResult, BenchError> {
     check(cfg)?;
     let wall = Instant::now();
     let big = *cfg.sizes.iter().max().expect("checked");
-    let fabric = ShmFabric::embedded(
-        ShmConfig {
-            rpc_max_message: (big + 256).max(4096),
-            ..Default::default()
-        },
-        &[NodeConfig {
-            size: sizes(cfg).1,
-            rpc_workers: cfg.workers,
-            ..Default::default()
-        }],
-    )?;
-    let node = fabric
-        .embedded_node(0)
-        .ok_or_else(|| BenchError::Config("no embedded node".into()))?;
-    let store = register(&node, cfg)?;
+    let (fabric, store) =
+        corm_bench::embedded_store(space(cfg), big, cfg.workers, cfg.rtt, store_config(cfg))?;
     let mut w = Worker::builder(&fabric)
         .config(runtime_config(cfg))
         .tasks(1)
@@ -403,18 +375,14 @@ pub fn run(cfg: &LatencyConfig) -> Result<LatencyResult, BenchError> {
 pub fn run_sim(sim_cfg: SimConfig, cfg: &LatencyConfig) -> Result<LatencyResult, BenchError> {
     check(cfg)?;
     let wall = Instant::now();
+    if cfg.rtt.is_some() {
+        return Err(BenchError::Config(
+            "--rtt is the shm latency model; the simulator times its own network".into(),
+        ));
+    }
     let profile = sim_cfg.profile.name.clone();
-    let mut sim_cfg = sim_cfg;
-    sim_cfg.memory_bytes = sim_cfg.memory_bytes.max(sizes(cfg).1);
-    sim_cfg.page_size = sim_cfg.page_size.min(BLOCK);
-    sim_cfg.rpc_workers = Some(cfg.workers);
-    let mut sim = Sim::new(sim_cfg)?;
-    let node = sim
-        .fabric()
-        .memory()
-        .embedded_node(0)
-        .ok_or_else(|| BenchError::Config("the simulation has no memory node 0".into()))?;
-    let store = register(&node, cfg)?;
+    let mut sim = Sim::new(corm_bench::sim_for_store(sim_cfg, space(cfg), cfg.workers))?;
+    let store = corm_bench::sim_store(&sim, store_config(cfg))?;
     let rcfg = runtime_config(cfg);
     let th = sim.add_worker(0, |f: &dyn Fabric, clock| {
         Worker::builder(f)
@@ -441,6 +409,7 @@ mod tests {
             objects: 64,
             workers: 2,
             seed: 3,
+            rtt: None,
         }
     }
 

@@ -26,22 +26,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dmkit_corm::{CormClient, CormError};
-use dmkit_fabric::shm::{ShmConfig, ShmFabric};
-use dmkit_fabric::{Fabric, RpcChannel, RpcFailure};
-use dmkit_memnode::corm::class::Strategy;
-use dmkit_memnode::corm::service::{
-    decode_answer, decode_fault, encode_request, CormAnswer, CormRequest, CormService, CORM,
-};
+use dmkit_corm::{sync, CormClient, CormError};
+use dmkit_fabric::{Fabric, RpcChannel};
 use dmkit_memnode::corm::{CompactionReport, Correction, ObjPtr, Op, Policy, Reply, StoreConfig};
-use dmkit_memnode::NodeConfig;
 use dmkit_runtime::{Ctx, Local, RuntimeConfig, Worker};
 use serde::Serialize;
 
-use crate::corm_bench::ReadPath;
+use crate::corm_bench::{self, ReadPath, BLOCK};
 use crate::micro::BenchError;
-
-const BLOCK: u64 = 4096;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -64,6 +56,8 @@ pub struct TimelineConfig {
     pub duration: Duration,
     /// Seed (which objects are freed, the store's ids).
     pub seed: u64,
+    /// The shm latency model's round trip of every verb and RPC, or none.
+    pub rtt: Option<Duration>,
 }
 
 /// One point of a series, as `sim reproduce` figures carry them.
@@ -132,10 +126,111 @@ pub struct TimelineResult {
     pub longest_gap_ms: f64,
     /// Direct reads that found their object moved (corrected by ScanRead).
     pub failed_direct_reads: u64,
+    /// Where the time of each phase went (the client's CPU share, its
+    /// reads per CPU second, its scan reads and retries).
+    pub phases: Phases,
     /// The series: Mops per bucket.
     pub rows: Vec<Row>,
     /// Wall-clock seconds the run took.
     pub wall_seconds: f64,
+}
+
+/// The client's phases: before, during and after the compaction.
+#[derive(Debug, Clone, Serialize)]
+pub struct Phases {
+    /// Before the compaction was asked for.
+    pub before: Phase,
+    /// The buckets the compaction overlaps.
+    pub during: Phase,
+    /// After it was answered.
+    pub after: Phase,
+}
+
+/// What the reading client did in one phase: enough to tell a loss of
+/// CPU (the machine's other threads, the compaction's leader among them,
+/// ran instead of the client) from a loss of work (each read costing more:
+/// scan reads of moved objects, retries of locked ones).
+#[derive(Debug, Clone, Serialize)]
+pub struct Phase {
+    /// Length (ms).
+    pub ms: f64,
+    /// Reads completed.
+    pub reads: u64,
+    /// The client thread's CPU time over the phase's wall time (1: it ran
+    /// throughout).
+    pub cpu_share: f64,
+    /// Reads per microsecond of the client's CPU time (Mops per core the
+    /// client had): the phase's cost per read, whatever its CPU share.
+    pub mops_per_cpu: f64,
+    /// DirectReads that found their object moved (each then a ScanRead).
+    pub scan_reads: u64,
+    /// Reads retried after a backoff (a locked or torn object).
+    pub retries: u64,
+}
+
+/// The reading client's tallies per bucket.
+#[derive(Debug, Clone)]
+struct Buckets {
+    reads: Vec<u64>,
+    scans: Vec<u64>,
+    retries: Vec<u64>,
+    /// The client thread's CPU time (ns).
+    cpu_ns: Vec<u64>,
+}
+
+impl Buckets {
+    fn new(n: usize) -> Self {
+        Self {
+            reads: vec![0; n],
+            scans: vec![0; n],
+            retries: vec![0; n],
+            cpu_ns: vec![0; n],
+        }
+    }
+
+    /// A read completed in bucket `b` (past the end: not counted).
+    fn count(&mut self, b: usize, scanned: bool, retries: u64) {
+        if b < self.reads.len() {
+            self.reads[b] += 1;
+            self.scans[b] += u64::from(scanned);
+            self.retries[b] += retries;
+        }
+    }
+
+    /// The client's CPU time while its reads were in bucket `b`.
+    fn charge_cpu(&mut self, b: usize, ns: u64) {
+        if let Some(x) = self.cpu_ns.get_mut(b) {
+            *x += ns;
+        }
+    }
+
+    /// Buckets `[a, b)` of `bucket_ns` each, summed.
+    fn phase(&self, a: usize, b: usize, bucket_ns: f64) -> Phase {
+        let (a, b) = (a.min(self.reads.len()), b.min(self.reads.len()).max(a));
+        let a = a.min(b);
+        let sum = |v: &[u64]| v[a..b].iter().sum::<u64>();
+        let (reads, cpu) = (sum(&self.reads), sum(&self.cpu_ns));
+        let wall = (b - a) as f64 * bucket_ns;
+        Phase {
+            ms: wall / 1e6,
+            reads,
+            cpu_share: if wall > 0.0 { cpu as f64 / wall } else { 0.0 },
+            mops_per_cpu: if cpu > 0 {
+                reads as f64 / cpu as f64 * 1e3
+            } else {
+                0.0
+            },
+            scan_reads: sum(&self.scans),
+            retries: sum(&self.retries),
+        }
+    }
+}
+
+/// This thread's CPU time (ns; 0 if the clock cannot be read).
+fn thread_cpu_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
 }
 
 fn mix(mut x: u64) -> u64 {
@@ -148,29 +243,14 @@ fn run_err(what: &str, e: impl std::fmt::Display) -> BenchError {
     BenchError::Run(format!("{what}: {e}"))
 }
 
-fn call(ch: &mut dyn RpcChannel, r: CormRequest) -> Result<CormAnswer, BenchError> {
-    match ch.call(CORM, &encode_request(&r)) {
-        Ok(bytes) => decode_answer(&bytes).map_err(|e| run_err("a CoRM answer", e)),
-        Err(RpcFailure::Service(e)) => Err(run_err(
-            "the CoRM service",
-            decode_fault(&e).map_or_else(|x| x, |f| f.to_string()),
-        )),
-        Err(f) => Err(run_err("a CoRM call", f)),
-    }
-}
-
 fn op(ch: &mut dyn RpcChannel, o: Op) -> Result<Reply, BenchError> {
-    match call(ch, CormRequest::Op(o))? {
-        CormAnswer::Done(r) => Ok(r),
-        other => Err(run_err("unexpected answer", format!("{other:?}"))),
-    }
+    sync::op(ch, o).map_err(|e| run_err("a CoRM call", e))
 }
 
 fn active_bytes(ch: &mut dyn RpcChannel) -> Result<u64, BenchError> {
-    match call(ch, CormRequest::Stats)? {
-        CormAnswer::Stats(s) => Ok(s.active_bytes),
-        other => Err(run_err("unexpected answer", format!("{other:?}"))),
-    }
+    sync::stats(ch)
+        .map(|s| s.active_bytes)
+        .map_err(|e| run_err("the CoRM store's statistics", e))
 }
 
 /// Mops over buckets `[a, b)`.
@@ -212,40 +292,22 @@ fn check(cfg: &TimelineConfig) -> Result<(), BenchError> {
 pub fn run(cfg: &TimelineConfig) -> Result<TimelineResult, BenchError> {
     check(cfg)?;
     let wall = Instant::now();
-    let space = (cfg.objects as u64 * (u64::from(cfg.size) + 64) * 2)
-        .max(8 << 20)
-        .next_multiple_of(BLOCK);
-    let fabric = ShmFabric::embedded(
-        ShmConfig {
-            rpc_max_message: (cfg.size + 256).max(4096),
-            ..Default::default()
-        },
-        &[NodeConfig {
-            size: (2 * space + (16 << 20)).next_multiple_of(1 << 20),
-            rpc_workers: cfg.workers,
-            ..Default::default()
-        }],
-    )?;
-    let node = fabric
-        .embedded_node(0)
-        .ok_or_else(|| BenchError::Config("no embedded node".into()))?;
-    CormService::register(
-        &node,
+    let space = corm_bench::store_space(cfg.objects as u64, cfg.size);
+    let base = corm_bench::store_config(space, cfg.seed);
+    let (fabric, _store) = corm_bench::embedded_store(
+        space,
+        cfg.size,
+        cfg.workers,
+        cfg.rtt,
         StoreConfig {
-            block_size: BLOCK,
-            strategy: Strategy::Corm(16),
             correction: cfg.correction,
             policy: Policy {
-                threshold: None,
                 merges_per_step: 0,
-                ..Policy::default()
+                ..base.policy
             },
-            virtual_bytes: space,
-            seed: Some(cfg.seed),
-            ..StoreConfig::default()
+            ..base
         },
-    )
-    .map_err(BenchError::Config)?;
+    )?;
     // Load, then free three of four at random.
     let mut ch = fabric.connect_rpc(0)?;
     let mut kept = Vec::new();
@@ -272,10 +334,10 @@ pub fn run(cfg: &TimelineConfig) -> Result<TimelineResult, BenchError> {
     let buckets = (cfg.duration.as_nanos() as u64).div_ceil(bucket_ns) as usize;
     let stop = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
-    let (counts, failed, span, report) = std::thread::scope(|s| {
+    let (tally, span, report) = std::thread::scope(|s| {
         let client = {
             let (stop, fabric, kept) = (stop.clone(), &fabric, kept.clone());
-            s.spawn(move || -> Result<(Vec<u64>, u64), BenchError> {
+            s.spawn(move || -> Result<Buckets, BenchError> {
                 let mut w = Worker::builder(fabric)
                     .config(RuntimeConfig {
                         seed: cfg.seed,
@@ -285,37 +347,45 @@ pub fn run(cfg: &TimelineConfig) -> Result<TimelineResult, BenchError> {
                     .tasks(1)
                     .local_bytes(BLOCK as usize)
                     .build()?;
-                let counts = Rc::new(RefCell::new(vec![0u64; buckets]));
-                let failed = Rc::new(RefCell::new(0u64));
+                let tally = Rc::new(RefCell::new(Buckets::new(buckets)));
                 let error: Rc<RefCell<Option<CormError>>> = Rc::default();
-                let (c2, f2, e2, read) = (counts.clone(), failed.clone(), error.clone(), cfg.read);
+                let (t2, e2, read) = (tally.clone(), error.clone(), cfg.read);
                 w.spawn(move |ctx: Ctx| async move {
                     let r = async {
                         let c = CormClient::connect(&ctx, 0).await?;
                         let buf = Local::at(0, BLOCK as usize);
                         let mut mine: Vec<ObjPtr> = kept;
+                        // The bucket of the last read, and the thread's CPU
+                        // time when it began (charged to it when it ends).
+                        let (mut cur, mut cpu) = (0usize, thread_cpu_ns());
                         'run: loop {
                             for q in mine.iter_mut() {
                                 if stop.load(Ordering::Relaxed) {
                                     break 'run;
                                 }
+                                let (mut scanned, retries) = (false, ctx.retries());
                                 match read {
                                     ReadPath::Rpc => drop(c.read(&ctx, q).await?),
                                     ReadPath::Direct => match c.direct_read(&ctx, *q, buf).await {
                                         Ok(_) => {}
                                         Err(CormError::Moved) => {
-                                            *f2.borrow_mut() += 1;
-                                            c.scan_read(&ctx, q, buf).await?;
+                                            scanned = true;
+                                            c.scan_moved(&ctx, q, buf).await?;
                                         }
                                         Err(e) => return Err(e),
                                     },
                                 }
                                 let b = (t0.elapsed().as_nanos() as u64 / bucket_ns) as usize;
-                                if let Some(n) = c2.borrow_mut().get_mut(b) {
-                                    *n += 1;
+                                let mut t = t2.borrow_mut();
+                                if b != cur {
+                                    let now = thread_cpu_ns();
+                                    t.charge_cpu(cur, now - cpu);
+                                    (cur, cpu) = (b, now);
                                 }
+                                t.count(b, scanned, ctx.retries() - retries);
                             }
                         }
+                        t2.borrow_mut().charge_cpu(cur, thread_cpu_ns() - cpu);
                         Ok::<(), CormError>(())
                     }
                     .await;
@@ -331,9 +401,8 @@ pub fn run(cfg: &TimelineConfig) -> Result<TimelineResult, BenchError> {
                 if let Some(e) = error.borrow_mut().take() {
                     return Err(run_err("the reading client", e));
                 }
-                let v = counts.borrow().clone();
-                let n = *failed.borrow();
-                Ok((v, n))
+                let t = tally.borrow().clone();
+                Ok(t)
             })
         };
         // The compaction, asked for at `compact_at` and waited for.
@@ -348,21 +417,23 @@ pub fn run(cfg: &TimelineConfig) -> Result<TimelineResult, BenchError> {
         })();
         std::thread::sleep(cfg.duration.saturating_sub(t0.elapsed()));
         stop.store(true, Ordering::Relaxed);
-        let (counts, failed) = client
+        let tally = client
             .join()
             .map_err(|_| BenchError::Run("the reading client panicked".into()))??;
         let (span, report) = compacted?;
-        Ok::<_, BenchError>((counts, failed, span, report))
+        Ok::<_, BenchError>((tally, span, report))
     })?;
     let active_after = active_bytes(&mut *ch)?;
     let bns = bucket_ns as f64;
     let a = (span.0.as_nanos() as u64 / bucket_ns) as usize;
     let b = (span.1.as_nanos() as u64).div_ceil(bucket_ns) as usize;
+    let counts = &tally.reads;
     let (before, during, after) = (
-        rate(&counts, 0, a, bns),
-        rate(&counts, a, b, bns),
-        rate(&counts, b, buckets, bns),
+        rate(counts, 0, a, bns),
+        rate(counts, a, b, bns),
+        rate(counts, b, buckets, bns),
     );
+    let phases = [(0, a), (a, b), (b, buckets)].map(|(x, y)| tally.phase(x, y, bns));
     let series = format!(
         "{} client ({} correction)",
         match cfg.read {
@@ -395,8 +466,13 @@ pub fn run(cfg: &TimelineConfig) -> Result<TimelineResult, BenchError> {
         during_mops: during,
         after_mops: after,
         during_over_before: if before > 0.0 { during / before } else { 0.0 },
-        longest_gap_ms: longest_gap(&counts) as f64 * ms(cfg.bucket),
-        failed_direct_reads: failed,
+        longest_gap_ms: longest_gap(counts) as f64 * ms(cfg.bucket),
+        failed_direct_reads: tally.scans.iter().sum(),
+        phases: Phases {
+            before: phases[0].clone(),
+            during: phases[1].clone(),
+            after: phases[2].clone(),
+        },
         rows: counts
             .iter()
             .enumerate()
@@ -445,6 +521,7 @@ mod tests {
             compact_at: Duration::from_millis(50),
             duration: Duration::from_millis(200),
             seed: 3,
+            rtt: None,
         };
         let r = run(&cfg).unwrap();
         assert!(r.compaction.blocks_freed > 0, "{:?}", r.compaction);

@@ -208,7 +208,7 @@ impl Default for ReproOptions {
 }
 
 /// Figures this build reproduces.
-pub const FIGURES: [&str; 41] = [
+pub const FIGURES: [&str; 43] = [
     "smart-fig3a",
     "smart-fig4a",
     "smart-table1",
@@ -251,6 +251,8 @@ pub const FIGURES: [&str; 41] = [
     "smart-art-fig12",
     "smart-art-fig17",
     "smart-art-fig18",
+    "corm-fig9",
+    "corm-fig10",
     "corm-fig12",
     "corm-fig16",
 ];

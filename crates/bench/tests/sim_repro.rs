@@ -368,3 +368,45 @@ fn corm_fig16_messaging_stalls_the_rpc_client_only() {
         "same seed, same rows"
     );
 }
+
+/// CoRM's call latencies on its hardware (Fig. 9, direct pointers; Fig.
+/// 10, indirect): within ±30 % of the numbers §4.1's text gives for what
+/// the model predicts (Alloc and Free over an RPC Read, Write over Read,
+/// DirectRead over a raw READ, indirect over direct RPC calls), the order
+/// it states (a DirectRead no dearer than an RPC Read), and the same rows
+/// for the same seed. Two published rows are off and left out here (the
+/// report shows them): the raw READ (the profile's network stages are not
+/// calibrated on a READ: 3.3 µs for the text's 1.7) and ReleasePtr's 0.3
+/// µs over an RPC (the model charges the release no lookup).
+#[test]
+fn corm_fig9_fig10_latencies_match_the_text() {
+    let off = ["raw RDMA read", "ReleasePtr, indirect − RPC Read, direct"];
+    let f9 = reproduce("corm-fig9", &cx3(), &|_, _| {}).unwrap();
+    let f10 = reproduce("corm-fig10", &cx3(), &|_, _| {}).unwrap();
+    for f in [&f9, &f10] {
+        let mut g = f.clone();
+        g.rows.retain(|r| !off.contains(&r.series.as_str()));
+        check(&g);
+    }
+    let at = |f: &dmkit_bench::sim_repro::Figure, s: &str, x: f64| {
+        f.rows
+            .iter()
+            .find(|r| r.series == s && r.x == x)
+            .unwrap_or_else(|| panic!("{}: no row {s} at {x}", f.figure))
+            .value
+    };
+    for x in [16.0, 256.0] {
+        assert!(at(&f9, "DirectRead", x) <= at(&f9, "RPC Read", x), "{x}");
+        assert!(at(&f9, "Alloc", x) > at(&f9, "raw RDMA read", x), "{x}");
+        assert!(
+            at(&f10, "DirectRead + ScanRead", x) > at(&f9, "DirectRead", x),
+            "{x}"
+        );
+    }
+    let g = reproduce("corm-fig10", &cx3(), &|_, _| {}).unwrap();
+    assert_eq!(
+        serde_json::to_value(&f10.rows).unwrap(),
+        serde_json::to_value(&g.rows).unwrap(),
+        "same seed, same rows"
+    );
+}

@@ -89,7 +89,7 @@ pub(crate) struct ReproduceArgs {
     /// Figure: smart-fig3a, smart-fig4a, smart-table1, smart-fig7,
     /// smart-fig12, smart-fig14, smart-art-fig11, smart-art-fig15,
     /// memsem-fig13, memsem-fig3|4|5|6|8|10|12|15|16|19, swordbox-fig5|10|11|12|13|14,
-    /// swordbox-sherman, corm-fig12|16, smart-fig8|9|10|11|13,
+    /// swordbox-sherman, corm-fig9|10|12|16, smart-fig8|9|10|11|13,
     /// smart-art-fig3|4|12|13|14|16|17|18.
     #[arg(required_unless_present = "all", conflicts_with = "all")]
     name: Option<String>,

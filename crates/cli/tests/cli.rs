@@ -207,6 +207,14 @@ fn bench_corm_runs_against_a_corm_memnode_and_leaves_its_store_empty() {
     let (code, err) = dmkit_fails(&["bench", "corm", "--backend", "verbs"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("--connect tcp:HOST:PORT"), "{err}");
+    // The shm latency model is refused where the network is another's.
+    for mode in [&[][..], &["--latency"]] {
+        let mut all = vec!["bench", "corm", "--backend", "sim", "--rtt", "2us"];
+        all.extend(mode);
+        let (code, err) = dmkit_fails(&all);
+        assert_eq!(code, Some(2), "{all:?}: {err}");
+        assert!(err.contains("--rtt"), "{all:?}: {err}");
+    }
 }
 
 /// `bench corm --latency` (Fig. 9/10) on the simulator: a table row per

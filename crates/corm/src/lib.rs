@@ -41,6 +41,8 @@ use dmkit_runtime::{Ctx, Local};
 
 pub use dmkit_memnode::corm::ObjPtr as Pointer;
 
+pub mod sync;
+
 /// Reads of a torn or locked object, each after the runtime's backoff,
 /// before the reader slows to one read per [`PATIENCE_STEP`].
 pub const MAX_READ_RETRIES: u32 = 1000;
@@ -272,9 +274,22 @@ impl CormClient {
         buf: Local,
     ) -> Result<Vec<u8>, CormError> {
         match self.direct_read(ctx, *p, buf).await {
-            Err(CormError::Moved) => {}
-            other => return other,
+            Err(CormError::Moved) => self.scan_moved(ctx, p, buf).await,
+            other => other,
         }
+    }
+
+    /// The correction half of [`CormClient::scan_read`], for a caller
+    /// whose [`CormClient::direct_read`] of `p` just failed with
+    /// [`CormError::Moved`]: READs the home block (not the slot again),
+    /// finds the object, corrects `p`; an RPC read if the scan finds
+    /// nothing.
+    pub async fn scan_moved(
+        &self,
+        ctx: &Ctx,
+        p: &mut ObjPtr,
+        buf: Local,
+    ) -> Result<Vec<u8>, CormError> {
         let bs = self.info.block_size;
         let slot = self.slot_size(*p)?;
         let block = Self::check_buf(buf, bs as usize)?;

@@ -22,16 +22,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use dmkit_corm::sync;
 use dmkit_fabric::shm::{ShmConfig, ShmFabric, Target};
-use dmkit_fabric::{Fabric, GlobalAddr, RpcChannel, RpcFailure, SyncQp};
+use dmkit_fabric::{Fabric, RpcChannel, SyncQp};
 use dmkit_memnode::corm::class::Strategy;
-use dmkit_memnode::corm::service::{
-    decode_answer, decode_fault, encode_request, CormAnswer, CormFault, CormRequest, CormService,
-    CORM,
-};
-use dmkit_memnode::corm::{
-    decode, scan_block, CormStats, ObjError, ObjPtr, Op, Policy, ReadFault, Reply, StoreConfig,
-};
+use dmkit_memnode::corm::service::{CormAnswer, CormFault, CormRequest, CormService};
+use dmkit_memnode::corm::{CormStats, ObjError, ObjPtr, Op, Policy, Reply, StoreConfig};
 use dmkit_memnode::server::{default_token_path, Server};
 use dmkit_memnode::{MemNode, NodeConfig};
 
@@ -51,53 +47,22 @@ fn whole(v: &[u8]) -> bool {
 }
 
 fn call(ch: &mut dyn RpcChannel, r: CormRequest) -> Result<CormAnswer, CormFault> {
-    match ch.call(CORM, &encode_request(&r)) {
-        Ok(bytes) => Ok(decode_answer(&bytes).unwrap()),
-        Err(RpcFailure::Service(e)) => Err(decode_fault(&e).unwrap()),
-        Err(f) => panic!("transport failure: {f}"),
-    }
+    sync::call(ch, &r).map_err(|e| e.fault().expect("a refusal, not a transport failure"))
 }
 
 fn op(ch: &mut dyn RpcChannel, o: Op) -> Result<Reply, CormFault> {
-    match call(ch, CormRequest::Op(o))? {
-        CormAnswer::Done(r) => Ok(r),
-        other => panic!("{other:?}"),
-    }
+    sync::op(ch, o).map_err(|e| e.fault().expect("a refusal, not a transport failure"))
 }
 
 fn stats(ch: &mut dyn RpcChannel) -> CormStats {
-    match call(ch, CormRequest::Stats).unwrap() {
-        CormAnswer::Stats(s) => *s,
-        other => panic!("{other:?}"),
-    }
+    sync::stats(ch).unwrap()
 }
 
 /// DirectRead with ScanRead as its correction, retrying torn or locked
 /// reads: `Err` only when the object stays torn or locked (a lock a dead
 /// writer would have left) or is not in its block.
-fn one_sided(q: &mut SyncQp, slot: usize, p: ObjPtr) -> Result<Vec<u8>, String> {
-    let e = p.expect(BS);
-    for _ in 0..100_000 {
-        let bytes = q
-            .read(GlobalAddr::new(0, p.offset()), p.rkey(), slot)
-            .map_err(|e| e.to_string())?;
-        match decode(&bytes, e) {
-            Ok(v) => return Ok(v),
-            Err(ReadFault::WrongObject) => {
-                let block = q
-                    .read(GlobalAddr::new(0, p.home_block(BS)), p.rkey(), BS as usize)
-                    .map_err(|e| e.to_string())?;
-                let Some(off) = scan_block(&block, slot, e) else {
-                    continue; // Mid-merge: read again.
-                };
-                if let Ok(v) = decode(&block[off..off + slot], e) {
-                    return Ok(v);
-                }
-            }
-            Err(ReadFault::Torn | ReadFault::Locked) => std::hint::spin_loop(),
-        }
-    }
-    Err("the object stayed torn, locked or missing".into())
+fn one_sided(q: &mut SyncQp, slot: usize, p: ObjPtr) -> Result<Vec<u8>, sync::SyncError> {
+    sync::read_one_sided(q, p, slot, BS, 100_000)
 }
 
 fn ptr(line: &str) -> ObjPtr {

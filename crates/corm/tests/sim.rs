@@ -171,7 +171,7 @@ fn run(seed: u64, correction: Correction) -> Outcome {
                                     Ok(v) => v,
                                     Err(CormError::Moved) => {
                                         *moved.borrow_mut() += 1;
-                                        c.scan_read(&ctx, &mut mine[k], buf).await.unwrap()
+                                        c.scan_moved(&ctx, &mut mine[k], buf).await.unwrap()
                                     }
                                     Err(e) => panic!("direct read: {e}"),
                                 },

@@ -489,3 +489,51 @@ fn background_work_of_a_service_wakes_its_sleeping_peer() {
     }
     assert!(fast >= 4, "{fast} of 5 calls answered well within a nap");
 }
+
+/// The latency model covers RPCs: with `rtt` set the channel still keeps
+/// every promise of the conformance suite, a reply is not seen before a
+/// round trip, and requests sent together share one round trip (the model
+/// delays, it does not serialise).
+#[test]
+fn the_latency_model_delays_rpc_replies_by_a_round_trip() {
+    let with = |rtt: Duration| {
+        ShmFabric::embedded(
+            ShmConfig {
+                rtt: Some(rtt),
+                rpc_slots: 8,
+                ..Default::default()
+            },
+            &[NodeConfig {
+                size: 4 << 20,
+                rpc_workers: 2,
+                ..Default::default()
+            }],
+        )
+        .unwrap()
+    };
+    conformance::rpc_all(&with(Duration::from_micros(20)), 0);
+    let rtt = Duration::from_millis(20);
+    let f = with(rtt);
+    let mut ch = f.connect_rpc_channel(0).unwrap();
+    let t0 = Instant::now();
+    assert_eq!(ch.call(ECHO, b"one"), Ok(b"one".to_vec()));
+    assert!(t0.elapsed() >= rtt, "{:?}", t0.elapsed());
+    let t0 = Instant::now();
+    for i in 0..4u64 {
+        ch.send(i, ECHO, &i.to_le_bytes()).unwrap();
+    }
+    assert_eq!(ch.pending(), 4);
+    let mut out = Vec::new();
+    assert_eq!(ch.poll(&mut out), 0, "no reply before the round trip");
+    while out.len() < 4 {
+        ch.poll(&mut out);
+        assert!(t0.elapsed() < Duration::from_secs(20), "replies lost");
+    }
+    assert!(t0.elapsed() >= rtt);
+    let ids: Vec<u64> = out.iter().map(|r| r.id).collect();
+    assert_eq!(ids, [0, 1, 2, 3], "in request order");
+    for r in &out {
+        assert_eq!(r.result.as_deref(), Ok(&r.id.to_le_bytes()[..]));
+    }
+    assert_eq!(ch.pending(), 0);
+}

@@ -4,12 +4,12 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use dmkit_corm::sync;
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_fabric::{Fabric, RpcChannel, RpcFailure};
 use dmkit_memnode::corm::class::Strategy;
 use dmkit_memnode::corm::service::{
-    decode_answer, decode_fault, encode_request, CormAnswer, CormFault, CormRequest, CormService,
-    CORM,
+    decode_fault, CormAnswer, CormFault, CormRequest, CormService, CORM,
 };
 use dmkit_memnode::corm::{Correction, ObjError, ObjPtr, Op, Policy, Reply, StoreConfig};
 use dmkit_memnode::NodeConfig;
@@ -48,18 +48,11 @@ fn setup(workers: usize, correction: Correction) -> ShmFabric {
 }
 
 fn call(ch: &mut dyn RpcChannel, r: CormRequest) -> Result<CormAnswer, CormFault> {
-    match ch.call(CORM, &encode_request(&r)) {
-        Ok(bytes) => Ok(decode_answer(&bytes).unwrap()),
-        Err(RpcFailure::Service(e)) => Err(decode_fault(&e).unwrap()),
-        Err(f) => panic!("transport failure: {f}"),
-    }
+    sync::call(ch, &r).map_err(|e| e.fault().expect("a refusal, not a transport failure"))
 }
 
 fn op(ch: &mut dyn RpcChannel, o: Op) -> Result<Reply, CormFault> {
-    match call(ch, CormRequest::Op(o))? {
-        CormAnswer::Done(r) => Ok(r),
-        other => panic!("{other:?}"),
-    }
+    sync::op(ch, o).map_err(|e| e.fault().expect("a refusal, not a transport failure"))
 }
 
 fn value(tag: u64, len: usize) -> Vec<u8> {

@@ -7,12 +7,11 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use dmkit_corm::sync;
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_fabric::{GlobalAddr, SyncQp};
 use dmkit_memnode::corm::class::Strategy;
-use dmkit_memnode::corm::{
-    decode, scan_block, Cluster, Correction, ObjPtr, Op, Policy, ReadFault, Reply, Rng, StoreConfig,
-};
+use dmkit_memnode::corm::{Cluster, Correction, ObjPtr, Op, Policy, Reply, Rng, StoreConfig};
 use dmkit_memnode::{MemNode, NodeConfig};
 
 const BS: u64 = 4096;
@@ -46,31 +45,9 @@ fn setup(workers: usize) -> (Arc<MemNode>, ShmFabric, Cluster) {
 
 /// A client's read: READ the slot at the hint and decode it; on another
 /// object, READ the home block and scan it (ScanRead). Torn or locked
-/// reads are retried.
-fn direct_read(q: &mut SyncQp, slot: usize, p: ObjPtr) -> Result<Vec<u8>, String> {
-    let e = p.expect(BS);
-    for _ in 0..10_000 {
-        let bytes = q
-            .read(GlobalAddr::new(0, p.offset()), p.rkey(), slot)
-            .map_err(|e| e.to_string())?;
-        match decode(&bytes, e) {
-            Ok(v) => return Ok(v),
-            Err(ReadFault::WrongObject) => {
-                let block = q
-                    .read(GlobalAddr::new(0, p.home_block(BS)), p.rkey(), BS as usize)
-                    .map_err(|e| e.to_string())?;
-                let Some(off) = scan_block(&block, slot, e) else {
-                    return Err("not in its block".into());
-                };
-                match decode(&block[off..off + slot], e) {
-                    Ok(v) => return Ok(v),
-                    Err(_) => continue,
-                }
-            }
-            Err(_) => continue,
-        }
-    }
-    Err("always torn or locked".into())
+/// reads, and scans that miss mid-merge, are tried again.
+fn direct_read(q: &mut SyncQp, slot: usize, p: ObjPtr) -> Result<Vec<u8>, sync::SyncError> {
+    sync::read_one_sided(q, p, slot, BS, 10_000)
 }
 
 fn value(tag: u64, len: usize) -> Vec<u8> {

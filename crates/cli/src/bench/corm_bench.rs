@@ -83,6 +83,12 @@ pub(crate) struct CormBenchArgs {
     /// Seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// shm: emulated network round trip (e.g. 2us), added to every
+    /// one-sided verb's completion and to every RPC (half on the way to
+    /// the node's ring, half back), so direct and RPC reads pay the same
+    /// network; also with --connect unix:PATH, --latency and --timeline.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    rtt: Option<Duration>,
     /// Measure this many times (each on a freshly loaded store); prints
     /// each run and the mean and spread of their throughput.
     #[arg(long, default_value_t = 1)]
@@ -169,6 +175,7 @@ fn latency(a: &CormBenchArgs) -> Res {
             None => dmkit_memnode::DEFAULT_RPC_WORKERS,
         }),
         seed: a.seed,
+        rtt: rtt(a)?,
     };
     let r = match sim {
         None => corm_latency::run(&cfg),
@@ -247,6 +254,7 @@ fn timeline(a: &CormBenchArgs) -> Res {
         compact_at: a.compact_at,
         duration: a.duration,
         seed: a.seed,
+        rtt: rtt(a)?,
     };
     let r = corm_timeline::run(&cfg).map_err(|e| e.to_string())?;
     println!(
@@ -279,11 +287,38 @@ fn timeline(a: &CormBenchArgs) -> Res {
         r.longest_gap_ms,
         r.failed_direct_reads
     );
+    // Where a phase's throughput went: the client's CPU share (the
+    // machine's other threads, the compaction's leader among them) and
+    // its reads per CPU second (what each read cost).
+    println!(
+        "{:<7} {:>9} {:>10} {:>14} {:>11} {:>9}",
+        "phase", "ms", "client CPU", "Mops/CPU core", "scan reads", "retries"
+    );
+    for (name, p) in [
+        ("before", &r.phases.before),
+        ("during", &r.phases.during),
+        ("after", &r.phases.after),
+    ] {
+        println!(
+            "{:<7} {:>9.1} {:>10.3} {:>14.4} {:>11} {:>9}",
+            name, p.ms, p.cpu_share, p.mops_per_cpu, p.scan_reads, p.retries
+        );
+    }
     if let Some(path) = &a.json {
         let provenance = harness::Provenance::new(a.seed, a.duration, Duration::ZERO, false);
         harness::write_json(path, &provenance, &r)?;
     }
     Ok(())
+}
+
+/// `--rtt` (zero: none), refused off shm.
+fn rtt(a: &CormBenchArgs) -> Result<Option<Duration>, String> {
+    match (a.rtt.filter(|d| !d.is_zero()), a.backend.as_str()) {
+        (None, _) | (Some(_), "shm") => Ok(a.rtt.filter(|d| !d.is_zero())),
+        (Some(_), b) => Err(crate::bad_input(format!(
+            "--rtt is the shm latency model; --backend {b} times its own network"
+        ))),
+    }
 }
 
 fn read_percent(w: &str) -> Result<u32, String> {
@@ -346,17 +381,22 @@ pub(crate) fn bench_corm(a: CormBenchArgs) -> Res {
         duration: a.duration,
         warmup: a.warmup,
         seed: a.seed,
+        rtt: rtt(&a)?,
     };
     if cfg.duration.is_zero() {
         return Err(crate::bad_input("--duration must be longer than 0s"));
     }
-    let on_sim = sim.is_some();
-    super::start_measuring(cfg.threads, on_sim);
-    let provenance =
-        harness::Provenance::new(a.seed, cfg.duration, cfg.warmup, false).repeat(a.repeat);
-    let mut header = true;
-    let runs = super::repeated(a.repeat, || {
-        let r = match (&sim, &remote) {
+    super::Measure {
+        threads: cfg.threads,
+        sim: sim.is_some(),
+        seed: a.seed,
+        duration: cfg.duration,
+        warmup: cfg.warmup,
+        repeat: a.repeat,
+        json: a.json.as_deref(),
+    }
+    .runs(|| {
+        match (&sim, &remote) {
             (None, Some(f)) => corm_bench::run_connected(&**f, &a.backend, &cfg),
             (None, None) => corm_bench::run(&cfg),
             (Some(profile), _) => corm_bench::run_sim(
@@ -368,17 +408,8 @@ pub(crate) fn bench_corm(a: CormBenchArgs) -> Res {
                 &cfg,
             ),
         }
-        .map_err(|e| e.to_string())?;
-        print_row(&r, std::mem::take(&mut header));
-        Ok(r)
-    })?;
-    super::finish_runs(
-        a.json.as_deref(),
-        &provenance,
-        &runs,
-        |r| r.mops,
-        |r| r.interrupted,
-    )
+        .map_err(|e| e.to_string())
+    })
 }
 
 /// The node process of `--connect`, opened on the backend asked for (none
@@ -407,6 +438,7 @@ fn connect(a: &CormBenchArgs) -> Result<Option<Arc<dyn dmkit_fabric::Fabric>>, S
         ("shm", Listen::Unix(path)) => {
             let cfg = ShmConfig {
                 rpc_max_message,
+                rtt: rtt(a)?,
                 ..Default::default()
             };
             let f = ShmFabric::open(cfg, &targets(std::slice::from_ref(path), &a.token_file)?)
@@ -439,6 +471,20 @@ fn connect(a: &CormBenchArgs) -> Result<Option<Arc<dyn dmkit_fabric::Fabric>>, S
         (_, Listen::Unix(_)) => Err(crate::bad_input(
             "--backend verbs reaches nodes at tcp:HOST:PORT (unix:PATH is shm)",
         )),
+    }
+}
+
+impl super::Run for corm_bench::CormBenchResult {
+    fn mops(&self) -> f64 {
+        self.mops
+    }
+
+    fn interrupted(&self) -> bool {
+        self.interrupted
+    }
+
+    fn print_row(&self, header: bool) {
+        print_row(self, header)
     }
 }
 

@@ -26,6 +26,7 @@ use crate::args::{
     load_profile, parse_atomic_order, parse_listen, targets, Listen, OnOff, RdmaArgs,
 };
 use crate::units::parse_size;
+use crate::Res;
 use atomics::AtomicsArgs;
 use consolidation::ConsolidationArgs;
 use micro::MicroArgs;
@@ -321,6 +322,48 @@ pub(crate) fn start_measuring(threads: usize, sim: bool) {
         }
     }
     crate::args::stop_on_ctrl_c();
+}
+
+/// A single-point bench's result as `--repeat` handles it.
+pub(crate) trait Run: serde::Serialize {
+    /// Its throughput (the spread is of this).
+    fn mops(&self) -> f64;
+    /// Whether Ctrl-C ended its window early.
+    fn interrupted(&self) -> bool;
+    /// Prints its row of the table (after the header if `header`).
+    fn print_row(&self, header: bool);
+}
+
+/// How a single-point bench measures (`bench corm`, `bench rpc`): its
+/// client threads (the oversubscription warning), whether on the
+/// simulator, the provenance's seed and window, `--repeat` and `--json`.
+pub(crate) struct Measure<'a> {
+    pub(crate) threads: usize,
+    pub(crate) sim: bool,
+    pub(crate) seed: u64,
+    pub(crate) duration: Duration,
+    pub(crate) warmup: Duration,
+    pub(crate) repeat: usize,
+    pub(crate) json: Option<&'a Path>,
+}
+
+impl Measure<'_> {
+    /// Starts measuring, runs `once` `--repeat` times printing each
+    /// run's row, then prints the spread and writes `--json`
+    /// ([`finish_runs`]).
+    pub(crate) fn runs<T: Run>(&self, mut once: impl FnMut() -> Result<T, String>) -> Res {
+        start_measuring(self.threads, self.sim);
+        let provenance =
+            dmkit_bench::harness::Provenance::new(self.seed, self.duration, self.warmup, false)
+                .repeat(self.repeat);
+        let mut header = true;
+        let runs = repeated(self.repeat, || {
+            let r = once()?;
+            r.print_row(std::mem::take(&mut header));
+            Ok(r)
+        })?;
+        finish_runs(self.json, &provenance, &runs, T::mops, T::interrupted)
+    }
 }
 
 /// `--repeat N`: runs `once` N times, or until Ctrl-C (a run it ended

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use dmkit_bench::harness;
 use dmkit_bench::rpc::{self, RpcConfig};
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_memnode::NodeConfig;
@@ -102,22 +101,16 @@ pub(crate) fn bench_rpc(a: RpcArgs) -> Res {
         RpcBackend::Sim => None,
         RpcBackend::Shm => Some(shm_fabric(&a, &cfg)?),
     };
-    super::start_measuring(cfg.threads, sim);
-    let provenance =
-        harness::Provenance::new(a.seed, cfg.duration, cfg.warmup, false).repeat(a.repeat);
-    let mut header = true;
-    let runs = super::repeated(a.repeat, || {
-        let r = run_once(&a, &cfg, fabric.as_ref())?;
-        print_row(&r, std::mem::take(&mut header));
-        Ok(r)
-    })?;
-    super::finish_runs(
-        a.json.as_deref(),
-        &provenance,
-        &runs,
-        |r| r.mops,
-        |r| r.interrupted,
-    )
+    super::Measure {
+        threads: cfg.threads,
+        sim,
+        seed: a.seed,
+        duration: cfg.duration,
+        warmup: cfg.warmup,
+        repeat: a.repeat,
+        json: a.json.as_deref(),
+    }
+    .runs(|| run_once(&a, &cfg, fabric.as_ref()))
 }
 
 fn shm_fabric(a: &RpcArgs, cfg: &RpcConfig) -> Result<ShmFabric, String> {
@@ -194,6 +187,20 @@ fn run_once(
             r
         }
     })
+}
+
+impl super::Run for rpc::RpcResult {
+    fn mops(&self) -> f64 {
+        self.mops
+    }
+
+    fn interrupted(&self) -> bool {
+        self.interrupted
+    }
+
+    fn print_row(&self, header: bool) {
+        print_row(self, header)
+    }
 }
 
 fn print_row(r: &rpc::RpcResult, header: bool) {

@@ -16,7 +16,10 @@
 //!
 //! Latency model: with [`ShmConfig::rtt`] set, a completion becomes visible
 //! `rtt` after its batch was posted (data moves at post time; only the
-//! completion is delayed), emulating a network round trip.
+//! completion is delayed), emulating a network round trip. An RPC is one
+//! round trip too: its request reaches the node's ring half a round trip
+//! after it was sent and its reply is seen half a round trip after the
+//! worker answered ([`ShmRpcChannel`]).
 
 mod client;
 mod qp;
@@ -45,7 +48,8 @@ use crate::{Fabric, NodeRpc, QueuePair};
 /// Options of the shm backend.
 #[derive(Debug, Clone, Copy)]
 pub struct ShmConfig {
-    /// Delay of every completion (a network round trip), or none.
+    /// Delay of every completion (a network round trip), or none; an RPC
+    /// call is delayed by the same round trip (half each way).
     pub rtt: Option<Duration>,
     /// Most requests per batch.
     pub max_batch: usize,
@@ -279,7 +283,7 @@ impl ShmFabric {
                 what: format!("channel geometry {g:?} is not the one asked for"),
             });
         }
-        Ok(ShmRpcChannel::new(node, ring, n.view.clone()))
+        Ok(ShmRpcChannel::new(node, ring, n.view.clone(), self.cfg.rtt))
     }
 }
 

@@ -5,10 +5,18 @@
 //! `FUTEX_WAKE` when the worker announced it is going to sleep (see
 //! `dmkit_memnode::rpc` for the idle policy). Polling reads the reply
 //! ring; nothing blocks.
+//!
+//! Latency model ([`super::ShmConfig::rtt`]): an RPC is one network round
+//! trip, as a one-sided verb is. A request reaches the ring half a round
+//! trip after it was sent, and a reply becomes visible half a round trip
+//! after the worker wrote it (both held on the client's side, moved by
+//! [`RpcChannel::poll`]), so a call costs the round trip plus the worker's
+//! queueing and service time, where a READ costs the round trip alone.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use dmkit_memnode::rpc::ring::{futex_wake, RingView, CHANNEL_OPEN};
 
@@ -29,16 +37,33 @@ pub struct ShmRpcChannel {
     sent: u64,
     /// Replies consumed (the private copy of `rep_head`).
     polled: u64,
-    /// Ids of the requests sent and not yet answered, in order.
+    /// Ids of the requests sent and not yet answered (on the ring or in
+    /// `outbox`), in order.
     ids: VecDeque<u64>,
     /// Set once the node closed the channel: every later call fails so.
     gone: Option<RpcFailure>,
+    /// The latency model's half round trip, or none.
+    half_rtt: Option<Duration>,
+    /// With the latency model: requests still on the wire (when they
+    /// reach the ring, service, payload), in order.
+    outbox: VecDeque<(Instant, ServiceId, Vec<u8>)>,
+    /// With the latency model: replies read off the ring, still on the
+    /// wire back (when they become visible), in order.
+    inbox: VecDeque<(Instant, RpcReply)>,
 }
 
 impl ShmRpcChannel {
-    pub(crate) fn new(node: NodeId, ring: RingView, view: Arc<NodeView>) -> Self {
+    pub(crate) fn new(
+        node: NodeId,
+        ring: RingView,
+        view: Arc<NodeView>,
+        rtt: Option<Duration>,
+    ) -> Self {
         let g = ring.geometry();
         Self {
+            half_rtt: rtt.map(|r| r / 2),
+            outbox: VecDeque::new(),
+            inbox: VecDeque::new(),
             node,
             slots: g.slots as u64,
             max: g.max_message as usize,
@@ -75,6 +100,31 @@ impl ShmRpcChannel {
         }
         self.gone.clone()
     }
+
+    /// Puts a request on the ring and wakes its worker if it sleeps.
+    fn put(&mut self, id: u64, service: ServiceId, payload: &[u8]) {
+        self.ring.write_request(self.sent, id, service, payload);
+        self.sent += 1;
+        let h = self.ring.header();
+        // Sequentially consistent with the worker's `sleeping = 1`, then
+        // its re-check of this counter: one of the two sees the other.
+        h.req_tail.store(self.sent, Ordering::SeqCst);
+        let bell = self.view.bell(self.worker);
+        if bell.load(Ordering::SeqCst) != 0 {
+            futex_wake(bell);
+        }
+    }
+
+    /// Latency model: puts the requests whose half round trip is over on
+    /// the ring.
+    fn deliver(&mut self, now: Instant) {
+        while self.outbox.front().is_some_and(|r| r.0 <= now) {
+            let (_, service, payload) = self.outbox.pop_front().expect("front exists");
+            // The ids of the outbox are the last `outbox.len()` of `ids`.
+            let id = self.ids[self.ids.len() - self.outbox.len() - 1];
+            self.put(id, service, &payload);
+        }
+    }
 }
 
 impl RpcChannel for ShmRpcChannel {
@@ -101,29 +151,46 @@ impl RpcChannel for ShmRpcChannel {
             }
             .into());
         }
-        if self.sent - self.polled >= self.slots {
+        // Unanswered: on the ring, on the wire either way (the latency
+        // model's outbox and inbox).
+        if (self.ids.len() + self.inbox.len()) as u64 >= self.slots {
             return Err(RpcSendError::Full);
         }
-        self.ring.write_request(self.sent, id, service, payload);
-        self.sent += 1;
+        debug_assert_eq!(
+            self.ids.len() - self.outbox.len(),
+            (self.sent - self.polled) as usize
+        );
         self.ids.push_back(id);
-        let h = self.ring.header();
-        // Sequentially consistent with the worker's `sleeping = 1`, then
-        // its re-check of this counter: one of the two sees the other.
-        h.req_tail.store(self.sent, Ordering::SeqCst);
-        let bell = self.view.bell(self.worker);
-        if bell.load(Ordering::SeqCst) != 0 {
-            futex_wake(bell);
+        match self.half_rtt {
+            None => self.put(id, service, payload),
+            Some(half) => {
+                let now = Instant::now();
+                self.outbox
+                    .push_back((now + half, service, payload.to_vec()));
+                self.deliver(now);
+            }
         }
         Ok(())
     }
 
     fn poll(&mut self, out: &mut Vec<RpcReply>) -> usize {
+        let now = self.half_rtt.map(|_| Instant::now());
+        if let Some(now) = now {
+            self.deliver(now);
+        }
         let h = self.ring.header();
         let tail = h.rep_tail.load(Ordering::Acquire);
         let ready = tail.wrapping_sub(self.polled).min(self.sent - self.polled);
         let mut n = 0;
         let mut buf = Vec::new();
+        // Without the latency model replies go straight to `out`; with it,
+        // to `inbox` until their half round trip is over.
+        let mut arrived = Vec::new();
+        let dest = if now.is_some() {
+            &mut arrived
+        } else {
+            &mut *out
+        };
         for _ in 0..ready {
             let id = self
                 .ids
@@ -138,16 +205,33 @@ impl RpcChannel for ShmRpcChannel {
                 ))),
             };
             self.polled += 1;
-            out.push(RpcReply { id, result });
+            dest.push(RpcReply { id, result });
             n += 1;
         }
         if n > 0 {
             h.rep_head.store(self.polled, Ordering::Release);
+        }
+        if let (Some(now), Some(half)) = (now, self.half_rtt) {
+            self.inbox
+                .extend(arrived.into_iter().map(|r| (now + half, r)));
+            n = 0;
+            while self.inbox.front().is_some_and(|r| r.0 <= now) {
+                out.push(self.inbox.pop_front().expect("front exists").1);
+                n += 1;
+            }
+        }
+        if n > 0 || ready > 0 {
             return n;
         }
         // Nothing came: if the node closed the channel, nothing will.
         if !self.ids.is_empty() {
             if let Some(f) = self.check_gone() {
+                // Replies that came before the close first, in order.
+                for (_, r) in self.inbox.drain(..) {
+                    out.push(r);
+                    n += 1;
+                }
+                self.outbox.clear();
                 for id in self.ids.drain(..) {
                     out.push(RpcReply {
                         id,
@@ -162,7 +246,7 @@ impl RpcChannel for ShmRpcChannel {
     }
 
     fn pending(&self) -> usize {
-        self.ids.len()
+        self.ids.len() + self.inbox.len()
     }
 }
 
