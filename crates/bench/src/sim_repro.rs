@@ -1137,6 +1137,8 @@ fn art_fig15(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
         let x = (i + 1) as f64;
         acc.push(&format!("{name} without"), x, b.mops, "Mops", None);
         acc.push(&format!("{name} with"), x, a.mops, "Mops", None);
+        art::push_handovers(acc, &format!("{name} without"), x, &b);
+        art::push_handovers(acc, &format!("{name} with"), x, &a);
         acc.push(
             &format!("{name} speed-up"),
             x,
