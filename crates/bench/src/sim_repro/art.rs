@@ -70,15 +70,40 @@
 //!   10.60 unchanged: 3.05× → 2.97× E-HOCL against the paper's 1.26×;
 //!   the full run with it: HOCL 2.91, E-HOCL 3.35, RDWC 33.02 Mops,
 //!   retries 0.82 / 0.68 / 0.44, RDWC 9.85× E-HOCL, HOCL's and E-HOCL's p99
-//!   still 20–21 ms (RDWC 0.70 ms). The
-//!   hand-over removes the lock's CAS retries within a machine, not (the
-//!   likely cause of the rest, not yet measured on its own) the serial
-//!   resource: every update of the hottest leaf still holds its one
-//!   lock for a READ and a WRITE (two round trips), machine after machine,
-//!   while write combining carries a machine's concurrent updates of the
-//!   key in one write-back. The same lock bounds `smart-art-fig15`'s
-//!   "+write combining" step (2.97× on quick runs vs 1.1×) and leaves its
-//!   "+rear lock" step at 0.98× (vs 3.0×).
+//!   still 20–21 ms (RDWC 0.70 ms).
+//!
+//!   Where the rest went, measured (quick setup, `bench ycsb --backend sim
+//!   --index art --workload a`, 16 × 2 × 4 clients, the figure's profile):
+//!   the whole gap is the hottest keys' leaf locks. At zipfian θ 0.5
+//!   E-HOCL and RDWC run alike (19.41 and 19.42 Mops, 0.001 lock retries
+//!   per operation), at 0.9 RDWC is 1.07× (16.99 and 18.18), at 0.99
+//!   1.94× — so no other resource (memory-node IOPS, links, the local
+//!   queue) separates them; a hot leaf's lock is held by one machine at a
+//!   time, for every update it makes. Under the hand-over, dmkit's next
+//!   writer used to READ the leaf again and then WRITE it: two round trips
+//!   per update under the lock. SMART's artifact holds it for one
+//!   (`Tree::in_place_update_leaf`: its writers read the leaf before they
+//!   queue and write it back from that copy, never reading under a handed
+//!   lock); a lock the machine kept since its last write-back needs no
+//!   READ, because nobody else wrote the leaf meanwhile, and dmkit's handed
+//!   writer now starts from the image its predecessor wrote
+//!   (`--leaf-handover-reread on` keeps the old path, the figure's fourth
+//!   bar). Quick runs: E-HOCL 3.57 → 5.45 Mops, HOCL 3.63 → 4.97, retries
+//!   0.63 → 0.44 and 0.67 → 0.56, RDWC 10.60: RDWC/E-HOCL 2.97× → 1.94×
+//!   (paper 1.26×). The rest is not attributed yet: under E-HOCL every
+//!   update of a hot key is still its own WRITE under the lock where RDWC
+//!   writes a machine's concurrent updates once, and the hand-over bound
+//!   (8) sends the lock back across the fabric after every ninth; how much
+//!   of either the paper's testbed hid is not known. The paper's HOCL is a
+//!   setup difference that does not reach E-HOCL: its artifact keeps the
+//!   *primitive* HOCL's leaf locks as bits of a hashed table in the memory
+//!   nodes' on-chip memory (`get_on_chip_lock_addr`, `cas_dm_mask_sync`;
+//!   false conflicts, the paper's reason for its 0.76 retries) and releases
+//!   one with a masked CAS batched behind the leaf's WRITE, while E-HOCL's
+//!   lock is the leaf's rear lock in host memory, as dmkit's. dmkit's HOCL
+//!   keeps the leaf lock and releases it with a second WRITE after the
+//!   write-back completed (one more round trip, no false conflicts); an
+//!   on-chip leaf-lock table is not built.
 //!
 //!   `smart-art-fig11`'s YCSB A ratio (3.7× vs 6.1×) is not the paper's
 //!   placement of Sherman: its artifact ran Sherman's A on 2–4 compute
