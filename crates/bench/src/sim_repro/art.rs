@@ -17,9 +17,19 @@
 //! - `smart-art-fig4` — §3.2, Fig. 4: (a) ART's LOAD without a cache, node
 //!   locks vs lock-free internal nodes; (b) YCSB A with a sufficient cache,
 //!   out-of-place vs in-place leaves (published: out-of-place 44.5 % lower,
-//!   i.e. a ratio of 0.555). (c)–(d), the redundant-I/O counts of raw
-//!   1 KiB READs and locked WRITEs, are not reproduced (they need a
-//!   window-overlap counter the micro-benchmark does not have).
+//!   i.e. a ratio of 0.555); (c)–(d) the inter-client redundant I/Os of
+//!   one compute node's clients, as the artifact's `redundant_test` counts
+//!   them: each client issues, one at a time, 1 KiB READs (c), or lock CAS
+//!   (retried at once until it succeeds), 1 KiB WRITE and unlock CAS (d),
+//!   to one of 1 M addresses drawn from a zipfian of 0.99, on one memory
+//!   node; the operations sorted by start are cut greedily into windows (a
+//!   window is one operation's span, and the operations starting inside
+//!   it), and a window's redundant operations are those on its first
+//!   operation's address. Published at 64 clients: 0.48 redundant READs
+//!   and 3.3 redundant WRITEs per window. The 1 M addresses' 1 KiB items
+//!   alias onto 64 MiB (address mod 65 536: the hot ones stay distinct)
+//!   and their lock words are their own; the memory node is at the
+//!   paper's 45 M verbs/s and 100 Gb.
 //! - `smart-art-fig12` — §5.2, Fig. 12: Fig. 11's twin with 32-byte string
 //!   keys, the three trees on LOAD, A, C; no numbers in the text.
 //! - `smart-art-fig13` — §5.2, Fig. 13: scalability, the three trees on
@@ -438,7 +448,195 @@ fn fig4(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
         "x",
         Some(1.0 - 0.445),
     );
-    Ok("client threads (16 compute nodes × 4 tasks)".into())
+    // (c)–(d): redundant I/Os among one compute node's clients.
+    let counts: &[usize] = if opts.quick {
+        &[8, 64]
+    } else {
+        &[1, 8, 16, 32, 48, 64]
+    };
+    for (part, reads, published) in [("(c) READ", true, 0.48), ("(d) WRITE", false, 3.3)] {
+        for &n in counts {
+            let v = redundant_io(opts, acc, n, reads);
+            acc.push(
+                &format!("{part} redundant per window"),
+                n as f64,
+                v[0],
+                "ops",
+                (n == 64).then_some(published),
+            );
+            acc.push(&format!("{part} window"), n as f64, v[1], "us", None);
+            if !reads {
+                acc.push(
+                    &format!("{part} redundant CAS per window"),
+                    n as f64,
+                    v[2],
+                    "ops",
+                    None,
+                );
+            }
+        }
+    }
+    Ok("client threads (16 compute nodes × 4 tasks) for (a)–(b); clients of one compute node for (c)–(d)".into())
+}
+
+/// Fig. 4(c)–(d)'s micro-benchmark (the artifact's `redundant_test`):
+/// `clients` threads of one compute node, one operation at a time each,
+/// on one memory node. Returns the redundant operations per window, the
+/// mean operation span (µs) and the redundant CASes per window (writes).
+fn redundant_io(opts: &ReproOptions, acc: &mut Acc, clients: usize, reads: bool) -> Vec<f64> {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    use dmkit_fabric::{Fabric, GlobalAddr, QpPolicy, RemoteRef};
+    use dmkit_runtime::{Local, RuntimeConfig, Worker};
+
+    const ADDRESSES: u64 = 1_000_000;
+    const SLOTS: u64 = 1 << 16;
+    const ITEM: usize = 1024;
+    let mut profile = opts.profile.clone();
+    profile.link.gbps = 100.0;
+    profile.responder.iops = profile.responder.iops.min(super::OSDI23_MN_MOPS);
+    let (seed, quick) = (opts.seed, opts.quick);
+    let run = move || -> Result<(Vec<f64>, u64), BenchError> {
+        let warm: u64 = if quick { 200_000 } else { 1_000_000 };
+        let end = warm + if quick { 1_000_000 } else { 10_000_000 };
+        let mut sim = dmkit_sim::Sim::new(dmkit_sim::SimConfig {
+            profile,
+            compute_machines: 1,
+            memory_nodes: 1,
+            memory_bytes: 128 << 20,
+            page_size: 2 << 20,
+            seed,
+            ..Default::default()
+        })?;
+        let fabric = sim.dyn_fabric();
+        let (data, _, dkey) = fabric.alloc_chunk(0, SLOTS * ITEM as u64, true)?;
+        let (locks, _, lkey) = fabric.alloc_chunk(0, ADDRESSES * 8, true)?;
+        let zipf = Rc::new(crate::ycsb::Zipfian::new(ADDRESSES, 0.99));
+        // (start, end, address, CASes) of every operation started after
+        // the warm-up.
+        let log: Rc<RefCell<Vec<(u64, u64, u64, u64)>>> = Rc::default();
+        let failed = Rc::new(std::cell::Cell::new(false));
+        for id in 0..clients {
+            let th = sim.add_worker(0, |f: &dyn Fabric, clock| -> Result<Worker, BenchError> {
+                Ok(
+                    Worker::builder_on(vec![f.connect_as(0, QpPolicy::PerThreadQp)?])
+                        .clock(clock)
+                        .config(RuntimeConfig {
+                            seed,
+                            throttle: false,
+                            conflict_avoid: false,
+                            op_stats: false,
+                            ..RuntimeConfig::default()
+                        })
+                        .id(id)
+                        .tasks(1)
+                        .local_bytes(ITEM)
+                        .build()?,
+                )
+            })?;
+            let (log, zipf, failed) = (log.clone(), zipf.clone(), failed.clone());
+            let mut rng = crate::rng::Rng::new(seed ^ (id as u64 + 1).wrapping_mul(0x9E37_79B9));
+            sim.worker_mut(th).spawn(move |ctx| async move {
+                let buf = Local::at(0, ITEM);
+                loop {
+                    let s = ctx.now();
+                    if s >= end {
+                        break;
+                    }
+                    let a = zipf.next(&mut rng);
+                    let item = RemoteRef::new(
+                        GlobalAddr::new(data.node(), data.offset() + (a % SLOTS) * ITEM as u64),
+                        dkey,
+                    );
+                    let lock =
+                        RemoteRef::new(GlobalAddr::new(locks.node(), locks.offset() + 8 * a), lkey);
+                    let mut cas = 0;
+                    let ok = if reads {
+                        ctx.read(item, buf);
+                        ctx.sync().await.is_ok()
+                    } else {
+                        let mut ok = true;
+                        loop {
+                            cas += 1;
+                            let t = ctx.cas(lock, 0, 1);
+                            if ctx.sync().await.is_err() {
+                                ok = false;
+                                break;
+                            }
+                            if ctx.value(t) == 0 {
+                                break;
+                            }
+                        }
+                        if ok {
+                            ctx.write(item, buf);
+                            ok = ctx.sync().await.is_ok();
+                        }
+                        if ok {
+                            cas += 1;
+                            ctx.cas(lock, 1, 0);
+                            ok = ctx.sync().await.is_ok();
+                        }
+                        ok
+                    };
+                    if !ok {
+                        failed.set(true);
+                        break;
+                    }
+                    if s >= warm {
+                        log.borrow_mut().push((s, ctx.now(), a, cas));
+                    }
+                }
+            });
+        }
+        sim.run_until(end + 1_000_000);
+        if failed.get() {
+            return Err(BenchError::Config(
+                "a verb failed in the redundant-I/O run".into(),
+            ));
+        }
+        let mut log = std::mem::take(&mut *log.borrow_mut());
+        log.sort_unstable();
+        let n = log.len() as u64;
+        Ok((redundant_windows(&log), n))
+    };
+    match acc.ask(|| super::Job::Values(Box::new(run))) {
+        Some(super::Outcome::Values(v, _)) => v,
+        Some(_) => unreachable!("a values job answers values"),
+        None => vec![0.0; 3],
+    }
+}
+
+/// The artifact's count over operations `(start, end, address, CASes)`
+/// sorted by start: the first operation opens a window, every operation
+/// starting before it ends falls in it (and is redundant if on the same
+/// address), the next one opens the next window. Redundant operations
+/// per window, mean span of the windows' first operations (µs), redundant
+/// CASes per window.
+fn redundant_windows(log: &[(u64, u64, u64, u64)]) -> Vec<f64> {
+    let (mut ops, mut cas, mut span, mut windows) = (0u64, 0u64, 0u64, 0u64);
+    let mut i = 0;
+    while i < log.len() {
+        let (s, e, a, _) = log[i];
+        i += 1;
+        while i < log.len() && log[i].0 >= s && log[i].0 < e {
+            if log[i].2 == a {
+                ops += 1;
+                cas += log[i].3;
+            }
+            i += 1;
+        }
+        span += e - s;
+        windows += 1;
+    }
+    let per = |v: u64| {
+        if windows == 0 {
+            0.0
+        } else {
+            v as f64 / windows as f64
+        }
+    };
+    vec![per(ops), per(span) / 1e3, per(cas)]
 }
 
 fn fig12(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
@@ -748,4 +946,29 @@ fn fig18(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
         );
     }
     Ok("Zipfian θ (a); value size in bytes (c); 16 compute nodes × 16 threads".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redundant_windows;
+
+    /// The artifact's greedy windows: an operation opens one, those that
+    /// start before it ends join it and count when on its address.
+    #[test]
+    fn redundant_operations_are_counted_per_greedy_window() {
+        // (start, end, address, CASes), sorted by start.
+        let log = [
+            (0, 10, 7, 2),
+            (2, 5, 7, 3),   // in the first window, same address
+            (4, 20, 9, 1),  // in it, another address
+            (10, 14, 9, 2), // opens the second window
+            (12, 13, 9, 4), // same address as the second window's first
+            (30, 31, 7, 2), // a window alone
+        ];
+        let v = redundant_windows(&log);
+        assert_eq!(v[0], 2.0 / 3.0, "two redundant in three windows");
+        assert_eq!(v[1], (10.0 + 4.0 + 1.0) / 3.0 / 1e3, "mean span, µs");
+        assert_eq!(v[2], 7.0 / 3.0, "their CASes");
+        assert_eq!(redundant_windows(&[]), vec![0.0, 0.0, 0.0]);
+    }
 }
