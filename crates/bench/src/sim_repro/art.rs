@@ -515,7 +515,7 @@ fn redundant_io(opts: &ReproOptions, acc: &mut Acc, clients: usize, reads: bool)
         let zipf = Rc::new(crate::ycsb::Zipfian::new(ADDRESSES, 0.99));
         // (start, end, address, CASes) of every operation started after
         // the warm-up.
-        let log: Rc<RefCell<Vec<(u64, u64, u64, u64)>>> = Rc::default();
+        let log: Rc<RefCell<Vec<Op>>> = Rc::default();
         let failed = Rc::new(std::cell::Cell::new(false));
         for id in 0..clients {
             let th = sim.add_worker(0, |f: &dyn Fabric, clock| -> Result<Worker, BenchError> {
@@ -607,13 +607,16 @@ fn redundant_io(opts: &ReproOptions, acc: &mut Acc, clients: usize, reads: bool)
     }
 }
 
+/// One operation of [`redundant_io`]: start, end (ns), address, CASes.
+type Op = (u64, u64, u64, u64);
+
 /// The artifact's count over operations `(start, end, address, CASes)`
 /// sorted by start: the first operation opens a window, every operation
 /// starting before it ends falls in it (and is redundant if on the same
 /// address), the next one opens the next window. Redundant operations
 /// per window, mean span of the windows' first operations (µs), redundant
 /// CASes per window.
-fn redundant_windows(log: &[(u64, u64, u64, u64)]) -> Vec<f64> {
+fn redundant_windows(log: &[Op]) -> Vec<f64> {
     let (mut ops, mut cas, mut span, mut windows) = (0u64, 0u64, 0u64, 0u64);
     let mut i = 0;
     while i < log.len() {
