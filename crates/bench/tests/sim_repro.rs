@@ -362,3 +362,22 @@ fn corm_fig16_messaging_stalls_the_rpc_client_only() {
         "same seed, same rows"
     );
 }
+
+/// Fig. 4(c)–(d): one compute node's clients on zipfian addresses. More
+/// clients, more READs of one address inside another's window; locked
+/// WRITEs hold their windows longer than READs (CAS, WRITE, unlock) and
+/// spin on the hot locks. The paper's two numbers sit at 64 clients.
+#[test]
+fn art_fig4_counts_redundant_reads_and_writes_per_window() {
+    let f = reproduce("smart-art-fig4", &quick(), &|_, _| {}).unwrap();
+    for part in ["(c) READ", "(d) WRITE"] {
+        let s = format!("{part} redundant per window");
+        let (few, many) = (value_at(&f, &s, 8.0), value_at(&f, &s, 64.0));
+        assert!(many > few && many > 0.0, "{part}: {few} at 8, {many} at 64");
+        assert!(row(&f, &s, Some(64.0)).published.is_some());
+        assert!(row(&f, &s, Some(8.0)).published.is_none());
+    }
+    let w = |s: &str| value_at(&f, s, 64.0);
+    assert!(w("(d) WRITE window") > w("(c) READ window"));
+    assert!(w("(d) WRITE redundant CAS per window") >= w("(d) WRITE redundant per window"));
+}
