@@ -249,6 +249,8 @@ pub(crate) struct Machine {
     own_db: HashMap<Option<ThreadId>, usize>,
     /// Shared / multiplexed queue pairs: (node, group size) → (qp, users).
     groups: HashMap<(NodeId, usize), Vec<(usize, usize)>>,
+    /// Queue pairs created on it (which processing unit the next one gets).
+    qp_count: u32,
     /// The machine as a requester (its own posts).
     pub(crate) tx: Tx,
     /// The machine as a responder (requests it serves).
@@ -261,6 +263,9 @@ pub(crate) struct Machine {
 /// responder at once, also when they are the same machine (loopback).
 pub(crate) struct Tx {
     pub(crate) req_free: f64,
+    /// When each processing unit is next free (`nic.processing_units`
+    /// entries; empty under the NIC-wide booking).
+    pu_free: Vec<f64>,
     /// Queue pairs with requests waiting for the send-queue units, and
     /// when each stops waiting (lazily expired; stale entries skipped).
     backlogged: u32,
@@ -301,8 +306,10 @@ impl Machine {
             default_qps: 0,
             own_db: HashMap::new(),
             groups: HashMap::new(),
+            qp_count: 0,
             tx: Tx {
                 req_free: 0.0,
+                pu_free: vec![0.0; p.nic.processing_units as usize],
                 backlogged: 0,
                 backlog_ends: BinaryHeap::new(),
                 outstanding: 0,
@@ -351,6 +358,15 @@ struct Qp {
     /// Which of its ends cross the inter-socket link (`crate::numa`; 0
     /// without a NUMA layout).
     cross: u8,
+    /// Its processing unit at the requester NIC (`nic.processing_units`
+    /// ≥ 1; `u32::MAX` until assigned).
+    pu: u32,
+    /// With processing units: when its last request left the NIC, its
+    /// unit's time included (requests of a queue pair leave in order).
+    sent: f64,
+    /// With processing units: when its last request would execute with
+    /// its unit's delay (`last_exec` is without it; see [`send_queue`]).
+    phys_exec: f64,
 }
 
 /// A request whose execution instant is not known when it is posted: an
@@ -375,6 +391,9 @@ struct Pending {
     spread: f64,
     /// Serialisation of its response on a link.
     rser: f64,
+    /// Its processing unit's delay, added to its completion (see
+    /// [`send_queue`]).
+    lag: f64,
 }
 
 /// One address's atomics under an arbitrated [`AtomicOrder`].
@@ -777,6 +796,8 @@ struct Deferred<'a> {
     cut: Option<Cut>,
     spread: f64,
     shape: &'a Shape,
+    /// Its processing unit's delay, added to its completion.
+    lag: f64,
 }
 
 /// `from`, or when the atomics booked so far on the 8-byte words of
@@ -854,6 +875,7 @@ fn defer(
         waiting: false,
         spread: d.spread,
         rser: d.shape.rser,
+        lag: d.lag,
     });
     hd.entries.push_back(Entry {
         wr: *d.wr,
@@ -935,11 +957,38 @@ fn shape_of(
 /// saturated NIC), then for the send-queue units, which serve it at the
 /// message rate or its PCIe bytes (WQE, CQE, data, and — beyond
 /// `wqe_cache` outstanding requests — expected WQE-cache misses),
-/// whichever is slower. Before that, the queue pair's own processing
-/// unit handles the request for `unit` ns (`nic.wr_ns` plus `nic.sge_ns`
-/// per gathered piece beyond the first, [`qp_unit_ns`]), one request of
-/// the queue pair at a time. Returns when it leaves the NIC, and its queue
-/// pair.
+/// whichever is slower. The queue pair's processing unit also handles the
+/// request for `unit` ns (`nic.wr_ns` plus `nic.sge_ns` per gathered piece
+/// beyond the first, [`qp_unit_ns`]), one request of the queue pair at a
+/// time. Returns (when it leaves the NIC as far as the shared stages after
+/// it are concerned, the processing unit's further delay of its
+/// completion, its queue pair).
+///
+/// Where the unit's time goes is `nic.processing_units`:
+///
+/// - `0`, the NIC-wide booking (the engine's model before the switch): the
+///   unit's time is added before the send-queue units, and since a post's
+///   requests are booked in one go and the units are a FIFO "free at"
+///   server, the units stay booked up to the post's last request, so other
+///   queue pairs' requests wait behind one queue pair's whole unit time:
+///   together, the NIC passes at most 1 / `wr_ns` charged requests per
+///   second (1.5 M/s on the ConnectX-3 profile), however many queue pairs
+///   post.
+/// - `N ≥ 1`: `N` processing units work in parallel, each a FIFO over the
+///   requests of its queue pairs (the `i`-th queue pair of a machine is on
+///   unit `i mod N`). The send-queue units, the links and the responder are
+///   booked when the post is fetched, as without a unit cost, and the
+///   request's departure is delayed by its unit: it leaves when both its
+///   unit is done and the shared units have served it. The shared stages
+///   after the NIC are FIFO servers booked in posting order too, so the
+///   delay cannot be carried through them without the same NIC-wide hold
+///   (a queue pair's late request would hold the uplink for every later
+///   post); it is added to the completion instead (`lag`). Approximation:
+///   the shared stages see the post's requests up to one post's unit time
+///   early (their rates and totals are kept), and a request takes effect
+///   at the responder that much early too (never after its completion, so
+///   what a thread observes stays consistent). A queue pair alone on its
+///   unit gets the same departures as under the NIC-wide booking.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn send_queue<'q>(
@@ -952,7 +1001,7 @@ fn send_queue<'q>(
     shape: &Shape,
     fetched: f64,
     unit: f64,
-) -> (f64, &'q mut Qp) {
+) -> (f64, f64, &'q mut Qp) {
     tx.outstanding += 1;
     let outstanding = tx.outstanding as i64 as f64;
     let miss = if outstanding > p.nic.wqe_cache {
@@ -962,9 +1011,26 @@ fn send_queue<'q>(
     };
     let pcie = shape.pcie_base + miss * p.nic.miss_bytes;
     let service = fmax(slots.nic, pcie / p.nic.pcie_gbs);
-    // (`unit` is 0 on profiles without a per-queue-pair cost: adding it
-    // changes no result.)
-    let turn = fmax(fetched, qps[qi].nic_free) + unit;
+    stats.pcie_bytes += pcie;
+    stats.wqe_misses += miss;
+    if tx.pu_free.is_empty() {
+        // The NIC-wide booking. (`unit` is 0 on profiles without a
+        // per-queue-pair cost: adding it changes no result.)
+        let turn = fmax(fetched, qps[qi].nic_free) + unit;
+        expire_backlog(tx, qps, turn);
+        let qp = &mut qps[qi];
+        let turns = tx.backlogged + u32::from(!qp.in_backlog);
+        let start = fmax(turn, tx.req_free);
+        tx.req_free = start + service;
+        let depart = start + service;
+        qp.nic_free = fmax(turn + service * turns as f64, depart);
+        if !qp.in_backlog {
+            qp.in_backlog = true;
+            tx.backlogged += 1;
+        }
+        return (depart, 0.0, qp);
+    }
+    let turn = fmax(fetched, qps[qi].nic_free);
     expire_backlog(tx, qps, turn);
     let qp = &mut qps[qi];
     let turns = tx.backlogged + u32::from(!qp.in_backlog);
@@ -976,9 +1042,18 @@ fn send_queue<'q>(
         qp.in_backlog = true;
         tx.backlogged += 1;
     }
-    stats.pcie_bytes += pcie;
-    stats.wqe_misses += miss;
-    (depart, qp)
+    // The processing unit: after the queue pair's previous request has
+    // left, and after the unit's earlier work (its FIFO).
+    let sent = if unit > 0.0 {
+        let pu = &mut tx.pu_free[qp.pu as usize];
+        let done = fmax(fmax(fetched, qp.sent), *pu) + unit;
+        *pu = done;
+        fmax(done + service, depart)
+    } else {
+        fmax(depart, qp.sent + service)
+    };
+    qp.sent = sent;
+    (depart, sent - depart, qp)
 }
 
 /// The time request `wr`, the `index`-th of its post, holds its queue
@@ -1382,6 +1457,9 @@ impl Core {
             failed_batch: 0,
             lost_at: None,
             cross: 0,
+            pu: u32::MAX,
+            sent: 0.0,
+            phys_exec: 0.0,
         };
         let default_db = |m: &mut Machine, p: &Profile| {
             let low = p.doorbell.low_latency;
@@ -1450,6 +1528,11 @@ impl Core {
                 qi
             }
         };
+        if self.qps[qp].pu == u32::MAX {
+            let m = &mut self.machines[machine];
+            self.qps[qp].pu = m.qp_count % self.p.nic.processing_units.max(1);
+            m.qp_count += 1;
+        }
         if let Some(layout) = &self.numa {
             let socket = thread.map_or(0, |t| self.thread_socket[t as usize]);
             if self.qps[qp].cross == 0 {
@@ -1616,7 +1699,7 @@ impl Core {
             let len = wr.len();
             let shape = shape_of(shapes, p, slots, kind, len);
             let unit = qp_unit_ns(p, wr, index);
-            let (depart, qp) = send_queue(p, slots, tx, qps, qi, stats, &shape, fetched, unit);
+            let (depart, lag, qp) = send_queue(p, slots, tx, qps, qi, stats, &shape, fetched, unit);
             // --- The switch position (crate::switch); off: `passed` is None
             // and the request goes its usual way.
             let passed = switch.as_deref_mut().map(|s| {
@@ -1655,6 +1738,15 @@ impl Core {
                 )
             } else {
                 shape.rsvc
+            };
+            // With processing units: how long the request queued on the
+            // links and at the responder (behind its own post's earlier
+            // requests, booked without the unit's spacing, or others').
+            let queued = if lag > 0.0 && passed.is_none() {
+                fmax(arrive - depart - 2.0 * (shape.ser + half_wire), 0.0)
+                    + fmax(rx.resp_free - arrive, 0.0)
+            } else {
+                0.0
             };
             let admitted = responder_admit(p, rx, stats, arrive, rsvc, wr, page_shift);
             let admitted = if cross & CROSS_REMOTE != 0 {
@@ -1708,15 +1800,31 @@ impl Core {
                         cut,
                         spread,
                         shape: &shape,
+                        lag,
                     },
                 );
                 continue;
             }
             // One queue pair's requests take effect in posting order (not a
             // lock request the switch moved alone to a shared connection).
+            let nominal = exec;
             let exec = match &passed {
                 Some(ps) if !ps.keeps_qp_order() => exec,
                 _ => fmax(exec, qp.last_exec + 1.0),
+            };
+            // With processing units, the completion's delay is what the
+            // unit adds beyond the wait queue-pair order already imposed
+            // (a translation miss of an earlier request and the unit's
+            // time overlap: they are not added).
+            let lag = if tx.pu_free.is_empty() {
+                lag
+            } else {
+                // Spaced by its unit, the request would not have queued
+                // behind its own post: the queueing (at most the unit's
+                // delay) overlaps the delay.
+                let phys = fmax(nominal + lag - queued.min(lag), qp.phys_exec + 1.0);
+                qp.phys_exec = phys + spread;
+                fmax(phys - exec, 0.0)
             };
             let last_exec = qp.last_exec;
             let links = (tx.down_resp_free, rx.up_resp_free);
@@ -1729,7 +1837,7 @@ impl Core {
                 spread,
                 shape.rser,
                 half_wire,
-                cross_local,
+                cross_local + lag,
             );
             let cq = match (&passed, switch.as_deref_mut()) {
                 (Some(ps), Some(s)) => {
@@ -1905,7 +2013,17 @@ impl Core {
         } else {
             0.0
         };
-        let cq = respond(p, q, m, tm, exec, spread, pd.rser, half_wire, extra);
+        let cq = respond(
+            p,
+            q,
+            m,
+            tm,
+            exec,
+            spread,
+            pd.rser,
+            half_wire,
+            extra + pd.lag,
+        );
         let hi = pd.h as usize;
         let hd = &mut self.handles[hi];
         let pos = (pd.idx - hd.head) as usize;

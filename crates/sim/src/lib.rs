@@ -36,11 +36,15 @@
 //!    virtual time wins even if it is stepped later. The time a thread
 //!    waits is spent spinning, on its CPU.
 //! 3. **Requester NIC**: WQE fetch (`fetch_ns`), then the queue pair's
-//!    own unit, one request at a time: `wr_ns` for each request of a post
-//!    but the first and `sge_ns` per scatter/gather piece beyond the first
-//!    (costs doorbell batching does not amortise; memory-semantics
-//!    §III-A, Fig. 4), then the send-queue
-//!    processing units, bounded by the message rate (`iops`) and by PCIe
+//!    processing unit, one request at a time: `wr_ns` for each request of
+//!    a post but the first and `sge_ns` per scatter/gather piece beyond the
+//!    first (costs doorbell batching does not amortise; memory-semantics
+//!    §III-A, Fig. 4). With `processing_units = N` the NIC has `N` units
+//!    in parallel (a machine's queue pairs spread over them, each unit a
+//!    FIFO); with 0 the unit's time is booked on the NIC-wide send units
+//!    and one queue pair's holds back the others (the model before the
+//!    switch; `engine`'s `send_queue` says how each is booked). Then the
+//!    send-queue units, bounded by the message rate (`iops`) and by PCIe
 //!    bytes (`wr_bytes` + payload + WQE-cache misses). Outstanding requests
 //!    (posted, CQE not yet polled) beyond `wqe_cache` miss with probability
 //!    `1 − wqe_cache/outstanding`, each miss costing `miss_bytes` of PCIe

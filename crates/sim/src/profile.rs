@@ -193,6 +193,22 @@ pub struct NicModel {
     /// Fig. 4 (SP over SGL 1.11–2.14×).
     #[serde(default)]
     pub sge_ns: f64,
+    /// Where `wr_ns` and `sge_ns` are spent: the NIC's processing units,
+    /// which work in parallel. `0` (absent; the engine's behaviour before
+    /// this switch, kept so older runs can be repeated): the unit's time is
+    /// booked on the NIC-wide send-queue units together with each request,
+    /// one post at a time, so one queue pair's unit time holds back every
+    /// other queue pair on the NIC (a NIC-wide ceiling of 1 / `wr_ns`
+    /// charged requests per second). `N ≥ 1`: the NIC has `N` processing
+    /// units, the machine's `i`-th queue pair is handled by unit `i mod N`,
+    /// and units overlap; queue pairs on one unit take turns post by post
+    /// (the unit is a FIFO). The NIC-wide send-queue units are then booked
+    /// without the unit's time, at the post's fetch, and the unit's time
+    /// delays the request's departure, and so its completion (see
+    /// `crate::engine`'s `send_queue`). Only the ConnectX-3 profile sets it
+    /// (configs/sim/cx3-40g.toml says on which figure).
+    #[serde(default)]
+    pub processing_units: u32,
 }
 
 /// Links and the switch between machines (one top-of-rack switch).

@@ -3,7 +3,9 @@
 //! `wr_ns` and a scatter/gather request `sge_ns` per piece beyond the
 //! first, one request at a time, so doorbell batching does not amortise
 //! them (memory-semantics study §III-A, Fig. 4); a single request pays
-//! neither.
+//! neither. With `nic.processing_units` ≥ 1 the NIC has that many units
+//! and queue pairs on different units overlap; with 0 (the NIC-wide
+//! booking) one queue pair's unit time holds back every other one.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -119,4 +121,115 @@ fn each_gathered_piece_after_the_first_holds_the_unit() {
     );
     // A request's pieces are not requests: wr_ns does not apply to them.
     assert_eq!(post_ns(5_000.0, 0.0, Post::Gather(4)), base);
+}
+
+/// Virtual ns from the start until each of `threads` threads (one worker,
+/// one queue pair each, on one machine) has posted `n` 32-byte WRITEs in
+/// one doorbell and seen them complete, with `wr_ns` = 1000 and
+/// `processing_units` = `units`.
+fn threads_ns(units: u32, threads: usize, n: usize) -> Vec<u64> {
+    let mut profile = Profile::builtin("cx3-40g").unwrap();
+    profile.nic.wr_ns = 1_000.0;
+    profile.nic.processing_units = units;
+    profile.responder.mtt_miss_ns = 0.0;
+    let mut sim = Sim::new(SimConfig {
+        profile,
+        memory_nodes: 1,
+        seed: 1,
+        ..small()
+    })
+    .unwrap();
+    let f = sim.dyn_fabric();
+    let (a, _, k) = f.alloc_chunk(0, 1 << 16, true).unwrap();
+    let wcfg = RuntimeConfig {
+        throttle: false,
+        ..rcfg()
+    };
+    let took: Vec<Rc<Cell<u64>>> = (0..threads).map(|_| Rc::new(Cell::new(0))).collect();
+    for (w, out) in took.iter().enumerate() {
+        let cfg = wcfg.clone();
+        let t = sim
+            .add_worker(0, |f: &dyn Fabric, clock| {
+                Worker::builder(f)
+                    .clock(clock)
+                    .config(cfg)
+                    .id(w)
+                    .tasks(1)
+                    .local_bytes(LOCAL_BYTES)
+                    .build()
+            })
+            .unwrap();
+        let out = out.clone();
+        let base = a.add((w * n * 32) as u64);
+        sim.worker_mut(t).spawn(move |ctx| async move {
+            let s = ctx.now();
+            for i in 0..n {
+                let dst = RemoteRef::new(base.add(32 * i as u64), k);
+                ctx.write(dst, Local::at(32 * i, 32));
+            }
+            ctx.post();
+            ctx.sync().await.unwrap();
+            out.set(ctx.now() - s);
+        });
+    }
+    let r = sim.run();
+    assert_eq!(r.finished, threads);
+    let s = sim.stats();
+    assert_eq!(s.executed, s.posted, "each request took effect once");
+    took.iter().map(|c| c.get()).collect()
+}
+
+#[test]
+fn queue_pairs_on_separate_units_overlap() {
+    let n = 8;
+    let alone = threads_ns(4, 1, n)[0];
+    // One queue pair alone: the same as under the NIC-wide booking.
+    assert_eq!(threads_ns(0, 1, n)[0], alone);
+    // Four queue pairs on four units: each post takes (about) as long as
+    // alone, not four times as long.
+    for (t, ns) in threads_ns(4, 4, n).into_iter().enumerate() {
+        assert!(
+            ns < alone + 1_000,
+            "thread {t}: {ns} ns with 4 units, alone {alone} ns"
+        );
+    }
+}
+
+#[test]
+fn queue_pairs_on_one_unit_take_turns() {
+    let n = 8;
+    let alone = threads_ns(1, 1, n)[0];
+    let mut both = threads_ns(1, 2, n);
+    both.sort_unstable();
+    // The second post waits for the first's unit time, (n − 1) µs.
+    assert!(
+        both[0] < alone + 1_000,
+        "first: {} ns, alone {alone}",
+        both[0]
+    );
+    let floor = alone + (n as u64 - 1) * 1_000;
+    assert!(
+        (floor - 500..=floor + 1_000).contains(&both[1]),
+        "second: {} ns, alone {alone} ns",
+        both[1]
+    );
+    // Three queue pairs on two units: two share one.
+    let mut three = threads_ns(2, 3, n);
+    three.sort_unstable();
+    assert!(three[1] < alone + 1_000, "{three:?}, alone {alone}");
+    assert!(three[2] >= floor - 500, "{three:?}, alone {alone}");
+}
+
+#[test]
+fn the_nic_wide_booking_holds_back_other_queue_pairs() {
+    let n = 8;
+    let alone = threads_ns(0, 1, n)[0];
+    let mut four = threads_ns(0, 4, n);
+    four.sort_unstable();
+    // The last post waits for the three others' whole unit time.
+    let floor = alone + 3 * (n as u64 - 1) * 1_000;
+    assert!(
+        four[3] >= floor - 500,
+        "{four:?} with the NIC-wide booking, alone {alone} ns"
+    );
 }
