@@ -2793,6 +2793,11 @@ mod cli_tests {
             (true, 8),
             "HOCL's queue and Sherman's hand-over bound by default"
         );
+        assert!(
+            !c.handover_reread,
+            "a handed lock carries the leaf by default"
+        );
+        assert!(parse("--leaf-handover-reread on").handover_reread);
         c.fit(&Shape {
             keys: 1000,
             max_key: 8,
