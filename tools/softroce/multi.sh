@@ -10,14 +10,15 @@
 #   CLIENTS=2 STEPS=race tools/softroce/multi.sh # two clients at once
 #
 # env: W (work dir, default target/softroce-multi), PROFILE (default softroce), CLIENTS (1),
-#      STEPS (comma list: conformance,race,art,btree,clover,clover-shared), MEM (guest memory, 1G), SMP (1),
+#      STEPS (comma list: conformance,race,art,btree,clover,clover-shared,lockcheck), MEM (guest memory, 1G), SMP (1),
 #      ACCEL (tcg; kvm where it works), BASE (UDP base port, 47900), PCAP (file:
 #      capture at the switch), NOBUILD=1 (reuse the last build), DUR (YCSB seconds, 3),
 #      SWITCH_ARGS (extra `dmkit switch` flags), RESTART_AT (seconds: restart the switch then),
 #      RESTART_GAP (seconds the switch is down, 1), STEER (off|write|read-write: the switch's
 #      steering, its control plane reading the node's region table over the management network),
 #      MGMT (host TCP port of the node's control server on that network, BASE+50; BASE+51: its
-#      token over HTTP)
+#      token over HTTP), CAS2W=1 (the switch's CAS→WRITE, `--cas-to-write`: with STEPS=lockcheck),
+#      OWNQP=1 (the switch's own address 10.77.0.254 and queue pair on the node, `--switch-ip`)
 # Results: $W/report.txt (RESULT/REPORT lines per guest), $W/switch.json (the switch's counters),
 # $W/guest-*.log. Exit 0 iff every client check passed.
 set -euo pipefail
@@ -68,6 +69,16 @@ MGMT=${MGMT:-$((BASE + 50))}
 STEER=${STEER:-off}
 rm -f "$W/node.token"
 SWITCH_CTL=()
+if [ -n "${CAS2W:-}" ]; then
+  [ "$STEER" = off ] || { echo "multi: CAS2W and STEER do not run together" >&2; exit 2; }
+  SWITCH_CTL=(--cas-to-write --server 10.77.0.1)
+fi
+if [ -n "${OWNQP:-}" ]; then
+  # The switch's own address (10.77.0.254) and queue pair on the node, probed with a READ a second.
+  [ "$STEER" = off ] || { echo "multi: OWNQP and STEER do not run together" >&2; exit 2; }
+  [ -n "${CAS2W:-}" ] || SWITCH_CTL=(--server 10.77.0.1)
+  SWITCH_CTL+=(--switch-ip 10.77.0.254 --node-ctl "127.0.0.1:$MGMT" --node-token "$W/node.token")
+fi
 if [ "$STEER" != off ]; then
   SWITCH_CTL=(--steer "$STEER" --server 10.77.0.1 --node-ctl "127.0.0.1:$MGMT" --node-token "$W/node.token")
 fi

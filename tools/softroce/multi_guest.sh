@@ -71,6 +71,16 @@ for step in $(echo "${DMKIT_GUEST_steps:-conformance,race,art,btree}" | tr ',' '
       else
         echo "RESULT ycsb-$step-across-switch FAIL"; fail=1; tail -30 /tmp/ycsb-$step.log
       fi;;
+    lockcheck)
+      # Every client guest on one spinlock word (multi.sh's CLIENTS), 2 threads (QPs) each: the
+      # last to finish checks the counter the lock guards ("mutual exclusion held" in its log).
+      # With CAS2W=1 the switch turns the CASes it knows succeed into WRITEs.
+      if /usr/local/bin/dmkit bench lockcheck --backend verbs $C --clients "${DMKIT_GUEST_clients:-1}" \
+           --threads 2 --duration ${DMKIT_GUEST_dur:-3}s > /tmp/lockcheck.log 2>&1; then
+        echo "RESULT lockcheck-across-switch PASS"; sed 's/^/  /' /tmp/lockcheck.log
+      else
+        echo "RESULT lockcheck-across-switch FAIL"; fail=1; tail -30 /tmp/lockcheck.log
+      fi;;
     *) echo "RESULT $step FAIL (unknown step)"; fail=1;;
   esac
   echo "TIMING $step $t0->$(up) s"

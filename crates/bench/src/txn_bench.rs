@@ -440,13 +440,18 @@ fn spawn_tasks<W: Workload + 'static>(
         let (w, t, window) = (w.clone(), tally.clone(), window.clone());
         let mut rng = Rng::new(cfg.seed.wrapping_mul(1_000_003) + (ti * 1000 + k) as u64 + 1);
         wk.spawn(move |ctx| async move {
-            while !window.over(ctx.now()) {
+            // One clock reading per transaction (on shm it costs as much
+            // as a small verb): where one ends, the next begins — drawing
+            // it is in its latency (nothing on the simulator, whose clock
+            // stands still while a task runs).
+            let mut now = ctx.now();
+            while !window.over(now) {
                 let mut tx = w.draw(&mut rng);
                 while read_only && !w.read_only(&tx) {
                     tx = w.draw(&mut rng);
                 }
                 let kind = w.kind(&tx);
-                let t0 = ctx.now();
+                let t0 = now;
                 let (mut attempts, mut aborts) = (0u64, 0u64);
                 let committed = loop {
                     attempts += 1;
@@ -463,7 +468,7 @@ fn spawn_tasks<W: Workload + 'static>(
                         }
                     }
                 };
-                let now = ctx.now();
+                now = ctx.now();
                 if window.counts(t0, now) {
                     t.attempted.borrow_mut()[kind] += attempts;
                     t.aborts.borrow_mut()[kind] += aborts;
@@ -474,6 +479,7 @@ fn spawn_tasks<W: Workload + 'static>(
                 }
                 if committed && idle > 0 {
                     ctx.sleep(idle).await;
+                    now = ctx.now();
                 }
             }
         });

@@ -352,6 +352,68 @@ pub struct YcsbResult {
     /// Work requests the simulator executed in the whole run — load,
     /// warm-up and measured window (0 off the simulator).
     pub sim_verbs: u64,
+    /// Clover on the simulator: where its operations spent their time
+    /// and verbs (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clover_phases: Option<CloverPhases>,
+}
+
+/// Where Clover's operations spent their time and verbs: every client's
+/// counters of the operations that started in the measured window and
+/// completed (the means are per operation of each kind).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct CloverPhases {
+    /// Searches counted.
+    pub searches: u64,
+    /// Writes (inserts, updates, deletes) counted.
+    pub writes: u64,
+    /// Share of searches answered by their first READ.
+    pub search_first_try: f64,
+    /// Share of writes whose first CAS won.
+    pub write_first_try: f64,
+    /// READs per search.
+    pub search_reads: f64,
+    /// Time per search (µs).
+    pub search_us: f64,
+    /// CASes per write.
+    pub write_cas: f64,
+    /// Failed CASes per write.
+    pub write_cas_failed: f64,
+    /// READs per write.
+    pub write_reads: f64,
+    /// Time per write (µs).
+    pub write_us: f64,
+    /// Of it, in round trips that carried a CAS (µs).
+    pub write_cas_us: f64,
+    /// In walks to the real tail after a lost CAS (µs).
+    pub write_walk_us: f64,
+    /// In directory lookups (µs).
+    pub write_lookup_us: f64,
+    /// In claiming blocks (µs).
+    pub write_alloc_us: f64,
+}
+
+impl CloverPhases {
+    fn of(c: &dmkit_clover::CloverCounters) -> Self {
+        let per = |v: u64, n: u64| if n == 0 { 0.0 } else { v as f64 / n as f64 };
+        let us = |v: u64, n: u64| per(v, n) / 1e3;
+        Self {
+            searches: c.reads,
+            writes: c.writes,
+            search_first_try: per(c.reads_first_try, c.reads),
+            write_first_try: per(c.writes_first_try, c.writes),
+            search_reads: per(c.search_reads, c.reads),
+            search_us: us(c.search_ns, c.reads),
+            write_cas: per(c.write_cas, c.writes),
+            write_cas_failed: per(c.write_cas_failed, c.writes),
+            write_reads: per(c.write_reads, c.writes),
+            write_us: us(c.write_ns, c.writes),
+            write_cas_us: us(c.write_cas_ns, c.writes),
+            write_walk_us: us(c.write_walk_ns, c.writes),
+            write_lookup_us: us(c.write_lookup_ns, c.writes),
+            write_alloc_us: us(c.write_alloc_ns, c.writes),
+        }
+    }
 }
 
 /// One operation type's measured figures.
@@ -631,12 +693,23 @@ fn run_remote<M: RemoteMap>(
     points: &[Point],
     progress: Progress<'_>,
 ) -> Result<Vec<YcsbResult>, BenchError> {
-    run_remote_with::<M>(platform, c, cfg, points, progress, &|_, _| Ok(()))
+    run_remote_with::<M>(platform, c, cfg, points, progress, &|_, _, _| Ok(()))
+}
+
+/// When a simulated run calls its [`AfterLoad`] hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// After the load, before the run phase (and before Clover's hints
+    /// are warmed).
+    Loaded,
+    /// The run phase starts now; its measured window at this virtual
+    /// instant (ns).
+    Window(u64),
 }
 
 /// What a simulated run does between its load and its run phase (e.g.
-/// install the keys a switch steers).
-type AfterLoad<'a, M> = &'a dyn Fn(&Sim, &Arc<M>) -> Result<(), BenchError>;
+/// install the keys a switch steers), and as the run phase starts.
+type AfterLoad<'a, M> = &'a dyn Fn(&Sim, &Arc<M>, Stage) -> Result<(), BenchError>;
 
 /// [`run_remote`] with `after_load` run on the simulator after the load.
 fn run_remote_with<M: RemoteMap>(
@@ -721,7 +794,14 @@ fn run_clover(
                 .into_iter()
                 .map(|k| key_bytes(cfg.key_type, k, cfg.seed))
                 .collect();
-            let install = move |sim: &Sim, kv: &Arc<CloverKv>| -> Result<(), BenchError> {
+            let store: std::cell::RefCell<Option<Arc<CloverKv>>> = Default::default();
+            let install = |sim: &Sim, kv: &Arc<CloverKv>, stage| -> Result<(), BenchError> {
+                if let Stage::Window(from) = stage {
+                    // The phase breakdown: operations of the measured window.
+                    kv.count_phases_from(from);
+                    *store.borrow_mut() = Some(kv.clone());
+                    return Ok(());
+                }
                 if hottest.is_empty() {
                     return Ok(());
                 }
@@ -734,8 +814,14 @@ fn run_clover(
                 sim.with_switch(|s| s.steer_only(Some(ids)));
                 Ok(())
             };
-            let rs =
+            let mut rs =
                 run_remote_with::<CloverKv>(Platform::Sim(sc), c, cfg, points, progress, &install)?;
+            if let Some(kv) = store.take() {
+                let phases = CloverPhases::of(&kv.phase_counters());
+                for r in &mut rs {
+                    r.clover_phases = Some(phases);
+                }
+            }
             (rs, tag)
         }
     };
@@ -921,7 +1007,10 @@ pub fn run_points(
             // A switch that turns lock CASes into WRITEs learns where the
             // tree's lock words are (after the load: nothing is lost, its
             // cache starts empty and learns from the CASes' responses).
-            let locks = |sim: &Sim, tree: &Arc<Btree>| -> Result<(), BenchError> {
+            let locks = |sim: &Sim, tree: &Arc<Btree>, stage| -> Result<(), BenchError> {
+                if stage != Stage::Loaded {
+                    return Ok(());
+                }
                 let ranges: Vec<(u64, u64)> = tree
                     .lock_tables()
                     .into_iter()
@@ -1061,6 +1150,8 @@ fn summarize(backend: String, cfg: &YcsbConfig, outs: &[ThreadOut]) -> YcsbResul
         },
         // Set by `run` for simulator runs.
         sim_verbs: 0,
+        // Set by `run_clover`.
+        clover_phases: None,
     }
 }
 
@@ -1998,7 +2089,7 @@ fn on_sim<M: RemoteMap>(
     if cfg.workload == Workload::Load {
         return Ok((outs, sim.stats().posted));
     }
-    after_load(&sim, index)?;
+    after_load(&sim, index, Stage::Loaded)?;
     if cfg.clover.warm_hints {
         warm(&mut sim, threads.iter().map(|t| (t.0, &t.1)), cfg)?;
     }
@@ -2006,6 +2097,7 @@ fn on_sim<M: RemoteMap>(
     let start = sim.now();
     let from = start + cfg.warmup.as_nanos() as u64;
     let deadline = from + cfg.duration.as_nanos() as u64;
+    after_load(&sim, index, Stage::Window(from))?;
     let mut tallies = Vec::new();
     for (ti, (th, client, _, _)) in threads.iter().enumerate() {
         let tally = Tally::from(from);

@@ -120,6 +120,7 @@ fn main() -> ExitCode {
             BenchCmd::VectorIo(a) => bench::vector_io::bench_vector_io(a),
             BenchCmd::IoConsolidation(a) => bench::consolidation::bench_consolidation(a),
             BenchCmd::Atomics(a) => bench::atomics::bench_atomics(a),
+            BenchCmd::Lockcheck(a) => bench::lockcheck::bench_lockcheck(a),
         },
         Cmd::Plot(a) => plot::plot(a),
         Cmd::App(a) => app::app(a),

@@ -123,6 +123,13 @@ pub(crate) struct ReproduceArgs {
     /// order only: another --atomic-order turns it off unless given).
     #[arg(long, value_enum)]
     atomic_stalls_access: Option<OnOff>,
+    /// Override the profile's `response_gaps`: a response takes the first
+    /// idle gap of its links once its request has executed, instead of a
+    /// FIFO booked in posting order (where the response of an atomic
+    /// waiting at a contended address holds back those of requests posted
+    /// after it). The SwordBox figures take it onto their own device.
+    #[arg(long, value_enum)]
+    response_gaps: Option<OnOff>,
     /// Seed of the simulation (same seed, same result, bit for bit).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -171,12 +178,16 @@ fn repro_options(
     name: &str,
 ) -> Result<dmkit_bench::sim_repro::ReproOptions, String> {
     use dmkit_bench::sim_repro;
+    let mut profile = load_profile(
+        a.profile.as_deref().unwrap_or(default_profile(name)),
+        a.atomic_order,
+        a.atomic_stalls_access,
+    )?;
+    if let Some(g) = a.response_gaps {
+        profile.link.response_gaps = g == OnOff::On;
+    }
     Ok(sim_repro::ReproOptions {
-        profile: load_profile(
-            a.profile.as_deref().unwrap_or(default_profile(name)),
-            a.atomic_order,
-            a.atomic_stalls_access,
-        )?,
+        profile,
         seed: a.seed,
         quick: a.quick,
         time_scale: a.time_scale,
@@ -216,6 +227,12 @@ fn rerun_command(a: &ReproduceArgs, name: &str) -> String {
         c += &format!(
             " --atomic-stalls-access {}",
             if s == OnOff::On { "on" } else { "off" }
+        );
+    }
+    if let Some(g) = a.response_gaps {
+        c += &format!(
+            " --response-gaps {}",
+            if g == OnOff::On { "on" } else { "off" }
         );
     }
     c += &format!(" --seed {}", a.seed);

@@ -36,8 +36,9 @@ pub(crate) struct SwitchArgs {
     /// switch sends to). Repeat for each port.
     #[arg(long = "port", value_name = "NAME=HOST:PORT", required = true, value_parser = parse_port)]
     ports: Vec<(String, SocketAddr)>,
-    /// Capture every frame received (pcap, Ethernet link type: Wireshark
-    /// decodes RoCEv2 as InfiniBand).
+    /// Capture every frame received, and every frame the switch makes
+    /// (--cas-to-write, --switch-ip) after the one it came from (pcap,
+    /// Ethernet link type: Wireshark decodes RoCEv2 as InfiniBand).
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
     /// Write the counters (JSON) every second and at the end.
@@ -80,13 +81,29 @@ pub(crate) struct SwitchArgs {
     /// the region table to be read again before it passes untranslated.
     #[arg(long, default_value = "100ms", value_parser = humantime::parse_duration)]
     park: Duration,
-    /// SwordBox's CAS→WRITE for lock words on the wire: not built (it
-    /// needs a queue pair of the switch's own on the server; see
-    /// dmkit-switch's docs). Refused.
+    /// SwordBox's CAS→WRITE on each client's own connection: a CAS the
+    /// switch knows will succeed (it caches every CAS target's value)
+    /// reaches the server as an RDMA WRITE, and the server's ACK returns
+    /// to the client as an atomic ACK with the old value; requests to a
+    /// word from other connections wait while one is unanswered
+    /// (dmkit-switch's `caswrite`). Needs --server; not with --steer.
     #[arg(long)]
     cas_to_write: bool,
-    /// SwordBox's connection multiplexing on the wire: not built (as
-    /// --cas-to-write). Refused.
+    /// With --cas-to-write: after it starts, the switch drops plain ACKs
+    /// at PSNs it saw no request for this long (a restarted switch cannot
+    /// tell an old conversion's ACK from another).
+    #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
+    quiet: Duration,
+    /// An IPv4 address of the switch's own on the RoCE network: the switch
+    /// answers ARP for it, its control plane asks the memory node for a
+    /// queue pair connected to it (`--node-ctl`, `--node-token`), and the
+    /// switch probes that queue pair with a READ every second (counters
+    /// `own_qp`): the first step of multiplexing. Needs --server.
+    #[arg(long, value_name = "IPV4")]
+    switch_ip: Option<Ipv4Addr>,
+    /// SwordBox's connection multiplexing on the wire: not built (it needs
+    /// a queue pair of the switch's own on the server; see dmkit-switch's
+    /// docs). Refused.
     #[arg(long)]
     mux: bool,
 }
@@ -102,17 +119,34 @@ fn parse_port(s: &str) -> Result<(String, SocketAddr), String> {
 }
 
 pub(crate) fn switch(a: SwitchArgs) -> Res {
-    if a.cas_to_write || a.mux {
-        return Err(format!(
-            "{}: not built on the wire: the receiving rxe accepts an RC packet only from the \
+    if a.mux {
+        return Err(
+            "--mux: not built on the wire: the receiving rxe accepts an RC packet only from the \
              source IP, to the QPN and at the PSN of one of its QPs, so the switch needs a queue \
              pair of its own on the server (its control plane asking the node for one, ARP for \
-             its IP, rewriting and demultiplexing ACKs); the simulator runs both \
-             (dmkit-switch's docs: \"CAS→WRITE and multiplexing on the wire\")",
-            if a.mux { "--mux" } else { "--cas-to-write" }
-        ));
+             its IP, rewriting and demultiplexing ACKs); the simulator runs it, and \
+             --cas-to-write runs on each client's own connection (dmkit-switch's docs: \
+             \"CAS→WRITE and multiplexing on the wire\")"
+                .to_string(),
+        );
     }
+    let cas_to_write = match (a.cas_to_write, a.server, a.steer) {
+        (false, _, _) => None,
+        (true, None, _) => {
+            return Err(crate::bad_input(
+                "--cas-to-write needs --server IPV4 (the memory node)",
+            ))
+        }
+        (true, Some(_), s) if s != Steer::Off => {
+            return Err(crate::bad_input(
+                "--cas-to-write and --steer do not run together yet: both rewrite the node's \
+                 requests and would each need to see the other's rewrites",
+            ))
+        }
+        (true, Some(ip), _) => Some((ip, a.quiet.as_micros() as u64)),
+    };
     let policy = match (a.steer, a.server) {
+        (Steer::Off, _) if cas_to_write.is_some() => None,
         (Steer::Off, None) => None,
         (_, None) => {
             return Err(crate::bad_input(
@@ -135,8 +169,21 @@ pub(crate) fn switch(a: SwitchArgs) -> Res {
         ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed))
             .map_err(|e| format!("installing the signal handler: {e}"))?;
     }
+    let own = match (a.switch_ip, a.server, &a.node_ctl, &a.node_token) {
+        (None, ..) => None,
+        (Some(ip), Some(server), Some(ctl), Some(token)) => {
+            Some((ip, server, ctl.clone(), token.clone()))
+        }
+        (Some(_), ..) => {
+            return Err(crate::bad_input(
+                "--switch-ip needs --server IPV4, --node-ctl HOST:PORT and --node-token FILE: \
+                 the switch's control plane asks the node for its queue pair there",
+            ))
+        }
+    };
     let control = match (&policy, a.node_ctl.clone(), a.node_token.clone()) {
         (None, None, None) => None,
+        (None, Some(_), Some(_)) if own.is_some() => None,
         (None, _, _) => {
             return Err(crate::bad_input(
                 "--node-ctl and --node-token serve the policy's address translation: give --server (and --steer)",
@@ -159,6 +206,8 @@ pub(crate) fn switch(a: SwitchArgs) -> Res {
         duration: a.duration,
         check_icrc: !a.no_icrc_check,
         policy,
+        cas_to_write,
+        own: own.as_ref().map(|(ip, server, _, _)| (*ip, *server)),
     })
     .map_err(|e| e.to_string())?;
     if let Some((addr, token)) = control {
@@ -167,6 +216,10 @@ pub(crate) fn switch(a: SwitchArgs) -> Res {
             park_us: a.park.as_micros() as u64,
             ..link
         });
+    }
+    if let Some((ip, _, addr, token)) = own {
+        let rx = control::spawn_own(addr, token, ip, stop.clone())?;
+        hub = hub.with_own_link(rx);
     }
     eprintln!(
         "dmkit switch: listening on udp:{} with {} ports ({})",
@@ -184,6 +237,19 @@ pub(crate) fn switch(a: SwitchArgs) -> Res {
         "dmkit switch: {} frames ({} forwarded, {} flooded), {} RoCEv2 packets ({} ICRC mismatches, {} malformed)",
         s.frames, s.forwarded, s.flooded, s.roce.packets, s.roce.icrc_mismatch, s.roce.malformed
     );
+    if let Some(o) = &s.own_qp {
+        eprintln!(
+            "dmkit switch: own queue pair: {} (node QP {}), {} ARP replies, {} READs sent, {} READ responses, {} NAKs, {} other frames to it",
+            if o.connected { "connected" } else { "never connected" },
+            o.node_qpn, o.arp_replies, o.reads, o.read_responses, o.naks, o.other
+        );
+    }
+    if let Some(c) = &s.cas_to_write {
+        eprintln!(
+            "dmkit switch: cas-to-write: {} CASes, {} turned into WRITEs ({} resent), {} passed (value unknown), {} passed (doomed), {} atomic ACKs made ({} for a covering response), {} requests held, {} mispredictions, {} ACKs dropped while quiet",
+            c.cas, c.converted, c.reconverted, c.passed_unknown, c.passed_doomed, c.atomic_acks, c.covered, c.held, c.mispredictions, c.quiet_dropped
+        );
+    }
     if let Some(p) = &s.policy {
         eprintln!(
             "dmkit switch: steer {}: {} requests, {} rewritten ({} CAS steered, {} doomed, {} READs), {} responses held, {} released",
@@ -298,6 +364,133 @@ mod control {
     /// What a session returns when the switch stops.
     const STOPPED: &str = "the switch stopped";
 
+    /// One session for the switch's own queue pair: hello, then
+    /// `Ctl::Connect` for an endpoint of the switch's (its IPv4-mapped GID,
+    /// its QP number, a fresh PSN); the node's QP lives as long as the
+    /// session, which is kept busy with a region read every few seconds.
+    fn own_session(
+        addr: &str,
+        token: &std::path::Path,
+        ip: std::net::Ipv4Addr,
+        tx: &mpsc::Sender<dmkit_switch::ownqp::OwnRemote>,
+        stop: &AtomicBool,
+    ) -> String {
+        let token = match read_token_file(token) {
+            Ok(t) => t,
+            Err(e) => return format!("token file {}: {e}", token.display()),
+        };
+        let mut s = match TcpStream::connect(addr) {
+            Ok(s) => s,
+            Err(e) => return format!("connecting to {addr}: {e}"),
+        };
+        let _ = s.set_nodelay(true);
+        let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+        let hello = Ctl::Hello {
+            magic: CTL_MAGIC,
+            version: CTL_VERSION,
+            token,
+        };
+        if let Err(e) = ctl::send(&mut s, &hello) {
+            return format!("hello to {addr}: {e}");
+        }
+        let region = match ctl::recv::<CtlReply>(&mut s) {
+            Ok(Some(CtlReply::Welcome { regions, .. })) => match regions.first() {
+                Some(r) => *r,
+                None => return format!("{addr}: the node has no region to probe"),
+            },
+            Ok(Some(CtlReply::Refused(why))) => return format!("{addr} refused: {why}"),
+            Ok(_) => return format!("{addr}: no welcome"),
+            Err(e) => return format!("welcome from {addr}: {e}"),
+        };
+        let psn = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.subsec_nanos())
+            & 0xFF_FFFF;
+        let mut gid = [0u8; 16];
+        gid[10] = 0xff;
+        gid[11] = 0xff;
+        gid[12..].copy_from_slice(&ip.octets());
+        let client = dmkit_verbs::device::Endpoint {
+            qpn: dmkit_switch::ownqp::OWN_QPN,
+            psn,
+            lid: 0,
+            gid,
+            global: true,
+            mtu: 5,
+        };
+        if let Err(e) = ctl::send(&mut s, &Ctl::Connect { client }) {
+            return format!("asking {addr} for a queue pair: {e}");
+        }
+        match ctl::recv::<CtlReply>(&mut s) {
+            Ok(Some(CtlReply::Connected { server })) => {
+                eprintln!(
+                    "dmkit switch: own queue pair: node QP {} connected to {ip} QP {} (start PSN {psn})",
+                    server.qpn,
+                    dmkit_switch::ownqp::OWN_QPN
+                );
+                let r = dmkit_switch::ownqp::OwnRemote {
+                    qpn: server.qpn,
+                    psn,
+                    va: region.nic_addr,
+                    rkey: region.nic_rkey,
+                };
+                if tx.send(r).is_err() {
+                    return STOPPED.into();
+                }
+            }
+            Ok(Some(CtlReply::Refused(why))) => {
+                return format!("{addr} refused a queue pair: {why}")
+            }
+            Ok(_) => return format!("{addr}: no answer to Connect"),
+            Err(e) => return format!("Connect at {addr}: {e}"),
+        }
+        loop {
+            for _ in 0..50 {
+                if stop.load(Ordering::Relaxed) {
+                    return STOPPED.into();
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if let Err(e) = ctl::send(&mut s, &Ctl::Regions) {
+                return format!("keeping {addr}'s session: {e}");
+            }
+            match ctl::recv::<CtlReply>(&mut s) {
+                Ok(Some(CtlReply::Regions(_))) => {}
+                Ok(_) => return format!("{addr} closed the session of the switch's queue pair"),
+                Err(e) => return format!("session of the switch's queue pair at {addr}: {e}"),
+            }
+        }
+    }
+
+    /// Starts the thread holding the switch's own queue pair on the node
+    /// (it reconnects, with a new queue pair, until `stop`).
+    pub(super) fn spawn_own(
+        addr: String,
+        token: PathBuf,
+        ip: std::net::Ipv4Addr,
+        stop: Arc<AtomicBool>,
+    ) -> Result<mpsc::Receiver<dmkit_switch::ownqp::OwnRemote>, String> {
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("switch-own-qp".into())
+            .spawn(move || {
+                let mut last = String::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let why = own_session(&addr, &token, ip, &tx, &stop);
+                    if why == STOPPED || stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    if why != last {
+                        eprintln!("dmkit switch: own queue pair: {why}; retrying");
+                        last = why;
+                    }
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+            })
+            .map_err(|e| format!("starting the switch's own queue pair: {e}"))?;
+        Ok(rx)
+    }
+
     /// Starts the control plane's thread; it reconnects until `stop`.
     pub(super) fn spawn(
         addr: String,
@@ -348,6 +541,18 @@ mod control {
     ) -> Result<ControlLink, String> {
         Err(format!(
             "--node-ctl: {}; build with --features dmkit/verbs",
+            dmkit_verbs::VerbsError::NotBuilt
+        ))
+    }
+
+    pub(super) fn spawn_own(
+        _addr: String,
+        _token: PathBuf,
+        _ip: std::net::Ipv4Addr,
+        _stop: Arc<AtomicBool>,
+    ) -> Result<std::sync::mpsc::Receiver<dmkit_switch::ownqp::OwnRemote>, String> {
+        Err(format!(
+            "--switch-ip: {}; build with --features dmkit/verbs",
             dmkit_verbs::VerbsError::NotBuilt
         ))
     }

@@ -1786,3 +1786,55 @@ fn a_default_node_holds_a_default_micro_run() {
     let r = read_json(&json);
     assert_eq!(r["region_size"].as_u64(), Some(512 << 20), "{r}");
 }
+
+/// `bench lockcheck`: threads on one lock word, the counter it guards
+/// checked at the end (on shm: the check itself; on the guests it is the
+/// test of `dmkit switch --cas-to-write`).
+#[test]
+fn lockcheck_holds_mutual_exclusion_on_shm() {
+    let out = dmkit_ok(
+        &[
+            "bench",
+            "lockcheck",
+            "--backend",
+            "shm",
+            "--threads",
+            "3",
+            "--duration",
+            "300ms",
+        ],
+        None,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("mutual exclusion held: counter"), "{text}");
+}
+
+/// `dmkit switch`: CAS→WRITE needs the memory node's address and does not
+/// run with steering yet; multiplexing is refused as not built.
+#[test]
+fn switch_refuses_what_cas_to_write_and_mux_cannot_do() {
+    let base = [
+        "switch",
+        "--listen",
+        "127.0.0.1:0",
+        "--port",
+        "a=127.0.0.1:9",
+    ];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        base.iter().chain(extra).copied().collect()
+    };
+    let (_, e) = dmkit_fails(&with(&["--cas-to-write"]));
+    assert!(e.contains("--cas-to-write needs --server"), "{e}");
+    let (_, e) = dmkit_fails(&with(&[
+        "--cas-to-write",
+        "--server",
+        "10.0.0.1",
+        "--steer",
+        "write",
+    ]));
+    assert!(e.contains("do not run together"), "{e}");
+    let (_, e) = dmkit_fails(&with(&["--mux"]));
+    assert!(e.contains("--mux: not built"), "{e}");
+    let (_, e) = dmkit_fails(&with(&["--switch-ip", "10.0.0.254"]));
+    assert!(e.contains("--switch-ip needs --server"), "{e}");
+}

@@ -3,7 +3,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use dmkit_fabric::GlobalAddr;
 use dmkit_index::{ClientStats, Entries, IndexError, MapClient, Retry};
@@ -80,11 +80,106 @@ pub struct CloverCounters {
     pub pool_blocks: u64,
     /// Chunks taken from the memory node for versions.
     pub chunks: u64,
+    /// CASes writes posted (on a chain's tail, or a directory entry).
+    pub write_cas: u64,
+    /// Of those, the ones that failed (another writer was first, or the
+    /// key's state was not the operation's).
+    pub write_cas_failed: u64,
+    /// READs writes posted (directory lookups, walks, shortcuts).
+    pub write_reads: u64,
+    /// READs searches posted.
+    pub search_reads: u64,
+    /// Time in writes (ns of the client's clock; the breakdown below).
+    pub write_ns: u64,
+    /// Of it, waiting for the round trips that carried a CAS (WRITE ∥
+    /// CAS, or a retried CAS).
+    pub write_cas_ns: u64,
+    /// Waiting for walks to the real tail after a lost CAS.
+    pub write_walk_ns: u64,
+    /// Looking the key up in the directory (no fresh hint, or a stale
+    /// one).
+    pub write_lookup_ns: u64,
+    /// Claiming blocks (from the pool, or a chunk from the memory node).
+    pub write_alloc_ns: u64,
+    /// Time in searches.
+    pub search_ns: u64,
+}
+
+/// `$f` for every field of [`CloverCounters`].
+macro_rules! each_counter {
+    ($m:ident) => {
+        $m!(
+            reads_first_try,
+            reads,
+            writes_first_try,
+            writes,
+            appends,
+            hops,
+            shortcut_jumps,
+            lookups,
+            steered_reads,
+            restarts,
+            pool_blocks,
+            chunks,
+            write_cas,
+            write_cas_failed,
+            write_reads,
+            search_reads,
+            write_ns,
+            write_cas_ns,
+            write_walk_ns,
+            write_lookup_ns,
+            write_alloc_ns,
+            search_ns
+        )
+    };
+}
+
+impl CloverCounters {
+    /// Adds `o` to these counters.
+    pub fn add(&mut self, o: &CloverCounters) {
+        macro_rules! add {
+            ($($f:ident),*) => {{
+                // (Destructured: a new field that is not listed fails to
+                // compile.)
+                let CloverCounters { $($f),* } = *o;
+                $(self.$f += $f;)*
+            }};
+        }
+        each_counter!(add)
+    }
+
+    /// What was counted since `before` (an earlier copy).
+    pub fn since(&self, before: &CloverCounters) -> CloverCounters {
+        macro_rules! sub {
+            ($($f:ident),*) => {{
+                let CloverCounters { $($f),* } = *self;
+                CloverCounters { $($f: $f - before.$f),* }
+            }};
+        }
+        each_counter!(sub)
+    }
+}
+
+/// A client's hints: its own cache, or its compute machine's, shared by
+/// the machine's workers (`CloverConfig::shared_hints`).
+pub(crate) enum Hints {
+    Own(HintCache),
+    Machine(Arc<Mutex<HintCache>>),
+}
+
+impl Hints {
+    fn with<R>(&mut self, f: impl FnOnce(&mut HintCache) -> R) -> R {
+        match self {
+            Hints::Own(c) => f(c),
+            Hints::Machine(m) => f(&mut m.lock().unwrap_or_else(|p| p.into_inner())),
+        }
+    }
 }
 
 /// One worker's state: its hints, its blocks, its counters.
 pub(crate) struct ClientState {
-    hints: HintCache,
+    hints: Hints,
     /// Blocks never linked, reusable at once.
     free: Vec<GlobalAddr>,
     /// Blocks claimed from the pool.
@@ -96,19 +191,32 @@ pub(crate) struct ClientState {
     counters: CloverCounters,
     /// Image buffer.
     buf: Vec<u8>,
+    /// The counters of the operations that started at or after the store's
+    /// `phases_from` and completed (the store sums every client's).
+    window: Arc<Mutex<CloverCounters>>,
+    /// READs posted by the operations (split into searches' and writes'
+    /// by the operation).
+    posted_reads: u64,
 }
 
 impl ClientState {
-    pub(crate) fn new(cfg: &CloverConfig, id: u64) -> Self {
+    pub(crate) fn new(
+        _cfg: &CloverConfig,
+        id: u64,
+        hints: Hints,
+        window: Arc<Mutex<CloverCounters>>,
+    ) -> Self {
         let writer = dmkit_runtime::hash::fmix64(id ^ 0xB1_87) & 0xFF_FFFF;
         Self {
-            hints: HintCache::new(cfg.cache_entries),
+            hints,
             free: Vec::new(),
             claimed: Vec::new(),
             bump: None,
             birth: writer << 40,
             counters: CloverCounters::default(),
             buf: Vec::new(),
+            window,
+            posted_reads: 0,
         }
     }
 }
@@ -180,9 +288,10 @@ impl CloverClient {
         self.st.borrow().counters
     }
 
-    /// Hints the client holds (at most its cache's capacity).
+    /// Hints the client holds (at most its cache's capacity; its
+    /// machine's with `shared_hints`).
     pub fn hints(&self) -> usize {
-        self.st.borrow().hints.len()
+        self.st.borrow_mut().hints.with(|c| c.len())
     }
 
     fn cfg(&self) -> &CloverConfig {
@@ -195,6 +304,44 @@ impl CloverClient {
 
     fn count(&self, f: impl FnOnce(&mut CloverCounters)) {
         f(&mut self.st.borrow_mut().counters)
+    }
+
+    fn posted_reads(&self, n: u64) {
+        self.st.borrow_mut().posted_reads += n;
+    }
+
+    fn reads_so_far(&self) -> u64 {
+        self.st.borrow().posted_reads
+    }
+
+    /// The start of an operation: its instant and the counters so far.
+    fn op_start(&self, ctx: &Ctx) -> (Nanos, u64, CloverCounters) {
+        let st = self.st.borrow();
+        (ctx.now(), st.posted_reads, st.counters)
+    }
+
+    /// The end of an operation begun at `start`: what it counted joins the
+    /// window's counters if it began in the window.
+    fn op_end(&self, start: Nanos, before: &CloverCounters) {
+        if start >= self.kv.phases_from.load(Ordering::Relaxed) {
+            let st = self.st.borrow();
+            let op = st.counters.since(before);
+            st.window.lock().unwrap_or_else(|p| p.into_inner()).add(&op);
+        }
+    }
+
+    /// Awaits `f`, adding the time it took to the counter `field` picks.
+    async fn timed<T>(
+        &self,
+        ctx: &Ctx,
+        field: impl FnOnce(&mut CloverCounters) -> &mut u64,
+        f: impl std::future::Future<Output = T>,
+    ) -> T {
+        let t0 = ctx.now();
+        let r = f.await;
+        let ns = ctx.now() - t0;
+        self.count(|c| *field(c) += ns);
+        r
     }
 
     fn retry(&self, op: &'static str) -> Retry {
@@ -234,7 +381,7 @@ impl CloverClient {
 
     /// The fresh hint for `h`, if any.
     fn hint(&self, ctx: &Ctx, h: &KeyHash) -> Option<Start> {
-        let hint = self.st.borrow().hints.get(h)?;
+        let hint = self.st.borrow_mut().hints.with(|c| c.get(h))?;
         self.fresh(ctx, hint.learned).then_some(Start {
             key_id: hint.key_id,
             at: hint.at,
@@ -243,19 +390,17 @@ impl CloverClient {
     }
 
     fn remember(&self, h: &KeyHash, s: Start, kind: Kind) {
-        self.st.borrow_mut().hints.put(
-            h,
-            Hint {
-                key_id: s.key_id,
-                at: s.at,
-                kind,
-                learned: s.learned,
-            },
-        );
+        let hint = Hint {
+            key_id: s.key_id,
+            at: s.at,
+            kind,
+            learned: s.learned,
+        };
+        self.st.borrow_mut().hints.with(|c| c.put(h, hint));
     }
 
     fn forget(&self, h: &KeyHash) {
-        self.st.borrow_mut().hints.drop_hint(h);
+        self.st.borrow_mut().hints.with(|c| c.drop_hint(h));
     }
 
     /// The version in `ver`, decoded and checked.
@@ -286,6 +431,7 @@ impl CloverClient {
                 self.kv.entry(from)?,
                 self.sc().dir.prefix((n * DIR_ENTRY) as usize),
             );
+            self.posted_reads(1);
             ctx.sync().await?;
             let entries: Vec<DirEntry> = (0..n)
                 .map(|i| {
@@ -307,6 +453,7 @@ impl CloverClient {
                 // Confirm the key with the version the entry names.
                 let (at, t) = self.entry_start(ctx, e, t);
                 ctx.read(self.kv.remote(at)?, self.sc().ver);
+                self.posted_reads(1);
                 ctx.sync().await?;
                 if !self.fresh(ctx, t) {
                     // Descheduled too long: the lookup starts over.
@@ -349,6 +496,7 @@ impl CloverClient {
         key_id: u64,
     ) -> Result<Option<(GlobalAddr, Nanos)>, IndexError> {
         ctx.read(self.kv.entry(key_id)?.add(DIR_SHORTCUT), self.sc().word);
+        self.posted_reads(1);
         ctx.sync().await?;
         let w = ctx.local_u64(self.sc().word);
         Ok(decode_shortcut(w, self.kv.home.home(), ctx.now()).filter(|&(_, t)| self.fresh(ctx, t)))
@@ -380,8 +528,10 @@ impl CloverClient {
                 None => {
                     let t = ctx.now();
                     ctx.read(self.kv.remote(s.at)?, self.sc().ver);
+                    self.posted_reads(1);
                     if with_shortcut {
                         ctx.read(self.kv.entry(s.key_id)?.add(DIR_SHORTCUT), self.sc().word);
+                        self.posted_reads(1);
                     }
                     ctx.sync().await?;
                     // Checked again once read: a task descheduled between
@@ -596,7 +746,9 @@ impl CloverClient {
         let b = match block {
             Some((b, _)) => *b,
             None => {
-                let b = self.alloc(ctx).await?;
+                let b = self
+                    .timed(ctx, |c| &mut c.write_alloc_ns, self.alloc(ctx))
+                    .await?;
                 *block = Some((b, None));
                 b
             }
@@ -614,7 +766,13 @@ impl CloverClient {
         );
         let tk = ctx.cas(self.kv.entry(slot)?, 0, head);
         ctx.sync().await?;
-        if ctx.value(tk) != 0 {
+        let (ns, failed) = (ctx.now() - t, ctx.value(tk) != 0);
+        self.count(|c| {
+            c.write_cas += 1;
+            c.write_cas_failed += failed as u64;
+            c.write_cas_ns += ns;
+        });
+        if failed {
             return Ok(Create::Taken);
         }
         self.linked();
@@ -648,10 +806,17 @@ impl CloverClient {
         let mut retry = self.retry(op);
         // The block and the key id its image was written for.
         let mut block: Option<(GlobalAddr, Option<u64>)> = None;
+        let (t0, r0, before) = self.op_start(ctx);
         let r = self
             .append_loop(ctx, key, value, pre, kind, &h, &mut retry, &mut block)
             .await;
-        self.count(|c| c.writes += 1);
+        let (ns, reads) = (ctx.now() - t0, self.reads_so_far() - r0);
+        self.count(|c| {
+            c.writes += 1;
+            c.write_ns += ns;
+            c.write_reads += reads;
+        });
+        self.op_end(t0, &before);
         if !matches!(r, Ok(true)) {
             if let Some((b, _)) = block {
                 // Never linked: nobody else can have seen it.
@@ -679,7 +844,10 @@ impl CloverClient {
             // Where to append: the hint, else the directory's start.
             let mut s = match hinted.then(|| self.hint(ctx, h)).flatten() {
                 Some(s) => s,
-                None => match self.find(ctx, key, h).await? {
+                None => match self
+                    .timed(ctx, |c| &mut c.write_lookup_ns, self.find(ctx, key, h))
+                    .await?
+                {
                     // (Writes CAS at once: the version read is not needed.)
                     Lookup::Found(s, _) => s,
                     Lookup::Absent { slot } => {
@@ -711,7 +879,9 @@ impl CloverClient {
                 let b = match *block {
                     Some((b, _)) => b,
                     None => {
-                        let b = self.alloc(ctx).await?;
+                        let b = self
+                            .timed(ctx, |c| &mut c.write_alloc_ns, self.alloc(ctx))
+                            .await?;
                         *block = Some((b, None));
                         b
                     }
@@ -727,6 +897,12 @@ impl CloverClient {
                 let tk = ctx.cas(self.kv.remote(s.at)?, expect, self.link_word(b, kind)?);
                 ctx.sync().await?;
                 let old = ctx.value(tk);
+                let ns = ctx.now() - t;
+                self.count(|c| {
+                    c.write_cas += 1;
+                    c.write_cas_failed += (old != expect) as u64;
+                    c.write_cas_ns += ns;
+                });
                 if old == expect {
                     ctx.cas_outcome(true).await;
                     if first {
@@ -760,7 +936,8 @@ impl CloverClient {
                             at: to,
                             learned: t,
                         };
-                        match self.walk(ctx, key, next, retry, None).await? {
+                        let walk = self.walk(ctx, key, next, retry, None);
+                        match self.timed(ctx, |c| &mut c.write_walk_ns, walk).await? {
                             Walk::Tail(tail) => {
                                 self.remember(h, tail.start, tail.kind);
                                 if tail.kind != pre {
@@ -858,12 +1035,17 @@ impl MapClient for CloverClient {
         let _op = ctx.read_op("search").await;
         let h = self.hash(key);
         let mut retry = self.retry("search");
+        let (t0, r0, before) = self.op_start(ctx);
         let r = self.tail(ctx, key, &h, &mut retry).await?;
         let first = retry.attempts() == 0;
+        let (ns, reads) = (ctx.now() - t0, self.reads_so_far() - r0);
         self.count(|c| {
             c.reads += 1;
             c.reads_first_try += first as u64;
+            c.search_ns += ns;
+            c.search_reads += reads;
         });
+        self.op_end(t0, &before);
         Ok(match r {
             Ok(t) if t.kind == Kind::Present => Some(t.value),
             _ => None,

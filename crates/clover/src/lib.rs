@@ -53,6 +53,23 @@
 //! - **insert of a new key**: WRITE its first version ∥ CAS the first free
 //!   directory entry of its probe path from 0 (1, after the lookup).
 //!
+//! Hints are a compute machine's, shared by its workers (`shared_hints`,
+//! as public Clover's client process keeps one table for all its threads
+//! and coroutines), or each worker's own.
+//!
+//! ## Against public Clover (WukLab/pDPM, `clover/mitsume_tool.cc`)
+//! Like it: no backoff (a lost CAS walks to the tail and CASes again at
+//! once), no client-side lock per key (`mitsume_tool_begin` locks a
+//! coroutine against the epoch's advance, not a key), the shortcut read
+//! beside a walk's first READ. Unlike it: a write posts its version's
+//! WRITE with the CAS (public Clover waits for the WRITE's completion
+//! before it CASes: two round trips); a walk READs whole versions (public
+//! Clover's writers read the 8-byte pointer); `chase_limit` re-reads the
+//! shortcut every few hops (public Clover's thresholds are reset before
+//! they act, so it reads the shortcut on the first hop only); writers
+//! WRITE the shortcut at once (public Clover's writer queues it for its
+//! process's garbage-collection threads, which WRITE it later).
+//!
 //! Every state change of a key is one successful CAS on its chain (or its
 //! directory entry), so operations are linearizable: a search at the READ
 //! that found the tail, a write at its CAS, an operation that returns

@@ -6,10 +6,12 @@ use std::sync::{Arc, Mutex};
 
 use dmkit_fabric::{Fabric, GlobalAddr, RemoteRef};
 use dmkit_index::{Creation, Home, IndexConfig, IndexError, RemoteMap, RetryPolicy, Shape};
+use dmkit_runtime::machine::PerMachine;
 use dmkit_runtime::{LocalLayout, Nanos};
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::client::{ClientState, CloverClient, Scratch};
+use crate::client::{ClientState, CloverClient, CloverCounters, Hints, Scratch};
+use crate::hint::HintCache;
 use crate::layout::*;
 use crate::mds::{Mds, MdsConfig, MdsStats};
 use crate::pool::Pool;
@@ -90,6 +92,18 @@ pub struct CloverConfig {
         arg(long = "shortcut-first", value_name = "on|off", default_value = "on", value_parser = dmkit_index::cli::parse_switch, action = clap::ArgAction::Set)
     )]
     pub shortcut_first: bool,
+    /// Clover: every worker of a compute machine (a process on shm) shares
+    /// one hint cache, as public Clover's clients do (one table per client
+    /// process, `MITSUME_TOOL_QUERY_HASHTABLE` in `mitsume_tool.cc`, read
+    /// and updated by all its threads and coroutines: a tail one thread
+    /// reached or appended is every thread's next start). Off: each worker
+    /// keeps its own, whose hints of a hot key are as old as that worker's
+    /// last touch of it.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "shared-hints", value_name = "on|off", default_value = "on", value_parser = dmkit_index::cli::parse_switch, action = clap::ArgAction::Set)
+    )]
+    pub shared_hints: bool,
     /// Clover: run the metadata server's garbage collection in a thread of
     /// the process that creates or opens the store (the embedded setup).
     /// Off on the simulator, which runs it as a virtual thread instead
@@ -124,6 +138,7 @@ impl Default for CloverConfig {
             chase_limit: 4,
             shortcut: true,
             shortcut_first: true,
+            shared_hints: true,
             gc: true,
             mds: MdsConfig::default(),
             seed: 0xC10E_5EED,
@@ -261,6 +276,13 @@ pub struct CloverKv {
     pub(crate) mds_stats: Arc<MdsStats>,
     /// Versions this process's clients linked (for the chain checker).
     pub(crate) linked: Arc<AtomicU64>,
+    /// Each compute machine's shared hint cache (`shared_hints`).
+    hints: PerMachine<Mutex<HintCache>>,
+    /// Each live client's counters of its operations begun at or after
+    /// `phases_from`, and the sum of those of the clients gone.
+    windows: Mutex<(Vec<Arc<Mutex<CloverCounters>>>, CloverCounters)>,
+    /// See [`CloverKv::count_phases_from`].
+    pub(crate) phases_from: AtomicU64,
 }
 
 impl CloverKv {
@@ -276,6 +298,9 @@ impl CloverKv {
             mds_thread: Mutex::new(None),
             mds_stats: Arc::default(),
             linked: Arc::default(),
+            hints: PerMachine::default(),
+            windows: Mutex::default(),
+            phases_from: AtomicU64::new(0),
         }
     }
 
@@ -319,6 +344,32 @@ impl CloverKv {
     /// The metadata server's counters in this process.
     pub fn mds_stats(&self) -> crate::mds::MdsCounters {
         self.mds_stats.snapshot()
+    }
+
+    /// The counters of every client this handle made, summed: the time and
+    /// verbs of Clover's operations by phase, for a run's breakdown. Only
+    /// operations that completed and began at or after
+    /// [`CloverKv::count_phases_from`]'s instant count.
+    pub fn phase_counters(&self) -> CloverCounters {
+        let windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sum = windows.1;
+        for w in &windows.0 {
+            sum.add(&w.lock().unwrap_or_else(|p| p.into_inner()));
+        }
+        sum
+    }
+
+    /// From now on [`CloverKv::phase_counters`] counts only operations
+    /// that begin at or after `at` (ns of the clients' clocks: a
+    /// benchmark's measured window).
+    /// Forgets what was counted so far.
+    pub fn count_phases_from(&self, at: Nanos) {
+        self.phases_from.store(at, Ordering::Relaxed);
+        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        windows.1 = CloverCounters::default();
+        for w in &windows.0 {
+            *w.lock().unwrap_or_else(|p| p.into_inner()) = CloverCounters::default();
+        }
     }
 
     /// Versions this process's clients linked into chains (a chain's first
@@ -529,10 +580,33 @@ impl RemoteMap for CloverKv {
         self.home.destroy()
     }
 
-    /// A client for one worker (its tasks share the client's hint cache and
-    /// blocks). `id` distinguishes writers in version birth ids.
-    fn client_on(self: &Arc<Self>, _machine: usize, id: u64) -> CloverClient {
-        CloverClient::new(self.clone(), ClientState::new(&self.cfg, id))
+    /// A client for one worker on compute machine `machine` (its tasks
+    /// share the client's blocks, and its hint cache, which is the
+    /// machine's with `shared_hints`). `id` distinguishes writers in
+    /// version birth ids.
+    fn client_on(self: &Arc<Self>, machine: usize, id: u64) -> CloverClient {
+        let hints = if self.cfg.shared_hints {
+            Hints::Machine(self.hints.get(machine, || {
+                Mutex::new(HintCache::new(self.cfg.cache_entries))
+            }))
+        } else {
+            Hints::Own(HintCache::new(self.cfg.cache_entries))
+        };
+        let window = Arc::<Mutex<CloverCounters>>::default();
+        {
+            let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+            let (live, gone) = &mut *windows;
+            // (The windows of clients gone fold into one sum.)
+            live.retain(|w| {
+                let keep = Arc::strong_count(w) > 1;
+                if !keep {
+                    gone.add(&w.lock().unwrap_or_else(|p| p.into_inner()));
+                }
+                keep
+            });
+            live.push(window.clone());
+        }
+        CloverClient::new(self.clone(), ClientState::new(&self.cfg, id, hints, window))
     }
 
     fn local_layout(&self) -> &LocalLayout {

@@ -214,6 +214,8 @@ fn a_stale_hint_jumps_to_the_shortcut_read_with_the_first_read() {
             gc: false,
             chase_limit: 4,
             shortcut_first: first,
+            // (The writer's appends would be the reader's hints.)
+            shared_hints: false,
             ..small()
         };
         let kv = CloverKv::create(f.clone(), "stale", cfg.clone()).unwrap();
@@ -239,6 +241,48 @@ fn a_stale_hint_jumps_to_the_shortcut_read_with_the_first_read() {
         }
         kv.destroy().unwrap();
     }
+}
+
+/// With shared hints, a tail one worker of a machine appended is every
+/// worker's of that machine: a reader there finds it in one READ, a reader
+/// on another machine (its own table, as a client process of public
+/// Clover) walks from its stale hint.
+#[test]
+fn a_machine_s_workers_share_their_hints() {
+    let f = fabric(32 << 20);
+    let cfg = CloverConfig {
+        grace: 10_000_000_000,
+        gc: false,
+        ..small()
+    };
+    let kv = CloverKv::create(f.clone(), "shared", cfg).unwrap();
+    let (near, far) = (kv.client_on(0, 1), kv.client_on(1, 2));
+    for c in [&near, &far] {
+        on_worker(f.as_ref(), c, |ctx, c| async move {
+            // The first inserts; both learn the tail.
+            c.insert(&ctx, b"k", b"v0").await.unwrap();
+            assert_eq!(c.search(&ctx, b"k").await.unwrap(), Some(b"v0".to_vec()));
+        });
+    }
+    on_worker(f.as_ref(), &kv.client_on(0, 3), |ctx, c| async move {
+        for i in 1..=3u8 {
+            assert!(c.update(&ctx, b"k", &[b'v', i]).await.unwrap());
+        }
+    });
+    let mut trips = Vec::new();
+    for c in [&near, &far] {
+        let (v, s) = on_worker(f.as_ref(), c, |ctx, c| async move {
+            c.search(&ctx, b"k").await.unwrap()
+        });
+        assert_eq!(v, Some(vec![b'v', 3]));
+        trips.push(s.ops["search"].per_op(|c| c.round_trips));
+    }
+    assert_eq!(trips[0], 1.0, "the machine's hint is the tail");
+    assert!(
+        trips[1] >= 2.0,
+        "another machine's hint is stale: {trips:?}"
+    );
+    kv.destroy().unwrap();
 }
 
 #[test]

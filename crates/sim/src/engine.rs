@@ -235,6 +235,58 @@ fn book(
     }
 }
 
+/// A link direction's busy periods booked ahead (sorted, disjoint, adjacent
+/// ones merged), for [`crate::profile::LinkModel::response_gaps`]: a
+/// transfer takes the first gap at or after it is ready.
+#[derive(Debug, Default)]
+pub(crate) struct Calendar {
+    busy: Vec<(f64, f64)>,
+    first: usize,
+}
+
+impl Calendar {
+    /// Books `len` ns from `ready` on, or the first gap after it that
+    /// fits; returns the start. No later booking is ready before `now`.
+    fn book(&mut self, ready: f64, len: f64, now: f64) -> f64 {
+        while self.busy.get(self.first).is_some_and(|b| b.1 <= now) {
+            self.first += 1;
+        }
+        if self.first == self.busy.len() {
+            self.busy.clear();
+            self.first = 0;
+        } else if self.first >= 64 && 2 * self.first >= self.busy.len() {
+            self.busy.drain(..self.first);
+            self.first = 0;
+        }
+        let live = &self.busy[self.first..];
+        let mut i = live.partition_point(|b| b.1 <= ready);
+        let mut start = ready;
+        while let Some(&(s, e)) = live.get(i) {
+            if s >= start + len {
+                break;
+            }
+            start = fmax(start, e);
+            i += 1;
+        }
+        let end = start + len;
+        let at = self.first + i;
+        // Merge with the period before (ends at `start`) and after (starts
+        // at `end`).
+        let before = at > self.first && self.busy[at - 1].1 >= start;
+        let after = self.busy.get(at).is_some_and(|b| b.0 <= end);
+        match (before, after) {
+            (true, true) => {
+                self.busy[at - 1].1 = self.busy[at].1;
+                self.busy.remove(at);
+            }
+            (true, false) => self.busy[at - 1].1 = end,
+            (false, true) => self.busy[at].0 = start,
+            (false, false) => self.busy.insert(at, (start, end)),
+        }
+        start
+    }
+}
+
 /// One machine: CPUs, one RNIC (requester and responder), one switch port.
 pub(crate) struct Machine {
     /// Busy virtual threads (for the SMT slowdown).
@@ -282,6 +334,8 @@ pub(crate) struct Tx {
     /// Here: requests out, responses in.
     up_free: f64,
     pub(crate) down_resp_free: f64,
+    /// `down_resp_free` as a calendar (`response_gaps`).
+    down_resp: Calendar,
 }
 
 /// A machine's responder side: execution unit, atomic unit, translation
@@ -292,6 +346,8 @@ pub(crate) struct Rx {
     pub(crate) resp_free: f64,
     atomic_free: f64,
     pub(crate) up_resp_free: f64,
+    /// `up_resp_free` as a calendar (`response_gaps`).
+    up_resp: Calendar,
     /// Direct-mapped translation cache: remote page + 1 per entry (0 = empty).
     mtt: Vec<u64>,
 }
@@ -315,12 +371,14 @@ impl Machine {
                 outstanding: 0,
                 up_free: 0.0,
                 down_resp_free: 0.0,
+                down_resp: Calendar::default(),
             },
             rx: Rx {
                 down_free: 0.0,
                 resp_free: 0.0,
                 atomic_free: 0.0,
                 up_resp_free: 0.0,
+                up_resp: Calendar::default(),
                 mtt: vec![0; p.responder.mtt_entries.max(1) as usize],
             },
         }
@@ -562,12 +620,19 @@ fn respond(
     rser: f64,
     half_wire: f64,
     extra: f64,
+    now: f64,
 ) -> f64 {
     q.last_exec = exec + spread;
-    let u2 = fmax(exec + spread, tm.up_resp_free);
-    tm.up_resp_free = u2 + rser;
-    let d2 = fmax(u2 + rser + half_wire, m.down_resp_free);
-    m.down_resp_free = d2 + rser;
+    let d2 = if p.link.response_gaps {
+        let u2 = tm.up_resp.book(exec + spread, rser, now);
+        m.down_resp.book(u2 + rser + half_wire, rser, now)
+    } else {
+        let u2 = fmax(exec + spread, tm.up_resp_free);
+        tm.up_resp_free = u2 + rser;
+        let d2 = fmax(u2 + rser + half_wire, m.down_resp_free);
+        m.down_resp_free = d2 + rser;
+        d2
+    };
     // (`extra`: the completion's DMA crossing sockets, `crate::numa`; 0
     // otherwise, which adds exactly nothing.)
     let cq = fmax(d2 + rser + half_wire + p.nic.deliver_ns + extra, q.last_cq);
@@ -1838,6 +1903,7 @@ impl Core {
                 shape.rser,
                 half_wire,
                 cross_local + lag,
+                now,
             );
             let cq = match (&passed, switch.as_deref_mut()) {
                 (Some(ps), Some(s)) => {
@@ -1992,6 +2058,7 @@ impl Core {
     /// Request `pd` of queue pair `qi` executes at `exec`: its response,
     /// its completion, and its memory effect are scheduled.
     fn resolve(&mut self, qi: usize, pd: Pending, exec: f64) {
+        let now = from_time(self.now);
         let p = &self.p;
         let q = &mut self.qps[qi];
         let (machine, target) = (q.machine, q.target);
@@ -2023,6 +2090,7 @@ impl Core {
             pd.rser,
             half_wire,
             extra + pd.lag,
+            now,
         );
         let hi = pd.h as usize;
         let hd = &mut self.handles[hi];
@@ -2647,7 +2715,25 @@ mod lock_tests {
 
 #[cfg(test)]
 mod round_tests {
-    use super::round_ns;
+    use super::{round_ns, Calendar};
+
+    #[test]
+    fn a_response_takes_the_first_gap_of_its_link_once_ready() {
+        let mut c = Calendar::default();
+        // A response ready far ahead (an atomic that waits at its address)
+        // does not hold back one ready now.
+        assert_eq!(c.book(5_000.0, 20.0, 0.0), 5_000.0);
+        assert_eq!(c.book(100.0, 20.0, 0.0), 100.0);
+        // Back to back from 100: merged into one busy period.
+        assert_eq!(c.book(100.0, 20.0, 0.0), 120.0);
+        assert_eq!(c.busy, vec![(100.0, 140.0), (5_000.0, 5_020.0)]);
+        // A gap too short is skipped: 4_990 + 20 overlaps the period at 5_000.
+        assert_eq!(c.book(4_990.0, 20.0, 0.0), 5_020.0);
+        assert_eq!(c.busy, vec![(100.0, 140.0), (5_000.0, 5_040.0)]);
+        // Periods over by `now` are forgotten.
+        assert_eq!(c.book(6_000.0, 20.0, 5_500.0), 6_000.0);
+        assert_eq!(&c.busy[c.first..], &[(6_000.0, 6_020.0)]);
+    }
 
     #[test]
     fn round_ns_equals_f64_round_on_costs() {

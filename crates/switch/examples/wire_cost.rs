@@ -3,7 +3,9 @@
 //! [CAPTURE.pcap] [ROUNDS]` (default: the test fixture). Prints ns per
 //! frame for the pass-through path (learn, parse, count, ICRC check), the
 //! same without the ICRC check, and the rewrite path of a CAS (parse,
-//! rewrite the AtomicETH, serialize, reseal IP checksum and ICRC).
+//! rewrite the AtomicETH, serialize, reseal IP checksum and ICRC), and
+//! CAS→WRITE's two rewrites (a CAS into a WRITE ONLY, an ACK into an
+//! atomic ACK: parse, rebuild, relength, serialize, reseal).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -95,4 +97,33 @@ fn main() {
         "CAS rewrite (parse, rewrite, serialize, reseal): {ns:.0} ns/packet ({:.2} Mpackets/s)",
         1e3 / ns
     );
+    let t = Instant::now();
+    for _ in 0..n {
+        for f in &cas {
+            let Ok(Frame::Roce(p, _)) = wire::parse(f) else {
+                unreachable!()
+            };
+            black_box(dmkit_switch::caswrite::cas_as_write(&p).expect("converts"));
+        }
+    }
+    let ns = t.elapsed().as_nanos() as f64 / (n * cas.len()) as f64;
+    println!("CAS→WRITE (parse, rebuild as WRITE ONLY, reseal): {ns:.0} ns/packet");
+    let acks: Vec<&Vec<u8>> = frames
+        .iter()
+        .filter(|f| {
+            matches!(wire::parse(f), Ok(Frame::Roce(p, _)) if p.bth.opcode == wire::opcode::ACKNOWLEDGE)
+        })
+        .collect();
+    let n = (2_000_000 / acks.len().max(1)).max(1);
+    let t = Instant::now();
+    for _ in 0..n {
+        for f in &acks {
+            let Ok(Frame::Roce(p, _)) = wire::parse(f) else {
+                unreachable!()
+            };
+            black_box(dmkit_switch::caswrite::atomic_ack(&p, p.bth.psn, 1).expect("builds"));
+        }
+    }
+    let ns = t.elapsed().as_nanos() as f64 / (n * acks.len().max(1)) as f64;
+    println!("ACK→atomic ACK (parse, rebuild, reseal): {ns:.0} ns/packet");
 }

@@ -113,6 +113,10 @@ pub struct HubStats {
     pub per_port_rx: BTreeMap<String, u64>,
     /// The policy on the wire (`--steer`), when it runs.
     pub policy: Option<crate::onwire::OnWireStats>,
+    /// CAS→WRITE on the wire (`--cas-to-write`), when it runs.
+    pub cas_to_write: Option<crate::caswrite::CasWriteStats>,
+    /// The switch's own address and queue pair (`--switch-ip`).
+    pub own_qp: Option<crate::ownqp::OwnQpStats>,
 }
 
 /// The opcode names Wireshark uses (short form).
@@ -155,6 +159,8 @@ pub struct Core {
     pub check_icrc: bool,
     stats: HubStats,
     policy: Option<crate::onwire::OnWire>,
+    cas: Option<crate::caswrite::CasWrite>,
+    own: Option<crate::ownqp::OwnQp>,
 }
 
 impl Core {
@@ -170,7 +176,48 @@ impl Core {
             check_icrc: true,
             stats,
             policy: None,
+            cas: None,
+            own: None,
         }
+    }
+
+    /// Gives the switch an address and a queue pair of its own (see
+    /// [`crate::ownqp`]).
+    pub fn with_own(mut self, o: crate::ownqp::OwnQp) -> Self {
+        self.own = Some(o);
+        self
+    }
+
+    /// The control plane made the switch's queue pair on the node.
+    pub fn own_connected(&mut self, r: crate::ownqp::OwnRemote) {
+        if let Some(o) = self.own.as_mut() {
+            o.connected(r);
+        }
+    }
+
+    /// Time passes: the frame the switch sends from its own address now
+    /// (a probe of its queue pair), and where.
+    pub fn own_tick(&mut self, now: u64) -> Option<(Out, Vec<u8>)> {
+        let f = self.own.as_mut()?.tick(now)?;
+        let o = self.route(usize::MAX, &f);
+        Some((o, f))
+    }
+
+    /// The own address's and queue pair's counters.
+    pub fn own_stats(&self) -> Option<crate::ownqp::OwnQpStats> {
+        self.own.as_ref().map(|o| o.stats())
+    }
+
+    /// Runs CAS→WRITE on RoCEv2 packets (see [`crate::caswrite`]).
+    pub fn with_cas_to_write(mut self, c: crate::caswrite::CasWrite) -> Self {
+        self.cas = Some(c);
+        self
+    }
+
+    /// The frames CAS→WRITE made since the last call (kept for the
+    /// capture: [`crate::caswrite::CasWrite::keep_made`]).
+    pub fn take_made(&mut self) -> Vec<Vec<u8>> {
+        self.cas.as_mut().map(|c| c.take_made()).unwrap_or_default()
     }
 
     /// Runs the policy on RoCEv2 packets (see [`crate::onwire`]).
@@ -206,7 +253,22 @@ impl Core {
         if frame.len() < 14 {
             return;
         }
+        if let Some(own) = self.own.as_mut() {
+            match own.on_frame(frame) {
+                crate::ownqp::Own::Pass => {}
+                crate::ownqp::Own::Consumed => {
+                    self.observe(from, frame);
+                    return;
+                }
+                crate::ownqp::Own::Reply(r) => out.push((Out::Port(from), r)),
+            }
+        }
         let parsed = self.observe(from, frame);
+        if let (Some(p), Some(cas)) = (&parsed, self.cas.as_mut()) {
+            let mut frames = Vec::new();
+            cas.on_packet(p.clone(), frame, now, from, &mut frames);
+            return self.route_all(frames, out);
+        }
         match (parsed, self.policy.as_mut()) {
             (Some(p), Some(pol)) => {
                 let mut frames = Vec::new();
@@ -242,6 +304,9 @@ impl Core {
         if let Some(pol) = self.policy.as_mut() {
             pol.tick(now, &mut frames);
         }
+        if let Some(cas) = self.cas.as_mut() {
+            cas.tick(now, &mut frames);
+        }
         self.route_all(frames, out);
     }
 
@@ -264,6 +329,11 @@ impl Core {
     /// The policy's counters, when it runs.
     pub fn policy_stats(&self) -> Option<crate::onwire::OnWireStats> {
         self.policy.as_ref().map(|p| p.stats())
+    }
+
+    /// CAS→WRITE's counters, when it runs.
+    pub fn cas_stats(&self) -> Option<crate::caswrite::CasWriteStats> {
+        self.cas.as_ref().map(|c| c.stats())
     }
 
     fn observe(&mut self, from: usize, frame: &[u8]) -> Option<wire::RocePacket> {
@@ -333,7 +403,8 @@ pub struct HubConfig {
     pub listen: SocketAddr,
     /// The ports: name and the UDP address its peer sends from.
     pub ports: Vec<(String, SocketAddr)>,
-    /// Capture every frame received into this pcap file (Ethernet).
+    /// Capture every frame received into this pcap file (Ethernet), and
+    /// every frame CAS→WRITE or the own queue pair makes.
     pub pcap: Option<PathBuf>,
     /// Write the counters here (JSON) every second and at the end.
     pub stats_json: Option<PathBuf>,
@@ -344,6 +415,13 @@ pub struct HubConfig {
     /// Run the policy on the packets to and from the memory node at this
     /// address.
     pub policy: Option<(crate::SwitchConfig, std::net::Ipv4Addr)>,
+    /// Run CAS→WRITE on the packets to and from the memory node at this
+    /// address (not with `policy`), with this quiet period after the
+    /// start (µs).
+    pub cas_to_write: Option<(std::net::Ipv4Addr, u64)>,
+    /// An address of the switch's own and the memory node's: the switch
+    /// answers ARP for it and probes its queue pair on the node.
+    pub own: Option<(std::net::Ipv4Addr, std::net::Ipv4Addr)>,
 }
 
 /// The data plane's end of the switch's control plane: region tables of
@@ -395,6 +473,7 @@ pub struct Hub {
     core: Core,
     pcap: Option<(PcapWriter<Spool>, Spool)>,
     control: Option<ControlLink>,
+    own_link: Option<std::sync::mpsc::Receiver<crate::ownqp::OwnRemote>>,
 }
 
 impl Hub {
@@ -432,6 +511,16 @@ impl Hub {
         if let Some((pc, server)) = &cfg.policy {
             core = core.with_policy(crate::onwire::OnWire::new(pc.clone(), *server));
         }
+        if let Some((server, quiet)) = cfg.cas_to_write {
+            let mut c = crate::caswrite::CasWrite::new(server).with_quiet(quiet);
+            if cfg.pcap.is_some() {
+                c = c.keep_made();
+            }
+            core = core.with_cas_to_write(c);
+        }
+        if let Some((ip, server)) = cfg.own {
+            core = core.with_own(crate::ownqp::OwnQp::new(ip, server));
+        }
         Ok(Hub {
             cfg,
             sock,
@@ -439,6 +528,7 @@ impl Hub {
             core,
             pcap,
             control: None,
+            own_link: None,
         })
     }
 
@@ -452,6 +542,13 @@ impl Hub {
         self
     }
 
+    /// The node-side ends of the switch's queue pair come in on `rx`
+    /// (its control plane made them).
+    pub fn with_own_link(mut self, rx: std::sync::mpsc::Receiver<crate::ownqp::OwnRemote>) -> Self {
+        self.own_link = Some(rx);
+        self
+    }
+
     /// The address it listens on.
     pub fn local_addr(&self) -> Result<SocketAddr, HubError> {
         self.sock.local_addr().map_err(io("local address"))
@@ -461,6 +558,8 @@ impl Hub {
     pub fn stats(&self) -> HubStats {
         HubStats {
             policy: self.core.policy_stats(),
+            cas_to_write: self.core.cas_stats(),
+            own_qp: self.core.own_stats(),
             ..self.core.stats().clone()
         }
     }
@@ -543,6 +642,34 @@ impl Hub {
                     self.emit(usize::MAX, o, f)?;
                 }
             }
+            if let Some(rx) = &self.own_link {
+                let now = start.elapsed().as_micros() as u64;
+                let rs: Vec<_> = rx.try_iter().collect();
+                for r in rs {
+                    self.core.own_connected(r);
+                }
+                if let Some((o, f)) = self.core.own_tick(now) {
+                    self.emit(usize::MAX, &o, &f)?;
+                    if let Some((w, _)) = &mut self.pcap {
+                        let ts = SystemTime::now()
+                            .duration_since(UNIX_EPOCH)
+                            .unwrap_or_default();
+                        w.write_packet(&PcapPacket::new(ts, f.len() as u32, &f))
+                            .map_err(|e| HubError::Pcap {
+                                path: self.cfg.pcap.clone().unwrap_or_default(),
+                                msg: e.to_string(),
+                            })?;
+                    }
+                }
+            }
+            if self.control.is_none() && self.cfg.cas_to_write.is_some() {
+                let now = start.elapsed().as_micros() as u64;
+                outs.clear();
+                self.core.tick(now, &mut outs);
+                for (o, f) in &outs {
+                    self.emit(usize::MAX, o, f)?;
+                }
+            }
             let (n, from) = match self.sock.recv_from(&mut buf) {
                 Ok(x) => x,
                 Err(e)
@@ -572,12 +699,30 @@ impl Hub {
                         msg: e.to_string(),
                     })?;
             }
-            if self.cfg.policy.is_some() {
+            if self.cfg.policy.is_some()
+                || self.cfg.cas_to_write.is_some()
+                || self.cfg.own.is_some()
+            {
                 let now = start.elapsed().as_micros() as u64;
                 outs.clear();
                 self.core.process(port, frame, now, &mut outs);
                 for (o, f) in &outs {
                     self.emit(port, o, f)?;
+                }
+                // The capture shows what the switch made, too (after the
+                // frame it came from: a WRITE for a CAS, an atomic ACK).
+                let made = self.core.take_made();
+                if let Some((w, _)) = &mut self.pcap {
+                    let ts = SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .unwrap_or_default();
+                    for f in made {
+                        w.write_packet(&PcapPacket::new(ts, f.len() as u32, &f))
+                            .map_err(|e| HubError::Pcap {
+                                path: self.cfg.pcap.clone().unwrap_or_default(),
+                                msg: e.to_string(),
+                            })?;
+                    }
                 }
             } else {
                 let o = self.core.on_frame(port, frame);

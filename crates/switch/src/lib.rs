@@ -21,7 +21,7 @@
 //! [`Forward`] back. Not here: timing, the control plane's own connection
 //! (`dmkit switch --node-ctl`).
 //!
-//! ## CAS→WRITE and multiplexing on the wire: design (not built)
+//! ## CAS→WRITE and multiplexing on the wire (CAS→WRITE built; multiplexing designed)
 //!
 //! On the simulator the policy rewrites a lock CAS into a WRITE and moves
 //! clients' requests onto its own connections ([`Mux`]). Between real
@@ -60,10 +60,32 @@
 //!    from the switch's log, not forwarded again (the server would see a
 //!    PSN it never got on that connection).
 //!
-//! Built: the policy (all four rules, on the simulator) and the codec that
-//! rewrites and reseals any header field. Not built: the switch's own QP
-//! and ARP identity, and steps 2–4 on packets; `dmkit switch` refuses
-//! `--cas-to-write`/`--mux` with a "not built" error.
+//! Built: the policy (all four rules, on the simulator), the codec that
+//! rewrites and reseals any header field, and CAS→WRITE on each client's
+//! *own* connection ([`caswrite`], `dmkit switch --cas-to-write`): the
+//! WRITE keeps the CAS's source IP, QPN and PSN, so the receiving rxe's
+//! checks pass unchanged, and the switch restores its own order across
+//! connections by holding a word's requests from other connections while
+//! one is unanswered (rxe runs a task per QP and would otherwise apply two
+//! clients' requests in either order). Step 1 is built too ([`ownqp`],
+//! `dmkit switch --switch-ip`): the switch answers ARP for an address of
+//! its own, its control plane asks the node for a QP connected to it, and
+//! the switch probes that QP with READs of its own. Not built: steps 2–4
+//! (moving clients' requests onto that QP and back); `dmkit switch`
+//! refuses `--mux` with a "not built" error. Which rxe checks a multiplexed request must
+//! pass (drivers/infiniband/sw/rxe): `rxe_recv.c`'s `hdr_check` finds the
+//! QP by the BTH's destination QPN (`rxe_pool_get_index`), then
+//! `check_addr` drops a packet whose IPv4 source is not the QP's
+//! destination GID's address (and whose destination is not its source
+//! GID's), `check_keys` one whose P_Key is not the QP's; the responder
+//! (`rxe_resp.c`, `check_psn`) NAKs a PSN past the next expected one
+//! (sequence error) and treats an earlier one as a duplicate (answered
+//! from its saved atomic and READ replies, ACKed for a WRITE). A client's
+//! request forwarded to the switch's QP unchanged would fail `check_addr`
+//! (its source IP is the client's), and one with only the source IP
+//! rewritten would fail `check_psn` (its PSN is the client's sequence):
+//! both rewrites, and the reverse on every response, are what step 2–3
+//! are.
 //!
 //! ```
 //! use dmkit_switch::{clover, Request, Steer, Switch, SwitchConfig, Verb};
@@ -87,9 +109,11 @@
 
 #![warn(missing_docs)]
 
+pub mod caswrite;
 pub mod clover;
 pub mod hub;
 pub mod onwire;
+pub mod ownqp;
 pub mod packet;
 pub mod policy;
 pub mod regions;

@@ -24,9 +24,11 @@
 //! - **64-bit PSNs.** The 24-bit PSN is extended per connection, nearest
 //!   to the last one seen.
 //!
-//! Not done on the wire: CAS→WRITE and multiplexing (a packet's shape, its
-//! QPN, PSN and source address would change; see the crate's docs for why
-//! rxe refuses that without a connection of the switch's own), READ
+//! Not done here: CAS→WRITE (its own adapter, [`crate::caswrite`], on
+//! each client's own connection; not together with steering yet) and
+//! multiplexing (a packet's QPN, PSN and source address would change; see
+//! the crate's docs for why rxe refuses that without a connection of the
+//! switch's own), READ
 //! responses of more than one packet (passed unheld), and the quiet period
 //! after a restart (`not_before`; a restarted switch starts with every key
 //! unknown, which is safe).

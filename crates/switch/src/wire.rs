@@ -568,3 +568,23 @@ pub fn set_verb(p: &mut RocePacket, v: &crate::Verb) -> bool {
         _ => false,
     }
 }
+
+/// After a rewrite that changed a packet's shape (its opcode, extended
+/// header or payload): the IPv4 total length and the UDP length for the
+/// headers and payload it has now, and the Ethernet padding to the
+/// 60-byte minimum frame. [`RocePacket::to_bytes`] and [`seal`] it then.
+/// Fails for an opcode this codec does not know.
+pub fn relength(p: &mut RocePacket) -> Result<(), WireError> {
+    let udp_len = UdpHeader::LEN + Bth::LEN + Ext::len_of(p.bth.opcode)? + p.payload.len() + 4;
+    let ip_len = p.ip.header_len() + udp_len;
+    p.udp.length = u16::try_from(udp_len).map_err(|_| WireError::Truncated("UDP length"))?;
+    p.ip.set_payload_len(udp_len)
+        .map_err(|e| WireError::Header {
+            layer: "IPv4",
+            msg: e.to_string(),
+        })?;
+    debug_assert_eq!(p.ip.total_len as usize, ip_len);
+    let frame = 14 + ip_len;
+    p.trailer = vec![0; 60usize.saturating_sub(frame)];
+    Ok(())
+}

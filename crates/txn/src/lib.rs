@@ -9,6 +9,8 @@
 //! - [`db`]: tables of fixed-size records with a hash index each, sharded
 //!   over the memory nodes with primary-backup replication of configurable
 //!   degree; the descriptor's lifecycle; loading; quiescent checks.
+//! - [`cache`]: the address cache (table, key) → record slot, one cache
+//!   line per look-up.
 //! - [`txn`]: coordinators and transactions — hitchhiked locking,
 //!   validation, coalescent commit, undo logging; aborts back off through
 //!   the runtime (conflict avoidance). Each FORD technique is a switch of
@@ -44,27 +46,38 @@
 //! nodes (memfd; sim) keep nothing across a restart.
 //!
 //! Read-only TATP against the local peer (`dmkit bench txn --workload
-//! tatp --read-only --local-peer`, issue 35's goal ≥ 0.5): on a shared
-//! 2-core AMD EPYC (load average 12–17), 1 thread × 8 coordinators, 4 s,
-//! remote/local is 0.36–0.39 (attempted 182k–196k/s against 490k–520k/s;
-//! 1.28 round trips per attempt). It is CPU per transaction, not round
-//! trips: at `--scale 10000`, where nearly every key is cached and the
-//! tables sit in the last-level cache, round trips fall to 1.10 per
-//! attempt and the remote side gains 1.5× — but the local peer gains 2.5×
-//! and the ratio drops to 0.24–0.29. A profile (`perf`) of the remote
-//! thread puts two fifths of it (default scale; a quarter at 10,000) in
-//! copying remote words — cache misses on records and buckets — and, at
-//! 10,000, an eighth in the address cache's hash look-up (a miss the peer
-//! pays once, in its one map, where the remote side pays it beside the
-//! record's), a tenth in reading the clock, and most of the rest in the
-//! runtime's post/poll/task switch: fixed costs per verb and per
-//! transaction that the peer does not pay. Remembering absent keys' slots in the address
-//! cache (no probe round for them) was tried and measured worse (median
-//! 0.33 against 0.37: the cache grows faster than keys repeat at 100,000
-//! subscribers), and posting probes in the fetch's doorbell would save a
-//! round trip only for GetNewDestination's uncached keys (a tenth of the
-//! mix). What would close the gap: fewer clock reads and cheaper
-//! per-verb bookkeeping in the runtime, or a denser address cache.
+//! tatp --read-only --local-peer`, issue 35's goal ≥ 0.5), 1 thread × 8
+//! coordinators, 4 s, on a shared 2-core AMD EPYC (load average 11–13),
+//! alternating this code with the code before it in one session (seven
+//! pairs): remote/local median 0.505 (0.45–0.81) against 0.405
+//! (0.22–0.46); the remote side's attempts per second median 266k
+//! against 200k (the peer's spread, 330k–660k/s, is the load's). A second
+//! session of five pairs: 0.497 against 0.417. Near the goal, not
+//! clearly past it. What the profile (`perf`) showed and what changed:
+//!
+//! - The address cache's look-up was a third of `Txn::exec`: its hash
+//!   (a multiplicative one, whose low bits — the map's bucket index —
+//!   depend only on the key's low bits) piled TATP's composite keys onto
+//!   a few thousand buckets; with that fixed, SwissTable still took two
+//!   misses (control bytes, entry). [`cache::SlotCache`] takes one line
+//!   per look-up.
+//! - Reading the clock costs about 75 ns here (tsc through the vDSO,
+//!   measured): a read-only transaction read it for a lease word it
+//!   never used, and the bench loop three times per transaction (now
+//!   once, as the peer's).
+//! - Each transaction allocated its item list and index lists, and the
+//!   fetch re-inserted cached slots.
+//!
+//! What is left is memory: half the remote thread copies remote words
+//! (the record's lines, the buckets of absent keys' probes, the primary's
+//! lines a multi-record validation reads after a backup read) and a
+//! tenth waits for the address cache's line; the peer pays two or three
+//! misses per record too. Remembering absent keys' slots in the address
+//! cache was tried before (with the old hash) and measured worse.
+//! Prefetching every request's remote lines before the shm queue pair
+//! executes a doorbell (so a record's pre-read and READ miss together)
+//! was tried outside this crate and showed no gain above the noise
+//! (remote attempts median 232k/s against 237k/s, five pairs).
 //!
 //! ```no_run
 //! # use std::sync::Arc;
@@ -86,6 +99,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cache;
 pub mod check;
 pub mod db;
 pub mod error;
@@ -94,6 +108,7 @@ pub mod recovery;
 pub mod txn;
 pub mod workload;
 
+pub use cache::SlotCache;
 pub use check::{check_serializable, Restore};
 pub use db::{Database, Row, TableId, TableSpec, TxnConfig};
 pub use error::{AbortReason, CrashPoint, TxnError};

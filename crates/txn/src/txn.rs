@@ -110,14 +110,15 @@ use std::sync::Arc;
 use dmkit_fabric::RemoteRef;
 use dmkit_runtime::{Ctx, Local, Ticket};
 
+use crate::cache::SlotCache;
 use crate::db::{Database, TableId, TableInfo, PROBE_ROUND};
 use crate::error::{AbortReason, CrashPoint, TxnError};
 use crate::layout::{self, EntryHead, LogHeader, LogState, RecordTail, Version};
 
 /// A compute machine's (worker thread's) cache of record slots: (table,
-/// key) → slot number. Slots never move, so an entry never goes stale.
-/// Hashed by `IntHasher` (SipHash showed in the read-only TATP profile).
-pub type AddrCache = Rc<RefCell<dmkit_runtime::hash::IntMap<(TableId, u64), u64>>>;
+/// key) → slot number (see [`crate::cache`]). Slots never move, so an
+/// entry never goes stale.
+pub type AddrCache = Rc<RefCell<SlotCache>>;
 
 /// A new, empty address cache.
 pub fn addr_cache() -> AddrCache {
@@ -169,6 +170,11 @@ pub struct Coordinator {
     /// Restorations made by recoveries this coordinator ran (the checker
     /// needs them to follow versions across a roll-back).
     pub restored: Vec<crate::check::Restore>,
+    /// The last transaction's item list, kept for the next one (no
+    /// allocation per transaction).
+    spare_items: Vec<Item>,
+    /// Scratch list of item indices for a round (probe, fetch).
+    scratch: Vec<usize>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -194,6 +200,8 @@ impl Database {
             preempt: None,
             stats: CoordStats::default(),
             restored: Vec::new(),
+            spare_items: Vec::new(),
+            scratch: Vec::new(),
         })
     }
 }
@@ -266,11 +274,13 @@ impl Coordinator {
     pub fn begin<'a>(&'a mut self, ctx: &'a Ctx) -> Txn<'a> {
         self.seq += 1;
         let id = (self.id as u64) << 40 | self.seq;
+        let mut items = std::mem::take(&mut self.spare_items);
+        items.clear();
         Txn {
             c: self,
             ctx,
             id,
-            items: Vec::new(),
+            items,
             logged: false,
             log_lease: 0,
             writing: false,
@@ -359,6 +369,12 @@ struct Item {
     mode: Mode,
     /// Its slot (known from the cache or a probe).
     slot: Option<u64>,
+    /// The address cache holds its slot (it came from there, or a probe
+    /// put it there): no insert after the fetch.
+    cached: bool,
+    /// The fetch round READ its lock and version before the record
+    /// (the seqlock pre-read, compared after).
+    pre_read: bool,
     /// Buckets probed so far.
     probed: u64,
     /// Its record was read.
@@ -427,11 +443,16 @@ impl Txn<'_> {
             }
             return Ok(ItemId(i));
         }
+        // Its slot is looked up in `exec`: start loading that line now,
+        // so the look-ups of a transaction's records overlap.
+        self.c.cache.borrow().prefetch(table, key);
         self.items.push(Item {
             table,
             key,
             mode,
             slot: None,
+            cached: false,
+            pre_read: false,
             probed: 0,
             fetched: false,
             locked: None,
@@ -660,16 +681,21 @@ impl Txn<'_> {
             .iter_mut()
             .filter(|it| !it.fetched && it.slot.is_none())
         {
-            if let Some(&s) = self.c.cache.borrow().get(&(it.table, it.key)) {
+            if let Some(s) = self.c.cache.borrow().get(it.table, it.key) {
                 it.slot = Some(s);
+                it.cached = true;
             }
         }
+        let mut todo = std::mem::take(&mut self.c.scratch);
         loop {
-            let todo: Vec<usize> = (0..self.items.len())
-                .filter(|&i| !self.items[i].fetched && self.items[i].slot.is_none())
-                .take(PROBE_ROUND)
-                .collect();
+            todo.clear();
+            todo.extend(
+                (0..self.items.len())
+                    .filter(|&i| !self.items[i].fetched && self.items[i].slot.is_none())
+                    .take(PROBE_ROUND),
+            );
             if todo.is_empty() {
+                self.c.scratch = todo;
                 return Ok(());
             }
             for (j, &i) in todo.iter().enumerate() {
@@ -733,7 +759,8 @@ impl Txn<'_> {
             let it = &mut self.items[i];
             it.slot = Some(slot);
             if found {
-                self.c.cache.borrow_mut().insert((it.table, it.key), slot);
+                self.c.cache.borrow_mut().insert(it.table, it.key, slot);
+                it.cached = true;
             }
             // (A record to read is not taken from the bucket's copy: one
             // READ cannot tell an old payload under a new version — the
@@ -775,17 +802,24 @@ impl Txn<'_> {
     /// that was not read yet.
     async fn fetch(&mut self) -> Result<(), TxnError> {
         let db = self.c.db.clone();
-        let todo: Vec<usize> = (0..self.items.len())
-            .filter(|&i| !self.items[i].fetched && self.items[i].slot.is_some())
-            .collect();
+        let mut todo = std::mem::take(&mut self.c.scratch);
+        todo.clear();
+        todo.extend(
+            (0..self.items.len())
+                .filter(|&i| !self.items[i].fetched && self.items[i].slot.is_some()),
+        );
         if todo.is_empty() {
+            self.c.scratch = todo;
             return Ok(());
         }
         let hitchhike = db.cfg.hitchhike;
-        if hitchhike && todo.iter().any(|&i| self.items[i].mode == Mode::Write) {
+        let locks = hitchhike && todo.iter().any(|&i| self.items[i].mode == Mode::Write);
+        if locks {
             self.c.crash_here(CrashPoint::BeforeLocks)?;
         }
-        let word = self.lease_word();
+        // The clock is read only for a lock to take (a read costs as much
+        // as a small verb on shm).
+        let word = if locks { self.lease_word() } else { 0 };
         let mut cas: Vec<(usize, Ticket)> = Vec::new();
         // Records read without our lock: their lock and version are READ
         // first, then the record (one queue pair keeps the order), and the
@@ -795,7 +829,6 @@ impl Txn<'_> {
         // which validation then confirms. With the version read before
         // too, equal clean versions mean no commit wrote the payload
         // meanwhile (versions only grow) — a seqlock read.
-        let mut before: Vec<usize> = Vec::new();
         for &i in &todo {
             let it = &mut self.items[i];
             let t = &db.tables[it.table as usize];
@@ -811,12 +844,13 @@ impl Txn<'_> {
             }
             let it = &self.items[i];
             let src = db.remote(db.slot_addr(t, slot, it.replica))?;
-            if !(hitchhike && it.mode == Mode::Write) {
+            let pre_read = !(hitchhike && it.mode == Mode::Write);
+            if pre_read {
                 let tail = src.add(layout::lock_offset(t.payload) as u64);
                 self.ctx.read(tail, db.local.hdr.piece(i, 16));
-                before.push(i);
             }
             self.ctx.read(src, self.rec_local(i).prefix(t.rec));
+            self.items[i].pre_read = pre_read;
         }
         self.ctx.sync().await?;
         let mut failed = None;
@@ -837,7 +871,7 @@ impl Txn<'_> {
                 .ctx
                 .get_as(rec.slice(layout::lock_offset(t.payload), 16));
             let v = Version(tail.version);
-            let torn = before.contains(&i) && {
+            let torn = self.items[i].pre_read && {
                 let first: RecordTail = self.ctx.get_as(db.local.hdr.piece(i, 16));
                 first.version != tail.version
             };
@@ -858,13 +892,15 @@ impl Txn<'_> {
                 failed.get_or_insert(AbortReason::SlotTaken);
                 continue;
             }
-            if !v.empty() {
+            if !v.empty() && !it.cached {
                 self.c
                     .cache
                     .borrow_mut()
-                    .insert((it.table, it.key), it.slot.expect("fetched"));
+                    .insert(it.table, it.key, it.slot.expect("fetched"));
+                it.cached = true;
             }
         }
+        self.c.scratch = todo;
         match failed {
             Some(r) => Err(TxnError::Abort(r)),
             None => Ok(()),
@@ -1035,8 +1071,7 @@ impl Txn<'_> {
             self.pause().await;
         }
         let db = self.c.db.clone();
-        let word = self.lease_word();
-        let mut checked = Vec::new();
+        let mut checked = 0;
         for i in 0..self.items.len() {
             let it = &self.items[i];
             // Records to write are locked by now (hitchhiked, or by
@@ -1055,9 +1090,11 @@ impl Txn<'_> {
                 self.ctx.read(tail, hdr.slice(0, 8));
                 self.ctx.read(tail.add(8), hdr.slice(8, 8));
             }
-            checked.push(i);
+            checked += 1;
         }
         if rw && !writes.is_empty() {
+            // (The clock only for a log to write.)
+            let word = self.lease_word();
             let image = self.log_image(writes, word)?;
             for k in 0..db.replicas() {
                 self.ctx.write(db.remote(db.log_addr(self.c.id, k))?, image);
@@ -1065,14 +1102,19 @@ impl Txn<'_> {
             self.logged = true;
             self.log_lease = word;
         }
-        if checked.is_empty() && !self.logged {
+        if checked == 0 && !self.logged {
             return Ok(());
         }
         self.ctx.sync().await?;
         let mut failed = None;
-        for i in checked {
-            let tail: RecordTail = self.ctx.get_as(db.local.hdr.piece(i, 16));
+        // The records checked: the same filter as above (items do not
+        // change in between).
+        for i in 0..self.items.len() {
             let it = &self.items[i];
+            if it.slot.is_none() || it.mode != Mode::Read {
+                continue;
+            }
+            let tail: RecordTail = self.ctx.get_as(db.local.hdr.piece(i, 16));
             // A record only read must be unlocked even in a read-only
             // transaction: a writer holding its lock may already have
             // validated (serialized) before a commit we saw elsewhere.
@@ -1316,5 +1358,7 @@ impl Drop for Txn<'_> {
                 || std::thread::panicking(),
             "a transaction holding locks was dropped without commit or abort"
         );
+        // Its item list goes back to the coordinator for the next one.
+        self.c.spare_items = std::mem::take(&mut self.items);
     }
 }

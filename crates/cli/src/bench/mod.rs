@@ -6,6 +6,7 @@ pub(crate) mod atomics;
 pub(crate) mod clover;
 pub(crate) mod consolidation;
 pub(crate) mod corm_bench;
+pub(crate) mod lockcheck;
 pub(crate) mod micro;
 pub(crate) mod rpc;
 pub(crate) mod txn;
@@ -54,6 +55,9 @@ pub(crate) enum BenchCmd {
     /// Remote atomics (memory-semantics §III-E): spinlock and sequencer,
     /// local vs remote vs RPC, with and without backoff.
     Atomics(AtomicsArgs),
+    /// A spinlock on one remote word shared by client processes (one per
+    /// host), with a mutual-exclusion check (`dmkit switch --cas-to-write`).
+    Lockcheck(lockcheck::LockcheckArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -152,6 +156,13 @@ struct FabricArgs {
     /// another --atomic-order turns it off unless given).
     #[arg(long, value_enum, help_heading = "Simulator (--backend sim)")]
     atomic_stalls_access: Option<OnOff>,
+    /// Simulator: override the profile's `response_gaps` (a response takes
+    /// the first idle gap of its links once its request has executed,
+    /// instead of a FIFO booked in posting order, where a response of an
+    /// atomic waiting at a contended address holds back those of requests
+    /// posted after it).
+    #[arg(long, value_enum, help_heading = "Simulator (--backend sim)")]
+    response_gaps: Option<OnOff>,
     /// Simulator: compute machines (--threads run on each).
     #[arg(long, default_value_t = 1, help_heading = "Simulator (--backend sim)")]
     machines: usize,
@@ -172,12 +183,16 @@ impl FabricArgs {
         if !self.connect.is_empty() || self.rtt.is_some() {
             return Err(crate::bad_input("--connect and --rtt are shm options; the simulator has its own memory nodes and timing"));
         }
+        let mut profile = load_profile(
+            self.profile.as_deref().unwrap_or("cx6-200g"),
+            self.atomic_order,
+            self.atomic_stalls_access,
+        )?;
+        if let Some(v) = self.response_gaps {
+            profile.link.response_gaps = v == OnOff::On;
+        }
         Ok(dmkit_sim::SimConfig {
-            profile: load_profile(
-                self.profile.as_deref().unwrap_or("cx6-200g"),
-                self.atomic_order,
-                self.atomic_stalls_access,
-            )?,
+            profile,
             compute_machines: self.machines,
             memory_nodes: self.memory_nodes,
             colocated: self.colocated,
@@ -192,7 +207,11 @@ impl FabricArgs {
 }
 
 fn open_fabric(a: &FabricArgs, needed: u64) -> Result<Arc<dyn Fabric>, String> {
-    if a.profile.is_some() || a.atomic_order.is_some() || a.atomic_stalls_access.is_some() {
+    if a.profile.is_some()
+        || a.atomic_order.is_some()
+        || a.atomic_stalls_access.is_some()
+        || a.response_gaps.is_some()
+    {
         return Err(crate::bad_input(
             "--profile, --atomic-order and --atomic-stalls-access configure the simulator (--backend sim)",
         ));

@@ -294,6 +294,23 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
             r.p99_write_us,
             r.retry_histogram.first().copied().unwrap_or(0.0)
         );
+        if let Some(p) = &r.clover_phases {
+            println!(
+                "clover: per search {:.2} READs, {:.1} us ({:.3} first try); per write {:.2} CAS ({:.2} failed), {:.2} READs, {:.1} us: CAS round trips {:.1}, walks {:.1}, lookups {:.1}, allocation {:.1} ({:.3} first try; measured window)",
+                p.search_reads,
+                p.search_us,
+                p.search_first_try,
+                p.write_cas,
+                p.write_cas_failed,
+                p.write_reads,
+                p.write_us,
+                p.write_cas_us,
+                p.write_walk_us,
+                p.write_lookup_us,
+                p.write_alloc_us,
+                p.write_first_try,
+            );
+        }
     }
     if results.iter().any(|r| r.interrupted) || harness::interrupted() {
         eprintln!("dmkit: interrupted: the figures are of what was measured before Ctrl-C");
