@@ -48,7 +48,9 @@
 //!   the paper gives its baselines; with the rear lock, its E-HOCL): the
 //!   holder with a local waiter behind it writes the leaf back without
 //!   freeing the lock, at most `leaf_handover` times in a row, and the
-//!   waiter reads the leaf and writes it without a CAS. The local locks are
+//!   waiter writes it without a CAS, starting from the leaf its
+//!   predecessor wrote back (nobody else wrote it since; with
+//!   `handover_reread` it reads the leaf again). The local locks are
 //!   hashed by the leaf's address; a writer handed another leaf's lock
 //!   releases it and takes its own. A lock handed over keeps its lease.
 //!   With `in_place` off, leaves are replaced out of place (RCU, §4.5): the
@@ -91,7 +93,9 @@
 //! reproduce smart-art-fig15` switches them on one by one. Figure 16's:
 //! `leaf_hocl` (`--leaf-hocl`) and `leaf_handover` (`--leaf-handover`, 8
 //! as in Sherman) with `rear_lock`, counted in
-//! `TreeCounters::lock_handovers`.
+//! `TreeCounters::lock_handovers`; `handover_reread`
+//! (`--leaf-handover-reread`) for dmkit's E-HOCL before the hand-over
+//! carried the leaf.
 //!
 //! ## The index layer
 //! [`ArtTree`] is a `dmkit_index::RemoteMap` (ordered) and [`ArtClient`] a

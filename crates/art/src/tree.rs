@@ -2,8 +2,9 @@
 //! protocols are described in the crate docs.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use dmkit_fabric::{Fabric, GlobalAddr, NodeId, RemoteRef};
 use dmkit_index::{
@@ -126,6 +127,21 @@ pub struct ArtConfig {
         arg(long = "leaf-handover", value_name = "N", default_value_t = ArtConfig::default().leaf_handover)
     )]
     pub leaf_handover: u32,
+    /// Radix tree: a writer handed a leaf lock (`--leaf-handover`) reads
+    /// the leaf again (on) or starts from the leaf its predecessor wrote
+    /// back (off).
+    ///
+    /// While a machine holds a leaf's lock nobody else writes the leaf, so
+    /// the image the predecessor wrote back is the leaf: the next writer
+    /// holds the lock for its WRITE alone, one round trip. SMART's artifact
+    /// goes further (its writer reads the leaf before it queues and never
+    /// again under the lock, `Tree::in_place_update_leaf`); on, a handed
+    /// lock is held for a READ and a WRITE, as every lock taken by CAS.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "leaf-handover-reread", value_name = "on|off", value_parser = switch, default_value = "off", action = Set)
+    )]
+    pub handover_reread: bool,
     /// Entries of a compute machine's local leaf-lock table (`leaf_hocl`),
     /// which leaves share by the hash of their lock's address: a lock
     /// handed over through a shared entry may be another leaf's, and is
@@ -162,6 +178,7 @@ impl Default for ArtConfig {
             write_combining: true,
             leaf_hocl: true,
             leaf_handover: LEAF_LOCK_HANDOVER,
+            handover_reread: false,
             leaf_lock_entries: LOCK_WORDS as usize,
             chunk_bytes: 4 << 20,
             retry: RetryPolicy::default(),
@@ -399,7 +416,28 @@ pub struct ArtTree {
     /// with hand-over), one table per compute machine, used when write
     /// combining (whose local locks order a machine's writers) is off and
     /// `leaf_hocl` on.
-    leaf_locks: PerMachine<TicketLocks>,
+    leaf_locks: PerMachine<LeafLocks>,
+}
+
+/// A leaf lock kept for the next local writer: its word (lease), which
+/// lock it is (its address), and the leaf as written back (an update's;
+/// `None` after a delete, or when the next writer reads it again).
+struct Kept {
+    word: u64,
+    tag: u64,
+    image: Option<Vec<u8>>,
+}
+
+/// A compute machine's local leaf-lock table (HOCL's local half) and, per
+/// entry, the leaf its holder wrote back before handing the remote lock
+/// over: the next writer of that leaf starts from it instead of reading
+/// the leaf again (`ArtConfig::handover_reread` off).
+struct LeafLocks {
+    q: TicketLocks,
+    /// Entry → the leaf image (whole leaf, as written back) that went with
+    /// the last hand-over through it. Present only while the entry's lock
+    /// is handed over after an update; never used for another leaf's lock.
+    images: Mutex<HashMap<usize, Vec<u8>>>,
 }
 
 /// Bytes of the descriptor's chunk before the node-lock table: the
@@ -463,7 +501,7 @@ pub struct ArtClient {
     /// internal nodes only).
     node_locks: Option<Arc<TicketLocks>>,
     /// The machine's local leaf-lock queues (without write combining).
-    leaf_locks: Option<Arc<TicketLocks>>,
+    leaf_locks: Option<Arc<LeafLocks>>,
     /// The machine's cache of internal nodes (never locked across an
     /// await).
     cache: Arc<Cache>,
@@ -1670,25 +1708,38 @@ impl ArtClient {
         key: &[u8],
         value: Option<(&[u8], Option<&rdwc::Shared>)>,
     ) -> Result<Locked, IndexError> {
-        let Some(q) = &self.leaf_locks else {
+        let Some(ll) = &self.leaf_locks else {
             return Ok(self
-                .locked_leaf_remote(ctx, slot, key, value, None)
+                .locked_leaf_remote(ctx, slot, key, value, None, None)
                 .await?
                 .0);
         };
+        let q = &ll.q;
         let h = dmkit_runtime::hash::hash64(&slot.ptr().raw().to_le_bytes(), 0x1EAF);
         let g = q
             .acquire(ctx, (h % self.t.cfg.leaf_lock_entries as u64) as usize)
             .await;
+        let images = || ll.images.lock().unwrap_or_else(|p| p.into_inner());
+        // Handed a lock: the leaf its holder wrote back, if it left one.
+        let image = if g.handed && !self.t.cfg.handover_reread {
+            images().remove(&g.index)
+        } else {
+            None
+        };
         match self
-            .locked_leaf_remote(ctx, slot, key, value, Some((q, g)))
+            .locked_leaf_remote(ctx, slot, key, value, Some((q, g)), image)
             .await
         {
-            Ok((locked, Some((word, tag)))) => {
+            Ok((locked, Some(kept))) => {
                 // Kept for the next local writer: it learns the word (its
-                // lease) and which lock it is before the entry passes on.
-                q.set_word(g.index, word);
-                q.set_tag(g.index, tag);
+                // lease), which lock it is and what the leaf now holds
+                // before the entry passes on.
+                q.set_word(g.index, kept.word);
+                q.set_tag(g.index, kept.tag);
+                match kept.image {
+                    Some(i) => images().insert(g.index, i),
+                    None => images().remove(&g.index),
+                };
                 q.release(g);
                 Ok(locked)
             }
@@ -1710,7 +1761,10 @@ impl ArtClient {
     /// when another leaf's, released; the second result is `Some((word,
     /// tag))` when the lock was kept for the next local writer (the entry's
     /// holder records both and passes the entry on). Every other path
-    /// leaves the leaf's lock released (or never taken).
+    /// leaves the leaf's lock released (or never taken). `image`: the leaf
+    /// as a local predecessor that handed its lock over wrote it back,
+    /// used instead of a READ when the lock handed over is this leaf's and
+    /// still ours.
     async fn locked_leaf_remote(
         &self,
         ctx: &Ctx,
@@ -1718,7 +1772,8 @@ impl ArtClient {
         key: &[u8],
         value: Option<(&[u8], Option<&rdwc::Shared>)>,
         local: Option<(&TicketLocks, TicketGrant)>,
-    ) -> Result<(Locked, Option<(u64, u64)>), IndexError> {
+        image: Option<Vec<u8>>,
+    ) -> Result<(Locked, Option<Kept>), IndexError> {
         let addr = slot.ptr();
         let leaf = self.t.remote(addr)?;
         let len = self.t.leaf_cap();
@@ -1747,8 +1802,15 @@ impl ArtClient {
         if let Some(w) = handed {
             self.count(|c| c.lock_handovers += 1);
             mine = w;
-            ctx.read(leaf, buf);
-            ctx.sync().await?;
+            // The machine held the lock since its holder wrote the leaf
+            // back: that image is the leaf (nobody else writes it).
+            match image.filter(|i| i.len() == len) {
+                Some(i) => ctx.put_local(buf, &i),
+                None => {
+                    ctx.read(leaf, buf);
+                    ctx.sync().await?;
+                }
+            }
         } else {
             // A writer that finds the lock taken spins on the same lock
             // (the radix-tree paper's "busy waiting", §3 Challenge 1; its
@@ -1830,6 +1892,7 @@ impl ArtClient {
         // leaves the lock word as it is (ours).
         let keep = local.is_some_and(|(q, g)| q.hand_over(g));
         let new = self.sc().new.prefix(len);
+        let mut written = None;
         match value {
             Some((own, wcb)) => {
                 // The last moment to combine: joiners after this run alone.
@@ -1860,6 +1923,9 @@ impl ArtClient {
                     }
                     ctx.write(lock, new.word(lock_offset(len)));
                 }
+                if keep && !self.t.cfg.handover_reread {
+                    written = Some(img);
+                }
             }
             None => {
                 // The meta word, then a free lock, staged in the buffer.
@@ -1876,7 +1942,14 @@ impl ArtClient {
             }
         }
         ctx.sync().await?;
-        Ok((Locked::Done, keep.then_some((mine, tag))))
+        Ok((
+            Locked::Done,
+            keep.then_some(Kept {
+                word: mine,
+                tag,
+                image: written,
+            }),
+        ))
     }
 
     /// Out-of-place mode: the leaf of `slot` (at slot `idx` of `p`) that
@@ -2525,8 +2598,9 @@ impl RemoteMap for ArtTree {
                 })
             }),
             leaf_locks: (!self.cfg.write_combining && self.cfg.leaf_hocl).then(|| {
-                self.leaf_locks.get(machine, || {
-                    TicketLocks::new(self.cfg.leaf_lock_entries, self.cfg.leaf_handover)
+                self.leaf_locks.get(machine, || LeafLocks {
+                    q: TicketLocks::new(self.cfg.leaf_lock_entries, self.cfg.leaf_handover),
+                    images: Mutex::default(),
                 })
             }),
             cache: self.caches.get(machine, || {
@@ -2670,6 +2744,8 @@ impl MapClient for ArtClient {
             cache_hits: c.cache_hits,
             cache_misses: c.cache_misses,
             splits: c.leaf_splits + c.header_splits,
+            lock_handovers: c.lock_handovers,
+            foreign_handovers: c.foreign_handovers,
         }
     }
     fn local_layout(&self) -> &LocalLayout {
@@ -2717,6 +2793,11 @@ mod cli_tests {
             (true, 8),
             "HOCL's queue and Sherman's hand-over bound by default"
         );
+        assert!(
+            !c.handover_reread,
+            "a handed lock carries the leaf by default"
+        );
+        assert!(parse("--leaf-handover-reread on").handover_reread);
         c.fit(&Shape {
             keys: 1000,
             max_key: 8,

@@ -444,7 +444,9 @@ fn concurrent_threads_are_linearizable_with_node_locks() {
 /// on its local leaf locks and hand the remote lock over): two workers of
 /// one machine on six hot keys, with the rear lock (E-HOCL) and without
 /// (HOCL), and with a local table of two entries, where most hand-overs
-/// reach a writer of another leaf (who releases that lock first).
+/// reach a writer of another leaf (who releases that lock first). A writer
+/// handed the lock starts from the leaf its predecessor wrote back; one
+/// run reads it again instead (`handover_reread`).
 #[test]
 fn concurrent_threads_are_linearizable_with_leaf_hand_over() {
     let hocl = ArtConfig {
@@ -465,9 +467,16 @@ fn concurrent_threads_are_linearizable_with_leaf_hand_over() {
     stress_threads_with(
         ArtConfig {
             leaf_lock_entries: 2,
-            ..hocl
+            ..hocl.clone()
         },
         4,
+    );
+    stress_threads_with(
+        ArtConfig {
+            handover_reread: true,
+            ..hocl
+        },
+        5,
     );
 }
 
@@ -592,6 +601,17 @@ fn a_machines_writers_hand_the_leaf_lock_over() {
     // At most 8 in a row: of the 800 acquisitions at least one in nine
     // took the lock remotely.
     assert!(9 * (800 - k.lock_handovers) >= 800, "{k:?}");
+    // The same with the leaf read again after each hand-over: as many
+    // hand-overs, the same outcome (checked inside `run`).
+    let r = run(
+        "reread",
+        ArtConfig {
+            handover_reread: true,
+            ..hocl.clone()
+        },
+        &[b"k7"],
+    );
+    assert!(r.lock_handovers > 400, "{r:?}");
     let k = run(
         "bound1",
         ArtConfig {

@@ -83,6 +83,17 @@ pub fn score(f: &Figure, band: f64) -> (usize, usize) {
     })
 }
 
+/// The points of `f` outside the band, each as `series at x: ratio`.
+pub fn out_of_band(f: &Figure, band: f64) -> Vec<String> {
+    f.rows
+        .iter()
+        .filter_map(|r| match verdict(r.value, r.published, band) {
+            Verdict::Out(ratio) => Some(format!("{} at {}: {ratio:.2}", r.series, num(r.x))),
+            _ => None,
+        })
+        .collect()
+}
+
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -204,6 +215,36 @@ pre {{ background: #f6f6f6; padding: 0.5em; white-space: pre-wrap; }}
                 let _ = writeln!(md, "| [{0}](#{0}) | failed: {1} | | | | |", e.name, err);
             }
         }
+    }
+    let _ = writeln!(html, "</table>");
+    let _ = writeln!(md);
+    // The check of every figure against the band: which points fall out,
+    // and by how much (the table a note quotes).
+    let run = if o.quick { "quick" } else { "full" };
+    let _ = writeln!(
+        html,
+        "<h2 id=\"band\">Points in and out of band</h2>\n<table>\n<tr><th>figure</th><th>run</th><th>in band / with a paper value</th><th>out of band (series at x: reproduced/paper)</th></tr>"
+    );
+    let _ = writeln!(
+        md,
+        "## Points in and out of band\n\n| figure | run | in band / with a paper value | out of band (series at x: reproduced/paper) |\n|---|---|---:|---|"
+    );
+    for e in entries {
+        let Ok(f) = &e.outcome else { continue };
+        let (n, k) = score(f, o.band);
+        let out = out_of_band(f, o.band);
+        let _ = writeln!(
+            html,
+            "<tr><td class=\"s\">{}</td><td class=\"s\">{run}</td><td>{k} / {n}</td><td class=\"s\">{}</td></tr>",
+            esc(&e.name),
+            esc(&out.join("; "))
+        );
+        let _ = writeln!(
+            md,
+            "| {} | {run} | {k} / {n} | {} |",
+            e.name,
+            out.join("; ").replace('|', "\\|")
+        );
     }
     let _ = writeln!(html, "</table>");
     let _ = writeln!(md);
@@ -389,7 +430,38 @@ mod tests {
         // Inline figures do not share clip-path ids.
         assert!(html.contains("id=\"smart-fig3a-clip") && html.contains("id=\"smart-fig4a-clip"));
         let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
-        assert_eq!(md.matches("\n## ").count(), 4, "summary and three figures");
+        assert_eq!(
+            md.matches("\n## ").count(),
+            5,
+            "summary, the band's table and three figures"
+        );
+        // The band's table: every figure run, its score, and each point
+        // out of band with its ratio.
+        for (e, name) in entries.iter().zip(["smart-fig3a", "smart-fig4a"]) {
+            let f = e.outcome.as_ref().unwrap();
+            let (n, k) = score(f, 0.3);
+            let line = md
+                .lines()
+                .find(|l| l.starts_with(&format!("| {name} | quick | ")))
+                .unwrap_or_else(|| panic!("no band row for {name}"));
+            assert!(line.contains(&format!("| {k} / {n} |")), "{line}");
+            for p in out_of_band(f, 0.3) {
+                assert!(line.contains(&p), "{line} lacks {p}");
+            }
+        }
+        // A point moved out of the band is listed with its ratio.
+        let mut moved = entries[1].outcome.clone().unwrap();
+        let i = moved
+            .rows
+            .iter()
+            .position(|r| r.published.is_some())
+            .unwrap();
+        moved.rows[i].published = Some(2.0 * moved.rows[i].value);
+        let out = out_of_band(&moved, 0.3);
+        assert_eq!(out.len(), out_of_band(fig4a, 0.3).len() + 1, "{out:?}");
+        assert!(out
+            .iter()
+            .any(|p| p.starts_with(&moved.rows[i].series) && p.ends_with(": 0.50")));
         assert!(md.contains("![smart-fig4a](figures/smart-fig4a.svg)"));
         assert!(dir.join("figures/smart-fig4a.svg").exists());
         let j: serde_json::Value = serde_json::from_str(

@@ -89,7 +89,12 @@
 //!   most 8 times in a row), as the paper gives Sherman's HOCL to its
 //!   baselines; so the rear lock saves only the unlock of the last writer
 //!   of each hand-over chain (quick runs: the "+rear lock" step 1.25×
-//!   before the hand-over existed, 0.98× with it).
+//!   before the hand-over existed, 0.98× with it, 1.10× since a writer
+//!   handed the lock starts from its predecessor's write-back instead of
+//!   reading the leaf: both sides 3.63/3.57 → 4.97/5.45 Mops; the "+write
+//!   combining" step 2.97× → 1.94×, paper 1.1×; see `smart-art-fig16` in
+//!   module `art`). Rows carry each run's leaf-lock hand-overs per
+//!   operation (and those handed through a shared local entry).
 //!
 //! - `smart-fig10`, `smart-fig11` — §6.2.2, Figs. 10 and 11: FORD+ vs
 //!   SMART-DTX on SmallBank and TATP, described in module `txn`.
@@ -1139,6 +1144,8 @@ fn art_fig15(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
         let x = (i + 1) as f64;
         acc.push(&format!("{name} without"), x, b.mops, "Mops", None);
         acc.push(&format!("{name} with"), x, a.mops, "Mops", None);
+        art::push_handovers(acc, &format!("{name} without"), x, &b);
+        art::push_handovers(acc, &format!("{name} with"), x, &a);
         acc.push(
             &format!("{name} speed-up"),
             x,

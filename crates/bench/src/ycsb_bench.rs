@@ -299,6 +299,13 @@ pub struct YcsbResult {
     pub retries_per_op: f64,
     /// CASes that lost their race, per operation.
     pub cas_failures_per_op: f64,
+    /// Locks a local predecessor handed over (HOCL), per operation: taken
+    /// without a CAS (the radix tree's leaf locks, the B+tree's node
+    /// locks; 0 for other indexes).
+    pub lock_handovers_per_op: f64,
+    /// Of those, locks another leaf's, handed over through a local entry
+    /// the two share by hashing (the radix tree), per operation.
+    pub foreign_handovers_per_op: f64,
     /// Bytes each operation moved: READ and WRITE payloads, and 16 per
     /// atomic (its compare and swap operands).
     pub bytes_per_op: f64,
@@ -606,6 +613,9 @@ struct ThreadOut {
     task_ops: Vec<u64>,
     cache: (u64, u64),
     splits: u64,
+    /// Locks handed over locally, and of those another lock's, in the
+    /// measured window.
+    handovers: (u64, u64),
     /// Per operation type (OS threads).
     by_type: Option<Box<ByType>>,
 }
@@ -1025,6 +1035,7 @@ fn summarize(backend: String, cfg: &YcsbConfig, outs: &[ThreadOut]) -> YcsbResul
     let (mut tasks, mut idle_tasks, mut sum_sq) = (0usize, 0usize, 0f64);
     let (mut ops, mut misses, mut seconds, mut load_seconds) = (0, 0, 0f64, 0f64);
     let (mut hits, mut lookups, mut splits) = (0, 0, 0);
+    let (mut handovers, mut foreign) = (0, 0);
     let mut types: Option<ByType> = None;
     for o in outs {
         if let Some(b) = &o.by_type {
@@ -1058,6 +1069,8 @@ fn summarize(backend: String, cfg: &YcsbConfig, outs: &[ThreadOut]) -> YcsbResul
         hits += o.cache.0;
         lookups += o.cache.0 + o.cache.1;
         splits += o.splits;
+        handovers += o.handovers.0;
+        foreign += o.handovers.1;
     }
     let per = |v: u64| if ops == 0 { 0.0 } else { v as f64 / ops as f64 };
     let remote = cfg.index.remote();
@@ -1099,6 +1112,8 @@ fn summarize(backend: String, cfg: &YcsbConfig, outs: &[ThreadOut]) -> YcsbResul
         bytes_written_per_op: per(counters.bytes_written),
         retries_per_op: per(counters.retries),
         cas_failures_per_op: per(counters.cas_failures),
+        lock_handovers_per_op: per(handovers),
+        foreign_handovers_per_op: per(foreign),
         bytes_per_op: per(counters.bytes_read
             + counters.bytes_written
             + 16 * (counters.cas + counters.faa)),
@@ -1563,6 +1578,8 @@ fn between(
         cache_hits: h,
         cache_misses: m,
         splits: s,
+        lock_handovers: lh,
+        foreign_handovers: fh,
     } = after.1;
     ThreadOut {
         ops: tally.done.get(),
@@ -1579,6 +1596,10 @@ fn between(
         task_ops: tally.task_ops.borrow().clone(),
         cache: (h - before.1.cache_hits, m - before.1.cache_misses),
         splits: s,
+        handovers: (
+            lh - before.1.lock_handovers,
+            fh - before.1.foreign_handovers,
+        ),
         ..Default::default()
     }
 }

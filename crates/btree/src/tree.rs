@@ -1689,6 +1689,8 @@ impl MapClient for BtreeClient {
             cache_hits: c.cache_hits + c.spec_hits,
             cache_misses: c.cache_misses,
             splits: c.leaf_splits + c.inner_splits,
+            lock_handovers: c.handovers,
+            ..Default::default()
         }
     }
 

@@ -1097,6 +1097,7 @@ impl MapClient for CloverClient {
             cache_hits: c.reads_first_try + c.writes_first_try,
             cache_misses: c.lookups,
             splits: 0,
+            ..Default::default()
         }
     }
 

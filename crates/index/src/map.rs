@@ -34,6 +34,14 @@ pub struct ClientStats {
     /// Structural changes this client made: splits (of subtables, leaves,
     /// headers, internal nodes).
     pub splits: u64,
+    /// Locks a local predecessor handed over to this client without a
+    /// remote release and re-acquisition (the local half of Sherman's
+    /// hierarchical lock, HOCL); 0 for indexes without one.
+    pub lock_handovers: u64,
+    /// Of those, locks handed over through a local entry shared by hashing
+    /// that were another lock's (released by this client before it took
+    /// its own).
+    pub foreign_handovers: u64,
 }
 
 /// A per-worker client of a remote map.

@@ -2206,6 +2206,7 @@ impl MapClient for RaceClient {
             cache_hits: c.cache_hits,
             cache_misses: c.cache_misses,
             splits: c.splits,
+            ..Default::default()
         }
     }
     fn local_layout(&self) -> &LocalLayout {
