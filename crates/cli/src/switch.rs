@@ -294,6 +294,24 @@ mod control {
         )
     }
 
+    /// Opens a control session with the node: connects, sets the read
+    /// timeout and sends the hello with the token file's token. The error
+    /// says which step failed.
+    fn hello(addr: &str, token: &std::path::Path, timeout: Duration) -> Result<TcpStream, String> {
+        let token =
+            read_token_file(token).map_err(|e| format!("token file {}: {e}", token.display()))?;
+        let mut s = TcpStream::connect(addr).map_err(|e| format!("connecting to {addr}: {e}"))?;
+        let _ = s.set_nodelay(true);
+        let _ = s.set_read_timeout(Some(timeout));
+        let hello = Ctl::Hello {
+            magic: CTL_MAGIC,
+            version: CTL_VERSION,
+            token,
+        };
+        ctl::send(&mut s, &hello).map_err(|e| format!("hello to {addr}: {e}"))?;
+        Ok(s)
+    }
+
     /// One control session: hello, then the table on every refresh
     /// request (and every few seconds). Returns why it ended.
     fn session(
@@ -303,24 +321,10 @@ mod control {
         refresh: &mpsc::Receiver<()>,
         stop: &AtomicBool,
     ) -> String {
-        let token = match read_token_file(token) {
-            Ok(t) => t,
-            Err(e) => return format!("token file {}: {e}", token.display()),
-        };
-        let mut s = match TcpStream::connect(addr) {
+        let mut s = match hello(addr, token, Duration::from_secs(10)) {
             Ok(s) => s,
-            Err(e) => return format!("connecting to {addr}: {e}"),
+            Err(e) => return e,
         };
-        let _ = s.set_nodelay(true);
-        let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-        let hello = Ctl::Hello {
-            magic: CTL_MAGIC,
-            version: CTL_VERSION,
-            token,
-        };
-        if let Err(e) = ctl::send(&mut s, &hello) {
-            return format!("hello to {addr}: {e}");
-        }
         let node = match ctl::recv::<CtlReply>(&mut s) {
             Ok(Some(CtlReply::Welcome {
                 layout, regions, ..
@@ -375,24 +379,10 @@ mod control {
         tx: &mpsc::Sender<dmkit_switch::ownqp::OwnRemote>,
         stop: &AtomicBool,
     ) -> String {
-        let token = match read_token_file(token) {
-            Ok(t) => t,
-            Err(e) => return format!("token file {}: {e}", token.display()),
-        };
-        let mut s = match TcpStream::connect(addr) {
+        let mut s = match hello(addr, token, Duration::from_secs(30)) {
             Ok(s) => s,
-            Err(e) => return format!("connecting to {addr}: {e}"),
+            Err(e) => return e,
         };
-        let _ = s.set_nodelay(true);
-        let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
-        let hello = Ctl::Hello {
-            magic: CTL_MAGIC,
-            version: CTL_VERSION,
-            token,
-        };
-        if let Err(e) = ctl::send(&mut s, &hello) {
-            return format!("hello to {addr}: {e}");
-        }
         let region = match ctl::recv::<CtlReply>(&mut s) {
             Ok(Some(CtlReply::Welcome { regions, .. })) => match regions.first() {
                 Some(r) => *r,

@@ -1078,24 +1078,11 @@ fn send_queue<'q>(
     let service = fmax(slots.nic, pcie / p.nic.pcie_gbs);
     stats.pcie_bytes += pcie;
     stats.wqe_misses += miss;
-    if tx.pu_free.is_empty() {
-        // The NIC-wide booking. (`unit` is 0 on profiles without a
-        // per-queue-pair cost: adding it changes no result.)
-        let turn = fmax(fetched, qps[qi].nic_free) + unit;
-        expire_backlog(tx, qps, turn);
-        let qp = &mut qps[qi];
-        let turns = tx.backlogged + u32::from(!qp.in_backlog);
-        let start = fmax(turn, tx.req_free);
-        tx.req_free = start + service;
-        let depart = start + service;
-        qp.nic_free = fmax(turn + service * turns as f64, depart);
-        if !qp.in_backlog {
-            qp.in_backlog = true;
-            tx.backlogged += 1;
-        }
-        return (depart, 0.0, qp);
-    }
-    let turn = fmax(fetched, qps[qi].nic_free);
+    // Under the NIC-wide booking the unit's time comes before the shared
+    // send-queue units. (`unit` is 0 on profiles without a per-queue-pair
+    // cost: adding it changes no result.)
+    let nic_wide = tx.pu_free.is_empty();
+    let turn = fmax(fetched, qps[qi].nic_free) + if nic_wide { unit } else { 0.0 };
     expire_backlog(tx, qps, turn);
     let qp = &mut qps[qi];
     let turns = tx.backlogged + u32::from(!qp.in_backlog);
@@ -1106,6 +1093,9 @@ fn send_queue<'q>(
     if !qp.in_backlog {
         qp.in_backlog = true;
         tx.backlogged += 1;
+    }
+    if nic_wide {
+        return (depart, 0.0, qp);
     }
     // The processing unit: after the queue pair's previous request has
     // left, and after the unit's earlier work (its FIFO).
