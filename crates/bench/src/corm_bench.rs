@@ -254,6 +254,17 @@ pub(crate) fn embedded_store(
     Ok((fabric, store))
 }
 
+/// `--rtt` on the simulator: refused (it is the shm latency model; the
+/// simulator times its own network).
+pub(crate) fn refuse_rtt_on_sim(rtt: Option<Duration>) -> Result<(), BenchError> {
+    match rtt {
+        Some(_) => Err(BenchError::Config(
+            "--rtt is the shm latency model; the simulator times its own network".into(),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// `sim` fitted to a store of `space` bytes served by `workers` of node 0's
 /// modelled cores: memory grown to what the store needs, translation
 /// pages shrunk to the store's blocks.
@@ -599,11 +610,7 @@ fn measure_keeping(
 pub fn run_sim(sim_cfg: SimConfig, cfg: &CormBenchConfig) -> Result<CormBenchResult, BenchError> {
     check(cfg)?;
     let wall = Instant::now();
-    if cfg.rtt.is_some() {
-        return Err(BenchError::Config(
-            "--rtt is the shm latency model; the simulator times its own network".into(),
-        ));
-    }
+    refuse_rtt_on_sim(cfg.rtt)?;
     let profile = sim_cfg.profile.name.clone();
     let sim_cfg = sim_for_store(sim_cfg, space(cfg), cfg.workers);
     let machines = sim_cfg.compute_machines.max(1);

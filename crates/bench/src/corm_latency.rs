@@ -375,11 +375,7 @@ pub fn run(cfg: &LatencyConfig) -> Result<LatencyResult, BenchError> {
 pub fn run_sim(sim_cfg: SimConfig, cfg: &LatencyConfig) -> Result<LatencyResult, BenchError> {
     check(cfg)?;
     let wall = Instant::now();
-    if cfg.rtt.is_some() {
-        return Err(BenchError::Config(
-            "--rtt is the shm latency model; the simulator times its own network".into(),
-        ));
-    }
+    corm_bench::refuse_rtt_on_sim(cfg.rtt)?;
     let profile = sim_cfg.profile.name.clone();
     let mut sim = Sim::new(corm_bench::sim_for_store(sim_cfg, space(cfg), cfg.workers))?;
     let store = corm_bench::sim_store(&sim, store_config(cfg))?;
