@@ -97,6 +97,9 @@ pub struct CormBenchConfig {
     /// shm: the emulated network round trip of every verb and RPC
     /// (`ShmConfig::rtt`), or none.
     pub rtt: Option<Duration>,
+    /// shm with an embedded node: client threads on their own CPUs, the
+    /// node's RPC workers on the others ([`crate::pin`]).
+    pub pin: bool,
 }
 
 /// What a run measured.
@@ -150,6 +153,19 @@ pub struct CormBenchResult {
     pub oversubscribed: Option<String>,
     /// Wall-clock seconds the run took.
     pub wall_seconds: f64,
+    /// Requests the node's workers served per second in the window (RPC
+    /// reads and writes; direct reads and their scan reads are one-sided).
+    pub rpc_requests_per_s: f64,
+    /// The client threads' CPU time over their wall time, warm-up and
+    /// window (1: each ran throughout; shm, `None` on the simulator).
+    pub client_cpu_share: Option<f64>,
+    /// The client threads' CPU microseconds per completed operation
+    /// (warm-up and window; shm).
+    pub client_cpu_us_per_op: Option<f64>,
+    /// Where the threads ran (shm with an embedded node; `None` elsewhere).
+    pub pinning: Option<crate::pin::Pinning>,
+    /// The machine's load averages when the run ended (1, 5, 15 minutes).
+    pub load_average: Option<[f64; 3]>,
     /// The store's accounting when the window ended (issue 32 item 5):
     /// live objects and bytes, active memory (`active_bytes`, what the node
     /// holds) beside `ideal_bytes`, blocks, per-class fragmentation
@@ -190,6 +206,10 @@ fn value(tag: u64, len: usize) -> Vec<u8> {
 struct Tally {
     ops: Cell<u64>,
     failed_direct: Cell<u64>,
+    /// Operations in the window that were RPCs (writes, RPC reads).
+    rpcs: Cell<u64>,
+    /// Operations completed, warm-up included.
+    all_ops: Cell<u64>,
     errors: RefCell<Vec<String>>,
 }
 
@@ -294,16 +314,17 @@ pub(crate) const BLOCK: u64 = 4096;
 
 /// Spawns the loader's tasks on `w`: `LOADERS` tasks allocate and write
 /// the objects, their pointers go to `ptrs` in object order.
-fn spawn_loader(
+pub(crate) fn spawn_loader(
     w: &mut Worker,
-    cfg: &CormBenchConfig,
+    objects: usize,
+    size: u32,
     ptrs: Rc<RefCell<Vec<Option<ObjPtr>>>>,
     err: Rc<RefCell<Option<CormError>>>,
 ) {
-    *ptrs.borrow_mut() = vec![None; cfg.objects];
-    let tasks = LOADERS.min(cfg.objects);
+    *ptrs.borrow_mut() = vec![None; objects];
+    let tasks = LOADERS.min(objects);
     for t in 0..tasks {
-        let (p, e, n, size) = (ptrs.clone(), err.clone(), cfg.objects, cfg.size);
+        let (p, e, n) = (ptrs.clone(), err.clone(), objects);
         w.spawn(move |ctx: Ctx| async move {
             let r = async {
                 let c = CormClient::connect(&ctx, 0).await?;
@@ -324,9 +345,9 @@ fn spawn_loader(
 }
 
 /// Tasks that load the store (one worker).
-const LOADERS: usize = 8;
+pub(crate) const LOADERS: usize = 8;
 
-fn loaded(
+pub(crate) fn loaded(
     ptrs: &RefCell<Vec<Option<ObjPtr>>>,
     err: &RefCell<Option<CormError>>,
 ) -> Result<Arc<Vec<ObjPtr>>, BenchError> {
@@ -391,8 +412,11 @@ fn spawn_clients(
                 if let Err(e) = r {
                     return fail(e);
                 }
+                tally.all_ops.set(tally.all_ops.get() + 1);
                 if window.counts(t0, t1) {
                     tally.ops.set(tally.ops.get() + 1);
+                    let rpc = !read || cfg.read == ReadPath::Rpc;
+                    tally.rpcs.set(tally.rpcs.get() + rpc as u64);
                     tally
                         .failed_direct
                         .set(tally.failed_direct.get() + moved as u64);
@@ -437,7 +461,8 @@ pub fn run(cfg: &CormBenchConfig) -> Result<CormBenchResult, BenchError> {
         cfg.rtt,
         store_config(space(cfg), cfg.seed),
     )?;
-    let m = measure(&fabric, cfg)?;
+    let pinning = crate::pin::Pinning::plan(cfg.pin, cfg.threads)?;
+    let m = measure(&fabric, cfg, Some(pinning))?;
     result(cfg, "shm", None, m, wall, store.stats())
 }
 
@@ -457,9 +482,16 @@ pub fn run_connected(
         ..cfg.clone()
     };
     check(cfg)?;
-    let (m, ptrs) = measure_keeping(fabric, cfg)?;
+    if cfg.pin {
+        return Err(BenchError::Config(
+            "--pin places an embedded node's workers; a node process is placed by its own \
+             launcher (e.g. taskset)"
+                .into(),
+        ));
+    }
+    let (m, ptrs) = measure_keeping(fabric, cfg, None)?;
     let stats = store_stats(fabric, cfg)?;
-    free_all(fabric, cfg, &ptrs)?;
+    free_all(fabric, cfg.seed, &ptrs)?;
     result(cfg, backend, None, m, wall, stats)
 }
 
@@ -490,9 +522,13 @@ fn store_stats(fabric: &dyn Fabric, cfg: &CormBenchConfig) -> Result<CormStats, 
 
 /// Frees the run's objects (LOADERS tasks), leaving a node process's store
 /// as the run found it.
-fn free_all(fabric: &dyn Fabric, cfg: &CormBenchConfig, ptrs: &[ObjPtr]) -> Result<(), BenchError> {
+pub(crate) fn free_all(fabric: &dyn Fabric, seed: u64, ptrs: &[ObjPtr]) -> Result<(), BenchError> {
     let mut w = Worker::builder(fabric)
-        .config(runtime_config(cfg))
+        .config(RuntimeConfig {
+            seed,
+            op_stats: false,
+            ..RuntimeConfig::default()
+        })
         .tasks(LOADERS)
         .build()?;
     let err: Rc<RefCell<Option<CormError>>> = Rc::default();
@@ -524,20 +560,44 @@ fn free_all(fabric: &dyn Fabric, cfg: &CormBenchConfig, ptrs: &[ObjPtr]) -> Resu
     }
 }
 
-/// What the client threads measured: merged histogram, operations,
-/// failed direct reads, errors, and the window.
-type Measured = (Histogram<u64>, u64, u64, Vec<String>, harness::Timed);
+/// What the client threads measured.
+struct Measured {
+    /// Latencies of the counted operations.
+    hist: Histogram<u64>,
+    /// Operations in the window.
+    ops: u64,
+    /// Failed direct reads in the window.
+    failed: u64,
+    /// RPCs in the window.
+    rpcs: u64,
+    /// Operations completed, warm-up included.
+    all_ops: u64,
+    /// The client threads' CPU and wall time (ns), warm-up included
+    /// (shm; zero on the simulator).
+    cpu_ns: u64,
+    wall_ns: u64,
+    errors: Vec<String>,
+    timed: harness::Timed,
+    pinning: Option<crate::pin::Pinning>,
+}
 
 /// Loads the store on `fabric`'s node 0, then runs the client threads
 /// over one global window.
-fn measure(fabric: &dyn Fabric, cfg: &CormBenchConfig) -> Result<Measured, BenchError> {
-    measure_keeping(fabric, cfg).map(|(m, _)| m)
+fn measure(
+    fabric: &dyn Fabric,
+    cfg: &CormBenchConfig,
+    pinning: Option<crate::pin::Pinning>,
+) -> Result<Measured, BenchError> {
+    measure_keeping(fabric, cfg, pinning).map(|(m, _)| m)
 }
 
-/// [`measure`], also returning the loaded objects' pointers.
+/// [`measure`], also returning the loaded objects' pointers. With
+/// `pinning` (an embedded node), the node's workers are placed once the
+/// store is loaded and each client thread places itself.
 fn measure_keeping(
     fabric: &dyn Fabric,
     cfg: &CormBenchConfig,
+    mut pinning: Option<crate::pin::Pinning>,
 ) -> Result<(Measured, Arc<Vec<ObjPtr>>), BenchError> {
     let rcfg = runtime_config(cfg);
     // Load.
@@ -547,10 +607,14 @@ fn measure_keeping(
             .tasks(LOADERS)
             .build()?;
         let (p, e) = (Rc::default(), Rc::default());
-        spawn_loader(&mut w, cfg, Rc::clone(&p), Rc::clone(&e));
+        spawn_loader(&mut w, cfg.objects, cfg.size, Rc::clone(&p), Rc::clone(&e));
         w.run();
         loaded(&p, &e)?
     };
+    if let Some(p) = pinning.as_mut() {
+        p.place_node_workers(cfg.workers)?;
+    }
+    let pin = pinning.clone();
     // One global window (crate::harness): every client thread sets up,
     // meets the others at the start barrier, and counts what completes
     // inside the window.
@@ -559,6 +623,9 @@ fn measure_keeping(
         cfg.warmup,
         cfg.duration,
         |id, window, arrival| -> Result<_, BenchError> {
+            if let Some(p) = &pin {
+                p.place_client(id)?;
+            }
             let mut w = Worker::builder(fabric)
                 .config(rcfg.clone())
                 .id(id)
@@ -577,24 +644,47 @@ fn measure_keeping(
                 tally.clone(),
             );
             arrival.arrive();
+            let (cpu0, wall0) = (crate::corm_timeline::thread_cpu_ns(), Instant::now());
             while w.live_tasks() > 0 {
                 if w.step() == 0 {
                     std::hint::spin_loop();
                 }
             }
+            let cpu = crate::corm_timeline::thread_cpu_ns().saturating_sub(cpu0);
+            let wall = wall0.elapsed().as_nanos() as u64;
             let h = hist.borrow().clone();
-            let errors = tally.errors.borrow().clone();
-            Ok((h, tally.ops.get(), tally.failed_direct.get(), errors))
+            let counts = [
+                tally.ops.get(),
+                tally.failed_direct.get(),
+                tally.rpcs.get(),
+                tally.all_ops.get(),
+            ];
+            Ok((h, counts, tally.errors.take(), cpu, wall))
         },
         |_| {},
     );
-    let mut m = (histogram(), 0u64, 0u64, Vec::<String>::new(), timed);
+    let mut m = Measured {
+        hist: histogram(),
+        ops: 0,
+        failed: 0,
+        rpcs: 0,
+        all_ops: 0,
+        cpu_ns: 0,
+        wall_ns: 0,
+        errors: Vec::new(),
+        timed,
+        pinning,
+    };
     for o in outcomes {
-        let (h, ops, failed, errors) = o?;
-        m.0.add(&h).expect("same bounds");
-        m.1 += ops;
-        m.2 += failed;
-        m.3.extend(errors);
+        let (h, [ops, failed, rpcs, all_ops], errors, cpu, wall) = o?;
+        m.hist.add(&h).expect("same bounds");
+        m.ops += ops;
+        m.failed += failed;
+        m.rpcs += rpcs;
+        m.all_ops += all_ops;
+        m.cpu_ns += cpu;
+        m.wall_ns += wall;
+        m.errors.extend(errors);
     }
     Ok((m, ptrs))
 }
@@ -611,6 +701,11 @@ pub fn run_sim(sim_cfg: SimConfig, cfg: &CormBenchConfig) -> Result<CormBenchRes
     check(cfg)?;
     let wall = Instant::now();
     refuse_rtt_on_sim(cfg.rtt)?;
+    if cfg.pin {
+        return Err(BenchError::Config(
+            "--pin places shm threads; the simulator's cores are modelled".into(),
+        ));
+    }
     let profile = sim_cfg.profile.name.clone();
     let sim_cfg = sim_for_store(sim_cfg, space(cfg), cfg.workers);
     let machines = sim_cfg.compute_machines.max(1);
@@ -625,7 +720,13 @@ pub fn run_sim(sim_cfg: SimConfig, cfg: &CormBenchConfig) -> Result<CormBenchRes
             .tasks(LOADERS)
             .build()
     })?;
-    spawn_loader(sim.worker_mut(th), cfg, Rc::clone(&p), Rc::clone(&e));
+    spawn_loader(
+        sim.worker_mut(th),
+        cfg.objects,
+        cfg.size,
+        Rc::clone(&p),
+        Rc::clone(&e),
+    );
     sim.run();
     let ptrs = loaded(&p, &e)?;
     sim.clear_workers();
@@ -659,13 +760,18 @@ pub fn run_sim(sim_cfg: SimConfig, cfg: &CormBenchConfig) -> Result<CormBenchRes
         seconds: cfg.duration.as_secs_f64(),
         interrupted: false,
     };
-    let m = (
-        h.clone(),
-        tally.ops.get(),
-        tally.failed_direct.get(),
-        tally.errors.borrow().clone(),
+    let m = Measured {
+        hist: h.clone(),
+        ops: tally.ops.get(),
+        failed: tally.failed_direct.get(),
+        rpcs: tally.rpcs.get(),
+        all_ops: tally.all_ops.get(),
+        cpu_ns: 0,
+        wall_ns: 0,
+        errors: tally.errors.borrow().clone(),
         timed,
-    );
+        pinning: None,
+    };
     result(cfg, "sim", Some(profile), m, wall, store.stats())
 }
 
@@ -677,7 +783,18 @@ fn result(
     wall: Instant,
     store: CormStats,
 ) -> Result<CormBenchResult, BenchError> {
-    let (h, ops, failed, errors, timed) = merged;
+    let Measured {
+        hist: h,
+        ops,
+        failed,
+        rpcs,
+        all_ops,
+        cpu_ns,
+        wall_ns,
+        errors,
+        timed,
+        pinning,
+    } = merged;
     if let Some(e) = errors.first() {
         return Err(BenchError::Config(format!(
             "{} operations failed; first: {e}",
@@ -711,6 +828,12 @@ fn result(
             .then(|| harness::oversubscribed(cfg.threads))
             .flatten(),
         wall_seconds: wall.elapsed().as_secs_f64(),
+        rpc_requests_per_s: harness::rate(rpcs as f64, seconds),
+        client_cpu_share: (wall_ns > 0).then(|| cpu_ns as f64 / wall_ns as f64),
+        client_cpu_us_per_op: (wall_ns > 0 && all_ops > 0)
+            .then(|| cpu_ns as f64 / 1e3 / all_ops as f64),
+        pinning,
+        load_average: crate::pin::load_average(),
         store,
     })
 }

@@ -4,15 +4,20 @@
 //! Fig. 16; the simulator's version is `sim reproduce corm-fig16`).
 //!
 //! An embedded node's RPC workers serve the store (`workers` of them). A
-//! loader allocates `objects` objects of `size` bytes and frees three of
-//! four at random (the paper's setting), leaving the store fragmented.
+//! loader (eight tasks in flight) allocates `objects` objects of `size`
+//! bytes and frees three of four at random (the paper's setting: 8 M
+//! objects of 32 B), leaving the store fragmented.
 //! Then one client reads the kept objects in order, again and again, and
 //! counts completed reads per `bucket`: with `read = direct`, DirectReads
 //! corrected by ScanRead when an object moved (the paper's "scan-read
 //! client"); with `read = rpc`, RPC reads the node corrects. At
 //! `compact_at` another client asks for a compaction of every class and
 //! waits for it (the leader merges without breaks, as the paper's run:
-//! `merges_per_step = 0`). The run ends at `duration`.
+//! `merges_per_step = 0`), merging away at most `compact_blocks` source
+//! blocks ([`paper_blocks`] scales the paper's 5,794 blocks of 8 M objects
+//! to the store, so a phase compacts the same share of it). The run ends
+//! at `duration`. With `pin`, the client runs on one CPU and the node's
+//! workers (the leader among them) on the others.
 //!
 //! Reported: the series (Mops per bucket), the compaction's span and
 //! blocks, the client's throughput before, during and after it, the
@@ -27,6 +32,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dmkit_corm::{sync, CormClient, CormError};
+use dmkit_fabric::shm::ShmFabric;
 use dmkit_fabric::{Fabric, RpcChannel};
 use dmkit_memnode::corm::{CompactionReport, Correction, ObjPtr, Op, Policy, Reply, StoreConfig};
 use dmkit_runtime::{Ctx, Local, RuntimeConfig, Worker};
@@ -58,6 +64,29 @@ pub struct TimelineConfig {
     pub seed: u64,
     /// The shm latency model's round trip of every verb and RPC, or none.
     pub rtt: Option<Duration>,
+    /// Source blocks the compaction merges away at most (`None`: all it
+    /// can; the paper's run freed 5,794 blocks of a store of 8 M objects,
+    /// [`paper_blocks`]).
+    pub compact_blocks: Option<usize>,
+    /// The client on its own CPU, the node's workers (the compaction's
+    /// leader among them) on the others ([`crate::pin`]).
+    pub pin: bool,
+}
+
+/// Objects the paper's Fig. 16 store was loaded with (CoRM §4.3.2).
+pub const PAPER_OBJECTS: usize = 8_000_000;
+
+/// Blocks the paper's compaction freed in that store (Fig. 16's caption).
+pub const PAPER_BLOCKS: usize = 5_794;
+
+/// Indirect pointers the paper's scan-read client corrected (§4.3.2): a
+/// share of `PAPER_OBJECTS / 4` kept objects of about 3.9 %.
+pub const PAPER_CORRECTED: usize = 77_000;
+
+/// The bound on merged blocks that compacts the same share of a store of
+/// `objects` objects as the paper's run did of its 8 M (at least one).
+pub fn paper_blocks(objects: usize) -> usize {
+    ((objects as u128 * PAPER_BLOCKS as u128 / PAPER_OBJECTS as u128) as usize).max(1)
 }
 
 /// One point of a series, as `sim reproduce` figures carry them.
@@ -98,6 +127,18 @@ pub struct TimelineResult {
     pub size: u32,
     /// The node's RPC workers.
     pub workers: usize,
+    /// The bound on the compaction's merged blocks (`None`: none).
+    pub compact_blocks: Option<usize>,
+    /// Objects the compaction moved over objects kept: the share of the
+    /// client's pointers it made indirect (the paper's run: 77,000 of
+    /// 2 M, 0.039).
+    pub moved_fraction: f64,
+    /// Where the threads ran.
+    pub pinning: crate::pin::Pinning,
+    /// The machine's load averages when the run ended (1, 5, 15 minutes).
+    pub load_average: Option<[f64; 3]>,
+    /// Seconds loading and fragmenting the store took (before the reads).
+    pub load_seconds: f64,
     /// Bucket length (ms).
     pub bucket_ms: f64,
     /// Length of the run (ms).
@@ -227,7 +268,7 @@ impl Buckets {
 }
 
 /// This thread's CPU time (ns; 0 if the clock cannot be read).
-fn thread_cpu_ns() -> u64 {
+pub(crate) fn thread_cpu_ns() -> u64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
         .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
         .unwrap_or(0)
@@ -303,32 +344,17 @@ pub fn run(cfg: &TimelineConfig) -> Result<TimelineResult, BenchError> {
             correction: cfg.correction,
             policy: Policy {
                 merges_per_step: 0,
+                max_merges: cfg.compact_blocks.unwrap_or(0),
                 ..base.policy
             },
             ..base
         },
     )?;
-    // Load, then free three of four at random.
-    let mut ch = fabric.connect_rpc(0)?;
-    let mut kept = Vec::new();
-    let mut all = Vec::with_capacity(cfg.objects);
-    for i in 0..cfg.objects {
-        let Reply::Allocated(p) = op(&mut *ch, Op::Alloc(cfg.size))? else {
-            return Err(run_err("loading", "alloc answered something else"));
-        };
-        op(&mut *ch, Op::Write(p, vec![i as u8; cfg.size as usize]))?;
-        all.push(p);
-    }
-    for (i, p) in all.into_iter().enumerate() {
-        if mix(cfg.seed ^ i as u64).is_multiple_of(4) {
-            kept.push(p);
-        } else {
-            op(&mut *ch, Op::Free(p))?;
-        }
-    }
-    if kept.is_empty() {
-        return Err(BenchError::Config("no object kept: raise --objects".into()));
-    }
+    // Load (LOADERS tasks in flight), then free three of four at random.
+    let (kept, mut ch) = load_and_fragment(&fabric, cfg)?;
+    let load_seconds = wall.elapsed().as_secs_f64();
+    let mut pinning = crate::pin::Pinning::plan(cfg.pin, 1)?;
+    pinning.place_node_workers(cfg.workers)?;
     let active_before = active_bytes(&mut *ch)?;
     let bucket_ns = cfg.bucket.as_nanos() as u64;
     let buckets = (cfg.duration.as_nanos() as u64).div_ceil(bucket_ns) as usize;
@@ -336,8 +362,9 @@ pub fn run(cfg: &TimelineConfig) -> Result<TimelineResult, BenchError> {
     let t0 = Instant::now();
     let (tally, span, report) = std::thread::scope(|s| {
         let client = {
-            let (stop, fabric, kept) = (stop.clone(), &fabric, kept.clone());
+            let (stop, fabric, kept, pinning) = (stop.clone(), &fabric, kept.clone(), &pinning);
             s.spawn(move || -> Result<Buckets, BenchError> {
+                pinning.place_client(0)?;
                 let mut w = Worker::builder(fabric)
                     .config(RuntimeConfig {
                         seed: cfg.seed,
@@ -407,6 +434,7 @@ pub fn run(cfg: &TimelineConfig) -> Result<TimelineResult, BenchError> {
         };
         // The compaction, asked for at `compact_at` and waited for.
         let compacted = (|| {
+            pinning.place_with_node()?;
             std::thread::sleep(cfg.compact_at.saturating_sub(t0.elapsed()));
             let started = t0.elapsed();
             let r = match op(&mut *ch, Op::Compact(None))? {
@@ -454,6 +482,11 @@ pub fn run(cfg: &TimelineConfig) -> Result<TimelineResult, BenchError> {
         kept: kept.len(),
         size: cfg.size,
         workers: cfg.workers,
+        compact_blocks: cfg.compact_blocks,
+        moved_fraction: report.objects_moved as f64 / kept.len() as f64,
+        pinning,
+        load_average: crate::pin::load_average(),
+        load_seconds,
         bucket_ms: ms(cfg.bucket),
         duration_ms: ms(cfg.duration),
         compaction_started_ms: ms(span.0),
@@ -486,6 +519,43 @@ pub fn run(cfg: &TimelineConfig) -> Result<TimelineResult, BenchError> {
             .collect(),
         wall_seconds: wall.elapsed().as_secs_f64(),
     })
+}
+
+/// Loads `cfg.objects` objects with [`corm_bench::LOADERS`] tasks in
+/// flight, frees three of four at random (`cfg.seed`), and returns the
+/// kept ones' pointers and a channel to the node for the run's control
+/// calls (compaction, statistics).
+fn load_and_fragment(
+    fabric: &ShmFabric,
+    cfg: &TimelineConfig,
+) -> Result<(Vec<ObjPtr>, Box<dyn RpcChannel>), BenchError> {
+    let all = {
+        let mut w = Worker::builder(fabric)
+            .config(RuntimeConfig {
+                seed: cfg.seed,
+                op_stats: false,
+                ..RuntimeConfig::default()
+            })
+            .tasks(corm_bench::LOADERS)
+            .build()?;
+        let (p, e) = (Rc::default(), Rc::default());
+        corm_bench::spawn_loader(&mut w, cfg.objects, cfg.size, Rc::clone(&p), Rc::clone(&e));
+        w.run();
+        corm_bench::loaded(&p, &e)?
+    };
+    let (mut kept, mut freed) = (Vec::new(), Vec::new());
+    for (i, &p) in all.iter().enumerate() {
+        if mix(cfg.seed ^ i as u64).is_multiple_of(4) {
+            kept.push(p);
+        } else {
+            freed.push(p);
+        }
+    }
+    corm_bench::free_all(fabric, cfg.seed, &freed)?;
+    if kept.is_empty() {
+        return Err(BenchError::Config("no object kept: raise --objects".into()));
+    }
+    Ok((kept, fabric.connect_rpc(0)?))
 }
 
 fn correction_name(c: Correction) -> &'static str {
@@ -522,6 +592,8 @@ mod tests {
             duration: Duration::from_millis(200),
             seed: 3,
             rtt: None,
+            compact_blocks: None,
+            pin: false,
         };
         let r = run(&cfg).unwrap();
         assert!(r.compaction.blocks_freed > 0, "{:?}", r.compaction);
@@ -534,5 +606,35 @@ mod tests {
             "{r:?}"
         );
         assert!(r.failed_direct_reads > 0, "moved objects were read");
+    }
+
+    /// A bounded compaction merges exactly its bound; pinning is applied
+    /// where the process has two CPUs, reported either way.
+    #[test]
+    fn a_bounded_pinned_timeline() {
+        let cfg = TimelineConfig {
+            read: ReadPath::Direct,
+            correction: Correction::Scan,
+            objects: 8000,
+            size: 32,
+            workers: 1,
+            bucket: Duration::from_millis(5),
+            compact_at: Duration::from_millis(30),
+            duration: Duration::from_millis(100),
+            seed: 5,
+            rtt: None,
+            compact_blocks: Some(5),
+            pin: true,
+        };
+        let r = run(&cfg).unwrap();
+        assert_eq!(r.compaction.blocks_freed, 5, "{:?}", r.compaction);
+        assert!(r.moved_fraction < 0.1, "{}", r.moved_fraction);
+        let cpus = crate::pin::allowed_cpus().unwrap().len();
+        assert_eq!(r.pinning.applied, cpus >= 2, "{:?}", r.pinning);
+        if r.pinning.applied {
+            assert_eq!(r.pinning.node_threads, 1);
+        }
+        assert_eq!(paper_blocks(PAPER_OBJECTS), PAPER_BLOCKS);
+        assert_eq!(paper_blocks(10), 1);
     }
 }

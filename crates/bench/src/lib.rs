@@ -32,6 +32,7 @@ pub mod harness;
 pub mod hashtable;
 pub mod io_consolidation;
 pub mod micro;
+pub mod pin;
 pub mod plot;
 pub mod report;
 pub mod rng;

@@ -154,6 +154,7 @@ fn fig12(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
                         warmup: Duration::from_millis(1),
                         seed: opts.seed,
                         rtt: None,
+                        pin: false,
                     };
                     let sim = SimConfig {
                         profile: opts.profile.clone(),

@@ -55,9 +55,11 @@ pub(crate) struct CormBenchArgs {
     /// file); CoRM's testbed was ConnectX-3.
     #[arg(long, default_value = "cx3-56g")]
     profile: String,
-    /// Objects in the store.
-    #[arg(long, default_value_t = 100_000)]
-    objects: usize,
+    /// Objects in the store (default 100000; --timeline: 2000000, a
+    /// quarter of the paper's Fig. 16 store, what this machine loads in
+    /// seconds).
+    #[arg(long)]
+    objects: Option<usize>,
     /// Payload bytes per object.
     #[arg(long, default_value = "32", value_parser = parse_size)]
     size: u64,
@@ -93,6 +95,12 @@ pub(crate) struct CormBenchArgs {
     /// each run and the mean and spread of their throughput.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// shm with an embedded node: pin each client thread to a CPU of its
+    /// own and the node's RPC workers (a compaction's leader among them)
+    /// to the remaining CPUs; not applied (and said so in the JSON's
+    /// `pinning`) when the process has too few CPUs.
+    #[arg(long)]
+    pin: bool,
     /// Write the result as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -109,6 +117,11 @@ pub(crate) struct CormBenchArgs {
     /// Timeline: when the compaction is asked for.
     #[arg(long, default_value = "300ms", value_parser = humantime::parse_duration, help_heading = "Timeline (--timeline)")]
     compact_at: Duration,
+    /// Timeline: source blocks the compaction merges away at most (0: all
+    /// it can). Default: the paper's 5,794 blocks of 8 M objects scaled to
+    /// --objects, so one compaction takes the same share of the store.
+    #[arg(long, help_heading = "Timeline (--timeline)")]
+    compact_blocks: Option<usize>,
     /// Timeline: length of a bucket of the series.
     #[arg(long, default_value = "10ms", value_parser = humantime::parse_duration, help_heading = "Timeline (--timeline)")]
     bucket: Duration,
@@ -151,6 +164,11 @@ fn latency(a: &CormBenchArgs) -> Res {
     if a.connect.is_some() {
         return Err(crate::bad_input(
             "--latency runs on an embedded node or the simulator (it compacts the store it loads); drop --connect",
+        ));
+    }
+    if a.pin {
+        return Err(crate::bad_input(
+            "--pin places the throughput modes' threads (the main run and --timeline); --latency runs one call at a time",
         ));
     }
     let sim = match a.backend.as_str() {
@@ -238,6 +256,7 @@ fn timeline(a: &CormBenchArgs) -> Res {
             "--timeline runs on shm; the simulator's is `dmkit sim reproduce corm-fig16`",
         ));
     }
+    let objects = a.objects.unwrap_or(TIMELINE_OBJECTS);
     let cfg = corm_timeline::TimelineConfig {
         read: match a.read {
             Read::Direct => ReadPath::Direct,
@@ -247,9 +266,17 @@ fn timeline(a: &CormBenchArgs) -> Res {
             CorrectionArg::Scan => Correction::Scan,
             CorrectionArg::Message => Correction::Message,
         },
-        objects: a.objects,
+        objects,
         size: u32::try_from(a.size).map_err(|_| "--size too large")?,
         workers: a.workers.unwrap_or(dmkit_memnode::DEFAULT_RPC_WORKERS),
+        compact_blocks: match a
+            .compact_blocks
+            .unwrap_or_else(|| corm_timeline::paper_blocks(objects))
+        {
+            0 => None,
+            n => Some(n),
+        },
+        pin: a.pin,
         bucket: a.bucket,
         compact_at: a.compact_at,
         duration: a.duration,
@@ -304,12 +331,27 @@ fn timeline(a: &CormBenchArgs) -> Res {
             name, p.ms, p.cpu_share, p.mops_per_cpu, p.scan_reads, p.retries
         );
     }
+    println!(
+        "compaction: {} blocks merged away (bound {}), {} objects moved = {:.4} of the kept (the paper's run: {:.4}); loaded in {:.1} s",
+        r.compaction.blocks_freed,
+        r.compact_blocks
+            .map(|n| n.to_string())
+            .unwrap_or_else(|| "none".into()),
+        r.compaction.objects_moved,
+        r.moved_fraction,
+        corm_timeline::PAPER_CORRECTED as f64 / (corm_timeline::PAPER_OBJECTS / 4) as f64,
+        r.load_seconds
+    );
+    print_placement(&r.pinning, r.load_average);
     if let Some(path) = &a.json {
         let provenance = harness::Provenance::new(a.seed, a.duration, Duration::ZERO, false);
         harness::write_json(path, &provenance, &r)?;
     }
     Ok(())
 }
+
+/// `--timeline`'s default store: a quarter of the paper's 8 M objects.
+const TIMELINE_OBJECTS: usize = 2_000_000;
 
 /// `--rtt` (zero: none), refused off shm.
 fn rtt(a: &CormBenchArgs) -> Result<Option<Duration>, String> {
@@ -369,7 +411,7 @@ pub(crate) fn bench_corm(a: CormBenchArgs) -> Res {
             Read::Rpc => ReadPath::Rpc,
         },
         read_percent: read_percent(&a.workload)?,
-        objects: a.objects,
+        objects: a.objects.unwrap_or(100_000),
         size: u32::try_from(a.size).map_err(|_| "--size too large")?,
         zipf: a.zipf,
         threads: a.threads,
@@ -382,6 +424,7 @@ pub(crate) fn bench_corm(a: CormBenchArgs) -> Res {
         warmup: a.warmup,
         seed: a.seed,
         rtt: rtt(&a)?,
+        pin: a.pin,
     };
     if cfg.duration.is_zero() {
         return Err(crate::bad_input("--duration must be longer than 0s"));
@@ -488,10 +531,25 @@ impl super::Run for corm_bench::CormBenchResult {
     }
 }
 
+/// Where the threads ran and how busy the machine was.
+fn print_placement(p: &dmkit_bench::pin::Pinning, load: Option<[f64; 3]>) {
+    let load = load
+        .map(|l| format!("{:.2} {:.2} {:.2}", l[0], l[1], l[2]))
+        .unwrap_or_else(|| "-".into());
+    match (p.applied, &p.note) {
+        (true, _) => println!(
+            "pinned: clients on CPU {:?}, the node's {} workers on CPU {:?}; load average {load}",
+            p.client_cpus, p.node_threads, p.node_cpus
+        ),
+        (false, Some(note)) => println!("{note}; load average {load}"),
+        (false, None) => println!("not pinned (--pin); load average {load}"),
+    }
+}
+
 fn print_row(r: &corm_bench::CormBenchResult, header: bool) {
     if header {
         println!(
-            "{:<6} {:>8} {:>8} {:>5} {:>7} {:>5} {:>7} {:>9} {:>8} {:>8} {:>12} {:>9} {:>10} {:>7} {:>11}",
+            "{:<6} {:>8} {:>8} {:>5} {:>7} {:>5} {:>7} {:>9} {:>8} {:>8} {:>12} {:>9} {:>10} {:>7} {:>11} {:>10} {:>7} {:>9}",
             "read",
             "workload",
             "objects",
@@ -506,11 +564,14 @@ fn print_row(r: &corm_bench::CormBenchResult, header: bool) {
             "live obj",
             "active KiB",
             "/ideal",
-            "compactions"
+            "compactions",
+            "RPC Mreq/s",
+            "cli CPU",
+            "cli µs/op"
         );
     }
     println!(
-        "{:<6} {:>8} {:>8} {:>5} {:>7} {:>5} {:>7} {:>9.4} {:>8.2} {:>8.2} {:>12.1} {:>9} {:>10} {:>7.3} {:>11}",
+        "{:<6} {:>8} {:>8} {:>5} {:>7} {:>5} {:>7} {:>9.4} {:>8.2} {:>8.2} {:>12.1} {:>9} {:>10} {:>7.3} {:>11} {:>10.4} {:>7} {:>9}",
         r.read,
         r.workload,
         r.objects,
@@ -525,6 +586,18 @@ fn print_row(r: &corm_bench::CormBenchResult, header: bool) {
         r.store.live_objects,
         r.store.active_bytes / 1024,
         r.active_over_ideal(),
-        r.store.compactions
+        r.store.compactions,
+        r.rpc_requests_per_s / 1e6,
+        r.client_cpu_share
+            .map(|x| format!("{x:.3}"))
+            .unwrap_or_else(|| "-".into()),
+        r.client_cpu_us_per_op
+            .map(|x| format!("{x:.3}"))
+            .unwrap_or_else(|| "-".into())
     );
+    if header {
+        if let Some(p) = &r.pinning {
+            print_placement(p, r.load_average);
+        }
+    }
 }

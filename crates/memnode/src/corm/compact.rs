@@ -29,7 +29,9 @@
 //!    - unlocks the copies, ends the moving mark, returns `A`'s memory to
 //!      the OS, and releases `A`'s addresses no live object is homed at.
 //!
-//! The leader keeps the merged blocks (as CoRM's leader does).
+//! The leader keeps the merged blocks (as CoRM's leader does). A policy's
+//! `max_merges` ends the compaction once that many sources were merged
+//! away (CoRM §4.3.2's "upper bound on the number of compacted blocks").
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -213,9 +215,15 @@ impl Worker {
             n => n,
         };
         let mut done = 0;
+        let bound = match sh.cfg.policy.max_merges {
+            0 => u64::MAX,
+            n => n as u64,
+        };
         while done < limit {
             let cj = self.compaction.as_mut().expect("running");
-            let Some(&c) = cj.classes.get(cj.next_class) else {
+            // Every class done, or the policy's bound on merges reached.
+            let next = cj.classes.get(cj.next_class).filter(|_| cj.report.blocks_freed < bound);
+            let Some(&c) = next else {
                 let ns = t.elapsed().as_nanos() as u64;
                 self.compaction
                     .as_mut()

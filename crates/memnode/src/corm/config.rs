@@ -36,6 +36,11 @@ pub struct Policy {
     /// CoRM's leader does). Bounds a compaction of many blocks that mostly
     /// clash: without it, O(blocks²) id comparisons.
     pub candidates_per_source: usize,
+    /// Source blocks one compaction merges away at most (0 = no bound):
+    /// the upper bound on compacted blocks CoRM §4.3.2 names as the way to
+    /// shorten a compaction; the rest stays for the next one.
+    #[serde(default)]
+    pub max_merges: usize,
 }
 
 impl Default for Policy {
@@ -46,6 +51,7 @@ impl Default for Policy {
             collect_max_fill: 1.0,
             merges_per_step: 64,
             candidates_per_source: 1024,
+            max_merges: 0,
         }
     }
 }

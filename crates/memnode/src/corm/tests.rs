@@ -251,6 +251,28 @@ fn compaction_returns_memory_and_keeps_every_object_reachable() {
     }
 }
 
+/// `max_merges` bounds one compaction's merges; the next compaction
+/// continues where it stopped, and every object stays reachable.
+#[test]
+fn a_bounded_compaction_merges_at_most_its_bound_and_the_next_continues() {
+    let mut unbounded =
+        Cluster::new(node(64), cfg(2, Strategy::Corm(16), Correction::Scan)).unwrap();
+    fragment(&mut unbounded, 200, 600, 6, 7);
+    let all = compact(&mut unbounded, 1).blocks_freed;
+    assert!(all > 4, "the fragmented store has several merges to do: {all}");
+    let mut bounded = cfg(2, Strategy::Corm(16), Correction::Scan);
+    bounded.policy.max_merges = 2;
+    let mut c = Cluster::new(node(64), bounded).unwrap();
+    let objs = fragment(&mut c, 200, 600, 6, 7);
+    for _ in 0..2 {
+        let r = compact(&mut c, 1);
+        assert_eq!(r.blocks_freed, 2, "{r:?}");
+        c.check().unwrap();
+    }
+    all_readable(&mut c, &objs);
+    c.check().unwrap();
+}
+
 /// `live_pointers` lists each live object once, from memory alone (also
 /// after compaction moved objects and aliased addresses), and its pointers
 /// work: an object whose pointer was lost is found and freed.

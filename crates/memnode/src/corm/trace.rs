@@ -520,6 +520,7 @@ fn pass(
             collect_max_fill: 1.0,
             merges_per_step: 0,
             candidates_per_source: Policy::default().candidates_per_source,
+            max_merges: 0,
         },
         virtual_bytes: vblocks * bs,
         max_active_bytes: None,
