@@ -351,10 +351,14 @@ pub fn run(cfg: &TimelineConfig) -> Result<TimelineResult, BenchError> {
         },
     )?;
     // Load (LOADERS tasks in flight), then free three of four at random.
-    let (kept, mut ch) = load_and_fragment(&fabric, cfg)?;
-    let load_seconds = wall.elapsed().as_secs_f64();
+    // The node's workers start with its first channel; placed from then
+    // on, the loading (this thread) runs apart from them too.
+    let mut ch = fabric.connect_rpc(0)?;
     let mut pinning = crate::pin::Pinning::plan(cfg.pin, 1)?;
     pinning.place_node_workers(cfg.workers)?;
+    pinning.place_client(0)?;
+    let kept = load_and_fragment(&fabric, cfg)?;
+    let load_seconds = wall.elapsed().as_secs_f64();
     let active_before = active_bytes(&mut *ch)?;
     let bucket_ns = cfg.bucket.as_nanos() as u64;
     let buckets = (cfg.duration.as_nanos() as u64).div_ceil(bucket_ns) as usize;
@@ -523,12 +527,8 @@ pub fn run(cfg: &TimelineConfig) -> Result<TimelineResult, BenchError> {
 
 /// Loads `cfg.objects` objects with [`corm_bench::LOADERS`] tasks in
 /// flight, frees three of four at random (`cfg.seed`), and returns the
-/// kept ones' pointers and a channel to the node for the run's control
-/// calls (compaction, statistics).
-fn load_and_fragment(
-    fabric: &ShmFabric,
-    cfg: &TimelineConfig,
-) -> Result<(Vec<ObjPtr>, Box<dyn RpcChannel>), BenchError> {
+/// kept ones' pointers.
+fn load_and_fragment(fabric: &ShmFabric, cfg: &TimelineConfig) -> Result<Vec<ObjPtr>, BenchError> {
     let all = {
         let mut w = Worker::builder(fabric)
             .config(RuntimeConfig {
@@ -555,7 +555,7 @@ fn load_and_fragment(
     if kept.is_empty() {
         return Err(BenchError::Config("no object kept: raise --objects".into()));
     }
-    Ok((kept, fabric.connect_rpc(0)?))
+    Ok(kept)
 }
 
 fn correction_name(c: Correction) -> &'static str {
