@@ -90,35 +90,46 @@ impl Pinning {
 
     /// Places every RPC worker thread of the process's embedded nodes on
     /// the node's CPUs; at least `expected` must exist (they start with
-    /// the node's first channel).
+    /// the node's first channel, and name themselves once running: the
+    /// search waits up to a second for them).
     pub fn place_node_workers(&mut self, expected: usize) -> Result<(), BenchError> {
         if !self.applied {
             return Ok(());
         }
-        let mut n = 0;
-        let tasks = std::fs::read_dir("/proc/self/task")
-            .map_err(|e| BenchError::Run(format!("listing /proc/self/task: {e}")))?;
-        for t in tasks.flatten() {
-            let Ok(name) = std::fs::read_to_string(t.path().join("comm")) else {
-                continue;
-            };
-            if !name.starts_with(NODE_WORKER) {
-                continue;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        let tids = loop {
+            let tids = node_worker_tids()?;
+            if tids.len() >= expected || std::time::Instant::now() >= deadline {
+                break tids;
             }
-            let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-                continue;
-            };
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        for &tid in &tids {
             set(Pid::from_raw(tid), &self.node_cpus)?;
-            n += 1;
         }
-        self.node_threads = n;
-        if n < expected {
+        self.node_threads = tids.len();
+        if tids.len() < expected {
             return Err(BenchError::Run(format!(
-                "pinning: found {n} of the node's {expected} RPC worker threads"
+                "pinning: found {} of the node's {expected} RPC worker threads",
+                tids.len()
             )));
         }
         Ok(())
     }
+}
+
+/// The thread ids of this process's memory-node RPC workers.
+fn node_worker_tids() -> Result<Vec<i32>, BenchError> {
+    let tasks = std::fs::read_dir("/proc/self/task")
+        .map_err(|e| BenchError::Run(format!("listing /proc/self/task: {e}")))?;
+    Ok(tasks
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm"))
+                .is_ok_and(|name| name.starts_with(NODE_WORKER))
+        })
+        .filter_map(|t| t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+        .collect())
 }
 
 /// The CPUs this process may run on, ascending.
