@@ -197,6 +197,7 @@ fn bench_corm_runs_against_a_corm_memnode_and_leaves_its_store_empty() {
         (vec!["--timeline"], "--timeline"),
         (vec!["--backend", "sim"], "simulator"),
         (vec!["--backend", "verbs"], "unix:PATH"),
+        (vec!["--pin"], "--pin"),
     ] {
         let mut all = vec!["bench", "corm", "--connect", &node.target];
         all.extend(args);
@@ -214,6 +215,14 @@ fn bench_corm_runs_against_a_corm_memnode_and_leaves_its_store_empty() {
         let (code, err) = dmkit_fails(&all);
         assert_eq!(code, Some(2), "{all:?}: {err}");
         assert!(err.contains("--rtt"), "{all:?}: {err}");
+    }
+    // Thread placement is for the shm throughput modes.
+    for mode in [&["--backend", "sim"][..], &["--latency"]] {
+        let mut all = vec!["bench", "corm", "--pin"];
+        all.extend(mode);
+        let (code, err) = dmkit_fails(&all);
+        assert_eq!(code, Some(2), "{all:?}: {err}");
+        assert!(err.contains("--pin"), "{all:?}: {err}");
     }
 }
 

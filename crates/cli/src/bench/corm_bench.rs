@@ -383,6 +383,12 @@ pub(crate) fn bench_corm(a: CormBenchArgs) -> Res {
             "--latency and --timeline are separate modes",
         ));
     }
+    if a.pin && !a.latency && (a.connect.is_some() || a.backend != "shm") {
+        return Err(crate::bad_input(
+            "--pin places the threads of a run on an embedded shm node; a node process is \
+             placed by its launcher (e.g. taskset), the simulator's cores are modelled",
+        ));
+    }
     if a.latency {
         return latency(&a);
     }
