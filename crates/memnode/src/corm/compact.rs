@@ -222,7 +222,10 @@ impl Worker {
         while done < limit {
             let cj = self.compaction.as_mut().expect("running");
             // Every class done, or the policy's bound on merges reached.
-            let next = cj.classes.get(cj.next_class).filter(|_| cj.report.blocks_freed < bound);
+            let next = cj
+                .classes
+                .get(cj.next_class)
+                .filter(|_| cj.report.blocks_freed < bound);
             let Some(&c) = next else {
                 let ns = t.elapsed().as_nanos() as u64;
                 self.compaction

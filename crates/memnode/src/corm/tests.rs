@@ -259,7 +259,10 @@ fn a_bounded_compaction_merges_at_most_its_bound_and_the_next_continues() {
         Cluster::new(node(64), cfg(2, Strategy::Corm(16), Correction::Scan)).unwrap();
     fragment(&mut unbounded, 200, 600, 6, 7);
     let all = compact(&mut unbounded, 1).blocks_freed;
-    assert!(all > 4, "the fragmented store has several merges to do: {all}");
+    assert!(
+        all > 4,
+        "the fragmented store has several merges to do: {all}"
+    );
     let mut bounded = cfg(2, Strategy::Corm(16), Correction::Scan);
     bounded.policy.max_merges = 2;
     let mut c = Cluster::new(node(64), bounded).unwrap();
