@@ -356,6 +356,7 @@ pub fn run(cfg: &TimelineConfig) -> Result<TimelineResult, BenchError> {
     let mut ch = fabric.connect_rpc(0)?;
     let mut pinning = crate::pin::Pinning::plan(cfg.pin, 1)?;
     pinning.place_node_workers(cfg.workers)?;
+    let _restore = pinning.restore_on_drop();
     pinning.place_client(0)?;
     let kept = load_and_fragment(&fabric, cfg)?;
     let load_seconds = wall.elapsed().as_secs_f64();
@@ -626,13 +627,19 @@ mod tests {
             compact_blocks: Some(5),
             pin: true,
         };
+        let cpus = crate::pin::allowed_cpus().unwrap().len();
         let r = run(&cfg).unwrap();
         assert_eq!(r.compaction.blocks_freed, 5, "{:?}", r.compaction);
         assert!(r.moved_fraction < 0.1, "{}", r.moved_fraction);
-        let cpus = crate::pin::allowed_cpus().unwrap().len();
+        assert_eq!(
+            crate::pin::allowed_cpus().unwrap().len(),
+            cpus,
+            "the calling thread got its CPUs back"
+        );
         assert_eq!(r.pinning.applied, cpus >= 2, "{:?}", r.pinning);
         if r.pinning.applied {
-            assert_eq!(r.pinning.node_threads, 1);
+            // Its node's one worker (other tests' nodes may run beside it).
+            assert!(r.pinning.node_threads >= 1, "{:?}", r.pinning);
         }
         assert_eq!(paper_blocks(PAPER_OBJECTS), PAPER_BLOCKS);
         assert_eq!(paper_blocks(10), 1);

@@ -118,6 +118,27 @@ impl Pinning {
     }
 }
 
+/// Gives the thread that made it back the CPUs it had (those of the
+/// plan's `cpus`) when dropped: a run that placed its calling thread
+/// leaves it as it found it.
+pub struct Restore(Option<Vec<usize>>);
+
+impl Pinning {
+    /// A guard that, dropped on this thread, returns it to every CPU the
+    /// process had (nothing when the plan is not applied).
+    pub fn restore_on_drop(&self) -> Restore {
+        Restore(self.applied.then(|| self.cpus.clone()))
+    }
+}
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        if let Some(cpus) = &self.0 {
+            let _ = set(Pid::from_raw(0), cpus);
+        }
+    }
+}
+
 /// The thread ids of this process's memory-node RPC workers.
 fn node_worker_tids() -> Result<Vec<i32>, BenchError> {
     let tasks = std::fs::read_dir("/proc/self/task")
