@@ -596,6 +596,7 @@ fn fig12(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
                 duration: Duration::from_micros(if opts.quick { 200 } else { 1000 }),
                 warmup: Duration::from_micros(200),
                 seed: opts.seed,
+                versions: dmkit_apps::hashtable::DEFAULT_VERSIONS,
             };
             let cfg = crate::hashtable::config(step, &run);
             let sim = crate::hashtable::sim_config(
