@@ -17,12 +17,23 @@ use dmkit_race::{RaceClient, RaceConfig, RaceTable};
 use dmkit_runtime::{RuntimeConfig, Worker};
 use dmkit_sim::{Faults, Profile, Sim, SimConfig};
 
+/// Sets the flag when dropped (also when its task panics).
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 fn mv(versions: u32) -> RaceConfig {
     RaceConfig {
         groups: 4,
         max_key: 32,
         max_value: 64,
-        grace: 1_000_000,
+        // Long enough that a descheduled writer on a loaded machine rarely
+        // stalls past half of it (it would update out of place).
+        grace: 20_000_000,
         chunk_bytes: 256 << 10,
         cold_versions: versions,
         lease: LeaseConfig {
@@ -31,26 +42,6 @@ fn mv(versions: u32) -> RaceConfig {
         },
         ..Default::default()
     }
-}
-
-/// The versions the hot keys' blocks handed out beyond their first `k`:
-/// proof that updates took the FAA-and-WRITE path.
-fn versions_taken(f: &dyn Fabric, table: &Arc<RaceTable>, hot: u64, k: u32) -> u64 {
-    let (n, _) = on_worker(f, &table.client(98_765), move |ctx, c| async move {
-        let mut n = 0;
-        for i in 0..hot {
-            if let Some(v) = c
-                .versions_taken(&ctx, format!("hot-{i}").as_bytes())
-                .await
-                .unwrap()
-            {
-                assert!(v >= k as u64, "a block starts at version {k}");
-                n += v - k as u64;
-            }
-        }
-        n
-    });
-    n
 }
 
 #[test]
@@ -87,22 +78,18 @@ fn concurrent_threads_are_linearizable_on_multi_version_entries() {
             seed,
             client_base: 0,
         };
-        let taken = Arc::new(AtomicU64::new(0));
-        let t = taken.clone();
+        // (Deletes and re-inserts of the contended keys start fresh blocks,
+        // so the versions left on them at the end say little; which path
+        // updates took is asserted by the other tests' counters.)
         let conflicts = conformance::linearizable_threads::<RaceTable>(
             conformance::shm_fabric(2, 64 << 20),
             mv(k),
             &sc,
-            move |f, table| t.store(versions_taken(f, table, 3, k), Ordering::Relaxed),
+            |_, _| {},
         );
         assert!(
             conflicts > 20,
             "K={k}: contended keys must conflict: {conflicts}"
-        );
-        assert!(
-            taken.load(Ordering::Relaxed) > 100,
-            "K={k}: updates must take versions: {}",
-            taken.load(Ordering::Relaxed)
         );
     }
 }
@@ -118,36 +105,52 @@ fn readers_racing_writers_never_see_a_mix() {
     on_worker(f.as_ref(), &table.client(1), move |ctx, c| async move {
         assert!(c.insert(&ctx, &k2, &[0u8; 64]).await.unwrap());
     });
-    let stop = AtomicBool::new(false);
-    let reads = AtomicU64::new(0);
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicU64::new(0));
+    let fast = Arc::new(AtomicU64::new(0));
     std::thread::scope(|s| {
         for w in 0..2u64 {
-            let (f, table, key, stop) = (f.clone(), table.clone(), key.clone(), &stop);
+            let (f, table, key, stop, fast) = (
+                f.clone(),
+                table.clone(),
+                key.clone(),
+                stop.clone(),
+                fast.clone(),
+            );
             s.spawn(move || {
                 on_worker(
                     f.as_ref(),
                     &table.client(10 + w),
                     move |ctx, c| async move {
+                        // The readers stop when a writer is done, or fails.
+                        let _stop = StopOnDrop(stop);
                         let mut b = 1u8 + w as u8;
                         for _ in 0..3000 {
                             let len = 8 + (b as usize % 7) * 8;
                             assert!(c.update(&ctx, &key, &vec![b; len]).await.unwrap());
                             b = b.wrapping_add(2).max(1);
                         }
-                        stop.store(true, Ordering::Relaxed);
+                        fast.fetch_add(c.counters().mv_writes, Ordering::Relaxed);
                     },
                 );
             });
         }
         for r in 0..2u64 {
-            let (f, table, key, stop, reads) =
-                (f.clone(), table.clone(), key.clone(), &stop, &reads);
+            let (f, table, key, stop, reads) = (
+                f.clone(),
+                table.clone(),
+                key.clone(),
+                stop.clone(),
+                reads.clone(),
+            );
             s.spawn(move || {
                 on_worker(
                     f.as_ref(),
                     &table.client(20 + r),
                     move |ctx, c| async move {
-                        while !stop.load(Ordering::Relaxed) {
+                        let mut mine = 0;
+                        while !stop.load(Ordering::Relaxed) || mine < 200 {
+                            mine += 1;
                             let v = c.search(&ctx, &key).await.unwrap().expect("present");
                             assert!(
                                 v.iter().all(|&x| x == v[0]) && v.len() % 8 == 0,
@@ -160,13 +163,16 @@ fn readers_racing_writers_never_see_a_mix() {
             });
         }
     });
-    assert!(reads.load(Ordering::Relaxed) > 100);
-    let t = versions_taken(f.as_ref(), &table, 0, 2);
-    assert_eq!(t, 0);
+    assert!(reads.load(Ordering::Relaxed) >= 400);
+    let fast = fast.load(Ordering::Relaxed);
+    assert!(
+        fast > 3000,
+        "most updates took the FAA-and-WRITE path: {fast}"
+    );
     let (v, _) = on_worker(f.as_ref(), &table.client(2), move |ctx, c| async move {
         c.versions_taken(&ctx, b"the-key").await.unwrap()
     });
-    assert!(v.unwrap() > 2 + 3000, "most updates took a version: {v:?}");
+    assert!(v.is_some_and(|v| v >= 2), "a multi-version block: {v:?}");
     table.destroy().unwrap();
 }
 
@@ -208,7 +214,16 @@ fn sim_seed(seed: u64, k: u32) -> (u64, u64, u64) {
     })
     .unwrap();
     let f = sim.dyn_fabric();
-    let table = RaceTable::create(f.clone(), "mv-sim", mv(k)).unwrap();
+    let mut cfg = mv(k);
+    // Every other seed without the client cache (every update then
+    // starts from the buckets), every third with a short grace period.
+    if seed % 2 == 1 {
+        cfg.cache_entries = 0;
+    }
+    if seed % 3 == 1 {
+        cfg.grace = 1_000_000;
+    }
+    let table = RaceTable::create(f.clone(), "mv-sim", cfg).unwrap();
     let sc = StressConfig {
         workers: 2 + (seed % 3) as usize,
         tasks: 2 + (seed % 4) as usize,
@@ -305,4 +320,16 @@ fn simulator_seeds_with_faults_are_linearizable_on_multi_version_entries() {
         waits > 0,
         "some writer must wait for its slot's previous version"
     );
+}
+
+/// A longer soak over seeds (not in CI): `MV_SOAK_SEEDS=N` seeds from
+/// `MV_SOAK_FIRST` (default 100), K from 2 to 5.
+#[test]
+#[ignore = "a soak; run with MV_SOAK_SEEDS=N"]
+fn soak_multi_version_entries_over_seeds() {
+    let n: u64 = std::env::var("MV_SOAK_SEEDS").map_or(50, |v| v.parse().unwrap());
+    let first: u64 = std::env::var("MV_SOAK_FIRST").map_or(100, |v| v.parse().unwrap());
+    for seed in first..first + n {
+        sim_seed(seed, 2 + (seed % 4) as u32);
+    }
 }

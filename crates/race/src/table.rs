@@ -1435,13 +1435,18 @@ impl RaceClient {
                         .iter()
                         .find(|(_, s)| s.block_bytes() == want)
                         .copied();
+                    // Without the subtable header, only a slot that is not
+                    // frozen shows the key present (see `locate`): a frozen
+                    // one may be a split's leftover of a key since deleted
+                    // from its new subtable.
+                    let first = first.filter(|(_, s)| !s.moved());
                     match first {
                         Some(c) if scan.headers_ok => c,
                         _ => return Ok(None),
                     }
                 }
             };
-            if slot.block_bytes() != want {
+            if slot.block_bytes() != want || slot.moved() {
                 self.cache_drop(h);
                 return Ok(None);
             }
@@ -1966,7 +1971,12 @@ impl RaceClient {
         resumed: bool,
     ) -> Result<Vec<(u64, u64)>, IndexError> {
         let (geo, bulk) = (self.t.geo, self.sc().bulk);
-        let prefix = (BLOCK_HEADER + self.t.cfg.max_key).next_multiple_of(8);
+        let head = if self.t.cfg.cold_versions > 0 {
+            MV_HEADER
+        } else {
+            BLOCK_HEADER
+        };
+        let prefix = (head + self.t.cfg.max_key).next_multiple_of(8);
         let half = SCRATCH / 2;
         let (groups_at, keys_at) = (bulk.prefix(half), bulk.skip(half));
         let per_piece = (half as u64 / GROUP_BYTES).max(1);
