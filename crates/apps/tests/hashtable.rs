@@ -209,7 +209,7 @@ fn sim_seed(seed: u64, k: u32) -> (u64, u64, u64) {
         page_size: 4096,
         seed,
         faults: Faults::consistency(),
-        in_order_write: seed % 2 == 0,
+        in_order_write: seed.is_multiple_of(2),
         ..SimConfig::default()
     })
     .unwrap();
@@ -307,7 +307,7 @@ fn sim_seed(seed: u64, k: u32) -> (u64, u64, u64) {
 fn simulator_seeds_with_faults_are_linearizable_on_multi_version_entries() {
     let (mut writes, mut waits) = (0, 0);
     for seed in 1..=12u64 {
-        let k = if seed % 3 == 0 { 4 } else { 2 };
+        let k = if seed.is_multiple_of(3) { 4 } else { 2 };
         let (w, _slow, wa) = sim_seed(seed, k);
         writes += w;
         waits += wa;
