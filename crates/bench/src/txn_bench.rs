@@ -160,6 +160,8 @@ pub struct TxnResult {
     pub backup_reads: bool,
     /// Coalescent commit.
     pub coalescent_commit: bool,
+    /// Absent keys' would-be slots in the address cache.
+    pub cache_absent: bool,
     /// Copies of every record.
     pub replicas: usize,
     /// Only read-only types were drawn.
@@ -365,6 +367,7 @@ fn run_peer<W: Workload + 'static>(
             hitchhike: cfg.txn.hitchhike,
             backup_reads: cfg.txn.backup_reads,
             coalescent_commit: cfg.txn.coalescent_commit,
+            cache_absent: cfg.txn.cache_absent,
             replicas: cfg.txn.replicas,
             read_only: cfg.read_only,
             idle_us: cfg.idle.as_nanos() as f64 / 1000.0,

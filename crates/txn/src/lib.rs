@@ -108,7 +108,7 @@ pub mod recovery;
 pub mod txn;
 pub mod workload;
 
-pub use cache::SlotCache;
+pub use cache::{Cached, SlotCache};
 pub use check::{check_serializable, Restore};
 pub use db::{Database, Row, TableId, TableSpec, TxnConfig};
 pub use error::{AbortReason, CrashPoint, TxnError};
