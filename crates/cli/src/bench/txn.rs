@@ -229,6 +229,16 @@ fn print_txn(r: &TxnResult) {
     if let (Some(l), Some(x)) = (r.local_attempted_per_s, r.vs_local) {
         println!("  local peer: {l:.0} txn/s; remote/local {x:.3}");
     }
+    if let (Some(r), Some(l), Some(x)) = (
+        r.attempted_per_cpu_s,
+        r.local_attempted_per_cpu_s,
+        r.vs_local_cpu,
+    ) {
+        println!(
+            "  per CPU second of the threads: remote {r:.0}, local {l:.0} attempted; \
+             remote/local {x:.3}"
+        );
+    }
     for t in &r.types {
         println!(
             "  {:<22} attempted {:>9} committed {:>9} abort rate {:.3}",
