@@ -82,7 +82,7 @@ fn scenario<W: Workload + 'static>(seed: u64, r: &mut Rng, w: W) -> Result<Passe
         backup_reads: r.below(2) == 0,
         coalescent_commit: r.below(2) == 0,
         // Drawn apart, so the other draws stay those of the seed.
-        cache_absent: Rng::new(seed ^ 0xAB5E_17).below(2) == 0,
+        cache_absent: Rng::new(seed ^ 0x00AB_5E17).below(2) == 0,
         max_coordinators: 64,
         lease: LEASE,
         ..TxnConfig::default()
