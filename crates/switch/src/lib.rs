@@ -112,6 +112,7 @@
 pub mod caswrite;
 pub mod clover;
 pub mod hub;
+pub mod mux;
 pub mod onwire;
 pub mod ownqp;
 pub mod packet;
