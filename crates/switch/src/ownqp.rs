@@ -1,7 +1,8 @@
 //! The switch's own identity on the RoCE network and its own queue pair
 //! on the memory node: step 1 of multiplexing (the crate's docs, "CAS→WRITE
-//! and multiplexing on the wire"), built and probed, with steps 2–4 (moving
-//! clients' requests onto it) not built.
+//! and multiplexing on the wire"); [`crate::mux`] moves clients' requests
+//! onto it (then the switch answers ARP only, [`OwnQp::arp_only`], and
+//! sends no probes of its own).
 //!
 //! The switch answers ARP for an IPv4 address of its own (`dmkit switch
 //! --switch-ip`) with a MAC of its own (locally administered, derived from
