@@ -1863,8 +1863,13 @@ fn switch_refuses_what_cas_to_write_and_mux_cannot_do() {
     assert!(e.contains("--mux-mtu"), "{e}");
     // Every check passed: what stops it now is the verbs control protocol
     // this build lacks (the guests' build has it: tools/softroce/multi.sh).
-    let (_, e) = dmkit_fails(&with(&[&mux[..], &["--cas-to-write", "--mux-mtu", "4096"]].concat()));
-    assert!(e.contains("--switch-ip") && e.contains("dmkit/verbs"), "{e}");
+    let (_, e) = dmkit_fails(&with(
+        &[&mux[..], &["--cas-to-write", "--mux-mtu", "4096"]].concat(),
+    ));
+    assert!(
+        e.contains("--switch-ip") && e.contains("dmkit/verbs"),
+        "{e}"
+    );
     let (_, e) = dmkit_fails(&with(&["--switch-ip", "10.0.0.254"]));
     assert!(e.contains("--switch-ip needs --server"), "{e}");
 }

@@ -35,7 +35,11 @@
 //!   interleave on the switch's one queue pair: while one is under way the
 //!   other connections' requests wait in the switch.
 //! - SENDs are not moved (the switch's queue pair has no receive queue
-//!   worth the name): a moved connection's SEND is dropped and counted.
+//!   for them): a connection that sends a SEND before it moves stays on
+//!   its own QP for good (dmkit's RPC QPs send nothing else); a moved
+//!   connection's SEND is dropped and counted. The node's own requests
+//!   (an RPC reply's SEND) and the clients' responses to them pass as
+//!   they are.
 //!
 //! Retransmissions: a client's retransmission of a moved request is sent
 //! again at its switch PSN if the node has not answered it (the node
@@ -131,6 +135,8 @@ pub struct MuxStats {
     pub naks: u64,
     /// Responses on the switch's queue pair at a PSN the log lacks.
     pub unmatched: u64,
+    /// Connections kept on their own QP: they sent a SEND before moving.
+    pub pinned: u64,
     /// SENDs of moved connections (not movable): dropped.
     pub sends_dropped: u64,
     /// CASes on moved connections.
@@ -193,6 +199,8 @@ struct Conn {
     /// Last PSN of the newest direct request, and whether it is answered.
     direct_last: Option<u32>,
     direct_done: bool,
+    /// It sent a SEND before it moved: it never moves.
+    pinned: bool,
     /// Requests waiting in the switch, in order (tag, frame).
     queue: VecDeque<(usize, Vec<u8>)>,
     /// Direct requests touching words, unanswered: (last PSN, word).
@@ -309,16 +317,21 @@ impl MuxWire {
         tag: usize,
         out: &mut Vec<(usize, Vec<u8>)>,
     ) {
+        let response = is_response(p.bth.opcode);
         if p.ip.source == self.server {
             self.node_mac = Some(p.eth.source);
             if p.ip.destination == self.ip {
                 self.own_response(p, tag, out);
-            } else {
+            } else if response {
                 self.direct_response(p, raw, tag, out);
+            } else {
+                // The node's own request (an RPC reply's SEND): its QP's.
+                out.push((tag, raw.to_vec()));
             }
-        } else if p.ip.destination == self.server {
+        } else if p.ip.destination == self.server && !response {
             self.request(p, raw, tag, out);
         } else {
+            // Not to the node, or a client's response to the node's request.
             out.push((tag, raw.to_vec()));
         }
     }
@@ -337,6 +350,7 @@ impl MuxWire {
                     newest: None,
                     direct_last: None,
                     direct_done: true,
+                    pinned: false,
                     queue: VecDeque::new(),
                     direct_words: Vec::new(),
                 },
@@ -357,6 +371,24 @@ impl MuxWire {
             return self.retransmission(key, p, raw, tag, out);
         }
         c.newest = Some(last);
+        // A connection that sends SENDs stays on its own QP (the switch's
+        // has no receive queue for them); one already moved cannot.
+        if is_send(p.bth.opcode) && !matches!(c.phase, Phase::Moved { .. }) {
+            let first = !c.pinned;
+            c.pinned = true;
+            if c.phase == Phase::Draining {
+                c.phase = Phase::Direct;
+            }
+            let queued = !c.queue.is_empty();
+            if queued {
+                c.queue.push_back((tag, raw.to_vec()));
+            }
+            self.stats.pinned += u64::from(first);
+            if queued {
+                return self.flush(key, out);
+            }
+        }
+        let c = self.conns.get_mut(&key).expect("known");
         // Behind its own waiting requests.
         if !c.queue.is_empty() {
             c.queue.push_back((tag, raw.to_vec()));
@@ -364,6 +396,7 @@ impl MuxWire {
             return;
         }
         if c.phase == Phase::Direct
+            && !c.pinned
             && c.qpn.is_some()
             && self.remote.is_some()
             && self.node_mac.is_some()
@@ -1035,6 +1068,19 @@ impl MuxWire {
             .map(|(k, _)| *k)
             .collect()
     }
+}
+
+/// A responder's opcode (READ responses, ACK, atomic ACK).
+fn is_response(op: u8) -> bool {
+    (opcode::READ_RESPONSE_FIRST..=opcode::ATOMIC_ACKNOWLEDGE).contains(&op)
+}
+
+/// A SEND of any kind.
+fn is_send(op: u8) -> bool {
+    matches!(
+        op,
+        opcode::SEND_FIRST..=opcode::SEND_ONLY_IMM | opcode::SEND_LAST_INV | opcode::SEND_ONLY_INV
+    )
 }
 
 fn seal(p: &mut RocePacket) -> Option<Vec<u8>> {

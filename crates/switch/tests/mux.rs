@@ -577,3 +577,53 @@ fn a_direct_request_to_a_word_waits_while_moved_ones_are_unanswered() {
     let out = r.cas(A, 13, 0, 1);
     assert_eq!(out[0].bth.opcode, opcode::COMPARE_SWAP);
 }
+
+#[test]
+fn a_connection_that_sends_sends_stays_on_its_own_qp() {
+    let mut r = Rig::new(false);
+    let mut send = r.from_client(r.write.clone(), A, 40);
+    send.bth.opcode = opcode::SEND_ONLY;
+    send.ext = Ext::None;
+    let out = r.feed(send.clone());
+    assert_eq!((out[0].ip.source, out[0].bth.dest_qp), (A, NQ_A));
+    r.answer(A, 40, 0x1F, None);
+    // Paired now, but it sent a SEND: its next requests stay direct.
+    let out = r.write(A, 41, 1);
+    assert_eq!(
+        (out[0].ip.source, out[0].bth.dest_qp, out[0].bth.psn),
+        (A, NQ_A, 41)
+    );
+    send.bth.psn = 42;
+    let out = r.feed(send);
+    assert_eq!((out[0].ip.source, out[0].bth.dest_qp), (A, NQ_A));
+    // The node's own SEND to A (an RPC reply) and A's ACK of it pass as
+    // they are, and do not pair or drain anything.
+    let mut reply = r.ack.clone();
+    reply.eth.source = NODE_MAC;
+    reply.eth.destination = mac(A);
+    reply.ip.source = SERVER;
+    reply.ip.destination = A;
+    reply.bth.opcode = opcode::SEND_ONLY;
+    reply.bth.dest_qp = QP_A;
+    reply.bth.psn = 900;
+    reply.ext = Ext::None;
+    let out = r.feed(reply.clone());
+    assert_eq!(out.len(), 1);
+    assert_eq!(
+        (out[0].bth.opcode, out[0].bth.psn),
+        (opcode::SEND_ONLY, 900)
+    );
+    let mut ack = r.from_client(r.ack.clone(), A, 900);
+    ack.ext = Ext::Aeth {
+        syndrome: 0x1F,
+        msn: 1,
+    };
+    let out = r.feed(ack);
+    assert_eq!(
+        (out[0].bth.opcode, out[0].ip.source),
+        (opcode::ACKNOWLEDGE, A)
+    );
+    let s = r.sw.stats();
+    assert_eq!((s.moved, s.mapped, s.pinned, s.sends_dropped), (0, 0, 1, 0));
+    assert!(r.sw.moved().is_empty());
+}
