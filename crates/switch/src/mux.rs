@@ -30,10 +30,15 @@
 //!   makes it retry a READ or an atomic, `rxe_comp.c`, `check_psn`); the
 //!   requests meanwhile wait in the switch.
 //! - `rxe_resp.c`, `check_op_seq`: after a WRITE FIRST or MIDDLE a QP
-//!   takes only a WRITE MIDDLE or LAST (anything else is a class C error
-//!   that breaks the QP). Two clients' multi-packet WRITEs must not
-//!   interleave on the switch's one queue pair: while one is under way the
-//!   other connections' requests wait in the switch.
+//!   takes only a WRITE MIDDLE or LAST, and a MIDDLE or LAST only after
+//!   a FIRST or MIDDLE (anything else is a class C error, NAK invalid
+//!   request, that breaks the QP). Two clients' multi-packet WRITEs must
+//!   not interleave on the switch's one queue pair: while one is under way
+//!   the other connections' requests wait in the switch. And a connection
+//!   moves only at a message's first packet: rxe's requester asks for an
+//!   ACK every 64 packets of a long WRITE, so the response that pairs a
+//!   connection may come mid-message (a first run on the guests moved a
+//!   WRITE MIDDLE that way, and the node NAKed it as an invalid request).
 //! - SENDs are not moved (the switch's queue pair has no receive queue
 //!   for them): a connection that sends a SEND before it moves stays on
 //!   its own QP for good (dmkit's RPC QPs send nothing else); a moved
@@ -395,7 +400,12 @@ impl MuxWire {
             self.stats.held += 1;
             return;
         }
+        // Only at a message's first packet: rxe ACKs every 64th packet of a
+        // long WRITE (AckReq), which may pair the connection mid-message,
+        // and a WRITE MIDDLE on the switch's QP is a class C error there
+        // (`check_op_seq`, NAK invalid request; seen on the guests).
         if c.phase == Phase::Direct
+            && starts_message(p.bth.opcode)
             && !c.pinned
             && c.qpn.is_some()
             && self.remote.is_some()
@@ -1073,6 +1083,20 @@ impl MuxWire {
 /// A responder's opcode (READ responses, ACK, atomic ACK).
 fn is_response(op: u8) -> bool {
     (opcode::READ_RESPONSE_FIRST..=opcode::ATOMIC_ACKNOWLEDGE).contains(&op)
+}
+
+/// A request opcode that begins a message (not a MIDDLE or LAST).
+fn starts_message(op: u8) -> bool {
+    !matches!(
+        op,
+        opcode::SEND_MIDDLE
+            | opcode::SEND_LAST
+            | opcode::SEND_LAST_IMM
+            | opcode::SEND_LAST_INV
+            | opcode::WRITE_MIDDLE
+            | opcode::WRITE_LAST
+            | opcode::WRITE_LAST_IMM
+    )
 }
 
 /// A SEND of any kind.

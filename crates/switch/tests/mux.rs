@@ -627,3 +627,26 @@ fn a_connection_that_sends_sends_stays_on_its_own_qp() {
     assert_eq!((s.moved, s.mapped, s.pinned, s.sends_dropped), (0, 0, 1, 0));
     assert!(r.sw.moved().is_empty());
 }
+
+#[test]
+fn a_connection_paired_in_the_middle_of_a_write_moves_at_the_next_message() {
+    let mut r = Rig::new(false);
+    let out = r.write_op(A, 10, opcode::WRITE_FIRST, LOCK + 256, 1);
+    assert_eq!(out[0].bth.dest_qp, NQ_A);
+    r.write_op(A, 11, opcode::WRITE_MIDDLE, 0, 1);
+    // rxe's requester asks for an ACK mid-message (every 64 packets): it
+    // pairs the connection, but the rest of the WRITE stays direct.
+    r.answer(A, 11, 0x1F, None);
+    let out = r.write_op(A, 12, opcode::WRITE_MIDDLE, 0, 1);
+    assert_eq!((out[0].ip.source, out[0].bth.dest_qp), (A, NQ_A));
+    let out = r.write_op(A, 13, opcode::WRITE_LAST, 0, 1);
+    assert_eq!((out[0].ip.source, out[0].bth.dest_qp), (A, NQ_A));
+    // The next message waits for 13's ACK, then moves.
+    let out = r.write(A, 14, 2);
+    assert!(out.is_empty(), "draining");
+    let out = r.answer(A, 13, 0x1F, None);
+    assert_eq!(out.len(), 2);
+    to_client(&out[0], A, 13);
+    on_switch_qp(&out[1], S0);
+    assert_eq!(r.sw.moved(), vec![((A, NQ_A), 14)]);
+}
