@@ -272,7 +272,7 @@ pub(crate) fn switch(a: SwitchArgs) -> Res {
     }
     if let Some(m) = &s.mux {
         eprintln!(
-            "dmkit switch: mux: {} connections, {} moved, {} kept on their own QP (SENDs); {} requests on the switch's queue pair, {} responses mapped back ({} ACKs for covered WRITEs), {} held, {} resent, {} replayed, {} sequence NAKs ({} resent), {} NAKs passed, {} unmatched, {} SENDs dropped",
+            "dmkit switch: mux: {} connections, {} moved, {} kept on their own QP (SENDs); {} requests on the switch's queue pair, {} responses mapped back ({} WRITE packets covered), {} held, {} resent, {} replayed, {} sequence NAKs ({} resent), {} NAKs passed, {} unmatched, {} SENDs dropped",
             m.connections, m.moved, m.pinned, m.mapped, m.responses, m.covering_acks, m.held, m.resent, m.replayed, m.seq_naks, m.gbn_resent, m.naks, m.unmatched, m.sends_dropped
         );
         if a.cas_to_write {

@@ -134,7 +134,9 @@ pub struct MuxStats {
     pub seq_naks: u64,
     /// Responses on the switch's queue pair mapped back to a client.
     pub responses: u64,
-    /// ACKs made for WRITEs a later response covered.
+    /// WRITE packets a later response covered without naming them (an
+    /// ACK made for each that asked for one: a WRITE FIRST or MIDDLE
+    /// does not).
     pub covering_acks: u64,
     /// Other NAKs passed back to the client whose request caused them.
     pub naks: u64,
