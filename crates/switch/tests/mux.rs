@@ -122,18 +122,8 @@ impl Rig {
             .collect()
     }
 
-    fn from_client(&self, mut p: RocePacket, c: [u8; 4], psn: u32) -> RocePacket {
-        p.eth.source = mac(c);
-        p.eth.destination = NODE_MAC;
-        p.ip.source = c;
-        p.ip.destination = SERVER;
-        p.bth.dest_qp = if c == A { NQ_A } else { NQ_B };
-        p.bth.psn = psn;
-        p
-    }
-
     fn cas(&mut self, c: [u8; 4], psn: u32, compare: u64, swap: u64) -> Vec<RocePacket> {
-        let mut p = self.from_client(self.cas.clone(), c, psn);
+        let mut p = client_req(self.cas.clone(), c, psn);
         p.ext = Ext::Atomic {
             va: LOCK,
             rkey: RKEY,
@@ -144,7 +134,7 @@ impl Rig {
     }
 
     fn read(&mut self, c: [u8; 4], psn: u32, len: u32) -> Vec<RocePacket> {
-        let mut p = self.from_client(self.read.clone(), c, psn);
+        let mut p = client_req(self.read.clone(), c, psn);
         p.ext = Ext::Reth {
             va: LOCK + 64,
             rkey: RKEY,
@@ -154,7 +144,7 @@ impl Rig {
     }
 
     fn write_op(&mut self, c: [u8; 4], psn: u32, op: u8, va: u64, v: u64) -> Vec<RocePacket> {
-        let mut p = self.from_client(self.write.clone(), c, psn);
+        let mut p = client_req(self.write.clone(), c, psn);
         p.bth.opcode = op;
         p.bth.flags &= !0x30;
         p.ext = match op {
@@ -238,6 +228,16 @@ impl Rig {
         let out = self.answer(c, psn, 0x1F, None);
         assert_eq!(out.len(), 1, "the direct ACK passes");
     }
+}
+
+fn client_req(mut p: RocePacket, c: [u8; 4], psn: u32) -> RocePacket {
+    p.eth.source = mac(c);
+    p.eth.destination = NODE_MAC;
+    p.ip.source = c;
+    p.ip.destination = SERVER;
+    p.bth.dest_qp = if c == A { NQ_A } else { NQ_B };
+    p.bth.psn = psn;
+    p
 }
 
 fn psn(x: u32) -> u32 {
@@ -581,7 +581,7 @@ fn a_direct_request_to_a_word_waits_while_moved_ones_are_unanswered() {
 #[test]
 fn a_connection_that_sends_sends_stays_on_its_own_qp() {
     let mut r = Rig::new(false);
-    let mut send = r.from_client(r.write.clone(), A, 40);
+    let mut send = client_req(r.write.clone(), A, 40);
     send.bth.opcode = opcode::SEND_ONLY;
     send.ext = Ext::None;
     let out = r.feed(send.clone());
@@ -613,7 +613,7 @@ fn a_connection_that_sends_sends_stays_on_its_own_qp() {
         (out[0].bth.opcode, out[0].bth.psn),
         (opcode::SEND_ONLY, 900)
     );
-    let mut ack = r.from_client(r.ack.clone(), A, 900);
+    let mut ack = client_req(r.ack.clone(), A, 900);
     ack.ext = Ext::Aeth {
         syndrome: 0x1F,
         msn: 1,
