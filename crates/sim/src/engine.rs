@@ -332,6 +332,21 @@ pub(crate) struct Tx {
     /// not exist on a wire. It only arises where one machine both sends
     /// requests and serves them (colocated memory nodes, Sherman's setup).
     /// Here: requests out, responses in.
+    ///
+    /// Requests are ready in posting order, so their FIFO is the wire's
+    /// order. Responses are not: one is ready when its request executes,
+    /// microseconds after later-posted ones for an atomic waiting at a
+    /// hot address. So with `link.response_gaps` (the built-in profiles) a
+    /// response takes the first idle gap of each link once ready
+    /// ([`Calendar`]; a queue pair's responses still in its order, as an RC
+    /// responder sends them), and the FIFOs `down_resp_free` and
+    /// `up_resp_free` book responses only with it off, where that atomic's
+    /// response holds back every later-posted response at the node, of any
+    /// queue pair, on any address (a READ 1 µs after 16 FAAs queued on
+    /// another word: 9.6 µs instead of 2.4, tests/response_gaps.rs) — a
+    /// wait neither a wire nor RC ordering imposes, and which SwordBox
+    /// (NSDI'24) §3.2 reports only for accesses that depend on the
+    /// atomic's address (`responder.atomic_stalls_access`).
     up_free: f64,
     pub(crate) down_resp_free: f64,
     /// `down_resp_free` as a calendar (`response_gaps`).

@@ -224,14 +224,18 @@ pub struct LinkModel {
     /// Largest payload of one packet (MTU, B); longer messages are several packets.
     pub mtu: f64,
     /// Responses take the first idle gap of their link at or after they
-    /// are ready (a calendar of the link's busy periods), instead of a
-    /// FIFO booked in the order requests are posted. Responses are ready
-    /// when their requests execute, which is not the posting order when
-    /// atomics wait at a contended address: under the FIFO such a response,
-    /// booked for microseconds ahead, holds back every response of a
-    /// request posted after it at that node — even one that executed long
-    /// before — which a wire, sending whatever is ready, does not do. Off
-    /// (the default, for now): the FIFO.
+    /// are ready (a calendar of the link's busy periods), one queue pair's
+    /// responses in its order, instead of a FIFO booked in the order
+    /// requests are posted. Responses are ready when their requests
+    /// execute, which is not the posting order when atomics wait at a
+    /// contended address: under the FIFO such a response, booked for
+    /// microseconds ahead, holds back every response of a request posted
+    /// after it at that node — even one of another queue pair that
+    /// executed long before — which a wire, sending whatever is ready, does
+    /// not do (an RC responder orders only each queue pair's responses).
+    /// Absent means `false` (the FIFO, the engine's original model); the
+    /// built-in profiles set `true` (configs/sim/cx6-200g.toml says what
+    /// it moved).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub response_gaps: bool,
 }
