@@ -544,6 +544,13 @@ mod tests {
         for p in BUILTIN {
             assert!(Profile::builtin(p).unwrap().responder.atomic_stalls_access);
         }
+        // Responses take the links' gaps in every built-in profile; absent
+        // means the FIFO.
+        for p in BUILTIN {
+            assert!(Profile::builtin(p).unwrap().link.response_gaps, "{p}");
+        }
+        let fifo = Profile::from_toml(&CX6.replace("response_gaps = true", "")).unwrap();
+        assert!(!fifo.link.response_gaps);
         let stall_off = CX6.replace("atomic_stalls_access = true", "");
         assert!(Profile::from_toml(
             &CX6.replace("atomic_order = \"post\"", "atomic_order = \"random\"")
