@@ -273,12 +273,15 @@ fn art_fig16_compares_hocl_e_hocl_and_rdwc() {
     let v = |s: &str| value(&f, s);
     // RDWC saves locks. The rear lock saves an unlock round trip only
     // where the lock is released, not handed over to the machine's next
-    // writer: E-HOCL and HOCL within 15 % of each other (5.45 and 4.97
-    // Mops on quick runs; the paper's HOCL also suffers false conflicts in
-    // a hashed on-chip lock table, which dmkit's leaf locks, in the leaves,
-    // do not have).
+    // writer: E-HOCL ahead of HOCL by at most 35 % (9.42 and 7.36 Mops on
+    // quick runs with `response_gaps`; 5.45 and 4.97 under the FIFO, where
+    // the unlock's response also queued behind the hot leaf's CAS
+    // responses; the paper's HOCL also suffers false conflicts in a hashed
+    // on-chip lock table, which dmkit's leaf locks, in the leaves, do not
+    // have).
+    let gain = v("E-HOCL") / v("HOCL");
     assert!(
-        (v("E-HOCL") / v("HOCL") - 1.0).abs() < 0.15,
+        (1.0..1.35).contains(&gain),
         "{} vs {}",
         v("E-HOCL"),
         v("HOCL")
