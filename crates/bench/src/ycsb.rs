@@ -657,7 +657,10 @@ mod tests {
         assert_eq!(w.len(), 40);
         assert!(w[..32].iter().all(|&b| b == 0));
         assert_eq!(&w[32..], key_bytes(KeyType::Int, 5, 1).as_slice());
-        assert_eq!(key_bytes(KeyType::WideInt(8), 5, 1), key_bytes(KeyType::Int, 5, 1));
+        assert_eq!(
+            key_bytes(KeyType::WideInt(8), 5, 1),
+            key_bytes(KeyType::Int, 5, 1)
+        );
         let (a, b) = (key_bytes(KeyType::Int, 6, 1), key_bytes(KeyType::Int, 7, 1));
         let (wa, wb) = (
             key_bytes(KeyType::WideInt(254), 6, 1),

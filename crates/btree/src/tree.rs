@@ -1170,12 +1170,7 @@ impl BtreeClient {
         // the nodes by id), so a client holds one partly used chunk.
         let prefer = nodes[st.next_node % nodes.len()];
         st.alloc
-            .alloc(
-                self.t.home.fabric().as_ref(),
-                nodes,
-                prefer,
-                ctx.now(),
-            )
+            .alloc(self.t.home.fabric().as_ref(), nodes, prefer, ctx.now())
             .map_err(IndexError::oom("allocating a node"))
     }
 
