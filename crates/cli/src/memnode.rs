@@ -39,6 +39,11 @@ pub(crate) struct MemnodeArgs {
     /// start with the first channel and sleep when idle.
     #[arg(long, default_value_t = dmkit_memnode::DEFAULT_RPC_WORKERS)]
     workers: usize,
+    /// Fault in a chunk's memory when a client allocates it, as an RNIC's
+    /// registration pins memory (so no verb pays a first-touch page fault);
+    /// off: pages are faulted in by their first access.
+    #[arg(long, value_enum, default_value_t = crate::args::OnOff::On)]
+    prefault_chunks: crate::args::OnOff,
     /// Bind the node's memory to this socket — the NIC's (memory-semantics
     /// §III-D; needs a build with --features dmkit/hwloc). On a
     /// single-socket host the flag is refused: there is nothing to bind.
@@ -177,6 +182,7 @@ pub(crate) fn memnode(a: MemnodeArgs) -> Res {
         page_size: a.page_size,
         spare_pages: a.spare_pages,
         rpc_workers: a.workers,
+        prefault_chunks: a.prefault_chunks == crate::args::OnOff::On,
     };
     let node = match &a.memory_file {
         None => MemNode::new(cfg),

@@ -147,3 +147,20 @@ pub fn fd_len(fd: BorrowedFd<'_>) -> Result<u64, NodeError> {
     let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| NodeError::os("fstat", e))?;
     Ok(st.st_size as u64)
 }
+
+/// Makes the kernel map the page holding `w` for writing, leaving its value
+/// as it is whoever else accesses it. An idempotent read-modify-write (an
+/// OR of zero) would not do: compilers may lower it to a fenced load, and a
+/// read fault maps the shared zero page (anonymous memory) or nothing new
+/// (a memfd hole); the first real write then faults again on the data path.
+/// A compare-exchange of the value just loaded stores it when it succeeds;
+/// when it fails another thread has written the word, so its page is mapped.
+pub fn touch(w: &std::sync::atomic::AtomicU64) {
+    let v = w.load(std::sync::atomic::Ordering::Relaxed);
+    let _ = w.compare_exchange(
+        v,
+        v,
+        std::sync::atomic::Ordering::Relaxed,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}

@@ -80,6 +80,12 @@ pub struct NodeConfig {
     /// at most [`crate::layout::MAX_WORKER_BELLS`]. They start with the
     /// first channel.
     pub rpc_workers: usize,
+    /// Fault in a chunk's memory when it is allocated (default), as
+    /// registering memory with an RNIC pins it: no verb then pays the
+    /// kernel's first-touch page fault (zeroing, page-cache insertion) on
+    /// the data path. Off: pages are faulted in by their first access, so a
+    /// large chunk that is mostly unused costs no memory.
+    pub prefault_chunks: bool,
 }
 
 /// Default [`NodeConfig::rpc_workers`]: two, so a node and a client fit a
@@ -94,6 +100,7 @@ impl Default for NodeConfig {
             page_size: 4096,
             spare_pages: 64,
             rpc_workers: DEFAULT_RPC_WORKERS,
+            prefault_chunks: true,
         }
     }
 }
@@ -258,6 +265,8 @@ pub struct MemNode {
     /// place instead of punched out of the memfd, which would leave the
     /// NIC's pinned pages detached from the file.
     pinned: AtomicBool,
+    /// [`NodeConfig::prefault_chunks`].
+    prefault_chunks: bool,
     /// Services and RPC workers.
     rpc: RpcHost,
     /// The CoRM store's accounting, if a store runs on this node.
@@ -391,6 +400,7 @@ impl MemNode {
             counters: Counters::default(),
             shutdown: AtomicBool::new(false),
             pinned: AtomicBool::new(false),
+            prefault_chunks: cfg.prefault_chunks,
             rpc: RpcHost::new(cfg.rpc_workers),
             corm: Mutex::new(None),
             retranslate: HookSlot(Mutex::new(None)),
@@ -1452,7 +1462,37 @@ impl MemNode {
             Response::Chunk { offset, len, rkey }
         };
         inner.chunks.insert(offset, ChunkRec { len, owner });
+        drop(inner);
+        if self.prefault_chunks {
+            // The chunk is the caller's alone until this reply reaches it.
+            self.prefault(offset, len);
+        }
         Ok(resp)
+    }
+
+    /// Faults in the memory pages behind remote `[offset, offset+len)`
+    /// ([`NodeConfig::prefault_chunks`]), contents unchanged.
+    fn prefault(&self, offset: u64, len: u64) {
+        let shift = self.layout.page_shift;
+        let first = offset >> shift;
+        let end = (offset + len)
+            .div_ceil(1 << shift)
+            .min(self.layout.remote_pages);
+        for page in first..end {
+            let Some(phys) = self.page_entry(page).get() else {
+                continue;
+            };
+            if phys >= self.layout.phys_pages {
+                continue;
+            }
+            let base = (phys << shift) as usize;
+            for off in (0..1usize << shift).step_by(4096) {
+                // SAFETY: phys < phys_pages, so [base, base + page size) lies
+                // in the data mapping; the address is 8-byte aligned.
+                let w = unsafe { &*(self.data.as_ptr().add(base + off) as *const AtomicU64) };
+                crate::memory::touch(w);
+            }
+        }
     }
 
     fn free_chunk(&self, session: SessionId, offset: u64) -> Result<Response, RpcError> {
@@ -1756,6 +1796,49 @@ mod tests {
         );
         assert_eq!(n.gc(), (1, 4096));
         assert_eq!(n.stats().heap_free_bytes, n.stats().heap_bytes);
+    }
+
+    /// Bytes of the node's memory file the kernel has allocated pages for.
+    fn resident(n: &MemNode) -> u64 {
+        let st = nix::sys::stat::fstat(n.data_fd.as_raw_fd()).unwrap();
+        st.st_blocks as u64 * 512
+    }
+
+    /// A chunk's pages are faulted in when it is allocated (as a NIC's
+    /// registration pins them); with the switch off they are not; either
+    /// way a free returns them.
+    #[test]
+    fn chunks_are_prefaulted_on_allocation_unless_switched_off() {
+        for prefault in [true, false] {
+            let n = MemNode::new(NodeConfig {
+                size: 8 << 20,
+                prefault_chunks: prefault,
+                ..Default::default()
+            })
+            .unwrap();
+            let s = n.open_session();
+            let before = resident(&n);
+            let Response::Chunk { offset, len, .. } = n.handle(
+                s,
+                Request::AllocChunk {
+                    len: 2 << 20,
+                    persistent: false,
+                },
+            ) else {
+                panic!()
+            };
+            let grown = resident(&n) - before;
+            if prefault {
+                assert!(grown >= len, "{grown} B resident for a {len} B chunk");
+            } else {
+                assert!(grown < len / 4, "{grown} B resident without prefault");
+            }
+            assert_eq!(
+                n.handle(s, Request::FreeChunk { offset }),
+                Response::Freed { len }
+            );
+            assert!(resident(&n) < before + len, "a free returns the pages");
+        }
     }
 
     fn group_chunk(n: &MemNode, s: SessionId, len: u64, group: &str) -> u64 {

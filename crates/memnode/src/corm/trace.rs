@@ -507,6 +507,8 @@ fn pass(
         spare_pages: 0,
         // The replay drives the store's workers itself.
         rpc_workers: 0,
+        // The store takes its blocks by `reserve_internal`, never as chunks.
+        prefault_chunks: false,
     })
     .map_err(|e| other(e.to_string()))?;
     let store_cfg = StoreConfig {
