@@ -399,7 +399,7 @@ impl KeyType {
     pub const MAX_WIDE: u16 = 254;
 
     /// Bytes of every key (all keys of a type have one length).
-    pub fn len(self) -> usize {
+    pub fn bytes(self) -> usize {
         match self {
             KeyType::Int => 8,
             KeyType::String => 32,
@@ -667,7 +667,7 @@ mod tests {
             key_bytes(KeyType::WideInt(254), 7, 1),
         );
         assert_eq!(a.cmp(&b), wa.cmp(&wb));
-        assert_eq!(KeyType::WideInt(254).len(), 254);
+        assert_eq!(KeyType::WideInt(254).bytes(), 254);
         let first = String::from_utf8(key_bytes(KeyType::String, 12, 1)).unwrap();
         assert!(
             TLDS.iter().any(|t| first.starts_with(&format!("{t}."))),

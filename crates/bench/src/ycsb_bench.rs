@@ -564,7 +564,7 @@ pub fn validate(cfg: &YcsbConfig) -> Result<(), BenchError> {
 pub fn shape(cfg: &YcsbConfig) -> Shape {
     Shape {
         keys: cfg.keys,
-        max_key: cfg.key_type.len(),
+        max_key: cfg.key_type.bytes(),
         // Integer keys of a run are all one length (a B+tree then stores
         // them without a length byte, as Sherman stores its keys).
         fixed_keys: cfg.key_type.is_int(),
