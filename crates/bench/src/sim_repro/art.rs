@@ -198,7 +198,15 @@
 //!   with its checksum, see `smart-art-fig11`); at 623 B the same bound
 //!   gives 1.34× more at 8 bytes and a fall of about 55× (0.86), while the
 //!   1 KiB leaf differs by under 2 %. SMART 84.19 Mops at 8 bytes (the
-//!   memory nodes' 90 M verbs/s).
+//!   memory nodes' 90 M verbs/s), 21.47 with 1 KiB values (1,062 B read
+//!   per search), a fall of 3.92× (c, paper 3.1×: 1.26, in band), and
+//!   35.47 with 254-byte keys, a fall of 2.37× (b, paper 1.3×: 1.82, out
+//!   of band; cause not attributed: round trips per search 1.05 → 1.15,
+//!   p50 11.7 → 25.2 µs, while the memory nodes run 41 of their 90 M
+//!   verbs/s and the links 10 of their 25 GB/s; the keys' 246 shared zero
+//!   bytes make a chain of about 35 NODE_4s above the first branching node,
+//!   six partial keys per header, which the next look should follow). ART
+//!   at full scale not run.
 
 use super::{tree_run_with, Acc, ReproOptions, TreeIndex};
 use crate::micro::BenchError;
