@@ -53,7 +53,7 @@ fn conformance_with_two_mib_pages_and_two_nodes() {
                 page_size: 2 << 20,
                 spare_pages: 2,
                 rpc_workers: 1,
-                ..Default::default()
+                prefault_chunks: true,
             },
             NodeConfig {
                 node_id: 9,
