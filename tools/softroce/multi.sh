@@ -18,7 +18,8 @@
 #      steering, its control plane reading the node's region table over the management network),
 #      MGMT (host TCP port of the node's control server on that network, BASE+50; BASE+51: its
 #      token over HTTP), CAS2W=1 (the switch's CAS→WRITE, `--cas-to-write`: with STEPS=lockcheck),
-#      OWNQP=1 (the switch's own address 10.77.0.254 and queue pair on the node, `--switch-ip`)
+#      OWNQP=1 (the switch's own address 10.77.0.254 and queue pair on the node, `--switch-ip`),
+#      MUX=1 (clients' connections moved onto that queue pair, `--mux`; with CAS2W=1 CAS→WRITE on them)
 # Results: $W/report.txt (RESULT/REPORT lines per guest), $W/switch.json (the switch's counters),
 # $W/guest-*.log. Exit 0 iff every client check passed.
 set -euo pipefail
@@ -78,6 +79,14 @@ if [ -n "${OWNQP:-}" ]; then
   [ "$STEER" = off ] || { echo "multi: OWNQP and STEER do not run together" >&2; exit 2; }
   [ -n "${CAS2W:-}" ] || SWITCH_CTL=(--server 10.77.0.1)
   SWITCH_CTL+=(--switch-ip 10.77.0.254 --node-ctl "127.0.0.1:$MGMT" --node-token "$W/node.token")
+fi
+if [ -n "${MUX:-}" ]; then
+  # Every client connection moves onto the switch's queue pair on the node (with CAS2W=1,
+  # CAS→WRITE runs on the moved connections).
+  [ "$STEER" = off ] || { echo "multi: MUX and STEER do not run together" >&2; exit 2; }
+  SWITCH_CTL=(--mux --server 10.77.0.1 --switch-ip 10.77.0.254 --node-ctl "127.0.0.1:$MGMT"
+              --node-token "$W/node.token")
+  [ -z "${CAS2W:-}" ] || SWITCH_CTL+=(--cas-to-write)
 fi
 if [ "$STEER" != off ]; then
   SWITCH_CTL=(--steer "$STEER" --server 10.77.0.1 --node-ctl "127.0.0.1:$MGMT" --node-token "$W/node.token")

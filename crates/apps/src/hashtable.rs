@@ -17,17 +17,26 @@
 //!    warms its table up) in race's hot area — blocks written back once per
 //!    `θ` modifications through the runtime's
 //!    [`dmkit_runtime::consolidate::SharedRegions`];
-//! 4. **+ atomics**: exponential backoff on the hot blocks' remote
-//!    spinlocks and on every CAS retry (§III-E's backoff spinlock; the
-//!    runtime's conflict avoidance).
+//! 4. **+ atomics**: the study's multi-version cold entries — an update
+//!    takes a version number with one FAA on the key's block and WRITEs
+//!    its slot `version mod K` (RACE's [`dmkit_race::RaceConfig::cold_versions`];
+//!    the protocol, its version check and what bounds a reader's retries
+//!    are in `dmkit_race`'s crate doc, "Multi-version cold entries") — and
+//!    exponential backoff on the hot blocks' remote spinlocks and on every
+//!    remaining CAS retry (§III-E's backoff spinlock; the runtime's conflict
+//!    avoidance). Hot blocks keep their locks. `K` is a switch
+//!    ([`DEFAULT_VERSIONS`]; `dmkit app hashtable --cold-versions 0` runs
+//!    the step as backoff alone, as before the entries were built).
 //!
-//! Two choices differ from the study, and are said where they show: race's
-//! cold entries stay CAS-updated slots (the study's multi-version cold
-//! entries with FAA version numbers are not built), and step 2 reaches the
-//! other socket's memory across the remote link rather than through a
-//! proxy thread (race's clients post their own verbs; the runtime's
-//! [`dmkit_runtime::numa::ProxyQueue`] is the proxy path the log and tests
-//! use). On a single-socket host step 2 changes nothing: the proxy is off.
+//! One choice differs from the study, and is said where it shows: step 2
+//! reaches the other socket's memory across the remote link rather than
+//! through a proxy thread (race's clients post their own verbs; the
+//! runtime's [`dmkit_runtime::numa::ProxyQueue`] is the proxy path the log
+//! and tests use). On a single-socket host step 2 changes nothing: the
+//! proxy is off. And the study's table finds a key's entry directly, where
+//! RACE first READs the key's buckets (no client cache in the breakdown):
+//! an update is three round trips (buckets; FAA ∥ READ of the block; WRITE
+//! of the slot) where the study's is two.
 //!
 //! The runs themselves are YCSB runs of `dmkit-bench` (`dmkit app
 //! hashtable`, `dmkit sim reproduce memsem-fig12`); this module names the
@@ -35,6 +44,13 @@
 
 use dmkit_sim::{NumaLayout, PortRule};
 use serde::Serialize;
+
+/// Versions kept per cold entry in the +atomics step. The study says
+/// "several available versions for each key-value entry" (§IV-B) without a
+/// number; four lets four writers of one key be in flight at once (a front
+/// end's thread runs four coroutines in the breakdown) while a 64-byte
+/// value's block stays at six 64-byte units.
+pub const DEFAULT_VERSIONS: u32 = 4;
 
 /// A step of the breakdown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -71,6 +87,7 @@ impl Step {
             numa_aware: n >= Step::Numa as u8,
             hot_area: n >= Step::Consolidation as u8,
             backoff: n >= Step::Atomics as u8,
+            multi_version: n >= Step::Atomics as u8,
         }
     }
 }
@@ -94,6 +111,8 @@ pub struct StepSwitches {
     pub hot_area: bool,
     /// Exponential backoff on remote locks and CAS retries.
     pub backoff: bool,
+    /// Multi-version cold entries (FAA version, WRITE of its slot).
+    pub multi_version: bool,
 }
 
 impl StepSwitches {
@@ -128,6 +147,7 @@ mod tests {
         assert!(s[1].numa_aware && !s[1].hot_area);
         assert!(s[2].numa_aware && s[2].hot_area && !s[2].backoff);
         assert!(s[3].numa_aware && s[3].hot_area && s[3].backoff);
+        assert!(s[3].multi_version && !s[2].multi_version);
         assert_eq!("numa".parse::<Step>(), Ok(Step::Numa));
         assert!(s[0].numa_layout().validate().is_ok() && s[3].numa_layout().validate().is_ok());
     }

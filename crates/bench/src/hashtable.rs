@@ -33,6 +33,9 @@ pub struct HashtableRun {
     pub warmup: std::time::Duration,
     /// Seed of keys, workload and simulator.
     pub seed: u64,
+    /// Versions per cold entry where the step has multi-version entries
+    /// (0: the step's other switches alone).
+    pub versions: u32,
 }
 
 /// The YCSB configuration of `step`.
@@ -65,6 +68,7 @@ pub fn config(step: Step, r: &HashtableRun) -> YcsbConfig {
         race: RaceConfig {
             cache_entries: 0,
             hot_theta: r.theta,
+            cold_versions: if sw.multi_version { r.versions } else { 0 },
             ..Default::default()
         },
         art: Default::default(),

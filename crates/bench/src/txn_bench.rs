@@ -12,7 +12,11 @@
 //! is a run that committed, aborted on a conflict, or was rolled back by
 //! its logic), the abort rate per type, the latency of a committed
 //! transaction from its first attempt (p50, p99), and the runtime's round
-//! trips and bytes per committed transaction.
+//! trips and bytes per committed transaction. On a real fabric also the
+//! attempts per CPU second of the worker threads (their CPU clocks), and
+//! the local peer's likewise: on a machine shared with other work, the
+//! wall-clock ratio of two runs made one after the other is as much the
+//! other work's share of the processors as either side's speed.
 //!
 //! With `read_only` only the workload's read-only types are drawn; with
 //! `local_peer` (TATP) the same read-only transactions also run, before
@@ -160,6 +164,8 @@ pub struct TxnResult {
     pub backup_reads: bool,
     /// Coalescent commit.
     pub coalescent_commit: bool,
+    /// Absent keys' would-be slots in the address cache.
+    pub cache_absent: bool,
     /// Copies of every record.
     pub replicas: usize,
     /// Only read-only types were drawn.
@@ -169,6 +175,17 @@ pub struct TxnResult {
     pub local_attempted_per_s: Option<f64>,
     /// `attempted_per_s` over the local peer's.
     pub vs_local: Option<f64>,
+    /// CPU seconds the worker threads ran, from the start barrier to
+    /// their end (a real fabric only; warm-up included).
+    pub cpu_seconds: Option<f64>,
+    /// Attempts of the window per CPU second of the worker threads: the
+    /// rate with the machine's other load taken out (as far as the cache
+    /// it shares is not), for comparing runs on a busy machine.
+    pub attempted_per_cpu_s: Option<f64>,
+    /// The local peer's attempts per CPU second of its threads.
+    pub local_attempted_per_cpu_s: Option<f64>,
+    /// `attempted_per_cpu_s` over the local peer's.
+    pub vs_local_cpu: Option<f64>,
     /// Each task's idle time after a commit (µs).
     pub idle_us: f64,
     /// Work requests the simulator executed in the whole run (0 off it).
@@ -190,6 +207,8 @@ struct ThreadOut {
     round_trips: u64,
     bytes: u64,
     failure: Option<String>,
+    /// CPU time of the thread (ns; 0 on the simulator).
+    cpu_ns: u64,
 }
 
 /// Where a run happens.
@@ -249,7 +268,13 @@ pub fn run_txn_on(platform: TxnPlatform, cfg: &TxnBenchConfig) -> Result<TxnResu
     }
 }
 
-type Peer<'a> = Box<dyn FnOnce(&Database) -> Result<f64, String> + 'a>;
+/// What the local peer measured: attempts per second and per CPU second.
+struct PeerRun {
+    per_s: f64,
+    per_cpu_s: f64,
+}
+
+type Peer<'a> = Box<dyn FnOnce(&Database) -> Result<PeerRun, String> + 'a>;
 
 fn run_with<W: Workload + 'static>(
     platform: TxnPlatform,
@@ -307,7 +332,7 @@ fn run_peer<W: Workload + 'static>(
         let kinds = w.types().len();
         let mut lat = histogram();
         let (mut att, mut com, mut abo) = (vec![0; kinds], vec![0; kinds], vec![0; kinds]);
-        let (mut effect, mut rts, mut bytes) = (0i64, 0u64, 0u64);
+        let (mut effect, mut rts, mut bytes, mut cpu_ns) = (0i64, 0u64, 0u64, 0u64);
         for o in outs {
             let o = o?;
             if let Some(f) = o.failure {
@@ -321,6 +346,7 @@ fn run_peer<W: Workload + 'static>(
             effect += o.effect;
             rts += o.round_trips;
             bytes += o.bytes;
+            cpu_ns += o.cpu_ns;
             lat.add(&o.lat).expect("same bounds");
         }
         let check = w
@@ -332,6 +358,8 @@ fn run_peer<W: Workload + 'static>(
             });
         let (committed, attempted): (u64, u64) = (com.iter().sum(), att.iter().sum());
         let per = |x: u64| x as f64 / committed.max(1) as f64;
+        let cpu = (sim.is_none() && cpu_ns > 0).then(|| cpu_ns as f64 / 1e9);
+        let per_cpu = cpu.map(|c| attempted as f64 / c);
         Ok(TxnResult {
             workload: w.name().into(),
             backend: if sim.is_some() {
@@ -365,11 +393,18 @@ fn run_peer<W: Workload + 'static>(
             hitchhike: cfg.txn.hitchhike,
             backup_reads: cfg.txn.backup_reads,
             coalescent_commit: cfg.txn.coalescent_commit,
+            cache_absent: cfg.txn.cache_absent,
             replicas: cfg.txn.replicas,
             read_only: cfg.read_only,
             idle_us: cfg.idle.as_nanos() as f64 / 1000.0,
-            local_attempted_per_s: local,
-            vs_local: local.map(|l| harness::rate(attempted as f64, secs) / l),
+            local_attempted_per_s: local.as_ref().map(|l| l.per_s),
+            vs_local: local
+                .as_ref()
+                .map(|l| harness::rate(attempted as f64, secs) / l.per_s),
+            cpu_seconds: cpu,
+            attempted_per_cpu_s: per_cpu,
+            local_attempted_per_cpu_s: local.as_ref().map(|l| l.per_cpu_s),
+            vs_local_cpu: local.as_ref().zip(per_cpu).map(|(l, r)| r / l.per_cpu_s),
             sim_verbs,
             interrupted: timed.interrupted,
         })
@@ -415,6 +450,7 @@ impl Tally {
             round_trips: counters.round_trips,
             bytes: counters.bytes_read + counters.bytes_written,
             failure: self.failure.borrow_mut().take(),
+            cpu_ns: 0,
         }
     }
 }
@@ -521,10 +557,15 @@ fn thread<W: Workload + 'static>(
     let coords = coordinators(db, cfg)?;
     let tally = spawn_tasks(&mut wk, coords, w, ti, cfg, &window);
     arrival.arrive();
+    let cpu0 = thread_cpu_ns();
     wk.run();
+    let cpu_ns = thread_cpu_ns().saturating_sub(cpu0);
     // Statistics of the whole run (warm-up included) per committed
     // transaction of the window: equal shares when warm-up is 0.
-    Ok(tally.out(&wk.stats().counters))
+    Ok(ThreadOut {
+        cpu_ns,
+        ..tally.out(&wk.stats().counters)
+    })
 }
 
 /// The run on the simulator: `cfg.threads` virtual threads on each
@@ -603,10 +644,18 @@ fn on_sim<W: Workload + 'static>(
     Ok((outs, timed, sim.stats().posted))
 }
 
+/// This thread's CPU time (ns; 0 if the clock cannot be read).
+fn thread_cpu_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
 /// The local peer: TATP's read-only transactions on the loaded records
 /// copied into a concurrent map (table, key) → record bytes; `threads`
-/// threads for `duration`. Returns attempted transactions per second.
-fn local_tatp(db: &Database, w: &Tatp, cfg: &TxnBenchConfig) -> Result<f64, String> {
+/// threads for `duration`. Returns attempted transactions per second and
+/// per CPU second of its threads.
+fn local_tatp(db: &Database, w: &Tatp, cfg: &TxnBenchConfig) -> Result<PeerRun, String> {
     use dmkit_txn::workload::tatp::{
         cf_key, sf_key, TatpTxn, ACCESS_INFO, CALL_FORWARDING, SPECIAL_FACILITY, SUBSCRIBER,
     };
@@ -634,11 +683,12 @@ fn local_tatp(db: &Database, w: &Tatp, cfg: &TxnBenchConfig) -> Result<f64, Stri
         cfg.threads,
         cfg.warmup,
         cfg.duration,
-        |ti, window, arrival| -> Result<u64, String> {
+        |ti, window, arrival| -> Result<(u64, u64), String> {
             let mut rng = Rng::new(cfg.seed.wrapping_mul(7_000_001) + ti as u64 + 1);
             let mut n = 0u64;
             let mut found = 0u64;
             arrival.arrive();
+            let cpu0 = thread_cpu_ns();
             let mut t = harness::now();
             while !window.done(t) {
                 let mut tx = w.draw(&mut rng);
@@ -667,10 +717,18 @@ fn local_tatp(db: &Database, w: &Tatp, cfg: &TxnBenchConfig) -> Result<f64, Stri
                 n += window.counts(t) as u64;
             }
             std::hint::black_box(found);
-            Ok(n)
+            Ok((n, thread_cpu_ns().saturating_sub(cpu0)))
         },
         |_| {},
     );
-    let total = outs.into_iter().sum::<Result<u64, String>>()?;
-    Ok(harness::rate(total as f64, timed.seconds))
+    let (mut total, mut cpu_ns) = (0u64, 0u64);
+    for o in outs {
+        let (n, c) = o?;
+        total += n;
+        cpu_ns += c;
+    }
+    Ok(PeerRun {
+        per_s: harness::rate(total as f64, timed.seconds),
+        per_cpu_s: total as f64 / (cpu_ns.max(1) as f64 / 1e9),
+    })
 }

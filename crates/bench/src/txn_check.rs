@@ -4,8 +4,9 @@
 //!
 //! Each seed draws a workload (SmallBank, TATP or TPC-C, small and
 //! contended), FORD's switches (hitchhiked locking, backup reads,
-//! coalescent commit), one or two replicas, threads and tasks on two
-//! compute machines, and a crash: one coordinator stops at a commit step
+//! coalescent commit), whether the address cache keeps absent keys, one
+//! or two replicas, threads and tasks on two compute machines, and a
+//! crash: one coordinator stops at a commit step
 //! (before its locks, after them, after its undo log, half-way through its
 //! commit writes, or before unlocking) in its n-th transaction. The others
 //! go on: they meet its locks, wait for the lease to end, and recover its
@@ -80,6 +81,8 @@ fn scenario<W: Workload + 'static>(seed: u64, r: &mut Rng, w: W) -> Result<Passe
         hitchhike: r.below(2) == 0,
         backup_reads: r.below(2) == 0,
         coalescent_commit: r.below(2) == 0,
+        // Drawn apart, so the other draws stay those of the seed.
+        cache_absent: Rng::new(seed ^ 0x00AB_5E17).below(2) == 0,
         max_coordinators: 64,
         lease: LEASE,
         ..TxnConfig::default()
@@ -207,12 +210,13 @@ fn scenario<W: Workload + 'static>(seed: u64, r: &mut Rng, w: W) -> Result<Passe
         delayed: stats.delayed,
         shape: format!(
             "{}: {threads} threads × {tasks} tasks × {txns} txns, {} replicas, hitchhike {}, \
-             backup reads {}, coalescent {}; crash at {} in txn {nth}{}",
+             backup reads {}, coalescent {}, cache absent {}; crash at {} in txn {nth}{}",
             w.name(),
             cfg.replicas,
             cfg.hitchhike,
             cfg.backup_reads,
             cfg.coalescent_commit,
+            cfg.cache_absent,
             point.name(),
             if crashed.get().is_some() {
                 " (crashed)"

@@ -383,6 +383,34 @@ pub enum KeyType {
     /// 32-byte synthetic e-mail-like strings with the host reversed
     /// (`com.example.mail.host:user.name42…`), deterministic from the seed.
     String,
+    /// Integer keys of `n` bytes ([`KeyType::MIN_WIDE`] ..=
+    /// [`KeyType::MAX_WIDE`]): the 8-byte integer key behind `n − 8` zero
+    /// bytes, as SMART's artifact widens its integer keys (`int2key`) for
+    /// the radix-tree paper's key-size sweep (OSDI'23 Fig. 18b).
+    WideInt(u16),
+}
+
+impl KeyType {
+    /// Shortest wide integer key.
+    pub const MIN_WIDE: u16 = 8;
+    /// Longest wide integer key: the indexes' longest (254 B; a tree key
+    /// of 254 B takes a 256-byte field in the B+tree's fixed-key slots and
+    /// the radix tree's leaves, as a 256-byte key would).
+    pub const MAX_WIDE: u16 = 254;
+
+    /// Bytes of every key (all keys of a type have one length).
+    pub fn bytes(self) -> usize {
+        match self {
+            KeyType::Int => 8,
+            KeyType::String => 32,
+            KeyType::WideInt(n) => n as usize,
+        }
+    }
+
+    /// Whether the keys are integers (of any width).
+    pub fn is_int(self) -> bool {
+        matches!(self, KeyType::Int | KeyType::WideInt(_))
+    }
 }
 
 const TLDS: [&str; 6] = ["com", "org", "net", "edu", "io", "de"];
@@ -394,6 +422,15 @@ const HOSTS: [&str; 8] = [
 pub fn key_bytes(t: KeyType, k: u64, seed: u64) -> Vec<u8> {
     match t {
         KeyType::Int => fnv64(k ^ seed).to_be_bytes().to_vec(),
+        KeyType::WideInt(n) => {
+            assert!(
+                (KeyType::MIN_WIDE..=KeyType::MAX_WIDE).contains(&n),
+                "wide integer keys of {n} B"
+            );
+            let mut b = vec![0u8; n as usize - 8];
+            b.extend_from_slice(&fnv64(k ^ seed).to_be_bytes());
+            b
+        }
         KeyType::String => {
             let h = fnv64(k ^ seed.rotate_left(17));
             let mut s = format!(
@@ -614,6 +651,23 @@ mod tests {
             key_bytes(KeyType::String, 5, 2)
         );
         assert_eq!(key_bytes(KeyType::Int, 5, 1).len(), 8);
+        // Wide integers: the 8-byte key behind zeros, so they order as the
+        // 8-byte keys do.
+        let w = key_bytes(KeyType::WideInt(40), 5, 1);
+        assert_eq!(w.len(), 40);
+        assert!(w[..32].iter().all(|&b| b == 0));
+        assert_eq!(&w[32..], key_bytes(KeyType::Int, 5, 1).as_slice());
+        assert_eq!(
+            key_bytes(KeyType::WideInt(8), 5, 1),
+            key_bytes(KeyType::Int, 5, 1)
+        );
+        let (a, b) = (key_bytes(KeyType::Int, 6, 1), key_bytes(KeyType::Int, 7, 1));
+        let (wa, wb) = (
+            key_bytes(KeyType::WideInt(254), 6, 1),
+            key_bytes(KeyType::WideInt(254), 7, 1),
+        );
+        assert_eq!(a.cmp(&b), wa.cmp(&wb));
+        assert_eq!(KeyType::WideInt(254).bytes(), 254);
         let first = String::from_utf8(key_bytes(KeyType::String, 12, 1)).unwrap();
         assert!(
             TLDS.iter().any(|t| first.starts_with(&format!("{t}."))),

@@ -499,6 +499,15 @@ pub fn validate(cfg: &YcsbConfig) -> Result<(), BenchError> {
     if cfg.index == IndexKind::LocalArt && cfg.key_type != KeyType::Int {
         return bad("local-art (congee) keys are 64-bit integers: use --key-type int".into());
     }
+    if let KeyType::WideInt(n) = cfg.key_type {
+        if !(KeyType::MIN_WIDE..=KeyType::MAX_WIDE).contains(&n) {
+            return bad(format!(
+                "wide integer keys of {n} B: the width must be in {}..={}",
+                KeyType::MIN_WIDE,
+                KeyType::MAX_WIDE
+            ));
+        }
+    }
     if cfg.hot_keys > 0 && cfg.index != IndexKind::Race {
         return bad(format!(
             "--hot-keys is the hash table's hot area: use it with --index race, not {}",
@@ -555,13 +564,10 @@ pub fn validate(cfg: &YcsbConfig) -> Result<(), BenchError> {
 pub fn shape(cfg: &YcsbConfig) -> Shape {
     Shape {
         keys: cfg.keys,
-        max_key: match cfg.key_type {
-            KeyType::Int => 8,
-            KeyType::String => 32,
-        },
-        // Integer keys are all 8 bytes (a B+tree then stores them without
-        // a length byte, as Sherman stores 8-byte keys).
-        fixed_keys: cfg.key_type == KeyType::Int,
+        max_key: cfg.key_type.bytes(),
+        // Integer keys of a run are all one length (a B+tree then stores
+        // them without a length byte, as Sherman stores its keys).
+        fixed_keys: cfg.key_type.is_int(),
         max_value: cfg.value_size,
         clients: cfg.total_threads(),
     }

@@ -132,7 +132,8 @@ fn btree_survives_a_dead_machine() {
 
 /// Seeds whose dead machine killed an out-of-place update between marking
 /// its leaf replaced and swinging the slot (found by scanning crash-art
-/// seeds): the survivors undo the expired mark, take the dead updater's
+/// seeds 1-400 under the built-in profile's timing, `response_gaps` on;
+/// 33 and 241 were under the FIFO): the survivors undo the expired mark, take the dead updater's
 /// never-linked new leaf back through the old leaf's intent word (nothing
 /// of it leaks), and pass every check.
 #[test]
@@ -144,7 +145,7 @@ fn art_undoes_a_dead_updaters_replaced_mark_and_reclaims_its_leaf() {
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("seed {seed}: no {what:?} in {shape}"))
     };
-    for seed in [33, 241] {
+    for seed in [21, 45] {
         let p = dmkit_bench::sim_check::run("crash-art", seed).unwrap_or_else(|e| {
             panic!("crash-art seed {seed}:\n{e}\nreplay: dmkit sim check --scenario crash-art --seed {seed}")
         });

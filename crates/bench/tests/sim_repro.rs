@@ -273,12 +273,15 @@ fn art_fig16_compares_hocl_e_hocl_and_rdwc() {
     let v = |s: &str| value(&f, s);
     // RDWC saves locks. The rear lock saves an unlock round trip only
     // where the lock is released, not handed over to the machine's next
-    // writer: E-HOCL and HOCL within 15 % of each other (5.45 and 4.97
-    // Mops on quick runs; the paper's HOCL also suffers false conflicts in
-    // a hashed on-chip lock table, which dmkit's leaf locks, in the leaves,
-    // do not have).
+    // writer: E-HOCL ahead of HOCL by at most 35 % (9.42 and 7.36 Mops on
+    // quick runs with `response_gaps`; 5.45 and 4.97 under the FIFO, where
+    // the unlock's response also queued behind the hot leaf's CAS
+    // responses; the paper's HOCL also suffers false conflicts in a hashed
+    // on-chip lock table, which dmkit's leaf locks, in the leaves, do not
+    // have).
+    let gain = v("E-HOCL") / v("HOCL");
     assert!(
-        (v("E-HOCL") / v("HOCL") - 1.0).abs() < 0.15,
+        (1.0..1.35).contains(&gain),
         "{} vs {}",
         v("E-HOCL"),
         v("HOCL")
@@ -312,6 +315,51 @@ fn art_fig17_a_larger_cache_hits_more_and_runs_faster() {
     assert_eq!(mops.len(), 2);
     assert!(hits[1] > hits[0], "{hits:?}");
     assert!(mops[1] > mops[0], "{mops:?}");
+}
+
+/// Fig. 18 (b)–(c): Sherman's whole-leaf reads grow with the key and the
+/// value (its span-32 leaves pass the runtime allocator's largest block
+/// from 256-byte keys or values on), the radix trees' one-item leaves
+/// barely; so Sherman falls far more than SMART from 8-byte to 254-byte
+/// keys and to 1 KiB values.
+#[test]
+fn art_fig18_shermans_leaf_reads_grow_with_key_and_value_size() {
+    let f = reproduce("smart-art-fig18", &quick(), &|_, _| {}).unwrap();
+    let at = |s: &str, x: f64| value_at(&f, s, x);
+    let grows = |t: &str| {
+        at(&format!("(b) {t} bytes read"), 254.0) / at(&format!("(b) {t} bytes read"), 8.0)
+    };
+    assert!(grows("Sherman") > 10.0, "{}", grows("Sherman"));
+    assert!(grows("SMART") < 5.0, "{}", grows("SMART"));
+    let fall = |t: &str| at(&format!("(b) {t} fall from 8 to 254 B keys"), 254.0);
+    assert!(
+        fall("Sherman") > 4.0 * fall("SMART"),
+        "{} vs {}",
+        fall("Sherman"),
+        fall("SMART")
+    );
+    let fall = |t: &str| at(&format!("(c) {t} fall from 8 to 1024 B"), 1024.0);
+    assert!(at("(c) Sherman", 1024.0) > 0.0);
+    assert!(
+        fall("Sherman") > 10.0 * fall("SMART"),
+        "{} vs {}",
+        fall("Sherman"),
+        fall("SMART")
+    );
+}
+
+/// Fig. 14's claim at the artifact's largest value, 256 bytes (Sherman's
+/// 9,280-byte leaves): SMART's scans pass Sherman's, as they do not at 8.
+#[test]
+fn art_fig14_smart_scans_pass_shermans_at_256_byte_values() {
+    let f = reproduce("smart-art-fig14", &quick(), &|_, _| {}).unwrap();
+    let claim = "claim: SMART over Sherman e (< 1 at 8 B, > 1 from 64 B)";
+    assert!(value_at(&f, claim, 8.0) < 1.0);
+    assert!(
+        value_at(&f, claim, 256.0) > 1.0,
+        "{}",
+        value_at(&f, claim, 256.0)
+    );
 }
 
 fn cx3() -> ReproOptions {

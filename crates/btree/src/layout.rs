@@ -128,6 +128,9 @@ pub fn desc_bytes(nodes: usize) -> usize {
 pub const MAX_KEY_LIMIT: usize = 254;
 /// Largest value (the slot's length field has 16 bits).
 pub const MAX_VALUE_LIMIT: usize = 4096;
+/// Largest node: room for Sherman's span-32 leaf of 1 KiB values
+/// (33,344 B; the radix-tree paper's largest, OSDI'23 Fig. 18c).
+pub const MAX_NODE_BYTES: usize = 64 << 10;
 /// Words of each memory node's lock table: 256 KiB, the on-chip memory
 /// of a ConnectX-5/6 (Sherman §4.2 keeps its locks there).
 pub const LOCK_WORDS: u64 = 1 << 15;
@@ -322,6 +325,11 @@ impl Geometry {
         }
         if !node_bytes.is_multiple_of(64) {
             return Err(format!("node size {node_bytes} is not a multiple of 64"));
+        }
+        if node_bytes > MAX_NODE_BYTES {
+            return Err(format!(
+                "node size {node_bytes} exceeds the largest, {MAX_NODE_BYTES} B"
+            ));
         }
         let tk = tree_key_bytes(max_key, fixed_keys);
         let f = tk.next_multiple_of(8);
@@ -725,6 +733,32 @@ mod tests {
         let mut v = Vec::new();
         tree_key(k, 8, &mut v);
         v
+    }
+
+    /// Sherman's span-32 node at the radix-tree paper's key and value
+    /// sizes (OSDI'23 Fig. 18b–c; fixed-length integer keys): the node
+    /// (what a search reads) grows with the item; 254-byte keys take a
+    /// 256-byte field, as 256-byte keys would.
+    #[test]
+    fn span_32_nodes_grow_with_the_key_and_value() {
+        for (k, v, slot, nb) in [
+            (8, 8, 24, 832),
+            (16, 8, 32, 1088),
+            (32, 8, 48, 1664),
+            (64, 8, 80, 2752),
+            (128, 8, 144, 4928),
+            (254, 8, 272, 9280),
+            (8, 256, 272, 8768),
+            (8, 512, 528, 16_960),
+            (8, 1024, 1040, 33_344),
+        ] {
+            let bytes = Geometry::node_bytes_for_span(k, v, true, 32);
+            assert_eq!(bytes, nb, "key {k}, value {v}");
+            let g = Geometry::new(k, v, true, bytes).unwrap();
+            assert_eq!((g.leaf_slot, g.leaf_span), (slot, 32), "key {k}, value {v}");
+            assert_eq!(g.head, size_of::<NodeHead>() + 2 * k.next_multiple_of(8));
+        }
+        assert!(Geometry::new(8, 1024, true, MAX_NODE_BYTES + 64).is_err());
     }
 
     #[test]

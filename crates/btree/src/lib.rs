@@ -15,7 +15,10 @@
 //!   parent, a stale cached parent) moves right. Node levels never change
 //!   and lower fences never change, which is what makes stale pointers safe.
 //! - Nodes are 1 KiB by default ([`BtreeConfig::node_bytes`]), or sized for
-//!   a given span ([`BtreeConfig::span`], Sherman's default is 32). Leaves
+//!   a given span ([`BtreeConfig::span`], Sherman's default is 32; a node
+//!   beyond the runtime allocator's largest block, 8,128 B — long keys or
+//!   large values at span 32 — comes from the tree's own bump class, see
+//!   `alloc`). Leaves
 //!   are unsorted (an insert fills an empty slot with one small WRITE);
 //!   internal nodes are sorted and rewritten whole.
 //! - Torn reads are caught by per-entry versions and checksums (see
@@ -87,6 +90,7 @@
 //! another along sibling pointers (Sherman reads the leaves named by a
 //! cached parent in parallel).
 
+mod alloc;
 pub mod cache;
 pub mod check;
 pub mod hocl;

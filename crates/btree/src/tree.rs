@@ -10,13 +10,13 @@ use dmkit_index::{
     ClientStats, Creation, Entries, Home, IndexConfig, IndexError, LeaseConfig, MapClient,
     RemoteMap, Retry, RetryPolicy, Shape,
 };
-use dmkit_runtime::alloc::BlockAlloc;
 use dmkit_runtime::hash::fmix64;
 use dmkit_runtime::keys::{tree_key, untree_key};
 use dmkit_runtime::machine::{PerMachine, TicketGrant, TicketLocks};
-use dmkit_runtime::{Ctx, Local, LocalLayout, Nanos};
+use dmkit_runtime::{Ctx, Local, LocalLayout};
 use zerocopy::{FromBytes, IntoBytes};
 
+use crate::alloc::NodeAlloc;
 use crate::cache::{parent_of_leaf, InnerCache, Snapshot, SpecCache};
 use crate::hocl::local_locks;
 use crate::layout::*;
@@ -160,12 +160,6 @@ impl BtreeConfig {
         };
         let bad = |why: String| IndexError::config(KIND, why);
         let g = Geometry::new(self.max_key, self.max_value, self.fixed_keys, nb).map_err(bad)?;
-        if nb > dmkit_runtime::alloc::MAX_UNITS as usize * 64 {
-            return Err(bad(format!(
-                "nodes of {nb} B exceed the allocator's largest block ({} B)",
-                dmkit_runtime::alloc::MAX_UNITS * 64
-            )));
-        }
         if self.chunk_bytes < nb as u64 * 4 {
             return Err(bad(format!(
                 "chunk_bytes {} is too small for {nb}-byte nodes",
@@ -495,7 +489,7 @@ impl RemoteMap for Btree {
             cache,
             spec,
             st: Rc::new(RefCell::new(ClientState {
-                alloc: BlockAlloc::new(self.cfg.chunk_bytes, Nanos::MAX / 4, self.home.group()),
+                alloc: NodeAlloc::new(self.g.node_bytes, self.cfg.chunk_bytes, self.home.group()),
                 owner: dmkit_index::lease::owner_of(id),
                 root: self.root,
                 root_known: false,
@@ -531,7 +525,7 @@ fn root_head(version: u32, level: u8, leftmost: GlobalAddr) -> HeadFields {
 }
 
 struct ClientState {
-    alloc: BlockAlloc,
+    alloc: NodeAlloc,
     /// Lock owner id (`dmkit_index::lease::owner_of` of the client id).
     owner: u16,
     /// The root as this client last knew it (a stale root is only slower:
@@ -1176,13 +1170,7 @@ impl BtreeClient {
         // the nodes by id), so a client holds one partly used chunk.
         let prefer = nodes[st.next_node % nodes.len()];
         st.alloc
-            .alloc(
-                self.t.home.fabric().as_ref(),
-                nodes,
-                prefer,
-                (self.t.g.node_bytes / 64) as u64,
-                ctx.now(),
-            )
+            .alloc(self.t.home.fabric().as_ref(), nodes, prefer, ctx.now())
             .map_err(IndexError::oom("allocating a node"))
     }
 
@@ -1502,7 +1490,7 @@ impl BtreeClient {
             self.cache_put(Arc::new(Snapshot::of(at, &Node::new(&g, &out))));
             Ok(true)
         } else {
-            st.alloc.free_now(at, (g.node_bytes / 64) as u64);
+            st.alloc.free_now(at);
             st.root = GlobalAddr::from_raw(prev);
             Ok(false)
         }

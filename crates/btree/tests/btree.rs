@@ -387,6 +387,99 @@ fn exhausted_memory_is_a_typed_error_and_the_tree_stays_usable() {
     assert_eq!(rep.entries as u64, n);
 }
 
+/// Nodes beyond the runtime allocator's largest block (8,128 B) come from
+/// the tree's own class: span-8 leaves of 1 KiB values (8,384 B) and
+/// span-32 leaves of 254-byte keys (9,280 B) take random inserts, updates,
+/// deletes and scans against a model, split, and pass the checker; a
+/// node over the largest size is refused.
+#[test]
+fn nodes_larger_than_the_allocators_blocks_match_a_model() {
+    let wide = |r: &mut Rng| {
+        let mut k = vec![0u8; 246];
+        k.extend_from_slice(&fmix64(r.below(1500)).to_be_bytes());
+        k
+    };
+    let int = |r: &mut Rng| fmix64(r.below(1500)).to_be_bytes().to_vec();
+    for (max_key, max_value, span, key_of) in [
+        (8, 1024, 8, int as fn(&mut Rng) -> Vec<u8>),
+        (254, 8, 32, wide as fn(&mut Rng) -> Vec<u8>),
+    ] {
+        let cfg = BtreeConfig {
+            max_key,
+            fixed_keys: true,
+            max_value,
+            span: Some(span),
+            cache_bytes: 1 << 20,
+            chunk_bytes: 1 << 20,
+            ..Default::default()
+        };
+        let f = fabric(2, 256 << 20);
+        let tree = Btree::create(f.clone(), "large", cfg).unwrap();
+        let nb = tree.geometry().node_bytes;
+        assert!(nb > 127 * 64, "{nb} B nodes are the allocator's own");
+        let client = tree.client(1);
+        let ((n, c), _) = on_worker(f.as_ref(), &client, move |ctx, c| async move {
+            let mut r = Rng::new(7);
+            let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+            for i in 0..4000u64 {
+                let k = key_of(&mut r);
+                let v = vec![i as u8; 1 + r.below(max_value as u64) as usize];
+                match r.below(10) {
+                    0..5 => {
+                        let want = !model.contains_key(&k);
+                        assert_eq!(c.insert(&ctx, &k, &v).await.unwrap(), want, "op {i}");
+                        model.entry(k).or_insert(v);
+                    }
+                    5..7 => {
+                        let want = model.contains_key(&k);
+                        assert_eq!(c.update(&ctx, &k, &v).await.unwrap(), want, "op {i}");
+                        if let Some(x) = model.get_mut(&k) {
+                            *x = v;
+                        }
+                    }
+                    7 => {
+                        let want = model.remove(&k).is_some();
+                        assert_eq!(c.delete(&ctx, &k).await.unwrap(), want, "op {i}");
+                    }
+                    8 => {
+                        let got = c.scan(&ctx, &k, 10).await.unwrap();
+                        let want: Vec<(Vec<u8>, Vec<u8>)> = model
+                            .range(k.clone()..)
+                            .take(10)
+                            .map(|(a, b)| (a.clone(), b.clone()))
+                            .collect();
+                        assert_eq!(got, want, "scan at op {i}");
+                    }
+                    _ => {
+                        let got = c.search(&ctx, &k).await.unwrap();
+                        assert_eq!(got.as_ref(), model.get(&k), "search at op {i}");
+                    }
+                }
+            }
+            let all = c.entries(&ctx).await.unwrap();
+            assert_eq!(all, model.into_iter().collect::<Vec<_>>());
+            (all.len(), c.counters())
+        });
+        let rep = check_tree(&tree).unwrap();
+        assert_eq!(rep.entries, n);
+        assert!(rep.height >= 2, "{rep:?}");
+        assert!(c.leaf_splits >= 10, "{c:?}");
+    }
+    let f = fabric(1, 64 << 20);
+    let r = Btree::create(
+        f,
+        "huge",
+        BtreeConfig {
+            max_key: 8,
+            fixed_keys: true,
+            max_value: 4096,
+            span: Some(32),
+            ..Default::default()
+        },
+    );
+    assert!(matches!(r, Err(IndexError::Config { kind: "btree", .. })));
+}
+
 /// Node locks are leases: a lock whose holder is alive (its lease runs)
 /// makes a writer give up after its retry budget with a typed error and
 /// change nothing; a lock whose holder died (its lease ran out) is broken

@@ -240,6 +240,10 @@ pub(crate) struct HashtableArgs {
     hot_keys: usize,
     #[arg(long, default_value_t = 16)]
     theta: u32,
+    /// Versions per cold entry in the +atomics step (the study's
+    /// multi-version entries; 0: that step is backoff alone).
+    #[arg(long, default_value_t = dmkit_apps::hashtable::DEFAULT_VERSIONS)]
+    cold_versions: u32,
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     duration: Duration,
     #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
@@ -398,6 +402,7 @@ fn hashtable(a: HashtableArgs) -> Res {
         duration: a.duration,
         warmup: a.warmup,
         seed: a.seed,
+        versions: a.cold_versions,
     };
     if a.backend == AppBackend::Shm {
         if let Some(why) = dmkit_runtime::numa::Topology::detect().proxy_reason() {
@@ -462,6 +467,7 @@ fn hashtable(a: HashtableArgs) -> Res {
             "checked_by": "dmkit-race conformance and linearizability tests",
             "method": step.name(),
             "batch": if step.switches().hot_area { a.theta as usize } else { 1 },
+            "cold_versions": if step.switches().multi_version { a.cold_versions } else { 0 },
         }));
     }
     write_json(&a.json, &rows)

@@ -127,7 +127,8 @@ pub(crate) struct ReproduceArgs {
     /// idle gap of its links once its request has executed, instead of a
     /// FIFO booked in posting order (where the response of an atomic
     /// waiting at a contended address holds back those of requests posted
-    /// after it). The SwordBox figures take it onto their own device.
+    /// after it). On in the built-in profiles; off reruns the FIFO. The
+    /// SwordBox figures take it onto their own device.
     #[arg(long, value_enum)]
     response_gaps: Option<OnOff>,
     /// Seed of the simulation (same seed, same result, bit for bit).

@@ -101,11 +101,18 @@ pub(crate) struct SwitchArgs {
     /// `own_qp`): the first step of multiplexing. Needs --server.
     #[arg(long, value_name = "IPV4")]
     switch_ip: Option<Ipv4Addr>,
-    /// SwordBox's connection multiplexing on the wire: not built (it needs
-    /// a queue pair of the switch's own on the server; see dmkit-switch's
-    /// docs). Refused.
+    /// SwordBox's connection multiplexing on the wire: every client
+    /// connection to --server moves, whole from one PSN on, onto the
+    /// switch's own queue pair on the node (--switch-ip), and the node's
+    /// responses return to each client in its connection's terms
+    /// (dmkit-switch's `mux`). With --cas-to-write, CAS→WRITE runs on the
+    /// moved connections. Needs --switch-ip; not with --steer.
     #[arg(long)]
     mux: bool,
+    /// With --mux: the node's path MTU in bytes (a READ takes one PSN per
+    /// MTU of its length): rxe over a 1500-byte Ethernet MTU uses 1024.
+    #[arg(long, default_value_t = 1024)]
+    mux_mtu: u32,
 }
 
 fn parse_port(s: &str) -> Result<(String, SocketAddr), String> {
@@ -119,18 +126,36 @@ fn parse_port(s: &str) -> Result<(String, SocketAddr), String> {
 }
 
 pub(crate) fn switch(a: SwitchArgs) -> Res {
-    if a.mux {
-        return Err(
-            "--mux: not built on the wire: the receiving rxe accepts an RC packet only from the \
-             source IP, to the QPN and at the PSN of one of its QPs, so the switch needs a queue \
-             pair of its own on the server (its control plane asking the node for one, ARP for \
-             its IP, rewriting and demultiplexing ACKs); the simulator runs it, and \
-             --cas-to-write runs on each client's own connection (dmkit-switch's docs: \
-             \"CAS→WRITE and multiplexing on the wire\")"
-                .to_string(),
-        );
-    }
+    let mux =
+        match (a.mux, a.switch_ip, a.server, a.steer) {
+            (false, ..) => None,
+            (true, _, _, s) if s != Steer::Off => {
+                return Err(crate::bad_input(
+                    "--mux and --steer do not run together: steering rewrites requests in the \
+                 node's terms, multiplexing moves them onto the switch's queue pair",
+                ))
+            }
+            (true, Some(ip), Some(server), _) => {
+                if !(256..=4096).contains(&a.mux_mtu) || !a.mux_mtu.is_power_of_two() {
+                    return Err(crate::bad_input(
+                        "--mux-mtu: one of 256, 512, 1024, 2048, 4096 (an InfiniBand path MTU)",
+                    ));
+                }
+                Some(dmkit_switch::mux::MuxConfig {
+                    server,
+                    switch_ip: ip,
+                    mtu: a.mux_mtu,
+                    cas_to_write: a.cas_to_write,
+                })
+            }
+            (true, ..) => return Err(crate::bad_input(
+                "--mux needs --switch-ip IPV4 and --server IPV4 (and --node-ctl, --node-token): \
+                 the clients' connections move onto the switch's own queue pair on the node",
+            )),
+        };
     let cas_to_write = match (a.cas_to_write, a.server, a.steer) {
+        // With --mux, CAS→WRITE runs inside multiplexing.
+        (true, Some(_), Steer::Off) if mux.is_some() => None,
         (false, _, _) => None,
         (true, None, _) => {
             return Err(crate::bad_input(
@@ -146,7 +171,7 @@ pub(crate) fn switch(a: SwitchArgs) -> Res {
         (true, Some(ip), _) => Some((ip, a.quiet.as_micros() as u64)),
     };
     let policy = match (a.steer, a.server) {
-        (Steer::Off, _) if cas_to_write.is_some() => None,
+        (Steer::Off, _) if cas_to_write.is_some() || mux.is_some() => None,
         (Steer::Off, None) => None,
         (_, None) => {
             return Err(crate::bad_input(
@@ -208,6 +233,7 @@ pub(crate) fn switch(a: SwitchArgs) -> Res {
         policy,
         cas_to_write,
         own: own.as_ref().map(|(ip, server, _, _)| (*ip, *server)),
+        mux,
     })
     .map_err(|e| e.to_string())?;
     if let Some((addr, token)) = control {
@@ -243,6 +269,18 @@ pub(crate) fn switch(a: SwitchArgs) -> Res {
             if o.connected { "connected" } else { "never connected" },
             o.node_qpn, o.arp_replies, o.reads, o.read_responses, o.naks, o.other
         );
+    }
+    if let Some(m) = &s.mux {
+        eprintln!(
+            "dmkit switch: mux: {} connections, {} moved, {} kept on their own QP (SENDs); {} requests on the switch's queue pair, {} responses mapped back ({} WRITE packets covered), {} held, {} resent, {} replayed, {} sequence NAKs ({} resent), {} NAKs passed, {} unmatched, {} SENDs dropped",
+            m.connections, m.moved, m.pinned, m.mapped, m.responses, m.covering_acks, m.held, m.resent, m.replayed, m.seq_naks, m.gbn_resent, m.naks, m.unmatched, m.sends_dropped
+        );
+        if a.cas_to_write {
+            eprintln!(
+                "dmkit switch: mux cas-to-write: {} CASes, {} turned into WRITEs, {} atomic ACKs made, {} learned, {} mispredictions",
+                m.cas, m.converted, m.atomic_acks, m.learned, m.mispredictions
+            );
+        }
     }
     if let Some(c) = &s.cas_to_write {
         eprintln!(

@@ -58,6 +58,38 @@
 //! ```
 //! The checksum covers the lengths, key and value; a torn or recycled block
 //! fails it (or fails the key comparison) and the reader retries.
+//!
+//! ## Multi-version block (tables with `cold_versions` K ≥ 2; updated in place)
+//! The memory-semantics study's cold entries (§IV-B "Atomic operation"): a
+//! writer takes a version number with one FAA on the block's counter and
+//! WRITEs the value into slot `version mod K`. Every block of such a table
+//! has this form (the FAA's offset must not depend on whose block a
+//! fingerprint match turns out to be).
+//! ```text
+//!  0          2      3      4          8          16         24
+//!  +----------+------+------+----------+----------+----------+-----------------+
+//!  | key len  |  K   | 0|MV | val cap  | counter  | checksum | key bytes (pad 8)|  MvBlockHeader + key
+//!  +----------+------+------+----------+----------+----------+-----------------+
+//!  | slot 0 | slot 1 | ... | slot K-1 |                 zero padded to 64 B
+//!
+//!  lens (word 0): key_len:16 | K:8 | 0:7 | MV:1 (bit 31) | value_cap:32
+//!  counter: the next version (FAA); K at creation, whose slots hold versions 0..K-1
+//!  checksum: covers lens and key (both written once)
+//!
+//!  slot (24 B + value_cap padded to 8):
+//!  0          8           16          24
+//!  +----------+-----------+-----------+-------------------------+
+//!  | version  | value len | checksum  | value bytes (pad 8)     |  MvSlotHead + value
+//!  +----------+-----------+-----------+-------------------------+
+//!  checksum: covers version, length and value
+//! ```
+//! A slot is *complete* when its checksum matches; the block's value is the
+//! complete slot with the highest version. A slot whose checksum fails is
+//! being written (or torn by a fault): its version word (atomic, 8 B) is
+//! either the old or the new version, and a reader may pass it over only if
+//! a complete slot holds a higher version than that word; otherwise the
+//! block counts as torn and the reader reads it again (see
+//! `dmkit_race::table`'s "Multi-version cold entries").
 
 use dmkit_fabric::GlobalAddr;
 use dmkit_index::Magic;
@@ -107,7 +139,9 @@ pub struct DirHeader {
     pub seed: u64,
     /// Memory nodes the table was created on (informational).
     pub nodes: u64,
-    /// max_key:16 | 0:16 | max_value:32 — limits every client enforces.
+    /// max_key:16 | cold_versions:8 | 0:8 | max_value:32 — limits every
+    /// client enforces (cold_versions 0: plain blocks; tables made before
+    /// the field read as 0).
     pub limits: u64,
 }
 const _: () = assert!(std::mem::size_of::<DirHeader>() == 64);
@@ -466,9 +500,13 @@ fn block_checksum(lens: u64, key: &[u8], value: &[u8]) -> u64 {
     hash64(value, hash64(key, CHECKSUM_SEED ^ lens))
 }
 
-/// Decodes a block read into `b`; `None` when torn, recycled or garbage.
+/// Decodes a block read into `b` (either form; a multi-version block
+/// gives its newest complete value); `None` when torn, recycled or garbage.
 pub fn decode_block(b: &[u8]) -> Option<(&[u8], &[u8])> {
     let (head, body) = BlockHeader::read_from_prefix(b).ok()?;
+    if head.lens & MV_FLAG != 0 {
+        return decode_mv_block(b).map(|(k, _, v)| (k, v));
+    }
     let (k, v) = (head.key_len(), head.value_len());
     if !head.well_formed() || k == 0 || k.checked_add(v)? > body.len() {
         return None;
@@ -478,11 +516,205 @@ pub fn decode_block(b: &[u8]) -> Option<(&[u8], &[u8])> {
 }
 
 /// The key of a block prefix (no checksum check: used by splits on blocks
-/// that a live slot references, which are immutable).
+/// that a live slot references, whose keys are immutable).
 pub fn block_key(b: &[u8]) -> Option<&[u8]> {
     let (head, body) = BlockHeader::read_from_prefix(b).ok()?;
     let k = head.key_len();
+    let body = if head.lens & MV_FLAG != 0 {
+        b.get(MV_HEADER..)?
+    } else {
+        body
+    };
     (k > 0 && k <= body.len()).then(|| &body[..k])
+}
+
+/// Bit of a block's `lens` word marking a multi-version block.
+pub const MV_FLAG: u64 = 1 << 31;
+/// Most versions a multi-version block keeps.
+pub const MAX_VERSIONS: u32 = 16;
+
+/// Header of a multi-version block (see the module doc's drawing).
+#[repr(C)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct MvBlockHeader {
+    /// key_len:16 | K:8 | 0:7 | MV:1 | value_cap:32
+    pub lens: u64,
+    /// The next version number (the writers' FAA word).
+    pub counter: u64,
+    /// Hash of `lens` and the key.
+    pub checksum: u64,
+}
+const _: () = assert!(std::mem::size_of::<MvBlockHeader>() == 24);
+/// Bytes of a multi-version block header.
+pub const MV_HEADER: usize = std::mem::size_of::<MvBlockHeader>();
+/// Offset of the version counter in a multi-version block.
+pub const MV_COUNTER: u64 = std::mem::offset_of!(MvBlockHeader, counter) as u64;
+
+/// Head of a multi-version slot (see the module doc's drawing).
+#[repr(C)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct MvSlotHead {
+    /// The version this slot holds.
+    pub version: u64,
+    /// The value's length in bytes.
+    pub len: u64,
+    /// Hash of version, length and value.
+    pub checksum: u64,
+}
+const _: () = assert!(std::mem::size_of::<MvSlotHead>() == 24);
+/// Bytes of a multi-version slot head.
+pub const MV_SLOT_HEAD: usize = std::mem::size_of::<MvSlotHead>();
+
+/// The shape of a table's multi-version blocks: versions kept (K) and the
+/// value capacity of each slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MvShape {
+    /// Slots (versions kept), 2..=[`MAX_VERSIONS`].
+    pub versions: u32,
+    /// Largest value a slot holds (the table's `max_value`).
+    pub value_cap: usize,
+}
+
+impl MvShape {
+    /// Bytes of one slot.
+    pub fn slot_bytes(&self) -> usize {
+        MV_SLOT_HEAD + self.value_cap.next_multiple_of(8)
+    }
+    /// Offset of slot `i` in the block of a `key_len`-byte key.
+    pub fn slot_at(&self, key_len: usize, i: u32) -> usize {
+        assert!(i < self.versions, "slot {i} of {}", self.versions);
+        MV_HEADER + key_len.next_multiple_of(8) + i as usize * self.slot_bytes()
+    }
+    /// Bytes of the block of a `key_len`-byte key, rounded to 64.
+    pub fn block_bytes(&self, key_len: usize) -> usize {
+        self.slot_at(key_len, 0)
+            .saturating_add(self.versions as usize * self.slot_bytes())
+            .next_multiple_of(64)
+    }
+    fn lens(&self, key_len: usize) -> u64 {
+        key_len as u64 | (self.versions as u64) << 16 | MV_FLAG | (self.value_cap as u64) << 32
+    }
+}
+
+fn mv_key_checksum(lens: u64, key: &[u8]) -> u64 {
+    hash64(key, CHECKSUM_SEED ^ lens ^ 0x4D56)
+}
+
+fn mv_slot_checksum(version: u64, value: &[u8]) -> u64 {
+    hash64(
+        value,
+        CHECKSUM_SEED ^ version.rotate_left(17) ^ value.len() as u64,
+    )
+}
+
+/// Encodes slot `version` holding `value` into `out` (resized to a slot).
+pub fn encode_mv_slot(shape: MvShape, version: u64, value: &[u8], out: &mut Vec<u8>) {
+    assert!(value.len() <= shape.value_cap, "value exceeds the slot");
+    out.clear();
+    out.resize(shape.slot_bytes(), 0);
+    let head = MvSlotHead {
+        version,
+        len: value.len() as u64,
+        checksum: mv_slot_checksum(version, value),
+    };
+    out[..MV_SLOT_HEAD].copy_from_slice(head.as_bytes());
+    out[MV_SLOT_HEAD..MV_SLOT_HEAD + value.len()].copy_from_slice(value);
+}
+
+/// What a multi-version slot holds when read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MvSlot<'a> {
+    /// A complete version and its value.
+    Complete(u64, &'a [u8]),
+    /// Being written (or torn): the version word as read.
+    Torn(u64),
+}
+
+/// Decodes a slot read into `b` (a slot's bytes).
+pub fn decode_mv_slot(b: &[u8]) -> MvSlot<'_> {
+    let Ok((head, body)) = MvSlotHead::read_from_prefix(b) else {
+        return MvSlot::Torn(u64::MAX);
+    };
+    let len = head.len as usize;
+    match body.get(..len) {
+        Some(v) if mv_slot_checksum(head.version, v) == head.checksum => {
+            MvSlot::Complete(head.version, v)
+        }
+        _ => MvSlot::Torn(head.version),
+    }
+}
+
+/// Encodes a fresh multi-version block: counter K, slot `i` holding
+/// version `i`, each with `value` (so the newest, K-1, is `value`).
+pub fn encode_mv_block(shape: MvShape, key: &[u8], value: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.resize(shape.block_bytes(key.len()), 0);
+    let lens = shape.lens(key.len());
+    let head = MvBlockHeader {
+        lens,
+        counter: shape.versions as u64,
+        checksum: mv_key_checksum(lens, key),
+    };
+    out[..MV_HEADER].copy_from_slice(head.as_bytes());
+    out[MV_HEADER..MV_HEADER + key.len()].copy_from_slice(key);
+    let mut slot = Vec::new();
+    for i in 0..shape.versions {
+        encode_mv_slot(shape, i as u64, value, &mut slot);
+        let at = shape.slot_at(key.len(), i);
+        out[at..at + slot.len()].copy_from_slice(&slot);
+    }
+}
+
+/// A multi-version block read into `b`: its shape and key (`None` when
+/// the header is torn, recycled or garbage).
+pub fn mv_block_head(b: &[u8]) -> Option<(MvShape, &[u8])> {
+    let (head, _) = MvBlockHeader::read_from_prefix(b).ok()?;
+    let k = (head.lens & 0xFFFF) as usize;
+    let shape = MvShape {
+        versions: (head.lens >> 16 & 0xFF) as u32,
+        value_cap: (head.lens >> 32) as usize,
+    };
+    if head.lens & MV_FLAG == 0
+        || head.lens & 0x7F00_0000 != 0
+        || k == 0
+        || !(2..=MAX_VERSIONS).contains(&shape.versions)
+        || shape.block_bytes(k) > b.len()
+    {
+        return None;
+    }
+    let key = &b[MV_HEADER..MV_HEADER + k];
+    (mv_key_checksum(head.lens, key) == head.checksum).then_some((shape, key))
+}
+
+/// The newest complete version of a multi-version block read into `b`:
+/// (key, version, value). `None` when the header fails its checksum, or
+/// when a slot being written might hide a newer version than every complete
+/// one (its version word is not below the newest complete version): the
+/// caller reads the block again.
+pub fn decode_mv_block(b: &[u8]) -> Option<(&[u8], u64, &[u8])> {
+    let (shape, key) = mv_block_head(b)?;
+    let mut best: Option<(u64, &[u8])> = None;
+    let mut torn_max: Option<u64> = None;
+    for i in 0..shape.versions {
+        let at = shape.slot_at(key.len(), i);
+        match decode_mv_slot(&b[at..at + shape.slot_bytes()]) {
+            MvSlot::Complete(v, val) => {
+                if best.is_none_or(|(bv, _)| v > bv) {
+                    best = Some((v, val));
+                }
+            }
+            MvSlot::Torn(v) => torn_max = Some(torn_max.map_or(v, |t| t.max(v))),
+        }
+    }
+    let (v, val) = best?;
+    if torn_max.is_some_and(|t| t >= v) {
+        return None;
+    }
+    Some((key, v, val))
 }
 
 #[cfg(test)]
@@ -523,6 +755,96 @@ mod tests {
             );
         }
         assert_eq!(decode_block(&[0u8; 64]), None);
+    }
+
+    /// Writes slot `i` of block `b` (key `key`) with version `v` and `value`.
+    fn put_slot(b: &mut [u8], mv: MvShape, key: &[u8], i: u32, v: u64, value: &[u8]) -> Vec<u8> {
+        let mut img = Vec::new();
+        encode_mv_slot(mv, v, value, &mut img);
+        let at = mv.slot_at(key.len(), i);
+        b[at..at + img.len()].copy_from_slice(&img);
+        img
+    }
+
+    #[test]
+    fn multi_version_blocks_give_the_newest_complete_version() {
+        let mv = MvShape {
+            versions: 4,
+            value_cap: 64,
+        };
+        let key = b"cold-key";
+        let mut b = Vec::new();
+        encode_mv_block(mv, key, &[1; 64], &mut b);
+        assert_eq!(b.len(), mv.block_bytes(key.len()));
+        assert_eq!(b.len(), 6 * 64, "64-byte values, K = 4: six units");
+        assert_eq!(decode_mv_block(&b), Some((&key[..], 3, &[1u8; 64][..])));
+        assert_eq!(decode_block(&b), Some((&key[..], &[1u8; 64][..])));
+        assert_eq!(block_key(&b), Some(&key[..]));
+        assert_eq!(mv_block_head(&b).map(|(s, _)| s), Some(mv));
+        // Versions 4 and 5 land in slots 0 and 1; a shorter value too.
+        put_slot(&mut b, mv, key, 0, 4, &[4; 64]);
+        put_slot(&mut b, mv, key, 1, 5, b"five");
+        assert_eq!(decode_mv_block(&b), Some((&key[..], 5, &b"five"[..])));
+        // The FAA word is not covered by any checksum.
+        let head = MvBlockHeader::read_from_prefix(&b).unwrap().0;
+        assert_eq!(head.counter, 4);
+        b[MV_COUNTER as usize] = 9;
+        assert!(decode_mv_block(&b).is_some());
+    }
+
+    #[test]
+    fn a_torn_slot_is_never_returned_and_never_hides_a_newer_version() {
+        let mv = MvShape {
+            versions: 2,
+            value_cap: 64,
+        };
+        let key = b"k";
+        let mut b = Vec::new();
+        encode_mv_block(mv, key, &[0xAA; 64], &mut b); // versions 0, 1
+        let at0 = mv.slot_at(key.len(), 0);
+        // Version 2 lands in slot 0 (old: version 0) word by word, in any
+        // order: every mix of old and new words must decode to version 1
+        // (the old slot's version 0 is older) or version 2 (complete),
+        // never to a mixed value.
+        let mut new = b.clone();
+        put_slot(&mut new, mv, key, 0, 2, &[0x55; 64]);
+        let words = mv.slot_bytes() / 8;
+        for mask in [1u64, 2, 4, 8, 0x0F, 0xF0, 0xFFFE, 0x5555, 0xAAAA] {
+            let mut t = b.clone();
+            for w in 0..words {
+                if mask >> (w % 16) & 1 == 1 {
+                    let o = at0 + 8 * w;
+                    t[o..o + 8].copy_from_slice(&new[o..o + 8]);
+                }
+            }
+            match decode_mv_block(&t) {
+                Some((_, 1, v)) => assert_eq!(v, &[0xAA; 64][..]),
+                Some((_, 2, v)) => assert_eq!(v, &[0x55; 64][..]),
+                None => {}
+                other => panic!("mask {mask:x}: {other:?}"),
+            }
+            if mask & 1 == 1 {
+                // The slot's version word already says 2, above every
+                // complete slot: it may hide the newest version.
+                assert_eq!(decode_mv_block(&t), None, "mask {mask:x}");
+            }
+        }
+        // Now slot 1 (version 1) is being overwritten by version 3 while
+        // slot 0 holds the complete version 2: the torn slot's word (1 or
+        // 3) — with 3 the reader must read again, with 1 it may answer 2.
+        let mut t = new.clone();
+        let at1 = mv.slot_at(key.len(), 1);
+        let mut v3 = new.clone();
+        put_slot(&mut v3, mv, key, 1, 3, &[0x33; 64]);
+        t[at1 + 24..at1 + 32].copy_from_slice(&v3[at1 + 24..at1 + 32]);
+        assert_eq!(decode_mv_block(&t), Some((&key[..], 2, &[0x55u8; 64][..])));
+        t[at1..at1 + 8].copy_from_slice(&v3[at1..at1 + 8]);
+        assert_eq!(decode_mv_block(&t), None);
+        // A damaged key or header is never a block.
+        let mut t = new.clone();
+        t[MV_HEADER] ^= 1;
+        assert_eq!(decode_mv_block(&t), None);
+        assert_eq!(decode_block(&t), None);
     }
 
     #[test]

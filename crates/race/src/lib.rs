@@ -121,6 +121,55 @@
 //! per `θ` modifications (IO consolidation). Searches of a free block read
 //! the lock word and the entry in one round trip. See [`hot`].
 //!
+//! ## Multi-version cold entries (memory-semantics study §IV-B)
+//! With [`RaceConfig::cold_versions`] `K ≥ 2` (stored in the table) every
+//! block is a multi-version block ([`layout`]'s drawing): a version
+//! counter and `K` slots, each carrying its version, the value and a
+//! checksum over both. The slot word still names the block; inserts and
+//! deletes are unchanged. An **update** is the study's "the writer first
+//! gets a version number ... by RDMA fetch and add, and then writes the
+//! data ... via RDMA Write":
+//! 1. READ both combined buckets (skipped on a cache hit);
+//! 2. FAA the counter of the block the first fingerprint match of the
+//!    key's block size names, ∥ READ that block: version `v`, and the key
+//!    to check;
+//! 3. WRITE slot `v mod K` (version, value, checksum).
+//!
+//! A **search** reads the block as before and takes the complete slot with
+//! the highest version.
+//!
+//! *Writers never overwrite a newer version.* Slot `s` is written by
+//! versions `s, s+K, s+2K, …`; writer `v` writes only once its READ (or a
+//! re-read of the slot, up to [`table::MV_WAIT_POLLS`], with the runtime's
+//! backoff between) shows version `v−K` complete in its slot. So each
+//! slot's versions land one at a time and in order, and the newest complete
+//! version of a block only grows: a max-register, whose reads (the highest
+//! complete slot of one READ) are linearizable. Writers of one key run in
+//! parallel up to `K` versions apart; a writer whose slot's previous
+//! version stays in flight — its writer slow, or dead after its FAA —
+//! gives up the fast path and updates out of place (a fresh block, CAS on
+//! the slot word, as with `K = 0`), so a dead writer costs its successors
+//! one slow update each, never a blocked key. A version taken and not
+//! written (a foreign fingerprint match's FAA, a stalled writer, a dead
+//! one) is such a hole.
+//!
+//! *A slot overwritten while a slow reader reads it.* The reader's READ can
+//! see the slot half old, half new. The slot's checksum (over version, length
+//! and value) fails, so the slot is never returned; its version word (one
+//! atomic 8-byte word) is the old or the new version, and the slot can hide
+//! nothing newer than that. The reader passes over it when another complete
+//! slot holds a higher version than that word, and otherwise reads the
+//! block again — the lookup's retry budget ([`dmkit_index::RetryPolicy`])
+//! bounds those reads, then [`IndexError::Timeout`]. A retry waits for one
+//! WRITE to land; only a writer that dies halfway through its WRITE (a cut
+//! connection) leaves a slot torn until the key's next update.
+//!
+//! *Blocks that change owner.* An out-of-place update or a delete retires
+//! the block; the grace period keeps it from reuse while a writer that read
+//! its slot word may still FAA or WRITE it (writers check the stall bound
+//! before the WRITE, as every lookup does). Such a late write lands in a
+//! retired block; the update is ordered before the CAS that retired it.
+//!
 //! ## Limits
 //! A client that dies while holding an insert lock or a split lock blocks
 //! inserts into that bucket or subtable (there is no lease on them yet).

@@ -91,6 +91,15 @@ pub struct RaceConfig {
         arg(long = "hot-hold", value_name = "DURATION", default_value = "50us", value_parser = dmkit_index::cli::parse_nanos)
     )]
     pub hot_hold: Nanos,
+    /// Hash table: versions kept per cold entry (the memory-semantics
+    /// study's multi-version entries, §IV-B: an update is one FAA for a
+    /// version and one WRITE of its slot); 0: RACE's out-of-place blocks.
+    /// Stored in the table.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "cold-versions", value_name = "K", default_value_t = RaceConfig::default().cold_versions)
+    )]
+    pub cold_versions: u32,
     /// How long an operation keeps retrying before it gives up.
     #[cfg_attr(feature = "cli", arg(skip))]
     pub retry: RetryPolicy,
@@ -116,6 +125,7 @@ impl Default for RaceConfig {
             hot_block_log2: 3,
             hot_theta: 16,
             hot_hold: 50_000,
+            cold_versions: 0,
             retry: RetryPolicy::default(),
             lease: LeaseConfig::default(),
         }
@@ -157,7 +167,11 @@ impl IndexConfig for RaceConfig {
     /// quarantine), the subtables at twice their initial count (splits),
     /// two block chunks per client and 64 MiB of slack.
     fn memory_estimate(&self, shape: &Shape) -> u64 {
-        let block = (BLOCK_HEADER + shape.max_key + shape.max_value).next_multiple_of(64) as u64;
+        let plain = (BLOCK_HEADER + shape.max_key + shape.max_value).next_multiple_of(64) as u64;
+        let block = match self.mv_shape() {
+            Some(mv) => (mv.block_bytes(shape.max_key) as u64).max(plain),
+            None => plain,
+        };
         let sub = Geometry {
             groups: self.groups,
         }
@@ -170,8 +184,35 @@ impl IndexConfig for RaceConfig {
 }
 
 impl RaceConfig {
+    /// The shape of the table's multi-version blocks (`None`: off).
+    pub fn mv_shape(&self) -> Option<MvShape> {
+        (self.cold_versions > 0).then_some(MvShape {
+            versions: self.cold_versions,
+            value_cap: self.max_value,
+        })
+    }
+
+    /// The largest block the table's operations read or write.
+    fn block_cap(&self) -> usize {
+        let plain = block_bytes(self.max_key, self.max_value);
+        self.mv_shape()
+            .map_or(plain, |mv| mv.block_bytes(self.max_key).max(plain))
+    }
+
     fn validate(&self) -> Result<(), IndexError> {
         let bad = |s: String| Err(IndexError::config(KIND, s));
+        if self.cold_versions == 1 || self.cold_versions > MAX_VERSIONS {
+            return bad(format!(
+                "cold_versions {} must be 0 (off) or in 2..={MAX_VERSIONS}",
+                self.cold_versions
+            ));
+        }
+        if self.block_cap() > MAX_BLOCK {
+            return bad(format!(
+                "a multi-version block of {} versions of max_value {} (max_key {}) exceeds {MAX_BLOCK} B",
+                self.cold_versions, self.max_value, self.max_key
+            ));
+        }
         if self.max_key == 0 || self.max_key > u16::MAX as usize {
             return bad(format!("max_key {} must be in 1..=65535", self.max_key));
         }
@@ -282,6 +323,14 @@ pub struct TableCounters {
     pub leases_broken: u64,
     /// Splits this client finished for a splitter that died.
     pub splits_resumed: u64,
+    /// Updates of a multi-version table that took the FAA-and-WRITE path.
+    pub mv_writes: u64,
+    /// Updates of a multi-version table that went out of place instead
+    /// (key not among the buckets read at first, a foreign fingerprint
+    /// match, a slot whose previous version stayed in flight).
+    pub mv_slow: u64,
+    /// Re-reads of a slot whose previous version was still being written.
+    pub mv_waits: u64,
 }
 
 /// The task-local memory of the table's operations, declared once per
@@ -391,7 +440,7 @@ fn subtable_image(geo: Geometry, depth: u32, suffix: u64, from: u64, len: usize)
 
 impl RaceTable {
     fn assemble(home: Home, cfg: RaceConfig, dir: GlobalAddr, hot: Option<HotArea>) -> Self {
-        let (scratch, layout) = Scratch::declare(block_bytes(cfg.max_key, cfg.max_value));
+        let (scratch, layout) = Scratch::declare(cfg.block_cap());
         Self {
             home,
             geo: Geometry { groups: cfg.groups },
@@ -416,7 +465,7 @@ impl RaceTable {
     }
 
     fn block_cap(&self) -> usize {
-        block_bytes(self.cfg.max_key, self.cfg.max_value)
+        self.cfg.block_cap()
     }
 }
 
@@ -468,7 +517,9 @@ impl RemoteMap for RaceTable {
             groups: cfg.groups,
             seed: cfg.seed,
             nodes: nodes.len() as u64,
-            limits: cfg.max_key as u64 | (cfg.max_value as u64) << 32,
+            limits: cfg.max_key as u64
+                | (cfg.cold_versions as u64) << 16
+                | (cfg.max_value as u64) << 32,
         };
         c.write(dir, header.as_bytes())?;
         let hot = if cfg.hot_keys.is_empty() {
@@ -505,6 +556,7 @@ impl RemoteMap for RaceTable {
         }
         let cfg = RaceConfig {
             max_key: (h.limits & 0xFFFF) as usize,
+            cold_versions: (h.limits >> 16 & 0xFF) as u32,
             max_value: (h.limits >> 32) as usize,
             groups: h.groups,
             max_depth: h.max_depth as u32,
@@ -606,6 +658,9 @@ struct CacheEntry {
 
 /// Blocks fetched in one round trip.
 const CAND_MAX: usize = 4;
+/// Re-reads a multi-version writer makes of its slot while the slot's
+/// previous version is in flight, before it updates out of place instead.
+pub const MV_WAIT_POLLS: u32 = 8;
 /// Scratch for splits and scans.
 const SCRATCH: usize = 16 * 1024;
 
@@ -1174,7 +1229,10 @@ impl RaceClient {
         prefer: NodeId,
     ) -> Result<(GlobalAddr, u64), IndexError> {
         let mut img = Vec::new();
-        encode_block(key, value, &mut img);
+        match self.t.cfg.mv_shape() {
+            Some(mv) => encode_mv_block(mv, key, value, &mut img),
+            None => encode_block(key, value, &mut img),
+        }
         let units = (img.len() / 64) as u64;
         let addr = {
             let mut st = self.st.borrow_mut();
@@ -1333,6 +1391,177 @@ impl RaceClient {
             // Another key took the slot (it shares the bucket, not our lock).
             retry.again(ctx)?;
         }
+    }
+
+    /// The FAA-and-WRITE update of a multi-version table (see "Multi-version
+    /// cold entries" in the crate doc). Round trips: (1) READ both combined
+    /// buckets (or, from the cache, nothing); (2) FAA the counter of the
+    /// block the first fitting fingerprint match names ∥ READ that block
+    /// (and the cached slot word); (3) WRITE slot `version mod K`. Between
+    /// (2) and (3) the writer waits, re-reading the slot, while the slot's
+    /// previous version (`version − K`) is still being written.
+    /// `Ok(None)`: this path does not apply, and nothing a reader sees has
+    /// changed — the key was not among the buckets read (absence needs the
+    /// subtable header), a fingerprint match was another key's, the
+    /// previous version stayed in flight for [`MV_WAIT_POLLS`] re-reads, or
+    /// the writer stalled; the caller updates out of place.
+    async fn mv_update(
+        &self,
+        ctx: &Ctx,
+        key: &[u8],
+        h: &KeyHash,
+        value: &[u8],
+        mv: MvShape,
+    ) -> Result<Option<bool>, IndexError> {
+        let sc = *self.sc();
+        let want = mv.block_bytes(key.len());
+        let mut retry = Retry::new("update", self.t.cfg.retry);
+        let k = mv.versions as u64;
+        loop {
+            // (1) Which block: the cached slot (checked in round 2), else the
+            // first fingerprint match of the right size in the buckets.
+            let t0 = ctx.now();
+            let cached = self.cache_get(h);
+            let (slot_addr, slot) = match cached {
+                Some((a, w)) => (a, Slot(w)),
+                None => {
+                    let sub = self.subtable(ctx, h).await?;
+                    self.queue_combs(ctx, self.t.remote(sub)?, h, false);
+                    ctx.sync().await?;
+                    let scan = self.scan(ctx, sub, h, false);
+                    let first = scan
+                        .cands
+                        .as_slice()
+                        .iter()
+                        .find(|(_, s)| s.block_bytes() == want)
+                        .copied();
+                    // Without the subtable header, only a slot that is not
+                    // frozen shows the key present (see `locate`): a frozen
+                    // one may be a split's leftover of a key since deleted
+                    // from its new subtable.
+                    let first = first.filter(|(_, s)| !s.moved());
+                    match first {
+                        Some(c) if scan.headers_ok => c,
+                        _ => return Ok(None),
+                    }
+                }
+            };
+            if slot.block_bytes() != want || slot.moved() {
+                self.cache_drop(h);
+                return Ok(None);
+            }
+            // (2) A version, then the block as it is after that FAA
+            // (queue-pair order).
+            let block = self.t.remote(slot.block())?;
+            let cand = self.cand(0, slot)?;
+            if cached.is_some() {
+                ctx.read(self.t.remote(slot_addr)?, sc.slot);
+            }
+            let faa = ctx.faa(block.add(MV_COUNTER), 1);
+            ctx.read(block, cand);
+            ctx.sync().await?;
+            let v = ctx.value(faa);
+            let stale = cached.is_some() && ctx.local_u64(sc.slot) != slot.0;
+            let ours = self.with_raw(ctx, cand, |b| {
+                mv_block_head(b).map(|(shape, k)| shape == mv && k == key)
+            });
+            match ours {
+                Some(true) if !stale => {}
+                // Another key's block (a fingerprint match, or a cached slot
+                // since reused): version `v` of that block stays unwritten,
+                // so its next writer of that slot goes out of place.
+                Some(_) => {
+                    self.cache_drop(h);
+                    return Ok(None);
+                }
+                // A header that fails its checksum: the block was recycled.
+                None => {
+                    self.cache_drop(h);
+                    self.st.borrow_mut().counters.torn_reads += 1;
+                    retry.again(ctx)?;
+                    continue;
+                }
+            }
+            // Wait for the slot's previous version, `v - K`, to be complete:
+            // slots are written in version order, one writer at a time.
+            let s = (v % k) as u32;
+            let at = mv.slot_at(key.len(), s);
+            let slot_local = cand.slice(at, mv.slot_bytes());
+            let mut polls = 0;
+            loop {
+                let state = self.with_raw(ctx, slot_local, |b| match decode_mv_slot(b) {
+                    MvSlot::Complete(u, _) => Some(u),
+                    MvSlot::Torn(_) => None,
+                });
+                match state {
+                    Some(u) if u + k == v => break,
+                    Some(u) if u + k > v => {
+                        // A version at or past ours in our slot: the block
+                        // is not the one our FAA counted on (recycled).
+                        self.cache_drop(h);
+                        return Ok(None);
+                    }
+                    _ => {}
+                }
+                polls += 1;
+                if polls > MV_WAIT_POLLS || self.stalled(ctx, t0) {
+                    return Ok(None);
+                }
+                self.st.borrow_mut().counters.mv_waits += 1;
+                ctx.backoff().await;
+                ctx.read(block.add(at as u64), slot_local);
+                ctx.sync().await?;
+            }
+            // (3) The slot, within the stall bound of reading the slot word
+            // (the block cannot have been reused yet; see `stalled`).
+            if self.stalled(ctx, t0) {
+                return Ok(None);
+            }
+            let mut img = std::mem::take(&mut self.st.borrow_mut().buf);
+            encode_mv_slot(mv, v, value, &mut img);
+            ctx.put_local(sc.new, &img);
+            let len = img.len();
+            self.st.borrow_mut().buf = img;
+            ctx.write(block.add(at as u64), sc.new.prefix(len));
+            ctx.sync().await?;
+            if cached.is_none() {
+                self.cache_put(h, slot_addr, slot.0);
+            }
+            self.st.borrow_mut().counters.mv_writes += 1;
+            return Ok(Some(true));
+        }
+    }
+
+    /// Versions taken so far on `key`'s multi-version block (its FAA
+    /// counter; `K` for a block no update has touched). `None` if the key
+    /// is absent, in the hot area, or its block is not multi-version. For
+    /// tests and tools: it shows which path updates took.
+    pub async fn versions_taken(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<u64>, IndexError> {
+        self.check_key(ctx, key)?;
+        let h = self.hash(key);
+        let Locate::Found(_, slot, _, _) = self.locate(ctx, key, &h, false).await? else {
+            return Ok(None);
+        };
+        let cand = self.cand(0, slot)?;
+        ctx.read(self.t.remote(slot.block())?, cand);
+        ctx.sync().await?;
+        Ok(self.with_raw(ctx, cand, |b| {
+            mv_block_head(b)?;
+            MvBlockHeader::read_from_prefix(b)
+                .ok()
+                .map(|(h, _)| h.counter)
+        }))
+    }
+
+    /// Copies task-local `src` through the client's reusable buffer and
+    /// hands the bytes to `f`.
+    fn with_raw<R>(&self, ctx: &Ctx, src: Local, f: impl FnOnce(&[u8]) -> R) -> R {
+        let mut buf = std::mem::take(&mut self.st.borrow_mut().buf);
+        buf.resize(src.len(), 0);
+        ctx.get_local(src, &mut buf);
+        let r = f(&buf);
+        self.st.borrow_mut().buf = buf;
+        r
     }
 
     /// CASes the key's slot to `new` (a fresh block) or to empty.
@@ -1742,7 +1971,12 @@ impl RaceClient {
         resumed: bool,
     ) -> Result<Vec<(u64, u64)>, IndexError> {
         let (geo, bulk) = (self.t.geo, self.sc().bulk);
-        let prefix = (BLOCK_HEADER + self.t.cfg.max_key).next_multiple_of(8);
+        let head = if self.t.cfg.cold_versions > 0 {
+            MV_HEADER
+        } else {
+            BLOCK_HEADER
+        };
+        let prefix = (head + self.t.cfg.max_key).next_multiple_of(8);
         let half = SCRATCH / 2;
         let (groups_at, keys_at) = (bulk.prefix(half), bulk.skip(half));
         let per_piece = (half as u64 / GROUP_BYTES).max(1);
@@ -2070,6 +2304,12 @@ impl MapClient for RaceClient {
                 .applied);
         }
         let h = self.hash(key);
+        if let Some(mv) = self.t.cfg.mv_shape() {
+            if let Some(done) = self.mv_update(ctx, key, &h, value, mv).await? {
+                return Ok(done);
+            }
+            self.st.borrow_mut().counters.mv_slow += 1;
+        }
         let prefer = match self.cache_get(&h) {
             Some((a, _)) => a.node(),
             None => self.subtable(ctx, &h).await?.node(),

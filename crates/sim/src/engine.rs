@@ -332,6 +332,21 @@ pub(crate) struct Tx {
     /// not exist on a wire. It only arises where one machine both sends
     /// requests and serves them (colocated memory nodes, Sherman's setup).
     /// Here: requests out, responses in.
+    ///
+    /// Requests are ready in posting order, so their FIFO is the wire's
+    /// order. Responses are not: one is ready when its request executes,
+    /// microseconds after later-posted ones for an atomic waiting at a
+    /// hot address. So with `link.response_gaps` (the built-in profiles) a
+    /// response takes the first idle gap of each link once ready
+    /// ([`Calendar`]; a queue pair's responses still in its order, as an RC
+    /// responder sends them), and the FIFOs `down_resp_free` and
+    /// `up_resp_free` book responses only with it off, where that atomic's
+    /// response holds back every later-posted response at the node, of any
+    /// queue pair, on any address (a READ 1 µs after 16 FAAs queued on
+    /// another word: 9.6 µs instead of 2.4, tests/response_gaps.rs) — a
+    /// wait neither a wire nor RC ordering imposes, and which SwordBox
+    /// (NSDI'24) §3.2 reports only for accesses that depend on the
+    /// atomic's address (`responder.atomic_stalls_access`).
     up_free: f64,
     pub(crate) down_resp_free: f64,
     /// `down_resp_free` as a calendar (`response_gaps`).
@@ -408,6 +423,13 @@ struct Qp {
     in_backlog: bool,
     last_exec: f64,
     last_cq: f64,
+    /// With `response_gaps`: when its last response left the responder's
+    /// uplink and the requester's downlink. A response takes the first gap
+    /// of a link at or after both, so its responses cross each link in the
+    /// order its requests executed (an RC responder answers in PSN order),
+    /// also when a later, shorter one would fit a gap the earlier did not.
+    resp_up: f64,
+    resp_down: f64,
     next_batch: u64,
     /// Batch whose earlier request failed (the rest is flushed).
     failed_batch: u64,
@@ -624,8 +646,13 @@ fn respond(
 ) -> f64 {
     q.last_exec = exec + spread;
     let d2 = if p.link.response_gaps {
-        let u2 = tm.up_resp.book(exec + spread, rser, now);
-        m.down_resp.book(u2 + rser + half_wire, rser, now)
+        let u2 = tm.up_resp.book(fmax(exec + spread, q.resp_up), rser, now);
+        q.resp_up = u2 + rser;
+        let d2 = m
+            .down_resp
+            .book(fmax(u2 + rser + half_wire, q.resp_down), rser, now);
+        q.resp_down = d2 + rser;
+        d2
     } else {
         let u2 = fmax(exec + spread, tm.up_resp_free);
         tm.up_resp_free = u2 + rser;
@@ -1508,6 +1535,8 @@ impl Core {
             in_backlog: false,
             last_exec: 0.0,
             last_cq: 0.0,
+            resp_up: 0.0,
+            resp_down: 0.0,
             next_batch: 1,
             failed_batch: 0,
             lost_at: None,
@@ -1882,6 +1911,7 @@ impl Core {
                 fmax(phys - exec, 0.0)
             };
             let last_exec = qp.last_exec;
+            let last_resp = (qp.resp_up, qp.resp_down);
             let links = (tx.down_resp_free, rx.up_resp_free);
             let cq = respond(
                 p,
@@ -1899,6 +1929,7 @@ impl Core {
                 (Some(ps), Some(s)) => {
                     if !ps.keeps_qp_order() {
                         qp.last_exec = last_exec;
+                        (qp.resp_up, qp.resp_down) = last_resp;
                     }
                     if late {
                         // (See `SwitchStage::execute_at`.)
@@ -2746,5 +2777,64 @@ mod round_tests {
         for &c in &cases {
             assert_eq!(round_ns(c), c.round() as u64, "{c:e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod response_tests {
+    use super::*;
+
+    fn qp() -> Qp {
+        Qp {
+            machine: 0,
+            target: 1,
+            db: 0,
+            lock: None,
+            nic_free: 0.0,
+            in_backlog: false,
+            last_exec: 0.0,
+            last_cq: 0.0,
+            resp_up: 0.0,
+            resp_down: 0.0,
+            next_batch: 1,
+            failed_batch: 0,
+            lost_at: None,
+            cross: 0,
+            pu: u32::MAX,
+            sent: 0.0,
+            phys_exec: 0.0,
+        }
+    }
+
+    /// `respond` with no wire, no spread, no extra delay, at instant 0.
+    fn answer(p: &Profile, q: &mut Qp, m: &mut Machine, t: &mut Machine, exec: f64, len: f64) {
+        respond(p, q, &mut m.tx, &mut t.rx, exec, 0.0, len, 0.0, 0.0, 0.0);
+    }
+
+    #[test]
+    fn under_gaps_a_queue_pairs_responses_keep_their_order() {
+        let mut p = Profile::builtin("cx6-200g").unwrap();
+        p.link.response_gaps = true;
+        let (mut m, mut t) = (Machine::new(&p), Machine::new(&p));
+        // Another queue pair's response holds the target's uplink over
+        // [100, 200), then the requester's downlink over [200, 300).
+        let mut other = qp();
+        answer(&p, &mut other, &mut m, &mut t, 100.0, 100.0);
+        assert_eq!((other.resp_up, other.resp_down), (200.0, 300.0));
+        // A long response ready at 30 does not fit before 100: it goes at
+        // 200 (uplink) and 300 (downlink).
+        let mut q = qp();
+        answer(&p, &mut q, &mut m, &mut t, 30.0, 80.0);
+        assert_eq!((q.resp_up, q.resp_down), (280.0, 380.0));
+        // The same queue pair's next, short response ready at 40 would fit
+        // the gap at 40: it follows its predecessor on both links instead.
+        let c1 = q.last_cq;
+        answer(&p, &mut q, &mut m, &mut t, 40.0, 20.0);
+        assert_eq!((q.resp_up, q.resp_down), (300.0, 400.0));
+        assert!(q.last_cq > c1);
+        // Another queue pair's short response takes that gap.
+        let mut third = qp();
+        answer(&p, &mut third, &mut m, &mut t, 40.0, 20.0);
+        assert_eq!((third.resp_up, third.resp_down), (60.0, 80.0));
     }
 }

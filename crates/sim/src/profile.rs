@@ -224,14 +224,18 @@ pub struct LinkModel {
     /// Largest payload of one packet (MTU, B); longer messages are several packets.
     pub mtu: f64,
     /// Responses take the first idle gap of their link at or after they
-    /// are ready (a calendar of the link's busy periods), instead of a
-    /// FIFO booked in the order requests are posted. Responses are ready
-    /// when their requests execute, which is not the posting order when
-    /// atomics wait at a contended address: under the FIFO such a response,
-    /// booked for microseconds ahead, holds back every response of a
-    /// request posted after it at that node — even one that executed long
-    /// before — which a wire, sending whatever is ready, does not do. Off
-    /// (the default, for now): the FIFO.
+    /// are ready (a calendar of the link's busy periods), one queue pair's
+    /// responses in its order, instead of a FIFO booked in the order
+    /// requests are posted. Responses are ready when their requests
+    /// execute, which is not the posting order when atomics wait at a
+    /// contended address: under the FIFO such a response, booked for
+    /// microseconds ahead, holds back every response of a request posted
+    /// after it at that node — even one of another queue pair that
+    /// executed long before — which a wire, sending whatever is ready, does
+    /// not do (an RC responder orders only each queue pair's responses).
+    /// Absent means `false` (the FIFO, the engine's original model); the
+    /// built-in profiles set `true` (configs/sim/cx6-200g.toml says what
+    /// it moved).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub response_gaps: bool,
 }
@@ -540,6 +544,13 @@ mod tests {
         for p in BUILTIN {
             assert!(Profile::builtin(p).unwrap().responder.atomic_stalls_access);
         }
+        // Responses take the links' gaps in every built-in profile; absent
+        // means the FIFO.
+        for p in BUILTIN {
+            assert!(Profile::builtin(p).unwrap().link.response_gaps, "{p}");
+        }
+        let fifo = Profile::from_toml(&CX6.replace("response_gaps = true", "")).unwrap();
+        assert!(!fifo.link.response_gaps);
         let stall_off = CX6.replace("atomic_stalls_access = true", "");
         assert!(Profile::from_toml(
             &CX6.replace("atomic_order = \"post\"", "atomic_order = \"random\"")

@@ -439,10 +439,11 @@ impl SwitchStage {
     /// (the outgoing connection's, the WRITEs' lines). Returns the
     /// execution instant and whether the request executes late (reordered,
     /// or lost and retransmitted): its response then must not hold back
-    /// those of requests that executed before it — the engine's links are
-    /// FIFOs in the order it meets requests, and a late response would
-    /// block the node's uplink for everything met after it, which a
-    /// reordering NIC does not do. A request that waits for a late one (the
+    /// those of requests that executed before it — without
+    /// `link.response_gaps` the engine's links are FIFOs in the order it
+    /// meets requests, and a late response would block the node's uplink
+    /// for everything met after it, which a reordering NIC does not do
+    /// (with it, a late response takes a later gap and holds back none). A request that waits for a late one (the
     /// next of its queue pair, of its shared connection, or on a line a
     /// late WRITE holds) executes late too: its response is as far from
     /// the links' order (the second READ of a doorbell batch whose first

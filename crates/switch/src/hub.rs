@@ -117,6 +117,8 @@ pub struct HubStats {
     pub cas_to_write: Option<crate::caswrite::CasWriteStats>,
     /// The switch's own address and queue pair (`--switch-ip`).
     pub own_qp: Option<crate::ownqp::OwnQpStats>,
+    /// Connection multiplexing (`--mux`).
+    pub mux: Option<crate::mux::MuxStats>,
 }
 
 /// The opcode names Wireshark uses (short form).
@@ -161,6 +163,7 @@ pub struct Core {
     policy: Option<crate::onwire::OnWire>,
     cas: Option<crate::caswrite::CasWrite>,
     own: Option<crate::ownqp::OwnQp>,
+    mux: Option<crate::mux::MuxWire>,
 }
 
 impl Core {
@@ -178,7 +181,21 @@ impl Core {
             policy: None,
             cas: None,
             own: None,
+            mux: None,
         }
+    }
+
+    /// Multiplexes clients' connections onto the switch's queue pair (see
+    /// [`crate::mux`]); give it the address too ([`Core::with_own`], ARP
+    /// only).
+    pub fn with_mux(mut self, m: crate::mux::MuxWire) -> Self {
+        self.mux = Some(m);
+        self
+    }
+
+    /// Multiplexing's counters, when it runs.
+    pub fn mux_stats(&self) -> Option<crate::mux::MuxStats> {
+        self.mux.as_ref().map(|m| m.stats())
     }
 
     /// Gives the switch an address and a queue pair of its own (see
@@ -192,6 +209,9 @@ impl Core {
     pub fn own_connected(&mut self, r: crate::ownqp::OwnRemote) {
         if let Some(o) = self.own.as_mut() {
             o.connected(r);
+        }
+        if let Some(m) = self.mux.as_mut() {
+            m.connected(r);
         }
     }
 
@@ -217,7 +237,11 @@ impl Core {
     /// The frames CAS→WRITE made since the last call (kept for the
     /// capture: [`crate::caswrite::CasWrite::keep_made`]).
     pub fn take_made(&mut self) -> Vec<Vec<u8>> {
-        self.cas.as_mut().map(|c| c.take_made()).unwrap_or_default()
+        let mut v = self.cas.as_mut().map(|c| c.take_made()).unwrap_or_default();
+        if let Some(m) = self.mux.as_mut() {
+            v.extend(m.take_made());
+        }
+        v
     }
 
     /// Runs the policy on RoCEv2 packets (see [`crate::onwire`]).
@@ -264,6 +288,11 @@ impl Core {
             }
         }
         let parsed = self.observe(from, frame);
+        if let (Some(p), Some(mux)) = (&parsed, self.mux.as_mut()) {
+            let mut frames = Vec::new();
+            mux.on_packet(p.clone(), frame, now, from, &mut frames);
+            return self.route_all(frames, out);
+        }
         if let (Some(p), Some(cas)) = (&parsed, self.cas.as_mut()) {
             let mut frames = Vec::new();
             cas.on_packet(p.clone(), frame, now, from, &mut frames);
@@ -422,6 +451,9 @@ pub struct HubConfig {
     /// An address of the switch's own and the memory node's: the switch
     /// answers ARP for it and probes its queue pair on the node.
     pub own: Option<(std::net::Ipv4Addr, std::net::Ipv4Addr)>,
+    /// Multiplex clients' connections onto the switch's queue pair (with
+    /// `own`; not with `policy` or `cas_to_write`).
+    pub mux: Option<crate::mux::MuxConfig>,
 }
 
 /// The data plane's end of the switch's control plane: region tables of
@@ -519,7 +551,16 @@ impl Hub {
             core = core.with_cas_to_write(c);
         }
         if let Some((ip, server)) = cfg.own {
-            core = core.with_own(crate::ownqp::OwnQp::new(ip, server));
+            let mut o = crate::ownqp::OwnQp::new(ip, server);
+            if let Some(m) = cfg.mux {
+                o = o.arp_only();
+                let mut mw = crate::mux::MuxWire::new(m);
+                if cfg.pcap.is_some() {
+                    mw = mw.keep_made();
+                }
+                core = core.with_mux(mw);
+            }
+            core = core.with_own(o);
         }
         Ok(Hub {
             cfg,
@@ -560,6 +601,7 @@ impl Hub {
             policy: self.core.policy_stats(),
             cas_to_write: self.core.cas_stats(),
             own_qp: self.core.own_stats(),
+            mux: self.core.mux_stats(),
             ..self.core.stats().clone()
         }
     }

@@ -21,7 +21,7 @@
 //! [`Forward`] back. Not here: timing, the control plane's own connection
 //! (`dmkit switch --node-ctl`).
 //!
-//! ## CAS→WRITE and multiplexing on the wire (CAS→WRITE built; multiplexing designed)
+//! ## CAS→WRITE and multiplexing on the wire
 //!
 //! On the simulator the policy rewrites a lock CAS into a WRITE and moves
 //! clients' requests onto its own connections ([`Mux`]). Between real
@@ -69,23 +69,23 @@
 //! one is unanswered (rxe runs a task per QP and would otherwise apply two
 //! clients' requests in either order). Step 1 is built too ([`ownqp`],
 //! `dmkit switch --switch-ip`): the switch answers ARP for an address of
-//! its own, its control plane asks the node for a QP connected to it, and
-//! the switch probes that QP with READs of its own. Not built: steps 2–4
-//! (moving clients' requests onto that QP and back); `dmkit switch`
-//! refuses `--mux` with a "not built" error. Which rxe checks a multiplexed request must
-//! pass (drivers/infiniband/sw/rxe): `rxe_recv.c`'s `hdr_check` finds the
-//! QP by the BTH's destination QPN (`rxe_pool_get_index`), then
-//! `check_addr` drops a packet whose IPv4 source is not the QP's
+//! its own, its control plane asks the node for a QP connected to it.
+//! Steps 2–4 are [`mux`] (`dmkit switch --mux`, with `--cas-to-write`
+//! for CAS→WRITE on the moved connections). Which rxe checks a
+//! multiplexed request must pass (drivers/infiniband/sw/rxe):
+//! `rxe_recv.c`'s `hdr_check` finds the QP by the BTH's destination QPN,
+//! then `check_addr` drops a packet whose IPv4 source is not the QP's
 //! destination GID's address (and whose destination is not its source
 //! GID's), `check_keys` one whose P_Key is not the QP's; the responder
 //! (`rxe_resp.c`, `check_psn`) NAKs a PSN past the next expected one
-//! (sequence error) and treats an earlier one as a duplicate (answered
-//! from its saved atomic and READ replies, ACKed for a WRITE). A client's
-//! request forwarded to the switch's QP unchanged would fail `check_addr`
-//! (its source IP is the client's), and one with only the source IP
-//! rewritten would fail `check_psn` (its PSN is the client's sequence):
-//! both rewrites, and the reverse on every response, are what step 2–3
-//! are.
+//! (sequence error) and treats an earlier one as a duplicate, and
+//! `check_op_seq` breaks the QP on a WRITE FIRST not followed by its
+//! MIDDLE or LAST. So a request on the switch's QP carries the switch's
+//! source IP, that QP's number and the switch's PSN; a client connection
+//! moves whole from one PSN on (its own node-side QP would NAK a gap),
+//! only once its QPN is known (from the node's first response to it) and
+//! its direct requests are answered; and multi-packet WRITEs of two
+//! clients never interleave. The [`mux`] module's docs say the rest.
 //!
 //! ```
 //! use dmkit_switch::{clover, Request, Steer, Switch, SwitchConfig, Verb};
@@ -112,6 +112,7 @@
 pub mod caswrite;
 pub mod clover;
 pub mod hub;
+pub mod mux;
 pub mod onwire;
 pub mod ownqp;
 pub mod packet;

@@ -1,7 +1,8 @@
 //! The switch's own identity on the RoCE network and its own queue pair
 //! on the memory node: step 1 of multiplexing (the crate's docs, "CAS→WRITE
-//! and multiplexing on the wire"), built and probed, with steps 2–4 (moving
-//! clients' requests onto it) not built.
+//! and multiplexing on the wire"); [`crate::mux`] moves clients' requests
+//! onto it (then the switch answers ARP only, [`OwnQp::arp_only`], and
+//! sends no probes of its own).
 //!
 //! The switch answers ARP for an IPv4 address of its own (`dmkit switch
 //! --switch-ip`) with a MAC of its own (locally administered, derived from
@@ -72,6 +73,9 @@ pub struct OwnQp {
     last_probe: Option<u64>,
     ip_macs: HashMap<[u8; 4], [u8; 6]>,
     stats: OwnQpStats,
+    /// Probe the queue pair and consume what comes to the switch's
+    /// address (off when [`crate::mux`] owns the queue pair).
+    probes: bool,
 }
 
 /// What the switch does with a frame, as far as its own identity goes.
@@ -101,7 +105,15 @@ impl OwnQp {
             last_probe: None,
             ip_macs: HashMap::new(),
             stats: OwnQpStats::default(),
+            probes: true,
         }
+    }
+
+    /// Answers ARP only: no probes, and RoCE traffic to the switch's
+    /// address passes on (to [`crate::mux`], whose queue pair it is).
+    pub fn arp_only(mut self) -> Self {
+        self.probes = false;
+        self
     }
 
     /// The switch's MAC.
@@ -155,7 +167,7 @@ impl OwnQp {
             [0x08, 0x00] if f.len() >= 34 => {
                 let ip_src: [u8; 4] = f[26..30].try_into().unwrap();
                 self.ip_macs.insert(ip_src, src);
-                if f[0..6] != self.mac && f[30..34] != self.ip {
+                if !self.probes || (f[0..6] != self.mac && f[30..34] != self.ip) {
                     return Own::Pass;
                 }
                 match wire::parse(f) {
@@ -191,6 +203,9 @@ impl OwnQp {
     /// probe is due (one at a time; a lost one is sent again at the same
     /// PSN, as a requester retransmits).
     pub fn tick(&mut self, now: u64) -> Option<Vec<u8>> {
+        if !self.probes {
+            return None;
+        }
         let r = self.remote?;
         if self
             .last_probe

@@ -13,6 +13,13 @@
 //! (`std`'s, SwissTable) reads its control bytes and then its entry, two
 //! misses (the read-only TATP profile showed both).
 //!
+//! An entry says where a key *is* ([`Cached::Slot`]) or, for a key a
+//! probe found absent, the empty slot it would go to
+//! ([`Cached::Absent`]): a later read of that key READs only the slot's
+//! lock and version (one line) instead of probing its bucket again, and a
+//! non-empty version there sends it back to the probe (the slot was taken
+//! since, by this key or another; `txn`'s docs say why that is enough).
+//!
 //! Hashed by murmur3's finaliser of `key ^ table·φ` (the home bucket's
 //! hash). A multiplicative hash does not do: the bucket index is the
 //! hash's *low* bits, and the low bits of a product depend only on the
@@ -26,15 +33,32 @@ use crate::db::TableId;
 /// Entries per bucket (one cache line of `(key, tag)` pairs).
 const WAYS: usize = 4;
 
-/// Bits of a tag that hold the slot; above them, the table + 1 (0: empty).
+/// Bits of a tag above the slot and the absent flag: the table + 1 (0:
+/// an empty entry).
 const SLOT_BITS: u32 = 47;
+
+/// The tag bit of an absent key's entry (its slot is where the key
+/// would go).
+const ABSENT: u64 = 1 << 46;
+
+/// The slot bits of a tag.
+const SLOT_MASK: u64 = ABSENT - 1;
+
+/// What the cache knows of a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cached {
+    /// The key's record is in this slot.
+    Slot(u64),
+    /// The key was absent; this empty slot is where it would go.
+    Absent(u64),
+}
 
 /// One bucket: four keys, then their tags, in one cache line.
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Default)]
 struct Bucket {
     keys: [u64; WAYS],
-    /// `(table + 1) << SLOT_BITS | slot`; 0 for an empty entry.
+    /// `(table + 1) << SLOT_BITS | absent | slot`; 0 for an empty entry.
     tags: [u64; WAYS],
 }
 
@@ -105,9 +129,18 @@ impl SlotCache {
         dmkit_fabric::hint::prefetch(&self.buckets[b]);
     }
 
-    /// The slot of `key` in `table`, if cached.
+    /// The slot of `key` in `table`, if cached as present.
     #[inline]
     pub fn get(&self, table: TableId, key: u64) -> Option<u64> {
+        match self.lookup(table, key) {
+            Some(Cached::Slot(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// What is cached of `key` in `table`.
+    #[inline]
+    pub fn lookup(&self, table: TableId, key: u64) -> Option<Cached> {
         let want = tag_table(table);
         let mask = self.mask();
         let mut b = hash(table, key) as usize & mask;
@@ -119,7 +152,12 @@ impl SlotCache {
                     return None;
                 }
                 if bucket.keys[w] == key && tag & !((1 << SLOT_BITS) - 1) == want {
-                    return Some(tag & ((1 << SLOT_BITS) - 1));
+                    let slot = tag & SLOT_MASK;
+                    return Some(if tag & ABSENT != 0 {
+                        Cached::Absent(slot)
+                    } else {
+                        Cached::Slot(slot)
+                    });
                 }
             }
             // Never all full: the cache is at most half full.
@@ -130,10 +168,24 @@ impl SlotCache {
     /// Caches `slot` for `key` in `table` (replacing what was cached).
     ///
     /// # Panics
-    /// If `slot` does not fit 47 bits (no table has that many: a record
+    /// If `slot` does not fit 46 bits (no table has that many: a record
     /// takes at least 32 bytes of a 48-bit address space).
     pub fn insert(&mut self, table: TableId, key: u64, slot: u64) {
-        assert!(slot < 1 << SLOT_BITS, "slot {slot} out of range");
+        assert!(slot <= SLOT_MASK, "slot {slot} out of range");
+        self.put(table, key, slot);
+    }
+
+    /// Caches that `key` in `table` was absent, `slot` being the empty
+    /// slot it would go to (replacing what was cached).
+    ///
+    /// # Panics
+    /// As [`SlotCache::insert`].
+    pub fn insert_absent(&mut self, table: TableId, key: u64, slot: u64) {
+        assert!(slot <= SLOT_MASK, "slot {slot} out of range");
+        self.put(table, key, ABSENT | slot);
+    }
+
+    fn put(&mut self, table: TableId, key: u64, slot: u64) {
         if self.place(table, key, slot) {
             self.len += 1;
             if self.len * 2 > self.buckets.len() * WAYS {
@@ -142,7 +194,8 @@ impl SlotCache {
         }
     }
 
-    /// Puts the entry in; whether it is a new one.
+    /// Puts the entry in (`slot`: the slot with its absent flag); whether
+    /// it is a new one.
     fn place(&mut self, table: TableId, key: u64, slot: u64) -> bool {
         let want = tag_table(table);
         let mask = self.mask();
@@ -174,6 +227,7 @@ impl SlotCache {
                 let tag = bucket.tags[w];
                 if tag != 0 {
                     let table = ((tag >> SLOT_BITS) - 1) as TableId;
+                    // (The absent flag travels with the slot.)
                     let slot = tag & ((1 << SLOT_BITS) - 1);
                     self.len += self.place(table, bucket.keys[w], slot) as usize;
                 }
@@ -187,8 +241,9 @@ mod tests {
     use super::*;
 
     /// Against a `HashMap`: every inserted entry is found with its latest
-    /// slot across many growths, absent keys (also the same key in another
-    /// table) are not, and a look-up reads one line for nearly every key.
+    /// slot (present or absent) across many growths, absent keys (also the
+    /// same key in another table) are not, and a look-up reads one line
+    /// for nearly every key.
     #[test]
     fn slot_cache_matches_a_map_across_growth() {
         let mut c = SlotCache::default();
@@ -199,16 +254,32 @@ mod tests {
             // TATP-like composite keys: the variety in the high bits.
             let key = (1 + rng.below(50_000)) << 16 | (1 + rng.below(4)) << 8 | (8 * rng.below(3));
             let slot = i % 3_000_000;
-            c.insert(table, key, slot);
-            m.insert((table, key), slot);
+            // A third cached absent, some of them later present (and back).
+            if rng.below(3) == 0 {
+                c.insert_absent(table, key, slot);
+                m.insert((table, key), Cached::Absent(slot));
+            } else {
+                c.insert(table, key, slot);
+                m.insert((table, key), Cached::Slot(slot));
+            }
         }
         assert_eq!(c.len(), m.len());
         for (&(t, k), &s) in &m {
-            assert_eq!(c.get(t, k), Some(s), "table {t} key {k}");
+            assert_eq!(c.lookup(t, k), Some(s), "table {t} key {k}");
+            let present = match s {
+                Cached::Slot(s) => Some(s),
+                Cached::Absent(_) => None,
+            };
+            assert_eq!(c.get(t, k), present);
             let other = (t + 1) % 7;
-            assert_eq!(c.get(other, k), m.get(&(other, k)).copied());
+            assert_eq!(c.lookup(other, k), m.get(&(other, k)).copied());
         }
         assert_eq!(c.get(0, u64::MAX), None);
+        // The largest slot keeps apart from the absent flag.
+        c.insert(9, 1, SLOT_MASK);
+        c.insert_absent(9, 2, SLOT_MASK);
+        assert_eq!(c.lookup(9, 1), Some(Cached::Slot(SLOT_MASK)));
+        assert_eq!(c.lookup(9, 2), Some(Cached::Absent(SLOT_MASK)));
         // At most half full; entries away from their home bucket are few.
         assert!(c.len() * 2 <= c.buckets.len() * WAYS);
         let mask = c.mask();

@@ -90,6 +90,14 @@ pub struct TxnConfig {
     /// Coalescent commit: the commit writes of the primary and every
     /// backup in one round trip. Off: backups first, then primaries.
     pub coalescent_commit: bool,
+    /// The address cache also remembers keys a probe found absent, with
+    /// the empty slot each would go to: reading such a key again READs
+    /// only that slot's lock and version (16 bytes) instead of its bucket
+    /// (`slots_per_bucket` records), and probes again if the slot was
+    /// taken since. Not one of FORD's techniques (FORD's address cache
+    /// holds found records only, as SMART-DTX's): off where the
+    /// simulator reproduces them.
+    pub cache_absent: bool,
     /// Leases of the record locks and logs.
     pub lease: LeaseConfig,
 }
@@ -106,6 +114,7 @@ impl Default for TxnConfig {
             hitchhike: true,
             backup_reads: true,
             coalescent_commit: true,
+            cache_absent: true,
             lease: LeaseConfig::default(),
         }
     }
@@ -301,7 +310,7 @@ impl Database {
 
     /// Opens database `name`; its structure comes from the descriptor,
     /// the client switches (hitchhiking, backup reads, coalescent commit,
-    /// lease) from `cfg`.
+    /// absent keys in the address cache, lease) from `cfg`.
     pub fn open(
         fabric: Arc<dyn Fabric>,
         name: &str,

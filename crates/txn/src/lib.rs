@@ -79,6 +79,26 @@
 //! was tried outside this crate and showed no gain above the noise
 //! (remote attempts median 232k/s against 237k/s, five pairs).
 //!
+//! A later session (load average 17–19 on the same two cores) added the
+//! absent keys' slots to the address cache (`TxnConfig::cache_absent`:
+//! a read of a key probed absent before READs its would-be slot's lock
+//! and version, 16 bytes, instead of its bucket): bytes per transaction
+//! fell from about 240 to 205, the throughput did not move measurably
+//! (five alternated pairs: remote/local median 0.504 against 0.512,
+//! remote attempts 221k/s against 226k/s). `bench txn` now also reports
+//! attempts per CPU second of each side's threads, which takes the other
+//! load's share of the cores out of the ratio: 0.48–0.51 (medians of
+//! five runs) — the remote thread spends about 1.25 µs of CPU per
+//! read-only transaction, the peer 0.65 µs. Of the remote thread, 43 %
+//! copies remote words (four fifths of it waiting for the record's lines,
+//! a sixth for the node's translation entry; 2 MiB translation pages
+//! did not help) and a tenth waits for the address cache's line, which
+//! the look-up's prefetch in `Txn::add` issues too late to hide. What
+//! would close the gap is overlapping those misses across the worker's
+//! tasks, as an RNIC does: the shm queue pair executes a doorbell's
+//! copies when it is posted, so each task's misses are serial with
+//! everything else the thread does.
+//!
 //! ```no_run
 //! # use std::sync::Arc;
 //! # use dmkit_txn::{Database, TableSpec, TxnConfig, TxnError};
@@ -108,7 +128,7 @@ pub mod recovery;
 pub mod txn;
 pub mod workload;
 
-pub use cache::SlotCache;
+pub use cache::{Cached, SlotCache};
 pub use check::{check_serializable, Restore};
 pub use db::{Database, Row, TableId, TableSpec, TxnConfig};
 pub use error::{AbortReason, CrashPoint, TxnError};

@@ -10,6 +10,9 @@
 //!    does not know): READ the key's bucket to find the key's slot. A
 //!    record to read that the bucket shows absent (its would-be slot
 //!    empty and clean) is done here: no fetch, validation checks the slot.
+//!    With `TxnConfig::cache_absent` the cache remembers that slot, and
+//!    the next read of the key READs only its lock and version in the
+//!    fetch round (probing again if it was taken since: see `fetch`).
 //! 2. **execute**: records to write are locked and read at once —
 //!    *hitchhiked locking*: a CAS of the primary's lock word (`0 →` this
 //!    coordinator's lease word) and a READ of the record behind it, one
@@ -110,7 +113,7 @@ use std::sync::Arc;
 use dmkit_fabric::RemoteRef;
 use dmkit_runtime::{Ctx, Local, Ticket};
 
-use crate::cache::SlotCache;
+use crate::cache::{Cached, SlotCache};
 use crate::db::{Database, TableId, TableInfo, PROBE_ROUND};
 use crate::error::{AbortReason, CrashPoint, TxnError};
 use crate::layout::{self, EntryHead, LogHeader, LogState, RecordTail, Version};
@@ -375,6 +378,17 @@ struct Item {
     /// The fetch round READ its lock and version before the record
     /// (the seqlock pre-read, compared after).
     pre_read: bool,
+    /// Its slot came from the address cache's entry for an absent key
+    /// (`TxnConfig::cache_absent`): the fetch READs only the slot's lock
+    /// and version.
+    hinted: bool,
+    /// That slot was taken since: the address cache's absent entry is
+    /// passed over and the key probed again.
+    stale_hint: bool,
+    /// Its probe passed over an empty slot another record of this
+    /// transaction has: the empty slot it ends at is not where the key
+    /// would go, so an absent key is not cached.
+    passed_over: bool,
     /// Buckets probed so far.
     probed: u64,
     /// Its record was read.
@@ -453,6 +467,9 @@ impl Txn<'_> {
             slot: None,
             cached: false,
             pre_read: false,
+            hinted: false,
+            stale_hint: false,
+            passed_over: false,
             probed: 0,
             fetched: false,
             locked: None,
@@ -564,9 +581,14 @@ impl Txn<'_> {
     pub async fn exec(&mut self) -> Result<(), TxnError> {
         self.c.live()?;
         let r = async {
-            self.probe().await?;
-            self.pause().await;
-            self.fetch().await
+            loop {
+                self.probe().await?;
+                self.pause().await;
+                if !self.fetch().await? {
+                    return Ok(());
+                }
+                // An absent key's cached slot was taken: probe it again.
+            }
         }
         .await;
         self.settle(r).await
@@ -676,14 +698,34 @@ impl Txn<'_> {
     async fn probe(&mut self) -> Result<(), TxnError> {
         let db = self.c.db.clone();
         let spb = db.cfg.slots_per_bucket;
-        for it in self
-            .items
-            .iter_mut()
-            .filter(|it| !it.fetched && it.slot.is_none())
-        {
-            if let Some(s) = self.c.cache.borrow().get(it.table, it.key) {
-                it.slot = Some(s);
-                it.cached = true;
+        for i in 0..self.items.len() {
+            let it = &self.items[i];
+            if it.fetched || it.slot.is_some() {
+                continue;
+            }
+            let hit = self.c.cache.borrow().lookup(it.table, it.key);
+            match hit {
+                Some(Cached::Slot(s)) => {
+                    let it = &mut self.items[i];
+                    it.slot = Some(s);
+                    it.cached = true;
+                }
+                // A key to read that was absent, where it would go: the
+                // fetch READs that slot's lock and version. Not a slot
+                // another record of this transaction has (see
+                // `scan_bucket`): that one probes.
+                Some(Cached::Absent(s))
+                    if db.cfg.cache_absent
+                        && it.mode == Mode::Read
+                        && !it.stale_hint
+                        && !self.slot_taken_here(i, s) =>
+                {
+                    let it = &mut self.items[i];
+                    it.slot = Some(s);
+                    it.cached = true;
+                    it.hinted = true;
+                }
+                _ => {}
             }
         }
         let mut todo = std::mem::take(&mut self.c.scratch);
@@ -730,6 +772,7 @@ impl Txn<'_> {
         let it = &self.items[i];
         let t = &db.tables[it.table as usize];
         let bucket = (db.home_bucket(t, it.table, it.key) + it.probed) % t.buckets;
+        let want = it.key;
         let copy = db.local.bkt.piece(j, spb * db.max_rec);
         for s in 0..spb {
             let rec = copy.slice(s * t.rec, t.rec);
@@ -739,17 +782,12 @@ impl Txn<'_> {
                 .get_as(rec.slice(layout::lock_offset(t.payload), 16));
             let v = Version(tail.version);
             let slot = bucket * spb as u64 + s as u64;
-            let found = !v.empty() && key == it.key;
+            let found = !v.empty() && key == want;
             if !v.empty() && !found {
                 continue;
             }
-            if !found
-                && self
-                    .items
-                    .iter()
-                    .enumerate()
-                    .any(|(k, o)| k != i && o.table == self.items[i].table && o.slot == Some(slot))
-            {
+            if !found && self.slot_taken_here(i, slot) {
+                self.items[i].passed_over = true;
                 // An empty slot another key of this transaction goes to:
                 // two keys in one slot would lock it twice (and abort
                 // forever).
@@ -778,6 +816,17 @@ impl Txn<'_> {
                 // it non-zero for good).
                 it.fetched = true;
                 it.version = 0;
+                if db.cfg.cache_absent && !it.passed_over {
+                    // The first empty slot on the key's path. Slots are
+                    // never emptied and keys never move: while this slot
+                    // stays empty, a probe of the key ends here with the
+                    // same answer (see `fetch`).
+                    self.c
+                        .cache
+                        .borrow_mut()
+                        .insert_absent(it.table, it.key, slot);
+                    it.cached = true;
+                }
             }
             return Ok(());
         }
@@ -798,9 +847,31 @@ impl Txn<'_> {
         Ok(())
     }
 
+    /// Whether another record of this transaction, in item `i`'s table,
+    /// has slot `slot`: two keys in one slot would lock it twice (and abort
+    /// forever), or a read would see another key's insert there.
+    fn slot_taken_here(&self, i: usize, slot: u64) -> bool {
+        let table = self.items[i].table;
+        self.items
+            .iter()
+            .enumerate()
+            .any(|(k, o)| k != i && o.table == table && o.slot == Some(slot))
+    }
+
     /// Round 2: lock (hitchhiked) and read every record with a known slot
-    /// that was not read yet.
-    async fn fetch(&mut self) -> Result<(), TxnError> {
+    /// that was not read yet. Returns whether an absent key's cached slot
+    /// was found taken (that key is to be probed again).
+    ///
+    /// An absent key's cached slot (`hinted`) is READ lock and version
+    /// only: version 0 there says the key is absent now, exactly as a
+    /// probe would — the slots before it on the key's probe path were
+    /// taken by other keys when it was cached, and slots are never emptied
+    /// and keys never move, so a probe would end at this empty slot too
+    /// (and an empty slot has no payload to tear). Any other version: the
+    /// slot was taken since (by this key or another), and the key is
+    /// probed again, passing over the cached entry. Validation re-reads
+    /// the slot's lock and version as for any absent key.
+    async fn fetch(&mut self) -> Result<bool, TxnError> {
         let db = self.c.db.clone();
         let mut todo = std::mem::take(&mut self.c.scratch);
         todo.clear();
@@ -810,7 +881,7 @@ impl Txn<'_> {
         );
         if todo.is_empty() {
             self.c.scratch = todo;
-            return Ok(());
+            return Ok(false);
         }
         let hitchhike = db.cfg.hitchhike;
         let locks = hitchhike && todo.iter().any(|&i| self.items[i].mode == Mode::Write);
@@ -844,6 +915,11 @@ impl Txn<'_> {
             }
             let it = &self.items[i];
             let src = db.remote(db.slot_addr(t, slot, it.replica))?;
+            if it.hinted {
+                let tail = src.add(layout::lock_offset(t.payload) as u64);
+                self.ctx.read(tail, db.local.hdr.piece(i, 16));
+                continue;
+            }
             let pre_read = !(hitchhike && it.mode == Mode::Write);
             if pre_read {
                 let tail = src.add(layout::lock_offset(t.payload) as u64);
@@ -863,7 +939,23 @@ impl Txn<'_> {
                 failed = Some(AbortReason::LockHeld);
             }
         }
+        let mut again = false;
         for &i in &todo {
+            if self.items[i].hinted {
+                let tail: RecordTail = self.ctx.get_as(db.local.hdr.piece(i, 16));
+                let it = &mut self.items[i];
+                if tail.version == 0 {
+                    it.fetched = true;
+                    it.version = 0;
+                } else {
+                    it.slot = None;
+                    it.cached = false;
+                    it.hinted = false;
+                    it.stale_hint = true;
+                    again = true;
+                }
+                continue;
+            }
             let t = &db.tables[self.items[i].table as usize];
             let rec = self.rec_local(i);
             let key = self.ctx.local_u64(rec);
@@ -903,7 +995,7 @@ impl Txn<'_> {
         self.c.scratch = todo;
         match failed {
             Some(r) => Err(TxnError::Abort(r)),
-            None => Ok(()),
+            None => Ok(again),
         }
     }
 

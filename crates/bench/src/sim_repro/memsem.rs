@@ -39,7 +39,7 @@
 //! from the study's. And the figure now levels off: basic and +NUMA reach
 //! 3.0 at 4 front ends and 3.2 at 6; +IO consolidation and +atomics reach
 //! 4.1 at 3 and stay there. Something shared by the front ends (the
-//! memory nodes, or hot keys) now sets the plateau; it was not diagnosed.
+//! memory nodes, or hot keys) now sets the plateau (diagnosed below).
 //! Two causes of the gap:
 //!
 //! - *The requester NIC's processing units.* Until `nic.processing_units`,
@@ -68,19 +68,60 @@
 //!   WRITE of the entry, or an FAA for a version and then a WRITE (its
 //!   "+atomics"). dmkit's is RACE's out-of-place update: read the bucket
 //!   pair, write a new block, CAS the slot. That is three round trips and
-//!   about six verbs against the study's one or two. (The module doc of
-//!   `dmkit_apps::hashtable` states this: the multi-version cold entries
-//!   are not built.) This counts as a difference in what one op is, and
-//!   no quick fix for it exists. Even with the NIC ceiling lifted, a front
-//!   end would still do at most half of the study's work per op.
+//!   about six verbs against the study's one or two. The +atomics step
+//!   now has the study's multi-version cold entries (`dmkit_race`'s
+//!   `cold_versions`, K = 4): an update is READ the buckets, FAA ∥ READ
+//!   the block, WRITE the slot — the same three round trips and five
+//!   verbs as RACE's update without its cache, but no CAS to lose; the
+//!   buckets READ remains (the study's table finds an entry directly).
 //!
-//! The +atomics step is still about the same as +IO consolidation (1.71
-//! Mops each at one front end, 4.15 and 4.11 at six), so +atomics / basic
-//! is set by IO consolidation alone. What sets the plateau from three or
-//! four front ends on was not diagnosed; a 1 ms `bench ycsb --backend sim
-//! --index race --workload u` breakdown at 4–6 machines (round trips,
-//! verbs and failed CAS per op, and the memory nodes' responder load) as
-//! memsem5 did is the next step.
+//! **What sets the plateau (memsem7, 6 front ends).** Runs of the
+//! figure's shape (16 threads × 4 coroutines, 1 M keys, 65,536 hot keys,
+//! seed 1) with a 300 µs window (`dmkit app hashtable --backend sim
+//! --front-ends 6 --steps basic,io-consolidation --duration 300us
+//! --warmup 200us`): basic 3.90 Mops, +IO consolidation 4.27. The
+//! simulator's profile was varied to find the binding resource (a
+//! diagnosis, not a fit: the figure runs on the unchanged profile).
+//! Doubling the link (80 Gb) gives 3.98 and 4.21: not the link. Doubling
+//! the responder (`responder.iops` 80, `responder.pcie_gbs` 12) gives 3.97
+//! and 6.01. So the two steps stop for two reasons:
+//!
+//! - *The consolidated steps are bound by the memory machine's responder.*
+//!   Both memory nodes are the two sockets of one memory machine with one
+//!   NIC, as in the study. With the same two nodes on two machines
+//!   (`dmkit bench ycsb --backend sim --index race --workload u
+//!   --memory-nodes 2 --cache 0 --hot-keys 65536`, no socket layout, 500 µs)
+//!   the step reaches 1.73, 6.97 and 9.52 Mops at 1, 4 and 6 front ends,
+//!   with 2.9–3.0 round trips and 5.3 verbs per op throughout. At 4.27
+//!   Mops the responder serves 22.6 M requests/s (of 40 M) and about
+//!   3.6 GB/s of payload on a 6 GB/s PCIe rate, half of it crossing to the
+//!   other socket at 61 % of that rate. Doubling `pcie_gbs` alone gives
+//!   5.77 Mops: the responder's PCIe sets most of the plateau.
+//! - *Basic and +NUMA are bound by contention on the zipf head.* Neither
+//!   doubling moves them. In the same two-machine runs, without the hot
+//!   area, failed CAS per op rise from 0.21 to 0.63 and 0.82 at 1, 4 and 6
+//!   front ends, round trips per op from 3.6 to 4.9 and 5.4, and 11–13 %
+//!   of the tasks complete no update in the window (stranded on a hot
+//!   slot). At zipf 0.99 over 1 M keys the hottest key takes 6.5 % of the
+//!   updates (the hottest eight, one hot block, 17.8 %), so at 3.9 Mops
+//!   that one slot is CASed about every 4 µs, about one read-and-CAS cycle
+//!   of RACE's update: each key's updates are serialized, and the head of
+//!   the distribution sets the total. With uniform keys (same two-machine
+//!   run, `--distribution uniform`, 6 front ends) the table does 8.14
+//!   Mops, with 3.0 round trips and no retry per op, against 4.56 at zipf
+//!   0.99.
+//!
+//! With multi-version cold entries the +atomics step at 6 front ends (same
+//! 300 µs runs) gives 3.92 Mops against 4.27 for +IO consolidation and
+//! 4.23 for +atomics with backoff alone (`--cold-versions 0`): 8 % less,
+//! because a writer READs the whole multi-version block (six 64-byte
+//! units for K = 4 and 64-byte values, against two for RACE's block) on a
+//! responder that is already the bottleneck. The quick figure (1 and 2
+//! front ends, where the responder is not yet bound) has +atomics 1.23
+//! and 2.35 Mops against 1.22 and 2.25 with backoff alone (+atomics /
+//! basic 1.12× and 1.22×, was 1.10× and 1.17×). Reading only the block's
+//! header, key and one commit word per slot in the FAA's batch is the next
+//! step for this step.
 //!
 //! **Fig. 19 (log), 3.6× the study batched.** SP at batch 32 with 14
 //! writers predicts 63 Mops against the study's 17.7. Unbatched gives 2.3
@@ -596,6 +637,7 @@ fn fig12(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
                 duration: Duration::from_micros(if opts.quick { 200 } else { 1000 }),
                 warmup: Duration::from_micros(200),
                 seed: opts.seed,
+                versions: dmkit_apps::hashtable::DEFAULT_VERSIONS,
             };
             let cfg = crate::hashtable::config(step, &run);
             let sim = crate::hashtable::sim_config(

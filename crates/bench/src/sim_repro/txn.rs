@@ -282,7 +282,11 @@ fn txn_run(
         duration: measure,
         warmup,
         idle,
-        txn: TxnConfig::default(),
+        // FORD's and SMART-DTX's address caches hold found records only.
+        txn: TxnConfig {
+            cache_absent: false,
+            ..TxnConfig::default()
+        },
         runtime,
         seed: opts.seed,
         read_only: false,

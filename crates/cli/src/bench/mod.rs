@@ -161,7 +161,7 @@ struct FabricArgs {
     /// the first idle gap of its links once its request has executed,
     /// instead of a FIFO booked in posting order, where a response of an
     /// atomic waiting at a contended address holds back those of requests
-    /// posted after it).
+    /// posted after it; on in the built-in profiles, off reruns the FIFO).
     #[arg(long, value_enum, help_heading = "Simulator (--backend sim)")]
     response_gaps: Option<OnOff>,
     /// Simulator: compute machines (--threads run on each).

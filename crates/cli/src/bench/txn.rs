@@ -60,6 +60,11 @@ pub(crate) struct TxnArgs {
     /// FORD's coalescent commit [default: on].
     #[arg(long, value_enum, default_value = "on")]
     coalescent_commit: OnOff,
+    /// The address cache also remembers absent keys' would-be slots (a
+    /// read of such a key then READs that slot's lock and version, not
+    /// its bucket); not one of FORD's techniques [default: on].
+    #[arg(long, value_enum, default_value = "on")]
+    cache_absent: OnOff,
     #[command(flatten)]
     switches: SwitchArgs,
     /// Draw only the workload's read-only transaction types.
@@ -114,6 +119,7 @@ pub(crate) fn bench_txn(a: TxnArgs) -> Res {
             hitchhike: a.hitchhike == OnOff::On,
             backup_reads: a.backup_reads == OnOff::On,
             coalescent_commit: a.coalescent_commit == OnOff::On,
+            cache_absent: a.cache_absent == OnOff::On,
             ..TxnConfig::default()
         },
         runtime: a.switches.runtime_config(a.seed)?,
@@ -222,6 +228,16 @@ fn print_txn(r: &TxnResult) {
     );
     if let (Some(l), Some(x)) = (r.local_attempted_per_s, r.vs_local) {
         println!("  local peer: {l:.0} txn/s; remote/local {x:.3}");
+    }
+    if let (Some(r), Some(l), Some(x)) = (
+        r.attempted_per_cpu_s,
+        r.local_attempted_per_cpu_s,
+        r.vs_local_cpu,
+    ) {
+        println!(
+            "  per CPU second of the threads: remote {r:.0}, local {l:.0} attempted; \
+             remote/local {x:.3}"
+        );
     }
     for t in &r.types {
         println!(

@@ -73,6 +73,10 @@ pub(crate) struct YcsbArgs {
     zipf_items: Option<u64>,
     #[arg(long, value_enum, default_value = "int")]
     key_type: KeyTypeArg,
+    /// Bytes per integer key, 8 to 254: wider keys are the 8-byte integer
+    /// behind zero bytes (SMART's artifact's key-size sweep); int keys only.
+    #[arg(long, default_value_t = 8)]
+    key_size: u16,
     /// Bytes per value (e.g. 8, 1KiB).
     #[arg(long, default_value = "8", value_parser = parse_size)]
     value_size: u64,
@@ -164,9 +168,15 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Res {
             DistArg::Latest => Distribution::Latest,
         }),
         zipf_items: a.zipf_items,
-        key_type: match a.key_type {
-            KeyTypeArg::Int => KeyType::Int,
-            KeyTypeArg::String => KeyType::String,
+        key_type: match (a.key_type, a.key_size) {
+            (KeyTypeArg::Int, 8) => KeyType::Int,
+            (KeyTypeArg::Int, n) => KeyType::WideInt(n),
+            (KeyTypeArg::String, 8) => KeyType::String,
+            (KeyTypeArg::String, _) => {
+                return Err(crate::bad_input(
+                    "--key-size sets integer keys' width; string keys are 32 bytes",
+                ))
+            }
         },
         value_size: usize::try_from(a.value_size)
             .map_err(|_| crate::bad_input("--value-size too large"))?,
