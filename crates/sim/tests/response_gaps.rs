@@ -70,8 +70,7 @@ fn read_ns(gaps: bool, faas: u64) -> u64 {
     assert_eq!(r.finished, 2);
     let s = sim.stats();
     assert_eq!(s.executed, s.posted);
-    let ns = took.take().expect("thread 1 finished");
-    ns
+    took.take().expect("thread 1 finished")
 }
 
 #[test]
