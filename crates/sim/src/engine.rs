@@ -449,6 +449,32 @@ struct Qp {
     phys_exec: f64,
 }
 
+impl Qp {
+    /// A fresh queue pair of `machine` to memory machine `target`, on
+    /// doorbell `db`, with nothing sent yet.
+    fn new(machine: usize, target: usize, db: usize, lock: Option<SimLock>) -> Self {
+        Qp {
+            machine,
+            target,
+            db,
+            lock,
+            nic_free: 0.0,
+            in_backlog: false,
+            last_exec: 0.0,
+            last_cq: 0.0,
+            resp_up: 0.0,
+            resp_down: 0.0,
+            next_batch: 1,
+            failed_batch: 0,
+            lost_at: None,
+            cross: 0,
+            pu: u32::MAX,
+            sent: 0.0,
+            phys_exec: 0.0,
+        }
+    }
+}
+
 /// A request whose execution instant is not known when it is posted: an
 /// atomic under an arbitrated [`AtomicOrder`], or a request its queue pair
 /// posted behind one (a queue pair executes in order). Its timing up to
@@ -1526,25 +1552,7 @@ impl Core {
             None => 0,
         };
         let m = &mut self.machines[machine];
-        let new_qp = |db: usize, lock: Option<SimLock>| Qp {
-            machine,
-            target,
-            db,
-            lock,
-            nic_free: 0.0,
-            in_backlog: false,
-            last_exec: 0.0,
-            last_cq: 0.0,
-            resp_up: 0.0,
-            resp_down: 0.0,
-            next_batch: 1,
-            failed_batch: 0,
-            lost_at: None,
-            cross: 0,
-            pu: u32::MAX,
-            sent: 0.0,
-            phys_exec: 0.0,
-        };
+        let new_qp = |db: usize, lock: Option<SimLock>| Qp::new(machine, target, db, lock);
         let default_db = |m: &mut Machine, p: &Profile| {
             let low = p.doorbell.low_latency;
             let med = p.doorbell.medium_latency.max(1);
@@ -2785,25 +2793,7 @@ mod response_tests {
     use super::*;
 
     fn qp() -> Qp {
-        Qp {
-            machine: 0,
-            target: 1,
-            db: 0,
-            lock: None,
-            nic_free: 0.0,
-            in_backlog: false,
-            last_exec: 0.0,
-            last_cq: 0.0,
-            resp_up: 0.0,
-            resp_down: 0.0,
-            next_batch: 1,
-            failed_batch: 0,
-            lost_at: None,
-            cross: 0,
-            pu: u32::MAX,
-            sent: 0.0,
-            phys_exec: 0.0,
-        }
+        Qp::new(0, 1, 0, None)
     }
 
     /// `respond` with no wire, no spread, no extra delay, at instant 0.
