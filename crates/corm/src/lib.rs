@@ -250,7 +250,7 @@ impl CormClient {
         let slot = self.slot_size(p)?;
         let buf = Self::check_buf(buf, slot)?;
         let e = p.expect(self.info.block_size);
-        let mut wait = Patience::new(ctx);
+        let mut wait = Patience::new();
         loop {
             ctx.read_sync(self.remote(p.offset()), buf).await?;
             match decode(&ctx.local_vec(buf), e) {
@@ -294,7 +294,7 @@ impl CormClient {
         let slot = self.slot_size(*p)?;
         let block = Self::check_buf(buf, bs as usize)?;
         let e = p.expect(bs);
-        let mut wait = Patience::new(ctx);
+        let mut wait = Patience::new();
         loop {
             ctx.read_sync(self.remote(p.home_block(bs)), block).await?;
             let bytes = ctx.local_vec(block);
@@ -315,28 +315,32 @@ impl CormClient {
 
 /// A one-sided reader's wait for a torn or locked object: the runtime's
 /// backoff for the first [`MAX_READ_RETRIES`] reads, then one read per
-/// [`PATIENCE_STEP`] until [`READ_PATIENCE`] has passed since the first.
+/// [`PATIENCE_STEP`] until [`READ_PATIENCE`] has passed since the first
+/// failed read. The clock is read only once a read has failed: a clock
+/// read costs about as much as a DirectRead's checks on shm, and most
+/// reads succeed at once.
 struct Patience {
     reads: u32,
-    since: dmkit_runtime::Nanos,
+    since: Option<dmkit_runtime::Nanos>,
 }
 
 impl Patience {
-    fn new(ctx: &Ctx) -> Self {
+    fn new() -> Self {
         Self {
             reads: 0,
-            since: ctx.now(),
+            since: None,
         }
     }
 
     /// Waits before the next read, or gives up.
     async fn again(&mut self, ctx: &Ctx) -> Result<(), CormError> {
         self.reads = self.reads.saturating_add(1);
+        let since = *self.since.get_or_insert_with(|| ctx.now());
         if self.reads <= MAX_READ_RETRIES {
             ctx.backoff().await;
             return Ok(());
         }
-        if ctx.now().saturating_sub(self.since) >= READ_PATIENCE {
+        if ctx.now().saturating_sub(since) >= READ_PATIENCE {
             return Err(CormError::Busy(self.reads));
         }
         ctx.note_retry();
