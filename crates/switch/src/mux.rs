@@ -470,16 +470,8 @@ impl MuxWire {
         out: &mut Vec<(usize, Vec<u8>)>,
     ) {
         let words = self.touched(&p);
-        if words
-            .iter()
-            .any(|w| self.words.get(w).is_some_and(|s| s.inflight > 0))
-        {
-            let c = self.conns.get_mut(&key).expect("known");
-            c.queue.push_back((tag, raw.to_vec()));
-            self.stats.held += 1;
-            if !self.waiting.contains(&key) {
-                self.waiting.push(key);
-            }
+        if self.in_flight(&words) {
+            self.hold(key, tag, raw);
             return;
         }
         let last = psn_add(p.bth.psn, self.psns(&p) - 1);
@@ -506,6 +498,37 @@ impl MuxWire {
         self.multi.is_some_and(|m| m != key)
     }
 
+    /// One of `words` has moved requests in flight: a request touching it
+    /// that is still on its client's own connection waits for them.
+    fn in_flight(&self, words: &[Word]) -> bool {
+        words
+            .iter()
+            .any(|w| self.words.get(w).is_some_and(|s| s.inflight > 0))
+    }
+
+    /// Whether `key`'s request `p` must wait, for its connection's phase.
+    fn must_wait(&self, key: ConnKey, phase: Phase, p: &RocePacket) -> bool {
+        match phase {
+            Phase::Moved { .. } => self.behind_multi(key),
+            _ => self.in_flight(&self.touched(p)),
+        }
+    }
+
+    /// A new request that must wait: queued behind the connection's others.
+    fn hold(&mut self, key: ConnKey, tag: usize, raw: &[u8]) {
+        let c = self.conns.get_mut(&key).expect("known");
+        c.queue.push_back((tag, raw.to_vec()));
+        self.stats.held += 1;
+        self.mark_waiting(key);
+    }
+
+    /// `key` has requests waiting; [`MuxWire::release_waiting`] retries them.
+    fn mark_waiting(&mut self, key: ConnKey) {
+        if !self.waiting.contains(&key) {
+            self.waiting.push(key);
+        }
+    }
+
     /// A new request of a moved connection: onto the switch's queue pair.
     fn send_moved(
         &mut self,
@@ -516,12 +539,7 @@ impl MuxWire {
         out: &mut Vec<(usize, Vec<u8>)>,
     ) {
         if self.behind_multi(key) {
-            let c = self.conns.get_mut(&key).expect("known");
-            c.queue.push_back((tag, raw.to_vec()));
-            self.stats.held += 1;
-            if !self.waiting.contains(&key) {
-                self.waiting.push(key);
-            }
+            self.hold(key, tag, raw);
             return;
         }
         let (Some(r), Some(node_mac)) = (self.remote, self.node_mac) else {
@@ -784,39 +802,19 @@ impl MuxWire {
             let Ok(wire::Frame::Roce(p, _)) = wire::parse(&f) else {
                 continue;
             };
+            if self.must_wait(key, phase, &p) {
+                // Back at the head: the connection's order is kept.
+                self.conns
+                    .get_mut(&key)
+                    .expect("known")
+                    .queue
+                    .push_front((tag, f));
+                self.mark_waiting(key);
+                return;
+            }
             match phase {
-                Phase::Moved { .. } => {
-                    if self.behind_multi(key) {
-                        self.conns
-                            .get_mut(&key)
-                            .expect("known")
-                            .queue
-                            .push_front((tag, f));
-                        if !self.waiting.contains(&key) {
-                            self.waiting.push(key);
-                        }
-                        return;
-                    }
-                    self.send_moved(key, p, &f, tag, out)
-                }
-                _ => {
-                    let words = self.touched(&p);
-                    if words
-                        .iter()
-                        .any(|w| self.words.get(w).is_some_and(|s| s.inflight > 0))
-                    {
-                        self.conns
-                            .get_mut(&key)
-                            .expect("known")
-                            .queue
-                            .push_front((tag, f));
-                        if !self.waiting.contains(&key) {
-                            self.waiting.push(key);
-                        }
-                        return;
-                    }
-                    self.direct(key, p, &f, tag, out)
-                }
+                Phase::Moved { .. } => self.send_moved(key, p, &f, tag, out),
+                _ => self.direct(key, p, &f, tag, out),
             }
         }
     }
@@ -830,8 +828,8 @@ impl MuxWire {
                 .is_some_and(|c| c.phase == Phase::Draining && !c.direct_done);
             if !draining {
                 self.flush(k, out);
-            } else if !self.waiting.contains(&k) {
-                self.waiting.push(k);
+            } else {
+                self.mark_waiting(k);
             }
         }
     }
