@@ -7,48 +7,10 @@
 use std::net::Ipv4Addr;
 
 use dmkit_switch::caswrite::{self, CasWrite};
-use dmkit_switch::wire::{self, opcode, Ext, Frame, RocePacket};
-use etherparse::Ipv4Header;
-use pcap_file::pcap::PcapReader;
+use dmkit_switch::wire::{self, opcode, Ext, RocePacket};
 
-fn fixtures() -> Vec<RocePacket> {
-    let f = std::fs::File::open(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/rxe.pcap"
-    ))
-    .unwrap();
-    let mut r = PcapReader::new(f).unwrap();
-    let mut out = Vec::new();
-    while let Some(p) = r.next_packet() {
-        let d = p.unwrap().data.into_owned();
-        if let Ok(Frame::Roce(p, _)) = wire::parse(&d) {
-            out.push(p);
-        }
-    }
-    out
-}
-
-fn fixture(op: u8) -> RocePacket {
-    fixtures()
-        .into_iter()
-        .find(|p| p.bth.opcode == op)
-        .unwrap_or_else(|| panic!("no {op:#04x}"))
-}
-
-fn parse(f: &[u8]) -> RocePacket {
-    match wire::parse(f).expect("parses") {
-        Frame::Roce(p, _) => p,
-        Frame::Other => panic!("not RoCEv2"),
-    }
-}
-
-/// The frame is one a receiving NIC accepts: its IPv4 header checksum and
-/// its ICRC are right.
-fn sealed(f: &[u8]) {
-    let (ip, _) = Ipv4Header::from_slice(&f[14..]).unwrap();
-    assert_eq!(ip.header_checksum, ip.calc_header_checksum(), "IP checksum");
-    assert_eq!(wire::icrc(f), Some(parse(f).icrc), "ICRC");
-}
+mod common;
+use common::{fixture, fixtures, parse, sealed};
 
 #[test]
 fn a_cas_becomes_the_write_rxe_would_send_for_it() {

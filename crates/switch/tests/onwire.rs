@@ -8,25 +8,9 @@ use dmkit_switch::onwire::OnWire;
 use dmkit_switch::regions::{access, RegionTable, WireRegion};
 use dmkit_switch::wire::{self, opcode, Ext, Frame, RocePacket};
 use dmkit_switch::{clover, Steer, SwitchConfig};
-use pcap_file::pcap::PcapReader;
 
-fn fixture(op: u8) -> RocePacket {
-    let f = std::fs::File::open(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/rxe.pcap"
-    ))
-    .unwrap();
-    let mut r = PcapReader::new(f).unwrap();
-    while let Some(p) = r.next_packet() {
-        let d = p.unwrap().data.into_owned();
-        if let Ok(Frame::Roce(p, _)) = wire::parse(&d) {
-            if p.bth.opcode == op {
-                return p;
-            }
-        }
-    }
-    panic!("no {op:#04x}")
-}
+mod common;
+use common::fixture;
 
 /// The node's heap region as its NIC registered it: offset `o` is NIC
 /// address `NIC + o - BASE` under `RKEY`.

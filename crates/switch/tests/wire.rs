@@ -5,28 +5,9 @@
 
 use dmkit_switch::hub::{Core, Out};
 use dmkit_switch::wire::{self, opcode, Ext, Frame};
-use pcap_file::pcap::PcapReader;
 
-fn frames() -> Vec<Vec<u8>> {
-    let f = std::fs::File::open(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/rxe.pcap"
-    ))
-    .expect("fixture");
-    let mut r = PcapReader::new(f).expect("pcap header");
-    let mut out = Vec::new();
-    while let Some(p) = r.next_packet() {
-        out.push(p.expect("packet").data.into_owned());
-    }
-    out
-}
-
-fn roce(frame: &[u8]) -> wire::RocePacket {
-    match wire::parse(frame).expect("parses") {
-        Frame::Roce(p, _) => p,
-        Frame::Other => panic!("not RoCEv2: {frame:02x?}"),
-    }
-}
+mod common;
+use common::{frames, parse as roce};
 
 #[test]
 fn fixture_covers_the_verbs_dmkit_sends() {
