@@ -7,12 +7,12 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use dmkit_fabric::Fabric;
-use dmkit_runtime::{RuntimeConfig, Worker};
+use dmkit_runtime::Worker;
 use dmkit_sim::profile::AtomicOrder;
 use dmkit_sim::{Profile, Sim, SimConfig};
 
 mod common;
-use common::{rcfg, small, LOCAL_BYTES};
+use common::{small, unthrottled, LOCAL_BYTES};
 use dmkit_fabric::RemoteRef;
 use dmkit_runtime::Local;
 
@@ -58,10 +58,7 @@ fn run(stalls: bool, access: Access) -> Seen {
     let mut sim = Sim::new(config(stalls)).unwrap();
     let f = sim.dyn_fabric();
     let (a, _, k) = f.alloc_chunk(0, 1 << 16, true).unwrap();
-    let wcfg = RuntimeConfig {
-        throttle: false,
-        ..rcfg()
-    };
+    let wcfg = unthrottled();
     let seen: Rc<RefCell<Option<Seen>>> = Rc::default();
     let t0 = sim
         .add_worker(0, |f: &dyn Fabric, clock| {

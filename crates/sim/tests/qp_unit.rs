@@ -11,11 +11,11 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use dmkit_fabric::{Fabric, RemoteRef};
-use dmkit_runtime::{Local, RuntimeConfig, Worker};
-use dmkit_sim::{Profile, Sim, SimConfig};
+use dmkit_runtime::{Local, Worker};
+use dmkit_sim::Profile;
 
 mod common;
-use common::{rcfg, small, LOCAL_BYTES};
+use common::{one_node, unthrottled, LOCAL_BYTES};
 
 /// What one thread posts, all in one doorbell.
 #[derive(Clone, Copy)]
@@ -35,19 +35,10 @@ fn post_ns(wr_ns: f64, sge_ns: f64, post: Post) -> u64 {
     // (No translation miss on the first access: its delay would overlap
     // with the unit's.)
     profile.responder.mtt_miss_ns = 0.0;
-    let mut sim = Sim::new(SimConfig {
-        profile,
-        memory_nodes: 1,
-        seed: 1,
-        ..small()
-    })
-    .unwrap();
+    let mut sim = one_node(profile);
     let f = sim.dyn_fabric();
     let (a, _, k) = f.alloc_chunk(0, 1 << 16, true).unwrap();
-    let wcfg = RuntimeConfig {
-        throttle: false,
-        ..rcfg()
-    };
+    let wcfg = unthrottled();
     let t = sim
         .add_worker(0, |f: &dyn Fabric, clock| {
             Worker::builder(f)
@@ -132,19 +123,10 @@ fn threads_ns(units: u32, threads: usize, n: usize) -> Vec<u64> {
     profile.nic.wr_ns = 1_000.0;
     profile.nic.processing_units = units;
     profile.responder.mtt_miss_ns = 0.0;
-    let mut sim = Sim::new(SimConfig {
-        profile,
-        memory_nodes: 1,
-        seed: 1,
-        ..small()
-    })
-    .unwrap();
+    let mut sim = one_node(profile);
     let f = sim.dyn_fabric();
     let (a, _, k) = f.alloc_chunk(0, 1 << 16, true).unwrap();
-    let wcfg = RuntimeConfig {
-        throttle: false,
-        ..rcfg()
-    };
+    let wcfg = unthrottled();
     let took: Vec<Rc<Cell<u64>>> = (0..threads).map(|_| Rc::new(Cell::new(0))).collect();
     for (w, out) in took.iter().enumerate() {
         let cfg = wcfg.clone();

@@ -9,11 +9,11 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use dmkit_fabric::{Fabric, RemoteRef};
-use dmkit_runtime::{Local, RuntimeConfig, Worker};
-use dmkit_sim::{Profile, Sim, SimConfig};
+use dmkit_runtime::{Local, Worker};
+use dmkit_sim::Profile;
 
 mod common;
-use common::{rcfg, small, LOCAL_BYTES};
+use common::{one_node, unthrottled, LOCAL_BYTES};
 
 /// FAAs queued on the hot word (one thread, one batch).
 const QUEUED: u64 = 16;
@@ -24,19 +24,10 @@ fn read_ns(gaps: bool, faas: u64) -> u64 {
     let mut profile = Profile::cx6();
     profile.link.response_gaps = gaps;
     profile.responder.atomic_stalls_access = false;
-    let mut sim = Sim::new(SimConfig {
-        profile,
-        memory_nodes: 1,
-        seed: 1,
-        ..small()
-    })
-    .unwrap();
+    let mut sim = one_node(profile);
     let f = sim.dyn_fabric();
     let (a, _, k) = f.alloc_chunk(0, 1 << 16, true).unwrap();
-    let wcfg = RuntimeConfig {
-        throttle: false,
-        ..rcfg()
-    };
+    let wcfg = unthrottled();
     let worker = |id: usize| {
         let wcfg = wcfg.clone();
         move |f: &dyn Fabric, clock| {

@@ -9,12 +9,12 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use dmkit_fabric::{Fabric, RemoteRef};
-use dmkit_runtime::{Local, RuntimeConfig, Worker};
+use dmkit_runtime::{Local, Worker};
 use dmkit_sim::{Profile, Sim, SimConfig, SwitchMode, SwitchModel};
 use dmkit_switch::SwitchConfig;
 
 mod common;
-use common::{rcfg, small, LOCAL_BYTES};
+use common::{small, unthrottled, LOCAL_BYTES};
 
 /// Batches of two READs (a 128-byte one and an 8-byte one, one doorbell)
 /// completed in 200 µs of virtual time by 64 closed-loop clients on two
@@ -36,10 +36,7 @@ fn batches(switch: Option<f64>) -> u64 {
     .unwrap();
     let f = sim.dyn_fabric();
     let (a, _, k) = f.alloc_chunk(0, 1 << 20, true).unwrap();
-    let wcfg = RuntimeConfig {
-        throttle: false,
-        ..rcfg()
-    };
+    let wcfg = unthrottled();
     let done = Rc::new(Cell::new(0u64));
     let (warm, end) = (50_000u64, 250_000u64);
     for t in 0..64usize {
