@@ -519,6 +519,11 @@ impl RemoteMap for RaceTable {
             nodes: nodes.len() as u64,
             limits: cfg.max_key as u64
                 | (cfg.cold_versions as u64) << 16
+                | if cfg.cold_versions > 0 {
+                    MV_LAYOUT << 24
+                } else {
+                    0
+                }
                 | (cfg.max_value as u64) << 32,
         };
         c.write(dir, header.as_bytes())?;
@@ -553,6 +558,16 @@ impl RemoteMap for RaceTable {
                 addr: dir,
                 what: "directory header",
             });
+        }
+        let mv_layout = (h.limits >> 24 & 0xFF).max(1);
+        if h.limits >> 16 & 0xFF != 0 && mv_layout != MV_LAYOUT {
+            return Err(IndexError::config(
+                KIND,
+                format!(
+                    "table {name:?} has multi-version blocks of layout {mv_layout}; \
+                     this build reads layout {MV_LAYOUT}"
+                ),
+            ));
         }
         let cfg = RaceConfig {
             max_key: (h.limits & 0xFFFF) as usize,
@@ -1396,10 +1411,11 @@ impl RaceClient {
     /// The FAA-and-WRITE update of a multi-version table (see "Multi-version
     /// cold entries" in the crate doc). Round trips: (1) READ both combined
     /// buckets (or, from the cache, nothing); (2) FAA the counter of the
-    /// block the first fitting fingerprint match names ∥ READ that block
-    /// (and the cached slot word); (3) WRITE slot `version mod K`. Between
-    /// (2) and (3) the writer waits, re-reading the slot, while the slot's
-    /// previous version (`version − K`) is still being written.
+    /// block the first fitting fingerprint match names ∥ READ that block's
+    /// prefix — header, key and commit words — (and the cached slot word);
+    /// (3) WRITE slot `version mod K` ∥ WRITE its commit word. Between (2)
+    /// and (3) the writer waits, re-reading the slot's commit word, while
+    /// the slot's previous version (`version − K`) is still being written.
     /// `Ok(None)`: this path does not apply, and nothing a reader sees has
     /// changed — the key was not among the buckets read (absence needs the
     /// subtable header), a fingerprint match was another key's, the
@@ -1450,23 +1466,27 @@ impl RaceClient {
                 self.cache_drop(h);
                 return Ok(None);
             }
-            // (2) A version, then the block as it is after that FAA
+            // (2) A version, then the block's prefix as it is after that FAA
             // (queue-pair order).
             let block = self.t.remote(slot.block())?;
-            let cand = self.cand(0, slot)?;
+            let prefix = self.cand(0, slot)?.prefix(mv.prefix_bytes(key.len()));
             if cached.is_some() {
                 ctx.read(self.t.remote(slot_addr)?, sc.slot);
             }
             let faa = ctx.faa(block.add(MV_COUNTER), 1);
-            ctx.read(block, cand);
+            ctx.read(block, prefix);
             ctx.sync().await?;
             let v = ctx.value(faa);
             let stale = cached.is_some() && ctx.local_u64(sc.slot) != slot.0;
-            let ours = self.with_raw(ctx, cand, |b| {
-                mv_block_head(b).map(|(shape, k)| shape == mv && k == key)
+            let s = (v % k) as u32;
+            // The commit word of our slot, if the block is the key's.
+            let ours = self.with_raw(ctx, prefix, |b| {
+                mv_block_head(b).map(|(shape, k)| {
+                    (shape == mv && k == key).then(|| mv_commit(b, mv, key.len(), s))
+                })
             });
-            match ours {
-                Some(true) if !stale => {}
+            let mut commit = match ours {
+                Some(Some(c)) if !stale => c,
                 // Another key's block (a fingerprint match, or a cached slot
                 // since reused): version `v` of that block stays unwritten,
                 // so its next writer of that slot goes out of place.
@@ -1481,27 +1501,21 @@ impl RaceClient {
                     retry.again(ctx)?;
                     continue;
                 }
-            }
-            // Wait for the slot's previous version, `v - K`, to be complete:
-            // slots are written in version order, one writer at a time.
-            let s = (v % k) as u32;
-            let at = mv.slot_at(key.len(), s);
-            let slot_local = cand.slice(at, mv.slot_bytes());
+            };
+            // Wait for the slot's previous version, `v - K`, to have landed
+            // (its commit word): slots are written in version order, one
+            // writer at a time.
+            let commit_at = mv.commit_at(key.len(), s) as u64;
             let mut polls = 0;
             loop {
-                let state = self.with_raw(ctx, slot_local, |b| match decode_mv_slot(b) {
-                    MvSlot::Complete(u, _) => Some(u),
-                    MvSlot::Torn(_) => None,
-                });
-                match state {
-                    Some(u) if u + k == v => break,
-                    Some(u) if u + k > v => {
-                        // A version at or past ours in our slot: the block
-                        // is not the one our FAA counted on (recycled).
-                        self.cache_drop(h);
-                        return Ok(None);
-                    }
-                    _ => {}
+                if commit + k == v {
+                    break;
+                }
+                if commit + k > v {
+                    // A version at or past ours committed in our slot: the
+                    // block is not the one our FAA counted on (recycled).
+                    self.cache_drop(h);
+                    return Ok(None);
                 }
                 polls += 1;
                 if polls > MV_WAIT_POLLS || self.stalled(ctx, t0) {
@@ -1509,20 +1523,27 @@ impl RaceClient {
                 }
                 self.st.borrow_mut().counters.mv_waits += 1;
                 ctx.backoff().await;
-                ctx.read(block.add(at as u64), slot_local);
+                ctx.read(block.add(commit_at), sc.word);
                 ctx.sync().await?;
+                commit = ctx.local_u64(sc.word);
             }
-            // (3) The slot, within the stall bound of reading the slot word
-            // (the block cannot have been reused yet; see `stalled`).
+            // (3) The slot, then its commit word, within the stall bound of
+            // reading the slot word (the block cannot have been reused yet;
+            // see `stalled`). Queue-pair order lands the commit word after
+            // every word of the slot (whatever the backend's placement
+            // inside one WRITE).
             if self.stalled(ctx, t0) {
                 return Ok(None);
             }
             let mut img = std::mem::take(&mut self.st.borrow_mut().buf);
             encode_mv_slot(mv, v, value, &mut img);
-            ctx.put_local(sc.new, &img);
             let len = img.len();
+            img.extend_from_slice(&v.to_le_bytes());
+            ctx.put_local(sc.new, &img);
             self.st.borrow_mut().buf = img;
-            ctx.write(block.add(at as u64), sc.new.prefix(len));
+            let at = mv.slot_at(key.len(), s) as u64;
+            ctx.write(block.add(at), sc.new.prefix(len));
+            ctx.write(block.add(commit_at), sc.new.slice(len, MV_COMMIT));
             ctx.sync().await?;
             if cached.is_none() {
                 self.cache_put(h, slot_addr, slot.0);
