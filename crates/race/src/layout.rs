@@ -640,7 +640,9 @@ impl MvShape {
             .saturating_add(self.versions as usize * self.slot_bytes())
             .next_multiple_of(64)
     }
-    fn lens(&self, key_len: usize) -> u64 {
+    /// The lengths word (`MvBlockHeader::lens`) of the block of a
+    /// `key_len`-byte key.
+    pub fn lens(&self, key_len: usize) -> u64 {
         key_len as u64 | (self.versions as u64) << 16 | MV_FLAG | (self.value_cap as u64) << 32
     }
 }

@@ -329,8 +329,12 @@ pub struct TableCounters {
     /// (key not among the buckets read at first, a foreign fingerprint
     /// match, a slot whose previous version stayed in flight).
     pub mv_slow: u64,
-    /// Re-reads of a slot whose previous version was still being written.
+    /// Re-reads of a slot's commit word while its previous version was
+    /// still being written.
     pub mv_waits: u64,
+    /// Of `mv_slow`: updates that gave up waiting for their slot's previous
+    /// version (its writer slow, or dead after its FAA) or stalled.
+    pub mv_gave_up: u64,
 }
 
 /// The task-local memory of the table's operations, declared once per
@@ -1479,11 +1483,16 @@ impl RaceClient {
             let v = ctx.value(faa);
             let stale = cached.is_some() && ctx.local_u64(sc.slot) != slot.0;
             let s = (v % k) as u32;
-            // The commit word of our slot, if the block is the key's.
+            // The commit word of our slot, if the block is the key's. The
+            // prefix read is sized for our key: a block whose lengths word
+            // differs from ours (another key's — a fingerprint match — or
+            // garbage) is not ours, whatever the rest of it says.
             let ours = self.with_raw(ctx, prefix, |b| {
-                mv_block_head(b).map(|(shape, k)| {
-                    (shape == mv && k == key).then(|| mv_commit(b, mv, key.len(), s))
-                })
+                let (head, _) = MvBlockHeader::read_from_prefix(b).ok()?;
+                if head.lens != mv.lens(key.len()) {
+                    return Some(None);
+                }
+                mv_block_head(b).map(|(_, k)| (k == key).then(|| mv_commit(b, mv, key.len(), s)))
             });
             let mut commit = match ours {
                 Some(Some(c)) if !stale => c,
@@ -1519,6 +1528,7 @@ impl RaceClient {
                 }
                 polls += 1;
                 if polls > MV_WAIT_POLLS || self.stalled(ctx, t0) {
+                    self.st.borrow_mut().counters.mv_gave_up += 1;
                     return Ok(None);
                 }
                 self.st.borrow_mut().counters.mv_waits += 1;
@@ -1533,6 +1543,7 @@ impl RaceClient {
             // every word of the slot (whatever the backend's placement
             // inside one WRITE).
             if self.stalled(ctx, t0) {
+                self.st.borrow_mut().counters.mv_gave_up += 1;
                 return Ok(None);
             }
             let mut img = std::mem::take(&mut self.st.borrow_mut().buf);
