@@ -443,14 +443,17 @@ fn simulator_seeds_with_faults_are_linearizable_on_multi_version_entries() {
 }
 
 /// A longer soak over seeds (not in CI): `MV_SOAK_SEEDS=N` seeds from
-/// `MV_SOAK_FIRST` (default 100), K from 2 to 5.
+/// `MV_SOAK_FIRST` (default 100), K from 2 to 5; with `MV_SOAK_KILL=1`
+/// machine 1 is killed in each, somewhere in its first 400 µs.
 #[test]
 #[ignore = "a soak; run with MV_SOAK_SEEDS=N"]
 fn soak_multi_version_entries_over_seeds() {
     let n: u64 = std::env::var("MV_SOAK_SEEDS").map_or(50, |v| v.parse().unwrap());
     let first: u64 = std::env::var("MV_SOAK_FIRST").map_or(100, |v| v.parse().unwrap());
+    let kill = std::env::var("MV_SOAK_KILL").is_ok_and(|v| v == "1");
     for seed in first..first + n {
-        sim_seed(seed, 2 + (seed % 4) as u32, None);
+        let at = kill.then(|| 20_000 + seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) % 380_000);
+        sim_seed(seed, 2 + (seed % 4) as u32, at);
     }
 }
 
