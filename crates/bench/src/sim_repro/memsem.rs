@@ -71,8 +71,9 @@
 //!   about six verbs against the study's one or two. The +atomics step
 //!   now has the study's multi-version cold entries (`dmkit_race`'s
 //!   `cold_versions`, K = 4): an update is READ the buckets, FAA ∥ READ
-//!   the block, WRITE the slot — the same three round trips and five
-//!   verbs as RACE's update without its cache, but no CAS to lose; the
+//!   the block's prefix (header, key, commit words), WRITE the slot and
+//!   then its commit word — the same three round trips as RACE's update
+//!   without its cache and one verb more (six), but no CAS to lose; the
 //!   buckets READ remains (the study's table finds an entry directly).
 //!
 //! **What sets the plateau (memsem7, 6 front ends).** Runs of the
@@ -112,16 +113,28 @@
 //!   0.99.
 //!
 //! With multi-version cold entries the +atomics step at 6 front ends (same
-//! 300 µs runs) gives 3.92 Mops against 4.27 for +IO consolidation and
+//! 300 µs runs) gave 3.92 Mops against 4.27 for +IO consolidation and
 //! 4.23 for +atomics with backoff alone (`--cold-versions 0`): 8 % less,
-//! because a writer READs the whole multi-version block (six 64-byte
+//! because a writer READ the whole multi-version block (six 64-byte
 //! units for K = 4 and 64-byte values, against two for RACE's block) on a
-//! responder that is already the bottleneck. The quick figure (1 and 2
-//! front ends, where the responder is not yet bound) has +atomics 1.23
-//! and 2.35 Mops against 1.22 and 2.25 with backoff alone (+atomics /
-//! basic 1.12× and 1.22×, was 1.10× and 1.17×). Reading only the block's
-//! header, key and one commit word per slot in the FAA's batch is the next
-//! step for this step.
+//! responder that is already the bottleneck. Writers now READ only the
+//! block's header, key and one commit word per slot (64 bytes) in the
+//! FAA's batch, and WRITE the slot's commit word after the slot in a post
+//! of its own (memsem9). At 6 front ends, seeds 1–3, the step goes from
+//! 3.94, 3.88 and 3.97 Mops to 4.30, 4.24 and 4.29 (+9 %); the same
+//! runs give, seed 1, basic 3.92, +NUMA 3.93, +IO consolidation 4.15 and
+//! backoff alone 4.18, so +atomics / basic is 1.10× (the study: 2.7×).
+//! With the commit word as the second WRITE of the slot's post instead,
+//! 6 front ends gain as much (4.34, 4.26, 4.35) but one front end (16
+//! threads × 4 coroutines, 1 ms) falls from 2.11 to 1.78 Mops: there the
+//! requester NIC's processing units bind, and a post's second request
+//! costs one `nic.wr_ns`; in its own post it gives 2.10 and 2.08 (seeds
+//! 1, 2; before: 2.11 and 2.11). The quick figure (4 threads per front
+//! end, windows of a few hundred updates) has +atomics 1.30 and 2.44 Mops
+//! at 1 and 2 front ends, against 1.35 and 2.56 with whole-block READs
+//! (seeds 2, 3: 1.33/2.48 and 1.30/2.43 against 1.34/2.54 and
+//! 1.30/2.56): the extra request costs a little where the responder is
+//! idle.
 //!
 //! **Fig. 19 (log), 3.6× the study batched.** SP at batch 32 with 14
 //! writers predicts 63 Mops against the study's 17.7. Unbatched gives 2.3
