@@ -2490,3 +2490,56 @@ impl MapClient for RaceClient {
         &self.t.layout
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dmkit_fabric::sync::SyncQp;
+
+    /// A multi-version table whose directory records no layout (made
+    /// before commit words: 24-byte slot heads) is refused on open, not
+    /// misread; plain tables open as before.
+    #[test]
+    fn a_table_of_the_older_multi_version_layout_is_refused() {
+        let f: Arc<dyn Fabric> = dmkit_index::conformance::shm_fabric(1, 16 << 20);
+        let cfg = RaceConfig {
+            groups: 2,
+            max_key: 16,
+            max_value: 64,
+            ..Default::default()
+        };
+        for k in [0u32, 4] {
+            let name = format!("old-{k}");
+            let t = RaceTable::create(
+                f.clone(),
+                &name,
+                RaceConfig {
+                    cold_versions: k,
+                    ..cfg.clone()
+                },
+            )
+            .unwrap();
+            let limits = t
+                .remote(t.dir)
+                .unwrap()
+                .add(std::mem::offset_of!(DirHeader, limits) as u64);
+            let mut qp = SyncQp::new(f.as_ref(), limits.addr.node(), 8).unwrap();
+            let now = qp.read_u64(limits.addr, limits.rkey).unwrap();
+            assert_eq!(now >> 24 & 0xFF, if k > 0 { MV_LAYOUT } else { 0 });
+            assert!(RaceTable::open(f.clone(), &name, cfg.clone()).is_ok());
+            qp.write_u64(limits.addr, limits.rkey, now & !(0xFF << 24))
+                .unwrap();
+            let r = RaceTable::open(f.clone(), &name, cfg.clone());
+            if k == 0 {
+                assert!(r.is_ok());
+            } else {
+                let e = r.err().expect("refused");
+                assert!(
+                    matches!(&e, IndexError::Config { .. }) && e.to_string().contains("layout 1"),
+                    "{e}"
+                );
+            }
+            t.destroy().unwrap();
+        }
+    }
+}
