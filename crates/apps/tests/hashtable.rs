@@ -458,8 +458,9 @@ fn soak_multi_version_entries_over_seeds() {
 }
 
 /// (seed, kill instant in virtual ns) of the kill test: seeds whose kill
-/// leaves updates pending, on whose keys survivors later gave up waiting
-/// for a slot's previous version (45 at 120 µs, 47 at 180 µs); 47 at 60 µs
+/// leaves updates pending, in some of which survivors later give up
+/// waiting for a slot's previous version (chosen with the code of their
+/// commit; a change of timing moves them, and the test says so); 47 at 60 µs
 /// has a `fill-` key's block share a `hot-` key's fingerprint and size
 /// (the writer's prefix READ once took it for a torn block and retried
 /// without end).

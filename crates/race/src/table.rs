@@ -1478,6 +1478,8 @@ impl RaceClient {
                 ctx.read(self.t.remote(slot_addr)?, sc.slot);
             }
             let faa = ctx.faa(block.add(MV_COUNTER), 1);
+            // One round trip, two posts: see the slot's commit word below.
+            ctx.post();
             ctx.read(block, prefix);
             ctx.sync().await?;
             let v = ctx.value(faa);

@@ -118,23 +118,23 @@
 //! because a writer READ the whole multi-version block (six 64-byte
 //! units for K = 4 and 64-byte values, against two for RACE's block) on a
 //! responder that is already the bottleneck. Writers now READ only the
-//! block's header, key and one commit word per slot (64 bytes) in the
-//! FAA's batch, and WRITE the slot's commit word after the slot in a post
-//! of its own (memsem9). At 6 front ends, seeds 1–3, the step goes from
-//! 3.94, 3.88 and 3.97 Mops to 4.30, 4.24 and 4.29 (+9 %); the same
-//! runs give, seed 1, basic 3.92, +NUMA 3.93, +IO consolidation 4.15 and
-//! backoff alone 4.18, so +atomics / basic is 1.10× (the study: 2.7×).
-//! With the commit word as the second WRITE of the slot's post instead,
-//! 6 front ends gain as much (4.34, 4.26, 4.35) but one front end (16
-//! threads × 4 coroutines, 1 ms) falls from 2.11 to 1.78 Mops: there the
-//! requester NIC's processing units bind, and a post's second request
-//! costs one `nic.wr_ns`; in its own post it gives 2.10 and 2.08 (seeds
-//! 1, 2; before: 2.11 and 2.11). The quick figure (4 threads per front
-//! end, windows of a few hundred updates) has +atomics 1.30 and 2.44 Mops
-//! at 1 and 2 front ends, against 1.35 and 2.56 with whole-block READs
-//! (seeds 2, 3: 1.33/2.48 and 1.30/2.43 against 1.34/2.54 and
-//! 1.30/2.56): the extra request costs a little where the responder is
-//! idle.
+//! block's header, key and one commit word per slot (64 bytes) with the
+//! FAA, and WRITE the slot's commit word after the slot; the FAA, the
+//! READ, the slot and the commit word each go in a post of their own
+//! (memsem9). At 6 front ends, seeds 1–3, the step goes from 3.94, 3.88
+//! and 3.97 Mops to 4.36, 4.23 and 4.33 (+9 %); the same runs give, seed
+//! 1, basic 3.92, +NUMA 3.93, +IO consolidation 4.15 and backoff alone
+//! 4.18, so +atomics / basic is 1.11× (the study: 2.7×). Where the
+//! posts go matters at one front end (16 threads × 4 coroutines, 1 ms,
+//! seed 1), where the requester NIC's processing units bind and each
+//! request of a post but the first costs one `nic.wr_ns` (Fig. 4's fit):
+//! whole-block READ, FAA ∥ READ in one post: 2.11 Mops; commit word as
+//! the second WRITE of the slot's post: 1.78; in its own post: 2.10; FAA
+//! and READ in posts of their own as well: 2.56 (seed 2: 2.11, 1.75,
+//! 2.08, 2.57). Six front ends are responder-bound and move less (seed
+//! 1: 3.94, 4.34, 4.30, 4.36). The quick figure (4 threads per front
+//! end, windows of a few hundred updates) has +atomics 1.41 and 2.64 Mops
+//! at 1 and 2 front ends, against 1.35 and 2.56 before.
 //!
 //! **Fig. 19 (log), 3.6× the study batched.** SP at batch 32 with 14
 //! writers predicts 63 Mops against the study's 17.7. Unbatched gives 2.3
