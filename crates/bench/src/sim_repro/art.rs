@@ -587,6 +587,14 @@ fn fig4(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
                     "us",
                     None,
                 );
+                acc.push(
+                    &format!("{part} windows with a redundant op"),
+                    n as f64,
+                    v[5],
+                    "share",
+                    None,
+                );
+                acc.push(&format!("{part} their window"), n as f64, v[6], "us", None);
             }
         }
     }
@@ -717,7 +725,7 @@ fn redundant_io(opts: &ReproOptions, acc: &mut Acc, clients: usize, reads: bool)
     match acc.ask(|| super::Job::Values(Box::new(run))) {
         Some(super::Outcome::Values(v, _)) => v,
         Some(_) => unreachable!("a values job answers values"),
-        None => vec![0.0; 5],
+        None => vec![0.0; 7],
     }
 }
 
@@ -732,10 +740,13 @@ type Op = (u64, u64, u64, u64);
 /// CASes per window.
 fn redundant_windows(log: &[Op]) -> Vec<f64> {
     let (mut ops, mut cas, mut span, mut windows) = (0u64, 0u64, 0u64, 0u64);
+    // Windows holding a redundant operation, and their spans.
+    let (mut hot, mut hot_span) = (0u64, 0u64);
     let mut i = 0;
     while i < log.len() {
         let (s, e, a, _) = log[i];
         i += 1;
+        let before = ops;
         while i < log.len() && log[i].0 >= s && log[i].0 < e {
             if log[i].2 == a {
                 ops += 1;
@@ -745,6 +756,10 @@ fn redundant_windows(log: &[Op]) -> Vec<f64> {
         }
         span += e - s;
         windows += 1;
+        if ops > before {
+            hot += 1;
+            hot_span += e - s;
+        }
     }
     let per = |v: u64| {
         if windows == 0 {
@@ -759,7 +774,20 @@ fn redundant_windows(log: &[Op]) -> Vec<f64> {
     let n = log.len().max(1) as f64;
     let all_cas = log.iter().map(|o| o.3).sum::<u64>() as f64 / n;
     let all_span = log.iter().map(|o| o.1 - o.0).sum::<u64>() as f64 / n / 1e3;
-    vec![per(ops), per(span) / 1e3, per(cas), all_cas, all_span]
+    let hot_mean = if hot == 0 {
+        0.0
+    } else {
+        hot_span as f64 / hot as f64 / 1e3
+    };
+    vec![
+        per(ops),
+        per(span) / 1e3,
+        per(cas),
+        all_cas,
+        all_span,
+        per(hot),
+        hot_mean,
+    ]
 }
 
 fn fig12(opts: &ReproOptions, acc: &mut Acc) -> Result<String, BenchError> {
@@ -1199,6 +1227,8 @@ mod tests {
             (10.0 + 3.0 + 16.0 + 4.0 + 1.0 + 1.0) / 6.0 / 1e3,
             "mean span of all"
         );
-        assert_eq!(redundant_windows(&[]), vec![0.0; 5]);
+        assert_eq!(v[5], 2.0 / 3.0, "two of three windows hold one");
+        assert_eq!(v[6], (10.0 + 4.0) / 2.0 / 1e3, "their mean span");
+        assert_eq!(redundant_windows(&[]), vec![0.0; 7]);
     }
 }
