@@ -263,31 +263,38 @@
 //!   their 25 GB/s). ART at full scale not run.
 //!
 //!   The cause is the implementation's placement of nodes, not the key
-//!   length: the 41 M verbs/s all go to *one* memory node, at 91 % of its
-//!   45 M. The tree spreads the root's children over the memory nodes by
-//!   their partial key and keeps everything below a child on that child's
-//!   node (`ArtClient::home_of`). A wide key is the 8-byte integer behind
-//!   zero bytes, so every key's first byte is 0: the root has one child,
-//!   and the whole tree — the chain of NODE_4s that holds the 246 shared
-//!   zero bytes (six partial keys per header plus the slot's byte, as the
-//!   paper's pessimistic 8-byte header, §4.1.1, so 35 nodes; all cached,
-//!   and a cached level costs no verb), the branching nodes and every
-//!   leaf — sits on memory node 0. With 8-byte keys the root branches on
-//!   the integer's first byte and both nodes serve (84.19 Mops × 1.05
-//!   verbs = 88 of 90 M/s); at 254 bytes 35.47 × 1.15 = 41 of node 0's
-//!   45 M/s (the leaf's 272 bytes against 24 cost a responder no more
-//!   at this rate: max(1/IOPS, bytes/PCIe) = max(22, 23) ns at 12 GB/s;
-//!   where the 0.10 more round trips per search come from is not
-//!   attributed). So the fall measures one memory node against two: about
-//!   2×, and 2.37× with the extra round trips. The paper's artifact
-//!   allocates allocation by allocation round-robin over the memory nodes
-//!   (`DSM::alloc`), whatever the key, so its wide keys keep both. The fix
-//!   (not made here; it moves the placement of every tree whose root has
-//!   one child): spread the children of the shallowest node that
-//!   branches — the root, or a node whose ancestors all have one child —
-//!   instead of the root's only; a traversal knows that on its way down.
-//!   At one memory node's bound the 8 → 254 fall would then be about
-//!   1.1× (the round trips), in band.
+//!   length: every verb goes to *one* memory node. The tree spreads the
+//!   root's children over the memory nodes by their partial key and keeps
+//!   everything below a child on that child's node (`ArtClient::home_of`).
+//!   A wide key is the 8-byte integer behind zero bytes, so every key's
+//!   first byte is 0: the root has one child, and the whole tree — the
+//!   chain of NODE_4s that holds the 246 shared zero bytes (six partial
+//!   keys per header plus the slot's byte, as the paper's pessimistic
+//!   8-byte header, §4.1.1: 35 nodes, all cached, and a cached level
+//!   costs no verb), the branching nodes and every leaf — sits on memory
+//!   node 0. There, a search's READ of a 272-byte leaf meets three bounds
+//!   within 5 % of each other: the 45 M verbs/s, the responder's 12 GB/s
+//!   of PCIe (23 ns per READ against 22) and the 100 Gb uplink ((283.7 +
+//!   1.21 · 58 header) bytes × 35.3 M = 12.5 GB/s). Measured (`bench
+//!   ycsb --backend sim --index art --workload c --machines 16 --threads
+//!   16 --coros 4 --keys 50000 --key-size 254 --warmup 10ms --duration
+//!   5ms --throttle off --conflict-avoid off`, the figure's device as a
+//!   profile file): 35.31 Mops on two memory nodes, 35.29 on one (the
+//!   second adds nothing); 35.38 with the memory nodes at 90 M verbs/s,
+//!   36.42 with 200 Gb links, 40.27 with both (then PCIe: 40.27 × 282
+//!   bytes = 11.4 of 12 GB/s). With 8-byte keys the root branches on the
+//!   integer's first byte and both nodes serve (84.19 Mops × 1.05 verbs
+//!   = 88 of 90 M/s). The paper's artifact allocates allocation by
+//!   allocation round-robin over the memory nodes (`DSM::alloc`),
+//!   whatever the key, so its wide keys keep both. Spread over two, the
+//!   same three bounds give about 70 Mops at 254 bytes: a fall of about
+//!   1.2× (paper 1.3×, in band). The fix (not made here; it moves the
+//!   placement of every tree whose root has one child): spread the
+//!   children of the shallowest node that branches — the root, or a node
+//!   whose ancestors all have one child — instead of the root's only; a
+//!   traversal knows that on its way down. The driver's string keys lean
+//!   the same way, less: their first bytes are six TLDs' (c, o, n, e, i,
+//!   d), of which c, o, e and i (4 of 6 keys) go to memory node 1.
 
 use super::{tree_run_with, Acc, ReproOptions, TreeIndex};
 use crate::micro::BenchError;
