@@ -573,13 +573,13 @@ pub async fn push_encoded(
     // copying all 128 MiB of a 2 M-entry source first had every WRITE read
     // it back from DRAM.
     let mut registered = 0usize;
-    for (k, &(key, _)) in input.iter().enumerate() {
+    for (k, src) in heap.chunks_exact(e).enumerate() {
         if k == registered {
             let n = REGISTER_CHUNK.min(input.len() - k);
             ctx.put_local(mem.entries.slice(k * e, n * e), &heap[k * e..(k + n) * e]);
             registered += n;
         }
-        let j = part_of(key, st.parts);
+        let j = part_of(key_of(src, input, k), st.parts);
         pending[j].push(k as u32);
         if pending[j].len() >= batch {
             emit(
@@ -627,6 +627,16 @@ pub async fn push_encoded(
     // Phase 3: hand off (after every WRITE completed).
     ctx.faa_sync(st.head.add(DONE_AT), 1).await?;
     Ok(stats)
+}
+
+/// The key of encoded entry `src` (the `k`-th of `input`). Phase 2 reads
+/// it from the entry, whose line it touches anyway, rather than from
+/// `input` (16 B per entry more from DRAM).
+#[inline]
+fn key_of(src: &[u8], input: &[(u64, u64)], k: usize) -> u64 {
+    let key = u64::from_ne_bytes(src[..8].try_into().expect("an entry starts with its key"));
+    debug_assert_eq!(key, input[k].0, "heap is encode_input(input)");
+    key
 }
 
 /// Phase 2 and 3 of [`push_encoded`] for SP: each partition packs its next
@@ -682,10 +692,10 @@ async fn push_packed(
         open[j] = free.pop().expect("parts + depth slots: one is free");
         fill[j] = 0;
     };
-    for (k, &(key, _)) in input.iter().enumerate() {
-        let j = part_of(key, st.parts);
+    for (k, src) in heap.chunks_exact(e).enumerate() {
+        let j = part_of(key_of(src, input, k), st.parts);
         let at = open[j] * slot_bytes + fill[j] * e;
-        ctx.put_local(mem.staging.slice(at, e), &heap[k * e..(k + 1) * e]);
+        ctx.put_local(mem.staging.slice(at, e), src);
         fill[j] += 1;
         if fill[j] >= batch {
             send(
