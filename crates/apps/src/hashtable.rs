@@ -35,8 +35,9 @@
 //! and tests use). On a single-socket host step 2 changes nothing: the
 //! proxy is off. And the study's table finds a key's entry directly, where
 //! RACE first READs the key's buckets (no client cache in the breakdown):
-//! an update is three round trips (buckets; FAA ∥ READ of the block; WRITE
-//! of the slot) where the study's is two.
+//! an update is three round trips (buckets; FAA ∥ READ of the block's
+//! header, key and commit words; WRITE of the slot, then of its commit
+//! word) where the study's is two.
 //!
 //! The runs themselves are YCSB runs of `dmkit-bench` (`dmkit app
 //! hashtable`, `dmkit sim reproduce memsem-fig12`); this module names the

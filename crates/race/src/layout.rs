@@ -70,20 +70,33 @@
 //!  +----------+------+------+----------+----------+----------+-----------------+
 //!  | key len  |  K   | 0|MV | val cap  | counter  | checksum | key bytes (pad 8)|  MvBlockHeader + key
 //!  +----------+------+------+----------+----------+----------+-----------------+
+//!  | commit 0 | commit 1 | ... | commit K-1 |                                      8 B each
+//!  +----------+----------+-----+------------+
 //!  | slot 0 | slot 1 | ... | slot K-1 |                 zero padded to 64 B
 //!
 //!  lens (word 0): key_len:16 | K:8 | 0:7 | MV:1 (bit 31) | value_cap:32
 //!  counter: the next version (FAA); K at creation, whose slots hold versions 0..K-1
 //!  checksum: covers lens and key (both written once)
+//!  commit i: the newest version whose WRITE of slot i has landed in full
+//!            (i at creation); written by that version's writer in its own
+//!            8-byte WRITE posted right after the slot's, so queue-pair
+//!            order lands it after every word of the slot
 //!
-//!  slot (24 B + value_cap padded to 8):
-//!  0          8           16          24
-//!  +----------+-----------+-----------+-------------------------+
-//!  | version  | value len | checksum  | value bytes (pad 8)     |  MvSlotHead + value
-//!  +----------+-----------+-----------+-------------------------+
+//!  slot (16 B + value_cap padded to 8):
+//!  0          8          10                    16
+//!  +----------+----------+---------------------+-------------------------+
+//!  | version  | value len| checksum (48 bits)  | value bytes (pad 8)     |  MvSlotHead + value
+//!  +----------+----------+---------------------+-------------------------+
 //!  checksum: covers version, length and value
 //! ```
-//! A slot is *complete* when its checksum matches; the block's value is the
+//! Header, key and commit words are the block's *prefix*: all a writer
+//! READs in its FAA's batch (64 bytes for an 8-byte key and K = 4, against
+//! the whole block, six 64-byte units with 64-byte values). A writer of
+//! version `v` writes slot `v mod K` only once that slot's commit word says
+//! `v − K`, so each slot's versions land one at a time and in order.
+//!
+//! Readers read the whole block and ignore the commit words: a slot is
+//! *complete* when its checksum matches, and the block's value is the
 //! complete slot with the highest version. A slot whose checksum fails is
 //! being written (or torn by a fault): its version word (atomic, 8 B) is
 //! either the old or the new version, and a reader may pass it over only if
@@ -139,9 +152,10 @@ pub struct DirHeader {
     pub seed: u64,
     /// Memory nodes the table was created on (informational).
     pub nodes: u64,
-    /// max_key:16 | cold_versions:8 | 0:8 | max_value:32 — limits every
-    /// client enforces (cold_versions 0: plain blocks; tables made before
-    /// the field read as 0).
+    /// max_key:16 | cold_versions:8 | mv_layout:8 | max_value:32 — limits
+    /// every client enforces (cold_versions 0: plain blocks; tables made
+    /// before the field read as 0). mv_layout: [`MV_LAYOUT`] when
+    /// cold_versions > 0, else 0 (0 with cold_versions > 0: layout 1).
     pub limits: u64,
 }
 const _: () = assert!(std::mem::size_of::<DirHeader>() == 64);
@@ -552,6 +566,11 @@ pub const MV_HEADER: usize = std::mem::size_of::<MvBlockHeader>();
 /// Offset of the version counter in a multi-version block.
 pub const MV_COUNTER: u64 = std::mem::offset_of!(MvBlockHeader, counter) as u64;
 
+/// Layout version of multi-version blocks, kept in the directory's limits
+/// word (tables made before it was recorded read as 1: no commit words,
+/// 24-byte slot heads).
+pub const MV_LAYOUT: u64 = 2;
+
 /// Head of a multi-version slot (see the module doc's drawing).
 #[repr(C)]
 #[derive(
@@ -560,14 +579,30 @@ pub const MV_COUNTER: u64 = std::mem::offset_of!(MvBlockHeader, counter) as u64;
 pub struct MvSlotHead {
     /// The version this slot holds.
     pub version: u64,
-    /// The value's length in bytes.
-    pub len: u64,
-    /// Hash of version, length and value.
-    pub checksum: u64,
+    /// value_len:16 | checksum:48 — the checksum (the low 48 bits of a hash
+    /// of version, length and value) shifted above the length.
+    pub len_sum: u64,
 }
-const _: () = assert!(std::mem::size_of::<MvSlotHead>() == 24);
+const _: () = assert!(std::mem::size_of::<MvSlotHead>() == 16);
 /// Bytes of a multi-version slot head.
 pub const MV_SLOT_HEAD: usize = std::mem::size_of::<MvSlotHead>();
+/// Bytes of a commit word.
+pub const MV_COMMIT: usize = 8;
+
+impl MvSlotHead {
+    /// The value's length in bytes.
+    pub fn len(&self) -> usize {
+        (self.len_sum & 0xFFFF) as usize
+    }
+    /// Whether the head says the value is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The stored checksum (48 bits).
+    pub fn checksum(&self) -> u64 {
+        self.len_sum >> 16
+    }
+}
 
 /// The shape of a table's multi-version blocks: versions kept (K) and the
 /// value capacity of each slot.
@@ -575,7 +610,7 @@ pub const MV_SLOT_HEAD: usize = std::mem::size_of::<MvSlotHead>();
 pub struct MvShape {
     /// Slots (versions kept), 2..=[`MAX_VERSIONS`].
     pub versions: u32,
-    /// Largest value a slot holds (the table's `max_value`).
+    /// Largest value a slot holds (the table's `max_value`, below 64 KiB).
     pub value_cap: usize,
 }
 
@@ -584,18 +619,30 @@ impl MvShape {
     pub fn slot_bytes(&self) -> usize {
         MV_SLOT_HEAD + self.value_cap.next_multiple_of(8)
     }
+    /// Offset of commit word `i` in the block of a `key_len`-byte key.
+    pub fn commit_at(&self, key_len: usize, i: u32) -> usize {
+        assert!(i < self.versions, "commit word {i} of {}", self.versions);
+        MV_HEADER + key_len.next_multiple_of(8) + i as usize * MV_COMMIT
+    }
+    /// Bytes of the block's prefix — header, key and commit words — what a
+    /// writer READs in its FAA's batch.
+    pub fn prefix_bytes(&self, key_len: usize) -> usize {
+        MV_HEADER + key_len.next_multiple_of(8) + self.versions as usize * MV_COMMIT
+    }
     /// Offset of slot `i` in the block of a `key_len`-byte key.
     pub fn slot_at(&self, key_len: usize, i: u32) -> usize {
         assert!(i < self.versions, "slot {i} of {}", self.versions);
-        MV_HEADER + key_len.next_multiple_of(8) + i as usize * self.slot_bytes()
+        self.prefix_bytes(key_len) + i as usize * self.slot_bytes()
     }
     /// Bytes of the block of a `key_len`-byte key, rounded to 64.
     pub fn block_bytes(&self, key_len: usize) -> usize {
-        self.slot_at(key_len, 0)
+        self.prefix_bytes(key_len)
             .saturating_add(self.versions as usize * self.slot_bytes())
             .next_multiple_of(64)
     }
-    fn lens(&self, key_len: usize) -> u64 {
+    /// The lengths word (`MvBlockHeader::lens`) of the block of a
+    /// `key_len`-byte key.
+    pub fn lens(&self, key_len: usize) -> u64 {
         key_len as u64 | (self.versions as u64) << 16 | MV_FLAG | (self.value_cap as u64) << 32
     }
 }
@@ -608,18 +655,21 @@ fn mv_slot_checksum(version: u64, value: &[u8]) -> u64 {
     hash64(
         value,
         CHECKSUM_SEED ^ version.rotate_left(17) ^ value.len() as u64,
-    )
+    ) >> 16
 }
 
 /// Encodes slot `version` holding `value` into `out` (resized to a slot).
 pub fn encode_mv_slot(shape: MvShape, version: u64, value: &[u8], out: &mut Vec<u8>) {
     assert!(value.len() <= shape.value_cap, "value exceeds the slot");
+    assert!(
+        value.len() <= 0xFFFF,
+        "a slot's value fits 16 bits of length"
+    );
     out.clear();
     out.resize(shape.slot_bytes(), 0);
     let head = MvSlotHead {
         version,
-        len: value.len() as u64,
-        checksum: mv_slot_checksum(version, value),
+        len_sum: value.len() as u64 | mv_slot_checksum(version, value) << 16,
     };
     out[..MV_SLOT_HEAD].copy_from_slice(head.as_bytes());
     out[MV_SLOT_HEAD..MV_SLOT_HEAD + value.len()].copy_from_slice(value);
@@ -639,9 +689,8 @@ pub fn decode_mv_slot(b: &[u8]) -> MvSlot<'_> {
     let Ok((head, body)) = MvSlotHead::read_from_prefix(b) else {
         return MvSlot::Torn(u64::MAX);
     };
-    let len = head.len as usize;
-    match body.get(..len) {
-        Some(v) if mv_slot_checksum(head.version, v) == head.checksum => {
+    match body.get(..head.len()) {
+        Some(v) if mv_slot_checksum(head.version, v) == head.checksum() => {
             MvSlot::Complete(head.version, v)
         }
         _ => MvSlot::Torn(head.version),
@@ -649,7 +698,8 @@ pub fn decode_mv_slot(b: &[u8]) -> MvSlot<'_> {
 }
 
 /// Encodes a fresh multi-version block: counter K, slot `i` holding
-/// version `i`, each with `value` (so the newest, K-1, is `value`).
+/// version `i` (its commit word `i`), each with `value` (so the newest,
+/// K-1, is `value`).
 pub fn encode_mv_block(shape: MvShape, key: &[u8], value: &[u8], out: &mut Vec<u8>) {
     out.clear();
     out.resize(shape.block_bytes(key.len()), 0);
@@ -663,14 +713,17 @@ pub fn encode_mv_block(shape: MvShape, key: &[u8], value: &[u8], out: &mut Vec<u
     out[MV_HEADER..MV_HEADER + key.len()].copy_from_slice(key);
     let mut slot = Vec::new();
     for i in 0..shape.versions {
+        let c = shape.commit_at(key.len(), i);
+        out[c..c + MV_COMMIT].copy_from_slice(&(i as u64).to_le_bytes());
         encode_mv_slot(shape, i as u64, value, &mut slot);
         let at = shape.slot_at(key.len(), i);
         out[at..at + slot.len()].copy_from_slice(&slot);
     }
 }
 
-/// A multi-version block read into `b`: its shape and key (`None` when
-/// the header is torn, recycled or garbage).
+/// A multi-version block's prefix (or whole block) read into `b`: its
+/// shape and key (`None` when the header is torn, recycled or garbage, or
+/// `b` is shorter than the prefix).
 pub fn mv_block_head(b: &[u8]) -> Option<(MvShape, &[u8])> {
     let (head, _) = MvBlockHeader::read_from_prefix(b).ok()?;
     let k = (head.lens & 0xFFFF) as usize;
@@ -682,7 +735,8 @@ pub fn mv_block_head(b: &[u8]) -> Option<(MvShape, &[u8])> {
         || head.lens & 0x7F00_0000 != 0
         || k == 0
         || !(2..=MAX_VERSIONS).contains(&shape.versions)
-        || shape.block_bytes(k) > b.len()
+        || shape.value_cap > 0xFFFF
+        || shape.prefix_bytes(k) > b.len()
     {
         return None;
     }
@@ -690,13 +744,23 @@ pub fn mv_block_head(b: &[u8]) -> Option<(MvShape, &[u8])> {
     (mv_key_checksum(head.lens, key) == head.checksum).then_some((shape, key))
 }
 
+/// Commit word `i` of a block prefix `b` whose key is `key_len` bytes (as
+/// [`mv_block_head`] checked it).
+pub fn mv_commit(b: &[u8], shape: MvShape, key_len: usize, i: u32) -> u64 {
+    let c = shape.commit_at(key_len, i);
+    u64::from_le_bytes(b[c..c + MV_COMMIT].try_into().expect("8 bytes"))
+}
+
 /// The newest complete version of a multi-version block read into `b`:
-/// (key, version, value). `None` when the header fails its checksum, or
-/// when a slot being written might hide a newer version than every complete
-/// one (its version word is not below the newest complete version): the
-/// caller reads the block again.
+/// (key, version, value). `None` when the header fails its checksum, `b`
+/// is not the whole block, or a slot being written might hide a newer
+/// version than every complete one (its version word is not below the
+/// newest complete version): the caller reads the block again.
 pub fn decode_mv_block(b: &[u8]) -> Option<(&[u8], u64, &[u8])> {
     let (shape, key) = mv_block_head(b)?;
+    if shape.block_bytes(key.len()) > b.len() {
+        return None;
+    }
     let mut best: Option<(u64, &[u8])> = None;
     let mut torn_max: Option<u64> = None;
     for i in 0..shape.versions {
@@ -781,6 +845,15 @@ mod tests {
         assert_eq!(decode_block(&b), Some((&key[..], &[1u8; 64][..])));
         assert_eq!(block_key(&b), Some(&key[..]));
         assert_eq!(mv_block_head(&b).map(|(s, _)| s), Some(mv));
+        // A writer reads the prefix only: header, key and commit words,
+        // one 64-byte unit here.
+        let pre = &b[..mv.prefix_bytes(key.len())];
+        assert_eq!(pre.len(), 64);
+        assert_eq!(mv_block_head(pre), Some((mv, &key[..])));
+        let commits: Vec<u64> = (0..4).map(|i| mv_commit(pre, mv, key.len(), i)).collect();
+        assert_eq!(commits, [0, 1, 2, 3]);
+        assert_eq!(decode_mv_block(pre), None, "a prefix is not a block");
+        assert_eq!(mv_block_head(&b[..pre.len() - 8]), None);
         // Versions 4 and 5 land in slots 0 and 1; a shorter value too.
         put_slot(&mut b, mv, key, 0, 4, &[4; 64]);
         put_slot(&mut b, mv, key, 1, 5, b"five");
@@ -790,6 +863,17 @@ mod tests {
         assert_eq!(head.counter, 4);
         b[MV_COUNTER as usize] = 9;
         assert!(decode_mv_block(&b).is_some());
+        // Nor are the commit words: readers go by the slots' checksums.
+        let c = mv.commit_at(key.len(), 2);
+        b[c] ^= 0xFF;
+        assert_eq!(decode_mv_block(&b), Some((&key[..], 5, &b"five"[..])));
+        // A slot whose length or checksum word is damaged is torn.
+        let at1 = mv.slot_at(key.len(), 1);
+        for bit in [0, 3, 17, 40, 63] {
+            let mut t = b.clone();
+            t[at1 + 8 + bit / 8] ^= 1 << (bit % 8);
+            assert_eq!(decode_mv_block(&t), None, "bit {bit}");
+        }
     }
 
     #[test]
@@ -836,7 +920,8 @@ mod tests {
         let at1 = mv.slot_at(key.len(), 1);
         let mut v3 = new.clone();
         put_slot(&mut v3, mv, key, 1, 3, &[0x33; 64]);
-        t[at1 + 24..at1 + 32].copy_from_slice(&v3[at1 + 24..at1 + 32]);
+        let val1 = at1 + MV_SLOT_HEAD;
+        t[val1..val1 + 8].copy_from_slice(&v3[val1..val1 + 8]);
         assert_eq!(decode_mv_block(&t), Some((&key[..], 2, &[0x55u8; 64][..])));
         t[at1..at1 + 8].copy_from_slice(&v3[at1..at1 + 8]);
         assert_eq!(decode_mv_block(&t), None);

@@ -124,34 +124,43 @@
 //! ## Multi-version cold entries (memory-semantics study §IV-B)
 //! With [`RaceConfig::cold_versions`] `K ≥ 2` (stored in the table) every
 //! block is a multi-version block ([`layout`]'s drawing): a version
-//! counter and `K` slots, each carrying its version, the value and a
-//! checksum over both. The slot word still names the block; inserts and
-//! deletes are unchanged. An **update** is the study's "the writer first
-//! gets a version number ... by RDMA fetch and add, and then writes the
-//! data ... via RDMA Write":
+//! counter, one commit word per slot, and `K` slots, each carrying its
+//! version, the value and a checksum over both. The slot word still names
+//! the block; inserts and deletes are unchanged. An **update** is the
+//! study's "the writer first gets a version number ... by RDMA fetch and
+//! add, and then writes the data ... via RDMA Write":
 //! 1. READ both combined buckets (skipped on a cache hit);
 //! 2. FAA the counter of the block the first fingerprint match of the
-//!    key's block size names, ∥ READ that block: version `v`, and the key
-//!    to check;
-//! 3. WRITE slot `v mod K` (version, value, checksum).
+//!    key's block size names, ∥ READ that block's prefix — header, key and
+//!    commit words, not the slots: version `v`, the key to check, and
+//!    whether slot `v mod K` is free for `v`;
+//! 3. WRITE slot `v mod K` (version, value, checksum) ∥ WRITE its commit
+//!    word `v`, posted in that order.
 //!
 //! A **search** reads the block as before and takes the complete slot with
-//! the highest version.
+//! the highest version (commit words play no part in it).
 //!
 //! *Writers never overwrite a newer version.* Slot `s` is written by
-//! versions `s, s+K, s+2K, …`; writer `v` writes only once its READ (or a
-//! re-read of the slot, up to [`table::MV_WAIT_POLLS`], with the runtime's
-//! backoff between) shows version `v−K` complete in its slot. So each
-//! slot's versions land one at a time and in order, and the newest complete
-//! version of a block only grows: a max-register, whose reads (the highest
-//! complete slot of one READ) are linearizable. Writers of one key run in
-//! parallel up to `K` versions apart; a writer whose slot's previous
-//! version stays in flight — its writer slow, or dead after its FAA —
-//! gives up the fast path and updates out of place (a fresh block, CAS on
-//! the slot word, as with `K = 0`), so a dead writer costs its successors
-//! one slow update each, never a blocked key. A version taken and not
-//! written (a foreign fingerprint match's FAA, a stalled writer, a dead
-//! one) is such a hole.
+//! versions `s, s+K, s+2K, …`; commit word `s` holds the newest of them
+//! whose slot WRITE has landed in full: its writer posts it right after the
+//! slot's WRITE, and requests of one queue pair take effect in posting
+//! order (the fabric contract), so it lands after every word of the slot,
+//! whatever the placement inside one WRITE. Writer `v` writes only once its
+//! READ (or a re-read of the commit word, up to [`table::MV_WAIT_POLLS`],
+//! with the runtime's backoff between) shows commit word `s` at `v−K`, and
+//! only writer `v−K` ever stores `v−K` there. So each slot's versions land
+//! one at a time and in order, and the newest complete version of a block
+//! only grows: a max-register, whose reads (the highest complete slot of
+//! one READ) are linearizable. Writers of one key run in parallel up to
+//! `K` versions apart; a writer whose slot's previous version stays in
+//! flight — its writer slow, or dead after its FAA (or between its two
+//! WRITEs) — gives up the fast path and updates out of place (a fresh
+//! block, CAS on the slot word, as with `K = 0`), so a dead writer costs
+//! its successors one slow update each, never a blocked key. A version
+//! taken and not written (a foreign fingerprint match's FAA, a stalled
+//! writer, a dead one) is such a hole. The prefix READ is 64 bytes for an
+//! 8-byte key and `K = 4` with 64-byte values, where reading the slots as
+//! well would be the whole six-unit block.
 //!
 //! *A slot overwritten while a slow reader reads it.* The reader's READ can
 //! see the slot half old, half new. The slot's checksum (over version, length

@@ -329,8 +329,12 @@ pub struct TableCounters {
     /// (key not among the buckets read at first, a foreign fingerprint
     /// match, a slot whose previous version stayed in flight).
     pub mv_slow: u64,
-    /// Re-reads of a slot whose previous version was still being written.
+    /// Re-reads of a slot's commit word while its previous version was
+    /// still being written.
     pub mv_waits: u64,
+    /// Of `mv_slow`: updates that gave up waiting for their slot's previous
+    /// version (its writer slow, or dead after its FAA) or stalled.
+    pub mv_gave_up: u64,
 }
 
 /// The task-local memory of the table's operations, declared once per
@@ -519,6 +523,11 @@ impl RemoteMap for RaceTable {
             nodes: nodes.len() as u64,
             limits: cfg.max_key as u64
                 | (cfg.cold_versions as u64) << 16
+                | if cfg.cold_versions > 0 {
+                    MV_LAYOUT << 24
+                } else {
+                    0
+                }
                 | (cfg.max_value as u64) << 32,
         };
         c.write(dir, header.as_bytes())?;
@@ -553,6 +562,16 @@ impl RemoteMap for RaceTable {
                 addr: dir,
                 what: "directory header",
             });
+        }
+        let mv_layout = (h.limits >> 24 & 0xFF).max(1);
+        if h.limits >> 16 & 0xFF != 0 && mv_layout != MV_LAYOUT {
+            return Err(IndexError::config(
+                KIND,
+                format!(
+                    "table {name:?} has multi-version blocks of layout {mv_layout}; \
+                     this build reads layout {MV_LAYOUT}"
+                ),
+            ));
         }
         let cfg = RaceConfig {
             max_key: (h.limits & 0xFFFF) as usize,
@@ -1396,10 +1415,11 @@ impl RaceClient {
     /// The FAA-and-WRITE update of a multi-version table (see "Multi-version
     /// cold entries" in the crate doc). Round trips: (1) READ both combined
     /// buckets (or, from the cache, nothing); (2) FAA the counter of the
-    /// block the first fitting fingerprint match names ∥ READ that block
-    /// (and the cached slot word); (3) WRITE slot `version mod K`. Between
-    /// (2) and (3) the writer waits, re-reading the slot, while the slot's
-    /// previous version (`version − K`) is still being written.
+    /// block the first fitting fingerprint match names ∥ READ that block's
+    /// prefix — header, key and commit words — (and the cached slot word);
+    /// (3) WRITE slot `version mod K` ∥ WRITE its commit word. Between (2)
+    /// and (3) the writer waits, re-reading the slot's commit word, while
+    /// the slot's previous version (`version − K`) is still being written.
     /// `Ok(None)`: this path does not apply, and nothing a reader sees has
     /// changed — the key was not among the buckets read (absence needs the
     /// subtable header), a fingerprint match was another key's, the
@@ -1450,23 +1470,34 @@ impl RaceClient {
                 self.cache_drop(h);
                 return Ok(None);
             }
-            // (2) A version, then the block as it is after that FAA
+            // (2) A version, then the block's prefix as it is after that FAA
             // (queue-pair order).
             let block = self.t.remote(slot.block())?;
-            let cand = self.cand(0, slot)?;
+            let prefix = self.cand(0, slot)?.prefix(mv.prefix_bytes(key.len()));
             if cached.is_some() {
                 ctx.read(self.t.remote(slot_addr)?, sc.slot);
             }
             let faa = ctx.faa(block.add(MV_COUNTER), 1);
-            ctx.read(block, cand);
+            // One round trip, two posts: see the slot's commit word below.
+            ctx.post();
+            ctx.read(block, prefix);
             ctx.sync().await?;
             let v = ctx.value(faa);
             let stale = cached.is_some() && ctx.local_u64(sc.slot) != slot.0;
-            let ours = self.with_raw(ctx, cand, |b| {
-                mv_block_head(b).map(|(shape, k)| shape == mv && k == key)
+            let s = (v % k) as u32;
+            // The commit word of our slot, if the block is the key's. The
+            // prefix read is sized for our key: a block whose lengths word
+            // differs from ours (another key's — a fingerprint match — or
+            // garbage) is not ours, whatever the rest of it says.
+            let ours = self.with_raw(ctx, prefix, |b| {
+                let (head, _) = MvBlockHeader::read_from_prefix(b).ok()?;
+                if head.lens != mv.lens(key.len()) {
+                    return Some(None);
+                }
+                mv_block_head(b).map(|(_, k)| (k == key).then(|| mv_commit(b, mv, key.len(), s)))
             });
-            match ours {
-                Some(true) if !stale => {}
+            let mut commit = match ours {
+                Some(Some(c)) if !stale => c,
                 // Another key's block (a fingerprint match, or a cached slot
                 // since reused): version `v` of that block stays unwritten,
                 // so its next writer of that slot goes out of place.
@@ -1481,48 +1512,56 @@ impl RaceClient {
                     retry.again(ctx)?;
                     continue;
                 }
-            }
-            // Wait for the slot's previous version, `v - K`, to be complete:
-            // slots are written in version order, one writer at a time.
-            let s = (v % k) as u32;
-            let at = mv.slot_at(key.len(), s);
-            let slot_local = cand.slice(at, mv.slot_bytes());
+            };
+            // Wait for the slot's previous version, `v - K`, to have landed
+            // (its commit word): slots are written in version order, one
+            // writer at a time.
+            let commit_at = mv.commit_at(key.len(), s) as u64;
             let mut polls = 0;
             loop {
-                let state = self.with_raw(ctx, slot_local, |b| match decode_mv_slot(b) {
-                    MvSlot::Complete(u, _) => Some(u),
-                    MvSlot::Torn(_) => None,
-                });
-                match state {
-                    Some(u) if u + k == v => break,
-                    Some(u) if u + k > v => {
-                        // A version at or past ours in our slot: the block
-                        // is not the one our FAA counted on (recycled).
-                        self.cache_drop(h);
-                        return Ok(None);
-                    }
-                    _ => {}
+                if commit + k == v {
+                    break;
+                }
+                if commit + k > v {
+                    // A version at or past ours committed in our slot: the
+                    // block is not the one our FAA counted on (recycled).
+                    self.cache_drop(h);
+                    return Ok(None);
                 }
                 polls += 1;
                 if polls > MV_WAIT_POLLS || self.stalled(ctx, t0) {
+                    self.st.borrow_mut().counters.mv_gave_up += 1;
                     return Ok(None);
                 }
                 self.st.borrow_mut().counters.mv_waits += 1;
                 ctx.backoff().await;
-                ctx.read(block.add(at as u64), slot_local);
+                ctx.read(block.add(commit_at), sc.word);
                 ctx.sync().await?;
+                commit = ctx.local_u64(sc.word);
             }
-            // (3) The slot, within the stall bound of reading the slot word
-            // (the block cannot have been reused yet; see `stalled`).
+            // (3) The slot, then its commit word, within the stall bound of
+            // reading the slot word (the block cannot have been reused yet;
+            // see `stalled`). Queue-pair order lands the commit word after
+            // every word of the slot (whatever the backend's placement
+            // inside one WRITE).
             if self.stalled(ctx, t0) {
+                self.st.borrow_mut().counters.mv_gave_up += 1;
                 return Ok(None);
             }
             let mut img = std::mem::take(&mut self.st.borrow_mut().buf);
             encode_mv_slot(mv, v, value, &mut img);
-            ctx.put_local(sc.new, &img);
             let len = img.len();
+            img.extend_from_slice(&v.to_le_bytes());
+            ctx.put_local(sc.new, &img);
             self.st.borrow_mut().buf = img;
-            ctx.write(block.add(at as u64), sc.new.prefix(len));
+            let at = mv.slot_at(key.len(), s) as u64;
+            ctx.write(block.add(at), sc.new.prefix(len));
+            // Its own post (doorbell): a post's first request comes with the
+            // doorbell's MMIO write, the others are fetched by DMA one by one
+            // at a per-request cost that batching does not shrink (CLUSTER'21
+            // §III-A, Fig. 4); a second post costs the CPU less.
+            ctx.post();
+            ctx.write(block.add(commit_at), sc.new.slice(len, MV_COMMIT));
             ctx.sync().await?;
             if cached.is_none() {
                 self.cache_put(h, slot_addr, slot.0);
@@ -2451,5 +2490,58 @@ impl MapClient for RaceClient {
     }
     fn local_layout(&self) -> &LocalLayout {
         &self.t.layout
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dmkit_fabric::sync::SyncQp;
+
+    /// A multi-version table whose directory records no layout (made
+    /// before commit words: 24-byte slot heads) is refused on open, not
+    /// misread; plain tables open as before.
+    #[test]
+    fn a_table_of_the_older_multi_version_layout_is_refused() {
+        let f: Arc<dyn Fabric> = dmkit_index::conformance::shm_fabric(1, 16 << 20);
+        let cfg = RaceConfig {
+            groups: 2,
+            max_key: 16,
+            max_value: 64,
+            ..Default::default()
+        };
+        for k in [0u32, 4] {
+            let name = format!("old-{k}");
+            let t = RaceTable::create(
+                f.clone(),
+                &name,
+                RaceConfig {
+                    cold_versions: k,
+                    ..cfg.clone()
+                },
+            )
+            .unwrap();
+            let limits = t
+                .remote(t.dir)
+                .unwrap()
+                .add(std::mem::offset_of!(DirHeader, limits) as u64);
+            let mut qp = SyncQp::new(f.as_ref(), limits.addr.node(), 8).unwrap();
+            let now = qp.read_u64(limits.addr, limits.rkey).unwrap();
+            assert_eq!(now >> 24 & 0xFF, if k > 0 { MV_LAYOUT } else { 0 });
+            assert!(RaceTable::open(f.clone(), &name, cfg.clone()).is_ok());
+            qp.write_u64(limits.addr, limits.rkey, now & !(0xFF << 24))
+                .unwrap();
+            let r = RaceTable::open(f.clone(), &name, cfg.clone());
+            if k == 0 {
+                assert!(r.is_ok());
+            } else {
+                let e = r.err().expect("refused");
+                assert!(
+                    matches!(&e, IndexError::Config { .. }) && e.to_string().contains("layout 1"),
+                    "{e}"
+                );
+            }
+            t.destroy().unwrap();
+        }
     }
 }

@@ -71,8 +71,9 @@
 //!   about six verbs against the study's one or two. The +atomics step
 //!   now has the study's multi-version cold entries (`dmkit_race`'s
 //!   `cold_versions`, K = 4): an update is READ the buckets, FAA ∥ READ
-//!   the block, WRITE the slot — the same three round trips and five
-//!   verbs as RACE's update without its cache, but no CAS to lose; the
+//!   the block's prefix (header, key, commit words), WRITE the slot and
+//!   then its commit word — the same three round trips as RACE's update
+//!   without its cache and one verb more (six), but no CAS to lose; the
 //!   buckets READ remains (the study's table finds an entry directly).
 //!
 //! **What sets the plateau (memsem7, 6 front ends).** Runs of the
@@ -112,16 +113,28 @@
 //!   0.99.
 //!
 //! With multi-version cold entries the +atomics step at 6 front ends (same
-//! 300 µs runs) gives 3.92 Mops against 4.27 for +IO consolidation and
+//! 300 µs runs) gave 3.92 Mops against 4.27 for +IO consolidation and
 //! 4.23 for +atomics with backoff alone (`--cold-versions 0`): 8 % less,
-//! because a writer READs the whole multi-version block (six 64-byte
+//! because a writer READ the whole multi-version block (six 64-byte
 //! units for K = 4 and 64-byte values, against two for RACE's block) on a
-//! responder that is already the bottleneck. The quick figure (1 and 2
-//! front ends, where the responder is not yet bound) has +atomics 1.23
-//! and 2.35 Mops against 1.22 and 2.25 with backoff alone (+atomics /
-//! basic 1.12× and 1.22×, was 1.10× and 1.17×). Reading only the block's
-//! header, key and one commit word per slot in the FAA's batch is the next
-//! step for this step.
+//! responder that is already the bottleneck. Writers now READ only the
+//! block's header, key and one commit word per slot (64 bytes) with the
+//! FAA, and WRITE the slot's commit word after the slot; the FAA, the
+//! READ, the slot and the commit word each go in a post of their own
+//! (memsem9). At 6 front ends, seeds 1–3, the step goes from 3.94, 3.88
+//! and 3.97 Mops to 4.36, 4.23 and 4.33 (+9 %); the same runs give, seed
+//! 1, basic 3.92, +NUMA 3.93, +IO consolidation 4.15 and backoff alone
+//! 4.18, so +atomics / basic is 1.11× (the study: 2.7×). Where the
+//! posts go matters at one front end (16 threads × 4 coroutines, 1 ms,
+//! seed 1), where the requester NIC's processing units bind and each
+//! request of a post but the first costs one `nic.wr_ns` (Fig. 4's fit):
+//! whole-block READ, FAA ∥ READ in one post: 2.11 Mops; commit word as
+//! the second WRITE of the slot's post: 1.78; in its own post: 2.10; FAA
+//! and READ in posts of their own as well: 2.56 (seed 2: 2.11, 1.75,
+//! 2.08, 2.57). Six front ends are responder-bound and move less (seed
+//! 1: 3.94, 4.34, 4.30, 4.36). The quick figure (4 threads per front
+//! end, windows of a few hundred updates) has +atomics 1.41 and 2.64 Mops
+//! at 1 and 2 front ends, against 1.35 and 2.56 before.
 //!
 //! **Fig. 19 (log), 3.6× the study batched.** SP at batch 32 with 14
 //! writers predicts 63 Mops against the study's 17.7. Unbatched gives 2.3
