@@ -57,12 +57,13 @@ const LEASE: LeaseConfig = LeaseConfig {
     skew: 2_000_000,
 };
 
-fn db(name: &str) -> Arc<Database> {
+fn db(name: &str, hitchhike: bool) -> Arc<Database> {
     let db = Database::create(
         shm_fabric(2, 16 << 20),
-        name,
+        &format!("{name}-{hitchhike}"),
         TxnConfig {
             lease: LEASE,
+            hitchhike,
             ..common::config()
         },
         // A few buckets: keys share home buckets.
@@ -146,7 +147,13 @@ fn b_is_found(db: &Arc<Database>, a: u64, b: u64) {
 
 #[test]
 fn a_key_to_write_left_unwritten_does_not_hide_the_next() {
-    let db = db("hole-ww");
+    for hitchhike in [true, false] {
+        key_to_write_left_unwritten(hitchhike);
+    }
+}
+
+fn key_to_write_left_unwritten(hitchhike: bool) {
+    let db = db("hole-ww", hitchhike);
     let (a, b) = two_keys_one_slot(&db);
     with_txn(&db, &addr_cache(), async move |c, ctx| {
         let mut t = c.begin(ctx);
@@ -167,7 +174,13 @@ fn a_key_to_write_left_unwritten_does_not_hide_the_next() {
 
 #[test]
 fn a_key_read_absent_does_not_hide_a_key_inserted_beside_it() {
-    let db = db("hole-rw");
+    for hitchhike in [true, false] {
+        key_read_absent_beside_an_insert(hitchhike);
+    }
+}
+
+fn key_read_absent_beside_an_insert(hitchhike: bool) {
+    let db = db("hole-rw", hitchhike);
     let (a, b) = two_keys_one_slot(&db);
     with_txn(&db, &addr_cache(), async move |c, ctx| {
         let mut t = c.begin(ctx);
@@ -183,7 +196,7 @@ fn a_key_read_absent_does_not_hide_a_key_inserted_beside_it() {
 
 #[test]
 fn a_rolled_back_insert_does_not_hide_a_key_inserted_past_it() {
-    let db = db("hole-crash");
+    let db = db("hole-crash", true);
     let (a, b) = two_keys_one_slot(&db);
     // The victim: inserts `a` and dies half-way through its commit writes
     // (the primary's dirty mark and record landed, the backup's not).
