@@ -18,36 +18,22 @@
 
 mod common;
 
-use std::cell::RefCell;
-use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use dmkit_index::conformance::shm_fabric;
 use dmkit_index::LeaseConfig;
-use dmkit_runtime::{Ctx, Worker};
+use dmkit_runtime::Ctx;
 use dmkit_txn::{addr_cache, AddrCache, Cached, CrashPoint, Database, TableSpec, TxnConfig};
 use dmkit_txn::{Coordinator, TxnError};
 
-/// Runs `body` with a coordinator using `cache` on a fresh worker.
+/// [`common::with_txn`]'s result.
 fn with_txn<T: 'static>(
     db: &Arc<Database>,
     cache: &AddrCache,
     body: impl for<'a> AsyncFnOnce(&'a mut Coordinator, &'a Ctx) -> T + 'static,
 ) -> T {
-    let mut w = Worker::builder(db.fabric().as_ref())
-        .local(db.local_layout())
-        .build()
-        .unwrap();
-    let mut coord = db.coordinator(cache).unwrap();
-    let out = Rc::new(RefCell::new(None));
-    let o = out.clone();
-    w.spawn(move |ctx| async move {
-        *o.borrow_mut() = Some(body(&mut coord, &ctx).await);
-    });
-    w.run();
-    let r = out.borrow_mut().take().expect("the task finished");
-    r
+    common::with_txn(db, cache, body).0
 }
 
 /// Short enough to wait out in a test; nothing else contends for the
@@ -148,43 +134,35 @@ fn b_is_found(db: &Arc<Database>, a: u64, b: u64) {
 #[test]
 fn a_key_to_write_left_unwritten_does_not_hide_the_next() {
     for hitchhike in [true, false] {
-        key_to_write_left_unwritten(hitchhike);
+        let (db, a, b) = insert_beside("hole-ww", hitchhike, true);
+        // The first key is insertable still, and both stay found.
+        assert!(!upsert(&db, a, 9));
+        assert_eq!((lookup(&db, a), lookup(&db, b)), (Some(9), Some(8)));
+        assert_eq!(copies(&db, a), 1);
     }
-}
-
-fn key_to_write_left_unwritten(hitchhike: bool) {
-    let db = db("hole-ww", hitchhike);
-    let (a, b) = two_keys_one_slot(&db);
-    with_txn(&db, &addr_cache(), async move |c, ctx| {
-        let mut t = c.begin(ctx);
-        let ia = t.write(0, a).unwrap();
-        let ib = t.write(0, b).unwrap();
-        t.exec().await.unwrap();
-        assert!(!t.exists(ia) && !t.exists(ib));
-        // Only the second key is inserted.
-        t.put(ib, &7u64.to_le_bytes()).unwrap();
-        t.commit().await.unwrap();
-    });
-    b_is_found(&db, a, b);
-    // The first key is insertable still, and both stay found.
-    assert!(!upsert(&db, a, 9));
-    assert_eq!((lookup(&db, a), lookup(&db, b)), (Some(9), Some(8)));
-    assert_eq!(copies(&db, a), 1);
 }
 
 #[test]
 fn a_key_read_absent_does_not_hide_a_key_inserted_beside_it() {
     for hitchhike in [true, false] {
-        key_read_absent_beside_an_insert(hitchhike);
+        insert_beside("hole-rw", hitchhike, false);
     }
 }
 
-fn key_read_absent_beside_an_insert(hitchhike: bool) {
-    let db = db("hole-rw", hitchhike);
+/// One transaction adds two absent keys `a` and `b` that share a
+/// would-be slot — `a` to write (`a_to_write`) or to read, `b` to write —
+/// and inserts only `b`; then `b` must be found.
+fn insert_beside(name: &str, hitchhike: bool, a_to_write: bool) -> (Arc<Database>, u64, u64) {
+    let db = db(name, hitchhike);
     let (a, b) = two_keys_one_slot(&db);
     with_txn(&db, &addr_cache(), async move |c, ctx| {
         let mut t = c.begin(ctx);
-        let ia = t.read(0, a).unwrap();
+        let ia = if a_to_write {
+            t.write(0, a)
+        } else {
+            t.read(0, a)
+        }
+        .unwrap();
         let ib = t.write(0, b).unwrap();
         t.exec().await.unwrap();
         assert!(!t.exists(ia) && !t.exists(ib));
@@ -192,6 +170,7 @@ fn key_read_absent_beside_an_insert(hitchhike: bool) {
         t.commit().await.unwrap();
     });
     b_is_found(&db, a, b);
+    (db, a, b)
 }
 
 #[test]
