@@ -384,13 +384,24 @@ fn clover_runs_on_shm_and_behind_the_switch_on_the_simulator() {
         (Workload::D, KeyType::Int),
         (Workload::F, KeyType::Int),
     ] {
-        // Clover's directory is fitted to the loaded keys (2 × keys
-        // entries, no growth), and workload D inserts for as long as the
-        // run lasts, which on a loaded 2-core machine overshoots the
-        // duration: D gets 20,000 keys (65,536 entries), runs 50 ms.
+        // A window of 500 ms: with a test binary's threads and other
+        // load sharing two cores, a 50 ms one could pass with neither
+        // worker thread scheduled (0 operations, seen at load average
+        // 13 with 8 test threads). Clover's directory is fitted to the
+        // loaded keys (2 × keys entries, no growth) and workload D
+        // inserts for as long as the run lasts: D gets 20,000 keys
+        // (65,536 entries) and 100 µs of think time per operation — at
+        // most 6 tasks × 10,000 operations/s × 0.5 s × 5 % inserts =
+        // 1,500 inserts, however fast the machine.
+        let d = w == Workload::D;
         let c = YcsbConfig {
-            keys: if w == Workload::D { 20_000 } else { 3000 },
-            duration: Duration::from_millis(50),
+            keys: if d { 20_000 } else { 3000 },
+            duration: Duration::from_millis(500),
+            think: if d {
+                Duration::from_micros(100)
+            } else {
+                Duration::ZERO
+            },
             ..cfg(IndexKind::Clover, w, kt)
         };
         let r = ycsb_bench::run(Platform::Fabric(f.clone()), &c, &|_| {}).unwrap();

@@ -17,7 +17,7 @@
 use std::sync::Arc;
 
 use dmkit_fabric::{Fabric, FabricError, GlobalAddr, NodeId};
-use dmkit_runtime::alloc::{BlockAlloc, MAX_UNITS};
+use dmkit_runtime::alloc::{BlockAlloc, ChunkBump, MAX_UNITS};
 use dmkit_runtime::Nanos;
 
 /// Bytes of the runtime allocator's largest block.
@@ -38,10 +38,7 @@ pub(crate) enum NodeAlloc {
 /// Bump allocation of `node_bytes`-long nodes from the tree's chunks.
 pub(crate) struct LargeNodes {
     node_bytes: u64,
-    chunk_bytes: u64,
-    group: Arc<str>,
-    /// The chunk in use on each node: (node, next, end).
-    bump: Vec<(NodeId, u64, u64)>,
+    chunks: ChunkBump,
     /// Nodes taken and never published.
     free: Vec<GlobalAddr>,
 }
@@ -59,9 +56,7 @@ impl NodeAlloc {
         } else {
             NodeAlloc::Large(LargeNodes {
                 node_bytes: node_bytes as u64,
-                chunk_bytes,
-                group,
-                bump: Vec::new(),
+                chunks: ChunkBump::new(chunk_bytes, group),
                 free: Vec::new(),
             })
         }
@@ -101,30 +96,8 @@ impl LargeNodes {
         if let Some(i) = self.free.iter().rposition(|a| a.node() == prefer) {
             return Ok(self.free.swap_remove(i));
         }
-        let bytes = self.node_bytes;
-        let order = std::iter::once(prefer).chain(nodes.iter().copied().filter(|&n| n != prefer));
-        let mut last_err = None;
-        for node in order {
-            if let Some(b) = self.bump.iter_mut().find(|b| b.0 == node) {
-                if b.2 - b.1 >= bytes {
-                    let a = GlobalAddr::new(node, b.1);
-                    b.1 += bytes;
-                    return Ok(a);
-                }
-            }
-            match fabric.alloc_group_chunk(node, self.chunk_bytes.max(bytes), &self.group) {
-                Ok(c) => {
-                    let start = c.addr.offset();
-                    self.bump.retain(|b| b.0 != node);
-                    self.bump.push((node, start + bytes, start + c.len));
-                    return Ok(c.addr);
-                }
-                Err(e) => last_err = Some(e),
-            }
-        }
-        if let Some(a) = self.free.pop() {
-            return Ok(a);
-        }
-        Err(last_err.expect("at least one memory node was tried"))
+        self.chunks
+            .carve(fabric, nodes, prefer, self.node_bytes)
+            .or_else(|e| self.free.pop().ok_or(e))
     }
 }

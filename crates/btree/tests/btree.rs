@@ -27,7 +27,8 @@ fn fabric(nodes: u16, size: u64) -> Arc<ShmFabric> {
 }
 
 /// Small nodes (4 leaf entries, 6 internal ones) so a few thousand keys
-/// make a tree of several levels.
+/// make a tree of several levels; a lease no live holder outlasts (the
+/// crash test sets its own).
 fn small(cache: bool, spec: bool) -> BtreeConfig {
     BtreeConfig {
         max_key: 24,
@@ -36,6 +37,7 @@ fn small(cache: bool, spec: bool) -> BtreeConfig {
         cache_bytes: if cache { 1 << 20 } else { 0 },
         speculative: spec,
         chunk_bytes: 1 << 20,
+        lease: conformance::live_lease(),
         ..Default::default()
     }
 }
@@ -57,7 +59,12 @@ fn small_fixed(cache: bool, spec: bool) -> BtreeConfig {
 #[test]
 #[ignore = "the multi-process tests' child; does nothing on its own"]
 fn conformance_child() {
-    conformance::child::<Btree>(BtreeConfig::default());
+    // The parent's tree: its structure comes from the descriptor, the
+    // lease from here (no one dies in these tests).
+    conformance::child::<Btree>(BtreeConfig {
+        lease: conformance::live_lease(),
+        ..BtreeConfig::default()
+    });
 }
 
 #[test]

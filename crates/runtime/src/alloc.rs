@@ -20,17 +20,71 @@ use crate::clock::Nanos;
 /// Largest block, in 64-byte units.
 pub const MAX_UNITS: u64 = 127;
 
+/// Bump allocation from a structure's group chunks, one chunk in use per
+/// memory node: what [`BlockAlloc`] carves its blocks from, and a
+/// structure's own size classes beyond [`MAX_UNITS`] (the B+tree's large
+/// nodes) theirs.
+pub struct ChunkBump {
+    chunk_bytes: u64,
+    /// The structure's chunk group, which owns every chunk taken.
+    group: Arc<str>,
+    /// The chunk in use on each node: (node, next, end).
+    bump: Vec<(NodeId, u64, u64)>,
+}
+
+impl ChunkBump {
+    /// Carving from chunks of `chunk_bytes` (or one block's bytes, if
+    /// larger) taken in chunk group `group`.
+    pub fn new(chunk_bytes: u64, group: Arc<str>) -> Self {
+        Self {
+            chunk_bytes,
+            group,
+            bump: Vec::new(),
+        }
+    }
+
+    /// `bytes` on `prefer` if that node has room (in its chunk in use, or
+    /// a fresh chunk), else on the first of `nodes` that has. The error is
+    /// the last node's refusal.
+    pub fn carve(
+        &mut self,
+        fabric: &dyn Fabric,
+        nodes: &[NodeId],
+        prefer: NodeId,
+        bytes: u64,
+    ) -> Result<GlobalAddr, FabricError> {
+        let order = std::iter::once(prefer).chain(nodes.iter().copied().filter(|&n| n != prefer));
+        let mut last_err = None;
+        for node in order {
+            if let Some(b) = self.bump.iter_mut().find(|b| b.0 == node) {
+                if b.2 - b.1 >= bytes {
+                    let a = GlobalAddr::new(node, b.1);
+                    b.1 += bytes;
+                    return Ok(a);
+                }
+            }
+            match fabric.alloc_group_chunk(node, self.chunk_bytes.max(bytes), &self.group) {
+                Ok(c) => {
+                    let start = c.addr.offset();
+                    self.bump.retain(|b| b.0 != node);
+                    self.bump.push((node, start + bytes, start + c.len));
+                    return Ok(c.addr);
+                }
+                Err(e) => last_err = Some(e),
+            }
+        }
+        Err(last_err.expect("at least one node was tried"))
+    }
+}
+
 /// A worker's block allocator.
 pub struct BlockAlloc {
-    chunk_bytes: u64,
     grace: Nanos,
-    /// Bump ranges per node: (next, end).
-    bump: Vec<(NodeId, u64, u64)>,
+    /// Where new blocks come from.
+    chunks: ChunkBump,
     /// Free blocks by size in 64-byte units.
     free: Vec<Vec<GlobalAddr>>,
     quarantine: VecDeque<(Nanos, GlobalAddr, u64)>,
-    /// The structure's chunk group, which owns every chunk taken.
-    group: Arc<str>,
 }
 
 impl BlockAlloc {
@@ -38,10 +92,8 @@ impl BlockAlloc {
     /// (the structure's, so its chunks live and die with it).
     pub fn new(chunk_bytes: u64, grace: Nanos, group: Arc<str>) -> Self {
         Self {
-            group,
-            chunk_bytes,
             grace,
-            bump: Vec::new(),
+            chunks: ChunkBump::new(chunk_bytes, group),
             free: vec![Vec::new(); 128],
             quarantine: VecDeque::new(),
         }
@@ -76,33 +128,10 @@ impl BlockAlloc {
         if let Some(i) = list.iter().rposition(|a| a.node() == prefer) {
             return Ok(list.swap_remove(i));
         }
-        let bytes = units * 64;
-        let order = std::iter::once(prefer).chain(nodes.iter().copied().filter(|&n| n != prefer));
-        let mut last_err = None;
-        for node in order {
-            if let Some(b) = self.bump.iter_mut().find(|b| b.0 == node) {
-                if b.2 - b.1 >= bytes {
-                    let a = GlobalAddr::new(node, b.1);
-                    b.1 += bytes;
-                    return Ok(a);
-                }
-            }
-            match fabric.alloc_group_chunk(node, self.chunk_bytes.max(bytes), &self.group) {
-                Ok(c) => {
-                    let (addr, len) = (c.addr, c.len);
-                    let start = addr.offset();
-                    self.bump.retain(|b| b.0 != node);
-                    self.bump.push((node, start + bytes, start + len));
-                    return Ok(addr);
-                }
-                Err(e) => last_err = Some(e),
-            }
-        }
-        // Last resort: any free block of this size on any node.
-        if let Some(a) = self.free[units as usize].pop() {
-            return Ok(a);
-        }
-        Err(last_err.expect("at least one node was tried"))
+        self.chunks
+            .carve(fabric, nodes, prefer, units * 64)
+            // Last resort: any free block of this size on any node.
+            .or_else(|e| self.free[units as usize].pop().ok_or(e))
     }
 
     /// Returns a block nobody else ever saw (immediately reusable).

@@ -6,13 +6,11 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use dmkit_fabric::Fabric;
-use dmkit_runtime::Worker;
 use dmkit_sim::profile::AtomicOrder;
 use dmkit_sim::{Faults, Profile, Sim, SimConfig};
 
 mod common;
-use common::{rcfg, small, LOCAL_BYTES};
+use common::{rcfg, small};
 use dmkit_fabric::RemoteRef;
 use dmkit_runtime::Local;
 
@@ -53,17 +51,7 @@ fn hot_word(order: AtomicOrder, seed: u64, faults: Faults, threads: usize, tasks
     let olds: Rc<RefCell<Vec<u64>>> = Rc::default();
     let per_thread: Rc<RefCell<Vec<u64>>> = Rc::new(RefCell::new(vec![0; threads]));
     for t in 0..threads {
-        let th = sim
-            .add_worker(0, |f: &dyn Fabric, clock| {
-                Worker::builder(f)
-                    .clock(clock)
-                    .config(rcfg())
-                    .id(t)
-                    .tasks(tasks)
-                    .local_bytes(LOCAL_BYTES)
-                    .build()
-            })
-            .unwrap();
+        let th = common::add_worker(&mut sim, 0, t, tasks, rcfg());
         for task in 0..tasks {
             let (olds, per_thread) = (olds.clone(), per_thread.clone());
             sim.worker_mut(th).spawn(move |ctx| async move {
@@ -196,17 +184,7 @@ fn a_thread_never_runs_before_its_last_step_ended() {
     let f = sim.dyn_fabric();
     let (a, _, k) = f.alloc_chunk(0, 1 << 16, true).unwrap();
     let tasks = 48;
-    let th = sim
-        .add_worker(0, |f: &dyn Fabric, clock| {
-            Worker::builder(f)
-                .clock(clock)
-                .config(rcfg())
-                .id(0)
-                .tasks(tasks)
-                .local_bytes(LOCAL_BYTES)
-                .build()
-        })
-        .unwrap();
+    let th = common::add_worker(&mut sim, 0, 0, tasks, rcfg());
     let backwards = Rc::new(RefCell::new(0u64));
     for task in 0..tasks {
         let backwards = backwards.clone();

@@ -6,13 +6,11 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use dmkit_fabric::Fabric;
-use dmkit_runtime::Worker;
 use dmkit_sim::profile::AtomicOrder;
 use dmkit_sim::{Profile, Sim, SimConfig};
 
 mod common;
-use common::{small, unthrottled, LOCAL_BYTES};
+use common::{small, unthrottled};
 use dmkit_fabric::RemoteRef;
 use dmkit_runtime::Local;
 
@@ -60,34 +58,14 @@ fn run(stalls: bool, access: Access) -> Seen {
     let (a, _, k) = f.alloc_chunk(0, 1 << 16, true).unwrap();
     let wcfg = unthrottled();
     let seen: Rc<RefCell<Option<Seen>>> = Rc::default();
-    let t0 = sim
-        .add_worker(0, |f: &dyn Fabric, clock| {
-            Worker::builder(f)
-                .clock(clock)
-                .config(wcfg.clone())
-                .id(0)
-                .tasks(1)
-                .local_bytes(LOCAL_BYTES)
-                .build()
-        })
-        .unwrap();
+    let t0 = common::add_worker(&mut sim, 0, 0, 1, wcfg.clone());
     sim.worker_mut(t0).spawn(move |ctx| async move {
         for _ in 0..QUEUED {
             ctx.faa(RemoteRef::new(a, k), 1);
         }
         ctx.sync().await.unwrap();
     });
-    let t1 = sim
-        .add_worker(0, |f: &dyn Fabric, clock| {
-            Worker::builder(f)
-                .clock(clock)
-                .config(wcfg.clone())
-                .id(1)
-                .tasks(1)
-                .local_bytes(LOCAL_BYTES)
-                .build()
-        })
-        .unwrap();
+    let t1 = common::add_worker(&mut sim, 0, 1, 1, wcfg.clone());
     let out = seen.clone();
     sim.worker_mut(t1).spawn(move |ctx| async move {
         // Let the FAAs reach the responder first (they hold the word

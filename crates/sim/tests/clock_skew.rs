@@ -6,13 +6,13 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-use dmkit_fabric::{Fabric, RemoteRef};
+use dmkit_fabric::RemoteRef;
 use dmkit_runtime::lock::{unpack, LockConfig, RemoteLock};
-use dmkit_runtime::{Local, Nanos, Worker};
+use dmkit_runtime::{Local, Nanos};
 use dmkit_sim::{Faults, Sim, SimConfig};
 
 mod common;
-use common::{rcfg, small, LOCAL_BYTES};
+use common::{rcfg, small};
 
 /// Two compute machines whose clocks are off by up to `bound` ns.
 fn skewed(seed: u64, bound: u64) -> SimConfig {
@@ -36,17 +36,7 @@ fn sample_clocks(cfg: SimConfig) -> (Sim, Samples) {
     let samples: Rc<RefCell<Samples>> = Rc::new(RefCell::new(vec![Vec::new(); 2]));
     for w in 0..4 {
         let machine = w % 2;
-        let th = sim
-            .add_worker(machine, |f: &dyn Fabric, clock| {
-                Worker::builder(f)
-                    .clock(clock)
-                    .config(rcfg())
-                    .id(w)
-                    .tasks(2)
-                    .local_bytes(LOCAL_BYTES)
-                    .build()
-            })
-            .unwrap();
+        let th = common::add_worker(&mut sim, machine, w, 2, rcfg());
         for task in 0..2 {
             let (samples, virtual_time) = (samples.clone(), virtual_time.clone());
             let mut x = (w * 2 + task) as u64 + 1;
@@ -166,17 +156,7 @@ fn lock_run(cfg: SimConfig, allowance: Nanos) -> LockRun {
     let run = Rc::new(RefCell::new(LockRun::default()));
     let done = Rc::new(Cell::new(0));
     for machine in 0..2 {
-        let th = sim
-            .add_worker(machine, |f: &dyn Fabric, clock| {
-                Worker::builder(f)
-                    .clock(clock)
-                    .config(rcfg())
-                    .id(machine)
-                    .tasks(1)
-                    .local_bytes(LOCAL_BYTES)
-                    .build()
-            })
-            .unwrap();
+        let th = common::add_worker(&mut sim, machine, machine, 1, rcfg());
         let (run, done) = (run.clone(), done.clone());
         let owner = machine as u16 + 1;
         sim.worker_mut(th).spawn(move |ctx| async move {

@@ -10,12 +10,12 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use dmkit_fabric::{Fabric, RemoteRef};
-use dmkit_runtime::{Local, Worker};
+use dmkit_fabric::RemoteRef;
+use dmkit_runtime::Local;
 use dmkit_sim::Profile;
 
 mod common;
-use common::{one_node, unthrottled, LOCAL_BYTES};
+use common::{one_node, unthrottled};
 
 /// What one thread posts, all in one doorbell.
 #[derive(Clone, Copy)]
@@ -26,55 +26,73 @@ enum Post {
     Gather(usize),
 }
 
-/// Virtual ns from the post until its last completion, with the unit's
-/// costs set to `wr_ns` and `sge_ns`.
-fn post_ns(wr_ns: f64, sge_ns: f64, post: Post) -> u64 {
+impl Post {
+    /// Bytes it writes.
+    fn bytes(self) -> u64 {
+        match self {
+            Post::Writes(n) | Post::Gather(n) => 32 * n as u64,
+        }
+    }
+}
+
+/// cx3-40g with the unit's costs `wr_ns` and `sge_ns` (and `units`
+/// processing units, if given), and no translation miss on a first
+/// access (its delay would overlap with the unit's).
+fn profile(wr_ns: f64, sge_ns: f64, units: Option<u32>) -> Profile {
     let mut profile = Profile::builtin("cx3-40g").unwrap();
     profile.nic.wr_ns = wr_ns;
     profile.nic.sge_ns = sge_ns;
-    // (No translation miss on the first access: its delay would overlap
-    // with the unit's.)
+    if let Some(u) = units {
+        profile.nic.processing_units = u;
+    }
     profile.responder.mtt_miss_ns = 0.0;
+    profile
+}
+
+/// Virtual ns from the start until each thread (one worker, one queue
+/// pair each, on one machine) has made its post in one doorbell and seen
+/// it complete: thread `w` makes `posts[w]`, into its own range of one
+/// chunk.
+fn posts_ns(profile: Profile, posts: &[Post]) -> Vec<u64> {
     let mut sim = one_node(profile);
     let f = sim.dyn_fabric();
     let (a, _, k) = f.alloc_chunk(0, 1 << 16, true).unwrap();
-    let wcfg = unthrottled();
-    let t = sim
-        .add_worker(0, |f: &dyn Fabric, clock| {
-            Worker::builder(f)
-                .clock(clock)
-                .config(wcfg.clone())
-                .id(0)
-                .tasks(1)
-                .local_bytes(LOCAL_BYTES)
-                .build()
-        })
-        .unwrap();
-    let took = Rc::new(Cell::new(0));
-    let out = took.clone();
-    sim.worker_mut(t).spawn(move |ctx| async move {
-        let s = ctx.now();
-        match post {
-            Post::Writes(n) => {
-                for i in 0..n {
-                    let dst = RemoteRef::new(a.add(32 * i as u64), k);
-                    ctx.write(dst, Local::at(32 * i, 32));
+    let took: Vec<Rc<Cell<u64>>> = posts.iter().map(|_| Rc::new(Cell::new(0))).collect();
+    let mut base = a;
+    for (w, (&post, out)) in posts.iter().zip(&took).enumerate() {
+        let t = common::add_worker(&mut sim, 0, w, 1, unthrottled());
+        let (out, at) = (out.clone(), base);
+        base = base.add(post.bytes());
+        sim.worker_mut(t).spawn(move |ctx| async move {
+            let s = ctx.now();
+            match post {
+                Post::Writes(n) => {
+                    for i in 0..n {
+                        let dst = RemoteRef::new(at.add(32 * i as u64), k);
+                        ctx.write(dst, Local::at(32 * i, 32));
+                    }
+                }
+                Post::Gather(n) => {
+                    let pieces: Vec<Local> = (0..n).map(|i| Local::at(32 * i, 32)).collect();
+                    ctx.write_v(RemoteRef::new(at, k), &pieces);
                 }
             }
-            Post::Gather(n) => {
-                let pieces: Vec<Local> = (0..n).map(|i| Local::at(32 * i, 32)).collect();
-                ctx.write_v(RemoteRef::new(a, k), &pieces);
-            }
-        }
-        ctx.post();
-        ctx.sync().await.unwrap();
-        out.set(ctx.now() - s);
-    });
+            ctx.post();
+            ctx.sync().await.unwrap();
+            out.set(ctx.now() - s);
+        });
+    }
     let r = sim.run();
-    assert_eq!(r.finished, 1);
+    assert_eq!(r.finished, posts.len());
     let s = sim.stats();
     assert_eq!(s.executed, s.posted, "each request took effect once");
-    took.get()
+    took.iter().map(|c| c.get()).collect()
+}
+
+/// Virtual ns from the post until its last completion, with the unit's
+/// costs set to `wr_ns` and `sge_ns`.
+fn post_ns(wr_ns: f64, sge_ns: f64, post: Post) -> u64 {
+    posts_ns(profile(wr_ns, sge_ns, None), &[post])[0]
 }
 
 #[test]
@@ -114,51 +132,14 @@ fn each_gathered_piece_after_the_first_holds_the_unit() {
     assert_eq!(post_ns(5_000.0, 0.0, Post::Gather(4)), base);
 }
 
-/// Virtual ns from the start until each of `threads` threads (one worker,
-/// one queue pair each, on one machine) has posted `n` 32-byte WRITEs in
-/// one doorbell and seen them complete, with `wr_ns` = 1000 and
-/// `processing_units` = `units`.
+/// Virtual ns until each of `threads` threads has posted `n` 32-byte
+/// WRITEs in one doorbell and seen them complete ([`posts_ns`]), with
+/// `wr_ns` = 1000 and `processing_units` = `units`.
 fn threads_ns(units: u32, threads: usize, n: usize) -> Vec<u64> {
-    let mut profile = Profile::builtin("cx3-40g").unwrap();
-    profile.nic.wr_ns = 1_000.0;
-    profile.nic.processing_units = units;
-    profile.responder.mtt_miss_ns = 0.0;
-    let mut sim = one_node(profile);
-    let f = sim.dyn_fabric();
-    let (a, _, k) = f.alloc_chunk(0, 1 << 16, true).unwrap();
-    let wcfg = unthrottled();
-    let took: Vec<Rc<Cell<u64>>> = (0..threads).map(|_| Rc::new(Cell::new(0))).collect();
-    for (w, out) in took.iter().enumerate() {
-        let cfg = wcfg.clone();
-        let t = sim
-            .add_worker(0, |f: &dyn Fabric, clock| {
-                Worker::builder(f)
-                    .clock(clock)
-                    .config(cfg)
-                    .id(w)
-                    .tasks(1)
-                    .local_bytes(LOCAL_BYTES)
-                    .build()
-            })
-            .unwrap();
-        let out = out.clone();
-        let base = a.add((w * n * 32) as u64);
-        sim.worker_mut(t).spawn(move |ctx| async move {
-            let s = ctx.now();
-            for i in 0..n {
-                let dst = RemoteRef::new(base.add(32 * i as u64), k);
-                ctx.write(dst, Local::at(32 * i, 32));
-            }
-            ctx.post();
-            ctx.sync().await.unwrap();
-            out.set(ctx.now() - s);
-        });
-    }
-    let r = sim.run();
-    assert_eq!(r.finished, threads);
-    let s = sim.stats();
-    assert_eq!(s.executed, s.posted, "each request took effect once");
-    took.iter().map(|c| c.get()).collect()
+    posts_ns(
+        profile(1_000.0, 0.0, Some(units)),
+        &vec![Post::Writes(n); threads],
+    )
 }
 
 #[test]

@@ -8,12 +8,12 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use dmkit_fabric::{Fabric, RemoteRef};
-use dmkit_runtime::{Local, Worker};
+use dmkit_fabric::RemoteRef;
+use dmkit_runtime::Local;
 use dmkit_sim::Profile;
 
 mod common;
-use common::{one_node, unthrottled, LOCAL_BYTES};
+use common::{one_node, unthrottled};
 
 /// FAAs queued on the hot word (one thread, one batch).
 const QUEUED: u64 = 16;
@@ -27,27 +27,14 @@ fn read_ns(gaps: bool, faas: u64) -> u64 {
     let mut sim = one_node(profile);
     let f = sim.dyn_fabric();
     let (a, _, k) = f.alloc_chunk(0, 1 << 16, true).unwrap();
-    let wcfg = unthrottled();
-    let worker = |id: usize| {
-        let wcfg = wcfg.clone();
-        move |f: &dyn Fabric, clock| {
-            Worker::builder(f)
-                .clock(clock)
-                .config(wcfg)
-                .id(id)
-                .tasks(1)
-                .local_bytes(LOCAL_BYTES)
-                .build()
-        }
-    };
-    let t0 = sim.add_worker(0, worker(0)).unwrap();
+    let t0 = common::add_worker(&mut sim, 0, 0, 1, unthrottled());
     sim.worker_mut(t0).spawn(move |ctx| async move {
         for _ in 0..faas {
             ctx.faa(RemoteRef::new(a, k), 1);
         }
         ctx.sync().await.unwrap();
     });
-    let t1 = sim.add_worker(0, worker(1)).unwrap();
+    let t1 = common::add_worker(&mut sim, 0, 1, 1, unthrottled());
     let took: Rc<RefCell<Option<u64>>> = Rc::default();
     let out = took.clone();
     sim.worker_mut(t1).spawn(move |ctx| async move {

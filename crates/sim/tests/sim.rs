@@ -32,18 +32,7 @@ where
     Fut: std::future::Future<Output = ()> + 'static,
 {
     for t in 0..threads {
-        let cfg = cfg.clone();
-        let th = sim
-            .add_worker(0, |f: &dyn Fabric, clock| {
-                Worker::builder(f)
-                    .clock(clock)
-                    .config(cfg)
-                    .id(t)
-                    .tasks(tasks)
-                    .local_bytes(LOCAL_BYTES)
-                    .build()
-            })
-            .unwrap();
+        let th = common::add_worker(sim, 0, t, tasks, cfg.clone());
         for k in 0..tasks {
             let body = body.clone();
             sim.worker_mut(th).spawn(move |ctx| body(ctx, t, k));

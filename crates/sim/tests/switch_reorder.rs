@@ -8,13 +8,13 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use dmkit_fabric::{Fabric, RemoteRef};
-use dmkit_runtime::{Local, Worker};
+use dmkit_fabric::RemoteRef;
+use dmkit_runtime::Local;
 use dmkit_sim::{Profile, Sim, SimConfig, SwitchMode, SwitchModel};
 use dmkit_switch::SwitchConfig;
 
 mod common;
-use common::{small, unthrottled, LOCAL_BYTES};
+use common::{small, unthrottled};
 
 /// Batches of two READs (a 128-byte one and an 8-byte one, one doorbell)
 /// completed in 200 µs of virtual time by 64 closed-loop clients on two
@@ -41,17 +41,7 @@ fn batches(switch: Option<f64>) -> u64 {
     let (warm, end) = (50_000u64, 250_000u64);
     for t in 0..64usize {
         let wcfg = wcfg.clone();
-        let th = sim
-            .add_worker(t % 2, move |f: &dyn Fabric, clock| {
-                Worker::builder(f)
-                    .clock(clock)
-                    .config(wcfg)
-                    .id(t)
-                    .tasks(1)
-                    .local_bytes(LOCAL_BYTES)
-                    .build()
-            })
-            .unwrap();
+        let th = common::add_worker(&mut sim, t % 2, t, 1, wcfg);
         let done = done.clone();
         sim.worker_mut(th).spawn(move |ctx| async move {
             let mut i = t as u64;

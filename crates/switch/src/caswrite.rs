@@ -122,7 +122,7 @@ type ConnKey = (Ip, u32);
 /// A connection as responses name it: (client IP, client QPN).
 type RespKey = (Ip, u32);
 /// A word: (rkey, virtual address).
-type Word = (u32, u64);
+pub(crate) type Word = (u32, u64);
 
 const PSN_MASK: u32 = 0xFF_FFFF;
 
@@ -444,18 +444,7 @@ impl CasWrite {
     fn decide_new(&mut self, p: &RocePacket, conn: ConnKey, now: u64) -> Verdict {
         let psn = p.bth.psn;
         // Requests that change what the switch knows of a word.
-        let touched: Vec<Word> = match (p.bth.opcode, p.ext) {
-            (opcode::COMPARE_SWAP | opcode::FETCH_ADD, Ext::Atomic { va, rkey, .. }) => {
-                vec![(rkey, va)]
-            }
-            (opcode::WRITE_ONLY | opcode::WRITE_FIRST, Ext::Reth { va, rkey, len }) => self
-                .words
-                .keys()
-                .filter(|&&(k, a)| k == rkey && a < va + len as u64 && va < a + 8)
-                .copied()
-                .collect(),
-            _ => Vec::new(),
-        };
+        let touched = touched_words(p, self.words.keys());
         if touched.is_empty() {
             return Verdict::Forward;
         }
@@ -705,10 +694,7 @@ pub fn cas_as_write(p: &RocePacket) -> Option<Vec<u8>> {
     w.bth.ack_req |= 0x80;
     w.ext = Ext::Reth { va, rkey, len: 8 };
     w.payload = swap_add.to_le_bytes().to_vec();
-    wire::relength(&mut w).ok()?;
-    let mut f = w.to_bytes();
-    wire::seal(&mut f).ok()?;
-    Some(f)
+    wire::reseal(&mut w).ok()
 }
 
 /// An ATOMIC ACKNOWLEDGE at `psn` carrying `orig`, built from the server's
@@ -736,10 +722,26 @@ pub fn atomic_ack(r: &RocePacket, psn: u32, orig: u64) -> Option<Vec<u8>> {
         orig,
     };
     a.payload.clear();
-    wire::relength(&mut a).ok()?;
-    let mut f = a.to_bytes();
-    wire::seal(&mut f).ok()?;
-    Some(f)
+    wire::reseal(&mut a).ok()
+}
+
+/// The words a request changes, of the `known` ones: a CAS's or
+/// FETCH_ADD's target, or every known word a WRITE's range overlaps
+/// (what the switch knows of them is stale once it lands).
+pub(crate) fn touched_words<'a>(
+    p: &RocePacket,
+    known: impl Iterator<Item = &'a Word>,
+) -> Vec<Word> {
+    match (p.bth.opcode, p.ext) {
+        (opcode::COMPARE_SWAP | opcode::FETCH_ADD, Ext::Atomic { va, rkey, .. }) => {
+            vec![(rkey, va)]
+        }
+        (opcode::WRITE_ONLY | opcode::WRITE_FIRST, Ext::Reth { va, rkey, len }) => known
+            .filter(|&&(k, a)| k == rkey && a < va + len as u64 && va < a + 8)
+            .copied()
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 #[cfg(test)]

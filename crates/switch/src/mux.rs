@@ -73,13 +73,13 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use serde::Serialize;
 
+use crate::caswrite::{touched_words, Word};
 use crate::ownqp::OwnRemote;
 use crate::wire::{self, opcode, Ext, RocePacket};
 
 type Ip = [u8; 4];
 /// A client connection as its requests name it: (client IP, node QPN).
 pub type ConnKey = (Ip, u32);
-type Word = (u32, u64);
 
 const PSN_MASK: u32 = 0xFF_FFFF;
 /// Answered entries the log keeps (for replaying them to a client's
@@ -446,18 +446,7 @@ impl MuxWire {
         if !self.cfg.cas_to_write {
             return Vec::new();
         }
-        match (p.bth.opcode, p.ext) {
-            (opcode::COMPARE_SWAP | opcode::FETCH_ADD, Ext::Atomic { va, rkey, .. }) => {
-                vec![(rkey, va)]
-            }
-            (opcode::WRITE_ONLY | opcode::WRITE_FIRST, Ext::Reth { va, rkey, len }) => self
-                .words
-                .keys()
-                .filter(|&&(k, a)| k == rkey && a < va + len as u64 && va < a + 8)
-                .copied()
-                .collect(),
-            _ => Vec::new(),
-        }
+        touched_words(p, self.words.keys())
     }
 
     /// A request on the client's own connection.
@@ -623,9 +612,9 @@ impl MuxWire {
         q.ip.source = self.ip;
         q.bth.dest_qp = r.qpn;
         q.bth.psn = s;
-        let frame = match seal(&mut q) {
-            Some(f) => f,
-            None => {
+        let frame = match wire::reseal(&mut q) {
+            Ok(f) => f,
+            Err(_) => {
                 self.stats.unrewritable += 1;
                 return;
             }
@@ -842,7 +831,7 @@ impl MuxWire {
         r.ip.destination = conn.0;
         r.bth.dest_qp = cs.qpn?;
         r.bth.psn = c & PSN_MASK;
-        seal(&mut r)
+        wire::reseal(&mut r).ok()
     }
 
     fn own_response(&mut self, p: RocePacket, tag: usize, out: &mut Vec<(usize, Vec<u8>)>) {
@@ -1105,11 +1094,4 @@ fn is_send(op: u8) -> bool {
         op,
         opcode::SEND_FIRST..=opcode::SEND_ONLY_IMM | opcode::SEND_LAST_INV | opcode::SEND_ONLY_INV
     )
-}
-
-fn seal(p: &mut RocePacket) -> Option<Vec<u8>> {
-    wire::relength(p).ok()?;
-    let mut f = p.to_bytes();
-    wire::seal(&mut f).ok()?;
-    Some(f)
 }

@@ -569,6 +569,15 @@ pub fn set_verb(p: &mut RocePacket, v: &crate::Verb) -> bool {
     }
 }
 
+/// A rewritten packet as a frame to send: [`relength`]ed, serialized and
+/// [`seal`]ed. Fails for an opcode this codec does not know.
+pub fn reseal(p: &mut RocePacket) -> Result<Vec<u8>, WireError> {
+    relength(p)?;
+    let mut f = p.to_bytes();
+    seal(&mut f)?;
+    Ok(f)
+}
+
 /// After a rewrite that changed a packet's shape (its opcode, extended
 /// header or payload): the IPv4 total length and the UDP length for the
 /// headers and payload it has now, and the Ethernet padding to the

@@ -9,7 +9,8 @@
 //! `k` hashes to bucket `h`; its record lives in the first slot of buckets
 //! `h, h+1, …` (at most `max_probe` of them) that holds `k`, or else in the
 //! first empty one (open addressing; keys never move and slots are never
-//! emptied: a delete marks the record absent). Bucket `b` belongs to shard
+//! emptied: a delete marks the record absent, and so does a roll-back of
+//! an insert — see `txn`, "Probe paths without holes"). Bucket `b` belongs to shard
 //! `b mod n` (n memory nodes); shard `s` has its primary on node `s` and
 //! its backups on nodes `s+1, …, s+replicas−1` (mod n), each replica one
 //! chunk with the same layout, so a record is at the same offset in every

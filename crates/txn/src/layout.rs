@@ -17,7 +17,8 @@
 //!  24 + P         +--+--+--------------------------------------------+
 //!   D = dirty: a commit is writing the record (readers abort)
 //!   A = absent: the key was deleted (the slot keeps it: keys never move)
-//!   version number 0 = an empty slot that was never written
+//!   version number 0 = an empty slot that was never written (once
+//!   written a slot keeps a key for good: probes pass only empty slots)
 //! ```
 //!
 //! The lock and the version sit *behind* the payload: one READ of the

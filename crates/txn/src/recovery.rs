@@ -24,9 +24,13 @@
 //!    cleans the dirty version on every replica (and, for a record already
 //!    unlocked, a backup the unlock had not reached yet, by CAS); back writes the old key
 //!    and payload and then a *new* version (old + 2: versions never
-//!    return to a value a reader may have validated against; an insert
-//!    into an empty slot goes back to empty) on every replica touched or
-//!    not, so the replicas end byte-identical. Then the primary's lock is
+//!    return to a value a reader may have validated against) on every
+//!    replica touched or not, so the replicas end byte-identical. An
+//!    insert into an empty slot goes back to its key, deleted — not to an
+//!    empty slot: while it was dirty, another key's probe may have passed
+//!    over it and that key been inserted further on, which an empty slot
+//!    would hide from every later probe (the log's image of an empty slot
+//!    carries the inserted key for this). Then the primary's lock is
 //!    freed.
 //! 4. **Clear** the log.
 //!
@@ -313,11 +317,12 @@ impl Coordinator {
             if vs.iter().all(|v| *v == old) {
                 continue; // never written
             }
-            let restored = if old.empty() {
-                Version(0)
-            } else {
-                Version::make(new.number() + 1, old.absent())
-            };
+            // An insert into an empty slot is rolled back to its key,
+            // deleted (the log's image carries the key): a probe of
+            // another key may have passed over the slot while it was
+            // dirty and put that key further on, so it must not become
+            // empty again.
+            let restored = Version::make(new.number() + 1, old.absent() || old.empty());
             ctx.set_local_u64(src, restored.0);
             let image = db.local.log.slice(e.image, 8 + t.payload);
             for r in 0..db.replicas() {
@@ -325,16 +330,12 @@ impl Coordinator {
                 ctx.write(rec, image);
                 ctx.write(self.tail_ref(&e.head, r)?.add(8), src);
             }
-            if restored.number() != old.number() {
-                // (An insert rolled back to an empty slot restores
-                // nothing a reader could have seen.)
-                self.restored.push(Restore {
-                    table: e.head.table_id() as TableId,
-                    slot: e.head.slot,
-                    version: restored.number(),
-                    same_as: old.number(),
-                });
-            }
+            self.restored.push(Restore {
+                table: e.head.table_id() as TableId,
+                slot: e.head.slot,
+                version: restored.number(),
+                same_as: old.number(),
+            });
         }
         ctx.sync().await?;
         let zero = db.local.zero;

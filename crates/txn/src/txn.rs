@@ -86,6 +86,35 @@
 //! order), a layout change not made here. The pre-read is one more work
 //! request in the same doorbell, not a round trip.
 //!
+//! ## Probe paths without holes
+//!
+//! A probe ends at its key's slot or at the first empty one, so no slot
+//! before a key's on its probe path may ever be empty — else the key is
+//! reported absent and a later insert duplicates it. Slots are filled
+//! only at commit, so three cases need care (pinned by
+//! `tests/insert_hole.rs`):
+//!
+//! - Two keys to write of one transaction would go to the same empty
+//!   slot: the first takes it, the second passes over it to the next one
+//!   (one slot locked twice would abort forever). If the transaction then
+//!   writes the second but not the first, the first's slot is written
+//!   anyway, with the first key's record deleted (absent): a claimed slot
+//!   that another of our keys passed over is always written.
+//! - A key read absent and a key to write would go to the same empty
+//!   slot: the key to write takes it too (it cannot write the read key's
+//!   slot, which it does not lock); the read key's validation accepts our
+//!   own lock there (no other writer holds it, and an unchanged version
+//!   says nothing was inserted since the read).
+//! - A coordinator dies with an insert's dirty mark landed: another key's
+//!   probe passes over that non-empty slot and inserts further on, so
+//!   recovery rolls the insert back to its key deleted, not to an empty
+//!   slot (`recovery`).
+//!
+//! FORD's layout allows this as it is: a deleted record keeps its key and
+//! slot (keys never move), and a roll-back restores the old image under a
+//! fresh version anyway; the undo log's image of an empty slot now
+//! carries the key inserted (an empty slot's key word meant nothing).
+//!
 //! ## Locks, leases and recovery
 //!
 //! Lock words are `dmkit_index::lease` leases (owner = coordinator id), so
@@ -389,6 +418,10 @@ struct Item {
     /// transaction has: the empty slot it ends at is not where the key
     /// would go, so an absent key is not cached.
     passed_over: bool,
+    /// A key to write of this transaction passed over this record's
+    /// (empty) slot on its probe: the slot must not stay empty, or that
+    /// key would be hidden behind it (see `scan_bucket`).
+    passed: bool,
     /// Buckets probed so far.
     probed: u64,
     /// Its record was read.
@@ -470,6 +503,7 @@ impl Txn<'_> {
             hinted: false,
             stale_hint: false,
             passed_over: false,
+            passed: false,
             probed: 0,
             fetched: false,
             locked: None,
@@ -786,11 +820,7 @@ impl Txn<'_> {
             if !v.empty() && !found {
                 continue;
             }
-            if !found && self.slot_taken_here(i, slot) {
-                self.items[i].passed_over = true;
-                // An empty slot another key of this transaction goes to:
-                // two keys in one slot would lock it twice (and abort
-                // forever).
+            if !found && self.pass_over(i, slot) {
                 continue;
             }
             // The key's slot, or the first empty one (where it would go).
@@ -847,9 +877,50 @@ impl Txn<'_> {
         Ok(())
     }
 
+    /// Whether item `i`'s probe passes over empty slot `slot` because
+    /// another record of this transaction has it: two keys to write in one
+    /// slot would lock it twice (and abort forever), and a key to read
+    /// there would see the other key's insert. A key to write passes over
+    /// only the slots of other keys to write, and marks them `passed`: a
+    /// slot before its own on its probe path must not stay empty, so such
+    /// a slot is written even if its key is not (a deleted-key record:
+    /// `commit_rounds`). A key to write shares a slot that only keys read
+    /// (absent) have: the slot is then ours to insert into, under our
+    /// lock, which their validation accepts (`validate_round`) — passing
+    /// over it would leave it empty before the inserted key.
+    fn pass_over(&mut self, i: usize, slot: u64) -> bool {
+        if !self.slot_taken_here(i, slot) {
+            return false;
+        }
+        self.items[i].passed_over = true;
+        let me = &self.items[i];
+        if me.mode == Mode::Read {
+            return true;
+        }
+        let (table, mut any) = (me.table, false);
+        for (k, o) in self.items.iter_mut().enumerate() {
+            if k != i && o.table == table && o.slot == Some(slot) && o.mode == Mode::Write {
+                o.passed = true;
+                any = true;
+            }
+        }
+        if !any {
+            // Only keys read absent have it: we take it (not passed over).
+            self.items[i].passed_over = false;
+        }
+        any
+    }
+
+    /// Whether lock word `word` on `slot` of `table` is one this
+    /// transaction holds.
+    fn holds_lock(&self, table: TableId, slot: u64, word: u64) -> bool {
+        self.items
+            .iter()
+            .any(|o| o.table == table && o.slot == Some(slot) && o.locked == Some(word))
+    }
+
     /// Whether another record of this transaction, in item `i`'s table,
-    /// has slot `slot`: two keys in one slot would lock it twice (and abort
-    /// forever), or a read would see another key's insert there.
+    /// has slot `slot` (see [`Txn::pass_over`]).
     fn slot_taken_here(&self, i: usize, slot: u64) -> bool {
         let table = self.items[i].table;
         self.items
@@ -1026,6 +1097,15 @@ impl Txn<'_> {
 
     async fn commit_rounds(&mut self) -> Result<(), TxnError> {
         let db = self.c.db.clone();
+        for it in &mut self.items {
+            if it.passed && it.new.is_none() && Version(it.version).empty() {
+                // Another key to write of ours passed over this empty
+                // slot (`pass_over`): it must not stay empty behind that
+                // key, so it gets this key's record, deleted.
+                debug_assert!(it.mode == Mode::Write);
+                it.new = Some(NewImage::Delete);
+            }
+        }
         let writes: Vec<usize> = (0..self.items.len())
             .filter(|&i| self.items[i].new.is_some())
             .collect();
@@ -1203,15 +1283,20 @@ impl Txn<'_> {
         // change in between).
         for i in 0..self.items.len() {
             let it = &self.items[i];
-            if it.slot.is_none() || it.mode != Mode::Read {
+            let (Some(slot), Mode::Read) = (it.slot, it.mode) else {
                 continue;
-            }
+            };
             let tail: RecordTail = self.ctx.get_as(db.local.hdr.piece(i, 16));
             // A record only read must be unlocked even in a read-only
             // transaction: a writer holding its lock may already have
-            // validated (serialized) before a commit we saw elsewhere.
-            if tail.version != it.version || tail.lock != 0 {
-                if tail.lock != 0 && it.locked != Some(tail.lock) {
+            // validated (serialized) before a commit we saw elsewhere —
+            // unless the lock is ours: a key to write sharing the empty
+            // slot of a key read absent (`pass_over`). No other writer
+            // holds it then, and the version unchanged says nothing was
+            // inserted there since the read.
+            let foreign = tail.lock != 0 && !self.holds_lock(it.table, slot, tail.lock);
+            if tail.version != it.version || foreign {
+                if foreign && it.locked != Some(tail.lock) {
                     self.note_lock(i, tail.lock);
                 }
                 failed.get_or_insert(AbortReason::Validation);
@@ -1287,7 +1372,12 @@ impl Txn<'_> {
                 self.new_version(i).0,
             );
             self.ctx.put_as(log.slice(at, 32), &e);
-            let old = self.ctx.local_vec(self.rec_local(i).prefix(8 + t.payload));
+            let mut old = self.ctx.local_vec(self.rec_local(i).prefix(8 + t.payload));
+            // The key word: the record's key, also for an empty slot
+            // (whose key word means nothing), so that a roll-back of an
+            // insert leaves the key deleted there, not the slot empty
+            // (`recovery`).
+            old[..8].copy_from_slice(&it.key.to_le_bytes());
             self.ctx.put_local(log.slice(at + 32, old.len()), &old);
             at += EntryHead::bytes(t.payload);
         }

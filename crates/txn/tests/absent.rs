@@ -6,39 +6,14 @@
 
 mod common;
 
-use std::cell::RefCell;
-use std::rc::Rc;
 use std::sync::Arc;
 
 use dmkit_index::conformance::shm_fabric;
-use dmkit_runtime::{Ctx, Worker};
 use dmkit_txn::{addr_cache, AddrCache, Cached, Database, TableSpec, TxnConfig};
-
-/// Runs `body` with a coordinator using `cache` on a fresh worker; returns
-/// its result and the bytes the worker READ.
-fn with_txn<T: 'static>(
-    db: &Arc<Database>,
-    cache: &AddrCache,
-    body: impl for<'a> AsyncFnOnce(&'a mut dmkit_txn::Coordinator, &'a Ctx) -> T + 'static,
-) -> (T, u64) {
-    let mut w = Worker::builder(db.fabric().as_ref())
-        .local(db.local_layout())
-        .build()
-        .unwrap();
-    let mut coord = db.coordinator(cache).unwrap();
-    let out = Rc::new(RefCell::new(None));
-    let o = out.clone();
-    w.spawn(move |ctx| async move {
-        *o.borrow_mut() = Some(body(&mut coord, &ctx).await);
-    });
-    w.run();
-    let r = out.borrow_mut().take().expect("the task finished");
-    (r, w.stats().counters.bytes_read)
-}
 
 /// Reads `keys` in one transaction: whether each exists, word 0 of each.
 fn read_keys(db: &Arc<Database>, cache: &AddrCache, keys: Vec<u64>) -> (Vec<(bool, u64)>, u64) {
-    with_txn(db, cache, async move |c, ctx| {
+    common::with_txn(db, cache, async move |c, ctx| {
         let mut t = c.begin(ctx);
         let ids: Vec<_> = keys.iter().map(|&k| t.read(0, k).unwrap()).collect();
         t.exec().await.unwrap();
@@ -51,7 +26,7 @@ fn read_keys(db: &Arc<Database>, cache: &AddrCache, keys: Vec<u64>) -> (Vec<(boo
 /// Inserts `key` with word 0 = `v`.
 fn insert(db: &Arc<Database>, key: u64, v: u64) {
     // A cache of its own: the reader's cache does not learn of it.
-    with_txn(db, &addr_cache(), async move |c, ctx| {
+    common::with_txn(db, &addr_cache(), async move |c, ctx| {
         let mut t = c.begin(ctx);
         let i = t.write(0, key).unwrap();
         t.exec().await.unwrap();

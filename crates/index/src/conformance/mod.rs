@@ -614,6 +614,19 @@ fn spawn_children(
     (children, out, start)
 }
 
+/// A lease for the tests where nobody dies: 5 s, which no live holder
+/// outlasts even descheduled on a loaded machine. Under the 100 ms default
+/// a holder preempted that long (seen on two cores shared by several test
+/// binaries) has its lock broken by another client and stops with a lost
+/// lease — by design, but a spurious failure of a test that kills no one.
+/// Breaking a dead holder's lease is what [`crash_lease`]'s tests check.
+pub fn live_lease() -> crate::LeaseConfig {
+    crate::LeaseConfig {
+        lease: 5_000_000_000,
+        ..crate::LeaseConfig::default()
+    }
+}
+
 /// The lease of the crash test's locks ([`killed_processes`]), in its
 /// children and its survivor: 50 ms, so survivors wait little for a dead
 /// holder's.

@@ -3,8 +3,9 @@
 // Each test file is its own crate and uses a part of this module.
 #![allow(dead_code)]
 
-use dmkit_runtime::RuntimeConfig;
-use dmkit_sim::{Profile, Sim, SimConfig};
+use dmkit_fabric::Fabric;
+use dmkit_runtime::{RuntimeConfig, Worker};
+use dmkit_sim::{Profile, Sim, SimConfig, ThreadId};
 
 /// Two memory nodes of 64 MiB on the default profile.
 pub fn small() -> SimConfig {
@@ -44,4 +45,25 @@ pub fn one_node(profile: Profile) -> Sim {
         ..small()
     })
     .unwrap()
+}
+
+/// A worker thread on `machine` of `sim`: `tasks` tasks with `cfg`, id
+/// `id`, [`LOCAL_BYTES`] of task-local memory each.
+pub fn add_worker(
+    sim: &mut Sim,
+    machine: usize,
+    id: usize,
+    tasks: usize,
+    cfg: RuntimeConfig,
+) -> ThreadId {
+    sim.add_worker(machine, |f: &dyn Fabric, clock| {
+        Worker::builder(f)
+            .clock(clock)
+            .config(cfg)
+            .id(id)
+            .tasks(tasks)
+            .local_bytes(LOCAL_BYTES)
+            .build()
+    })
+    .expect("a worker")
 }

@@ -12,10 +12,11 @@ use dmkit_fabric::Fabric;
 use dmkit_index::conformance::shm_fabric;
 use dmkit_index::LeaseConfig;
 use dmkit_runtime::rng::Rng;
-use dmkit_runtime::{RuntimeConfig, Worker};
+use dmkit_runtime::{Ctx, RuntimeConfig, Worker};
 use dmkit_txn::workload::smallbank::SmallBank;
 use dmkit_txn::workload::{drive, Workload};
-use dmkit_txn::{addr_cache, check_serializable, Database, TxnConfig, TxnRecord};
+use dmkit_txn::TxnRecord;
+use dmkit_txn::{addr_cache, check_serializable, AddrCache, Coordinator, Database, TxnConfig};
 
 /// A lease long enough that a descheduled thread on a loaded two-core
 /// machine never loses one (a live holder that does stops, by design).
@@ -44,6 +45,28 @@ pub fn loaded<W: Workload>(
     let db = Database::create(fabric, name, cfg, &w.tables()).expect("create");
     w.load(&db).expect("load");
     db
+}
+
+/// Runs `body` with a coordinator using `cache` on a fresh worker of one
+/// task; returns its result and the bytes the worker READ.
+pub fn with_txn<T: 'static>(
+    db: &Arc<Database>,
+    cache: &AddrCache,
+    body: impl for<'a> AsyncFnOnce(&'a mut Coordinator, &'a Ctx) -> T + 'static,
+) -> (T, u64) {
+    let mut w = Worker::builder(db.fabric().as_ref())
+        .local(db.local_layout())
+        .build()
+        .expect("worker");
+    let mut coord = db.coordinator(cache).expect("coordinator");
+    let out = Rc::new(RefCell::new(None));
+    let o = out.clone();
+    w.spawn(move |ctx| async move {
+        *o.borrow_mut() = Some(body(&mut coord, &ctx).await);
+    });
+    w.run();
+    let r = out.borrow_mut().take().expect("the task finished");
+    (r, w.stats().counters.bytes_read)
 }
 
 /// What a run returns.
