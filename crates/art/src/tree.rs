@@ -2990,6 +2990,8 @@ mod cli_tests {
             "a handed lock carries the leaf by default"
         );
         assert!(parse("--leaf-handover-reread on").handover_reread);
+        assert!(c.scan_from_cache, "scans start from the cache by default");
+        assert!(!parse("--scan-from-cache off").scan_from_cache);
         c.fit(&Shape {
             keys: 1000,
             max_key: 8,
