@@ -2405,8 +2405,11 @@ impl ArtClient {
                             if hty == NodeType::Deleted || d > e || e - d > header.prefix_len() {
                                 // Not where the path says (a header split
                                 // finished since the parent, or the cached
-                                // snapshot that named it, was read).
-                                self.cache().remove(addr);
+                                // snapshot that named it, was read): the
+                                // next start must not take it again.
+                                if self.t.cfg.scan_from_cache {
+                                    self.cache().remove(addr);
+                                }
                                 self.pause(ctx, &mut retry).await?;
                                 continue 'scan;
                             }
