@@ -128,8 +128,9 @@
 //!   starts: the items cover disjoint, increasing key ranges, and leaves
 //!   are checked against their item's bound as well.
 //!
-//! The cache is never written by a scan, and a scan after
-//! `CACHED_ATTEMPTS` restarts starts from the root.
+//! A scan puts the nodes it reads into the cache (as the artifact's
+//! `range_query_on_page` does), so a machine's next scans find their
+//! paths; after `CACHED_ATTEMPTS` restarts a scan starts from the root.
 //!
 //! ## Round trips (common path, warm cache)
 //! search 1 (the leaf); update 2 (lock + read, write-back + unlock);

@@ -2442,6 +2442,14 @@ impl ArtClient {
                             }
                             let mut words = vec![0u64; hty.slots()];
                             ctx.get_local(piece.skip(NODE_SLOTS as usize), words.as_mut_bytes());
+                            if self.t.cfg.scan_from_cache {
+                                // The node as read now, for the next scans'
+                                // starts (and searches), as SMART's range
+                                // query fills its cache.
+                                let rev = GlobalAddr::from_raw(head.rev);
+                                let view = NodeView::new(addr, header, rev, words.clone());
+                                self.cache().put(Arc::new(view));
+                            }
                             let mut kids: Vec<Slot> = words
                                 .into_iter()
                                 .map(Slot)
