@@ -2543,10 +2543,7 @@ impl ArtClient {
         // (node, key position it is arrived at, its branching position)
         let mut chain: Vec<(&Arc<NodeView>, usize, usize)> = Vec::new();
         let mut e = 0;
-        loop {
-            let Ok(pos) = v.match_prefix(e, lo) else {
-                break;
-            };
+        while let Ok(pos) = v.match_prefix(e, lo) {
             if pos >= lo.len() {
                 break;
             }

@@ -50,7 +50,9 @@ fn universe(seed: u64, n: usize) -> Universe {
     let mut keys = Vec::with_capacity(n);
     while keys.len() < n {
         let k = if r.below(3) == 0 {
-            (r.below(4) << 56 | r.below(1 << 20) * 0x0001_0203).to_be_bytes()[..8].to_vec()
+            ((r.below(4) << 56) | (r.below(1 << 20) * 0x0001_0203))
+                .to_be_bytes()
+                .to_vec()
         } else {
             let mut k = stems[r.below(stems.len() as u64) as usize].clone();
             for _ in 0..r.below(4) {
@@ -244,7 +246,7 @@ fn sim_run(seed: u64, scan_from_cache: bool) -> TreeCounters {
                     .collect();
                 sim.worker_mut(th).spawn(move |ctx| writer(ctx, c, u, ids));
             } else {
-                let s = seed ^ id << 20;
+                let s = seed ^ (id << 20);
                 sim.worker_mut(th).spawn(move |ctx| async move {
                     scanner(ctx, c, u, s, 60).await;
                 });
