@@ -2445,10 +2445,13 @@ impl ArtClient {
                             if self.t.cfg.scan_from_cache {
                                 // The node as read now, for the next scans'
                                 // starts (and searches), as SMART's range
-                                // query fills its cache.
+                                // query fills its cache — unless the cache
+                                // holds it as it is (no allocation then).
                                 let rev = GlobalAddr::from_raw(head.rev);
-                                let view = NodeView::new(addr, header, rev, words.clone());
-                                self.cache().put(Arc::new(view));
+                                if !self.cached_as(addr, header, rev, &words) {
+                                    let view = NodeView::new(addr, header, rev, words.clone());
+                                    self.cache().put(Arc::new(view));
+                                }
                             }
                             let mut kids: Vec<Slot> = words
                                 .into_iter()
@@ -2503,6 +2506,21 @@ impl ArtClient {
             out.truncate(count);
             return Ok(out);
         }
+    }
+
+    /// Whether the cache holds node `addr` with this header, reverse
+    /// pointer and visible slots.
+    fn cached_as(&self, addr: GlobalAddr, header: Header, rev: GlobalAddr, words: &[u64]) -> bool {
+        let cache: Reader<'_> = self.cache().reader();
+        let Some(v) = cache.get(addr) else {
+            return false;
+        };
+        v.header == header
+            && v.rev == rev
+            && words.iter().enumerate().all(|(i, &w)| {
+                let s = Slot(w);
+                s.is_empty() || v.find(s.pkey()) == Some((i, s))
+            })
     }
 
     /// A scan's first items: the root (the cache off or cold,
