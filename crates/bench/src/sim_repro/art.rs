@@ -95,7 +95,7 @@
 //!   16 × 8 threads and 1 M keys: 1.110 → 1.371 Mops (+24 %), 8,291 →
 //!   5,669 bytes, 5.30 → 4.18 round trips, 56.1 → 55.1 verbs per
 //!   operation (`--scan-from-cache off` gives main's numbers bit for
-//!   bit). The prediction for the figure's SMART points thus moves from
+//!   bit at 200 k keys). The prediction for the figure's SMART points thus moves from
 //!   about 1.1 to about 1.37 Mops at 8 bytes. What bounds it now: with 1 M
 //!   keys the root's children are NODE_256s whose slots hold NODE_16s of
 //!   about 15 keys, so a scan of 50 keys starts in one of those, reads its
