@@ -89,10 +89,13 @@
 //!   doc of `dmkit_art` says why this misses none). Measured, `bench ycsb
 //!   --backend sim --index art --workload e --memory-nodes 2 --machines 16
 //!   --coros 4`, the figure's device (the ConnectX-6 profile, link 100 Gb,
-//!   responders at 45 M verbs/s), 40 ms warm-up, 10 ms measured, before →
-//!   after: 16 × 1 threads, 200 k keys: 1.002 → 1.187 Mops, 8,285 → 5,909
-//!   bytes and 5.24 → 4.26 round trips per operation; the full figure's
-//!   16 × 8 threads and 1 M keys: 1.110 → 1.371 Mops (+24 %), 8,291 →
+//!   responders at 45 M verbs/s), 40 ms warm-up, 10 ms measured, the
+//!   bench's own defaults otherwise (throttling and conflict avoidance on,
+//!   zipfian ranks over 10^10 items; the figure turns the first two off
+//!   and draws over 10^8), before → after: 16 × 1 threads, 200 k keys:
+//!   1.002 → 1.187 Mops, 8,285 → 5,909 bytes and 5.24 → 4.26 round trips
+//!   per operation; at the full figure's size, 16 × 8 threads and 1 M
+//!   keys: 1.110 → 1.371 Mops (+24 %), 8,291 →
 //!   5,669 bytes, 5.30 → 4.18 round trips, 56.1 → 55.1 verbs per
 //!   operation (`--scan-from-cache off` gives main's numbers bit for
 //!   bit at 200 k keys). The prediction for the figure's SMART points thus moves from
