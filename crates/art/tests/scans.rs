@@ -205,6 +205,10 @@ fn sum(all: &[TreeCounters]) -> TreeCounters {
 /// One simulated run: 2 compute machines × 2 workers, each with 2 writer
 /// tasks and 2 scanner tasks; the tree's counters summed over clients.
 fn sim_run(seed: u64, scan_from_cache: bool) -> TreeCounters {
+    sim_run_with(seed, cfg(scan_from_cache))
+}
+
+fn sim_run_with(seed: u64, config: ArtConfig) -> TreeCounters {
     let mut r = Rng::new(seed);
     let mut sim = Sim::new(SimConfig {
         profile: Profile::cx6(),
@@ -218,7 +222,7 @@ fn sim_run(seed: u64, scan_from_cache: bool) -> TreeCounters {
     })
     .expect("a simulator");
     let f = sim.dyn_fabric();
-    let tree = ArtTree::create(f.clone(), "scans", cfg(scan_from_cache)).expect("create");
+    let tree = ArtTree::create(f.clone(), "scans", config).expect("create");
     let u = Arc::new(universe(seed, 1200));
     let (workers, writers, scanners) = (4, 2, 2);
     let mut clients = Vec::new();
@@ -272,6 +276,25 @@ fn scans_from_the_cache_racing_splits_on_the_simulator() {
     assert!(t.cached_scan_starts > 500, "{t:?}");
     assert!(t.header_splits > 20 && t.leaf_splits > 1000, "{t:?}");
     assert!(t.type_switches > 50, "{t:?}");
+}
+
+/// Figure 17's other designs: the finer node sizes and the hash-indexed
+/// cache, with scans from the cache.
+#[test]
+fn scans_from_a_hash_indexed_cache_over_finer_nodes_racing_splits() {
+    use dmkit_art::cache::CacheIndex;
+    use dmkit_art::layout::NodeLayout;
+    let mut total = Vec::new();
+    for seed in 201..=204 {
+        let config = ArtConfig {
+            node_layout: NodeLayout::Homogeneous,
+            cache_index: CacheIndex::Hash,
+            ..cfg(true)
+        };
+        total.push(sim_run_with(seed, config));
+    }
+    let t = sum(&total);
+    assert!(t.cached_scan_starts > 100, "{t:?}");
 }
 
 /// The same race with every scan from the root.
