@@ -75,9 +75,68 @@
 //! pinned, validated by the tree's reverse check when a traversal leaves
 //! them.
 //!
+//! ## Scans (§4.4)
+//! A scan keeps a list of pending items (nodes, leaves, entries found) in
+//! key order and reads the first ones in parallel each round; a node read
+//! expands into its children within the bounds. Scans are not atomic, as
+//! in the paper and Sherman, but every key present throughout a scan is
+//! returned, no key absent throughout it is, in order and once. A node
+//! whose header is not where its path says (a header split finished after
+//! its parent was read) restarts the scan.
+//!
+//! With `scan_from_cache` (on by default; off: from the root) a scan
+//! starts at the deepest node on its start key's path that the cache
+//! names, as SMART's artifact starts a range query from its cache
+//! (`search_range_from_cache`) — but unlike the artifact, which expands
+//! the cached nodes' slots, every node is read from remote memory: a
+//! snapshot can miss a slot filled since. The cached walk from the root
+//! along the start key `lo` (each child named by its parent's snapshot,
+//! its own snapshot naming that parent and arrived at no deeper than its
+//! header, as a search's) gives nodes A0 = root, …, Ak whose *full prefix*
+//! F(Ai) — the key bytes before its branching byte — is a prefix of `lo`.
+//! The scan's items are Ak, then, for i = k−1 … 0, Ai's continuation: Ai
+//! with the lower bound succ(F(Ai+1)) (the least string above every key
+//! that starts with F(Ai+1)), in which Ai+1 is skipped wherever it shows
+//! up. Each is read when the scan reaches it (a continuation counts as its
+//! snapshot's slots past the start key when the scan sizes a round).
+//! Why this is correct:
+//! - *Prefixes never change.* Nodes are never moved, freed or merged;
+//!   type switches are in place; a leaf split only turns a leaf slot into
+//!   a node; a header split puts a new node M above node N and then cuts
+//!   N's header by the bytes M took — N's depth grows by exactly their
+//!   number, so the bytes N stands for, and its branching position, are
+//!   those it had. So F(N) is fixed when N is published, and a snapshot of
+//!   any age gives it: the walk reads each byte of F off the start key, and
+//!   a pair of snapshots that name each other showed a real parent and
+//!   child at some time. As the tree is a trie, the keys with prefix F(N)
+//!   are in N's subtree at all times after N is published.
+//! - *Nothing is missed.* Take a key x ≥ `lo` present throughout the
+//!   scan, and the last Aj with F(Aj) a prefix of x. If j = k, x is in Ak's
+//!   subtree when Ak is read, and the walk below a node read now finds
+//!   what is there (as from the root). Otherwise x does not start with
+//!   F(Aj+1) while `lo` does, so x ≥ succ(F(Aj+1)) — Aj's bound — and x is
+//!   in Aj's subtree, outside Aj+1's: Aj's continuation finds it. The
+//!   skip drops only Aj+1's subtree, all of whose keys are below the
+//!   bound. A stale path is no hole: if a header split put M between Aj
+//!   and Aj+1 since the snapshots, Aj's slot leads to M, which is read
+//!   with the bound (its keys outside Aj+1 are all below `lo` or above the
+//!   bound), and a cut Aj+1 read at its old depth restarts the scan (its
+//!   snapshot is dropped).
+//! - *Nothing twice, in order.* Ak's keys start with F(Ak); Ai's
+//!   continuation holds keys from succ(F(Ai+1)) up to the keys starting
+//!   with F(Ai), all below succ(F(Ai)), where Ai−1's continuation
+//!   starts: the items cover disjoint, increasing key ranges, and leaves
+//!   are checked against their item's bound as well.
+//!
+//! A scan puts the nodes it reads into the cache (as the artifact's
+//! `range_query_on_page` does), so a machine's next scans find their
+//! paths; after `CACHED_ATTEMPTS` restarts a scan starts from the root.
+//!
 //! ## Round trips (common path, warm cache)
 //! search 1 (the leaf); update 2 (lock + read, write-back + unlock);
-//! insert 2–3 (the node where it goes, then leaf + CAS); delete 2.
+//! insert 2–3 (the node where it goes, then leaf + CAS); delete 2; scan
+//! of n entries: the start node, then its leaves and the nodes past it
+//! (from the cache's start node, not the root).
 //!
 //! ## Read delegation and write combining (§4.2)
 //! [`rdwc`]: tasks of one compute machine (all its workers' clients) that

@@ -2,7 +2,7 @@
 //! protocols are described in the crate docs.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
@@ -74,6 +74,20 @@ pub struct ArtConfig {
         arg(long = "art-cache", id = "art_cache", value_name = "BYTES", value_parser = size, default_value = "64MiB")
     )]
     pub cache_bytes: usize,
+    /// Radix tree: start a scan at the deepest cached node on its start
+    /// key's path, read now, instead of at the root.
+    ///
+    /// As SMART's artifact starts a range query from its compute-side
+    /// cache. The snapshots only name the nodes (whose key prefixes never
+    /// change); every node a scan uses is read from remote memory, and the
+    /// keys after the start node's subtree come from its ancestors, read
+    /// when the scan gets there (see `ArtClient::scan_start`). Off, or with
+    /// the cache off, every scan starts at the root. Client-side only.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "scan-from-cache", value_name = "on|off", value_parser = switch, default_value = "on", action = Set)
+    )]
+    pub scan_from_cache: bool,
     /// Radix tree: the node sizes internal nodes grow through.
     ///
     /// The radix-tree paper's "homogeneous adaptive internal node" (§4.1.1,
@@ -207,6 +221,7 @@ impl Default for ArtConfig {
             in_place: true,
             rear_lock: true,
             cache_bytes: 64 << 20,
+            scan_from_cache: true,
             node_layout: NodeLayout::FixedTypes,
             cache_index: CacheIndex::Art,
             lock_free_internal: true,
@@ -352,6 +367,9 @@ pub struct TreeCounters {
     /// Leaf locks handed over through a shared local entry that were
     /// another leaf's: this client released that one, then took its own.
     pub foreign_handovers: u64,
+    /// Scans that started below the root, at a node named by the cache
+    /// (`ArtConfig::scan_from_cache`).
+    pub cached_scan_starts: u64,
 }
 
 /// [`IndexError::Corrupt`]: the bytes at `addr` are not the `what` the
@@ -2334,7 +2352,9 @@ impl ArtClient {
     /// The ordered walk: a list of pending items in key order, whose first
     /// unread ones are fetched in parallel each round (one READ per node
     /// or leaf, one doorbell per memory node); nodes expand into their
-    /// children in place, and finished entries leave from the front.
+    /// children in place, and finished entries leave from the front. The
+    /// list starts at the root, or at the cached node `lo` leads to and
+    /// its ancestors' continuations ([`ArtClient::scan_start`]).
     async fn scan_tk(
         &self,
         ctx: &Ctx,
@@ -2347,13 +2367,7 @@ impl ArtClient {
         let mut retry = Retry::new("scan", self.t.cfg.retry);
         'scan: loop {
             let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-            let mut items: std::collections::VecDeque<Item> = std::collections::VecDeque::new();
-            items.push_back(Item::Node {
-                addr: self.t.root,
-                ty: NodeType::N256,
-                e: 0,
-                path: Path::default(),
-            });
+            let mut items = self.scan_start(lo, hi, retry.attempts() < CACHED_ATTEMPTS);
             while out.len() < count {
                 while let Some(Item::Ready(_, _)) = items.front() {
                     if let Some(Item::Ready(k, v)) = items.pop_front() {
@@ -2370,7 +2384,8 @@ impl ArtClient {
                 // than the entries still wanted can need: a node counts as
                 // the keys its type guarantees at least (past the first
                 // one, NODE_16 holds ≥ 5, NODE_48 ≥ 17, NODE_256 ≥ 49), so
-                // a short scan does not read whole subtrees it will not use.
+                // a short scan does not read whole subtrees it will not use;
+                // an ancestor's continuation as its snapshot's estimate.
                 let want = count.saturating_sub(out.len());
                 let (mut n, mut covers) = (0, 0usize);
                 for it in items.iter().take(width) {
@@ -2379,6 +2394,9 @@ impl ArtClient {
                     }
                     n += 1;
                     covers = covers.saturating_add(match it {
+                        Item::Node {
+                            covers: Some(c), ..
+                        } => *c,
                         Item::Node { ty, .. } => ty.min_children(),
                         _ => 1,
                     });
@@ -2390,7 +2408,7 @@ impl ArtClient {
                         Item::Node { addr, ty, .. } => {
                             ctx.read(self.t.remote(*addr)?, piece.prefix(ty.read_bytes()));
                         }
-                        Item::Leaf { slot } => {
+                        Item::Leaf { slot, .. } => {
                             let a = slot.ptr();
                             ctx.read(self.t.remote(a)?, piece.prefix(self.leaf_len(*slot)?));
                         }
@@ -2404,16 +2422,19 @@ impl ArtClient {
                     let piece = sc.scan.piece(i, sc.scan_item);
                     match it {
                         Item::Ready(..) => expanded.push(it),
-                        Item::Leaf { slot } => {
+                        Item::Leaf { slot, bound } => {
                             let len = self.leaf_len(slot)?;
                             match self.decode(ctx, piece.prefix(len)) {
                                 None => {
                                     self.count(|c| c.torn_reads += 1);
-                                    expanded.push(Item::Leaf { slot });
+                                    expanded.push(Item::Leaf { slot, bound });
                                 }
                                 Some(l) if l.valid() => {
                                     let tk = self.tree_key(&l.key);
-                                    if tk.as_slice() >= lo && hi.is_none_or(|h| tk.as_slice() <= h)
+                                    let tk = tk.as_slice();
+                                    if tk >= lo
+                                        && bound.as_ref().is_none_or(|b| tk >= b.lo.as_slice())
+                                        && hi.is_none_or(|h| tk <= h)
                                     {
                                         expanded.push(Item::Ready(l.key, l.value));
                                     }
@@ -2421,7 +2442,14 @@ impl ArtClient {
                                 Some(_) => {}
                             }
                         }
-                        Item::Node { addr, ty, e, path } => {
+                        Item::Node {
+                            addr,
+                            ty,
+                            e,
+                            path,
+                            bound,
+                            covers,
+                        } => {
                             let head: NodeHead = ctx.get_as(piece.prefix(NODE_HEAD));
                             let header = Header(head.header);
                             let Some(hty) = header.ty() else {
@@ -2429,6 +2457,13 @@ impl ArtClient {
                             };
                             let d = header.depth();
                             if hty == NodeType::Deleted || d > e || e - d > header.prefix_len() {
+                                // Not where the path says (a header split
+                                // finished since the parent, or the cached
+                                // snapshot that named it, was read): the
+                                // next start must not take it again.
+                                if self.t.cfg.scan_from_cache {
+                                    self.cache().remove(addr);
+                                }
                                 self.pause(ctx, &mut retry).await?;
                                 continue 'scan;
                             }
@@ -2438,9 +2473,14 @@ impl ArtClient {
                                     ty: hty,
                                     e,
                                     path,
+                                    bound,
+                                    covers,
                                 });
                                 continue;
                             }
+                            // A continuation's keys start at its bound
+                            // (past the subtree the scan started in).
+                            let lo = bound.as_ref().map_or(lo, |b| b.lo.as_slice());
                             let mut full = path.bytes();
                             full.extend((e - d..header.prefix_len()).map(|i| header.prefix(i)));
                             let pos = full.len();
@@ -2456,6 +2496,17 @@ impl ArtClient {
                             }
                             let mut words = vec![0u64; hty.slots()];
                             ctx.get_local(piece.skip(NODE_SLOTS as usize), words.as_mut_bytes());
+                            if self.t.cfg.scan_from_cache {
+                                // The node as read now, for the next scans'
+                                // starts (and searches), as SMART's range
+                                // query fills its cache — unless the cache
+                                // holds it as it is (no allocation then).
+                                let rev = GlobalAddr::from_raw(head.rev);
+                                if !self.cached_as(addr, header, rev, &words) {
+                                    let view = NodeView::new(addr, header, rev, words.clone());
+                                    self.cache().put(Arc::new(view));
+                                }
+                            }
                             let mut kids: Vec<Slot> = words
                                 .into_iter()
                                 .map(Slot)
@@ -2468,13 +2519,19 @@ impl ArtClient {
                                             || hi.is_none_or(|h| {
                                                 pos >= h.len() || s.pkey() <= h[pos]
                                             }))
+                                        && bound
+                                            .as_ref()
+                                            .is_none_or(|b| s.is_leaf() || s.ptr() != b.skip)
                                 })
                                 .collect();
                             kids.sort_by_key(|s| s.pkey());
                             let full = Rc::new(full);
                             for s in kids {
                                 if s.is_leaf() {
-                                    expanded.push(Item::Leaf { slot: s });
+                                    expanded.push(Item::Leaf {
+                                        slot: s,
+                                        bound: bound.clone(),
+                                    });
                                 } else {
                                     let p = Path {
                                         parent: full.clone(),
@@ -2488,6 +2545,8 @@ impl ArtClient {
                                             .max(NodeType::N4),
                                         e: pos + 1,
                                         path: p,
+                                        bound: bound.clone(),
+                                        covers: None,
                                     });
                                 }
                             }
@@ -2502,6 +2561,148 @@ impl ArtClient {
             return Ok(out);
         }
     }
+
+    /// Whether the cache holds node `addr` with this header, reverse
+    /// pointer and visible slots.
+    fn cached_as(&self, addr: GlobalAddr, header: Header, rev: GlobalAddr, words: &[u64]) -> bool {
+        let cache: Reader<'_> = self.cache().reader();
+        let Some(v) = cache.get(addr) else {
+            return false;
+        };
+        v.header == header
+            && v.rev == rev
+            && words.iter().enumerate().all(|(i, &w)| {
+                let s = Slot(w);
+                s.is_empty() || v.find(s.pkey()) == Some((i, s))
+            })
+    }
+
+    /// A scan's first items: the root (the cache off or cold,
+    /// `scan_from_cache` off, or `use_cache` false after restarts), or the
+    /// deepest node of `lo`'s path through the cached snapshots followed by
+    /// its ancestors' continuations.
+    ///
+    /// The cached walk from the root along `lo` (each child's snapshot
+    /// naming its parent and arrived at no deeper than its header, as a
+    /// search's) gives a chain A0 = root, …, Ak of nodes whose full key
+    /// prefixes F(Ai) — the key bytes up to each one's branching byte —
+    /// are prefixes of `lo`. The items, in key order: Ak, with the scan's
+    /// own bounds; then for i = k−1 down to 0, Ai's *continuation*: Ai with
+    /// the lower bound succ(F(Ai+1)) (the least string above every key
+    /// starting with F(Ai+1)) and the child Ai+1 skipped wherever it
+    /// shows up. Every one of them is read from remote memory when the scan
+    /// reaches it; the snapshots only name them. Why no key present
+    /// throughout the scan is missed and none is returned twice: see
+    /// "Scans" in the crate docs.
+    fn scan_start(&self, lo: &[u8], hi: Option<&[u8]>, use_cache: bool) -> VecDeque<Item> {
+        let root = || {
+            VecDeque::from([Item::Node {
+                addr: self.t.root,
+                ty: NodeType::N256,
+                e: 0,
+                path: Path::default(),
+                bound: None,
+                covers: None,
+            }])
+        };
+        if !use_cache || !self.t.cfg.scan_from_cache {
+            return root();
+        }
+        let cache: Reader<'_> = self.cache().reader();
+        let Some(mut v) = cache.get(self.t.root) else {
+            return root();
+        };
+        // (node, key position it is arrived at, its branching position)
+        let mut chain: Vec<(&Arc<NodeView>, usize, usize)> = Vec::new();
+        let mut e = 0;
+        while let Ok(pos) = v.match_prefix(e, lo) {
+            if pos >= lo.len() {
+                break;
+            }
+            chain.push((v, e, pos));
+            let Some((_, s)) = v.find(lo[pos]) else {
+                break;
+            };
+            if s.is_leaf() {
+                break;
+            }
+            match cache.get_touch(s.ptr()) {
+                Some(c) if c.header.depth() <= pos + 1 && c.rev == v.addr => {
+                    v = c;
+                    e = pos + 1;
+                }
+                _ => break,
+            }
+        }
+        let Some(&(start, e, _)) = chain.last() else {
+            return root();
+        };
+        if chain.len() == 1 {
+            return root();
+        }
+        let path = |e: usize| Path {
+            parent: Rc::new(lo[..e].to_vec()),
+            last: None,
+        };
+        let mut items = VecDeque::with_capacity(chain.len());
+        items.push_back(Item::Node {
+            addr: start.addr,
+            ty: start.ty(),
+            e,
+            path: path(e),
+            bound: None,
+            covers: None,
+        });
+        for w in chain.windows(2).rev() {
+            let ((a, e, pos), (child, _, child_pos)) = (w[0], w[1]);
+            assert!(
+                pos < child_pos && child_pos <= lo.len(),
+                "a child's branching byte lies below its parent's"
+            );
+            // Past every key of the child's subtree; nothing of `a` is
+            // left if the successor leaves a's own prefix.
+            let Some(after) = successor(&lo[..child_pos]).filter(|s| s.len() > pos) else {
+                continue;
+            };
+            if hi.is_some_and(|h| after.as_slice() > h) {
+                break;
+            }
+            // The snapshot's slots past the child: a lower estimate of
+            // what is there now (slots never empty again); a node holds
+            // two keys at least.
+            let covers = a
+                .slots()
+                .iter()
+                .map(|&w| Slot(w))
+                .filter(|s| !s.is_empty() && s.pkey() > lo[pos])
+                .map(|s| if s.is_leaf() { 1 } else { 2 })
+                .sum();
+            items.push_back(Item::Node {
+                addr: a.addr,
+                ty: a.ty(),
+                e,
+                path: path(e),
+                bound: Some(Rc::new(Bound {
+                    lo: after,
+                    skip: child.addr,
+                })),
+                covers: Some(covers),
+            });
+        }
+        drop(cache);
+        self.count(|c| c.cached_scan_starts += 1);
+        items
+    }
+}
+
+/// The least byte string above every string that starts with `p`: `p`
+/// up to its last byte below 0xFF, that byte raised by one (`None` if
+/// every byte is 0xFF).
+fn successor(p: &[u8]) -> Option<Vec<u8>> {
+    let i = p.iter().rposition(|&b| b != 0xFF)?;
+    let mut s = p[..=i].to_vec();
+    s[i] += 1;
+    Some(s)
 }
 
 /// A scan item's path: its parent's (shared by the siblings) and its own
@@ -2521,6 +2722,17 @@ impl Path {
     }
 }
 
+/// The bound of an ancestor's continuation in a scan started from a
+/// cached node (shared by every item below it).
+struct Bound {
+    /// The continuation's keys are at least this (a prefix bound: the
+    /// successor of the full prefix of the subtree the scan started in).
+    lo: Vec<u8>,
+    /// The node the scan started in (or the ancestor's child on its way):
+    /// its keys are all below `lo`, so it is never read again.
+    skip: GlobalAddr,
+}
+
 /// A pending item of a scan.
 enum Item {
     Node {
@@ -2529,9 +2741,15 @@ enum Item {
         e: usize,
         /// Tree-key bytes before position `e`.
         path: Path,
+        /// A continuation's bound (its own and its descendants').
+        bound: Option<Rc<Bound>>,
+        /// Keys it is expected to yield at least (`None`: as its type
+        /// guarantees).
+        covers: Option<usize>,
     },
     Leaf {
         slot: Slot,
+        bound: Option<Rc<Bound>>,
     },
     Ready(Vec<u8>, Vec<u8>),
 }
@@ -2861,6 +3079,8 @@ mod cli_tests {
             "a handed lock carries the leaf by default"
         );
         assert!(parse("--leaf-handover-reread on").handover_reread);
+        assert!(c.scan_from_cache, "scans start from the cache by default");
+        assert!(!parse("--scan-from-cache off").scan_from_cache);
         c.fit(&Shape {
             keys: 1000,
             max_key: 8,

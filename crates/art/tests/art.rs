@@ -72,6 +72,12 @@ fn the_lifecycle_keeps_its_promises() {
 fn range_scans_follow_the_model() {
     conformance::ordering::<ArtTree>(fabric(1, 64 << 20), cfg(true, true));
     conformance::ordering::<ArtTree>(fabric(1, 64 << 20), cfg(false, false));
+    // Scans from the root with the cache on.
+    let from_root = ArtConfig {
+        scan_from_cache: false,
+        ..cfg(true, true)
+    };
+    conformance::ordering::<ArtTree>(fabric(1, 64 << 20), from_root);
 }
 
 #[test]
@@ -155,8 +161,18 @@ fn key_of(r: &mut Rng) -> Vec<u8> {
     }
 }
 
-fn model_run(in_place: bool, cache: bool, seed: u64) {
-    model_run_with(cfg(in_place, cache), seed);
+fn model_run(in_place: bool, cache: bool, scan_from_cache: bool, seed: u64) {
+    let config = ArtConfig {
+        scan_from_cache,
+        ..cfg(in_place, cache)
+    };
+    let c = model_run_with(config, seed);
+    // Scans start below the root only from a cache that holds the path.
+    if cache && scan_from_cache {
+        assert!(c.cached_scan_starts > 100, "{c:?}");
+    } else {
+        assert_eq!(c.cached_scan_starts, 0, "{c:?}");
+    }
 }
 
 fn model_run_with(config: ArtConfig, seed: u64) -> dmkit_art::TreeCounters {
@@ -272,23 +288,38 @@ fn concurrent_threads_are_linearizable_with_the_homogeneous_layout_and_a_hash_in
 
 #[test]
 fn sequential_ops_match_a_model_in_place_with_cache() {
-    model_run(true, true, 1);
+    model_run(true, true, true, 1);
 }
 
 #[test]
 fn sequential_ops_match_a_model_in_place_without_cache() {
-    model_run(true, false, 2);
+    model_run(true, false, true, 2);
 }
 
 #[test]
 fn sequential_ops_match_a_model_out_of_place() {
-    model_run(false, true, 3);
+    model_run(false, true, true, 3);
+}
+
+#[test]
+fn sequential_ops_match_a_model_with_scans_from_the_root() {
+    model_run(true, true, false, 4);
 }
 
 #[test]
 fn ranges_are_inclusive_and_never_leave_their_bounds() {
+    for scan_from_cache in [true, false] {
+        ranges_are_inclusive(scan_from_cache);
+    }
+}
+
+fn ranges_are_inclusive(scan_from_cache: bool) {
     let f = fabric(1, 64 << 20);
-    let tree = ArtTree::create(f.clone(), "range", cfg(true, true)).unwrap();
+    let config = ArtConfig {
+        scan_from_cache,
+        ..cfg(true, true)
+    };
+    let tree = ArtTree::create(f.clone(), "range", config).unwrap();
     let client = tree.client(1);
     on_worker(f.as_ref(), &client, |ctx, c| async move {
         for i in 0..500u64 {

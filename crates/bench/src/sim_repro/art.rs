@@ -79,11 +79,12 @@
 //!   0.39, 0.67 and 1.11 at 8, 64, 128 and 256 bytes — the claim holds at
 //!   8 and from 256, not at 64–128. Sherman is at the two links'
 //!   bandwidth from 64 bytes (8.5 KB per scan × 2.70 Mops ≈ 23 GB/s; 27.3
-//!   KB × 0.87 Mops at 256), SMART at memory node 0's IOPS at every size
-//!   (1.05 → 0.97 Mops, the bound explained next); the crossing moves
-//!   from the paper's 64 bytes to between 128 and 256 because SMART's
-//!   scans read the root remotely (below): at the 1.7 Mops of a scan
-//!   started from the cache it would fall between 64 and 128.
+//!   KB × 0.87 Mops at 256), SMART at the memory nodes' IOPS at every size
+//!   (1.09 → 1.01 Mops, explained next; 1.05 → 0.97 with scans from the
+//!   root): SMART over Sherman 0.16, 0.40, 0.69 and 1.23 (from the root
+//!   0.16, 0.38, 0.66, 1.18). The crossing is between 128 and 256 bytes,
+//!   not the paper's 64; the quick runs' 20 k keys leave the scans there
+//!   little to gain from their cached start (below).
 //!
 //!   Why the radix tree's YCSB E is flat at about 1 Mops at every client
 //!   count (`smart-art-fig11`: 1.11, 1.12, 1.10 Mops at 16, 128, 384
@@ -103,10 +104,43 @@
 //!   memory nodes unbounded the run climbs to 8.6 Mops (16 × 4 × 4). So the
 //!   figure is the paper's own IOPS bound plus one avoidable cost: SMART's
 //!   artifact starts a range query from its compute-side cache
-//!   (`search_range_from_cache`), dmkit's scan from the root read remotely
-//!   (its cache proves no absence of a key, so it cannot prune by a
-//!   snapshot). Starting scans from validated cached nodes would lift the
-//!   bound to about 90 M / 52 READs ≈ 1.7 Mops.
+//!   (`search_range_from_cache`), dmkit's scan started from the root read
+//!   remotely.
+//!
+//!   Now (`ArtConfig::scan_from_cache`, on by default, `--scan-from-cache`)
+//!   a scan starts at the deepest node the machine's cache names on its
+//!   start key's path, read now, and reads an ancestor (with a lower bound
+//!   past the start node's subtree) only when the scan gets past that
+//!   subtree; scans put the nodes they read into the cache. Every node is
+//!   still read remotely (a snapshot proves no absence of a key; the crate
+//!   doc of `dmkit_art` says why this misses none). Measured, `bench ycsb
+//!   --backend sim --index art --workload e --memory-nodes 2 --machines 16
+//!   --coros 4`, the figure's device (the ConnectX-6 profile, link 100 Gb,
+//!   responders at 45 M verbs/s), 40 ms warm-up, 10 ms measured, the
+//!   bench's own defaults otherwise (throttling and conflict avoidance on,
+//!   zipfian ranks over 10^10 items; the figure turns the first two off
+//!   and draws over 10^8), before → after: 16 × 1 threads, 200 k keys:
+//!   1.002 → 1.187 Mops, 8,285 → 5,909 bytes and 5.24 → 4.26 round trips
+//!   per operation; at the full figure's size, 16 × 8 threads and 1 M
+//!   keys: 1.110 → 1.371 Mops (+24 %), 8,291 →
+//!   5,669 bytes, 5.30 → 4.18 round trips, 56.1 → 55.1 verbs per
+//!   operation (`--scan-from-cache off` gives main's numbers bit for
+//!   bit at 200 k keys). The prediction for the figure's SMART points thus moves from
+//!   about 1.1 to about 1.37 Mops at 8 bytes. What bounds it now: with 1 M
+//!   keys the root's children are NODE_256s whose slots hold NODE_16s of
+//!   about 15 keys, so a scan of 50 keys starts in one of those, reads its
+//!   parent NODE_256 (2 KB) to go on, a few more NODE_16s and its ~50
+//!   leaves, and the root only when it leaves the parent's subtree (about
+//!   one scan in 80). That is 55 READs, one of them 2 KB, per operation,
+//!   spread over both memory nodes by the key's first byte: 55 × 22 ns +
+//!   1.1 × 175 ns ≈ 1.4 µs of responder time, 0.69 µs per node, a bound
+//!   of about 1.45 Mops, against 1.37 measured — the paper's own
+//!   IOPS bound ("small-sized leaf nodes saturate the memory-side IOPS").
+//!   Memory node 0's own request rate is not measured (the simulator
+//!   counts requests per run, not per memory node). The quick runs gain
+//!   less (1.05 → 1.09 Mops): with 20 k keys the root's children hold
+//!   about 78 keys each, so half the scans leave their start node's
+//!   subtree and read the root anyway.
 //! - `smart-art-fig16` — §5.3, Fig. 16: YCSB A, SMART with HOCL (leaf
 //!   writers queue locally and the holder hands the lock to the next local
 //!   writer, at most 8 times in a row, Sherman's bound; the rear lock off:
