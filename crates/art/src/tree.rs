@@ -964,6 +964,11 @@ impl ArtClient {
                 }
             }
         };
+        // Whether `v`'s parent was read by this traversal, so that it named
+        // `v` after the operation began (the root has no parent). A link
+        // from a snapshot, or carried over from an earlier traversal, may
+        // be stale: a header split can have put a new node above `v`.
+        let mut linked = link.is_none();
         loop {
             let step = match v.match_prefix(e, tk) {
                 Err(j) => Err(Kind::Mismatch(j)),
@@ -986,13 +991,23 @@ impl ArtClient {
             };
             match step {
                 Err(kind) if fresh => {
+                    if let (Kind::Mismatch(_), false, Some(l)) = (&kind, linked, link) {
+                        // A key that leaves the header of a node reached by
+                        // a stale link may sit under a new node above it
+                        // (see `header_split`): only absent if the link
+                        // still names the node.
+                        if !self.still_linked(ctx, &l, v.addr).await? {
+                            self.cache().remove_all([l.parent, v.addr]);
+                            return Ok(None);
+                        }
+                    }
                     return Ok(Some(Pos {
                         v,
                         fresh,
                         e,
                         link,
                         kind,
-                    }))
+                    }));
                 }
                 Err(_) => {
                     // A cached snapshot cannot prove absence: read it now.
@@ -1018,6 +1033,7 @@ impl ArtClient {
                                 slot_addr: v.slot_addr(idx),
                                 slot,
                             });
+                            linked = fresh;
                             v = c;
                             e = pos + 1;
                             fresh = true;
@@ -1032,6 +1048,23 @@ impl ArtClient {
                 }
             }
         }
+    }
+
+    /// Whether the slot of link `l` still points at `node` (read now). A
+    /// node slot only ever moves to a new node a header split put above
+    /// its node, never back: if it names `node` now, it did when `node`
+    /// was read.
+    async fn still_linked(
+        &self,
+        ctx: &Ctx,
+        l: &Link,
+        node: GlobalAddr,
+    ) -> Result<bool, IndexError> {
+        let word = self.sc().word;
+        ctx.read(self.t.remote(l.slot_addr)?, word);
+        ctx.sync().await?;
+        let s = Slot(ctx.local_u64(word));
+        Ok(!s.is_empty() && !s.is_leaf() && s.ptr() == node)
     }
 
     /// `Start` that re-reads `p`'s node.
@@ -1673,9 +1706,13 @@ impl ArtClient {
     /// slot); the node's header drops them (CAS); the insert then goes on
     /// from the new node. Until the header CAS, readers that arrive through
     /// the new node skip the redundant partial keys (the header's depth is
-    /// behind theirs) and readers that read the parent before see the old
-    /// path, which is still complete: nothing was added below the new node
-    /// yet, so no stale snapshot can miss a key.
+    /// behind theirs). Other clients can insert below the new node before
+    /// the cut (its slot is published), so the old path is no longer
+    /// complete: a key that leaves the node's old header may sit below the
+    /// new node. A reader that read the parent before the split may still
+    /// answer "absent" (it read the parent before that insert); one that
+    /// came by a stale link (a cached parent) checks the link before it
+    /// says a key leaving the header is absent (`descend`).
     async fn header_split(&self, ctx: &Ctx, p: &Pos, j: usize) -> Result<Next, IndexError> {
         let v = &p.v;
         let d = v.header.depth();
@@ -3131,5 +3168,102 @@ mod config_tests {
                 ((1, max_key), value.max(8))
             );
         }
+    }
+}
+
+/// The window of a header split between its two CASes, built step by step:
+/// the split of node N is published (the parent names the new node M) and
+/// another key is inserted under M while N's header is not cut yet.
+#[cfg(test)]
+mod split_window_tests {
+    use dmkit_fabric::SyncQp;
+    use dmkit_index::conformance::{on_worker, shm_fabric};
+    use dmkit_index::{MapClient, RemoteMap};
+
+    use super::*;
+
+    fn node(qp: &mut SyncQp, tree: &ArtTree, addr: GlobalAddr) -> InternalNode {
+        let rk = tree.home.rkey(addr.node()).unwrap();
+        let b = qp.read(addr, rk, NODE_BYTES).unwrap();
+        InternalNode::read_from_bytes(&b).unwrap()
+    }
+
+    /// A search or update of a key under M must find it from a machine
+    /// whose cache still shows the old path (parent → N): N, read now,
+    /// still has its old header, which the key leaves.
+    #[test]
+    fn a_key_under_a_split_node_is_found_through_a_stale_path() {
+        let f = shm_fabric(1, 64 << 20);
+        let cfg = ArtConfig {
+            max_key: 8,
+            max_value: 8,
+            cache_bytes: 1 << 20,
+            chunk_bytes: 1 << 20,
+            ..Default::default()
+        };
+        let tree = ArtTree::create(f.clone(), "window", cfg).unwrap();
+        let (k1, k2, k3) = (b"abcdefgh", b"abcdefgX", b"abcZZZZZ");
+        let writer = tree.client_on(0, 1);
+        // Machine 1 caches the root and N; machine 2 only the root.
+        let (stale_n, stale_root) = (tree.client_on(1, 2), tree.client_on(2, 3));
+        on_worker(f.as_ref(), &writer, move |ctx, c| async move {
+            assert!(c.insert(&ctx, k1, b"v1").await.unwrap());
+            assert!(c.insert(&ctx, k2, b"v2").await.unwrap());
+        });
+        on_worker(f.as_ref(), &stale_n, move |ctx, c| async move {
+            assert_eq!(c.search(&ctx, k1).await.unwrap(), Some(b"v1".to_vec()));
+        });
+        on_worker(f.as_ref(), &stale_root, move |ctx, c| async move {
+            assert_eq!(c.search(&ctx, b"q").await.unwrap(), None);
+        });
+        assert!(stale_n.cache().reader().get(tree.root).is_some());
+        assert!(stale_root.cache().reader().get(tree.root).is_some());
+        // N: the node below the root's slot `a`, with partial keys "bcdefg".
+        let mut qp = SyncQp::new(f.as_ref(), tree.root.node(), NODE_BYTES).unwrap();
+        let find = |n: &InternalNode, b: u8| {
+            n.slots
+                .iter()
+                .map(|&w| Slot(w))
+                .find(|s| !s.is_empty() && s.pkey() == b)
+                .unwrap()
+        };
+        let root = node(&mut qp, &tree, tree.root);
+        let n = find(&root, b'a').ptr();
+        let old = node(&mut qp, &tree, n).head;
+        assert_eq!(Header(old.header).depth(), 1);
+        assert_eq!(Header(old.header).prefix_len(), 6);
+        assert!(stale_n.cache().reader().get(n).is_some());
+        assert!(stale_root.cache().reader().get(n).is_none());
+        // The header split of N at "bc" (M above N), then k3 below M.
+        on_worker(f.as_ref(), &writer, move |ctx, c| async move {
+            assert!(c.insert(&ctx, k3, b"v3").await.unwrap());
+        });
+        assert_eq!(writer.counters().header_splits, 1);
+        let m = find(&node(&mut qp, &tree, tree.root), b'a').ptr();
+        assert_ne!(m, n);
+        assert_eq!(find(&node(&mut qp, &tree, m), b'd').ptr(), n);
+        // Back into the window: N as it was before the cut (its old header
+        // and reverse pointer), as if the splitter had not cut it yet
+        // while another client's insert of k3 under M had returned.
+        let cut = node(&mut qp, &tree, n).head;
+        assert_ne!(cut, old);
+        let at = n.add(std::mem::offset_of!(InternalNode, head) as u64);
+        let rk = tree.home.rkey(n.node()).unwrap();
+        qp.write(at, rk, old.as_bytes()).unwrap();
+        for (c, was, now) in [(&stale_n, b"v3", b"v4"), (&stale_root, b"v4", b"v5")] {
+            on_worker(f.as_ref(), c, move |ctx, c| async move {
+                assert_eq!(c.search(&ctx, k3).await.unwrap(), Some(was.to_vec()));
+                assert!(c.update(&ctx, k3, now).await.unwrap());
+                assert_eq!(c.search(&ctx, k1).await.unwrap(), Some(b"v1".to_vec()));
+            });
+        }
+        // The splitter cuts the header: the tree is whole.
+        qp.write(at, rk, cut.as_bytes()).unwrap();
+        check_tree_ok(&tree);
+    }
+
+    fn check_tree_ok(tree: &ArtTree) {
+        let rep = crate::check_tree(tree).unwrap();
+        assert_eq!(rep.leaves, 3, "{rep:?}");
     }
 }
