@@ -43,7 +43,8 @@
 //!     after the parent read, inside the operation. A reader whose link
 //!     came from a cached parent snapshot (taken before the operation)
 //!     re-reads that slot before it reports a key that leaves N's header
-//!     absent (one more round trip, on that path only), and starts over if
+//!     absent (one more round trip, on that path only; an insert skips it,
+//!     as the header split it starts CASes that slot), and starts over if
 //!     the slot no longer names N. This is sound because a node slot only
 //!     ever moves to a node that a header split put above its node, never
 //!     back: if it names N after N was read, it named N then, and N's

@@ -945,7 +945,19 @@ impl ArtClient {
     /// the leaf slot of the key's byte. Mismatches and missing slots are
     /// only reported from nodes read now; a leaf slot may come from a
     /// cached snapshot (`Pos::fresh` false). `None`: start over.
-    async fn descend(&self, ctx: &Ctx, tk: &[u8], from: Start) -> Result<Option<Pos>, IndexError> {
+    ///
+    /// With `proves_absence` (a search, update or delete, which answers
+    /// "absent" on a mismatch), a mismatch at a node reached by a link this
+    /// traversal did not read is reported only once the link's slot still
+    /// names the node (see the crate doc's header split). An insert needs
+    /// no check: the header split it starts CASes that slot.
+    async fn descend(
+        &self,
+        ctx: &Ctx,
+        tk: &[u8],
+        from: Start,
+        proves_absence: bool,
+    ) -> Result<Option<Pos>, IndexError> {
         let (mut v, mut e, mut link, mut fresh) = match from {
             Start::Top { use_cache } => match use_cache.then(|| self.cache_walk(tk)).flatten() {
                 Some((v, e, link)) => (v, e, link, false),
@@ -991,7 +1003,9 @@ impl ArtClient {
             };
             match step {
                 Err(kind) if fresh => {
-                    if let (Kind::Mismatch(_), false, Some(l)) = (&kind, linked, link) {
+                    if let (Kind::Mismatch(_), true, false, Some(l)) =
+                        (&kind, proves_absence, linked, link)
+                    {
                         // A key that leaves the header of a node reached by
                         // a stale link may sit under a new node above it
                         // (see `header_split`): only absent if the link
@@ -1102,7 +1116,7 @@ impl ArtClient {
         let mut from = Start::Top { use_cache: true };
         let mut cached_only = true;
         loop {
-            let Some(p) = self.descend(ctx, &tk, from).await? else {
+            let Some(p) = self.descend(ctx, &tk, from, true).await? else {
                 self.pause(ctx, &mut retry).await?;
                 from = Self::top(&retry);
                 cached_only = false;
@@ -1168,7 +1182,8 @@ impl ArtClient {
         let mut retry = Retry::new(mode.name(), self.t.cfg.retry);
         let mut from = Start::Top { use_cache: true };
         loop {
-            let Some(p) = self.descend(ctx, &tk, from).await? else {
+            let absent_matters = mode != WriteMode::Insert;
+            let Some(p) = self.descend(ctx, &tk, from, absent_matters).await? else {
                 self.pause(ctx, &mut retry).await?;
                 from = Self::top(&retry);
                 continue;
@@ -2219,7 +2234,7 @@ impl ArtClient {
             }
             self.pause(ctx, &mut retry).await?;
             let Some(q) = self
-                .descend(ctx, &tk, Start::Top { use_cache: false })
+                .descend(ctx, &tk, Start::Top { use_cache: false }, false)
                 .await?
             else {
                 continue;
@@ -3250,10 +3265,19 @@ mod split_window_tests {
         let at = n.add(std::mem::offset_of!(InternalNode, head) as u64);
         let rk = tree.home.rkey(n.node()).unwrap();
         qp.write(at, rk, old.as_bytes()).unwrap();
-        for (c, was, now) in [(&stale_n, b"v3", b"v4"), (&stale_root, b"v4", b"v5")] {
+        let runs = [
+            (&stale_n, b"v3", b"v4", b"abcYYYYY"),
+            (&stale_root, b"v4", b"v5", b"abcWWWWW"),
+        ];
+        for (c, was, now, k4) in runs {
             on_worker(f.as_ref(), c, move |ctx, c| async move {
                 assert_eq!(c.search(&ctx, k3).await.unwrap(), Some(was.to_vec()));
                 assert!(c.update(&ctx, k3, now).await.unwrap());
+                // An insert that leaves N's old header at the bytes M took
+                // goes below M (its header split of N by the stale link
+                // fails its CAS).
+                assert!(c.insert(&ctx, k4, b"v").await.unwrap());
+                assert_eq!(c.search(&ctx, k4).await.unwrap(), Some(b"v".to_vec()));
                 assert_eq!(c.search(&ctx, k1).await.unwrap(), Some(b"v1".to_vec()));
             });
         }
@@ -3264,6 +3288,6 @@ mod split_window_tests {
 
     fn check_tree_ok(tree: &ArtTree) {
         let rep = crate::check_tree(tree).unwrap();
-        assert_eq!(rep.leaves, 3, "{rep:?}");
+        assert_eq!(rep.leaves, 5, "{rep:?}");
     }
 }
