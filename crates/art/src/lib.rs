@@ -53,6 +53,13 @@
 //!     keys are below N at all times (see Scans). SMART's artifact checks
 //!     nothing there (a header mismatch ends its search, cached path or
 //!     not); `tree::split_window_tests` builds the window step by step.
+//!     *Helping the cut.* An insert that arrives at N through M (behind
+//!     its header) and would split N's header again cuts N's header for
+//!     the splitter first (CAS from the uncut header it read, by the bytes
+//!     its arrival says M took; then N's reverse pointer), as inserts help
+//!     a type switch, and starts over; the splitter accepts a cut it finds
+//!     done. Without it, a splitter that died between its CASes would
+//!     block those inserts until their retries ran out.
 //! - **Leaves are updated in place under a lock** (`in_place`, default):
 //!   CAS the lock word at the leaf's rear with a READ of the leaf behind it
 //!   in the same batch, then one WRITE of the item, its checksum and the
