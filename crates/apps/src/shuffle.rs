@@ -80,8 +80,16 @@ fn root_name(name: &str) -> String {
 }
 
 /// The partition of `key` among `parts` (the shuffle rule).
+#[inline]
 pub fn part_of(key: u64, parts: usize) -> usize {
-    (fmix64(key ^ 0x005A_FF1E) % parts as u64) as usize
+    let (h, p) = (fmix64(key ^ 0x005A_FF1E), parts as u64);
+    // The same value as `h % p`; a mask when `p` is a power of two (a
+    // 64-bit division is 10–40 cycles, and every entry pays one per pass).
+    (if p.is_power_of_two() {
+        h & (p - 1)
+    } else {
+        h % p
+    }) as usize
 }
 
 /// A shuffle stage: where its head and partition buffers are.
@@ -428,7 +436,7 @@ pub struct PushParams {
 }
 
 /// A source's task memory: its entries (registered: SGL and the
-/// unbatched methods WRITE from them) and the packing ring of SP.
+/// unbatched methods WRITE from them) and the packing slots of SP.
 #[derive(Debug, Clone, Copy)]
 pub struct SourceMem {
     entries: Local,
@@ -437,11 +445,25 @@ pub struct SourceMem {
 }
 
 impl SourceMem {
-    /// Declares the memory for up to `records` entries of `entry` bytes.
-    pub fn declare(l: &mut LocalLayout, records: usize, entry: usize, p: &PushParams) -> Self {
+    /// Declares the memory for up to `records` entries of `entry` bytes
+    /// pushed to up to `parts` partitions. SP packs each partition's next
+    /// batch in a slot of its own and has up to `depth` more in flight:
+    /// `parts + depth` slots of `batch` entries.
+    pub fn declare(
+        l: &mut LocalLayout,
+        records: usize,
+        entry: usize,
+        parts: usize,
+        p: &PushParams,
+    ) -> Self {
+        let slots = if p.method == Method::Sp {
+            parts + p.depth.max(1)
+        } else {
+            0
+        };
         SourceMem {
             entries: l.region("shuffle entries", records * entry),
-            staging: l.region("shuffle SP staging", p.depth * p.batch * entry),
+            staging: l.region("shuffle SP staging", slots * p.batch.max(1) * entry),
             word: l.region("shuffle word", 8),
         }
     }
@@ -462,6 +484,10 @@ pub struct PushStats {
     /// Posts (doorbells) made.
     pub posts: u64,
 }
+
+/// Entries copied into registered memory at a time (128 KiB of 64-byte
+/// entries: well inside a core's L2).
+const REGISTER_CHUNK: usize = 2048;
 
 /// Runs source `i`'s part of a stage under `epoch`: reserve, push, hand
 /// off (see the module docs). `input` is its `(key, value)` entries.
@@ -507,15 +533,13 @@ pub async fn push_encoded(
     } else {
         p.batch.max(1)
     };
-    // The entries, in registered memory (SP packs from `heap` instead).
-    if p.method != Method::Sp {
-        ctx.put_local(mem.entries, heap);
-    }
-    // Phase 1: reserve.
+    // Phase 1: reserve. The partition of an entry is recomputed in phase
+    // 2 rather than kept: a multiply-shift hash is cheaper than writing
+    // and reading back a word per entry (16 MiB, freshly faulted in, for
+    // 2 M entries).
     let mut counts = vec![0u64; st.parts];
-    let parts: Vec<usize> = input.iter().map(|&(k, _)| part_of(k, st.parts)).collect();
-    for &j in &parts {
-        counts[j] += 1;
+    for &(k, _) in input {
+        counts[part_of(k, st.parts)] += 1;
     }
     let tickets: Vec<_> = (0..st.parts)
         .map(|j| (counts[j] > 0).then(|| ctx.faa(st.head.add(TAILS_AT + 8 * j as u64), counts[j])))
@@ -535,11 +559,27 @@ pub async fn push_encoded(
         }
     }
     // Phase 2: push.
+    if p.method == Method::Sp {
+        return push_packed(ctx, st, i, input, heap, mem, p, batch, &mut next).await;
+    }
     let mut stats = PushStats::default();
     let mut pending: Vec<Vec<u32>> = vec![Vec::with_capacity(batch); st.parts];
+    let mut pieces: Vec<Local> = Vec::with_capacity(p.max_sge.max(1));
     let mut inflight = 0usize;
-    let mut ring = 0usize;
-    for (k, &j) in parts.iter().enumerate() {
+    // The entries go into registered memory (which SGL and the unbatched
+    // methods WRITE from; SP packs from `heap` instead) a chunk at a time,
+    // just ahead of the walk: the same bytes copied as copying all of them
+    // first, but a chunk is still in cache when its WRITEs read it, where
+    // copying all 128 MiB of a 2 M-entry source first had every WRITE read
+    // it back from DRAM.
+    let mut registered = 0usize;
+    for (k, src) in heap.chunks_exact(e).enumerate() {
+        if k == registered {
+            let n = REGISTER_CHUNK.min(input.len() - k);
+            ctx.put_local(mem.entries.slice(k * e, n * e), &heap[k * e..(k + n) * e]);
+            registered += n;
+        }
+        let j = part_of(key_of(src, input, k), st.parts);
         pending[j].push(k as u32);
         if pending[j].len() >= batch {
             emit(
@@ -548,10 +588,9 @@ pub async fn push_encoded(
                 j,
                 &mut pending[j],
                 &mut next[j],
-                heap,
                 mem,
                 p,
-                &mut ring,
+                &mut pieces,
                 &mut stats,
             );
             inflight += 1;
@@ -572,10 +611,9 @@ pub async fn push_encoded(
                 j,
                 &mut pending[j],
                 &mut next[j],
-                heap,
                 mem,
                 p,
-                &mut ring,
+                &mut pieces,
                 &mut stats,
             );
             inflight += 1;
@@ -591,6 +629,115 @@ pub async fn push_encoded(
     Ok(stats)
 }
 
+/// The key of encoded entry `src` (the `k`-th of `input`). Phase 2 reads
+/// it from the entry, whose line it touches anyway, rather than from
+/// `input` (16 B per entry more from DRAM).
+#[inline]
+fn key_of(src: &[u8], input: &[(u64, u64)], k: usize) -> u64 {
+    let key = u64::from_ne_bytes(src[..8].try_into().expect("an entry starts with its key"));
+    debug_assert_eq!(key, input[k].0, "heap is encode_input(input)");
+    key
+}
+
+/// Phase 2 and 3 of [`push_encoded`] for SP: each partition packs its next
+/// batch straight into a registered staging slot of its own as its entries
+/// come (one copy from the source's memory, no list of pending entries),
+/// and a full slot goes out as one WRITE; at most `depth` slots are in
+/// flight, so `parts + depth` slots suffice. The WRITEs, their order and
+/// their contents are the ones of packing each batch when it fills.
+#[allow(clippy::too_many_arguments)]
+async fn push_packed(
+    ctx: &Ctx,
+    st: &StageRefs,
+    i: usize,
+    input: &[(u64, u64)],
+    heap: &[u8],
+    mem: &SourceMem,
+    p: &PushParams,
+    batch: usize,
+    next: &mut [u64],
+) -> Result<PushStats, AppError> {
+    let e = st.entry;
+    let depth = p.depth.max(1);
+    let slot_bytes = batch * e;
+    let slots = st.parts + depth;
+    if mem.staging.len() < slots * slot_bytes {
+        return Err(AppError::Config(format!(
+            "SP needs {slots} staging slots of {slot_bytes} B; the source memory was declared for fewer partitions"
+        )));
+    }
+    // Partition j packs into slot `open[j]`, `fill[j]` entries so far.
+    let mut open: Vec<usize> = (0..st.parts).collect();
+    let mut fill = vec![0usize; st.parts];
+    let mut free: Vec<usize> = (st.parts..slots).rev().collect();
+    let mut flying: Vec<usize> = Vec::with_capacity(depth);
+    let mut stats = PushStats::default();
+    // Posts one partition's slot and gives it a fresh one.
+    let send = |j: usize,
+                open: &mut [usize],
+                fill: &mut [usize],
+                free: &mut Vec<usize>,
+                flying: &mut Vec<usize>,
+                next: &mut [u64],
+                stats: &mut PushStats| {
+        let n = fill[j];
+        let dst = st.bufs[j].add(next[j] * e as u64);
+        ctx.write(dst, mem.staging.slice(open[j] * slot_bytes, n * e));
+        ctx.post();
+        stats.requests += 1;
+        stats.posts += 1;
+        stats.entries += n as u64;
+        next[j] += n as u64;
+        flying.push(open[j]);
+        open[j] = free.pop().expect("parts + depth slots: one is free");
+        fill[j] = 0;
+    };
+    for (k, src) in heap.chunks_exact(e).enumerate() {
+        let j = part_of(key_of(src, input, k), st.parts);
+        let at = open[j] * slot_bytes + fill[j] * e;
+        ctx.put_local(mem.staging.slice(at, e), src);
+        fill[j] += 1;
+        if fill[j] >= batch {
+            send(
+                j,
+                &mut open,
+                &mut fill,
+                &mut free,
+                &mut flying,
+                next,
+                &mut stats,
+            );
+            if flying.len() >= depth {
+                ctx.sync().await?;
+                free.append(&mut flying);
+            }
+        }
+        if p.kill_after.is_some_and(|kill| stats.entries >= kill) {
+            return Err(AppError::Killed(i));
+        }
+    }
+    for j in 0..st.parts {
+        if fill[j] > 0 {
+            send(
+                j,
+                &mut open,
+                &mut fill,
+                &mut free,
+                &mut flying,
+                next,
+                &mut stats,
+            );
+            if flying.len() >= depth {
+                ctx.sync().await?;
+                free.append(&mut flying);
+            }
+        }
+    }
+    ctx.sync().await?;
+    ctx.faa_sync(st.head.add(DONE_AT), 1).await?;
+    Ok(stats)
+}
+
 /// Queues and posts one batch of partition `j` (see the module docs).
 #[allow(clippy::too_many_arguments)]
 fn emit(
@@ -599,10 +746,9 @@ fn emit(
     j: usize,
     batch: &mut Vec<u32>,
     next: &mut u64,
-    heap: &[u8],
     mem: &SourceMem,
     p: &PushParams,
-    ring: &mut usize,
+    pieces: &mut Vec<Local>,
     stats: &mut PushStats,
 ) {
     let e = st.entry;
@@ -621,22 +767,13 @@ fn emit(
         }
         Method::Sgl => {
             for (c, chunk) in batch.chunks(p.max_sge.max(1)).enumerate() {
-                let pieces: Vec<Local> = chunk.iter().map(|&k| entry(k)).collect();
-                ctx.write_v(dst.add((c * p.max_sge.max(1) * e) as u64), &pieces);
+                pieces.clear();
+                pieces.extend(chunk.iter().map(|&k| entry(k)));
+                ctx.write_v(dst.add((c * p.max_sge.max(1) * e) as u64), pieces);
                 stats.requests += 1;
             }
         }
-        Method::Sp => {
-            let slot = *ring % p.depth.max(1);
-            *ring += 1;
-            let staging = mem.staging.slice(slot * p.batch * e, batch.len() * e);
-            let pieces: Vec<&[u8]> = batch
-                .iter()
-                .map(|&k| &heap[k as usize * e..(k as usize + 1) * e])
-                .collect();
-            ctx.write_packed(dst, staging, &pieces);
-            stats.requests += 1;
-        }
+        Method::Sp => unreachable!("SP pushes through push_packed"),
     }
     if p.method != Method::None {
         ctx.post();
@@ -715,7 +852,13 @@ fn run_on(
             .collect(),
     );
     let mut l = LocalLayout::new();
-    let mem = SourceMem::declare(&mut l, cfg.records as usize, cfg.entry, &cfg.push);
+    let mem = SourceMem::declare(
+        &mut l,
+        cfg.records as usize,
+        cfg.entry,
+        cfg.parts,
+        &cfg.push,
+    );
     let refs = stage.refs();
     let rt = crate::platform::raw_runtime(cfg.seed);
     let mut epoch = 1;

@@ -136,7 +136,7 @@ fn shuffle_child() {
     c.push.depth = 1;
     let refs = stage.refs();
     let mut l = dmkit_runtime::LocalLayout::new();
-    let mem = shuffle::SourceMem::declare(&mut l, c.records as usize, c.entry, &c.push);
+    let mem = shuffle::SourceMem::declare(&mut l, c.records as usize, c.entry, c.parts, &c.push);
     let mut p = Platform::Threads(f);
     let _ = p.run(2, &l, &dmkit_apps::platform::raw_runtime(1), |ctx, i| {
         let refs = refs.clone();
@@ -179,7 +179,7 @@ fn shuffle_across_processes_survives_a_killed_child() {
     child.wait().unwrap();
     let refs = stage.refs();
     let mut l = dmkit_runtime::LocalLayout::new();
-    let mem = shuffle::SourceMem::declare(&mut l, c.records as usize, c.entry, &c.push);
+    let mem = shuffle::SourceMem::declare(&mut l, c.records as usize, c.entry, c.parts, &c.push);
     let rt = dmkit_apps::platform::raw_runtime(1);
     let mut p = Platform::Threads(f.clone());
     let push_all = |p: &mut Platform, epoch: u32, first: usize, n: usize| {

@@ -23,19 +23,156 @@
 //!
 //! A snapshot counts 8 bytes per slot it holds plus a fixed overhead
 //! against the budget ([`CachedNode::bytes`]).
+//!
+//! ## Figure 17's two factors
+//! The radix-tree paper credits two designs with its cache's efficiency
+//! (§5.3, Figure 17: YCSB C, string keys, limited budgets): the
+//! *homogeneous adaptive internal node* ("more fine-grained and flexible
+//! adaptive nodes ... smaller sizes of cached nodes") and the *ART-indexed
+//! cache* ("compared with a normal hash-based cache index, [it] saves
+//! memory consumption of index keys without redundant key prefixes
+//! stored"). Both are switches here, as in the paper's artifact:
+//!
+//! - The first is the tree's `NodeLayout` (`crate::layout`): the artifact
+//!   keeps homogeneous slots either way and switches the node *sizes*
+//!   (`HOMOGENEOUS_INTERNAL_NODE` → NODE_4/8/16/32/64/128/256 instead of
+//!   ART's NODE_4/16/48/256); a snapshot holds the slots its type shows,
+//!   so the finer sizes cache fewer empty slots (and read fewer) — except
+//!   at 33–48 children, where NODE_64 holds more than NODE_48. What a
+//!   snapshot costs is what it holds: up to 16 slots inline (192 bytes
+//!   whatever the type, so NODE_8 saves nothing over NODE_16), up to 128
+//!   with a 256-byte index, more as a 256-entry table. A naive ART's
+//!   separate key and pointer arrays are not modelled: the artifact's
+//!   baseline does not have them either.
+//! - The second is [`CacheIndex`]. With `Art` the snapshots' own slots
+//!   index the cache (a lookup walks them from the root by the child
+//!   addresses the slots hold), so no key is stored: the paper's local ART
+//!   leads to each entry by the key's bytes and holds each shared prefix
+//!   once. With `Hash` (the artifact's `NormalCache`, a map from key
+//!   prefix to entry) each snapshot carries the key prefix that leads to
+//!   it (the tree key up to its arrival position) in a hash set a lookup
+//!   probes level by level with the key's prefixes; the prefix's heap
+//!   block and the set's entry count against the budget
+//!   ([`PREFIX_ENTRY`]), so fewer snapshots fit. The artifact charges the
+//!   full key length per entry instead (it emulates the hash index in its
+//!   radix cache); dmkit stores the prefix and charges what it stores.
+//!   (The address map every snapshot sits in, and the fixed 64 bytes per
+//!   snapshot that stand for it, are the same under both.)
 
-use std::borrow::Cow;
+use std::borrow::{Borrow, Cow};
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use dmkit_fabric::GlobalAddr;
-use dmkit_index::{CachedNode, NodeCache};
+use dmkit_index::{CachedNode, NodeCache, SideIndex};
 
 use crate::layout::{Header, NodeType, Slot, NODE_SLOTS, SLOT_BYTES};
 
 /// One compute machine's cache of internal nodes: the root is pinned.
-pub type Cache = NodeCache<NodeView>;
+pub type Cache = NodeCache<NodeView, PrefixIndex>;
 
 /// A read-locked view of a [`Cache`] for one traversal.
-pub type Reader<'a> = dmkit_index::cache::Reader<'a, NodeView, ()>;
+pub type Reader<'a> = dmkit_index::cache::Reader<'a, NodeView, PrefixIndex>;
+
+/// How a cache finds its snapshots (Figure 17's second factor; see the
+/// module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum CacheIndex {
+    /// By the cached nodes' own slots, walked from the root (the paper's
+    /// ART-indexed cache): no key stored.
+    #[default]
+    Art,
+    /// By a hash set keyed by each snapshot's key prefix, which the
+    /// snapshot stores (the "normal hash-based cache index").
+    Hash,
+}
+
+/// Budget bytes of a [`CacheIndex::Hash`] entry besides its prefix's heap
+/// block: the prefix's 16-byte pointer in the snapshot and the hash set's
+/// 8-byte slot (an `Arc`) with its control byte, at the table's load of
+/// 7/8 at most, rounded up.
+pub const PREFIX_ENTRY: usize = 32;
+
+/// The heap block glibc's allocator hands out for a request of `n` bytes
+/// (8 bytes of header, 16-byte granules, 32 at least).
+fn malloc_block(n: usize) -> usize {
+    (n + 8).next_multiple_of(16).max(32)
+}
+
+/// The [`CacheIndex::Hash`] index: every snapshot that carries a key
+/// prefix, found by it. A snapshot without one (the `Art` index's) is not
+/// in it.
+#[derive(Default)]
+pub struct PrefixIndex {
+    set: HashSet<ByPrefix>,
+}
+
+/// A snapshot in the [`PrefixIndex`], hashed and compared by its prefix.
+struct ByPrefix(Arc<NodeView>);
+
+impl ByPrefix {
+    fn prefix(&self) -> &[u8] {
+        self.0.prefix.as_deref().unwrap_or(&[])
+    }
+}
+
+impl PartialEq for ByPrefix {
+    fn eq(&self, other: &Self) -> bool {
+        self.prefix() == other.prefix()
+    }
+}
+
+impl Eq for ByPrefix {}
+
+impl Hash for ByPrefix {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.prefix().hash(state)
+    }
+}
+
+impl Borrow<[u8]> for ByPrefix {
+    fn borrow(&self) -> &[u8] {
+        self.prefix()
+    }
+}
+
+impl PrefixIndex {
+    /// The snapshot whose key prefix is `prefix`.
+    pub fn get(&self, prefix: &[u8]) -> Option<&Arc<NodeView>> {
+        self.set.get(prefix).map(|b| &b.0)
+    }
+
+    /// Snapshots indexed.
+    pub fn len(&self) -> usize {
+        self.set.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty()
+    }
+}
+
+impl SideIndex<NodeView> for PrefixIndex {
+    fn added(&mut self, v: &Arc<NodeView>) {
+        if v.prefix.is_some() {
+            self.set.replace(ByPrefix(v.clone()));
+        }
+    }
+
+    fn removed(&mut self, v: &Arc<NodeView>) {
+        let Some(p) = v.prefix.as_deref() else {
+            return;
+        };
+        // Only this snapshot's entry: another node may have taken the
+        // prefix since (a header split puts a new node where it was).
+        if self.set.get(p).is_some_and(|b| b.0.addr == v.addr) {
+            self.set.remove(p);
+        }
+    }
+}
 
 /// A snapshot of an internal node.
 #[derive(Debug, Clone)]
@@ -50,11 +187,14 @@ pub struct NodeView {
     pub rev: GlobalAddr,
     /// The visible slots (as many as the header's type says).
     slots: Slots,
+    /// With [`CacheIndex::Hash`]: the tree key's bytes before the node
+    /// (up to the position it is arrived at), its key in the index.
+    prefix: Option<Box<[u8]>>,
 }
 
 /// A snapshot's slots: up to 16 inline (in the snapshot's own allocation,
 /// one memory access fewer per cached level — most nodes are NODE_4/16),
-/// up to 48 on the heap with a byte → slot index (a linear search of 48
+/// up to 128 on the heap with a byte → slot index (a linear search of 48
 /// slots would dominate a cached traversal), more in a byte-indexed table
 /// (a lookup is one memory access, not two: the index and the slot it
 /// names sit on different cache lines, and the wide nodes of a large tree
@@ -99,7 +239,7 @@ impl NodeView {
                 len: slots.len() as u8,
                 words,
             }
-        } else if slots.len() > 48 {
+        } else if slots.len() > 128 {
             let mut table = Box::new([0u64; 256]);
             // First slot wins (a well-formed node has one per byte).
             for (i, &w) in slots.iter().enumerate().rev() {
@@ -131,7 +271,20 @@ impl NodeView {
             header,
             rev,
             slots,
+            prefix: None,
         }
+    }
+
+    /// The same snapshot carrying `prefix` (the tree key's bytes before
+    /// the node), its key in a [`CacheIndex::Hash`] index.
+    pub fn with_prefix(mut self, prefix: Option<Box<[u8]>>) -> Self {
+        self.prefix = prefix;
+        self
+    }
+
+    /// The key prefix the snapshot carries (hash-indexed caches only).
+    pub fn prefix(&self) -> Option<&[u8]> {
+        self.prefix.as_deref()
     }
 
     /// The visible slots, in slot order (rebuilt for a byte-indexed
@@ -211,11 +364,16 @@ impl CachedNode for NodeView {
     }
 
     fn bytes(&self) -> usize {
-        match &self.slots {
+        let slots = match &self.slots {
             Slots::Inline { .. } => 64 + 8 * 16,
             Slots::Wide { words, .. } => 64 + 8 * words.len() + 256,
             Slots::Direct { .. } => 64 + 8 * 256,
-        }
+        };
+        let index = self
+            .prefix
+            .as_ref()
+            .map_or(0, |p| malloc_block(p.len()) + PREFIX_ENTRY);
+        slots + index
     }
 }
 
@@ -247,6 +405,119 @@ mod tests {
         c.put(view(30, NodeType::N256));
         assert!(c.get(root).is_some() && c.bytes() <= 8 * view(1, NodeType::N4).bytes());
         assert!(c.reader().get(GlobalAddr::new(0, 64 * 20)).is_none());
+    }
+
+    /// Figure 17's accounting: the same nodes cost more under ART's fixed
+    /// sizes than under the homogeneous layout's finer ones, and more with
+    /// a hash index (which stores each node's key prefix) than without.
+    #[test]
+    fn fixed_types_and_a_hash_index_charge_more_for_the_same_nodes() {
+        use crate::layout::NodeLayout;
+        let view = |used: usize, layout: NodeLayout| {
+            let ty = layout.fitting(used - 1);
+            let mut slots = vec![0u64; ty.slots()];
+            for (i, s) in slots.iter_mut().take(used).enumerate() {
+                *s = Slot::leaf(i as u8, 1, GlobalAddr::new(0, 64 * (i as u64 + 1)))
+                    .unwrap()
+                    .0;
+            }
+            NodeView::new(
+                GlobalAddr::new(0, 64),
+                Header::new(0, ty, &[]),
+                GlobalAddr::NULL,
+                slots,
+            )
+        };
+        let (mut fixed, mut fine) = (0, 0);
+        // 33–48 children are the exception: NODE_48 against NODE_64 (the
+        // artifact's finer sizes are powers of two, without 48).
+        assert!(
+            view(40, NodeLayout::FixedTypes).bytes() < view(40, NodeLayout::Homogeneous).bytes()
+        );
+        for used in [3, 5, 17, 30, 60, 100, 200] {
+            let (a, b) = (
+                view(used, NodeLayout::FixedTypes),
+                view(used, NodeLayout::Homogeneous),
+            );
+            assert!(a.bytes() >= b.bytes(), "{used} children");
+            for i in 0..used {
+                assert_eq!(a.find(i as u8), b.find(i as u8), "both find child {i}");
+            }
+            fixed += a.bytes();
+            fine += b.bytes();
+        }
+        assert!(fixed > fine + 2000, "{fixed} vs {fine}");
+        // 17 children: NODE_48 against NODE_32; 60: NODE_256 against NODE_64.
+        assert_eq!(
+            view(17, NodeLayout::FixedTypes).bytes() - view(17, NodeLayout::Homogeneous).bytes(),
+            8 * 16
+        );
+        assert_eq!(view(60, NodeLayout::FixedTypes).bytes(), 64 + 8 * 256);
+        assert_eq!(view(60, NodeLayout::Homogeneous).bytes(), 64 + 8 * 64 + 256);
+        // The hash index: the prefix's heap block and the set's entry.
+        let plain = view(5, NodeLayout::Homogeneous);
+        let base = plain.bytes();
+        let keyed = plain.with_prefix(Some(vec![7u8; 20].into()));
+        assert_eq!(keyed.bytes(), base + 32 + PREFIX_ENTRY);
+        assert_eq!(keyed.prefix(), Some(&[7u8; 20][..]));
+        // The same budget holds fewer hash-indexed snapshots.
+        let fill = |prefixed: bool| {
+            let c = Cache::new(20 * base, None);
+            for i in 1..=40u64 {
+                let v = view(5, NodeLayout::Homogeneous);
+                let v = NodeView {
+                    addr: GlobalAddr::new(0, 4096 * i),
+                    ..v
+                };
+                let v = if prefixed {
+                    v.with_prefix(Some(i.to_be_bytes().into()))
+                } else {
+                    v
+                };
+                c.put(std::sync::Arc::new(v));
+            }
+            c.len()
+        };
+        assert!(
+            fill(true) < fill(false),
+            "{} vs {}",
+            fill(true),
+            fill(false)
+        );
+    }
+
+    /// The hash index finds a snapshot by its prefix, and dropping a stale
+    /// snapshot keeps the entry another node took its prefix with.
+    #[test]
+    fn the_prefix_index_follows_puts_and_removals() {
+        let node = |off: u64, p: &[u8]| {
+            std::sync::Arc::new(
+                NodeView::new(
+                    GlobalAddr::new(0, off),
+                    Header::new(p.len(), NodeType::N4, &[]),
+                    GlobalAddr::NULL,
+                    vec![0; 4],
+                )
+                .with_prefix(Some(p.into())),
+            )
+        };
+        let c = Cache::new(1 << 20, None);
+        c.put(node(64, b"ab"));
+        assert_eq!(
+            c.reader().side().get(b"ab").map(|v| v.addr),
+            Some(GlobalAddr::new(0, 64))
+        );
+        assert!(c.reader().side().get(b"a").is_none());
+        // Another node now arrives at "ab" (a header split): the old
+        // snapshot's removal leaves the new entry.
+        c.put(node(128, b"ab"));
+        c.remove(GlobalAddr::new(0, 64));
+        assert_eq!(
+            c.reader().side().get(b"ab").map(|v| v.addr),
+            Some(GlobalAddr::new(0, 128))
+        );
+        c.remove(GlobalAddr::new(0, 128));
+        assert!(c.reader().side().is_empty());
     }
 
     #[test]

@@ -245,7 +245,7 @@ fn check(tree: &ArtTree, after_crash: bool) -> Result<TreeReport, String> {
         }
         if addr != tree.root() {
             if let Some(i) = highest {
-                if NodeType::fitting(i) != ty {
+                if cfg.node_layout.fitting(i) != ty {
                     return Err(at(format!("type {ty:?} for highest filled slot {i}")));
                 }
             }

@@ -14,7 +14,7 @@
 //! The block the tree's root `art/NAME` names; the root node follows it in
 //! the same chunk, then the node-lock table. `magic` is [`DESC_MAGIC`]
 //! (kind tag and layout version, see `dmkit_index::Magic`); `flags` bit 0:
-//! in-place leaves; `locks`: the node-lock table of [`LOCK_WORDS`] words
+//! in-place leaves, bit 1: the homogeneous layout's finer node sizes; `locks`: the node-lock table of [`LOCK_WORDS`] words
 //! (the baseline without lock-free internal nodes).
 //!
 //! ## Internal node (Figure 6a), with room for NODE_256 reserved
@@ -145,6 +145,9 @@ pub const DESC_MAGIC: Magic = Magic::new(b"dmART_", 3);
 
 /// [`TreeDesc::flags`]: the tree's leaves are updated in place.
 pub const FLAG_IN_PLACE: u64 = 1;
+/// [`TreeDesc::flags`]: the tree's internal nodes grow through the finer
+/// sizes ([`NodeLayout::Homogeneous`]).
+pub const FLAG_FINE_NODES: u64 = 2;
 
 /// Words of the node-lock table (hashed by node address).
 pub const LOCK_WORDS: u64 = 1 << 14;
@@ -230,7 +233,12 @@ pub const LEAF_LOCK: usize = size_of::<u64>();
 pub const MAX_KEY_LIMIT: usize = 254;
 
 /// Node types (the 5-bit `Type_node` field). 0 = deleted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+///
+/// ART's four sizes keep their field values 1–4; the sizes in between
+/// (NODE_8/32/64/128, values 5–8) are the finer steps of the homogeneous
+/// adaptive node ([`NodeLayout::Homogeneous`]). Types order by their
+/// visible slots, not by their field values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum NodeType {
     /// A node unlinked from the tree; a cached copy of it is stale.
@@ -243,6 +251,65 @@ pub enum NodeType {
     N48 = 3,
     /// NODE_256: all 256 slots visible.
     N256 = 4,
+    /// NODE_8: 8 visible slots (homogeneous layout only).
+    N8 = 5,
+    /// NODE_32: 32 visible slots (homogeneous layout only).
+    N32 = 6,
+    /// NODE_64: 64 visible slots (homogeneous layout only).
+    N64 = 7,
+    /// NODE_128: 128 visible slots (homogeneous layout only).
+    N128 = 8,
+}
+
+impl PartialOrd for NodeType {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for NodeType {
+    /// By visible slots (a bigger type shows more).
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.slots().cmp(&other.slots())
+    }
+}
+
+/// The sizes a tree's internal nodes grow through (the radix-tree paper's
+/// "homogeneous adaptive internal node", §4.1.1 and Figure 17; see
+/// [`NodeLayout::fitting`]). Stored in the tree (descriptor flag
+/// [`FLAG_FINE_NODES`]): readers follow whatever type a header names, only
+/// the type switch chooses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum NodeLayout {
+    /// ART's four fixed node sizes, NODE_4/16/48/256: a node of 17
+    /// children shows (is read and cached with) 48 slots.
+    #[default]
+    #[cfg_attr(feature = "cli", value(name = "fixed-types"))]
+    FixedTypes,
+    /// The finer sizes homogeneous slots allow (SMART's artifact:
+    /// NODE_4/8/16/32/64/128/256): a node of 17 children shows 32.
+    #[cfg_attr(feature = "cli", value(name = "homogeneous"))]
+    Homogeneous,
+}
+
+impl NodeLayout {
+    /// The smallest type of this layout whose visible slots include index
+    /// `i`.
+    pub fn fitting(self, i: usize) -> NodeType {
+        match self {
+            NodeLayout::FixedTypes => NodeType::fitting(i),
+            NodeLayout::Homogeneous => match i {
+                0..4 => NodeType::N4,
+                4..8 => NodeType::N8,
+                8..16 => NodeType::N16,
+                16..32 => NodeType::N32,
+                32..64 => NodeType::N64,
+                64..128 => NodeType::N128,
+                _ => NodeType::N256,
+            },
+        }
+    }
 }
 
 impl NodeType {
@@ -255,6 +322,10 @@ impl NodeType {
             2 => NodeType::N16,
             3 => NodeType::N48,
             4 => NodeType::N256,
+            5 => NodeType::N8,
+            6 => NodeType::N32,
+            7 => NodeType::N64,
+            8 => NodeType::N128,
             _ => return None,
         })
     }
@@ -263,18 +334,38 @@ impl NodeType {
         match self {
             NodeType::Deleted => 0,
             NodeType::N4 => 4,
+            NodeType::N8 => 8,
             NodeType::N16 => 16,
+            NodeType::N32 => 32,
             NodeType::N48 => 48,
+            NodeType::N64 => 64,
+            NodeType::N128 => 128,
             NodeType::N256 => 256,
         }
     }
-    /// The smallest type whose visible slots include index `i`.
+    /// The smallest of ART's four types whose visible slots include index
+    /// `i` ([`NodeLayout::FixedTypes`]).
     pub fn fitting(i: usize) -> NodeType {
         match i {
             0..4 => NodeType::N4,
             4..16 => NodeType::N16,
             16..48 => NodeType::N48,
             _ => NodeType::N256,
+        }
+    }
+    /// The fewest children a linked node of this type has: one more than
+    /// the next smaller type of either layout shows (a type switch is made
+    /// by the slot past the visible ones). A lower bound that holds
+    /// whichever layout grew the node.
+    pub fn min_children(self) -> usize {
+        match self {
+            NodeType::Deleted | NodeType::N4 => 1,
+            NodeType::N8 => 5,
+            NodeType::N16 => 5,
+            NodeType::N32 | NodeType::N48 => 17,
+            NodeType::N64 => 33,
+            NodeType::N128 => 65,
+            NodeType::N256 => 49,
         }
     }
     /// Bytes a READ of a node of this type fetches.

@@ -97,6 +97,14 @@
 //! (`--leaf-handover-reread`) for dmkit's E-HOCL before the hand-over
 //! carried the leaf.
 //!
+//! ## Figure 17's switches
+//! `node_layout` (`--art-node-layout fixed-types|homogeneous`: ART's four
+//! node sizes, the default so far, or the finer ones of SMART's artifact;
+//! stored in the tree) and `cache_index` (`--art-cache-index art|hash`:
+//! the cache found through its snapshots' own slots, or through a hash
+//! set keyed by key prefix that each entry pays for); see [`cache`].
+//! The paper's SMART is `homogeneous` + `art`.
+//!
 //! ## The index layer
 //! [`ArtTree`] is a `dmkit_index::RemoteMap` (ordered) and [`ArtClient`] a
 //! `dmkit_index::MapClient`: the tree is created, opened and destroyed

@@ -21,7 +21,7 @@ use clap::ArgAction::Set;
 #[cfg(feature = "cli")]
 use dmkit_index::cli::{parse_size as size, parse_switch as switch};
 
-use crate::cache::{Cache, NodeView, Reader};
+use crate::cache::{Cache, CacheIndex, NodeView, Reader};
 use crate::layout::*;
 use crate::rdwc::{self, Outcome, Role};
 
@@ -74,6 +74,40 @@ pub struct ArtConfig {
         arg(long = "art-cache", id = "art_cache", value_name = "BYTES", value_parser = size, default_value = "64MiB")
     )]
     pub cache_bytes: usize,
+    /// Radix tree: the node sizes internal nodes grow through.
+    ///
+    /// The radix-tree paper's "homogeneous adaptive internal node" (§4.1.1,
+    /// the first factor of Figure 17) as its artifact switches it:
+    /// homogeneous slots (partial key in the slot) in both, and with
+    /// `homogeneous` the finer sizes they allow (NODE_4/8/16/32/64/128/256)
+    /// instead of ART's four (NODE_4/16/48/256), so nodes are read and
+    /// cached with fewer empty slots. Stored in the tree.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long = "art-node-layout",
+            value_name = "LAYOUT",
+            value_enum,
+            default_value = "fixed-types"
+        )
+    )]
+    pub node_layout: NodeLayout,
+    /// Radix tree: how a compute machine's cache finds its snapshots.
+    ///
+    /// `art`: by the cached nodes' own slots from the root (the paper's
+    /// ART-indexed cache, §4.3, the second factor of Figure 17); `hash`:
+    /// through a hash table keyed by each node's key prefix, which every
+    /// entry stores (and pays for in the budget) once more.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long = "art-cache-index",
+            value_name = "INDEX",
+            value_enum,
+            default_value = "art"
+        )
+    )]
+    pub cache_index: CacheIndex,
     /// Radix tree: lock-free internal nodes (off: every internal-node change
     /// under a remote node lock — Figure 15's baseline).
     ///
@@ -173,6 +207,8 @@ impl Default for ArtConfig {
             in_place: true,
             rear_lock: true,
             cache_bytes: 64 << 20,
+            node_layout: NodeLayout::FixedTypes,
+            cache_index: CacheIndex::Art,
             lock_free_internal: true,
             read_delegation: true,
             write_combining: true,
@@ -706,6 +742,9 @@ impl ArtClient {
     /// where the caller thinks: deleted, its header moved past `e` (a
     /// header split finished after the parent was read), or — when
     /// `expect_rev` is given — its reverse pointer names another parent.
+    /// `tk` is the key the traversal follows (a hash-indexed cache files
+    /// the snapshot under its bytes before `e`).
+    #[allow(clippy::too_many_arguments)]
     async fn read_node(
         &self,
         ctx: &Ctx,
@@ -713,6 +752,7 @@ impl ArtClient {
         ty: NodeType,
         e: usize,
         expect_rev: Option<GlobalAddr>,
+        tk: &[u8],
     ) -> Result<Option<Arc<NodeView>>, IndexError> {
         let node = self.t.remote(addr)?;
         let ty = ty.max(NodeType::N4);
@@ -743,9 +783,16 @@ impl ArtClient {
         }
         let mut slots = vec![0u64; hty.slots()];
         ctx.get_local(buf.skip(NODE_SLOTS as usize), slots.as_mut_bytes());
-        let v = Arc::new(NodeView::new(addr, header, rev, slots));
+        let v =
+            Arc::new(NodeView::new(addr, header, rev, slots).with_prefix(self.prefix_of(tk, e)));
         self.cache().put(v.clone());
         Ok(Some(v))
+    }
+
+    /// What a snapshot of the node arrived at position `e` of `tk` is filed
+    /// under: its key prefix with a hash-indexed cache, nothing otherwise.
+    fn prefix_of(&self, tk: &[u8], e: usize) -> Option<Box<[u8]>> {
+        (self.t.cfg.cache_index == CacheIndex::Hash).then(|| tk[..e].into())
     }
 
     /// Reads the leaf of `slot` and classifies it against `key`; re-reads
@@ -852,7 +899,16 @@ impl ArtClient {
             if s.is_leaf() {
                 return Some(f(v, e, link));
             }
-            match cache.get_touch(s.ptr()) {
+            let child = match self.t.cfg.cache_index {
+                CacheIndex::Art => cache.get_touch(s.ptr()),
+                // By the key's bytes up to the child, then marked used.
+                CacheIndex::Hash => cache
+                    .side()
+                    .get(&tk[..pos + 1])
+                    .filter(|c| c.addr == s.ptr())
+                    .and_then(|c| cache.get_touch(c.addr)),
+            };
+            match child {
                 Some(c) if c.header.depth() <= pos + 1 && c.rev == v.addr => {
                     link = Some(Link {
                         parent: v.addr,
@@ -876,7 +932,7 @@ impl ArtClient {
             Start::Top { use_cache } => match use_cache.then(|| self.cache_walk(tk)).flatten() {
                 Some((v, e, link)) => (v, e, link, false),
                 None => match self
-                    .read_node(ctx, self.t.root, NodeType::N256, 0, None)
+                    .read_node(ctx, self.t.root, NodeType::N256, 0, None, tk)
                     .await?
                 {
                     Some(v) => (v, 0, None, true),
@@ -884,7 +940,7 @@ impl ArtClient {
                 },
             },
             Start::Node { addr, ty, e, link } => {
-                match self.read_node(ctx, addr, ty, e, None).await? {
+                match self.read_node(ctx, addr, ty, e, None, tk).await? {
                     Some(v) => (v, e, link, true),
                     None => return Ok(None),
                 }
@@ -923,7 +979,7 @@ impl ArtClient {
                 Err(_) => {
                     // A cached snapshot cannot prove absence: read it now.
                     let ty = v.ty();
-                    match self.read_node(ctx, v.addr, ty, e, None).await? {
+                    match self.read_node(ctx, v.addr, ty, e, None, tk).await? {
                         Some(n) => {
                             v = n;
                             fresh = true;
@@ -935,7 +991,7 @@ impl ArtClient {
                     let ty = slot.child_type().unwrap_or(NodeType::N4);
                     let expect_rev = (!fresh).then_some(v.addr);
                     match self
-                        .read_node(ctx, slot.ptr(), ty, pos + 1, expect_rev)
+                        .read_node(ctx, slot.ptr(), ty, pos + 1, expect_rev, tk)
                         .await?
                     {
                         Some(c) => {
@@ -1400,7 +1456,7 @@ impl ArtClient {
         idx: usize,
         link: Option<Link>,
     ) -> Result<(), IndexError> {
-        let want = NodeType::fitting(idx);
+        let want = self.t.cfg.node_layout.fitting(idx);
         assert!(
             idx < MAX_SLOTS && want > v.ty(),
             "only a slot past the visible ones is made visible"
@@ -1553,7 +1609,10 @@ impl ArtClient {
                     .0;
                 img.slots[1] = Slot::leaf(tk[q], units, leaf).ok_or(ptr_err(leaf))?.0;
             }
-            views.push(NodeView::new(addrs[i], header, rev, img.slots.to_vec()));
+            views.push(
+                NodeView::new(addrs[i], header, rev, img.slots.to_vec())
+                    .with_prefix(self.prefix_of(tk, d)),
+            );
             let piece = self.sc().chain.piece(i, Scratch::CHAIN_PIECE);
             ctx.put_as(piece, &img);
             ctx.write(self.t.remote(addrs[i])?, piece.prefix(NEW_NODE));
@@ -2320,12 +2379,7 @@ impl ArtClient {
                     }
                     n += 1;
                     covers = covers.saturating_add(match it {
-                        Item::Node { ty, .. } => match ty {
-                            NodeType::N4 | NodeType::Deleted => 1,
-                            NodeType::N16 => 5,
-                            NodeType::N48 => 17,
-                            NodeType::N256 => 49,
-                        },
+                        Item::Node { ty, .. } => ty.min_children(),
                         _ => 1,
                     });
                 }
@@ -2550,7 +2604,11 @@ impl RemoteMap for ArtTree {
             root: root.raw(),
             max_key: cfg.max_key as u64,
             max_value: cfg.max_value as u64,
-            flags: if cfg.in_place { FLAG_IN_PLACE } else { 0 },
+            flags: if cfg.in_place { FLAG_IN_PLACE } else { 0 }
+                | match cfg.node_layout {
+                    NodeLayout::FixedTypes => 0,
+                    NodeLayout::Homogeneous => FLAG_FINE_NODES,
+                },
             locks: locks.raw(),
             reserved: [0; 2],
         };
@@ -2570,6 +2628,11 @@ impl RemoteMap for ArtTree {
             max_key: d.max_key as usize,
             max_value: d.max_value as usize,
             in_place: d.flags & FLAG_IN_PLACE != 0,
+            node_layout: if d.flags & FLAG_FINE_NODES != 0 {
+                NodeLayout::Homogeneous
+            } else {
+                NodeLayout::FixedTypes
+            },
             ..cfg
         };
         cfg.validate()?;

@@ -156,8 +156,12 @@ fn key_of(r: &mut Rng) -> Vec<u8> {
 }
 
 fn model_run(in_place: bool, cache: bool, seed: u64) {
+    model_run_with(cfg(in_place, cache), seed);
+}
+
+fn model_run_with(config: ArtConfig, seed: u64) -> dmkit_art::TreeCounters {
     let f = fabric(2, 256 << 20);
-    let tree = ArtTree::create(f.clone(), "model", cfg(in_place, cache)).unwrap();
+    let tree = ArtTree::create(f.clone(), "model", config).unwrap();
     let client = tree.client(1);
     let (res, _) = on_worker(f.as_ref(), &client, move |ctx, c| async move {
         let mut r = Rng::new(seed);
@@ -210,6 +214,60 @@ fn model_run(in_place: bool, cache: bool, seed: u64) {
     assert!(c.leaf_splits > 30, "{c:?}");
     assert!(c.header_splits > 0, "{c:?}");
     assert!(c.type_switches > 0, "{c:?}");
+    c
+}
+
+/// Figure 17's switches: every combination of node layout and cache
+/// index answers as the model, with a cache that holds everything and
+/// with one that must evict; the checker verifies each node's type is its
+/// layout's; the hash index finds its snapshots (cached searches happen),
+/// and the finer sizes switch types more often.
+#[test]
+fn sequential_ops_match_a_model_under_every_cache_design() {
+    use dmkit_art::cache::CacheIndex;
+    use dmkit_art::layout::NodeLayout;
+    let mut switches = Vec::new();
+    for node_layout in [NodeLayout::FixedTypes, NodeLayout::Homogeneous] {
+        for cache_index in [CacheIndex::Art, CacheIndex::Hash] {
+            for cache_bytes in [1 << 20, 12 << 10] {
+                let c = model_run_with(
+                    ArtConfig {
+                        node_layout,
+                        cache_index,
+                        cache_bytes,
+                        ..cfg(true, true)
+                    },
+                    11,
+                );
+                assert!(
+                    c.cache_hits > 100,
+                    "{node_layout:?} {cache_index:?} {cache_bytes}: {c:?}"
+                );
+                switches.push((node_layout, c.type_switches));
+            }
+        }
+    }
+    let of = |l| -> u64 { switches.iter().filter(|s| s.0 == l).map(|s| s.1).sum() };
+    assert!(
+        of(NodeLayout::Homogeneous) > of(NodeLayout::FixedTypes),
+        "{switches:?}"
+    );
+}
+
+#[test]
+fn concurrent_threads_are_linearizable_with_the_homogeneous_layout_and_a_hash_index() {
+    use dmkit_art::cache::CacheIndex;
+    use dmkit_art::layout::NodeLayout;
+    for seed in 1..=2 {
+        stress_threads_with(
+            ArtConfig {
+                node_layout: NodeLayout::Homogeneous,
+                cache_index: CacheIndex::Hash,
+                ..cfg(true, true)
+            },
+            seed,
+        );
+    }
 }
 
 #[test]
