@@ -694,6 +694,34 @@ pub fn ordering_within_qp(fabric: &dyn Fabric, node: NodeId) {
     qp.post(&mut b).expect("post");
     drain(qp);
     assert_eq!(mem.to_vec(2048, 8), vec![9; 8]);
+    // A WRITE or an atomic posted after a READ does not overtake it (an
+    // RNIC's responder executes a queue pair's requests in order), in one
+    // batch and across batches.
+    let w = base.add(16);
+    mem.store_u64(3000, 0xAB);
+    b.read(w, k, LocalRef::new(lk, 3008, 8)).set_unsignaled();
+    b.write(w, k, LocalRef::new(lk, 3000, 8)).set_unsignaled();
+    b.read(w, k, LocalRef::new(lk, 3016, 8)).set_unsignaled();
+    b.faa(w, k, 1).set_id(7);
+    b.read(w, k, LocalRef::new(lk, 3024, 8));
+    let c = qp.execute(&mut b).expect("execute");
+    assert_eq!(mem.load_u64(3008), 0, "READ before the WRITE");
+    assert_eq!(mem.load_u64(3016), 0xAB, "READ between WRITE and FAA");
+    assert_eq!(c.iter().find(|c| c.wr_id == 7).unwrap().result, Ok(0xAB));
+    assert_eq!(mem.load_u64(3024), 0xAC, "READ after the FAA");
+    b.read(w.add(8), k, LocalRef::new(lk, 3032, 8));
+    qp.post(&mut b).expect("post");
+    b.write(w.add(8), k, LocalRef::new(lk, 3000, 8));
+    qp.post(&mut b).expect("post");
+    b.cas(w.add(8), k, 0xAB, 5);
+    qp.post(&mut b).expect("post");
+    b.read(w.add(8), k, LocalRef::new(lk, 3040, 8));
+    qp.post(&mut b).expect("post");
+    let c = drain(qp);
+    assert_eq!(c.len(), 4);
+    assert_eq!(mem.load_u64(3032), 0, "READ posted before the WRITE");
+    assert_eq!(c[2].result, Ok(0xAB), "CAS after the WRITE");
+    assert_eq!(mem.load_u64(3040), 5, "READ after the CAS");
     fabric.free_chunk(base).expect("free");
 }
 

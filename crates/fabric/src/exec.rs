@@ -198,6 +198,58 @@ impl Executor {
         self.view.check_mapped(off, wr.len())
     }
 
+    /// Every check of a scalar READ that [`Executor::execute`] makes before
+    /// it touches memory — remote side and local range — with nothing
+    /// touched: `(remote offset, destination, length)` for
+    /// [`Executor::finish_read`]. Page translation is left to the copy.
+    ///
+    /// # Panics
+    /// If `wr` is not a scalar READ (programmer error).
+    #[inline]
+    pub(crate) fn prepare_read(
+        &mut self,
+        wr: &WorkRequest,
+    ) -> Result<(u64, *mut u8, usize), VerbError> {
+        let Op::Read { local } = wr.op else {
+            panic!("prepare_read of a {:?}", wr.kind());
+        };
+        let off = self.check_remote(wr)?;
+        let dst = local_ptr_first(self.first, &self.locals, local)?;
+        Ok((off, dst, wr.len()))
+    }
+
+    /// Performs a READ [`Executor::prepare_read`] checked: translates and
+    /// copies. Returns the bytes moved, as [`Executor::execute`] does.
+    ///
+    /// # Safety
+    /// `dst..dst+len` must be what `prepare_read` returned on this executor
+    /// (a range of local memory it keeps alive).
+    #[inline]
+    pub(crate) unsafe fn finish_read(
+        &mut self,
+        off: u64,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<u64, VerbError> {
+        // SAFETY: the caller's promise.
+        unsafe { self.view.read_to(off, dst, len)? };
+        self.stats.reads += 1;
+        self.stats.bytes_read += len as u64;
+        Ok(len as u64)
+    }
+
+    /// Hints the CPU to load the translation entry of remote `off`.
+    #[inline(always)]
+    pub(crate) fn prefetch_translation(&self, off: u64) {
+        self.view.prefetch_translation(off);
+    }
+
+    /// Hints the CPU to load the first lines of `[off, off+len)`.
+    #[inline(always)]
+    pub(crate) fn prefetch_data(&self, off: u64, len: usize) {
+        self.view.prefetch_data(off, len);
+    }
+
     /// Checks a request and performs it. Returns the old value (atomics) or
     /// the bytes moved.
     #[inline]

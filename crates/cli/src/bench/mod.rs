@@ -144,6 +144,12 @@ struct FabricArgs {
     /// as huge pages keep an RNIC's MTT cache warm).
     #[arg(long, value_parser = parse_size)]
     page_size: Option<u64>,
+    /// shm: copy a READ when its completion is polled, prefetching its
+    /// lines in between, so a thread's outstanding READs overlap their
+    /// cache misses as on an RNIC (off: copy at post) [default: on;
+    /// always off with --rtt].
+    #[arg(long, value_enum)]
+    deferred_reads: Option<OnOff>,
     /// Simulator: device profile (cx6-200g, cx5-100g, cx3-56g, cx3-40g, or a TOML
     /// file) [default: cx6-200g].
     #[arg(long, help_heading = "Simulator (--backend sim)")]
@@ -179,10 +185,22 @@ struct FabricArgs {
 }
 
 impl FabricArgs {
+    /// The shm backend's options these flags set.
+    fn shm_config(&self) -> ShmConfig {
+        let d = ShmConfig::default();
+        ShmConfig {
+            rtt: self.rtt.filter(|d| !d.is_zero()),
+            deferred_reads: self
+                .deferred_reads
+                .map_or(d.deferred_reads, |v| v == OnOff::On),
+            ..d
+        }
+    }
+
     /// The simulated cluster these flags describe (`--backend sim`).
     fn sim_config(&self, needed: u64, seed: u64) -> Result<dmkit_sim::SimConfig, String> {
-        if !self.connect.is_empty() || self.rtt.is_some() {
-            return Err(crate::bad_input("--connect and --rtt are shm options; the simulator has its own memory nodes and timing"));
+        if !self.connect.is_empty() || self.rtt.is_some() || self.deferred_reads.is_some() {
+            return Err(crate::bad_input("--connect, --rtt and --deferred-reads are shm options; the simulator has its own memory nodes and timing"));
         }
         let mut profile = load_profile(
             self.profile.as_deref().unwrap_or("cx6-200g"),
@@ -237,8 +255,12 @@ fn open_fabric(a: &FabricArgs, needed: u64) -> Result<Arc<dyn Fabric>, String> {
                 return Err(crate::bad_input("--backend verbs: give the memory nodes as --connect tcp:HOST:PORT \
                             (start them with `dmkit memnode --listen tcp:HOST:PORT`)"));
             }
-            if a.rtt.is_some() || a.mem_size.is_some() || a.page_size.is_some() {
-                return Err(crate::bad_input("--rtt, --mem-size and --page-size are shm options; verbs nodes are separate processes"));
+            if a.rtt.is_some()
+                || a.mem_size.is_some()
+                || a.page_size.is_some()
+                || a.deferred_reads.is_some()
+            {
+                return Err(crate::bad_input("--rtt, --mem-size, --page-size and --deferred-reads are shm options; verbs nodes are separate processes"));
             }
             if a.token_file.is_some() && tcp.len() > 1 {
                 return Err(crate::bad_input("--token-file names one file; with several --connect use each node's default token file"));
@@ -263,10 +285,7 @@ fn open_fabric(a: &FabricArgs, needed: u64) -> Result<Arc<dyn Fabric>, String> {
             if !tcp.is_empty() {
                 return Err(crate::bad_input("tcp:HOST:PORT nodes serve RDMA devices: use --backend verbs (shm nodes listen on unix:PATH)"));
             }
-            let cfg = ShmConfig {
-                rtt: a.rtt.filter(|d| !d.is_zero()),
-                ..Default::default()
-            };
+            let cfg = a.shm_config();
             let f = if unix.is_empty() {
                 let size = a.mem_size.unwrap_or(needed);
                 let flag = if a.mem_size.is_some() {

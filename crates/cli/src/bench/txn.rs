@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::Args;
 use dmkit_bench::harness;
 use dmkit_bench::txn_bench::{self, TxnBenchConfig, TxnPlatform, TxnResult, TxnWorkload};
-use dmkit_fabric::shm::{ShmConfig, ShmFabric};
+use dmkit_fabric::shm::ShmFabric;
 use dmkit_fabric::Fabric;
 use dmkit_memnode::NodeConfig;
 use dmkit_txn::TxnConfig;
@@ -160,7 +160,7 @@ pub(crate) fn bench_txn(a: TxnArgs) -> Res {
                 })
                 .collect();
             Arc::new(
-                ShmFabric::embedded(ShmConfig::default(), &nodes)
+                ShmFabric::embedded(a.fabric.shm_config(), &nodes)
                     .map_err(|e| format!("embedded memory nodes: {e}"))?,
             )
         }

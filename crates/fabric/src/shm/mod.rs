@@ -14,6 +14,12 @@
 //! enforces it in hardware: it stops buggy clients, not hostile code that
 //! holds the memfd (only authenticated processes of the same user get it).
 //!
+//! Deferred READs (on by default, [`ShmConfig::deferred_reads`]): a READ is
+//! checked at post but copied when its completion is polled, with its lines
+//! prefetched in between, so the misses of a worker's outstanding READs
+//! overlap as an RNIC overlaps them; per-queue-pair order is kept (details
+//! in [`ShmQp`]).
+//!
 //! Latency model: with [`ShmConfig::rtt`] set, a completion becomes visible
 //! `rtt` after its batch was posted (data moves at post time; only the
 //! completion is delayed), emulating a network round trip. An RPC is one
@@ -59,6 +65,12 @@ pub struct ShmConfig {
     pub rpc_slots: u32,
     /// Largest RPC request or reply payload.
     pub rpc_max_message: u32,
+    /// Copy a scalar READ when its completion is polled (or before the
+    /// queue pair's next non-READ request) instead of at post, prefetching
+    /// its lines at post and at the poll, so the cache misses of many
+    /// outstanding READs overlap as on an RNIC (see [`ShmQp`]). Checks that
+    /// need no remote memory still fail at post. Ignored with `rtt`.
+    pub deferred_reads: bool,
 }
 
 impl Default for ShmConfig {
@@ -69,6 +81,7 @@ impl Default for ShmConfig {
             max_inline: 256,
             rpc_slots: 64,
             rpc_max_message: 4096,
+            deferred_reads: true,
         }
     }
 }
@@ -241,7 +254,13 @@ impl ShmFabric {
     /// Creates a concrete shm queue pair (no dynamic dispatch).
     pub fn connect_qp(&self, node: NodeId) -> Result<ShmQp, FabricError> {
         let n = self.node(node)?;
-        Ok(ShmQp::new(n.id, n.view.clone(), self.caps, self.cfg.rtt))
+        Ok(ShmQp::new(
+            n.id,
+            n.view.clone(),
+            self.caps,
+            self.cfg.rtt,
+            self.cfg.deferred_reads,
+        ))
     }
 
     /// Opens a concrete shm RPC channel to `node` (see

@@ -1,19 +1,52 @@
 //! The shm queue pair: executes verbs with the posting thread's own CPU,
 //! straight on the mapped memory (truly one-sided: the node's CPU never sees
 //! them), and queues completions — delayed by the latency model if set.
+//!
+//! Deferred READs ([`super::ShmConfig::deferred_reads`]): an RNIC executes
+//! a request somewhere between its post and its completion, and one NIC
+//! overlaps the memory accesses of many outstanding requests. A thread that
+//! copies each READ at post instead takes its cache misses one after
+//! another: with a worker's coroutines each waiting on its own READs, the
+//! thread stalls on every record line in turn. With the switch on, a scalar
+//! READ is checked at post (every check that needs no remote memory: key,
+//! rights, bounds, local range — a bad one still fails at once) and the
+//! line of its translation entry is prefetched; the copy waits in the queue
+//! pair's pending list. The next poll (or the next post of anything but a
+//! READ) translates every pending READ and prefetches its data lines, then
+//! copies them in posting order and queues their completions: the misses
+//! of all the coroutines' READs overlap, as on an RNIC. Order per queue
+//! pair is kept: pending READs execute before any later WRITE, atomic or
+//! vector request runs, so a WRITE never overtakes an earlier READ and a
+//! READ always sees an earlier WRITE. A READ that fails at the copy (its
+//! page unmapped meanwhile) reports its error at its completion and
+//! flushes the rest of its batch, as at post.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::view::NodeView;
-use crate::addr::NodeId;
+use crate::addr::{GlobalAddr, NodeId};
 use crate::caps::Capabilities;
 use crate::error::{PostError, RequestError, VerbError};
 use crate::exec::Executor;
 use crate::local::{Lkey, LocalMem};
-use crate::wr::{Batch, Completion};
+use crate::wr::{Batch, Completion, Op, VerbKind};
 use crate::{QpStats, QueuePair};
+
+/// A checked READ waiting for its copy.
+struct PendingRead {
+    off: u64,
+    dst: *mut u8,
+    len: usize,
+    wr_id: u64,
+    remote: GlobalAddr,
+    /// Its post (batch) number, for flushing the rest of a failed batch.
+    post: u64,
+    /// Its position in its batch.
+    index: u32,
+    signaled: bool,
+}
 
 /// A queue pair of the shm backend.
 pub struct ShmQp {
@@ -23,7 +56,24 @@ pub struct ShmQp {
     cq: Vec<Completion>,
     /// With the latency model: (instant visible, completions of that post).
     ready: VecDeque<(Instant, usize)>,
+    /// Whether scalar READs are copied at the next poll instead of at post.
+    deferred_reads: bool,
+    /// READs checked but not copied yet, in posting order.
+    pending: Vec<PendingRead>,
+    /// Signaled requests in `pending`.
+    pending_signaled: usize,
+    /// Posts so far (numbers each batch).
+    posts: u64,
+    /// The post whose batch failed at a deferred copy: its later requests
+    /// are flushed.
+    failed_post: Option<u64>,
 }
+
+// SAFETY: the only non-Send fields are `PendingRead::dst` pointers into
+// local memory the executor keeps alive (registered `LocalMem`s are never
+// dropped before the queue pair); they are dereferenced only by the thread
+// that owns the queue pair, through `&mut self`.
+unsafe impl Send for ShmQp {}
 
 impl ShmQp {
     pub(crate) fn new(
@@ -31,13 +81,87 @@ impl ShmQp {
         view: Arc<NodeView>,
         caps: Capabilities,
         rtt: Option<Duration>,
+        deferred_reads: bool,
     ) -> Self {
         Self {
             exec: Executor::new(node, view, caps),
             rtt,
             cq: Vec::with_capacity(caps.max_batch),
             ready: VecDeque::new(),
+            // The latency model times completions from their post: it
+            // keeps copying at post.
+            deferred_reads: deferred_reads && rtt.is_none(),
+            pending: Vec::new(),
+            pending_signaled: 0,
+            posts: 0,
+            failed_post: None,
         }
+    }
+
+    /// Whether this queue pair defers READ copies to the next poll
+    /// ([`super::ShmConfig::deferred_reads`]; always off with the latency
+    /// model).
+    pub fn deferred_reads(&self) -> bool {
+        self.deferred_reads
+    }
+
+    /// Pushes a completion (built in place: a stack temporary would cost a
+    /// stall per request).
+    #[inline(always)]
+    fn push_completion(
+        cq: &mut Vec<Completion>,
+        wr_id: u64,
+        result: Result<u64, Box<RequestError>>,
+    ) {
+        cq.reserve(1);
+        let at = cq.len();
+        cq.spare_capacity_mut()[0].write(Completion { wr_id, result });
+        // SAFETY: reserve(1) made room and the slot at `at` was just written.
+        unsafe { cq.set_len(at + 1) };
+    }
+
+    /// Copies every pending READ in posting order and queues their
+    /// completions: first translates each and prefetches its data lines,
+    /// so the misses overlap, then copies.
+    #[inline(never)]
+    fn run_pending(&mut self) {
+        let Self {
+            exec,
+            cq,
+            pending,
+            pending_signaled,
+            failed_post,
+            ..
+        } = self;
+        for p in pending.iter() {
+            exec.prefetch_data(p.off, p.len);
+        }
+        for p in pending.drain(..) {
+            let result = if *failed_post == Some(p.post) {
+                Err(VerbError::Flushed)
+            } else {
+                // SAFETY: off/dst/len come from prepare_read on this executor.
+                let r = unsafe { exec.finish_read(p.off, p.dst, p.len) };
+                if r.is_err() {
+                    exec.note_error();
+                    *failed_post = Some(p.post);
+                }
+                r
+            };
+            if p.signaled || result.is_err() {
+                let result = result.map_err(|error| {
+                    Box::new(RequestError {
+                        index: p.index as usize,
+                        wr_id: p.wr_id,
+                        kind: VerbKind::Read,
+                        remote: p.remote,
+                        error,
+                    })
+                });
+                Self::push_completion(cq, p.wr_id, result);
+            }
+        }
+        *pending_signaled = 0;
     }
 }
 
@@ -62,13 +186,46 @@ impl QueuePair for ShmQp {
             return Ok(());
         }
         self.exec.begin_post(batch.len())?;
+        self.posts += 1;
+        let post = self.posts;
         let before = self.cq.len();
         let mut failed = false;
         for (index, wr) in batch.wrs.iter().enumerate() {
+            let mut refused = None;
+            if self.deferred_reads && !failed && matches!(wr.op, Op::Read { .. }) {
+                match self.exec.prepare_read(wr) {
+                    Ok((off, dst, len)) => {
+                        self.exec.prefetch_translation(off);
+                        self.pending.push(PendingRead {
+                            off,
+                            dst,
+                            len,
+                            wr_id: wr.wr_id,
+                            remote: wr.remote,
+                            post,
+                            index: index as u32,
+                            signaled: wr.signaled,
+                        });
+                        self.pending_signaled += usize::from(wr.signaled);
+                        continue;
+                    }
+                    Err(e) => refused = Some(e),
+                }
+            }
+            // Anything else runs now, after the READs posted before it.
+            if !self.pending.is_empty() {
+                self.run_pending();
+                if self.failed_post == Some(post) {
+                    failed = true;
+                }
+            }
             let result = if failed {
                 Err(VerbError::Flushed)
             } else {
-                let r = self.exec.execute(wr, &batch.sges);
+                let r = match refused {
+                    Some(e) => Err(e),
+                    None => self.exec.execute(wr, &batch.sges),
+                };
                 if r.is_err() {
                     failed = true;
                     self.exec.note_error();
@@ -85,13 +242,7 @@ impl QueuePair for ShmQp {
                         error,
                     })
                 });
-                let wr_id = wr.wr_id;
-                self.cq.reserve(1);
-                let at = self.cq.len();
-                self.cq.spare_capacity_mut()[0].write(Completion { wr_id, result });
-                // SAFETY: reserve(1) made room and the slot at `at` was just written
-                // (built in place: a stack temporary would cost a stall per request).
-                unsafe { self.cq.set_len(at + 1) };
+                Self::push_completion(&mut self.cq, wr.wr_id, result);
             }
         }
         batch.clear();
@@ -106,6 +257,9 @@ impl QueuePair for ShmQp {
 
     #[inline]
     fn poll(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
+        if !self.pending.is_empty() {
+            self.run_pending();
+        }
         let visible = if self.rtt.is_none() {
             self.cq.len()
         } else {
@@ -144,7 +298,8 @@ impl QueuePair for ShmQp {
     }
 
     fn pending(&self) -> usize {
-        self.cq.len()
+        // (A pending unsignaled READ that fails at its copy adds one more.)
+        self.cq.len() + self.pending_signaled
     }
 
     fn stats(&self) -> QpStats {

@@ -173,6 +173,40 @@ impl NodeView {
         }
     }
 
+    /// Asks the CPU to start loading the translation entry of remote
+    /// `offset` (a hint: nothing is checked, nothing can fail). With the
+    /// entry cached, a later [`NodeView::prefetch_data`] of the same offset
+    /// does not stall on the table.
+    #[inline(always)]
+    pub(crate) fn prefetch_translation(&self, offset: u64) {
+        let page = offset >> self.page_shift;
+        if page < self.layout.remote_pages {
+            // SAFETY: page < remote_pages, so the entry lies in the page table
+            // (and a prefetch never faults nor changes memory anyway).
+            prefetch_line(unsafe { self.pages.add(page as usize) } as *const u8);
+        }
+    }
+
+    /// Asks the CPU to start loading the lines of `[offset, offset+len)`
+    /// that lie in the page of `offset` (at most `MAX_PREFETCH_LINES`), if
+    /// that page is mapped. A hint: errors are left to the copy.
+    #[inline(always)]
+    pub(crate) fn prefetch_data(&self, offset: u64, len: usize) {
+        let Ok(p) = self.translate(offset) else {
+            return;
+        };
+        let room = (self.page_mask + 1 - (offset & self.page_mask)) as usize;
+        let first = p as usize & !63;
+        let end = p as usize + len.min(room);
+        let mut line = first;
+        let mut n = 0;
+        while line < end && n < MAX_PREFETCH_LINES {
+            prefetch_line(line as *const u8);
+            line += 64;
+            n += 1;
+        }
+    }
+
     /// Calls `f(ptr, start, len)` for each page-contained piece of
     /// `[offset, offset+len)`, in ascending address order.
     #[inline]
@@ -249,4 +283,22 @@ impl NodeView {
         // page of the data mapping; it lives as long as self.
         Ok(unsafe { &*(p as *const AtomicU64) })
     }
+}
+
+/// Most cache lines one request prefetches (a longer READ streams; the
+/// hardware prefetcher follows it).
+const MAX_PREFETCH_LINES: usize = 8;
+
+/// A software prefetch of the line holding `p` into every cache level; a
+/// no-op off x86_64.
+#[inline(always)]
+fn prefetch_line(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT0 is a hint: it never faults, whatever the address,
+    // and changes no architectural state; SSE is part of the x86_64 baseline.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
