@@ -29,14 +29,37 @@
 //!   - *Header split*: a new NODE_4 with the matched partial keys and one
 //!     slot for the old node, published by CAS of the parent slot; then a
 //!     CAS drops the moved partial keys from the old node's header; the
-//!     insert then continues from the new node (so nothing becomes visible
-//!     under the new node before the old header is cut, which keeps stale
-//!     cached paths complete; the paper writes the new leaf with the new
-//!     node — one round trip fewer, at the price of that window).
+//!     insert then continues from the new node (the paper writes the new
+//!     leaf with the new node, one round trip fewer).
 //!     Readers compare a header's depth with the key position they arrived
 //!     at: behind = the redundant partial keys of a split in progress
 //!     (skipped), ahead = they read the parent before the split (start
 //!     over).
+//!     *The window between the two CASes.* Other clients reach the new
+//!     node M through the parent and can insert below it before the old
+//!     node N's header is cut, so a reader that reaches N by its old link
+//!     sees N's old header, which a key below M leaves. A reader that read
+//!     the parent in the same operation may say "absent": that insert came
+//!     after the parent read, inside the operation. A reader whose link
+//!     came from a cached parent snapshot (taken before the operation)
+//!     re-reads that slot before it reports a key that leaves N's header
+//!     absent (one more round trip, on that path only; an insert skips it,
+//!     as the header split it starts CASes that slot), and starts over if
+//!     the slot no longer names N. This is sound because a node slot only
+//!     ever moves to a node that a header split put above its node, never
+//!     back: if it names N after N was read, it named N then, and N's
+//!     header then proved the key absent. Only a mismatch needs the check:
+//!     a key that passes N's whole header has N's full prefix, and such
+//!     keys are below N at all times (see Scans). SMART's artifact checks
+//!     nothing there (a header mismatch ends its search, cached path or
+//!     not); `tree::split_window_tests` builds the window step by step.
+//!     *Helping the cut.* An insert that arrives at N through M (behind
+//!     its header) and would split N's header again cuts N's header for
+//!     the splitter first (CAS from the uncut header it read, by the bytes
+//!     its arrival says M took; then N's reverse pointer), as inserts help
+//!     a type switch, and starts over; the splitter accepts a cut it finds
+//!     done. Without it, a splitter that died between its CASes would
+//!     block those inserts until their retries ran out.
 //! - **Leaves are updated in place under a lock** (`in_place`, default):
 //!   CAS the lock word at the leaf's rear with a READ of the leaf behind it
 //!   in the same batch, then one WRITE of the item, its checksum and the

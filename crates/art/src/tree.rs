@@ -945,7 +945,19 @@ impl ArtClient {
     /// the leaf slot of the key's byte. Mismatches and missing slots are
     /// only reported from nodes read now; a leaf slot may come from a
     /// cached snapshot (`Pos::fresh` false). `None`: start over.
-    async fn descend(&self, ctx: &Ctx, tk: &[u8], from: Start) -> Result<Option<Pos>, IndexError> {
+    ///
+    /// With `proves_absence` (a search, update or delete, which answers
+    /// "absent" on a mismatch), a mismatch at a node reached by a link this
+    /// traversal did not read is reported only once the link's slot still
+    /// names the node (see the crate doc's header split). An insert needs
+    /// no check: the header split it starts CASes that slot.
+    async fn descend(
+        &self,
+        ctx: &Ctx,
+        tk: &[u8],
+        from: Start,
+        proves_absence: bool,
+    ) -> Result<Option<Pos>, IndexError> {
         let (mut v, mut e, mut link, mut fresh) = match from {
             Start::Top { use_cache } => match use_cache.then(|| self.cache_walk(tk)).flatten() {
                 Some((v, e, link)) => (v, e, link, false),
@@ -964,6 +976,11 @@ impl ArtClient {
                 }
             }
         };
+        // Whether `v`'s parent was read by this traversal, so that it named
+        // `v` after the operation began (the root has no parent). A link
+        // from a snapshot, or carried over from an earlier traversal, may
+        // be stale: a header split can have put a new node above `v`.
+        let mut linked = link.is_none();
         loop {
             let step = match v.match_prefix(e, tk) {
                 Err(j) => Err(Kind::Mismatch(j)),
@@ -986,13 +1003,25 @@ impl ArtClient {
             };
             match step {
                 Err(kind) if fresh => {
+                    if let (Kind::Mismatch(_), true, false, Some(l)) =
+                        (&kind, proves_absence, linked, link)
+                    {
+                        // A key that leaves the header of a node reached by
+                        // a stale link may sit under a new node above it
+                        // (see `header_split`): only absent if the link
+                        // still names the node.
+                        if !self.still_linked(ctx, &l, v.addr).await? {
+                            self.cache().remove_all([l.parent, v.addr]);
+                            return Ok(None);
+                        }
+                    }
                     return Ok(Some(Pos {
                         v,
                         fresh,
                         e,
                         link,
                         kind,
-                    }))
+                    }));
                 }
                 Err(_) => {
                     // A cached snapshot cannot prove absence: read it now.
@@ -1018,6 +1047,7 @@ impl ArtClient {
                                 slot_addr: v.slot_addr(idx),
                                 slot,
                             });
+                            linked = fresh;
                             v = c;
                             e = pos + 1;
                             fresh = true;
@@ -1032,6 +1062,23 @@ impl ArtClient {
                 }
             }
         }
+    }
+
+    /// Whether the slot of link `l` still points at `node` (read now). A
+    /// node slot only ever moves to a new node a header split put above
+    /// its node, never back: if it names `node` now, it did when `node`
+    /// was read.
+    async fn still_linked(
+        &self,
+        ctx: &Ctx,
+        l: &Link,
+        node: GlobalAddr,
+    ) -> Result<bool, IndexError> {
+        let word = self.sc().word;
+        ctx.read(self.t.remote(l.slot_addr)?, word);
+        ctx.sync().await?;
+        let s = Slot(ctx.local_u64(word));
+        Ok(!s.is_empty() && !s.is_leaf() && s.ptr() == node)
     }
 
     /// `Start` that re-reads `p`'s node.
@@ -1069,7 +1116,7 @@ impl ArtClient {
         let mut from = Start::Top { use_cache: true };
         let mut cached_only = true;
         loop {
-            let Some(p) = self.descend(ctx, &tk, from).await? else {
+            let Some(p) = self.descend(ctx, &tk, from, true).await? else {
                 self.pause(ctx, &mut retry).await?;
                 from = Self::top(&retry);
                 cached_only = false;
@@ -1135,7 +1182,8 @@ impl ArtClient {
         let mut retry = Retry::new(mode.name(), self.t.cfg.retry);
         let mut from = Start::Top { use_cache: true };
         loop {
-            let Some(p) = self.descend(ctx, &tk, from).await? else {
+            let absent_matters = mode != WriteMode::Insert;
+            let Some(p) = self.descend(ctx, &tk, from, absent_matters).await? else {
                 self.pause(ctx, &mut retry).await?;
                 from = Self::top(&retry);
                 continue;
@@ -1673,9 +1721,13 @@ impl ArtClient {
     /// slot); the node's header drops them (CAS); the insert then goes on
     /// from the new node. Until the header CAS, readers that arrive through
     /// the new node skip the redundant partial keys (the header's depth is
-    /// behind theirs) and readers that read the parent before see the old
-    /// path, which is still complete: nothing was added below the new node
-    /// yet, so no stale snapshot can miss a key.
+    /// behind theirs). Other clients can insert below the new node before
+    /// the cut (its slot is published), so the old path is no longer
+    /// complete: a key that leaves the node's old header may sit below the
+    /// new node. A reader that read the parent before the split may still
+    /// answer "absent" (it read the parent before that insert); one that
+    /// came by a stale link (a cached parent) checks the link before it
+    /// says a key leaving the header is absent (`descend`).
     async fn header_split(&self, ctx: &Ctx, p: &Pos, j: usize) -> Result<Next, IndexError> {
         let v = &p.v;
         let d = v.header.depth();
@@ -1683,7 +1735,26 @@ impl ArtClient {
             return Err(corrupt(v.addr, "root node with partial keys"));
         };
         if p.e != d {
-            // Another header split of this node is between its two CASes.
+            // Another header split of this node is between its two CASes:
+            // we came through its new node, which took the partial keys
+            // before position `p.e` (and its slot's). Help it cut them, so
+            // a splitter that died between its CASes blocks no insert (its
+            // cut CAS then finds the cut done), then start over.
+            let n = p.e - d - 1;
+            if p.fresh && n < v.header.prefix_len() {
+                let node = self.t.remote(v.addr)?;
+                let cut = v.header.cut(n);
+                let old = ctx
+                    .cas_sync(node.add(NODE_HEADER), v.header.0, cut.0)
+                    .await?;
+                if old == v.header.0 {
+                    let word = self.sc().word;
+                    ctx.set_local_u64(word, link.parent.raw());
+                    ctx.write(node, word);
+                    ctx.sync().await?;
+                }
+                self.cache().remove(v.addr);
+            }
             return Ok(Next::Conflict(Start::Top { use_cache: false }));
         }
         assert!(
@@ -1738,8 +1809,13 @@ impl ArtClient {
             if old == h.0 {
                 break;
             }
-            // Only the type can have changed (a concurrent type switch).
+            // Only the type can have changed (a concurrent type switch),
+            // or another client came through the new node and cut the
+            // header for us.
             h = Header(old);
+            if h.depth() == d + j + 1 && h.prefix_len() + j + 1 == v.header.prefix_len() {
+                break;
+            }
             if h.depth() != d || h.prefix_len() != v.header.prefix_len() {
                 return Err(corrupt(v.addr, "header changed under a header split"));
             }
@@ -2182,7 +2258,7 @@ impl ArtClient {
             }
             self.pause(ctx, &mut retry).await?;
             let Some(q) = self
-                .descend(ctx, &tk, Start::Top { use_cache: false })
+                .descend(ctx, &tk, Start::Top { use_cache: false }, false)
                 .await?
             else {
                 continue;
@@ -3131,5 +3207,171 @@ mod config_tests {
                 ((1, max_key), value.max(8))
             );
         }
+    }
+}
+
+/// The window of a header split between its two CASes, built step by step:
+/// the split of node N is published (the parent names the new node M) and
+/// another key is inserted under M while N's header is not cut yet.
+#[cfg(test)]
+mod split_window_tests {
+    use dmkit_fabric::SyncQp;
+    use dmkit_index::conformance::{on_worker, shm_fabric};
+    use dmkit_index::{MapClient, RemoteMap};
+
+    use super::*;
+
+    fn node(qp: &mut SyncQp, tree: &ArtTree, addr: GlobalAddr) -> InternalNode {
+        let rk = tree.home.rkey(addr.node()).unwrap();
+        let b = qp.read(addr, rk, NODE_BYTES).unwrap();
+        InternalNode::read_from_bytes(&b).unwrap()
+    }
+
+    /// A search or update of a key under M must find it from a machine
+    /// whose cache still shows the old path (parent → N): N, read now,
+    /// still has its old header, which the key leaves.
+    #[test]
+    fn a_key_under_a_split_node_is_found_through_a_stale_path() {
+        let f = shm_fabric(1, 64 << 20);
+        let cfg = ArtConfig {
+            max_key: 8,
+            max_value: 8,
+            cache_bytes: 1 << 20,
+            chunk_bytes: 1 << 20,
+            ..Default::default()
+        };
+        let tree = ArtTree::create(f.clone(), "window", cfg).unwrap();
+        let (k1, k2, k3) = (b"abcdefgh", b"abcdefgX", b"abcZZZZZ");
+        let writer = tree.client_on(0, 1);
+        // Machine 1 caches the root and N; machine 2 only the root.
+        let (stale_n, stale_root) = (tree.client_on(1, 2), tree.client_on(2, 3));
+        on_worker(f.as_ref(), &writer, move |ctx, c| async move {
+            assert!(c.insert(&ctx, k1, b"v1").await.unwrap());
+            assert!(c.insert(&ctx, k2, b"v2").await.unwrap());
+        });
+        on_worker(f.as_ref(), &stale_n, move |ctx, c| async move {
+            assert_eq!(c.search(&ctx, k1).await.unwrap(), Some(b"v1".to_vec()));
+        });
+        on_worker(f.as_ref(), &stale_root, move |ctx, c| async move {
+            assert_eq!(c.search(&ctx, b"q").await.unwrap(), None);
+        });
+        assert!(stale_n.cache().reader().get(tree.root).is_some());
+        assert!(stale_root.cache().reader().get(tree.root).is_some());
+        // N: the node below the root's slot `a`, with partial keys "bcdefg".
+        let mut qp = SyncQp::new(f.as_ref(), tree.root.node(), NODE_BYTES).unwrap();
+        let find = |n: &InternalNode, b: u8| {
+            n.slots
+                .iter()
+                .map(|&w| Slot(w))
+                .find(|s| !s.is_empty() && s.pkey() == b)
+                .unwrap()
+        };
+        let root = node(&mut qp, &tree, tree.root);
+        let n = find(&root, b'a').ptr();
+        let old = node(&mut qp, &tree, n).head;
+        assert_eq!(Header(old.header).depth(), 1);
+        assert_eq!(Header(old.header).prefix_len(), 6);
+        assert!(stale_n.cache().reader().get(n).is_some());
+        assert!(stale_root.cache().reader().get(n).is_none());
+        // The header split of N at "bc" (M above N), then k3 below M.
+        on_worker(f.as_ref(), &writer, move |ctx, c| async move {
+            assert!(c.insert(&ctx, k3, b"v3").await.unwrap());
+        });
+        assert_eq!(writer.counters().header_splits, 1);
+        let m = find(&node(&mut qp, &tree, tree.root), b'a').ptr();
+        assert_ne!(m, n);
+        assert_eq!(find(&node(&mut qp, &tree, m), b'd').ptr(), n);
+        // Back into the window: N as it was before the cut (its old header
+        // and reverse pointer), as if the splitter had not cut it yet
+        // while another client's insert of k3 under M had returned.
+        let cut = node(&mut qp, &tree, n).head;
+        assert_ne!(cut, old);
+        let at = n.add(std::mem::offset_of!(InternalNode, head) as u64);
+        let rk = tree.home.rkey(n.node()).unwrap();
+        qp.write(at, rk, old.as_bytes()).unwrap();
+        let runs = [
+            (&stale_n, b"v3", b"v4", b"abcYYYYY"),
+            (&stale_root, b"v4", b"v5", b"abcWWWWW"),
+        ];
+        for (c, was, now, k4) in runs {
+            on_worker(f.as_ref(), c, move |ctx, c| async move {
+                assert_eq!(c.search(&ctx, k3).await.unwrap(), Some(was.to_vec()));
+                assert!(c.update(&ctx, k3, now).await.unwrap());
+                // An insert that leaves N's old header at the bytes M took
+                // goes below M (its header split of N by the stale link
+                // fails its CAS).
+                assert!(c.insert(&ctx, k4, b"v").await.unwrap());
+                assert_eq!(c.search(&ctx, k4).await.unwrap(), Some(b"v".to_vec()));
+                assert_eq!(c.search(&ctx, k1).await.unwrap(), Some(b"v1".to_vec()));
+            });
+        }
+        // The splitter cuts the header: the tree is whole.
+        qp.write(at, rk, cut.as_bytes()).unwrap();
+        check_tree_ok(&tree, 5);
+    }
+
+    /// A splitter that dies between its two CASes leaves N's header uncut
+    /// for good. An insert that arrives at N through M and leaves N's
+    /// remaining partial keys finds N "between the two CASes" of a split
+    /// (`header_split`: arrival past the header's depth); were it only to
+    /// start over, it would until its retries ran out (a `Timeout` after
+    /// 10001 attempts). It helps instead, as inserts help a type switch:
+    /// it cuts N's header by the bytes its arrival says M took and writes
+    /// N's reverse pointer (a live splitter accepts a cut it finds done).
+    #[test]
+    fn an_insert_below_a_dead_splitters_node_completes() {
+        let f = shm_fabric(1, 64 << 20);
+        let cfg = ArtConfig {
+            max_key: 8,
+            max_value: 8,
+            cache_bytes: 1 << 20,
+            chunk_bytes: 1 << 20,
+            ..Default::default()
+        };
+        let tree = ArtTree::create(f.clone(), "dead-split", cfg).unwrap();
+        let c = tree.client_on(0, 1);
+        on_worker(f.as_ref(), &c, move |ctx, c| async move {
+            assert!(c.insert(&ctx, b"abcdefgh", b"v1").await.unwrap());
+            assert!(c.insert(&ctx, b"abcdefgX", b"v2").await.unwrap());
+        });
+        let mut qp = SyncQp::new(f.as_ref(), tree.root.node(), NODE_BYTES).unwrap();
+        let root = node(&mut qp, &tree, tree.root);
+        let n = root
+            .slots
+            .iter()
+            .map(|&w| Slot(w))
+            .find(|s| !s.is_empty() && s.pkey() == b'a')
+            .unwrap()
+            .ptr();
+        let old = node(&mut qp, &tree, n).head;
+        on_worker(f.as_ref(), &c, move |ctx, c| async move {
+            assert!(c.insert(&ctx, b"abcZZZZZ", b"v3").await.unwrap());
+        });
+        // The splitter died before its cut: N's old head back.
+        let at = n.add(std::mem::offset_of!(InternalNode, head) as u64);
+        let rk = tree.home.rkey(n.node()).unwrap();
+        qp.write(at, rk, old.as_bytes()).unwrap();
+        let other = tree.client_on(1, 2);
+        on_worker(f.as_ref(), &other, move |ctx, c| async move {
+            // Leaves N's old header after the bytes M took ("bc", then N's
+            // byte 'd'): at 'e'.
+            assert!(c.insert(&ctx, b"abcdQQQQ", b"v4").await.unwrap());
+            for (k, v) in [
+                (b"abcdefgh", b"v1"),
+                (b"abcZZZZZ", b"v3"),
+                (b"abcdQQQQ", b"v4"),
+            ] {
+                assert_eq!(c.search(&ctx, k).await.unwrap(), Some(v.to_vec()));
+            }
+        });
+        let head = node(&mut qp, &tree, n).head;
+        // Cut for M (depth 4), then split again for the new key at 'e'.
+        assert_eq!(Header(head.header).depth(), 5, "N's header is cut");
+        check_tree_ok(&tree, 4);
+    }
+
+    fn check_tree_ok(tree: &ArtTree, leaves: u64) {
+        let rep = crate::check_tree(tree).unwrap();
+        assert_eq!(rep.leaves, leaves, "{rep:?}");
     }
 }

@@ -27,6 +27,8 @@ fn fabric(nodes: u16, size: u64) -> Arc<ShmFabric> {
     conformance::shm_fabric(nodes, size)
 }
 
+/// A small tree; a lease no live holder outlasts (the crash tests set
+/// their own).
 fn cfg(in_place: bool, cache: bool) -> ArtConfig {
     ArtConfig {
         max_key: 24,
@@ -34,6 +36,7 @@ fn cfg(in_place: bool, cache: bool) -> ArtConfig {
         in_place,
         cache_bytes: if cache { 1 << 20 } else { 0 },
         chunk_bytes: 1 << 20,
+        lease: conformance::live_lease(),
         ..Default::default()
     }
 }
@@ -44,7 +47,13 @@ fn cfg(in_place: bool, cache: bool) -> ArtConfig {
 #[test]
 #[ignore = "the multi-process tests' child; does nothing on its own"]
 fn conformance_child() {
-    conformance::child::<ArtTree>(ArtConfig::default());
+    // The parent's tree: its structure comes from the descriptor, the
+    // lease from here (no one dies in these tests; under the 100 ms
+    // default a descheduled child loses its leaf lock and fails).
+    conformance::child::<ArtTree>(ArtConfig {
+        lease: conformance::live_lease(),
+        ..ArtConfig::default()
+    });
 }
 
 // ---- the conformance suite ---------------------------------------------
