@@ -234,24 +234,6 @@ fn readers_racing_writers_never_see_a_mix() {
     table.destroy().unwrap();
 }
 
-/// `records`, timed with the clocks of the machines their clients ran on,
-/// moved to virtual time (each call to the earliest instant its reading
-/// could have been taken at, each return to the latest).
-fn in_virtual_time(
-    sim: &Sim,
-    mut records: Vec<StressRecord>,
-    machine: impl Fn(u32) -> usize,
-) -> Vec<StressRecord> {
-    for r in &mut records {
-        let m = machine(r.client);
-        r.invoked = sim.virtual_at(m, r.invoked);
-        if let Some((ret, _)) = &mut r.returned {
-            *ret = sim.virtual_at(m, *ret + 1) - 1;
-        }
-    }
-    records
-}
-
 /// What one simulator seed's run did: its clients' counters summed (the
 /// surviving machine's only, after a kill) and, after a kill, what the
 /// dead machine left.
@@ -378,8 +360,10 @@ fn sim_seed(seed: u64, k: u32, kill_at: Option<u64>) -> SeedRun {
     sim.run();
     let (fin, scan) = finals.borrow_mut().take().expect("final reads finished");
     let worker_machine = |client: u32| client as usize / sc.tasks % MACHINES;
-    let h = in_virtual_time(&sim, out.borrow().clone(), worker_machine);
-    let fin = in_virtual_time(&sim, fin, |_| 0);
+    let h = stress::retimed(out.borrow().clone(), |c, t| {
+        sim.virtual_at(worker_machine(c), t)
+    });
+    let fin = stress::retimed(fin, |_, t| sim.virtual_at(0, t));
     assert!(h.len() >= sc.workers * sc.tasks * sc.ops_per_task || kill_at.is_some());
     let mut run = SeedRun::default();
     if let Some(at) = kill_at {

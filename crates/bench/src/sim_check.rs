@@ -692,17 +692,10 @@ pub(crate) fn stress_on_sim<C: MapClient>(
 /// one, so an order the checker infers from them is a real one.
 pub(crate) fn in_virtual_time(
     sim: &Sim,
-    mut records: Vec<StressRecord>,
+    records: Vec<StressRecord>,
     machine: impl Fn(u32) -> usize,
 ) -> Vec<StressRecord> {
-    for r in &mut records {
-        let m = machine(r.client);
-        r.invoked = sim.virtual_at(m, r.invoked);
-        if let Some((ret, _)) = &mut r.returned {
-            *ret = sim.virtual_at(m, *ret + 1) - 1;
-        }
-    }
-    records
+    stress::retimed(records, |c, t| sim.virtual_at(machine(c), t))
 }
 
 fn art(seed: u64, crash: Option<Crash>) -> Result<Passed, String> {

@@ -17,6 +17,23 @@ use crate::{IndexError, MapClient};
 /// One recorded operation: keys and values are strings for readable reports.
 pub type StressRecord = Record<String, String>;
 
+/// `records`, timed with the clocks of the machines their clients ran on,
+/// moved onto one time line by `at(client, reading)` (on the simulator:
+/// the earliest virtual instant the client's machine could have read
+/// `reading`). Each call moves to the earliest instant its reading could
+/// have been taken at and each return to the latest, so every operation's
+/// interval contains its true one and an order the checker infers from
+/// them is a real one.
+pub fn retimed(mut records: Vec<StressRecord>, at: impl Fn(u32, u64) -> u64) -> Vec<StressRecord> {
+    for r in &mut records {
+        r.invoked = at(r.client, r.invoked);
+        if let Some((ret, _)) = &mut r.returned {
+            *ret = at(r.client, *ret + 1) - 1;
+        }
+    }
+    records
+}
+
 /// What a stress run does.
 #[derive(Debug, Clone)]
 pub struct StressConfig {
