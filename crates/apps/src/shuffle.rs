@@ -693,6 +693,14 @@ async fn push_packed(
         fill[j] = 0;
     };
     for (k, src) in heap.chunks_exact(e).enumerate() {
+        // The walk packs straight from the source, a line or more per
+        // entry: start loading the entries `SOURCE_AHEAD` ahead, so its
+        // loads do not wait for memory one line at a time. (The other
+        // methods read the source in their registration copy, a chunk at a
+        // time, which the hardware prefetcher follows.)
+        if let Some(ahead) = heap.get((k + SOURCE_AHEAD) * e) {
+            dmkit_fabric::hint::prefetch(ahead);
+        }
         let j = part_of(key_of(src, input, k), st.parts);
         let at = open[j] * slot_bytes + fill[j] * e;
         ctx.put_local(mem.staging.slice(at, e), src);
@@ -737,6 +745,11 @@ async fn push_packed(
     ctx.faa_sync(st.head.add(DONE_AT), 1).await?;
     Ok(stats)
 }
+
+/// Entries SP's walk prefetches its source ahead of the entry it packs
+/// (1 KiB of 64-byte entries: a few hundred nanoseconds of walk, about a
+/// memory latency).
+const SOURCE_AHEAD: usize = 16;
 
 /// Queues and posts one batch of partition `j` (see the module docs).
 #[allow(clippy::too_many_arguments)]

@@ -244,6 +244,13 @@ impl Executor {
         self.view.prefetch_translation(off);
     }
 
+    /// Hints the CPU to fetch the first lines of `[off, off+len)` for
+    /// writing (see [`crate::shm::ShmConfig::write_prefetch`]).
+    #[inline(always)]
+    pub(crate) fn prefetch_write(&self, off: u64, len: usize) {
+        self.view.prefetch_write(off, len);
+    }
+
     /// Hints the CPU to load the first lines of `[off, off+len)`.
     #[inline(always)]
     pub(crate) fn prefetch_data(&self, off: u64, len: usize) {

@@ -150,6 +150,11 @@ struct FabricArgs {
     /// always off with --rtt].
     #[arg(long, value_enum)]
     deferred_reads: Option<OnOff>,
+    /// shm: after each WRITE, prefetch the remote lines that follow it for
+    /// writing (a sequential stream of WRITEs does not stall on each cold
+    /// line) [default: on].
+    #[arg(long, value_enum)]
+    shm_write_prefetch: Option<OnOff>,
     /// Simulator: device profile (cx6-200g, cx5-100g, cx3-56g, cx3-40g, or a TOML
     /// file) [default: cx6-200g].
     #[arg(long, help_heading = "Simulator (--backend sim)")]
@@ -193,14 +198,21 @@ impl FabricArgs {
             deferred_reads: self
                 .deferred_reads
                 .map_or(d.deferred_reads, |v| v == OnOff::On),
+            write_prefetch: self
+                .shm_write_prefetch
+                .map_or(d.write_prefetch, |v| v == OnOff::On),
             ..d
         }
     }
 
     /// The simulated cluster these flags describe (`--backend sim`).
     fn sim_config(&self, needed: u64, seed: u64) -> Result<dmkit_sim::SimConfig, String> {
-        if !self.connect.is_empty() || self.rtt.is_some() || self.deferred_reads.is_some() {
-            return Err(crate::bad_input("--connect, --rtt and --deferred-reads are shm options; the simulator has its own memory nodes and timing"));
+        if !self.connect.is_empty()
+            || self.rtt.is_some()
+            || self.deferred_reads.is_some()
+            || self.shm_write_prefetch.is_some()
+        {
+            return Err(crate::bad_input("--connect, --rtt, --deferred-reads and --shm-write-prefetch are shm options; the simulator has its own memory nodes and timing"));
         }
         let mut profile = load_profile(
             self.profile.as_deref().unwrap_or("cx6-200g"),

@@ -71,6 +71,15 @@ pub struct ShmConfig {
     /// outstanding READs overlap as on an RNIC (see [`ShmQp`]). Checks that
     /// need no remote memory still fail at post. Ignored with `rtt`.
     pub deferred_reads: bool,
+    /// After a WRITE of `len` bytes, hint the (at most 1 KiB of) lines
+    /// that follow it in remote memory for writing (`PREFETCHW`), so the
+    /// next WRITE of a sequential stream — a shuffle partition's buffer, a
+    /// log — finds its lines owned instead of stalling on a
+    /// read-for-ownership of each cold line; an RNIC writes memory without
+    /// the posting CPU waiting for it. A hint: the bytes and order of every
+    /// WRITE are unchanged; a WRITE not followed by another costs a few
+    /// prefetches. Ignored by [`ShmFabric::executor`].
+    pub write_prefetch: bool,
 }
 
 impl Default for ShmConfig {
@@ -82,6 +91,7 @@ impl Default for ShmConfig {
             rpc_slots: 64,
             rpc_max_message: 4096,
             deferred_reads: true,
+            write_prefetch: true,
         }
     }
 }
@@ -260,6 +270,7 @@ impl ShmFabric {
             self.caps,
             self.cfg.rtt,
             self.cfg.deferred_reads,
+            self.cfg.write_prefetch,
         ))
     }
 

@@ -58,6 +58,9 @@ pub struct ShmQp {
     ready: VecDeque<(Instant, usize)>,
     /// Whether scalar READs are copied at the next poll instead of at post.
     deferred_reads: bool,
+    /// Whether a WRITE hints the lines after it for writing
+    /// ([`super::ShmConfig::write_prefetch`]).
+    write_prefetch: bool,
     /// READs checked but not copied yet, in posting order.
     pending: Vec<PendingRead>,
     /// Signaled requests in `pending`.
@@ -82,6 +85,7 @@ impl ShmQp {
         caps: Capabilities,
         rtt: Option<Duration>,
         deferred_reads: bool,
+        write_prefetch: bool,
     ) -> Self {
         Self {
             exec: Executor::new(node, view, caps),
@@ -91,6 +95,7 @@ impl ShmQp {
             // The latency model times completions from their post: it
             // keeps copying at post.
             deferred_reads: deferred_reads && rtt.is_none(),
+            write_prefetch,
             pending: Vec::new(),
             pending_signaled: 0,
             posts: 0,
@@ -226,6 +231,13 @@ impl QueuePair for ShmQp {
                     Some(e) => Err(e),
                     None => self.exec.execute(wr, &batch.sges),
                 };
+                if self.write_prefetch && r.is_ok() && wr.kind() == VerbKind::Write {
+                    // The next WRITE of a stream (a partition buffer, a
+                    // log) lands right after this one.
+                    let len = wr.len();
+                    self.exec
+                        .prefetch_write(wr.remote.offset() + len as u64, len);
+                }
                 if r.is_err() {
                     failed = true;
                     self.exec.note_error();

@@ -207,6 +207,26 @@ impl NodeView {
         }
     }
 
+    /// Asks the CPU to fetch the lines of `[offset, offset+len)` that lie in
+    /// the page of `offset` (at most `MAX_PREFETCH_WRITE_LINES`) for
+    /// writing, if that page is mapped. A hint: nothing can fail.
+    #[inline(always)]
+    pub(crate) fn prefetch_write(&self, offset: u64, len: usize) {
+        let Ok(p) = self.translate(offset) else {
+            return;
+        };
+        let room = (self.page_mask + 1 - (offset & self.page_mask)) as usize;
+        let first = p as usize & !63;
+        let end = p as usize + len.min(room);
+        let mut line = first;
+        let mut n = 0;
+        while line < end && n < MAX_PREFETCH_WRITE_LINES {
+            prefetch_line_w(line as *const u8);
+            line += 64;
+            n += 1;
+        }
+    }
+
     /// Calls `f(ptr, start, len)` for each page-contained piece of
     /// `[offset, offset+len)`, in ascending address order.
     #[inline]
@@ -288,6 +308,27 @@ impl NodeView {
 /// Most cache lines one request prefetches (a longer READ streams; the
 /// hardware prefetcher follows it).
 const MAX_PREFETCH_LINES: usize = 8;
+
+/// Most cache lines [`NodeView::prefetch_write`] hints (1 KiB: a batch of
+/// 16 64-byte entries).
+const MAX_PREFETCH_WRITE_LINES: usize = 16;
+
+/// A software prefetch of the line holding `p` for writing (`PREFETCHW`:
+/// the line arrives owned, so a later store does not wait for its
+/// read-for-ownership); a no-op off x86_64.
+#[inline(always)]
+fn prefetch_line_w(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHW is a hint: it never faults, whatever the address,
+    // and changes no architectural state; x86_64 CPUs without it (Intel
+    // before Broadwell) execute its opcode as a NOP. `readonly`: it
+    // stores nothing.
+    unsafe {
+        core::arch::asm!("prefetchw [{p}]", p = in(reg) p, options(nostack, preserves_flags, readonly))
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
 
 /// A software prefetch of the line holding `p` into every cache level; a
 /// no-op off x86_64.
