@@ -440,20 +440,10 @@ fn execute_vector(
         *p = local_ptr(locals, *l)?;
     }
     view.check_mapped(off, sgl.len as usize)?;
-    let mut at = off;
-    for (p, l) in ptrs.iter().zip(pieces) {
-        // SAFETY: each pointer was resolved against a LocalMem the executor
-        // keeps alive, for exactly `l.len` bytes.
-        unsafe {
-            if write {
-                view.write_from(at, *p, l.len as usize)?;
-            } else {
-                view.read_to(at, *p, l.len as usize)?;
-            }
-        }
-        at += l.len as u64;
-    }
-    Ok(())
+    let list = ptrs.iter().zip(pieces).map(|(p, l)| (*p, l.len as usize));
+    // SAFETY: each pointer was resolved against a LocalMem the executor
+    // keeps alive, for exactly `l.len` bytes.
+    unsafe { view.copy_vector(off, list, write) }
 }
 
 /// The entries of `sgl` in its batch, checked against the table and limit

@@ -247,6 +247,54 @@ impl NodeView {
         Ok(())
     }
 
+    /// The copies of a vector request: piece `i` of `pieces` (local
+    /// pointer, length) moves to (`write`) or from the remote bytes right
+    /// after piece `i - 1`'s, starting at `offset`, every piece in
+    /// ascending address order as [`NodeView::write_from`] and
+    /// [`NodeView::read_to`] move it. The page of the remote cursor is
+    /// translated once, not once per piece (a batch of 64-byte entries is
+    /// 16 pieces in one page).
+    ///
+    /// # Safety
+    /// Each piece's `ptr..ptr+len` must be valid for reads (`write`) or
+    /// writes (a registered local range).
+    #[inline]
+    pub(crate) unsafe fn copy_vector(
+        &self,
+        offset: u64,
+        pieces: impl Iterator<Item = (*mut u8, usize)>,
+        write: bool,
+    ) -> Result<(), VerbError> {
+        let page_bytes = (self.page_mask + 1) as usize;
+        let mut off = offset;
+        // The page translated last: its remote offset and its pointer.
+        let mut page: Option<(u64, *mut u8)> = None;
+        for (p, len) in pieces {
+            let mut done = 0;
+            while done < len {
+                let base = off & !self.page_mask;
+                let mapped = match page {
+                    Some((b, m)) if b == base => m,
+                    _ => {
+                        let m = self.translate(base)?;
+                        page = Some((base, m));
+                        m
+                    }
+                };
+                let at = (off - base) as usize;
+                let n = (page_bytes - at).min(len - done);
+                if write {
+                    copy_shared(mapped.add(at), p.add(done), n);
+                } else {
+                    copy_shared(p.add(done), mapped.add(at), n);
+                }
+                done += n;
+                off += n as u64;
+            }
+        }
+        Ok(())
+    }
+
     /// Whether every page of `[offset, offset+len)` is mapped.
     pub(crate) fn check_mapped(&self, offset: u64, len: usize) -> Result<(), VerbError> {
         self.for_each_piece(offset, len, |_, _, _| {})
