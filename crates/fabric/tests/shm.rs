@@ -491,3 +491,64 @@ fn deferred_read_errors_reach_the_completion() {
     assert_eq!(out[2].error().unwrap().error, VerbError::Flushed);
     assert_eq!(mem.load_u64(40), 0);
 }
+
+fn with_write_prefetch(on: bool) -> ShmFabric {
+    ShmFabric::embedded(
+        ShmConfig {
+            write_prefetch: on,
+            ..Default::default()
+        },
+        &[NodeConfig {
+            size: 8 << 20,
+            ..Default::default()
+        }],
+    )
+    .unwrap()
+}
+
+#[test]
+fn conformance_without_write_prefetch() {
+    conformance::run_all(&with_write_prefetch(false), 0);
+}
+
+/// The write prefetch is a hint: a stream of scalar and gather WRITEs up to
+/// the very end of the node's memory (where the lines after the last
+/// WRITE are not mapped) lands the same bytes with it on or off.
+#[test]
+fn write_prefetch_is_only_a_hint() {
+    for on in [true, false] {
+        let f = with_write_prefetch(on);
+        let heap = f.heap(0).unwrap();
+        let len = 16 * 1024u64;
+        let mut q = SyncQp::new(&f, 0, 64).unwrap();
+        // The whole heap as one chunk; the stream fills its last 16 KiB.
+        let (whole, got, k) = f.alloc_chunk(0, heap.len, false).unwrap();
+        assert_eq!(got, heap.len);
+        let a = whole.add(heap.len - len);
+        let mut qp = f.connect_qp(0).unwrap();
+        let mem = LocalMem::new(len as usize);
+        let lk = qp.register_local(&mem);
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+        mem.write(0, &data);
+        let mut b = Batch::new();
+        let mut at = 0u64;
+        while at < len {
+            if (at / 1024) % 2 == 0 {
+                b.write(a.add(at), k, LocalRef::new(lk, at, 1024));
+            } else {
+                let pieces: Vec<LocalRef> = (0..16)
+                    .map(|p| LocalRef::new(lk, at + 64 * p, 64))
+                    .collect();
+                b.write_v(a.add(at), k, &pieces);
+            }
+            qp.post(&mut b).unwrap();
+            at += 1024;
+        }
+        let mut out = Vec::new();
+        while qp.pending() > 0 {
+            qp.poll(&mut out, 64);
+        }
+        assert!(out.iter().all(|c| c.result.is_ok()), "{out:?}");
+        assert_eq!(q.read(a, k, len as usize).unwrap(), data, "prefetch {on}");
+    }
+}
