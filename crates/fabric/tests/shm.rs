@@ -533,7 +533,7 @@ fn write_prefetch_is_only_a_hint() {
         let mut b = Batch::new();
         let mut at = 0u64;
         while at < len {
-            if (at / 1024) % 2 == 0 {
+            if (at / 1024).is_multiple_of(2) {
                 b.write(a.add(at), k, LocalRef::new(lk, at, 1024));
             } else {
                 let pieces: Vec<LocalRef> = (0..16)
