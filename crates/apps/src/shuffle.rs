@@ -504,6 +504,25 @@ pub async fn push(
     push_encoded(ctx, st, i, input, &heap, mem, p).await
 }
 
+/// A source's partition scratch: one byte per entry, the partition phase 1
+/// found for it, which phase 2 reads instead of hashing the key again
+/// (and instead of waiting for the entry's line before it knows where the
+/// entry goes). Allocated and faulted in before a stage, as its registered
+/// memory is; used when the stage has at most 256 partitions.
+#[derive(Debug, Default)]
+pub struct PartScratch(Vec<u8>);
+
+impl PartScratch {
+    /// Scratch for up to `records` entries, every page faulted in.
+    pub fn new(records: usize) -> Self {
+        // Written, not only allocated: a zeroed allocation is mapped lazily
+        // and its first-touch faults would land inside the stage.
+        let mut v = Vec::with_capacity(records);
+        v.resize(records, 0xFF);
+        PartScratch(v)
+    }
+}
+
 /// Source `i`'s entries for `epoch`, encoded back to back (`entry` bytes
 /// each): the application's data as it sits in memory before a stage.
 pub fn encode_input(entry: usize, i: usize, epoch: u32, input: &[(u64, u64)]) -> Vec<u8> {
@@ -526,6 +545,23 @@ pub async fn push_encoded(
     mem: &SourceMem,
     p: &PushParams,
 ) -> Result<PushStats, AppError> {
+    push_encoded_with(ctx, st, i, input, heap, mem, p, &mut PartScratch::default()).await
+}
+
+/// [`push_encoded`] with a [`PartScratch`] of at least `input.len()`
+/// entries (a smaller one, or a stage of more than 256 partitions, hashes
+/// each key again in phase 2). Same WRITEs, same order.
+#[allow(clippy::too_many_arguments)]
+pub async fn push_encoded_with(
+    ctx: &Ctx,
+    st: &StageRefs,
+    i: usize,
+    input: &[(u64, u64)],
+    heap: &[u8],
+    mem: &SourceMem,
+    p: &PushParams,
+    scratch: &mut PartScratch,
+) -> Result<PushStats, AppError> {
     let e = st.entry;
     debug_assert_eq!(heap.len(), input.len() * e);
     let batch = if p.method == Method::None {
@@ -538,9 +574,27 @@ pub async fn push_encoded(
     // and reading back a word per entry (16 MiB, freshly faulted in, for
     // 2 M entries).
     let mut counts = vec![0u64; st.parts];
-    for &(k, _) in input {
-        counts[part_of(k, st.parts)] += 1;
-    }
+    let pids: &[u8] = if st.parts <= 256 && scratch.0.len() >= input.len() {
+        let pids = &mut scratch.0[..input.len()];
+        for (x, &(k, _)) in pids.iter_mut().zip(input) {
+            let j = part_of(k, st.parts);
+            counts[j] += 1;
+            *x = j as u8;
+        }
+        pids
+    } else {
+        for &(k, _) in input {
+            counts[part_of(k, st.parts)] += 1;
+        }
+        &[]
+    };
+    // Phase 2's partition of entry `k`.
+    let part = |k: usize, src: &[u8]| -> usize {
+        match pids.get(k) {
+            Some(&j) => j as usize,
+            None => part_of(key_of(src, input, k), st.parts),
+        }
+    };
     let tickets: Vec<_> = (0..st.parts)
         .map(|j| (counts[j] > 0).then(|| ctx.faa(st.head.add(TAILS_AT + 8 * j as u64), counts[j])))
         .collect();
@@ -560,7 +614,7 @@ pub async fn push_encoded(
     }
     // Phase 2: push.
     if p.method == Method::Sp {
-        return push_packed(ctx, st, i, input, heap, mem, p, batch, &mut next).await;
+        return push_packed(ctx, st, i, heap, mem, p, batch, &mut next, part).await;
     }
     let mut stats = PushStats::default();
     let mut pending: Vec<Vec<u32>> = vec![Vec::with_capacity(batch); st.parts];
@@ -579,7 +633,7 @@ pub async fn push_encoded(
             ctx.put_local(mem.entries.slice(k * e, n * e), &heap[k * e..(k + n) * e]);
             registered += n;
         }
-        let j = part_of(key_of(src, input, k), st.parts);
+        let j = part(k, src);
         pending[j].push(k as u32);
         if pending[j].len() >= batch {
             emit(
@@ -650,12 +704,12 @@ async fn push_packed(
     ctx: &Ctx,
     st: &StageRefs,
     i: usize,
-    input: &[(u64, u64)],
     heap: &[u8],
     mem: &SourceMem,
     p: &PushParams,
     batch: usize,
     next: &mut [u64],
+    part: impl Fn(usize, &[u8]) -> usize,
 ) -> Result<PushStats, AppError> {
     let e = st.entry;
     let depth = p.depth.max(1);
@@ -701,7 +755,7 @@ async fn push_packed(
         if let Some(ahead) = heap.get((k + SOURCE_AHEAD) * e) {
             dmkit_fabric::hint::prefetch(ahead);
         }
-        let j = part_of(key_of(src, input, k), st.parts);
+        let j = part(k, src);
         let at = open[j] * slot_bytes + fill[j] * e;
         ctx.put_local(mem.staging.slice(at, e), src);
         fill[j] += 1;
@@ -874,6 +928,11 @@ fn run_on(
     );
     let refs = stage.refs();
     let rt = crate::platform::raw_runtime(cfg.seed);
+    let scratches: Arc<Vec<std::sync::Mutex<PartScratch>>> = Arc::new(
+        (0..cfg.executors)
+            .map(|_| std::sync::Mutex::new(PartScratch::new(cfg.records as usize)))
+            .collect(),
+    );
     let mut epoch = 1;
     loop {
         stage.begin(fabric.as_ref(), epoch)?;
@@ -889,7 +948,17 @@ fn run_on(
             let (refs, inputs, heaps) = (refs.clone(), inputs.clone(), heaps.clone());
             let mut p = cfg.push;
             p.kill_after = kill.and_then(|(who, after)| (who == i).then_some(after));
-            async move { push_encoded(&ctx, &refs, i, &inputs[i], &heaps[i], &mem, &p).await }
+            let scratch = scratches.clone();
+            async move {
+                let take =
+                    || std::mem::take(&mut *scratch[i].lock().unwrap_or_else(|e| e.into_inner()));
+                let mut s = take();
+                let r = push_encoded_with(&ctx, &refs, i, &inputs[i], &heaps[i], &mem, &p, &mut s)
+                    .await;
+                // Back for a rerun of the stage.
+                *scratch[i].lock().unwrap_or_else(|e| e.into_inner()) = s;
+                r
+            }
         })?;
         let killed = outs.iter().any(|o| matches!(o, Err(AppError::Killed(_))));
         if let Some(e) = outs
