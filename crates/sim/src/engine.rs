@@ -1816,9 +1816,8 @@ impl Core {
             let shape = shape_of(shapes, p, slots, kind, len);
             let unit = qp_unit_ns(p, wr, index);
             let payload = payload_fetch_ns(p, wr);
-            let (depart, lag, qp) = send_queue(
-                p, slots, tx, qps, qi, stats, &shape, fetched, unit, payload,
-            );
+            let (depart, lag, qp) =
+                send_queue(p, slots, tx, qps, qi, stats, &shape, fetched, unit, payload);
             // --- The switch position (crate::switch); off: `passed` is None
             // and the request goes its usual way.
             let passed = switch.as_deref_mut().map(|s| {

@@ -89,7 +89,10 @@ fn a_write_past_the_inline_limit_waits_for_its_payload() {
 #[test]
 fn inline_writes_and_reads_pay_nothing() {
     let inline = Profile::builtin("cx3-40g").unwrap().limits.max_inline;
-    assert_eq!(op_ns(1_000.0, Op::Write(inline)), op_ns(0.0, Op::Write(inline)));
+    assert_eq!(
+        op_ns(1_000.0, Op::Write(inline)),
+        op_ns(0.0, Op::Write(inline))
+    );
     assert_eq!(op_ns(1_000.0, Op::Write(32)), op_ns(0.0, Op::Write(32)));
     assert_eq!(op_ns(1_000.0, Op::Read(1024)), op_ns(0.0, Op::Read(1024)));
 }
@@ -101,7 +104,10 @@ fn fetches_of_two_queue_pairs_overlap() {
     let alone = op_ns(2_000.0, Op::Write(1024));
     let both = ops_ns(profile(2_000.0), &[Op::Write(1024), Op::Write(1024)]);
     for t in both {
-        assert!(t < alone + 1_000, "{t} ns beside another fetch, {alone} ns alone");
+        assert!(
+            t < alone + 1_000,
+            "{t} ns beside another fetch, {alone} ns alone"
+        );
     }
 }
 
@@ -112,8 +118,5 @@ fn a_fetch_needs_processing_units() {
     p.nic.payload_fetch_ns = 0.0;
     assert!(p.validate().is_ok(), "no fetch: fine without units");
     p.nic.payload_fetch_ns = 100.0;
-    assert!(p
-        .validate()
-        .unwrap_err()
-        .contains("nic.payload_fetch_ns"));
+    assert!(p.validate().unwrap_err().contains("nic.payload_fetch_ns"));
 }
