@@ -444,6 +444,12 @@ struct Qp {
     /// With processing units: when its last request left the NIC, its
     /// unit's time included (requests of a queue pair leave in order).
     sent: f64,
+    /// With processing units: `sent` without payload fetches
+    /// (`nic.payload_fetch_ns`): the unit takes the next request once the
+    /// last has left it, while that one's payload may still be in flight
+    /// (the DMA reads of a queue pair's payloads overlap). Equal to `sent`
+    /// when no request fetches a payload.
+    unit_sent: f64,
     /// With processing units: when its last request would execute with
     /// its unit's delay (`last_exec` is without it; see [`send_queue`]).
     phys_exec: f64,
@@ -470,6 +476,7 @@ impl Qp {
             cross: 0,
             pu: u32::MAX,
             sent: 0.0,
+            unit_sent: 0.0,
             phys_exec: 0.0,
         }
     }
@@ -1154,20 +1161,33 @@ fn send_queue<'q>(
     // The processing unit: after the queue pair's previous request has
     // left, and after the unit's earlier work (its FIFO).
     // A payload fetch (`payload`, 0 for inline payloads) follows the
-    // unit's work and holds only this request.
-    let sent = if unit > 0.0 {
+    // unit's work and holds only this request and, as requests leave in
+    // order, those behind it; the unit goes on with the next request
+    // meanwhile (`unit_sent`). Without payloads `unit_sent` is `sent` and
+    // this is the booking the engine had before the fetch.
+    // (`fetch_from`: when the unit is done with it and its payload's read
+    // may start.)
+    let (unit_sent, fetch_from) = if unit > 0.0 {
         let pu = &mut tx.pu_free[qp.pu as usize];
-        let done = fmax(fmax(fetched, qp.sent), *pu) + unit;
+        let done = fmax(fmax(fetched, qp.unit_sent), *pu) + unit;
         *pu = done;
-        fmax(done + payload + service, depart)
-    } else if payload > 0.0 {
+        (fmax(done + service, depart), done)
+    } else {
+        (
+            fmax(depart, qp.unit_sent + service),
+            fmax(fetched, qp.unit_sent),
+        )
+    };
+    let sent = if payload > 0.0 {
         fmax(
-            fmax(depart, qp.sent + service),
-            fmax(fetched, qp.sent) + payload + service,
+            fmax(unit_sent, fetch_from + payload + service),
+            qp.sent + service,
         )
     } else {
-        fmax(depart, qp.sent + service)
+        fmax(unit_sent, qp.sent + service)
     };
+    debug_assert!(sent >= unit_sent);
+    qp.unit_sent = unit_sent;
     qp.sent = sent;
     (depart, sent - depart, qp)
 }

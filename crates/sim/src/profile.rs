@@ -217,7 +217,8 @@ pub struct NicModel {
     /// BlueFlame path), so they pay nothing; READs and atomics carry no
     /// payload out. The fetch is latency, not occupancy: it holds neither
     /// the processing unit nor the NIC-wide units, only the request (and
-    /// its queue pair's later requests, which leave in order). It needs
+    /// its queue pair's later requests, which leave in order); the
+    /// fetches of a queue pair's requests overlap. It needs
     /// `processing_units` ≥ 1 (the per-request delay path). Absent: 0 (the
     /// ConnectX-5 and -6 profiles). The ConnectX-3 profile's is fitted to
     /// the memory-semantics study's Fig. 1 (a WRITE's latency rises from

@@ -20,6 +20,8 @@ use common::{one_node, unthrottled};
 enum Op {
     /// One WRITE of this many bytes.
     Write(usize),
+    /// Four WRITEs of this many bytes in one post (doorbell batching).
+    Writes4(usize),
     /// One WRITE gathered from this many 32-byte pieces.
     Gather(usize),
     /// One READ of this many bytes.
@@ -50,6 +52,11 @@ fn ops_ns(profile: Profile, ops: &[Op]) -> Vec<u64> {
             match op {
                 Op::Write(n) => {
                     ctx.write(at, Local::at(0, n));
+                }
+                Op::Writes4(n) => {
+                    for i in 0..4 {
+                        ctx.write(at.add((n * i) as u64), Local::at(n * i, n));
+                    }
                 }
                 Op::Gather(n) => {
                     let pieces: Vec<Local> = (0..n).map(|i| Local::at(32 * i, 32)).collect();
@@ -84,6 +91,19 @@ fn a_write_past_the_inline_limit_waits_for_its_payload() {
     let extra = op_ns(1_000.0, Op::Gather(pieces)) - op_ns(0.0, Op::Gather(pieces));
     assert_eq!(extra, 1_000, "a {pieces}-piece gather");
     assert_eq!(op_ns(1_000.0, Op::Gather(2)), op_ns(0.0, Op::Gather(2)));
+}
+
+#[test]
+fn a_posts_fetches_overlap_each_other() {
+    // Four 1 KiB WRITEs in one doorbell: the unit takes each request while
+    // the previous one's payload is read, so the post waits for one fetch,
+    // not four.
+    let base = op_ns(0.0, Op::Writes4(1024));
+    let slow = op_ns(2_000.0, Op::Writes4(1024));
+    assert!(
+        (2_000..=2_200).contains(&(slow - base)),
+        "four fetching WRITEs: {slow} ns, without the fetch {base} ns"
+    );
 }
 
 #[test]
