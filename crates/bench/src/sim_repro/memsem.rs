@@ -39,11 +39,11 @@
 //!
 //! | figure | point | before | after | study |
 //! |---|---|---|---|---|
-//! | 5 | SGL at 1 thread (Mops/thread) | 7.92 (3.49) | 2.96 (1.30) | 2.27 |
+//! | 5 | SGL at 1 thread (Mops/thread) | 7.92 (3.49) | 2.87 (1.26) | 2.27 |
 //! | 5 | SGL at 8 threads | 7.92 (4.69) | 2.00 (1.18) | 1.69 |
-//! | 5 | SGL 8 threads / 1 | 1.00 (1.34) | 0.68 (0.91) | 0.74 |
+//! | 5 | SGL 8 threads / 1 | 1.00 (1.34) | 0.70 (0.94) | 0.74 |
 //! | 5 | doorbell 8 threads / 1 | 0.45 (1.11) | 0.44 (1.10) | 0.40 |
-//! | 5 | SP / SGL at 1, at 8 (new rows) | – | 1.11 (1.06), 1.00 (0.83) | 1.05, 1.20 |
+//! | 5 | SP / SGL at 1, at 8 (new rows) | – | 1.15 (1.09), 1.00 (0.83) | 1.05, 1.20 |
 //! | 5 | SP / doorbell at 1, at 8 (new rows) | – | 2.89 (1.31), 4.00 (0.89) | 2.21, 4.47 |
 //! | 8 | IO consolidation / native, θ = 16 | 10.15 (1.35) | 8.75 (1.17) | 7.49 |
 //! | 10a | remote / RPC lock at 1, at 14 | 1.54 (1.00), 4.04 (1.44) | 1.17 (0.76), 2.21 (0.79) | 1.54, 2.80 |
@@ -53,20 +53,22 @@
 //! | 6d | seq / random at 1 GiB | 1.99 (0.99) | 1.98 (0.99) | 2 |
 //! | 10b | remote sequencer, 6–14 threads | 2.50–2.60 | 2.52–2.60 | 2.6 |
 //!
-//! Two points stay at the band's edge: SGL's and SP's one-thread rates at
-//! batches of 4 are about 30 % above the study's (one 128-byte WRITE
-//! round trip, 1.26 µs in the model). If Fig. 1's latency rises gradually
-//! from 1 to 256 B rather than in one step at the inline limit (the
-//! study's text gives only the two ends), a 128-byte WRITE would be about
-//! 1.5 µs and both would land; the text does not settle it.
+//! One point stays outside the band, SP over doorbell at one thread
+//! (2.89 against 2.21), and SGL at one thread sits near its edge (1.26):
+//! SP's and SGL's one-thread rates at batches of 4 are 25–30 % above what
+//! the study's ratios give (one 128-byte WRITE round trip, 1.26 µs in the
+//! model). If Fig. 1's latency rises gradually from 1 to 256 B rather than
+//! in one step at the inline limit (the study's text gives only the two
+//! ends), a 128-byte WRITE would take about 1.5 µs and both would land;
+//! the text does not settle it.
 //!
 //! The predictions, same runs (`sp / none` of Fig. 16 is the study's
 //! 10.3× over the naive distributed join, at 16 executors):
 //!
 //! | figure | point | before | after | study |
 //! |---|---|---|---|---|
-//! | 15 | SP / none, batch 16, 16 executors | 7.26 (1.25) | 15.64 (2.70) | 5.8 |
-//! | 15 | SGL / none, batch 16, 16 executors | 6.25 (1.30) | 9.80 (2.04) | 4.8 |
+//! | 15 | SP / none, batch 16, 16 executors | 7.26 (1.25) | 15.61 (2.69) | 5.8 |
+//! | 15 | SGL / none, batch 16, 16 executors | 6.25 (1.30) | 10.21 (2.13) | 4.8 |
 //! | 16 | SP / none at 16 executors | 7.01 (0.68) | 11.18 (1.09) | 10.3 |
 //! | 19 | SP batch 32 / unbatched, 7 writers | 20.43 (2.25) | 24.30 (2.67) | 9.1 |
 //! | 19 | SP, 14 writers, batch 32 (Mops) | 64.62 (3.65) | 49.66 (2.81) | 17.7 |
