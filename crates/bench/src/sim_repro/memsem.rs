@@ -87,11 +87,14 @@
 //! runs (1 and 2 front ends) fall 35–45 % (basic at 1 front end 1.10 →
 //! 0.67 Mops): RACE's update posts about six requests, so a front end's
 //! NIC caps it near 0.7 Mops; the study's table, one or two requests per
-//! update, would be capped near 2–4 Mops per front end. The full run
-//! after the refit (659 s wall) predicts at 6 front ends: basic 2.37
-//! Mops, +NUMA 2.43 (0.23 of the study's 10.5), +IO consolidation 3.78
-//! (0.15 of 24.4), +atomics 4.15, +atomics / basic 1.75× (0.65 of 2.7×);
-//! the step ratio moves toward the study's, the absolute rates away.
+//! update, would be capped near 2–4 Mops per front end. Full runs at 6
+//! front ends, main → the refit (313 s and 659 s wall): basic 3.23 →
+//! 2.37 Mops, +NUMA 3.24 → 2.43 (0.31 → 0.23 of the study's 10.5), +IO
+//! consolidation 4.08 → 3.78 (0.17 → 0.15 of 24.4), +atomics 4.19 →
+//! 4.15, +atomics / basic 1.30× → 1.75× (0.48 → 0.65 of 2.7×). The steps
+//! no longer level off at 3–4 front ends (+IO consolidation: 4.09 at 3 on
+//! main, 1.99 → 3.78 from 3 to 6 now): a front end's own NIC binds first.
+//! The step ratio moves toward the study's, the absolute rates away.
 //!
 //! ## Predictions and their errors
 //!
