@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use dmkit_fabric::{Fabric, FabricError, RemoteRef};
 use dmkit_runtime::consolidate::{ConsolidationConfig, WriteBuffer};
-use dmkit_runtime::{Ctx, Local, LocalLayout, Worker};
+use dmkit_runtime::{Ctx, Local, LocalLayout, Nanos, Worker};
 use serde::Serialize;
 
 use crate::harness;
@@ -179,15 +179,33 @@ fn stamp_into(data: &mut [u8], stamp: u64) {
     data[..n].copy_from_slice(&stamp.to_le_bytes()[..n]);
 }
 
-/// Where write number `stamp` goes: a region and a `size`-aligned byte
-/// offset in it, the next two draws of the thread's generator. The writer
-/// and the check ([`expected_image`]) both draw through this, so the check
-/// replays exactly the stream the writer wrote.
-#[inline(always)]
-fn target(rng: &mut Rng, p: &ConsolidationPoint) -> (usize, usize) {
-    let r = rng.below(p.regions as u64) as usize;
-    let at = (rng.below((p.region / p.size) as u64) as usize) * p.size;
-    (r, at)
+/// Where the writes go: a region and a `size`-aligned byte offset in it,
+/// the next two draws of the thread's generator. The writer and the check
+/// ([`expected_image`]) both draw through this, so the check replays
+/// exactly the stream the writer wrote.
+#[derive(Debug, Clone, Copy)]
+struct Targets {
+    regions: u64,
+    /// Write-sized slots per region (divided once, not per write).
+    slots: u64,
+    size: usize,
+}
+
+impl Targets {
+    fn of(p: &ConsolidationPoint) -> Self {
+        Self {
+            regions: p.regions as u64,
+            slots: (p.region / p.size) as u64,
+            size: p.size,
+        }
+    }
+
+    #[inline(always)]
+    fn next(&self, rng: &mut Rng) -> (usize, usize) {
+        let r = rng.below(self.regions) as usize;
+        let at = rng.below(self.slots) as usize * self.size;
+        (r, at)
+    }
 }
 
 /// What a thread's regions must hold after its first `writes` writes from
@@ -197,10 +215,11 @@ fn target(rng: &mut Rng, p: &ConsolidationPoint) -> (usize, usize) {
 /// the remote image differ.
 fn expected_image(p: &ConsolidationPoint, seed: u64, writes: u64) -> Vec<u8> {
     let mut rng = Rng::new(seed);
+    let targets = Targets::of(p);
     let mut image = vec![0u8; p.area() as usize];
     let mut data = vec![0u8; p.size];
     for stamp in 1..=writes {
-        let (r, at) = target(&mut rng, p);
+        let (r, at) = targets.next(&mut rng);
         stamp_into(&mut data, stamp);
         image[r * p.region + at..][..p.size].copy_from_slice(&data);
     }
@@ -208,25 +227,29 @@ fn expected_image(p: &ConsolidationPoint, seed: u64, writes: u64) -> Vec<u8> {
 }
 
 /// The task: random writes into its regions, `tick` called before the
-/// first write and after every `stride`-th with the writes done since the
-/// last call (it counts them, and returns whether to go on), then a flush
-/// of every buffer and a check of the remote image.
+/// first write and after every `stride`-th with a clock reading and the
+/// writes done since the last call (it counts them, and returns whether to
+/// go on), then a flush of every buffer and a check of the remote image.
 async fn writer(
     ctx: Ctx,
     p: ConsolidationPoint,
     area: RemoteRef,
-    scratch: Local,
+    mem: Mem,
     seed: u64,
     stride: u64,
-    tick: impl FnMut(&Ctx, u64) -> bool,
+    tick: impl FnMut(Nanos, u64) -> bool,
 ) -> Result<Tally, FabricError> {
+    let scratch = mem.scratch;
     let cfg = ConsolidationConfig {
         theta: p.theta.unwrap_or(1),
         lease: p.lease.as_nanos() as u64,
     };
-    let mut bufs: Vec<WriteBuffer> = (0..p.regions)
+    // The native path has no buffers (and no local memory for them).
+    let buffered = if p.theta.is_some() { p.regions } else { 0 };
+    let mut bufs: Vec<WriteBuffer> = (0..buffered)
         .map(|i| {
-            WriteBuffer::hint(area.add((i * p.region) as u64), p.region, cfg)
+            let buf = mem.buffers.piece(i, p.region);
+            WriteBuffer::hint(area.add((i * p.region) as u64), buf, cfg)
                 .expect("regions are aligned to their size")
         })
         .collect();
@@ -238,7 +261,7 @@ async fn writer(
         write_loop(&ctx, &p, area, scratch, &mut bufs, seed, stride, tick, data).await?
     };
     for b in &mut bufs {
-        b.flush(&ctx, scratch).await?;
+        b.flush(&ctx).await?;
         let s = b.stats();
         t.wrs += s.flushes;
         t.bytes += s.bytes_flushed;
@@ -255,7 +278,9 @@ async fn writer(
     Ok(t)
 }
 
-/// The timed loop of [`writer`], over one payload type.
+/// The timed loop of [`writer`], over one payload type. The loop reads
+/// the clock only for `tick`, and hands that reading to the buffers as
+/// the start of a new lease ([`WriteBuffer::try_write_at`]).
 #[allow(clippy::too_many_arguments)]
 async fn write_loop<P: Payload>(
     ctx: &Ctx,
@@ -265,16 +290,18 @@ async fn write_loop<P: Payload>(
     bufs: &mut [WriteBuffer],
     seed: u64,
     stride: u64,
-    mut tick: impl FnMut(&Ctx, u64) -> bool,
+    mut tick: impl FnMut(Nanos, u64) -> bool,
     mut data: P,
 ) -> Result<Tally, FabricError> {
     let mut rng = Rng::new(seed);
+    let targets = Targets::of(p);
     let mut t = Tally::default();
     let stride = stride.max(1);
     let mut since = 0;
-    let mut go = tick(ctx, 0);
+    let mut now = ctx.now();
+    let mut go = tick(now, 0);
     while go {
-        let (r, at) = target(&mut rng, p);
+        let (r, at) = targets.next(&mut rng);
         data.stamp(t.total + 1);
         let data = data.bytes();
         match p.theta {
@@ -285,30 +312,45 @@ async fn write_loop<P: Payload>(
                 t.wrs += 1;
                 t.bytes += p.size as u64;
             }
-            Some(_) => match bufs[r].try_write(ctx, at, data) {
+            Some(_) => match bufs[r].try_write_at(ctx, now, at, data) {
                 Some(false) => {}
                 Some(true) => {
-                    bufs[r].flush(ctx, scratch).await?;
+                    bufs[r].flush(ctx).await?;
                 }
                 None => {
-                    bufs[r].write(ctx, scratch, at, data).await?;
+                    bufs[r].write(ctx, at, data).await?;
                 }
             },
         }
         t.total += 1;
         since += 1;
         if since == stride {
-            go = tick(ctx, since);
+            now = ctx.now();
+            go = tick(now, since);
             since = 0;
         }
     }
     Ok(t)
 }
 
-fn layout(p: &ConsolidationPoint) -> (LocalLayout, Local) {
+/// A writer's task-local memory.
+#[derive(Debug, Clone, Copy)]
+struct Mem {
+    /// A native write's source and the final check's landing zone.
+    scratch: Local,
+    /// The write-back buffers, one region's length each (consolidated
+    /// runs only; empty for the native path).
+    buffers: Local,
+}
+
+fn layout(p: &ConsolidationPoint) -> (LocalLayout, Mem) {
     let mut l = LocalLayout::new();
-    let s = l.region("consolidation scratch", p.region.max(p.size));
-    (l, s)
+    let scratch = l.region("consolidation scratch", p.region.max(p.size));
+    let buffers = match p.theta {
+        Some(_) => l.region("write-back buffers", p.area() as usize),
+        None => Local::default(),
+    };
+    (l, Mem { scratch, buffers })
 }
 
 fn seed_of(p: &ConsolidationPoint, t: usize) -> u64 {
@@ -373,7 +415,7 @@ fn measure(
     area0: RemoteRef,
     warmup: Duration,
 ) -> Result<ConsolidationResult, BenchError> {
-    let (l, scratch) = layout(p);
+    let (l, mem) = layout(p);
     // One global window (crate::harness): every thread sets up, meets the
     // others at the start barrier, and counts the writes that complete
     // inside the window opened `warmup` after it.
@@ -394,8 +436,7 @@ fn measure(
             let (pp, seed) = (p.clone(), seed_of(p, t));
             let window = window.clone();
             w.spawn(move |ctx| async move {
-                let r = writer(ctx, pp, area, scratch, seed, WALL_STRIDE, move |c, n| {
-                    let now = c.now();
+                let r = writer(ctx, pp, area, mem, seed, WALL_STRIDE, move |now, n| {
                     if n > 0 && window.counts(now) {
                         counted2.fetch_add(n, Ordering::Relaxed);
                     }
@@ -449,7 +490,7 @@ pub fn run_sim(
     let align = (p.region.next_power_of_two().min(4096)) as u64;
     let start = base.offset().next_multiple_of(align) - base.offset();
     let area0 = RemoteRef::new(base, rkey).add(start);
-    let (l, scratch) = layout(p);
+    let (l, mem) = layout(p);
     let warm = warmup.as_nanos() as u64;
     let end = warm + p.duration.as_nanos() as u64;
     let window = Rc::new(Cell::new(0u64));
@@ -467,8 +508,7 @@ pub fn run_sim(
         let (pp, seed, area) = (p.clone(), seed_of(p, t), area0.add(t as u64 * p.area()));
         sim.worker_mut(th).spawn(move |ctx| async move {
             // Stride 1: each write counted at its own completion, as before.
-            let r = writer(ctx, pp, area, scratch, seed, 1, move |c, n| {
-                let now = c.now();
+            let r = writer(ctx, pp, area, mem, seed, 1, move |now, n| {
                 if n > 0 && now >= warm && now < end {
                     window.set(window.get() + n);
                 }
