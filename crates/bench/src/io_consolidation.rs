@@ -266,16 +266,29 @@ async fn writer(
         t.wrs += s.flushes;
         t.bytes += s.bytes_flushed;
     }
-    // Check: the remote image is what this thread wrote.
-    let expected = expected_image(&p, seed, t.total);
+    t.verified = check_image(&ctx, &p, area, scratch, seed, t.total).await?;
+    Ok(t)
+}
+
+/// Whether the thread's remote regions hold exactly what its first
+/// `writes` writes from `seed` leave there ([`expected_image`]), read back
+/// region by region through `scratch`.
+async fn check_image(
+    ctx: &Ctx,
+    p: &ConsolidationPoint,
+    area: RemoteRef,
+    scratch: Local,
+    seed: u64,
+    writes: u64,
+) -> Result<bool, FabricError> {
+    let expected = expected_image(p, seed, writes);
     let mut ok = true;
     for (i, chunk) in expected.chunks(p.region).enumerate() {
         let s = scratch.prefix(p.region);
         ctx.read_sync(area.add((i * p.region) as u64), s).await?;
         ok &= ctx.local_vec(s) == chunk;
     }
-    t.verified = ok;
-    Ok(t)
+    Ok(ok)
 }
 
 /// The timed loop of [`writer`], over one payload type. The loop reads
@@ -540,7 +553,10 @@ pub fn run_sim(
 mod tests {
     use super::*;
     use dmkit_fabric::shm::{ShmConfig, ShmFabric};
+    use dmkit_fabric::ControlPlane;
     use dmkit_memnode::NodeConfig;
+    use std::cell::RefCell;
+    use std::rc::Rc;
 
     fn point(theta: Option<u32>) -> ConsolidationPoint {
         ConsolidationPoint {
@@ -581,6 +597,84 @@ mod tests {
             c.wrs_per_write < 0.1,
             "θ = 16: about one WRITE per 16 writes: {c:?}"
         );
+    }
+
+    /// The check replays the writer's stream: it passes on what the
+    /// writer left, and fails when one write is lost (its slot reverted),
+    /// misplaced (its bytes also in a slot it never went to), or when it
+    /// replays one write too few — for the native and the consolidated
+    /// path.
+    #[test]
+    fn the_replayed_check_catches_a_lost_or_misplaced_write() {
+        let f = ShmFabric::embedded(
+            ShmConfig::default(),
+            &[NodeConfig {
+                size: 4 << 20,
+                ..Default::default()
+            }],
+        )
+        .unwrap();
+        for theta in [None, Some(16)] {
+            let p = ConsolidationPoint {
+                threads: 1,
+                ..point(theta)
+            };
+            let (base, _, rkey) = f.alloc_chunk(0, p.area() + 4096, false).unwrap();
+            let start = base.offset().next_multiple_of(1024) - base.offset();
+            let area = RemoteRef::new(base, rkey).add(start);
+            let (l, mem) = layout(&p);
+            let mut w = Worker::builder(&f)
+                .config(raw_runtime(p.seed))
+                .local(&l)
+                .build()
+                .unwrap();
+            let seen: Rc<RefCell<Vec<bool>>> = Rc::default();
+            let seen2 = seen.clone();
+            w.spawn(move |ctx| async move {
+                // 1000 writes (stride 1: the hook sees each one).
+                let mut n = 0;
+                let t = writer(ctx.clone(), p.clone(), area, mem, 3, 1, |_, k| {
+                    n += k;
+                    n < 1000
+                })
+                .await
+                .unwrap();
+                let (s, seed) = (mem.scratch, 3);
+                let check = |writes| check_image(&ctx, &p, area, s, seed, writes);
+                let mut out = vec![t.total == 1000, t.verified, check(1000).await.unwrap()];
+                out.push(check(999).await.unwrap());
+                // Lose the last write: its slot as the first 999 left it.
+                let before = expected_image(&p, seed, 999);
+                let mut rng = Rng::new(seed);
+                let targets = Targets::of(&p);
+                let last = (0..1000).map(|_| targets.next(&mut rng)).last().unwrap();
+                let at = last.0 * p.region + last.1;
+                let slot = area.add(at as u64);
+                ctx.put_local(s, &before[at..at + p.size]);
+                ctx.write_sync(slot, s.prefix(p.size)).await.unwrap();
+                out.push(check(1000).await.unwrap());
+                // Misplace it: right slot, and also the next one over.
+                let after = expected_image(&p, seed, 1000);
+                ctx.put_local(s, &after[at..at + p.size]);
+                ctx.write_sync(slot, s.prefix(p.size)).await.unwrap();
+                out.push(check(1000).await.unwrap());
+                let other = (at + p.size) % p.area() as usize;
+                ctx.write_sync(area.add(other as u64), s.prefix(p.size))
+                    .await
+                    .unwrap();
+                out.push(check(1000).await.unwrap());
+                *seen2.borrow_mut() = out;
+            });
+            w.run();
+            assert_eq!(
+                *seen.borrow(),
+                [true, true, true, false, false, true, false],
+                "θ = {theta:?}: (1000 writes, verified, check, check of 999, \
+                 lost, restored, misplaced)"
+            );
+            drop(w);
+            f.free_chunk(base).unwrap();
+        }
     }
 
     #[test]

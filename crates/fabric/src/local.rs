@@ -105,17 +105,24 @@ impl LocalMem {
         (end <= self.0.len as u64).then(|| unsafe { self.0.ptr.as_ptr().add(offset as usize) })
     }
 
+    #[inline]
     fn checked(&self, offset: usize, len: usize) -> *mut u8 {
         match u32::try_from(len)
             .ok()
             .and_then(|l| self.range_ptr(offset as u64, l))
         {
             Some(p) => p,
-            None => panic!(
-                "local access [{offset}, +{len}) outside a {} B LocalMem",
-                self.0.len
-            ),
+            None => self.outside(offset, len),
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn outside(&self, offset: usize, len: usize) -> ! {
+        panic!(
+            "local access [{offset}, +{len}) outside a {} B LocalMem",
+            self.0.len
+        )
     }
 
     /// Copies `dst.len()` bytes from `offset` into `dst`.
@@ -139,6 +146,7 @@ impl LocalMem {
     ///
     /// # Panics
     /// If the range is outside the region (programmer error).
+    #[inline]
     pub fn write(&self, offset: usize, src: &[u8]) {
         let p = self.checked(offset, src.len());
         // SAFETY: the range is inside the allocation (checked).

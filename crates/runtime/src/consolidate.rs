@@ -262,7 +262,10 @@ impl WriteBuffer {
     /// If the write does not lie inside the region (programmer error).
     #[inline]
     pub fn try_write(&mut self, ctx: &Ctx, at: usize, data: &[u8]) -> Option<bool> {
-        self.loaded.then(|| self.apply(ctx, None, at, data))
+        if !self.loaded {
+            return None;
+        }
+        Some(self.apply(ctx, None, at, data))
     }
 
     /// [`WriteBuffer::try_write`] for a caller that reads the clock anyway
@@ -275,22 +278,19 @@ impl WriteBuffer {
     ///
     /// # Panics
     /// If the write does not lie inside the region (programmer error).
-    #[inline]
-    pub fn try_write_at(
-        &mut self,
-        ctx: &Ctx,
-        now: Nanos,
-        at: usize,
-        data: &[u8],
-    ) -> Option<bool> {
-        self.loaded.then(|| self.apply(ctx, Some(now), at, data))
+    #[inline(always)]
+    pub fn try_write_at(&mut self, ctx: &Ctx, now: Nanos, at: usize, data: &[u8]) -> Option<bool> {
+        if !self.loaded {
+            return None;
+        }
+        Some(self.apply(ctx, Some(now), at, data))
     }
 
     /// The buffered part of a write (no await: the common case costs a
     /// copy and a few counters); whether it makes `θ` modifications. The
     /// lease of a write into a clean buffer starts at `now`, or at a clock
     /// read if the caller has none.
-    #[inline]
+    #[inline(always)]
     fn apply(&mut self, ctx: &Ctx, now: Option<Nanos>, at: usize, data: &[u8]) -> bool {
         // `slice` panics if the write leaves the region.
         ctx.put_local(self.buf.slice(at, data.len()), data);
