@@ -9,8 +9,9 @@
 //!
 //! The same task runs on OS threads over shm or verbs ([`run`]) and on
 //! virtual threads of the simulator ([`run_sim`]). Every buffer is flushed
-//! at the end and the remote image checked against the thread's own copy
-//! of what it wrote, so a consolidated run that lost a write fails.
+//! at the end and the remote image checked against a replay of the
+//! thread's writes (its seed redrawn), so a run that lost or misplaced a
+//! write fails; the timed loop keeps no copy.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
