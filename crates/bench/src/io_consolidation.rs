@@ -210,19 +210,26 @@ impl Targets {
 }
 
 /// What a thread's regions must hold after its first `writes` writes from
-/// `seed`: the writes replayed in order into a zeroed image. Built after
-/// the run, so the timed loop keeps no copy of its own (native and
-/// consolidated alike); a write lost or put in the wrong place still makes
-/// the remote image differ.
+/// `seed`: the writes replayed in order, each slot ending with the last
+/// write that went to it (zero if none did). Built after the run, so the
+/// timed loop keeps no copy of its own (native and consolidated alike); a
+/// write lost or put in the wrong place still makes the remote image
+/// differ. The replay notes only each slot's last write number (a table
+/// of `regions × region / size` words) and lays the bytes out once.
 fn expected_image(p: &ConsolidationPoint, seed: u64, writes: u64) -> Vec<u8> {
     let mut rng = Rng::new(seed);
     let targets = Targets::of(p);
-    let mut image = vec![0u8; p.area() as usize];
-    let mut data = vec![0u8; p.size];
+    let slots = targets.slots as usize;
+    let mut last = vec![0u64; p.regions * slots];
     for stamp in 1..=writes {
         let (r, at) = targets.next(&mut rng);
-        stamp_into(&mut data, stamp);
-        image[r * p.region + at..][..p.size].copy_from_slice(&data);
+        last[r * slots + at / p.size] = stamp;
+    }
+    let mut image = vec![0u8; p.area() as usize];
+    for (slot, &stamp) in image.chunks_exact_mut(p.size).zip(&last) {
+        if stamp > 0 {
+            stamp_into(slot, stamp);
+        }
     }
     image
 }
