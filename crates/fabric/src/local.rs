@@ -230,6 +230,16 @@ pub(crate) unsafe fn copy_out(src: *const u8, dst: &mut [u8]) {
 #[inline(always)]
 pub(crate) unsafe fn copy_in(dst: *mut u8, src: &[u8]) {
     let n = src.len();
+    // Whole words to an aligned destination (a small put of a compile-time
+    // length, inlined, becomes word stores at constant offsets, its source
+    // kept in registers).
+    if n.is_multiple_of(8) && (dst as usize).is_multiple_of(8) {
+        for (k, w) in src.chunks_exact(8).enumerate() {
+            let w = u64::from_ne_bytes(w.try_into().expect("8 bytes"));
+            (*(dst.add(8 * k) as *const AtomicU64)).store(w, Ordering::Release);
+        }
+        return;
+    }
     let mut i = 0;
     while i < n && !(dst as usize + i).is_multiple_of(8) {
         (*(dst.add(i) as *const AtomicU8)).store(src[i], Ordering::Release);
