@@ -236,6 +236,8 @@ pub(crate) unsafe fn copy_in(dst: *mut u8, src: &[u8]) {
     if n.is_multiple_of(8) && (dst as usize).is_multiple_of(8) {
         for (k, w) in src.chunks_exact(8).enumerate() {
             let w = u64::from_ne_bytes(w.try_into().expect("8 bytes"));
+            // SAFETY: inside `dst..dst+n` (the caller's contract) and
+            // 8-byte aligned (checked above).
             (*(dst.add(8 * k) as *const AtomicU64)).store(w, Ordering::Release);
         }
         return;
