@@ -43,7 +43,11 @@
 //!    in parallel (a machine's queue pairs spread over them, each unit a
 //!    FIFO); with 0 the unit's time is booked on the NIC-wide send units
 //!    and one queue pair's holds back the others (the model before the
-//!    switch; `engine`'s `send_queue` says how each is booked). Then the
+//!    switch; `engine`'s `send_queue` says how each is booked). A WRITE
+//!    whose payload exceeds `max_inline` then waits `payload_fetch_ns` for
+//!    the DMA read of its payload (latency only, with units; the
+//!    memory-semantics study's Fig. 1: a 256-byte WRITE is 0.63 µs slower
+//!    than a small one at the same throughput). Then the
 //!    send-queue units, bounded by the message rate (`iops`) and by PCIe
 //!    bytes (`wr_bytes` + payload + WQE-cache misses). Outstanding requests
 //!    (posted, CQE not yet polled) beyond `wqe_cache` miss with probability

@@ -209,6 +209,23 @@ pub struct NicModel {
     /// (configs/sim/cx3-40g.toml says on which figure).
     #[serde(default)]
     pub processing_units: u32,
+    /// A WRITE (plain or scatter/gather) whose payload exceeds
+    /// `limits.max_inline` cannot travel inside its WQE: the NIC reads the
+    /// payload from host memory by DMA before the request can leave, one
+    /// more PCIe read round trip (ns). Payloads up to `max_inline` are
+    /// taken as posted inline (the driver copies them into the WQE, the
+    /// BlueFlame path), so they pay nothing; READs and atomics carry no
+    /// payload out. The fetch is latency, not occupancy: it holds neither
+    /// the processing unit nor the NIC-wide units, only the request (and
+    /// its queue pair's later requests, which leave in order); the
+    /// fetches of a queue pair's requests overlap. It needs
+    /// `processing_units` ≥ 1 (the per-request delay path). Absent: 0 (the
+    /// ConnectX-5 and -6 profiles). The ConnectX-3 profile's is fitted to
+    /// the memory-semantics study's Fig. 1 (a WRITE's latency rises from
+    /// 1.16 µs for small payloads to 1.79 µs at 256 B while the
+    /// throughput stays put; configs/sim/cx3-40g.toml).
+    #[serde(default)]
+    pub payload_fetch_ns: f64,
 }
 
 /// Links and the switch between machines (one top-of-rack switch).
@@ -469,6 +486,7 @@ impl Profile {
             ("nic.deliver_ns", self.nic.deliver_ns),
             ("nic.wr_ns", self.nic.wr_ns),
             ("nic.sge_ns", self.nic.sge_ns),
+            ("nic.payload_fetch_ns", self.nic.payload_fetch_ns),
             ("link.header_bytes", self.link.header_bytes),
             ("link.wire_ns", self.link.wire_ns),
             ("responder.dma_read_ns", self.responder.dma_read_ns),
@@ -511,6 +529,13 @@ impl Profile {
         }
         if self.limits.max_batch == 0 || self.limits.max_message == 0 {
             return Err("limits.max_batch and limits.max_message must be at least 1".into());
+        }
+        if self.nic.payload_fetch_ns > 0.0 && self.nic.processing_units == 0 {
+            return Err(format!(
+                "nic.payload_fetch_ns ({}) is modelled with processing units only: \
+                 set nic.processing_units ≥ 1",
+                self.nic.payload_fetch_ns
+            ));
         }
         if self.responder.atomic_stalls_access && self.responder.atomic_order != AtomicOrder::Post {
             return Err(format!(

@@ -37,11 +37,16 @@ impl Post {
 
 /// cx3-40g with the unit's costs `wr_ns` and `sge_ns` (and `units`
 /// processing units, if given), and no translation miss on a first
-/// access (its delay would overlap with the unit's).
+/// access (its delay would overlap with the unit's). The NIC-wide
+/// message rate is set far above the unit's (the profile's 4 Mops would
+/// add its own spacing to each request) and the payload fetch is off
+/// (the NIC-wide booking does not model it; `payload_fetch.rs` tests it).
 fn profile(wr_ns: f64, sge_ns: f64, units: Option<u32>) -> Profile {
     let mut profile = Profile::builtin("cx3-40g").unwrap();
     profile.nic.wr_ns = wr_ns;
     profile.nic.sge_ns = sge_ns;
+    profile.nic.iops = 1000.0;
+    profile.nic.payload_fetch_ns = 0.0;
     if let Some(u) = units {
         profile.nic.processing_units = u;
     }
