@@ -9,8 +9,9 @@
 //!
 //! The same task runs on OS threads over shm or verbs ([`run`]) and on
 //! virtual threads of the simulator ([`run_sim`]). Every buffer is flushed
-//! at the end and the remote image checked against the thread's own copy
-//! of what it wrote, so a consolidated run that lost a write fails.
+//! at the end and the remote image checked against a replay of the
+//! thread's writes (its seed redrawn), so a run that lost or misplaced a
+//! write fails; the timed loop keeps no copy.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use dmkit_fabric::{Fabric, FabricError, RemoteRef};
 use dmkit_runtime::consolidate::{ConsolidationConfig, WriteBuffer};
-use dmkit_runtime::{Ctx, Local, LocalLayout, Worker};
+use dmkit_runtime::{Ctx, Local, LocalLayout, Nanos, Worker};
 use serde::Serialize;
 
 use crate::harness;
@@ -129,92 +130,248 @@ struct Tally {
 /// and its figures stay bit-identical).
 const WALL_STRIDE: u64 = 32;
 
+/// The contents of a write: its bytes stamped with the write's number
+/// (distinct per write, what the final check compares). [`Fixed`] keeps
+/// the study's 32-byte writes in an array, so building one and copying it
+/// into a buffer are fixed-size moves rather than calls to `memset` and
+/// `memmove` with a run-time length (perf: a third of a θ = 16 run on shm
+/// was those calls); [`Runtime`] serves every other `--size`.
+trait Payload {
+    /// Sets the contents for write number `stamp`.
+    fn stamp(&mut self, stamp: u64);
+    /// The contents.
+    fn bytes(&self) -> &[u8];
+}
+
+/// A payload of `N` bytes known at compile time.
+struct Fixed<const N: usize>([u8; N]);
+
+impl<const N: usize> Payload for Fixed<N> {
+    #[inline(always)]
+    fn stamp(&mut self, stamp: u64) {
+        stamp_into(&mut self.0, stamp);
+    }
+    #[inline(always)]
+    fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// A payload of a run-time length.
+struct Runtime(Vec<u8>);
+
+impl Payload for Runtime {
+    #[inline(always)]
+    fn stamp(&mut self, stamp: u64) {
+        stamp_into(&mut self.0, stamp);
+    }
+    #[inline(always)]
+    fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Write number `stamp`'s contents: every byte its low byte, then its
+/// first (up to) 8 bytes the whole number, little-endian.
+#[inline(always)]
+fn stamp_into(data: &mut [u8], stamp: u64) {
+    data.fill(stamp as u8);
+    let n = data.len().min(8);
+    data[..n].copy_from_slice(&stamp.to_le_bytes()[..n]);
+}
+
+/// Where the writes go: a region and a `size`-aligned byte offset in it,
+/// the next two draws of the thread's generator. The writer and the check
+/// ([`expected_image`]) both draw through this, so the check replays
+/// exactly the stream the writer wrote.
+#[derive(Debug, Clone, Copy)]
+struct Targets {
+    regions: u64,
+    /// Write-sized slots per region (divided once, not per write).
+    slots: u64,
+    size: usize,
+}
+
+impl Targets {
+    fn of(p: &ConsolidationPoint) -> Self {
+        Self {
+            regions: p.regions as u64,
+            slots: (p.region / p.size) as u64,
+            size: p.size,
+        }
+    }
+
+    #[inline(always)]
+    fn next(&self, rng: &mut Rng) -> (usize, usize) {
+        let r = rng.below(self.regions) as usize;
+        let at = rng.below(self.slots) as usize * self.size;
+        (r, at)
+    }
+}
+
+/// What a thread's regions must hold after its first `writes` writes from
+/// `seed`: the writes replayed in order, each slot ending with the last
+/// write that went to it (zero if none did). Built after the run, so the
+/// timed loop keeps no copy of its own (native and consolidated alike); a
+/// write lost or put in the wrong place still makes the remote image
+/// differ. The replay notes only each slot's last write number (a table
+/// of `regions × region / size` words) and lays the bytes out once.
+fn expected_image(p: &ConsolidationPoint, seed: u64, writes: u64) -> Vec<u8> {
+    let mut rng = Rng::new(seed);
+    let targets = Targets::of(p);
+    let slots = targets.slots as usize;
+    let mut last = vec![0u64; p.regions * slots];
+    for stamp in 1..=writes {
+        let (r, at) = targets.next(&mut rng);
+        last[r * slots + at / p.size] = stamp;
+    }
+    let mut image = vec![0u8; p.area() as usize];
+    for (slot, &stamp) in image.chunks_exact_mut(p.size).zip(&last) {
+        if stamp > 0 {
+            stamp_into(slot, stamp);
+        }
+    }
+    image
+}
+
 /// The task: random writes into its regions, `tick` called before the
-/// first write and after every `stride`-th with the writes done since the
-/// last call (it counts them, and returns whether to go on), then a flush
-/// of every buffer and a check of the remote image.
+/// first write and after every `stride`-th with a clock reading and the
+/// writes done since the last call (it counts them, and returns whether to
+/// go on), then a flush of every buffer and a check of the remote image.
 async fn writer(
     ctx: Ctx,
     p: ConsolidationPoint,
     area: RemoteRef,
-    scratch: Local,
+    mem: Mem,
     seed: u64,
     stride: u64,
-    mut tick: impl FnMut(&Ctx, u64) -> bool,
+    tick: impl FnMut(Nanos, u64) -> bool,
 ) -> Result<Tally, FabricError> {
-    let mut rng = Rng::new(seed);
-    let mut mirror = vec![0u8; p.area() as usize];
+    let scratch = mem.scratch;
     let cfg = ConsolidationConfig {
         theta: p.theta.unwrap_or(1),
         lease: p.lease.as_nanos() as u64,
     };
-    let mut bufs: Vec<WriteBuffer> = (0..p.regions)
+    // The native path has no buffers (and no local memory for them).
+    let buffered = if p.theta.is_some() { p.regions } else { 0 };
+    let mut bufs: Vec<WriteBuffer> = (0..buffered)
         .map(|i| {
-            WriteBuffer::hint(area.add((i * p.region) as u64), p.region, cfg)
+            let buf = mem.buffers.piece(i, p.region);
+            WriteBuffer::hint(area.add((i * p.region) as u64), buf, cfg)
                 .expect("regions are aligned to their size")
         })
         .collect();
-    let slots = (p.region / p.size) as u64;
+    let mut t = if p.size == 32 {
+        let data = Fixed([0u8; 32]);
+        write_loop(&ctx, &p, area, scratch, &mut bufs, seed, stride, tick, data).await?
+    } else {
+        let data = Runtime(vec![0u8; p.size]);
+        write_loop(&ctx, &p, area, scratch, &mut bufs, seed, stride, tick, data).await?
+    };
+    for b in &mut bufs {
+        b.flush(&ctx).await?;
+        let s = b.stats();
+        t.wrs += s.flushes;
+        t.bytes += s.bytes_flushed;
+    }
+    t.verified = check_image(&ctx, &p, area, scratch, seed, t.total).await?;
+    Ok(t)
+}
+
+/// Whether the thread's remote regions hold exactly what its first
+/// `writes` writes from `seed` leave there ([`expected_image`]), read back
+/// region by region through `scratch`.
+async fn check_image(
+    ctx: &Ctx,
+    p: &ConsolidationPoint,
+    area: RemoteRef,
+    scratch: Local,
+    seed: u64,
+    writes: u64,
+) -> Result<bool, FabricError> {
+    let expected = expected_image(p, seed, writes);
+    let mut ok = true;
+    for (i, chunk) in expected.chunks(p.region).enumerate() {
+        let s = scratch.prefix(p.region);
+        ctx.read_sync(area.add((i * p.region) as u64), s).await?;
+        ok &= ctx.local_vec(s) == chunk;
+    }
+    Ok(ok)
+}
+
+/// The timed loop of [`writer`], over one payload type. The loop reads
+/// the clock only for `tick`, and hands that reading to the buffers as
+/// the start of a new lease ([`WriteBuffer::try_write_at`]).
+#[allow(clippy::too_many_arguments)]
+async fn write_loop<P: Payload>(
+    ctx: &Ctx,
+    p: &ConsolidationPoint,
+    area: RemoteRef,
+    scratch: Local,
+    bufs: &mut [WriteBuffer],
+    seed: u64,
+    stride: u64,
+    mut tick: impl FnMut(Nanos, u64) -> bool,
+    mut data: P,
+) -> Result<Tally, FabricError> {
+    let mut rng = Rng::new(seed);
+    let targets = Targets::of(p);
     let mut t = Tally::default();
-    let mut data = vec![0u8; p.size];
     let stride = stride.max(1);
     let mut since = 0;
-    let mut go = tick(&ctx, 0);
+    let mut now = ctx.now();
+    let mut go = tick(now, 0);
     while go {
-        let r = rng.below(p.regions as u64) as usize;
-        let at = (rng.below(slots) as usize) * p.size;
-        let stamp = t.total + 1;
-        // Distinct contents per write (what the final check compares).
-        data.fill(stamp as u8);
-        let n = p.size.min(8);
-        data[..n].copy_from_slice(&stamp.to_le_bytes()[..n]);
-        mirror[r * p.region + at..][..p.size].copy_from_slice(&data);
+        let (r, at) = targets.next(&mut rng);
+        data.stamp(t.total + 1);
+        let data = data.bytes();
         match p.theta {
             None => {
-                ctx.put_local(scratch, &data);
+                ctx.put_local(scratch, data);
                 ctx.write_sync(area.add((r * p.region + at) as u64), scratch.prefix(p.size))
                     .await?;
                 t.wrs += 1;
                 t.bytes += p.size as u64;
             }
-            Some(_) => match bufs[r].try_write(&ctx, at, &data) {
+            Some(_) => match bufs[r].try_write_at(ctx, now, at, data) {
                 Some(false) => {}
                 Some(true) => {
-                    bufs[r].flush(&ctx, scratch).await?;
+                    bufs[r].flush(ctx).await?;
                 }
                 None => {
-                    bufs[r].write(&ctx, scratch, at, &data).await?;
+                    bufs[r].write(ctx, at, data).await?;
                 }
             },
         }
         t.total += 1;
         since += 1;
         if since == stride {
-            go = tick(&ctx, since);
+            now = ctx.now();
+            go = tick(now, since);
             since = 0;
         }
     }
-    for b in &mut bufs {
-        b.flush(&ctx, scratch).await?;
-        let s = b.stats();
-        t.wrs += s.flushes;
-        t.bytes += s.bytes_flushed;
-    }
-    // Check: the remote image is what this thread wrote.
-    let mut ok = true;
-    for (i, chunk) in mirror.chunks(p.region).enumerate() {
-        let s = scratch.prefix(p.region);
-        ctx.read_sync(area.add((i * p.region) as u64), s).await?;
-        ok &= ctx.local_vec(s) == chunk;
-    }
-    t.verified = ok;
     Ok(t)
 }
 
-fn layout(p: &ConsolidationPoint) -> (LocalLayout, Local) {
+/// A writer's task-local memory.
+#[derive(Debug, Clone, Copy)]
+struct Mem {
+    /// A native write's source and the final check's landing zone.
+    scratch: Local,
+    /// The write-back buffers, one region's length each (consolidated
+    /// runs only; empty for the native path).
+    buffers: Local,
+}
+
+fn layout(p: &ConsolidationPoint) -> (LocalLayout, Mem) {
     let mut l = LocalLayout::new();
-    let s = l.region("consolidation scratch", p.region.max(p.size));
-    (l, s)
+    let scratch = l.region("consolidation scratch", p.region.max(p.size));
+    let buffers = match p.theta {
+        Some(_) => l.region("write-back buffers", p.area() as usize),
+        None => Local::default(),
+    };
+    (l, Mem { scratch, buffers })
 }
 
 fn seed_of(p: &ConsolidationPoint, t: usize) -> u64 {
@@ -279,7 +436,7 @@ fn measure(
     area0: RemoteRef,
     warmup: Duration,
 ) -> Result<ConsolidationResult, BenchError> {
-    let (l, scratch) = layout(p);
+    let (l, mem) = layout(p);
     // One global window (crate::harness): every thread sets up, meets the
     // others at the start barrier, and counts the writes that complete
     // inside the window opened `warmup` after it.
@@ -300,8 +457,7 @@ fn measure(
             let (pp, seed) = (p.clone(), seed_of(p, t));
             let window = window.clone();
             w.spawn(move |ctx| async move {
-                let r = writer(ctx, pp, area, scratch, seed, WALL_STRIDE, move |c, n| {
-                    let now = c.now();
+                let r = writer(ctx, pp, area, mem, seed, WALL_STRIDE, move |now, n| {
                     if n > 0 && window.counts(now) {
                         counted2.fetch_add(n, Ordering::Relaxed);
                     }
@@ -355,7 +511,7 @@ pub fn run_sim(
     let align = (p.region.next_power_of_two().min(4096)) as u64;
     let start = base.offset().next_multiple_of(align) - base.offset();
     let area0 = RemoteRef::new(base, rkey).add(start);
-    let (l, scratch) = layout(p);
+    let (l, mem) = layout(p);
     let warm = warmup.as_nanos() as u64;
     let end = warm + p.duration.as_nanos() as u64;
     let window = Rc::new(Cell::new(0u64));
@@ -373,8 +529,7 @@ pub fn run_sim(
         let (pp, seed, area) = (p.clone(), seed_of(p, t), area0.add(t as u64 * p.area()));
         sim.worker_mut(th).spawn(move |ctx| async move {
             // Stride 1: each write counted at its own completion, as before.
-            let r = writer(ctx, pp, area, scratch, seed, 1, move |c, n| {
-                let now = c.now();
+            let r = writer(ctx, pp, area, mem, seed, 1, move |now, n| {
                 if n > 0 && now >= warm && now < end {
                     window.set(window.get() + n);
                 }
@@ -406,7 +561,10 @@ pub fn run_sim(
 mod tests {
     use super::*;
     use dmkit_fabric::shm::{ShmConfig, ShmFabric};
+    use dmkit_fabric::ControlPlane;
     use dmkit_memnode::NodeConfig;
+    use std::cell::RefCell;
+    use std::rc::Rc;
 
     fn point(theta: Option<u32>) -> ConsolidationPoint {
         ConsolidationPoint {
@@ -447,6 +605,84 @@ mod tests {
             c.wrs_per_write < 0.1,
             "θ = 16: about one WRITE per 16 writes: {c:?}"
         );
+    }
+
+    /// The check replays the writer's stream: it passes on what the
+    /// writer left, and fails when one write is lost (its slot reverted),
+    /// misplaced (its bytes also in a slot it never went to), or when it
+    /// replays one write too few — for the native and the consolidated
+    /// path.
+    #[test]
+    fn the_replayed_check_catches_a_lost_or_misplaced_write() {
+        let f = ShmFabric::embedded(
+            ShmConfig::default(),
+            &[NodeConfig {
+                size: 4 << 20,
+                ..Default::default()
+            }],
+        )
+        .unwrap();
+        for theta in [None, Some(16)] {
+            let p = ConsolidationPoint {
+                threads: 1,
+                ..point(theta)
+            };
+            let (base, _, rkey) = f.alloc_chunk(0, p.area() + 4096, false).unwrap();
+            let start = base.offset().next_multiple_of(1024) - base.offset();
+            let area = RemoteRef::new(base, rkey).add(start);
+            let (l, mem) = layout(&p);
+            let mut w = Worker::builder(&f)
+                .config(raw_runtime(p.seed))
+                .local(&l)
+                .build()
+                .unwrap();
+            let seen: Rc<RefCell<Vec<bool>>> = Rc::default();
+            let seen2 = seen.clone();
+            w.spawn(move |ctx| async move {
+                // 1000 writes (stride 1: the hook sees each one).
+                let mut n = 0;
+                let t = writer(ctx.clone(), p.clone(), area, mem, 3, 1, |_, k| {
+                    n += k;
+                    n < 1000
+                })
+                .await
+                .unwrap();
+                let (s, seed) = (mem.scratch, 3);
+                let check = |writes| check_image(&ctx, &p, area, s, seed, writes);
+                let mut out = vec![t.total == 1000, t.verified, check(1000).await.unwrap()];
+                out.push(check(999).await.unwrap());
+                // Lose the last write: its slot as the first 999 left it.
+                let before = expected_image(&p, seed, 999);
+                let mut rng = Rng::new(seed);
+                let targets = Targets::of(&p);
+                let last = (0..1000).map(|_| targets.next(&mut rng)).last().unwrap();
+                let at = last.0 * p.region + last.1;
+                let slot = area.add(at as u64);
+                ctx.put_local(s, &before[at..at + p.size]);
+                ctx.write_sync(slot, s.prefix(p.size)).await.unwrap();
+                out.push(check(1000).await.unwrap());
+                // Misplace it: right slot, and also the next one over.
+                let after = expected_image(&p, seed, 1000);
+                ctx.put_local(s, &after[at..at + p.size]);
+                ctx.write_sync(slot, s.prefix(p.size)).await.unwrap();
+                out.push(check(1000).await.unwrap());
+                let other = (at + p.size) % p.area() as usize;
+                ctx.write_sync(area.add(other as u64), s.prefix(p.size))
+                    .await
+                    .unwrap();
+                out.push(check(1000).await.unwrap());
+                *seen2.borrow_mut() = out;
+            });
+            w.run();
+            assert_eq!(
+                *seen.borrow(),
+                [true, true, true, false, false, true, false],
+                "θ = {theta:?}: (1000 writes, verified, check, check of 999, \
+                 lost, restored, misplaced)"
+            );
+            drop(w);
+            f.free_chunk(base).unwrap();
+        }
     }
 
     #[test]

@@ -105,17 +105,24 @@ impl LocalMem {
         (end <= self.0.len as u64).then(|| unsafe { self.0.ptr.as_ptr().add(offset as usize) })
     }
 
+    #[inline]
     fn checked(&self, offset: usize, len: usize) -> *mut u8 {
         match u32::try_from(len)
             .ok()
             .and_then(|l| self.range_ptr(offset as u64, l))
         {
             Some(p) => p,
-            None => panic!(
-                "local access [{offset}, +{len}) outside a {} B LocalMem",
-                self.0.len
-            ),
+            None => self.outside(offset, len),
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn outside(&self, offset: usize, len: usize) -> ! {
+        panic!(
+            "local access [{offset}, +{len}) outside a {} B LocalMem",
+            self.0.len
+        )
     }
 
     /// Copies `dst.len()` bytes from `offset` into `dst`.
@@ -139,6 +146,7 @@ impl LocalMem {
     ///
     /// # Panics
     /// If the range is outside the region (programmer error).
+    #[inline]
     pub fn write(&self, offset: usize, src: &[u8]) {
         let p = self.checked(offset, src.len());
         // SAFETY: the range is inside the allocation (checked).
@@ -222,6 +230,18 @@ pub(crate) unsafe fn copy_out(src: *const u8, dst: &mut [u8]) {
 #[inline(always)]
 pub(crate) unsafe fn copy_in(dst: *mut u8, src: &[u8]) {
     let n = src.len();
+    // Whole words to an aligned destination (a small put of a compile-time
+    // length, inlined, becomes word stores at constant offsets, its source
+    // kept in registers).
+    if n.is_multiple_of(8) && (dst as usize).is_multiple_of(8) {
+        for (k, w) in src.chunks_exact(8).enumerate() {
+            let w = u64::from_ne_bytes(w.try_into().expect("8 bytes"));
+            // SAFETY: inside `dst..dst+n` (the caller's contract) and
+            // 8-byte aligned (checked above).
+            (*(dst.add(8 * k) as *const AtomicU64)).store(w, Ordering::Release);
+        }
+        return;
+    }
     let mut i = 0;
     while i < n && !(dst as usize + i).is_multiple_of(8) {
         (*(dst.add(i) as *const AtomicU8)).store(src[i], Ordering::Release);

@@ -99,6 +99,7 @@ impl Ctx {
     /// # Panics
     /// If `data` is longer than `dst` or `dst` lies outside the task's
     /// memory (programmer error).
+    #[inline]
     pub fn put_local(&self, dst: Local, data: &[u8]) {
         let dst = dst.prefix(data.len());
         self.check_local(dst.offset(), dst.len());

@@ -62,14 +62,14 @@ fn a_read_after_a_buffered_write_returns_it_and_theta_writes_back() {
     let (stats2, seen2) = (stats.clone(), seen.clone());
     let f2 = Arc::new(fabric_handle(&f));
     w.spawn(move |ctx| async move {
-        let scratch = Local::at(0, 1024);
-        let mut b = WriteBuffer::hint(region, 1024, cfg).unwrap();
+        // The buffer is the task's local memory.
+        let mut b = WriteBuffer::hint(region, Local::at(0, 1024), cfg).unwrap();
         for i in 0..4u8 {
             let data = [i + 1; 32];
             let at = 100 * i as usize;
-            let flushed = b.write(&ctx, scratch, at, &data).await.unwrap();
+            let flushed = b.write(&ctx, at, &data).await.unwrap();
             let mut back = [0u8; 32];
-            b.read(&ctx, scratch, at, &mut back).await.unwrap();
+            b.read(&ctx, at, &mut back).await.unwrap();
             assert_eq!(back, data, "a read after a buffered write returns it");
             // What remote memory holds at that point.
             let rem = f2.read(region, 1024);
@@ -136,35 +136,34 @@ fn a_lease_expiry_writes_back() {
     let log: Rc<RefCell<Vec<String>>> = Rc::default();
     let log2 = log.clone();
     w.spawn(move |ctx| async move {
-        let mut wb = WriteBuffer::hint(region, 256, cfg).unwrap();
-        let scratch = Local::at(0, 256);
+        let mut wb = WriteBuffer::hint(region, Local::at(0, 256), cfg).unwrap();
         // Nothing is buffered before the region was loaded once.
         assert_eq!(wb.try_write(&ctx, 0, b"x"), None);
-        assert!(!wb.write(&ctx, scratch, 8, b"buffered").await.unwrap());
+        assert!(!wb.write(&ctx, 8, b"buffered").await.unwrap());
         assert_eq!(&peek.read(region, 16)[8..16], &[0; 8]);
         // Not yet: the lease has 10 µs.
         ctx.sleep(5_000).await;
-        assert!(!wb.tick(&ctx, scratch).await.unwrap());
+        assert!(!wb.tick(&ctx).await.unwrap());
         ctx.sleep(6_000).await;
         assert!(wb.expired(ctx.now()));
-        assert!(wb.tick(&ctx, scratch).await.unwrap(), "the lease ran out");
+        assert!(wb.tick(&ctx).await.unwrap(), "the lease ran out");
         assert_eq!(&peek.read(region, 16)[8..16], b"buffered");
         // Writes after the lease ran out stay buffered until the next tick.
-        assert!(!wb.write(&ctx, scratch, 0, b"first---").await.unwrap());
+        assert!(!wb.write(&ctx, 0, b"first---").await.unwrap());
         ctx.sleep(20_000).await;
-        assert!(!wb.write(&ctx, scratch, 16, b"late----").await.unwrap());
+        assert!(!wb.write(&ctx, 16, b"late----").await.unwrap());
         assert_eq!(
             &peek.read(region, 24)[..],
             b"\0\0\0\0\0\0\0\0buffered\0\0\0\0\0\0\0\0"
         );
-        assert!(wb.tick(&ctx, scratch).await.unwrap());
+        assert!(wb.tick(&ctx).await.unwrap());
         assert_eq!(&peek.read(region, 24)[..], b"first---bufferedlate----");
         // Loaded: a write is a copy.
         assert_eq!(wb.try_write(&ctx, 0, b"F"), Some(false));
         let mut back = [0u8; 8];
-        wb.read(&ctx, scratch, 0, &mut back).await.unwrap();
+        wb.read(&ctx, 0, &mut back).await.unwrap();
         assert_eq!(&back, b"First---");
-        assert!(wb.flush(&ctx, scratch).await.unwrap());
+        assert!(wb.flush(&ctx).await.unwrap());
         let s = wb.stats();
         assert_eq!((s.flushes, s.lease_flushes, s.loads), (3, 2, 1), "{s:?}");
         log2.borrow_mut().push("done".into());
@@ -180,18 +179,80 @@ fn a_lease_expiry_writes_back() {
     assert_eq!(log.borrow().as_slice(), ["done"]);
 }
 
+/// `try_write_at`: the lease of a write into a clean buffer counts from
+/// the caller's (earlier) clock reading, so the write-back comes no later
+/// than a lease after that reading; an empty write changes no byte.
+#[test]
+fn a_lease_counts_from_the_callers_reading() {
+    let f = fabric();
+    let (addr, _, rkey) = f.alloc_chunk(0, 4096, false).unwrap();
+    let region = RemoteRef::new(addr, rkey);
+    let cfg = ConsolidationConfig {
+        theta: 16,
+        lease: 10_000,
+    };
+    let clock = VirtualClock::new();
+    let mut w = Worker::builder(&f)
+        .clock(Arc::new(clock.clone()))
+        .config(raw())
+        .local_bytes(64)
+        .build()
+        .unwrap();
+    let peek = Arc::new(fabric_handle(&f));
+    let done = Rc::new(std::cell::Cell::new(false));
+    let done2 = done.clone();
+    w.spawn(move |ctx| async move {
+        let mut wb = WriteBuffer::hint(region, Local::at(0, 64), cfg).unwrap();
+        // Load, then start clean.
+        assert!(!wb.write(&ctx, 0, b"loaded--").await.unwrap());
+        assert!(wb.flush(&ctx).await.unwrap());
+        // An empty write is a modification that changes nothing.
+        assert_eq!(wb.try_write(&ctx, 3, b""), Some(false));
+        assert_eq!(wb.pending(), 1);
+        assert!(!wb.flush(&ctx).await.unwrap());
+        assert_eq!(wb.pending(), 0);
+        // The caller read the clock 6 µs before its write.
+        let reading = ctx.now();
+        ctx.sleep(6_000).await;
+        assert_eq!(wb.try_write_at(&ctx, reading, 8, b"stale-at"), Some(false));
+        ctx.sleep(4_000).await;
+        // 10 µs after the reading, 4 µs after the write: expired.
+        assert!(wb.expired(ctx.now()));
+        assert!(wb.tick(&ctx).await.unwrap());
+        assert_eq!(&peek.read(region, 16)[..], b"loaded--stale-at");
+        // A reading of now starts the lease now.
+        let now = ctx.now();
+        assert_eq!(wb.try_write_at(&ctx, now, 0, b"L"), Some(false));
+        ctx.sleep(6_000).await;
+        assert!(!wb.tick(&ctx).await.unwrap(), "6 µs of a 10 µs lease");
+        let s = wb.stats();
+        assert_eq!((s.writes, s.flushes, s.lease_flushes), (4, 2, 1), "{s:?}");
+        done2.set(true);
+    });
+    let mut guard = 0;
+    while w.live_tasks() > 0 {
+        if w.step() == 0 {
+            clock.advance(500);
+        }
+        guard += 1;
+        assert!(guard < 1_000_000, "no progress");
+    }
+    assert!(done.get(), "the task finished");
+}
+
 #[test]
 fn a_hint_must_name_an_aligned_region() {
     let f = fabric();
     let (addr, _, rkey) = f.alloc_chunk(0, 4096, false).unwrap();
     let r = RemoteRef::new(addr, rkey);
     let cfg = ConsolidationConfig::default();
-    let e = WriteBuffer::hint(r.add(32), 1024, cfg).unwrap_err();
+    let buf = |len| Local::at(0, len);
+    let e = WriteBuffer::hint(r.add(32), buf(1024), cfg).unwrap_err();
     assert!(matches!(e, ConsolidateError::Region { .. }), "{e}");
     assert!(e.to_string().contains("aligned"));
-    assert!(WriteBuffer::hint(r, 0, cfg).is_err());
-    assert!(WriteBuffer::hint(r, 64, ConsolidationConfig { theta: 0, ..cfg }).is_err());
-    assert!(WriteBuffer::hint(r.add(64), 48, cfg).is_ok());
+    assert!(WriteBuffer::hint(r, buf(0), cfg).is_err());
+    assert!(WriteBuffer::hint(r, buf(64), ConsolidationConfig { theta: 0, ..cfg }).is_err());
+    assert!(WriteBuffer::hint(r.add(64), buf(48), cfg).is_ok());
 }
 
 /// Threads of one machine increment counters in two shared regions; every
