@@ -579,16 +579,21 @@ mod tests {
         }
     }
 
-    #[test]
-    fn native_and_consolidated_runs_verify_and_consolidate() {
-        let f = ShmFabric::embedded(
+    /// An embedded 4 MiB shm node.
+    fn fabric() -> ShmFabric {
+        ShmFabric::embedded(
             ShmConfig::default(),
             &[NodeConfig {
                 size: 4 << 20,
                 ..Default::default()
             }],
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn native_and_consolidated_runs_verify_and_consolidate() {
+        let f = fabric();
         // A 300 ms window: under a loaded CI run a 60 ms one once counted
         // no consolidated write at all (both threads' clock looks, every
         // `WALL_STRIDE` writes, fell outside it; not reproduced since).
@@ -614,14 +619,7 @@ mod tests {
     /// path.
     #[test]
     fn the_replayed_check_catches_a_lost_or_misplaced_write() {
-        let f = ShmFabric::embedded(
-            ShmConfig::default(),
-            &[NodeConfig {
-                size: 4 << 20,
-                ..Default::default()
-            }],
-        )
-        .unwrap();
+        let f = fabric();
         for theta in [None, Some(16)] {
             let p = ConsolidationPoint {
                 threads: 1,

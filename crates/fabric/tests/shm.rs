@@ -379,18 +379,30 @@ fn shared_queue_pair_routes_completions_to_their_posters() {
     assert_eq!(q.read_u64(a.add(32), k).unwrap(), 4 * 2000);
 }
 
-fn with_deferred_reads(on: bool) -> ShmFabric {
+/// An embedded 8 MiB node with `cfg`.
+fn with_config(cfg: ShmConfig) -> ShmFabric {
     ShmFabric::embedded(
-        ShmConfig {
-            deferred_reads: on,
-            ..Default::default()
-        },
+        cfg,
         &[NodeConfig {
             size: 8 << 20,
             ..Default::default()
         }],
     )
     .unwrap()
+}
+
+fn with_deferred_reads(on: bool) -> ShmFabric {
+    with_config(ShmConfig {
+        deferred_reads: on,
+        ..Default::default()
+    })
+}
+
+fn with_write_prefetch(on: bool) -> ShmFabric {
+    with_config(ShmConfig {
+        write_prefetch: on,
+        ..Default::default()
+    })
 }
 
 #[test]
@@ -490,20 +502,6 @@ fn deferred_read_errors_reach_the_completion() {
     ));
     assert_eq!(out[2].error().unwrap().error, VerbError::Flushed);
     assert_eq!(mem.load_u64(40), 0);
-}
-
-fn with_write_prefetch(on: bool) -> ShmFabric {
-    ShmFabric::embedded(
-        ShmConfig {
-            write_prefetch: on,
-            ..Default::default()
-        },
-        &[NodeConfig {
-            size: 8 << 20,
-            ..Default::default()
-        }],
-    )
-    .unwrap()
 }
 
 #[test]

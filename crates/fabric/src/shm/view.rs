@@ -192,19 +192,7 @@ impl NodeView {
     /// that page is mapped. A hint: errors are left to the copy.
     #[inline(always)]
     pub(crate) fn prefetch_data(&self, offset: u64, len: usize) {
-        let Ok(p) = self.translate(offset) else {
-            return;
-        };
-        let room = (self.page_mask + 1 - (offset & self.page_mask)) as usize;
-        let first = p as usize & !63;
-        let end = p as usize + len.min(room);
-        let mut line = first;
-        let mut n = 0;
-        while line < end && n < MAX_PREFETCH_LINES {
-            prefetch_line(line as *const u8);
-            line += 64;
-            n += 1;
-        }
+        self.prefetch_lines(offset, len, MAX_PREFETCH_LINES, prefetch_line);
     }
 
     /// Asks the CPU to fetch the lines of `[offset, offset+len)` that lie in
@@ -212,16 +200,22 @@ impl NodeView {
     /// writing, if that page is mapped. A hint: nothing can fail.
     #[inline(always)]
     pub(crate) fn prefetch_write(&self, offset: u64, len: usize) {
+        self.prefetch_lines(offset, len, MAX_PREFETCH_WRITE_LINES, prefetch_line_w);
+    }
+
+    /// `hint` on each line of `[offset, offset+len)` inside the page of
+    /// `offset`, at most `max` lines; nothing if the page is not mapped.
+    #[inline(always)]
+    fn prefetch_lines(&self, offset: u64, len: usize, max: usize, hint: impl Fn(*const u8)) {
         let Ok(p) = self.translate(offset) else {
             return;
         };
         let room = (self.page_mask + 1 - (offset & self.page_mask)) as usize;
-        let first = p as usize & !63;
         let end = p as usize + len.min(room);
-        let mut line = first;
+        let mut line = p as usize & !63;
         let mut n = 0;
-        while line < end && n < MAX_PREFETCH_WRITE_LINES {
-            prefetch_line_w(line as *const u8);
+        while line < end && n < max {
+            hint(line as *const u8);
             line += 64;
             n += 1;
         }
