@@ -15,6 +15,7 @@ use dmkit_memnode::NodeLayout;
 
 use crate::addr::Rkey;
 use crate::error::VerbError;
+use crate::hint;
 use crate::local::copy_shared;
 
 /// Mapped memory and tables of one node.
@@ -181,9 +182,8 @@ impl NodeView {
     pub(crate) fn prefetch_translation(&self, offset: u64) {
         let page = offset >> self.page_shift;
         if page < self.layout.remote_pages {
-            // SAFETY: page < remote_pages, so the entry lies in the page table
-            // (and a prefetch never faults nor changes memory anyway).
-            prefetch_line(unsafe { self.pages.add(page as usize) } as *const u8);
+            // page < remote_pages: the entry lies in the page table.
+            hint::line(self.pages.wrapping_add(page as usize) as *const u8);
         }
     }
 
@@ -192,7 +192,7 @@ impl NodeView {
     /// that page is mapped. A hint: errors are left to the copy.
     #[inline(always)]
     pub(crate) fn prefetch_data(&self, offset: u64, len: usize) {
-        self.prefetch_lines(offset, len, MAX_PREFETCH_LINES, prefetch_line);
+        self.prefetch_lines(offset, len, MAX_PREFETCH_LINES, hint::line);
     }
 
     /// Asks the CPU to fetch the lines of `[offset, offset+len)` that lie in
@@ -200,7 +200,7 @@ impl NodeView {
     /// writing, if that page is mapped. A hint: nothing can fail.
     #[inline(always)]
     pub(crate) fn prefetch_write(&self, offset: u64, len: usize) {
-        self.prefetch_lines(offset, len, MAX_PREFETCH_WRITE_LINES, prefetch_line_w);
+        self.prefetch_lines(offset, len, MAX_PREFETCH_WRITE_LINES, hint::line_for_write);
     }
 
     /// `hint` on each line of `[offset, offset+len)` inside the page of
@@ -354,34 +354,3 @@ const MAX_PREFETCH_LINES: usize = 8;
 /// Most cache lines [`NodeView::prefetch_write`] hints (1 KiB: a batch of
 /// 16 64-byte entries).
 const MAX_PREFETCH_WRITE_LINES: usize = 16;
-
-/// A software prefetch of the line holding `p` for writing (`PREFETCHW`:
-/// the line arrives owned, so a later store does not wait for its
-/// read-for-ownership); a no-op off x86_64.
-#[inline(always)]
-fn prefetch_line_w(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: PREFETCHW is a hint: it never faults, whatever the address,
-    // and changes no architectural state; x86_64 CPUs without it (Intel
-    // before Broadwell) execute its opcode as a NOP. `readonly`: it
-    // stores nothing.
-    unsafe {
-        core::arch::asm!("prefetchw [{p}]", p = in(reg) p, options(nostack, preserves_flags, readonly))
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
-/// A software prefetch of the line holding `p` into every cache level; a
-/// no-op off x86_64.
-#[inline(always)]
-fn prefetch_line(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: PREFETCHT0 is a hint: it never faults, whatever the address,
-    // and changes no architectural state; SSE is part of the x86_64 baseline.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
