@@ -714,38 +714,20 @@ async fn push_packed(
     let e = st.entry;
     let depth = p.depth.max(1);
     let slot_bytes = batch * e;
-    let slots = st.parts + depth;
-    if mem.staging.len() < slots * slot_bytes {
+    let n_slots = st.parts + depth;
+    if mem.staging.len() < n_slots * slot_bytes {
         return Err(AppError::Config(format!(
-            "SP needs {slots} staging slots of {slot_bytes} B; the source memory was declared for fewer partitions"
+            "SP needs {n_slots} staging slots of {slot_bytes} B; the source memory was declared for fewer partitions"
         )));
     }
-    // Partition j packs into slot `open[j]`, `fill[j]` entries so far.
-    let mut open: Vec<usize> = (0..st.parts).collect();
-    let mut fill = vec![0usize; st.parts];
-    let mut free: Vec<usize> = (st.parts..slots).rev().collect();
-    let mut flying: Vec<usize> = Vec::with_capacity(depth);
-    let mut stats = PushStats::default();
-    // Posts one partition's slot and gives it a fresh one.
-    let send = |j: usize,
-                open: &mut [usize],
-                fill: &mut [usize],
-                free: &mut Vec<usize>,
-                flying: &mut Vec<usize>,
-                next: &mut [u64],
-                stats: &mut PushStats| {
-        let n = fill[j];
-        let dst = st.bufs[j].add(next[j] * e as u64);
-        ctx.write(dst, mem.staging.slice(open[j] * slot_bytes, n * e));
-        ctx.post();
-        stats.requests += 1;
-        stats.posts += 1;
-        stats.entries += n as u64;
-        next[j] += n as u64;
-        flying.push(open[j]);
-        open[j] = free.pop().expect("parts + depth slots: one is free");
-        fill[j] = 0;
+    let mut slots = Slots {
+        open: (0..st.parts).collect(),
+        fill: vec![0; st.parts],
+        free: (st.parts..n_slots).rev().collect(),
+        flying: Vec::with_capacity(depth),
+        slot_bytes,
     };
+    let mut stats = PushStats::default();
     for (k, src) in heap.chunks_exact(e).enumerate() {
         // The walk packs straight from the source, a line or more per
         // entry: start loading the entries `SOURCE_AHEAD` ahead, so its
@@ -756,48 +738,71 @@ async fn push_packed(
             dmkit_fabric::hint::prefetch(ahead);
         }
         let j = part(k, src);
-        let at = open[j] * slot_bytes + fill[j] * e;
+        let at = slots.open[j] * slot_bytes + slots.fill[j] * e;
         ctx.put_local(mem.staging.slice(at, e), src);
-        fill[j] += 1;
-        if fill[j] >= batch {
-            send(
-                j,
-                &mut open,
-                &mut fill,
-                &mut free,
-                &mut flying,
-                next,
-                &mut stats,
-            );
-            if flying.len() >= depth {
-                ctx.sync().await?;
-                free.append(&mut flying);
-            }
+        slots.fill[j] += 1;
+        if slots.fill[j] >= batch && slots.send(ctx, st, mem, j, next, &mut stats) >= depth {
+            ctx.sync().await?;
+            slots.land();
         }
         if p.kill_after.is_some_and(|kill| stats.entries >= kill) {
             return Err(AppError::Killed(i));
         }
     }
     for j in 0..st.parts {
-        if fill[j] > 0 {
-            send(
-                j,
-                &mut open,
-                &mut fill,
-                &mut free,
-                &mut flying,
-                next,
-                &mut stats,
-            );
-            if flying.len() >= depth {
-                ctx.sync().await?;
-                free.append(&mut flying);
-            }
+        if slots.fill[j] > 0 && slots.send(ctx, st, mem, j, next, &mut stats) >= depth {
+            ctx.sync().await?;
+            slots.land();
         }
     }
     ctx.sync().await?;
     ctx.faa_sync(st.head.add(DONE_AT), 1).await?;
     Ok(stats)
+}
+
+/// SP's staging slots: partition `j` packs into slot `open[j]`, `fill[j]`
+/// entries so far; a sent slot flies until the next sync lands it.
+struct Slots {
+    open: Vec<usize>,
+    fill: Vec<usize>,
+    free: Vec<usize>,
+    flying: Vec<usize>,
+    slot_bytes: usize,
+}
+
+impl Slots {
+    /// Posts partition `j`'s slot as one WRITE and gives the partition a
+    /// fresh one; returns the slots now in flight.
+    fn send(
+        &mut self,
+        ctx: &Ctx,
+        st: &StageRefs,
+        mem: &SourceMem,
+        j: usize,
+        next: &mut [u64],
+        stats: &mut PushStats,
+    ) -> usize {
+        let (e, n) = (st.entry, self.fill[j]);
+        let dst = st.bufs[j].add(next[j] * e as u64);
+        ctx.write(
+            dst,
+            mem.staging.slice(self.open[j] * self.slot_bytes, n * e),
+        );
+        ctx.post();
+        stats.requests += 1;
+        stats.posts += 1;
+        stats.entries += n as u64;
+        next[j] += n as u64;
+        self.flying.push(self.open[j]);
+        self.open[j] = self.free.pop().expect("parts + depth slots: one is free");
+        self.fill[j] = 0;
+        self.flying.len()
+    }
+
+    /// After a sync: every slot in flight is free again.
+    fn land(&mut self) {
+        self.free.append(&mut self.flying);
+    }
 }
 
 /// Entries SP's walk prefetches its source ahead of the entry it packs
