@@ -130,47 +130,6 @@ struct Tally {
 /// and its figures stay bit-identical).
 const WALL_STRIDE: u64 = 32;
 
-/// The contents of a write: its bytes stamped with the write's number
-/// (distinct per write, what the final check compares). [`Fixed`] keeps
-/// the study's 32-byte writes in an array, so building one and copying it
-/// into a buffer are fixed-size moves rather than calls to `memset` and
-/// `memmove` with a run-time length (perf: a third of a θ = 16 run on shm
-/// was those calls); [`Runtime`] serves every other `--size`.
-trait Payload {
-    /// Sets the contents for write number `stamp`.
-    fn stamp(&mut self, stamp: u64);
-    /// The contents.
-    fn bytes(&self) -> &[u8];
-}
-
-/// A payload of `N` bytes known at compile time.
-struct Fixed<const N: usize>([u8; N]);
-
-impl<const N: usize> Payload for Fixed<N> {
-    #[inline(always)]
-    fn stamp(&mut self, stamp: u64) {
-        stamp_into(&mut self.0, stamp);
-    }
-    #[inline(always)]
-    fn bytes(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-/// A payload of a run-time length.
-struct Runtime(Vec<u8>);
-
-impl Payload for Runtime {
-    #[inline(always)]
-    fn stamp(&mut self, stamp: u64) {
-        stamp_into(&mut self.0, stamp);
-    }
-    #[inline(always)]
-    fn bytes(&self) -> &[u8] {
-        &self.0
-    }
-}
-
 /// Write number `stamp`'s contents: every byte its low byte, then its
 /// first (up to) 8 bytes the whole number, little-endian.
 #[inline(always)]
@@ -262,10 +221,10 @@ async fn writer(
         })
         .collect();
     let mut t = if p.size == 32 {
-        let data = Fixed([0u8; 32]);
+        let data = [0u8; 32];
         write_loop(&ctx, &p, area, scratch, &mut bufs, seed, stride, tick, data).await?
     } else {
-        let data = Runtime(vec![0u8; p.size]);
+        let data = vec![0u8; p.size];
         write_loop(&ctx, &p, area, scratch, &mut bufs, seed, stride, tick, data).await?
     };
     for b in &mut bufs {
@@ -299,11 +258,17 @@ async fn check_image(
     Ok(ok)
 }
 
-/// The timed loop of [`writer`], over one payload type. The loop reads
+/// The timed loop of [`writer`], over one payload type: the contents of a
+/// write, stamped with its number (distinct per write, what the final
+/// check compares). A `[u8; 32]` keeps the study's 32-byte writes in an
+/// array, so building one and copying it into a buffer are fixed-size
+/// moves rather than calls to `memset` and `memmove` with a run-time
+/// length (perf: a third of a θ = 16 run on shm was those calls); a
+/// `Vec<u8>` serves every other `--size`. The loop reads
 /// the clock only for `tick`, and hands that reading to the buffers as
 /// the start of a new lease ([`WriteBuffer::try_write_at`]).
 #[allow(clippy::too_many_arguments)]
-async fn write_loop<P: Payload>(
+async fn write_loop<P: AsRef<[u8]> + AsMut<[u8]>>(
     ctx: &Ctx,
     p: &ConsolidationPoint,
     area: RemoteRef,
@@ -323,8 +288,8 @@ async fn write_loop<P: Payload>(
     let mut go = tick(now, 0);
     while go {
         let (r, at) = targets.next(&mut rng);
-        data.stamp(t.total + 1);
-        let data = data.bytes();
+        stamp_into(data.as_mut(), t.total + 1);
+        let data = data.as_ref();
         match p.theta {
             None => {
                 ctx.put_local(scratch, data);
