@@ -116,16 +116,21 @@ fn fabric_handle(f: &ShmFabric) -> Peek {
     Peek(std::sync::Mutex::new(SyncQp::new(f, 0, 4096).unwrap()))
 }
 
-#[test]
-fn a_lease_expiry_writes_back() {
-    let f = fabric();
+/// A 4 KiB region, θ = 16 with a 10 µs lease, and the virtual clock the
+/// lease tests move by hand.
+fn lease_setup(f: &ShmFabric) -> (RemoteRef, ConsolidationConfig, VirtualClock) {
     let (addr, _, rkey) = f.alloc_chunk(0, 4096, false).unwrap();
-    let region = RemoteRef::new(addr, rkey);
     let cfg = ConsolidationConfig {
         theta: 16,
         lease: 10_000,
     };
-    let clock = VirtualClock::new();
+    (RemoteRef::new(addr, rkey), cfg, VirtualClock::new())
+}
+
+#[test]
+fn a_lease_expiry_writes_back() {
+    let f = fabric();
+    let (region, cfg, clock) = lease_setup(&f);
     let mut w = Worker::builder(&f)
         .clock(Arc::new(clock.clone()))
         .config(raw())
@@ -185,13 +190,7 @@ fn a_lease_expiry_writes_back() {
 #[test]
 fn a_lease_counts_from_the_callers_reading() {
     let f = fabric();
-    let (addr, _, rkey) = f.alloc_chunk(0, 4096, false).unwrap();
-    let region = RemoteRef::new(addr, rkey);
-    let cfg = ConsolidationConfig {
-        theta: 16,
-        lease: 10_000,
-    };
-    let clock = VirtualClock::new();
+    let (region, cfg, clock) = lease_setup(&f);
     let mut w = Worker::builder(&f)
         .clock(Arc::new(clock.clone()))
         .config(raw())
