@@ -213,10 +213,10 @@ pub struct AppendStats {
 /// Writer `w` appends `records` records (its sequence numbers 0..).
 ///
 /// Whatever the method, the writer makes its records a block of `batch`
-/// at a time ([`record::encode_many`]) before it reserves their slots (a
-/// record does not depend on where it lands): the methods differ only in
-/// how the block is appended — one reservation and one WRITE per record,
-/// or one reservation and one SP/SGL WRITE per batch.
+/// at a time, before it reserves their slots (a record does not depend on
+/// where it lands): the methods differ only in how the block is appended —
+/// one reservation and one WRITE per record, or one reservation and one
+/// SP/SGL WRITE per batch.
 pub async fn append(
     ctx: &Ctx,
     log: Log,
@@ -242,14 +242,11 @@ pub async fn append(
     while seq < records {
         let kb = block.min(records - seq);
         let img = &mut img[..kb as usize * e];
-        record::encode_many(img, e, |x| {
+        for (x, r) in img.chunks_exact_mut(e).enumerate() {
             let s = seq + x as u64;
-            (
-                ((w as u64) << 48) | s,
-                record::tag(1, w, (s & 0x7FFF) as u16),
-                s,
-            )
-        });
+            let tag = record::tag(1, w, (s & 0x7FFF) as u16);
+            record::encode(r, ((w as u64) << 48) | s, tag, s);
+        }
         for part in img.chunks(batch as usize * e) {
             let k = (part.len() / e) as u64;
             let reserved_at = clock;

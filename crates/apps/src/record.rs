@@ -78,94 +78,52 @@ pub fn payload(key: u64, value: u64, out: &mut [u8]) {
     out[..n].copy_from_slice(&value.to_le_bytes()[..n]);
 }
 
+fn check_seed(key: u64, tag: u64) -> u64 {
+    key ^ tag.rotate_left(17)
+}
+
 fn check_of(key: u64, tag: u64, body: &[u8]) -> u64 {
-    hash64(body, key ^ tag.rotate_left(17)) | 1
+    hash64(body, check_seed(key, tag)) | 1
 }
 
 /// Writes an entry of `e.len()` bytes (at least [`HEAD`]).
+///
+/// The payload ([`payload`]'s bytes) is made and checksummed a word at a
+/// time: each word is stored once and folded into the checksum from its
+/// register, not stored and loaded back for [`hash64`] (the same checksum).
 ///
 /// # Panics
 /// If `e` is shorter than the head (programmer error).
 pub fn encode(e: &mut [u8], key: u64, tag: u64, value: u64) {
     assert!(e.len() >= HEAD, "an entry has at least {HEAD} bytes");
     let (h, body) = e.split_at_mut(HEAD);
-    payload(key, value, body);
+    let mut sum = Hash64::new(check_seed(key, tag), body.len());
+    let mut x = fmix64(key ^ PAYLOAD_SEED);
+    let mut words = body.chunks_exact_mut(8);
+    let mut at = 0u64;
+    for w in &mut words {
+        x = fmix64(x.wrapping_add(at));
+        // The first word is the value.
+        let v = if at == 0 { value } else { x };
+        w.copy_from_slice(&v.to_le_bytes());
+        sum.word(v);
+        at += 8;
+    }
+    let rest = words.into_remainder();
+    if !rest.is_empty() {
+        // A last partial word: its bytes, hashed zero-padded.
+        x = fmix64(x.wrapping_add(at));
+        let n = rest.len();
+        let v = if at == 0 { value } else { x } & ((1u64 << (8 * n)) - 1);
+        rest.copy_from_slice(&v.to_le_bytes()[..n]);
+        sum.word(v);
+    }
     let head = EntryHead {
         key,
         tag,
-        check: check_of(key, tag, body),
+        check: sum.finish() | 1,
     };
     h.copy_from_slice(head.as_bytes());
-}
-
-/// Encodes consecutive entries of `e` bytes, `out.len() / e` of them:
-/// entry `i` is what [`encode`] makes of `(key, tag, value) = of(i)`, the
-/// same bytes. It works on four entries at once: an entry's payload words
-/// and its checksum are a chain of dependent multiplications, and four
-/// independent chains keep the multiplier busy where one leaves it waiting
-/// on each result. The payload words are hashed as they are made, not
-/// stored and loaded back.
-///
-/// # Panics
-/// If `e` is shorter than the head or `out` is not whole entries
-/// (programmer error).
-pub fn encode_many(out: &mut [u8], e: usize, of: impl Fn(usize) -> (u64, u64, u64)) {
-    assert!(
-        e >= HEAD && out.len().is_multiple_of(e),
-        "whole entries of at least {HEAD} bytes"
-    );
-    const LANES: usize = 4;
-    let n = out.len() / e;
-    let mut groups = out.chunks_exact_mut(LANES * e);
-    for (g, group) in (&mut groups).enumerate() {
-        encode_lanes::<LANES>(group, e, g * LANES, &of);
-    }
-    let done = n - n % LANES;
-    for (x, one) in groups.into_remainder().chunks_exact_mut(e).enumerate() {
-        encode_lanes::<1>(one, e, done + x, &of);
-    }
-}
-
-/// `L` entries of `e` bytes at `out`, entry `l` being `of(first + l)`.
-#[inline(always)]
-fn encode_lanes<const L: usize>(
-    out: &mut [u8],
-    e: usize,
-    first: usize,
-    of: &impl Fn(usize) -> (u64, u64, u64),
-) {
-    let body = e - HEAD;
-    let mut heads = [EntryHead::default(); L];
-    let mut value = [0u64; L];
-    let mut x = [0u64; L];
-    let mut h = [Hash64::new(0, 0); L];
-    for l in 0..L {
-        let (key, tag, v) = of(first + l);
-        heads[l] = EntryHead { key, tag, check: 0 };
-        value[l] = v;
-        x[l] = fmix64(key ^ PAYLOAD_SEED);
-        h[l] = Hash64::new(key ^ tag.rotate_left(17), body);
-    }
-    for c in 0..body.div_ceil(8) {
-        let at = HEAD + 8 * c;
-        let n = (body - 8 * c).min(8);
-        for l in 0..L {
-            // `payload`'s word c, the first one replaced by the value.
-            x[l] = fmix64(x[l].wrapping_add(8 * c as u64));
-            let mut w = if c == 0 { value[l] } else { x[l] };
-            if n < 8 {
-                // A last partial word: its bytes, hashed zero-padded.
-                w &= (1u64 << (8 * n)) - 1;
-            }
-            let o = l * e + at;
-            out[o..o + n].copy_from_slice(&w.to_le_bytes()[..n]);
-            h[l].word(w);
-        }
-    }
-    for l in 0..L {
-        heads[l].check = h[l].finish() | 1;
-        out[l * e..l * e + HEAD].copy_from_slice(heads[l].as_bytes());
-    }
 }
 
 /// What a reader found at an entry.
@@ -228,21 +186,22 @@ mod tests {
     }
 
     #[test]
-    fn encode_many_is_encode_of_each() {
-        for e in [24, 25, 31, 32, 33, 40, 64, 72, 100] {
-            for n in 0..=9usize {
-                let of = |i: usize| {
-                    let key = (3u64 << 48) | (i as u64 * 7 + e as u64);
-                    (key, tag(1, 3, i as u16), key ^ 0xABCD)
-                };
-                let mut many = vec![0xEEu8; n * e];
-                encode_many(&mut many, e, of);
-                let mut each = vec![0x11u8; n * e];
-                for (i, one) in each.chunks_exact_mut(e).enumerate() {
-                    let (k, t, v) = of(i);
-                    encode(one, k, t, v);
-                }
-                assert_eq!(many, each, "{n} entries of {e} B");
+    fn encode_is_the_payload_and_its_checksum() {
+        for len in HEAD..=100 {
+            for (key, t, value) in [
+                (0, 1, 0),
+                (42, tag(1, 3, 9), 7),
+                (u64::MAX, tag(9, 9, 9), 1 << 40),
+            ] {
+                let mut e = vec![0xEEu8; len];
+                encode(&mut e, key, t, value);
+                // The entry as first made: the byte-wise payload, then
+                // hash64 of it.
+                let mut r = vec![0x11u8; len];
+                payload_bytewise(key, value, &mut r[HEAD..]);
+                let check = check_of(key, t, &r[HEAD..]);
+                r[..HEAD].copy_from_slice(EntryHead { key, tag: t, check }.as_bytes());
+                assert_eq!(e, r, "{len} B");
             }
         }
     }
