@@ -211,6 +211,12 @@ pub struct AppendStats {
 }
 
 /// Writer `w` appends `records` records (its sequence numbers 0..).
+///
+/// Whatever the method, the writer makes its records a block of `batch`
+/// at a time, before it reserves their slots (a record does not depend on
+/// where it lands): the methods differ only in how the block is appended —
+/// one reservation and one WRITE per record, or one reservation and one
+/// SP/SGL WRITE per batch.
 pub async fn append(
     ctx: &Ctx,
     log: Log,
@@ -220,80 +226,84 @@ pub async fn append(
     p: &AppendParams,
 ) -> Result<AppendStats, AppError> {
     let e = log.entry;
-    let batch = if p.method == Method::None {
-        1
-    } else {
-        p.batch.max(1) as u64
-    };
+    let block = p.batch.max(1) as u64;
+    let batch = if p.method == Method::None { 1 } else { block };
     let depth = p.depth.max(1);
     let mut stats = AppendStats::default();
     let mut seq = 0u64;
     let mut inflight = 0usize;
     let mut ring = 0usize;
-    let mut img = vec![0u8; batch as usize * e];
+    let mut img = vec![0u8; block as usize * e];
+    // A time no later than the next reservation: the clock is read once
+    // per reservation, for its lease check, and that reading stands for
+    // the next reservation's time too (an earlier reservation time only
+    // makes the lease stricter).
+    let mut clock = ctx.now();
     while seq < records {
-        let k = batch.min(records - seq);
-        // Reserve k consecutive slots.
-        let first = ctx.faa_sync(log.head.add(TAIL_AT), k).await?;
-        let reserved_at = ctx.now();
-        if first + k > log.capacity {
-            return Err(AppError::Full {
-                need: first + k,
-                capacity: log.capacity,
-            });
-        }
-        if p.die_after.is_some_and(|d| seq + k > d) {
-            // Dies holding k reserved, unwritten slots.
-            return Err(AppError::Killed(w as usize));
-        }
-        for x in 0..k as usize {
+        let kb = block.min(records - seq);
+        let img = &mut img[..kb as usize * e];
+        for (x, r) in img.chunks_exact_mut(e).enumerate() {
             let s = seq + x as u64;
-            record::encode(
-                &mut img[x * e..(x + 1) * e],
-                ((w as u64) << 48) | s,
-                record::tag(1, w, (s & 0x7FFF) as u16),
-                s,
-            );
+            let tag = record::tag(1, w, (s & 0x7FFF) as u16);
+            record::encode(r, ((w as u64) << 48) | s, tag, s);
         }
-        if ctx.now().saturating_sub(reserved_at) >= p.lease {
-            // Too late: readers may be filling these slots as holes.
-            stats.abandoned += k;
-            seq += k;
-            continue;
-        }
-        let slot = ring % depth;
-        ring += 1;
-        let dst = log.slot(first);
-        let n = k as usize * e;
-        match p.method {
-            Method::Sp => {
-                let pieces: Vec<&[u8]> = img[..n].chunks_exact(e).collect();
-                let staging = mem.staging.slice(slot * batch as usize * e, n);
-                ctx.write_packed(dst, staging, &pieces);
+        for part in img.chunks(batch as usize * e) {
+            let k = (part.len() / e) as u64;
+            let reserved_at = clock;
+            // Reserve k consecutive slots.
+            let first = ctx.faa_sync(log.head.add(TAIL_AT), k).await?;
+            if first + k > log.capacity {
+                return Err(AppError::Full {
+                    need: first + k,
+                    capacity: log.capacity,
+                });
             }
-            Method::Sgl | Method::Doorbell | Method::None => {
-                // The records sit in the data table (registered memory).
-                let table = mem.table.slice(slot * batch as usize * e, n);
-                ctx.put_local(table, &img[..n]);
-                let pieces: Vec<Local> = (0..k as usize).map(|x| table.slice(x * e, e)).collect();
-                if p.method == Method::Sgl {
-                    for (c, chunk) in pieces.chunks(p.max_sge.max(1)).enumerate() {
-                        ctx.write_v(dst.add((c * p.max_sge.max(1) * e) as u64), chunk);
-                    }
-                } else {
-                    for (x, piece) in pieces.iter().enumerate() {
-                        ctx.write(dst.add((x * e) as u64), *piece);
+            if p.die_after.is_some_and(|d| seq + k > d) {
+                // Dies holding k reserved, unwritten slots.
+                return Err(AppError::Killed(w as usize));
+            }
+            clock = ctx.now();
+            if clock.saturating_sub(reserved_at) >= p.lease {
+                // Too late: readers may be filling these slots as holes.
+                stats.abandoned += k;
+                seq += k;
+                continue;
+            }
+            let slot = ring % depth;
+            ring += 1;
+            let dst = log.slot(first);
+            let n = part.len();
+            match p.method {
+                Method::Sp => {
+                    let pieces: Vec<&[u8]> = part.chunks_exact(e).collect();
+                    let staging = mem.staging.slice(slot * batch as usize * e, n);
+                    ctx.write_packed(dst, staging, &pieces);
+                }
+                Method::Sgl | Method::Doorbell | Method::None => {
+                    // The records sit in the data table (registered memory).
+                    let table = mem.table.slice(slot * batch as usize * e, n);
+                    ctx.put_local(table, part);
+                    let pieces: Vec<Local> =
+                        (0..k as usize).map(|x| table.slice(x * e, e)).collect();
+                    if p.method == Method::Sgl {
+                        for (c, chunk) in pieces.chunks(p.max_sge.max(1)).enumerate() {
+                            ctx.write_v(dst.add((c * p.max_sge.max(1) * e) as u64), chunk);
+                        }
+                    } else {
+                        for (x, piece) in pieces.iter().enumerate() {
+                            ctx.write(dst.add((x * e) as u64), *piece);
+                        }
                     }
                 }
             }
-        }
-        ctx.post();
-        stats.records += k;
-        seq += k;
-        inflight += 1;
-        if inflight >= depth {
-            ctx.sync().await?;
-            inflight = 0;
+            ctx.post();
+            stats.records += k;
+            seq += k;
+            inflight += 1;
+            if inflight >= depth {
+                ctx.sync().await?;
+                inflight = 0;
+            }
         }
     }
     ctx.sync().await?;

@@ -166,22 +166,29 @@ where
             .map(|i| {
                 let barrier = &barrier;
                 s.spawn(move || -> Result<(T, Traffic), AppError> {
+                    // The worker and its task are made before the start
+                    // (the task's first allocation on a new thread faulted
+                    // in fresh allocator pages inside the timed window);
+                    // the task runs from `w.run()` on.
+                    let slot: Slot<T> = Arc::default();
                     let built = Worker::builder(fabric)
                         .config(cfg.clone())
                         .id(i)
                         .local(layout)
-                        .build();
+                        .build()
+                        .map(|mut w| {
+                            let out = slot.clone();
+                            w.spawn(move |ctx| {
+                                let fut = body(ctx, i);
+                                async move {
+                                    let v = fut.await;
+                                    *out.lock().unwrap_or_else(|p| p.into_inner()) = Some(v);
+                                }
+                            });
+                            w
+                        });
                     barrier.wait();
                     let mut w = built?;
-                    let slot: Slot<T> = Arc::default();
-                    let out = slot.clone();
-                    w.spawn(move |ctx| {
-                        let fut = body(ctx, i);
-                        async move {
-                            let v = fut.await;
-                            *out.lock().unwrap_or_else(|p| p.into_inner()) = Some(v);
-                        }
-                    });
                     w.run();
                     let v = slot
                         .lock()
