@@ -435,8 +435,9 @@ pub struct PushParams {
     pub kill_after: Option<u64>,
 }
 
-/// A source's task memory: its entries (registered: SGL and the
-/// unbatched methods WRITE from them) and the packing slots of SP.
+/// A source's task memory: the registered slots its entries pass through
+/// (a ring of `REGISTER_RING` at most: SGL and the unbatched methods WRITE
+/// from them) and the packing slots of SP.
 #[derive(Debug, Clone, Copy)]
 pub struct SourceMem {
     entries: Local,
@@ -462,7 +463,7 @@ impl SourceMem {
             0
         };
         SourceMem {
-            entries: l.region("shuffle entries", records * entry),
+            entries: l.region("shuffle entries", records.clamp(1, REGISTER_RING) * entry),
             staging: l.region("shuffle SP staging", slots * p.batch.max(1) * entry),
             word: l.region("shuffle word", 8),
         }
@@ -488,6 +489,15 @@ pub struct PushStats {
 /// Entries copied into registered memory at a time (128 KiB of 64-byte
 /// entries: well inside a core's L2).
 const REGISTER_CHUNK: usize = 2048;
+
+/// Registered slots a source's entries cycle through, a chunk at a time:
+/// two chunks (256 KiB of 64-byte entries), so the chunk the walk reads and
+/// the one before it (whose entries may still wait for their batch) stay
+/// in cache. Registered memory for every entry (128 MiB for 2 M) had the
+/// registration copy write, and later write back, lines that were in no
+/// cache: twice the source's bytes of DRAM traffic SP's staging slots
+/// never make.
+const REGISTER_RING: usize = 2 * REGISTER_CHUNK;
 
 /// Runs source `i`'s part of a stage under `epoch`: reserve, push, hand
 /// off (see the module docs). `input` is its `(key, value)` entries.
@@ -617,40 +627,97 @@ pub async fn push_encoded_with(
         return push_packed(ctx, st, i, heap, mem, p, batch, &mut next, part).await;
     }
     let mut stats = PushStats::default();
-    let mut pending: Vec<Vec<u32>> = vec![Vec::with_capacity(batch); st.parts];
-    let mut pieces: Vec<Local> = Vec::with_capacity(p.max_sge.max(1));
+    // Each partition's next batch, as the registered entries its WRITE(s)
+    // gather: partition `j`'s `fill[j]` so far at `pending[j * batch..]`,
+    // already the list `write_v` takes (no per-batch list to build, no
+    // vector of vectors to grow).
+    let mut pending = vec![Local::default(); st.parts * batch];
+    let mut fill = vec![0usize; st.parts];
+    // Where partition `j`'s oldest pending entry is in the input.
+    let mut oldest = vec![0usize; st.parts];
     let mut inflight = 0usize;
+    // The oldest entry a WRITE in flight reads (`usize::MAX`: none).
+    let mut flying_from = usize::MAX;
     // The entries go into registered memory (which SGL and the unbatched
     // methods WRITE from; SP packs from `heap` instead) a chunk at a time,
-    // just ahead of the walk: the same bytes copied as copying all of them
-    // first, but a chunk is still in cache when its WRITEs read it, where
-    // copying all 128 MiB of a 2 M-entry source first had every WRITE read
-    // it back from DRAM.
+    // just ahead of the walk, into a ring of chunks that stays in cache
+    // (see `REGISTER_RING`): each entry is copied once, as copying all of
+    // them first would, but neither the copy nor the WRITEs that read it
+    // wait for DRAM. Before a chunk reuses a slot, the entries still
+    // pending in it go out (a partition whose batch has not filled in a
+    // whole ring's worth of entries sends it short) and the WRITEs in
+    // flight complete (they may still be reading it).
+    let ring = mem.entries.len() / e;
+    let (chunk, span) = if ring >= input.len() {
+        // Room for every entry: no slot is reused.
+        (REGISTER_CHUNK, ring.max(1))
+    } else {
+        let c = REGISTER_CHUNK.min(ring / 2).max(1);
+        (c, ring / c * c)
+    };
+    if ring == 0 && !input.is_empty() {
+        return Err(AppError::Config(format!(
+            "the source memory holds {ring} entries of {e} B; it needs at least one"
+        )));
+    }
+    // The chunk registered last: its first entry and its first slot.
+    let (mut chunk_at, mut chunk_slot) = (0usize, 0usize);
     let mut registered = 0usize;
     for (k, src) in heap.chunks_exact(e).enumerate() {
         if k == registered {
-            let n = REGISTER_CHUNK.min(input.len() - k);
-            ctx.put_local(mem.entries.slice(k * e, n * e), &heap[k * e..(k + n) * e]);
+            let n = chunk.min(input.len() - k);
+            let slot = k % span;
+            if k >= span {
+                // Slots `slot..slot + n` held entries `k - span ..`.
+                let reused = k - span + n;
+                for j in 0..st.parts {
+                    if fill[j] > 0 && oldest[j] < reused {
+                        let f = std::mem::take(&mut fill[j]);
+                        let b = &pending[j * batch..j * batch + f];
+                        emit(ctx, st, j, b, &mut next[j], p, &mut stats);
+                        flying_from = flying_from.min(oldest[j]);
+                        inflight += 1;
+                        if inflight >= p.depth.max(1) {
+                            ctx.sync().await?;
+                            (inflight, flying_from) = (0, usize::MAX);
+                        }
+                    }
+                }
+                if flying_from < reused {
+                    ctx.sync().await?;
+                    (inflight, flying_from) = (0, usize::MAX);
+                }
+            }
+            ctx.put_local(
+                mem.entries.slice(slot * e, n * e),
+                &heap[k * e..(k + n) * e],
+            );
+            (chunk_at, chunk_slot) = (k, slot);
             registered += n;
         }
         let j = part(k, src);
-        pending[j].push(k as u32);
-        if pending[j].len() >= batch {
+        let f = fill[j];
+        if f == 0 {
+            oldest[j] = k;
+        }
+        pending[j * batch + f] = mem.entries.slice((chunk_slot + k - chunk_at) * e, e);
+        fill[j] = f + 1;
+        if f + 1 >= batch {
+            fill[j] = 0;
             emit(
                 ctx,
                 st,
                 j,
-                &mut pending[j],
+                &pending[j * batch..(j + 1) * batch],
                 &mut next[j],
-                mem,
                 p,
-                &mut pieces,
                 &mut stats,
             );
+            flying_from = flying_from.min(oldest[j]);
             inflight += 1;
             if inflight >= p.depth.max(1) {
                 ctx.sync().await?;
-                inflight = 0;
+                (inflight, flying_from) = (0, usize::MAX);
             }
         }
         if p.kill_after.is_some_and(|kill| stats.entries >= kill) {
@@ -658,16 +725,15 @@ pub async fn push_encoded_with(
         }
     }
     for j in 0..st.parts {
-        if !pending[j].is_empty() {
+        if fill[j] > 0 {
+            let f = std::mem::take(&mut fill[j]);
             emit(
                 ctx,
                 st,
                 j,
-                &mut pending[j],
+                &pending[j * batch..j * batch + f],
                 &mut next[j],
-                mem,
                 p,
-                &mut pieces,
                 &mut stats,
             );
             inflight += 1;
@@ -810,26 +876,23 @@ impl Slots {
 /// memory latency).
 const SOURCE_AHEAD: usize = 16;
 
-/// Queues and posts one batch of partition `j` (see the module docs).
-#[allow(clippy::too_many_arguments)]
+/// Queues and posts one batch of partition `j`: the registered entries
+/// `batch`, in order, to its next slots (see the module docs).
 fn emit(
     ctx: &Ctx,
     st: &StageRefs,
     j: usize,
-    batch: &mut Vec<u32>,
+    batch: &[Local],
     next: &mut u64,
-    mem: &SourceMem,
     p: &PushParams,
-    pieces: &mut Vec<Local>,
     stats: &mut PushStats,
 ) {
     let e = st.entry;
     let dst = st.bufs[j].add(*next * e as u64);
-    let entry = |k: u32| mem.entries.slice(k as usize * e, e);
     match p.method {
         Method::None | Method::Doorbell => {
-            for (x, &k) in batch.iter().enumerate() {
-                ctx.write(dst.add((x * e) as u64), entry(k));
+            for (x, &entry) in batch.iter().enumerate() {
+                ctx.write(dst.add((x * e) as u64), entry);
                 if p.method == Method::None {
                     ctx.post();
                     stats.posts += 1;
@@ -838,10 +901,9 @@ fn emit(
             stats.requests += batch.len() as u64;
         }
         Method::Sgl => {
-            for (c, chunk) in batch.chunks(p.max_sge.max(1)).enumerate() {
-                pieces.clear();
-                pieces.extend(chunk.iter().map(|&k| entry(k)));
-                ctx.write_v(dst.add((c * p.max_sge.max(1) * e) as u64), pieces);
+            let sge = p.max_sge.max(1);
+            for (c, pieces) in batch.chunks(sge).enumerate() {
+                ctx.write_v(dst.add((c * sge * e) as u64), pieces);
                 stats.requests += 1;
             }
         }
@@ -853,7 +915,6 @@ fn emit(
     }
     stats.entries += batch.len() as u64;
     *next += batch.len() as u64;
-    batch.clear();
 }
 
 /// Source `i`'s input: `records` entries with keys spread by a hash.

@@ -47,6 +47,23 @@ fn every_method_partitions_the_input_exactly_on_threads() {
     assert_eq!(f.node_stats(0).unwrap().chunk_bytes, 0, "stages freed");
 }
 
+/// More entries than the registered ring holds, over so many partitions
+/// that a partition's batch does not fill within a ring's worth of
+/// entries: slots are reused, short batches go out early, and the output is
+/// still the input's exact partition.
+#[test]
+fn sources_larger_than_the_registered_ring_partition_exactly() {
+    let f: Arc<dyn Fabric> = conformance::shm_fabric(1, 64 << 20);
+    let mut p = Platform::Threads(f.clone());
+    for (m, b) in [(Method::None, 1), (Method::Sgl, 16), (Method::Doorbell, 8)] {
+        let mut c = cfg(m, b);
+        (c.executors, c.parts, c.records) = (2, 300, 20_000);
+        let (r, epoch) = shuffle::run(&mut p, &c, None, 0).unwrap();
+        assert!(r.verified && epoch == 1, "{m:?}: {r:?}");
+        assert_eq!(r.records, 2 * 20_000);
+    }
+}
+
 #[test]
 fn a_source_killed_mid_stage_fails_it_cleanly_and_the_rerun_completes() {
     let f: Arc<dyn Fabric> = conformance::shm_fabric(1, 64 << 20);

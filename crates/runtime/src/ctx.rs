@@ -24,6 +24,9 @@ use crate::worker::{wr_id, Core, State, MAX_TICKETS};
 const LEN_TICKET: usize = 1 << (usize::BITS - 2);
 /// Ticket field of requests that have no result slot.
 const NO_SLOT: usize = MAX_TICKETS - 1;
+/// Pieces of a vector request built on the stack (a longer list, which no
+/// device takes, is built on the heap).
+const INLINE_SGES: usize = 32;
 
 /// A queued request's handle; after `sync`, [`Ctx::value`] gives its result
 /// (old value for atomics, bytes moved for READ/WRITE).
@@ -268,14 +271,26 @@ impl Ctx {
             return Ticket(usize::MAX);
         };
         let base = self.local_base() as u64;
-        let sges: Vec<LocalRef> = pieces
-            .iter()
-            .map(|p| {
-                self.check_local(p.offset(), p.len());
-                LocalRef::new(lkey, base + p.offset() as u64, p.len() as u32)
-            })
-            .collect();
-        let total: u64 = pieces.iter().map(|p| p.len() as u64).sum();
+        // One pass over the pieces (check, translate, sum) into a list on
+        // the stack: a list of up to `INLINE_SGES` pieces (every list a
+        // device takes) costs no heap allocation per request.
+        let mut inline = [LocalRef::new(0, 0, 0); INLINE_SGES];
+        let spilled: Vec<LocalRef>;
+        let mut total = 0u64;
+        let mut sge = |p: &Local| {
+            self.check_local(p.offset(), p.len());
+            total += p.len() as u64;
+            LocalRef::new(lkey, base + p.offset() as u64, p.len() as u32)
+        };
+        let sges: &[LocalRef] = if pieces.len() <= INLINE_SGES {
+            for (s, p) in inline.iter_mut().zip(pieces) {
+                *s = sge(p);
+            }
+            &inline[..pieces.len()]
+        } else {
+            spilled = pieces.iter().map(sge).collect();
+            &spilled
+        };
         let t = &mut st.tasks[self.task];
         if write {
             t.counters.writes += 1;
@@ -286,9 +301,9 @@ impl Ctx {
         }
         let b = st.pending_batch(self.task, qi);
         let wr = if write {
-            b.write_v(remote.addr, remote.rkey, &sges)
+            b.write_v(remote.addr, remote.rkey, sges)
         } else {
-            b.read_v(remote.addr, remote.rkey, &sges)
+            b.read_v(remote.addr, remote.rkey, sges)
         };
         wr.wr_id = wr_id(self.task, NO_SLOT, 0);
         wr.signaled = false;
