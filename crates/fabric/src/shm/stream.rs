@@ -10,12 +10,15 @@
 pub(crate) const STREAMS: usize = 8;
 
 /// Where a queue pair's recent WRITEs ended (remote offsets on its node),
-/// most recent first.
+/// roughly most recent first.
 #[derive(Debug, Clone)]
 pub(crate) struct StreamDetector {
-    /// End offsets, most recently written first (least recently used
-    /// last, the one a new end replaces); `u64::MAX` is an empty entry (no
-    /// WRITE ends there: a node's offsets are far below it).
+    /// End offsets: a continued stream's entry moves to the front (a swap),
+    /// a new end is inserted at the front and the others shift back, the
+    /// last dropping out; `u64::MAX` is an empty entry (no WRITE ends there:
+    /// a node's offsets are far below it). Fixed-size moves only: a slice
+    /// rotation of run-time length costs more than an unbatched WRITE's
+    /// copy.
     ends: [u64; STREAMS],
 }
 
@@ -33,14 +36,18 @@ impl StreamDetector {
     #[inline]
     pub(crate) fn continues(&mut self, off: u64, len: u64) -> bool {
         let end = off.saturating_add(len);
-        let (at, hit) = match self.ends.iter().position(|&e| e == off) {
-            Some(i) => (i, true),
-            None => (STREAMS - 1, false),
-        };
-        // The entry moves to the front; the ones before it shift back.
-        self.ends[..=at].rotate_right(1);
-        self.ends[0] = end;
-        hit
+        match self.ends.iter().position(|&e| e == off) {
+            Some(i) => {
+                self.ends[i] = self.ends[0];
+                self.ends[0] = end;
+                true
+            }
+            None => {
+                self.ends.copy_within(0..STREAMS - 1, 1);
+                self.ends[0] = end;
+                false
+            }
+        }
     }
 }
 
