@@ -17,7 +17,7 @@ use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_fabric::Fabric;
 use dmkit_memnode::NodeConfig;
 
-use crate::args::OnOff;
+use crate::args::WritePrefetchArg;
 use crate::units::parse_size;
 use crate::Res;
 
@@ -68,11 +68,13 @@ struct Where {
     /// the regime batching is for; none by default.
     #[arg(long, value_parser = humantime::parse_duration)]
     rtt: Option<Duration>,
-    /// shm: after each WRITE, prefetch the remote lines that follow it for
+    /// shm: after a WRITE, prefetch the remote lines that follow it for
     /// writing, so a sequential stream of WRITEs (a partition buffer, a
-    /// log) does not stall on each cold line (`ShmConfig::write_prefetch`).
-    #[arg(long, value_enum, default_value_t = OnOff::On)]
-    shm_write_prefetch: OnOff,
+    /// log) does not stall on each cold line (`ShmConfig::write_prefetch`):
+    /// stream (= on) only after a WRITE that continues a recent one,
+    /// always after every WRITE, or off.
+    #[arg(long, value_enum, default_value_t = WritePrefetchArg::On)]
+    shm_write_prefetch: WritePrefetchArg,
     /// Simulator: device profile (the study's hardware: cx3-40g).
     #[arg(long, default_value = "cx3-40g")]
     profile: String,
@@ -102,7 +104,7 @@ impl Where {
                     .collect();
                 let shm = ShmConfig {
                     rtt: self.rtt,
-                    write_prefetch: self.shm_write_prefetch == OnOff::On,
+                    write_prefetch: self.shm_write_prefetch.into(),
                     ..ShmConfig::default()
                 };
                 let f = ShmFabric::embedded(shm, &nodes).map_err(|e| e.to_string())?;

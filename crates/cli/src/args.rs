@@ -62,6 +62,31 @@ pub(crate) enum OnOff {
     Off,
 }
 
+/// `--shm-write-prefetch`: which WRITEs hint the lines after them for
+/// writing (`ShmConfig::write_prefetch`).
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum WritePrefetchArg {
+    /// The default mode (`stream`).
+    On,
+    Off,
+    /// Only a WRITE that starts where one of the queue pair's last 8
+    /// WRITEs ended.
+    Stream,
+    /// Every WRITE.
+    Always,
+}
+
+impl From<WritePrefetchArg> for dmkit_fabric::shm::WritePrefetch {
+    fn from(a: WritePrefetchArg) -> Self {
+        match a {
+            WritePrefetchArg::On => Self::default(),
+            WritePrefetchArg::Off => Self::Off,
+            WritePrefetchArg::Stream => Self::Stream,
+            WritePrefetchArg::Always => Self::Always,
+        }
+    }
+}
+
 pub(crate) fn targets(
     paths: &[PathBuf],
     token_file: &Option<PathBuf>,

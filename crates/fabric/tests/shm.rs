@@ -8,7 +8,7 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use common::Served;
-use dmkit_fabric::shm::{ShmConfig, ShmFabric};
+use dmkit_fabric::shm::{ShmConfig, ShmFabric, WritePrefetch};
 use dmkit_fabric::{
     conformance, Batch, ControlPlane, Fabric, FabricError, GlobalAddr, LocalMem, LocalRef,
     QueuePair, SyncQp, VerbError, WorkRequest,
@@ -398,9 +398,9 @@ fn with_deferred_reads(on: bool) -> ShmFabric {
     })
 }
 
-fn with_write_prefetch(on: bool) -> ShmFabric {
+fn with_write_prefetch(mode: WritePrefetch) -> ShmFabric {
     with_config(ShmConfig {
-        write_prefetch: on,
+        write_prefetch: mode,
         ..Default::default()
     })
 }
@@ -506,16 +506,25 @@ fn deferred_read_errors_reach_the_completion() {
 
 #[test]
 fn conformance_without_write_prefetch() {
-    conformance::run_all(&with_write_prefetch(false), 0);
+    conformance::run_all(&with_write_prefetch(WritePrefetch::Off), 0);
+}
+
+#[test]
+fn conformance_with_write_prefetch_always() {
+    conformance::run_all(&with_write_prefetch(WritePrefetch::Always), 0);
 }
 
 /// The write prefetch is a hint: a stream of scalar and gather WRITEs up to
 /// the very end of the node's memory (where the lines after the last
-/// WRITE are not mapped) lands the same bytes with it on or off.
+/// WRITE are not mapped) lands the same bytes in every mode.
 #[test]
 fn write_prefetch_is_only_a_hint() {
-    for on in [true, false] {
-        let f = with_write_prefetch(on);
+    for mode in [
+        WritePrefetch::Off,
+        WritePrefetch::Stream,
+        WritePrefetch::Always,
+    ] {
+        let f = with_write_prefetch(mode);
         let heap = f.heap(0).unwrap();
         let len = 16 * 1024u64;
         let mut q = SyncQp::new(&f, 0, 64).unwrap();
@@ -547,6 +556,10 @@ fn write_prefetch_is_only_a_hint() {
             qp.poll(&mut out, 64);
         }
         assert!(out.iter().all(|c| c.result.is_ok()), "{out:?}");
-        assert_eq!(q.read(a, k, len as usize).unwrap(), data, "prefetch {on}");
+        assert_eq!(
+            q.read(a, k, len as usize).unwrap(),
+            data,
+            "prefetch {mode:?}"
+        );
     }
 }

@@ -24,6 +24,7 @@ use dmkit_memnode::NodeConfig;
 
 use crate::args::{
     load_profile, parse_atomic_order, parse_listen, targets, Listen, OnOff, RdmaArgs,
+    WritePrefetchArg,
 };
 use crate::units::parse_size;
 use crate::Res;
@@ -150,11 +151,12 @@ struct FabricArgs {
     /// always off with --rtt].
     #[arg(long, value_enum)]
     deferred_reads: Option<OnOff>,
-    /// shm: after each WRITE, prefetch the remote lines that follow it for
+    /// shm: after a WRITE, prefetch the remote lines that follow it for
     /// writing (a sequential stream of WRITEs does not stall on each cold
-    /// line) [default: on].
+    /// line): stream (= on) only after a WRITE that continues a recent
+    /// one, always after every WRITE, or off [default: on].
     #[arg(long, value_enum)]
-    shm_write_prefetch: Option<OnOff>,
+    shm_write_prefetch: Option<WritePrefetchArg>,
     /// Simulator: device profile (cx6-200g, cx5-100g, cx3-56g, cx3-40g, or a TOML
     /// file) [default: cx6-200g].
     #[arg(long, help_heading = "Simulator (--backend sim)")]
@@ -198,9 +200,7 @@ impl FabricArgs {
             deferred_reads: self
                 .deferred_reads
                 .map_or(d.deferred_reads, |v| v == OnOff::On),
-            write_prefetch: self
-                .shm_write_prefetch
-                .map_or(d.write_prefetch, |v| v == OnOff::On),
+            write_prefetch: self.shm_write_prefetch.map_or(d.write_prefetch, Into::into),
             ..d
         }
     }

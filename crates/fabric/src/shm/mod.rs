@@ -30,6 +30,7 @@
 mod client;
 mod qp;
 mod rpc;
+mod stream;
 pub(crate) mod view;
 
 use std::io::Write;
@@ -76,10 +77,28 @@ pub struct ShmConfig {
     /// next WRITE of a sequential stream — a shuffle partition's buffer, a
     /// log — finds its lines owned instead of stalling on a
     /// read-for-ownership of each cold line; an RNIC writes memory without
-    /// the posting CPU waiting for it. A hint: the bytes and order of every
-    /// WRITE are unchanged; a WRITE not followed by another costs a few
-    /// prefetches. Ignored by [`ShmFabric::executor`].
-    pub write_prefetch: bool,
+    /// the posting CPU waiting for it. [`WritePrefetch::Stream`] (the
+    /// default) hints only after a WRITE that continues a stream, so
+    /// scattered WRITEs (a hash table's key-value blocks) do not pay for
+    /// hints nobody uses. A hint: the bytes and order of every WRITE are
+    /// unchanged. Ignored by [`ShmFabric::executor`].
+    pub write_prefetch: WritePrefetch,
+}
+
+/// Which WRITEs hint the lines after them for writing
+/// ([`ShmConfig::write_prefetch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WritePrefetch {
+    /// No WRITE hints.
+    Off,
+    /// A WRITE hints when it continues a stream: it starts exactly where
+    /// one of the queue pair's last 8 WRITEs to its node ended (so the 8
+    /// interleaved partition buffers of an unbatched shuffle still
+    /// qualify). The first WRITE of a stream hints nothing.
+    #[default]
+    Stream,
+    /// Every WRITE hints (costs a few prefetches per scattered WRITE).
+    Always,
 }
 
 impl Default for ShmConfig {
@@ -91,7 +110,7 @@ impl Default for ShmConfig {
             rpc_slots: 64,
             rpc_max_message: 4096,
             deferred_reads: true,
-            write_prefetch: true,
+            write_prefetch: WritePrefetch::default(),
         }
     }
 }

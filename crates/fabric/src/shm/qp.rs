@@ -25,7 +25,9 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::stream::StreamDetector;
 use super::view::NodeView;
+use super::WritePrefetch;
 use crate::addr::{GlobalAddr, NodeId};
 use crate::caps::Capabilities;
 use crate::error::{PostError, RequestError, VerbError};
@@ -58,9 +60,11 @@ pub struct ShmQp {
     ready: VecDeque<(Instant, usize)>,
     /// Whether scalar READs are copied at the next poll instead of at post.
     deferred_reads: bool,
-    /// Whether a WRITE hints the lines after it for writing
+    /// Which WRITEs hint the lines after them for writing
     /// ([`super::ShmConfig::write_prefetch`]).
-    write_prefetch: bool,
+    write_prefetch: WritePrefetch,
+    /// Where recent WRITEs ended ([`WritePrefetch::Stream`]).
+    streams: StreamDetector,
     /// READs checked but not copied yet, in posting order.
     pending: Vec<PendingRead>,
     /// Signaled requests in `pending`.
@@ -85,7 +89,7 @@ impl ShmQp {
         caps: Capabilities,
         rtt: Option<Duration>,
         deferred_reads: bool,
-        write_prefetch: bool,
+        write_prefetch: WritePrefetch,
     ) -> Self {
         Self {
             exec: Executor::new(node, view, caps),
@@ -96,6 +100,7 @@ impl ShmQp {
             // keeps copying at post.
             deferred_reads: deferred_reads && rtt.is_none(),
             write_prefetch,
+            streams: StreamDetector::default(),
             pending: Vec::new(),
             pending_signaled: 0,
             posts: 0,
@@ -231,12 +236,18 @@ impl QueuePair for ShmQp {
                     Some(e) => Err(e),
                     None => self.exec.execute(wr, &batch.sges),
                 };
-                if self.write_prefetch && r.is_ok() && wr.kind() == VerbKind::Write {
+                if self.write_prefetch != WritePrefetch::Off
+                    && r.is_ok()
+                    && wr.kind() == VerbKind::Write
+                {
                     // The next WRITE of a stream (a partition buffer, a
                     // log) lands right after this one.
-                    let len = wr.len();
-                    self.exec
-                        .prefetch_write(wr.remote.offset() + len as u64, len);
+                    let (off, len) = (wr.remote.offset(), wr.len());
+                    if self.write_prefetch == WritePrefetch::Always
+                        || self.streams.continues(off, len as u64)
+                    {
+                        self.exec.prefetch_write(off + len as u64, len);
+                    }
                 }
                 if r.is_err() {
                     failed = true;
