@@ -41,6 +41,8 @@ pub(crate) struct LockcheckArgs {
 const LOCK: u64 = 0;
 const COUNTER: u64 = 8;
 const HOLDER: u64 = 16;
+/// How long after the run's end a thread may still wait for the lock.
+const STUCK: Duration = Duration::from_secs(20);
 
 fn e(what: &str) -> impl Fn(FabricError) -> String + '_ {
     move |err| format!("lockcheck: {what}: {err}")
@@ -99,10 +101,14 @@ fn spin(
     rk: Rkey,
     me: u64,
     until: Instant,
+    give_up: Instant,
 ) -> Result<(u64, u64), String> {
     let mut q = SyncQp::new(f, at.node(), 64).map_err(e("connecting"))?;
     let (lock, counter, holder) = (at.add(LOCK), at.add(COUNTER), at.add(HOLDER));
     let (mut n, mut failed) = (0u64, 0u64);
+    // A lock nobody releases (a holder that died, a CAS answered wrongly)
+    // fails the run at `give_up` with the word's value instead of spinning
+    // for ever.
     while Instant::now() < until {
         loop {
             let old = q.cas(lock, rk, 0, me).map_err(e("acquire"))?;
@@ -110,6 +116,13 @@ fn spin(
                 break;
             }
             failed += 1;
+            if Instant::now() > give_up {
+                return Err(format!(
+                    "lockcheck: {me:#x} could not take the lock: it still held {old:#x} {:.1} s after the run's end \
+                     (a holder never released it, or a CAS was answered wrongly)",
+                    give_up.saturating_duration_since(until).as_secs_f64()
+                ));
+            }
         }
         let h = q.read_u64(holder, rk).map_err(e("holder"))?;
         if h != 0 {
@@ -161,7 +174,7 @@ pub(crate) fn bench_lockcheck(a: LockcheckArgs) -> Res {
         let hs: Vec<_> = (0..a.threads)
             .map(|t| {
                 let f = f.as_ref();
-                s.spawn(move || spin(f, at, rk, base | t as u64, until))
+                s.spawn(move || spin(f, at, rk, base | t as u64, until, until + STUCK))
             })
             .collect();
         hs.into_iter()
@@ -223,4 +236,54 @@ pub(crate) fn bench_lockcheck(a: LockcheckArgs) -> Res {
         a.clients
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dmkit_fabric::shm::{ShmConfig, ShmFabric};
+    use dmkit_memnode::NodeConfig;
+
+    /// A lock word some other client holds for ever: the thread gives up at
+    /// its deadline with the word's value, instead of spinning.
+    #[test]
+    fn a_lock_never_released_fails_the_run_instead_of_hanging() {
+        let f = ShmFabric::embedded(
+            ShmConfig::default(),
+            &[NodeConfig {
+                size: 4 << 20,
+                ..Default::default()
+            }],
+        )
+        .unwrap();
+        let node = f.nodes()[0];
+        let (at, rk, created) = words(&f, node, "stuck").unwrap();
+        assert!(created);
+        let mut q = SyncQp::new(&f, node, 8).unwrap();
+        assert_eq!(q.cas(at.add(LOCK), rk, 0, 0xdead).unwrap(), 0);
+        let now = Instant::now();
+        let err = spin(
+            &f,
+            at,
+            rk,
+            7,
+            now + Duration::from_millis(10),
+            now + Duration::from_millis(50),
+        )
+        .unwrap_err();
+        assert!(err.contains("still held 0xdead"), "{err}");
+        // Released, the same call takes it and runs to its end.
+        assert_eq!(q.cas(at.add(LOCK), rk, 0xdead, 0).unwrap(), 0xdead);
+        let now = Instant::now();
+        let (n, _) = spin(
+            &f,
+            at,
+            rk,
+            7,
+            now + Duration::from_millis(10),
+            now + Duration::from_secs(10),
+        )
+        .unwrap();
+        assert!(n > 0);
+    }
 }
