@@ -261,29 +261,16 @@ mod tests {
         assert!(created);
         let mut q = SyncQp::new(&f, node, 8).unwrap();
         assert_eq!(q.cas(at.add(LOCK), rk, 0, 0xdead).unwrap(), 0);
-        let now = Instant::now();
-        let err = spin(
-            &f,
-            at,
-            rk,
-            7,
-            now + Duration::from_millis(10),
-            now + Duration::from_millis(50),
-        )
-        .unwrap_err();
+        // A 10 ms run that gives up `after` its start.
+        let run = |after: Duration| {
+            let now = Instant::now();
+            spin(&f, at, rk, 7, now + Duration::from_millis(10), now + after)
+        };
+        let err = run(Duration::from_millis(50)).unwrap_err();
         assert!(err.contains("still held 0xdead"), "{err}");
         // Released, the same call takes it and runs to its end.
         assert_eq!(q.cas(at.add(LOCK), rk, 0xdead, 0).unwrap(), 0xdead);
-        let now = Instant::now();
-        let (n, _) = spin(
-            &f,
-            at,
-            rk,
-            7,
-            now + Duration::from_millis(10),
-            now + Duration::from_secs(10),
-        )
-        .unwrap();
+        let (n, _) = run(Duration::from_secs(10)).unwrap();
         assert!(n > 0);
     }
 }
