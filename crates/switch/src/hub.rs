@@ -198,6 +198,11 @@ impl Core {
         self.mux.as_ref().map(|m| m.stats())
     }
 
+    /// Multiplexing's state, when it runs (tests, the stats' reader).
+    pub fn mux(&self) -> Option<&crate::mux::MuxWire> {
+        self.mux.as_ref()
+    }
+
     /// Gives the switch an address and a queue pair of its own (see
     /// [`crate::ownqp`]).
     pub fn with_own(mut self, o: crate::ownqp::OwnQp) -> Self {

@@ -49,7 +49,8 @@
 //! Retransmissions: a client's retransmission of a moved request is sent
 //! again at its switch PSN if the node has not answered it (the node
 //! answers a duplicate from its saved READ and atomic replies, or ACKs a
-//! WRITE), and answered from the switch's log if it has; the node's NAK
+//! WRITE), and answered from the switch's log if it has (the saved replies
+//! leave tagged with the node's port, as the originals did); the node's NAK
 //! sequence error on the switch's queue pair makes the switch resend its
 //! log from that PSN (go-back-N on behalf of the clients, whose own PSNs
 //! were fine). A response covering a WRITE it does not name (a coalesced
@@ -181,6 +182,10 @@ struct Entry {
     cas: Option<(Word, u64, u64, bool, u64)>,
     words: Vec<Word>,
     frame: Vec<u8>,
+    /// The port the client's request arrived on: a resend (go-back-N after
+    /// the node's sequence NAK) leaves from there again. Tagged with the
+    /// node's port, where the NAK came from, the forwarding would drop it.
+    from: usize,
     answered: bool,
     /// The frames sent to the client for it (replayed to a retransmission).
     replies: Vec<Vec<u8>>,
@@ -237,6 +242,12 @@ pub struct MuxWire {
     remote: Option<OwnRemote>,
     next: u32,
     node_mac: Option<[u8; 6]>,
+    /// The port the node's frames arrive on: a reply replayed from the log
+    /// leaves as if the node had sent it again. Tagged with the client's
+    /// own port instead, the switch's forwarding drops it (its destination
+    /// is the port it "came from"), and a client whose response was lost
+    /// retransmits for ever (rxe takes a retry count of 7 as unlimited).
+    node_port: Option<usize>,
     conns: HashMap<ConnKey, Conn>,
     resp_conns: HashMap<(Ip, u32), ConnKey>,
     pending: HashMap<(Ip, u32), ConnKey>,
@@ -265,6 +276,7 @@ impl MuxWire {
             remote: None,
             next: 0,
             node_mac: None,
+            node_port: None,
             conns: HashMap::new(),
             resp_conns: HashMap::new(),
             pending: HashMap::new(),
@@ -327,6 +339,7 @@ impl MuxWire {
         let response = is_response(p.bth.opcode);
         if p.ip.source == self.server {
             self.node_mac = Some(p.eth.source);
+            self.node_port = Some(tag);
             if p.ip.destination == self.ip {
                 self.own_response(p, tag, out);
             } else if response {
@@ -638,6 +651,7 @@ impl MuxWire {
             cas,
             words,
             frame: frame.clone(),
+            from: tag,
             answered: false,
             replies: Vec::new(),
         });
@@ -687,8 +701,10 @@ impl MuxWire {
                 if e.answered {
                     let replies = e.replies.clone();
                     self.stats.replayed += 1;
+                    // From the node's port: the replies came from there.
+                    let from = self.node_port.unwrap_or(tag);
                     for f in replies {
-                        self.push(out, tag, f, true);
+                        self.push(out, from, f, true);
                     }
                 } else {
                     let f = e.frame.clone();
@@ -845,15 +861,15 @@ impl MuxWire {
         if syn == Some(0x60) {
             // Sequence error: the node expects x. Resend from there.
             self.stats.seq_naks += 1;
-            let again: Vec<Vec<u8>> = self
+            let again: Vec<(usize, Vec<u8>)> = self
                 .log
                 .iter()
                 .filter(|e| !e.answered && psn_diff(e.s, x) >= 0)
-                .map(|e| e.frame.clone())
+                .map(|e| (e.from, e.frame.clone()))
                 .collect();
             self.stats.gbn_resent += again.len() as u64;
-            for f in again {
-                self.push(out, tag, f, true);
+            for (from, f) in again {
+                self.push(out, from, f, true);
             }
             return;
         }
