@@ -1826,6 +1826,26 @@ fn lockcheck_holds_mutual_exclusion_on_shm() {
     assert!(text.contains("mutual exclusion held: counter"), "{text}");
 }
 
+/// `--completion-timeout` bounds a verbs queue pair's wait for a lost
+/// completion; shm and the simulator lose none, so there it is refused
+/// rather than silently ignored.
+#[test]
+fn completion_timeout_is_refused_off_the_verbs_backend() {
+    for backend in [
+        &["bench", "lockcheck", "--backend", "shm"][..],
+        &["bench", "ycsb", "--backend", "sim"][..],
+    ] {
+        let mut all = backend.to_vec();
+        all.extend(["--completion-timeout", "1s"]);
+        let (code, err) = dmkit_fails(&all);
+        assert_eq!(code, Some(2), "{all:?}: {err}");
+        assert!(
+            err.contains("--completion-timeout is a verbs option"),
+            "{all:?}: {err}"
+        );
+    }
+}
+
 /// `dmkit switch`: CAS→WRITE needs the memory node's address and does not
 /// run with steering yet; multiplexing needs the switch's own address and
 /// the node's, a path MTU InfiniBand has, and no steering.

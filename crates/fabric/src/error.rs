@@ -129,6 +129,17 @@ pub enum VerbError {
     /// sim: an injected link loss); whether it took effect is unknown.
     #[error("connection to node {0} lost")]
     ConnectionLost(NodeId),
+    /// No completion came from the node for `waited_ms` although requests
+    /// were outstanding (verbs: past the client's completion timeout, far
+    /// beyond RC's own retry budget; the path loses completions in a way
+    /// RC does not detect). Whether the request took effect is unknown.
+    #[error("no completion from node {node} within {waited_ms} ms; whether the request took effect is unknown")]
+    NoCompletion {
+        /// The queue pair's node.
+        node: NodeId,
+        /// How long the queue pair waited with no completion at all.
+        waited_ms: u64,
+    },
     /// A completion error of a real NIC that has no closer match above
     /// (the verbs backend names the `ibv_wc_status`).
     #[error("the NIC reported {0}")]

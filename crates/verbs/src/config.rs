@@ -39,6 +39,13 @@ pub struct VerbsConfig {
     pub max_inline: u32,
     /// Timeout of control-channel calls.
     pub control_timeout: Duration,
+    /// How long a queue pair waits with requests on the NIC and no
+    /// completion at all before it fails them ([`dmkit_fabric::VerbError::NoCompletion`])
+    /// and rebuilds itself. On a NIC that counts RC's 7 transport retries
+    /// they end far sooner (about 0.5 s); Soft-RoCE takes 7 as unlimited
+    /// and retransmits a request whose response is lost for ever, so there
+    /// this is what ends the wait.
+    pub completion_timeout: Duration,
     /// Requests an RPC channel may have unanswered (its message slots).
     pub rpc_slots: u32,
     /// Largest request or reply payload of an RPC channel.
@@ -53,6 +60,7 @@ impl Default for VerbsConfig {
             sq_depth: 256,
             max_inline: 128,
             control_timeout: Duration::from_secs(10),
+            completion_timeout: Duration::from_secs(10),
             rpc_slots: 64,
             rpc_max_message: 4096,
         }

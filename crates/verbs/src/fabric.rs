@@ -182,6 +182,8 @@ pub struct VerbsFabric {
     links: Vec<Arc<NodeLink>>,
     caps: Capabilities,
     sizes: QpSizes,
+    /// See [`VerbsConfig::completion_timeout`].
+    completion_timeout: std::time::Duration,
     /// Slots and message size of RPC channels.
     rpc_slots: u32,
     rpc_max_message: u32,
@@ -258,6 +260,7 @@ impl VerbsFabric {
             links,
             caps,
             sizes,
+            completion_timeout: cfg.completion_timeout,
             rpc_slots: cfg.rpc_slots.max(1),
             rpc_max_message: cfg.rpc_max_message,
             thread_domains,
@@ -321,6 +324,7 @@ impl VerbsFabric {
             self.caps,
             self.sizes,
             own_doorbell,
+            self.completion_timeout,
         )
     }
 }

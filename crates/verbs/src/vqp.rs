@@ -28,6 +28,20 @@
 //!   batches, which the NIC flushed without effect, are posted again. The
 //!   caller sees what the contract promises: the queue pair stays usable,
 //!   and the memory node never restarts.
+//! - **No wait without end.** The pair asks RC for 7 transport retries of
+//!   ~67 ms each (`timeout` 14). A NIC that counts them fails a request to
+//!   a silent peer after about half a second, but Soft-RoCE (`rxe_comp.c`,
+//!   `COMPST_ERROR_RETRY`) takes a retry count of 7 as *unlimited*, as the
+//!   specification does only for RNR retries: there a lost response is
+//!   retransmitted for ever and its completion never comes. So the queue
+//!   pair keeps its own clock: when requests have waited
+//!   [`VerbsConfig::completion_timeout`] (default 10 s) with no completion
+//!   at all, every request on the NIC fails with
+//!   [`VerbError::NoCompletion`] — its effect unknown, so none is posted
+//!   again — and the pair is rebuilt as after a NIC error. A caller never
+//!   spins for ever on a lost completion.
+//!
+//! [`VerbsConfig::completion_timeout`]: crate::VerbsConfig::completion_timeout
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -45,6 +59,9 @@ use crate::ctl::NicRegion;
 use crate::device::Device;
 use crate::fabric::{connect_err, NodeLink};
 use crate::qp::{Cq, Mr, QpSizes, RawQp};
+
+/// Empty polls between two readings of the clock while requests wait.
+const CLOCK_EVERY: u32 = 1024;
 
 /// What the queue pair keeps of a completion entry.
 #[derive(Debug, Clone, Copy)]
@@ -180,6 +197,14 @@ pub struct VerbsQp {
     /// Signaled requests in `ring` (completions the caller will get).
     owed: usize,
     disconnected: bool,
+    /// How long requests may wait on the NIC with no completion at all.
+    completion_timeout: Duration,
+    /// When the requests now on the NIC last made progress (a post onto
+    /// an idle pair, or a completion).
+    progress_at: Instant,
+    /// Empty polls since the last progress (the clock is read every
+    /// `CLOCK_EVERY` of them, not on every spin).
+    idle_polls: u32,
     wrs: Vec<sys::ibv_send_wr>,
     sges: Vec<sys::ibv_sge>,
     wcs: Vec<Wc>,
@@ -199,6 +224,7 @@ impl VerbsQp {
         caps: Capabilities,
         sizes: QpSizes,
         own_doorbell: bool,
+        completion_timeout: Duration,
     ) -> Result<Self, dmkit_fabric::FabricError> {
         let target = link.peer.clone();
         // Everything that can fail, so the place on the CQ the fabric took
@@ -250,6 +276,9 @@ impl VerbsQp {
             ready: VecDeque::new(),
             owed: 0,
             disconnected: false,
+            completion_timeout,
+            progress_at: Instant::now(),
+            idle_polls: 0,
             wrs: Vec::with_capacity(depth),
             sges: Vec::with_capacity(depth * 2),
             wcs: Vec::with_capacity(64),
@@ -448,6 +477,11 @@ impl VerbsQp {
         // `results` until the request completes (drop waits for that).
         match unsafe { self.raw.post(wrs) } {
             Ok(()) => {
+                if self.in_flight == 0 {
+                    // Nothing was waiting: the clock starts with this post.
+                    self.progress_at = Instant::now();
+                    self.idle_polls = 0;
+                }
                 self.in_flight += nw;
                 Ok(())
             }
@@ -474,10 +508,49 @@ impl VerbsQp {
         if let Some(m) = wcs.iter().map(|w| w.wr_id).max() {
             self.max_seen = self.max_seen.max(Some(m));
         }
+        if wcs.is_empty() {
+            self.idle_polls = self.idle_polls.wrapping_add(1);
+            if self.idle_polls.is_multiple_of(CLOCK_EVERY)
+                && self.progress_at.elapsed() >= self.completion_timeout
+            {
+                self.wcs = wcs;
+                self.timed_out();
+                return;
+            }
+        } else {
+            self.progress_at = Instant::now();
+            self.idle_polls = 0;
+        }
         for wc in &wcs {
             self.apply(*wc);
         }
         self.wcs = wcs;
+        self.harvest();
+    }
+
+    /// No completion came for `completion_timeout`: every request on the
+    /// NIC fails with its effect unknown (none is posted again: a CAS the
+    /// node did execute must not run twice), then the pair is rebuilt so
+    /// later batches have a working connection.
+    fn timed_out(&mut self) {
+        let error = VerbError::NoCompletion {
+            node: self.link.id,
+            waited_ms: self.progress_at.elapsed().as_millis() as u64,
+        };
+        for e in self.ring.iter_mut() {
+            if let State::Posted { .. } = e.state {
+                self.in_flight -= 1;
+                e.state = State::Done(Err(error.clone()));
+            }
+        }
+        self.stats.errors += 1;
+        // The rebuild drains whatever the old pair still reports (bounded)
+        // and ignores it: those requests are accounted for above.
+        if let Err(e) = self.rebuild() {
+            self.fail_all(e);
+        }
+        self.idle_polls = 0;
+        self.progress_at = Instant::now();
         self.harvest();
     }
 

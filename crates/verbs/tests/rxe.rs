@@ -147,6 +147,49 @@ fn nic_error_is_typed_and_the_queue_pair_recovers() {
     s.fabric.free_chunk(heap_chunk).unwrap();
 }
 
+/// No caller waits for ever on a completion: a queue pair whose completion
+/// timeout is shorter than its requests take (8 READs of 8 MiB, rxe's
+/// message limit, against a zero timeout) fails them with `NoCompletion`,
+/// their effect unknown, and returns; the node keeps serving other
+/// clients, which read what was written before.
+#[test]
+#[ignore = "needs an RDMA device (run in the Soft-RoCE guest)"]
+fn a_completion_that_does_not_come_in_time_fails_typed() {
+    let s = setup(64 << 20);
+    let len = 8u64 << 20;
+    let (chunk, _, key) = s.fabric.alloc_chunk(0, len, false).unwrap();
+    let mut q = SyncQp::new(&s.fabric, 0, 64).unwrap();
+    q.write_u64(chunk.add(len - 8), key, 0x5eed).unwrap();
+
+    let token = s._dir.path().join("node.token");
+    let impatient = connect_with(&s.server, token, std::time::Duration::ZERO);
+    let mut qp = impatient.connect(0).unwrap();
+    let reads = 8u64;
+    let mem = LocalMem::new((reads * len) as usize);
+    let lk = qp.register_local(&mem);
+    let mut b = Batch::new();
+    for i in 0..reads {
+        b.read(chunk, key, LocalRef::new(lk, i * len, len as u32))
+            .set_id(i);
+    }
+    let t0 = std::time::Instant::now();
+    let got = qp.execute(&mut b);
+    assert!(t0.elapsed().as_secs() < 30, "the call returned");
+    match got {
+        Err(FabricError::Request(e)) => assert!(
+            matches!(e.error, VerbError::NoCompletion { node: 0, .. }),
+            "{e}"
+        ),
+        other => panic!("64 MiB of READs completed within a zero timeout: {other:?}"),
+    }
+    drop(qp);
+    drop(impatient);
+
+    assert_eq!(q.read_u64(chunk.add(len - 8), key).unwrap(), 0x5eed);
+    assert!(s.fabric.node_stats(0).unwrap().sessions_active >= 1);
+    s.fabric.free_chunk(chunk).unwrap();
+}
+
 /// CoRM §3.5: the node moves a page under a live registration; clients
 /// keep address and key and read the same bytes.
 #[test]
@@ -203,9 +246,18 @@ fn threads_with_own_queue_pairs_count_exactly() {
 }
 
 fn connect(server: &RunningServer, token: std::path::PathBuf) -> VerbsFabric {
+    connect_with(server, token, VerbsConfig::default().completion_timeout)
+}
+
+fn connect_with(
+    server: &RunningServer,
+    token: std::path::PathBuf,
+    completion_timeout: std::time::Duration,
+) -> VerbsFabric {
     VerbsFabric::open(
         VerbsConfig {
             device: sel(),
+            completion_timeout,
             ..Default::default()
         },
         &[VerbsTarget {

@@ -189,6 +189,11 @@ struct FabricArgs {
     colocated: bool,
     #[command(flatten)]
     rdma: RdmaArgs,
+    /// Verbs: how long a queue pair waits with requests outstanding and no
+    /// completion before it fails them (their effect unknown) and rebuilds
+    /// its connection; RC's own retries end far sooner [default: 10s].
+    #[arg(long, value_parser = humantime::parse_duration, help_heading = "RDMA devices (--backend verbs, tcp: listeners)")]
+    completion_timeout: Option<std::time::Duration>,
 }
 
 impl FabricArgs {
@@ -213,6 +218,11 @@ impl FabricArgs {
             || self.shm_write_prefetch.is_some()
         {
             return Err(crate::bad_input("--connect, --rtt, --deferred-reads and --shm-write-prefetch are shm options; the simulator has its own memory nodes and timing"));
+        }
+        if self.completion_timeout.is_some() {
+            return Err(crate::bad_input(
+                "--completion-timeout is a verbs option (--backend verbs); the simulator loses no completion it is not told to",
+            ));
         }
         let mut profile = load_profile(
             self.profile.as_deref().unwrap_or("cx6-200g"),
@@ -287,12 +297,17 @@ fn open_fabric(a: &FabricArgs, needed: u64) -> Result<Arc<dyn Fabric>, String> {
                         .unwrap_or_else(|| dmkit_verbs::default_token_path(addr)),
                 })
                 .collect();
+            let d = dmkit_verbs::VerbsConfig::default();
             let cfg = dmkit_verbs::VerbsConfig {
                 device: a.rdma.sel(),
-                ..Default::default()
+                completion_timeout: a.completion_timeout.unwrap_or(d.completion_timeout),
+                ..d
             };
             dmkit_verbs::open_fabric(cfg, &targets).map_err(|e| e.to_string())
         }
+        Backend::Shm if a.completion_timeout.is_some() => Err(crate::bad_input(
+            "--completion-timeout is a verbs option (--backend verbs): shm completes every request it accepts",
+        )),
         Backend::Shm => {
             if !tcp.is_empty() {
                 return Err(crate::bad_input("tcp:HOST:PORT nodes serve RDMA devices: use --backend verbs (shm nodes listen on unix:PATH)"));
