@@ -129,10 +129,11 @@ pub enum VerbError {
     /// sim: an injected link loss); whether it took effect is unknown.
     #[error("connection to node {0} lost")]
     ConnectionLost(NodeId),
-    /// No completion came from the node for `waited_ms` although requests
-    /// were outstanding (verbs: past the client's completion timeout, far
-    /// beyond RC's own retry budget; the path loses completions in a way
-    /// RC does not detect). Whether the request took effect is unknown.
+    /// The queue pair had requests outstanding and no completion at all
+    /// for `waited_ms` (verbs: its completion timeout; RC retransmits a
+    /// request whose response is lost, and rxe does so without end at
+    /// dmkit's retry count). Every request on it fails so; whether each
+    /// took effect is unknown.
     #[error("no completion from node {node} within {waited_ms} ms; whether the request took effect is unknown")]
     NoCompletion {
         /// The queue pair's node.

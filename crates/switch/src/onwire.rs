@@ -171,8 +171,9 @@ fn extend(last: u64, p24: u32) -> u64 {
     }
 }
 
-/// How long a request waits for the region table by default (µs): well
-/// under rxe's retry budget (dmkit's QPs: 7 retries of ~67 ms).
+/// How long a request waits for the region table by default (µs): under
+/// two of the client's ~67 ms RC retransmission timeouts (dmkit's QPs ask
+/// for 7 retries, which rxe even takes as unlimited).
 pub const PARK_US: u64 = 100_000;
 
 impl OnWire {

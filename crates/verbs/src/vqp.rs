@@ -205,6 +205,8 @@ pub struct VerbsQp {
     /// Empty polls since the last progress (the clock is read every
     /// `CLOCK_EVERY` of them, not on every spin).
     idle_polls: u32,
+    /// Being dropped: a timeout then stops the pair instead of rebuilding.
+    closing: bool,
     wrs: Vec<sys::ibv_send_wr>,
     sges: Vec<sys::ibv_sge>,
     wcs: Vec<Wc>,
@@ -279,6 +281,7 @@ impl VerbsQp {
             completion_timeout,
             progress_at: Instant::now(),
             idle_polls: 0,
+            closing: false,
             wrs: Vec::with_capacity(depth),
             sges: Vec::with_capacity(depth * 2),
             wcs: Vec::with_capacity(64),
@@ -485,11 +488,17 @@ impl VerbsQp {
                 self.in_flight += nw;
                 Ok(())
             }
-            Err(e) => {
-                // Nothing was posted after the failing one; treat as lost.
-                self.disconnected = true;
-                let _ = e;
-                Err(VerbError::ConnectionLost(self.link.id))
+            Err(_) => {
+                // The pair is unusable. The requests before the failing one
+                // may be on the NIC: stop it (they flush), then fail every
+                // request not done -- including this list's, already marked
+                // posted but never counted in flight, which no completion
+                // would ever retire.
+                // (Not harvested here: `post` still indexes the ring.)
+                let _ = self.raw.to_error();
+                let lost = VerbError::ConnectionLost(self.link.id);
+                self.fail_unfinished(lost.clone());
+                Err(lost)
             }
         }
     }
@@ -537,6 +546,12 @@ impl VerbsQp {
             node: self.link.id,
             waited_ms: self.progress_at.elapsed().as_millis() as u64,
         };
+        if self.closing {
+            // No new pair for a queue pair on its way out: stop this one.
+            let _ = self.raw.to_error();
+            self.fail_all(error);
+            return;
+        }
         for e in self.ring.iter_mut() {
             if let State::Posted { .. } = e.state {
                 self.in_flight -= 1;
@@ -685,6 +700,12 @@ impl VerbsQp {
 
     /// The pair is gone: every request not done fails.
     fn fail_all(&mut self, error: VerbError) {
+        self.fail_unfinished(error);
+        self.harvest();
+    }
+
+    /// [`Self::fail_all`] without moving the failed entries to `ready`.
+    fn fail_unfinished(&mut self, error: VerbError) {
         self.disconnected = true;
         for e in self.ring.iter_mut() {
             if !matches!(e.state, State::Done(_)) {
@@ -692,7 +713,6 @@ impl VerbsQp {
             }
         }
         self.in_flight = 0;
-        self.harvest();
     }
 
     /// Moves finished entries at the ring's front to `ready`.
@@ -897,6 +917,7 @@ impl Drop for VerbsQp {
     fn drop(&mut self) {
         // The NIC may still write into local memory for requests in flight:
         // wait for them (bounded) before the registrations go.
+        self.closing = true;
         let deadline = Instant::now() + Duration::from_secs(5);
         while self.in_flight > 0 && !self.disconnected && Instant::now() < deadline {
             self.drive();

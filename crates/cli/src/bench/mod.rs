@@ -191,7 +191,8 @@ struct FabricArgs {
     rdma: RdmaArgs,
     /// Verbs: how long a queue pair waits with requests outstanding and no
     /// completion before it fails them (their effect unknown) and rebuilds
-    /// its connection; RC's own retries end far sooner [default: 10s].
+    /// its connection. RC's 7 transport retries end far sooner on a NIC
+    /// that counts them; rxe takes 7 as unlimited [default: 10s].
     #[arg(long, value_parser = humantime::parse_duration, help_heading = "RDMA devices (--backend verbs, tcp: listeners)")]
     completion_timeout: Option<std::time::Duration>,
 }
