@@ -9,7 +9,6 @@ use dmkit_bench::ycsb::{KeyType, Workload};
 use dmkit_bench::ycsb_bench::{self, IndexKind, Platform, YcsbConfig};
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_fabric::Fabric;
-use dmkit_memnode::NodeConfig;
 use dmkit_race::RaceConfig;
 use dmkit_runtime::RuntimeConfig;
 
@@ -43,16 +42,7 @@ fn cfg(index: IndexKind, workload: Workload, key_type: KeyType) -> YcsbConfig {
 }
 
 fn fabric() -> Arc<dyn Fabric> {
-    Arc::new(
-        ShmFabric::embedded(
-            ShmConfig::default(),
-            &[NodeConfig {
-                size: 256 << 20,
-                ..Default::default()
-            }],
-        )
-        .unwrap(),
-    )
+    Arc::new(ShmFabric::one_node(ShmConfig::default(), 256 << 20).unwrap())
 }
 
 #[test]

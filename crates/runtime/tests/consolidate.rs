@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_fabric::{ControlPlane, Fabric, RemoteRef, SyncQp};
-use dmkit_memnode::NodeConfig;
 use dmkit_runtime::consolidate::{
     ConsolidateError, ConsolidationConfig, SharedConfig, SharedRegion, SharedRegions, WriteBuffer,
     DATA_AT, FLUSHES_AT,
@@ -16,14 +15,7 @@ use dmkit_runtime::consolidate::{
 use dmkit_runtime::{Local, RuntimeConfig, VirtualClock, Worker};
 
 fn fabric() -> ShmFabric {
-    ShmFabric::embedded(
-        ShmConfig::default(),
-        &[NodeConfig {
-            size: 4 << 20,
-            ..Default::default()
-        }],
-    )
-    .unwrap()
+    ShmFabric::one_node(ShmConfig::default(), 4 << 20).unwrap()
 }
 
 /// (remote bytes after a write, the write, whether it wrote back)

@@ -151,14 +151,7 @@ fn dead_holders_lock_is_recovered_after_its_lease() {
 /// holder that overruns its lease loses the lock and learns it on unlock.
 #[test]
 fn leases_in_virtual_time() {
-    let f = ShmFabric::embedded(
-        ShmConfig::default(),
-        &[NodeConfig {
-            size: 1 << 20,
-            ..Default::default()
-        }],
-    )
-    .unwrap();
+    let f = ShmFabric::one_node(ShmConfig::default(), 1 << 20).unwrap();
     let (addr, _, k) = f.alloc_chunk(0, 4096, true).unwrap();
     let clock = VirtualClock::new();
     clock.advance(1_000_000);
@@ -259,16 +252,7 @@ fn leases_in_virtual_time() {
 
 #[test]
 fn sequencer_numbers_are_unique_and_contiguous() {
-    let f = Arc::new(
-        ShmFabric::embedded(
-            ShmConfig::default(),
-            &[NodeConfig {
-                size: 1 << 20,
-                ..Default::default()
-            }],
-        )
-        .unwrap(),
-    );
+    let f = Arc::new(ShmFabric::one_node(ShmConfig::default(), 1 << 20).unwrap());
     let (addr, _, k) = f.alloc_chunk(0, 4096, true).unwrap();
     let all: Vec<u64> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..2)

@@ -16,16 +16,7 @@ use dmkit_runtime::{Clock, Local, MonotonicClock, RuntimeConfig, VirtualClock, W
 const LOCAL_BYTES: usize = 64 * 1024;
 
 fn fabric() -> Arc<ShmFabric> {
-    Arc::new(
-        ShmFabric::embedded(
-            ShmConfig::default(),
-            &[NodeConfig {
-                size: 16 << 20,
-                ..Default::default()
-            }],
-        )
-        .unwrap(),
-    )
+    Arc::new(ShmFabric::one_node(ShmConfig::default(), 16 << 20).unwrap())
 }
 
 fn chunk(f: &ShmFabric, len: u64) -> (GlobalAddr, Rkey) {
