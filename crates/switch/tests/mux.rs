@@ -10,10 +10,10 @@ use std::net::Ipv4Addr;
 
 use dmkit_switch::mux::{MuxConfig, MuxWire};
 use dmkit_switch::ownqp::{OwnRemote, OWN_QPN};
-use dmkit_switch::wire::{self, opcode, Ext, RocePacket};
+use dmkit_switch::wire::{opcode, Ext, RocePacket};
 
 mod common;
-use common::{fixture, parse, sealed};
+use common::{acknowledge, fixture, through};
 
 const SERVER: [u8; 4] = [10, 77, 0, 1];
 const SWITCH: [u8; 4] = [10, 77, 0, 254];
@@ -69,20 +69,8 @@ impl Rig {
         }
     }
 
-    fn feed(&mut self, mut p: RocePacket) -> Vec<RocePacket> {
-        wire::relength(&mut p).unwrap();
-        let mut f = p.to_bytes();
-        wire::seal(&mut f).unwrap();
-        let q = parse(&f);
-        let mut out = Vec::new();
-        self.sw.on_packet(q, &f, 0, 7, &mut out);
-        out.into_iter()
-            .map(|(tag, f)| {
-                assert_eq!(tag, 7);
-                sealed(&f);
-                parse(&f)
-            })
-            .collect()
+    fn feed(&mut self, p: RocePacket) -> Vec<RocePacket> {
+        through(p, |q, f, tag, out| self.sw.on_packet(q, f, 0, tag, out))
     }
 
     fn cas(&mut self, c: [u8; 4], psn: u32, compare: u64, swap: u64) -> Vec<RocePacket> {
@@ -146,17 +134,7 @@ impl Rig {
             _ => OWN_QPN,
         };
         p.bth.psn = psn;
-        match orig {
-            None => p.ext = Ext::Aeth { syndrome, msn: 9 },
-            Some(orig) => {
-                p.bth.opcode = opcode::ATOMIC_ACKNOWLEDGE;
-                p.ext = Ext::AtomicAck {
-                    syndrome,
-                    msn: 9,
-                    orig,
-                }
-            }
-        }
+        acknowledge(&mut p, syndrome, orig);
         self.feed(p)
     }
 
