@@ -428,9 +428,9 @@ pub fn ordering<M: RemoteMap>(f: Arc<dyn Fabric>, cfg: M::Config) {
 /// checked one by one against a `BTreeMap`: 40% inserts, 20% updates,
 /// 10% deletes, 10% scans of 1 to 20 entries and 20% searches, on keys
 /// drawn by `key_of` from an [`Rng`] seeded with `seed`; then the full
-/// scan against the model. Returns the full scan. The trees' own model
-/// runs (keys that exercise their split paths, configurations the
-/// suite's [`sequential_model`] does not reach).
+/// scan against the model. Returns the full scan. What the ordered
+/// trees run with keys that exercise their own split paths, under
+/// configurations [`sequential_model`] does not reach.
 ///
 /// # Panics
 /// On any difference from the model or any operation error.
@@ -486,8 +486,8 @@ pub async fn ordered_model_ops<C: MapClient>(
     all
 }
 
-/// Inserts 8-byte keys (`n · 7919`, big-endian, with the value `value`) on `c`
-/// until the memory node runs out: the insert that finds no memory must
+/// Inserts 8-byte keys (`n · 7919`, big-endian) with the value `value`
+/// on `c` until the memory node runs out: the insert that finds no memory must
 /// be [`IndexError::OutOfMemory`], and the map stays usable after it —
 /// every key inserted before reads back and takes an update. Returns how
 /// many keys went in.
