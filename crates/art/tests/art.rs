@@ -11,7 +11,6 @@
 //! lock's hand-over (HOCL, E-HOCL) with linearizability under it.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -189,48 +188,7 @@ fn model_run_with(config: ArtConfig, seed: u64) -> dmkit_art::TreeCounters {
     let tree = ArtTree::create(f.clone(), "model", config).unwrap();
     let client = tree.client(1);
     let (res, _) = on_worker(f.as_ref(), &client, move |ctx, c| async move {
-        let mut r = Rng::new(seed);
-        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-        for i in 0..6000u64 {
-            let k = key_of(&mut r);
-            let v = format!("v{i}").into_bytes();
-            match r.below(10) {
-                0..4 => {
-                    let got = c.insert(&ctx, &k, &v).await.unwrap();
-                    let want = !model.contains_key(&k);
-                    assert_eq!(got, want, "insert {k:02x?} at op {i}");
-                    model.entry(k).or_insert(v);
-                }
-                4..6 => {
-                    let got = c.update(&ctx, &k, &v).await.unwrap();
-                    assert_eq!(got, model.contains_key(&k), "update {k:02x?} at op {i}");
-                    if let Some(x) = model.get_mut(&k) {
-                        *x = v;
-                    }
-                }
-                6 => {
-                    let got = c.delete(&ctx, &k).await.unwrap();
-                    assert_eq!(got, model.remove(&k).is_some(), "delete {k:02x?} at op {i}");
-                }
-                7 => {
-                    let n = 1 + r.below(20) as usize;
-                    let got = c.scan(&ctx, &k, n).await.unwrap();
-                    let want: Vec<(Vec<u8>, Vec<u8>)> = model
-                        .range(k.clone()..)
-                        .take(n)
-                        .map(|(a, b)| (a.clone(), b.clone()))
-                        .collect();
-                    assert_eq!(got, want, "scan {n} from {k:02x?} at op {i}");
-                }
-                _ => {
-                    let got = c.search(&ctx, &k).await.unwrap();
-                    assert_eq!(got.as_ref(), model.get(&k), "search {k:02x?} at op {i}");
-                }
-            }
-        }
-        let all = c.entries(&ctx).await.unwrap();
-        let want: Vec<(Vec<u8>, Vec<u8>)> = model.into_iter().collect();
-        assert_eq!(all, want, "entries");
+        let all = conformance::ordered_model_ops(&ctx, &c, seed, 6000, key_of).await;
         (all.len(), c.counters())
     });
     let rep = check_tree(&tree).unwrap();
@@ -425,23 +383,7 @@ fn exhausted_memory_is_a_typed_error_and_the_tree_stays_usable() {
     .unwrap();
     let client = tree.client(1);
     let (n, _) = on_worker(f.as_ref(), &client, |ctx, c| async move {
-        let mut n = 0u64;
-        loop {
-            let k = (n * 7919).to_be_bytes();
-            match c.insert(&ctx, &k, b"value").await {
-                Ok(true) => n += 1,
-                Ok(false) => panic!("fresh key reported present"),
-                Err(IndexError::OutOfMemory { .. }) => break,
-                Err(e) => panic!("unexpected {e}"),
-            }
-            assert!(n < 1_000_000, "never ran out");
-        }
-        for i in 0..n {
-            let k = (i * 7919).to_be_bytes();
-            assert_eq!(c.search(&ctx, &k).await.unwrap(), Some(b"value".to_vec()));
-            assert!(c.update(&ctx, &k, b"other").await.unwrap());
-        }
-        n
+        conformance::fill_until_out_of_memory(&ctx, &c).await
     });
     assert!(n > 100);
     let rep = check_tree(&tree).unwrap();

@@ -665,18 +665,10 @@ pub fn run_sim(
 mod tests {
     use super::*;
     use dmkit_fabric::shm::{ShmConfig, ShmFabric};
-    use dmkit_memnode::NodeConfig;
 
     #[test]
     fn every_place_and_primitive_verifies() {
-        let f = ShmFabric::embedded(
-            ShmConfig::default(),
-            &[NodeConfig {
-                size: 1 << 20,
-                ..Default::default()
-            }],
-        )
-        .unwrap();
+        let f = ShmFabric::one_node(ShmConfig::default(), 1 << 20).unwrap();
         for p in [Primitive::Lock, Primitive::Sequencer] {
             for place in [Place::Local, Place::Remote, Place::Rpc] {
                 for backoff in [false, true] {

@@ -527,7 +527,6 @@ mod tests {
     use super::*;
     use dmkit_fabric::shm::{ShmConfig, ShmFabric};
     use dmkit_fabric::ControlPlane;
-    use dmkit_memnode::NodeConfig;
     use std::cell::RefCell;
     use std::rc::Rc;
 
@@ -546,14 +545,7 @@ mod tests {
 
     /// An embedded 4 MiB shm node.
     fn fabric() -> ShmFabric {
-        ShmFabric::embedded(
-            ShmConfig::default(),
-            &[NodeConfig {
-                size: 4 << 20,
-                ..Default::default()
-            }],
-        )
-        .unwrap()
+        ShmFabric::one_node(ShmConfig::default(), 4 << 20).unwrap()
     }
 
     #[test]

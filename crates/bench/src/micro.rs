@@ -759,18 +759,10 @@ mod tests {
     use super::*;
     use dmkit_fabric::shm::{ShmConfig, ShmFabric};
     use dmkit_fabric::ControlPlane;
-    use dmkit_memnode::NodeConfig;
 
     /// An embedded 1 MiB memory node.
     fn small_fabric() -> ShmFabric {
-        ShmFabric::embedded(
-            ShmConfig::default(),
-            &[NodeConfig {
-                size: 1 << 20,
-                ..Default::default()
-            }],
-        )
-        .unwrap()
+        ShmFabric::one_node(ShmConfig::default(), 1 << 20).unwrap()
     }
 
     #[test]

@@ -766,17 +766,9 @@ mod tests {
     use super::*;
     use dmkit_fabric::shm::{ShmConfig, ShmFabric};
     use dmkit_fabric::ControlPlane;
-    use dmkit_memnode::NodeConfig;
 
     fn fabric() -> ShmFabric {
-        ShmFabric::embedded(
-            ShmConfig::default(),
-            &[NodeConfig {
-                size: 8 << 20,
-                ..Default::default()
-            }],
-        )
-        .unwrap()
+        ShmFabric::one_node(ShmConfig::default(), 8 << 20).unwrap()
     }
 
     fn point(method: Method, direction: Direction, batch: usize) -> VectorIoConfig {

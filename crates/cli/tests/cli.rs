@@ -15,10 +15,15 @@ fn dmkit_ok(args: &[&str], extra: Option<&Path>) -> std::process::Output {
     if let Some(p) = extra {
         c.arg(p);
     }
-    let out = c.output().unwrap();
+    succeeded(&mut c)
+}
+
+/// Runs `cmd` and asserts it succeeded (its stderr in the message).
+fn succeeded(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
-        "dmkit {args:?}: {}",
+        "{cmd:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     out
@@ -149,24 +154,19 @@ fn bench_corm_runs_against_a_corm_memnode_and_leaves_its_store_empty() {
     );
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("corm.json");
-    let out = Command::new(DMKIT)
-        .args(["bench", "corm", "--connect", &node.target])
-        .args([
-            "--objects",
-            "1000",
-            "--duration",
-            "200ms",
-            "--warmup",
-            "50ms",
-        ])
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeeded(
+        Command::new(DMKIT)
+            .args(["bench", "corm", "--connect", &node.target])
+            .args([
+                "--objects",
+                "1000",
+                "--duration",
+                "200ms",
+                "--warmup",
+                "50ms",
+            ])
+            .arg("--json")
+            .arg(&json),
     );
     let r = read_json(&json);
     assert_provenance(&r, "bench corm --connect");
@@ -234,16 +234,11 @@ fn bench_corm_latency_on_the_simulator_is_deterministic() {
     let dir = tempfile::tempdir().unwrap();
     let run = |name: &str| {
         let json = dir.path().join(name);
-        let out = Command::new(DMKIT)
-            .args(["bench", "corm", "--latency", "--backend", "sim"])
-            .args(["--sizes", "32,512", "--latency-objects", "32", "--json"])
-            .arg(&json)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = succeeded(
+            Command::new(DMKIT)
+                .args(["bench", "corm", "--latency", "--backend", "sim"])
+                .args(["--sizes", "32,512", "--latency-objects", "32", "--json"])
+                .arg(&json),
         );
         (
             String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -642,24 +637,19 @@ fn the_simulator_commands_run_and_write_json() {
     let dir = tempfile::tempdir().unwrap();
     let j = dir.path().join("fig.json");
     let png = dir.path().join("fig.png");
-    let out = Command::new(DMKIT)
-        .args([
-            "sim",
-            "reproduce",
-            "smart-fig4a",
-            "--quick",
-            "--quiet",
-            "--json",
-        ])
-        .arg(&j)
-        .arg("--plot")
-        .arg(&png)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeded(
+        Command::new(DMKIT)
+            .args([
+                "sim",
+                "reproduce",
+                "smart-fig4a",
+                "--quick",
+                "--quiet",
+                "--json",
+            ])
+            .arg(&j)
+            .arg("--plot")
+            .arg(&png),
     );
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
     assert_eq!(v["figure"], "smart-fig4a");
@@ -671,46 +661,40 @@ fn the_simulator_commands_run_and_write_json() {
         && (r["published"].is_number() || r["published"].is_null())));
     assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
 
-    let out = Command::new(DMKIT)
-        .args(["sim", "check", "--scenario", "counters", "--seeds", "3"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeded(Command::new(DMKIT).args([
+        "sim",
+        "check",
+        "--scenario",
+        "counters",
+        "--seeds",
+        "3",
+    ]));
     assert!(String::from_utf8_lossy(&out.stdout).contains("seeds 1..3 passed"));
 
     let y = dir.path().join("ycsb.json");
-    let out = Command::new(DMKIT)
-        .args([
-            "bench",
-            "ycsb",
-            "--backend",
-            "sim",
-            "--memory-nodes",
-            "2",
-            "--keys",
-            "2000",
-        ])
-        .args([
-            "--threads",
-            "2",
-            "--coros",
-            "2",
-            "--duration",
-            "1ms",
-            "--quiet",
-            "--json",
-        ])
-        .arg(&y)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeded(
+        Command::new(DMKIT)
+            .args([
+                "bench",
+                "ycsb",
+                "--backend",
+                "sim",
+                "--memory-nodes",
+                "2",
+                "--keys",
+                "2000",
+            ])
+            .args([
+                "--threads",
+                "2",
+                "--coros",
+                "2",
+                "--duration",
+                "1ms",
+                "--quiet",
+                "--json",
+            ])
+            .arg(&y),
     );
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&y).unwrap()).unwrap();
     assert_eq!(v["backend"], "sim");
@@ -1356,22 +1340,17 @@ fn memnode_shuts_down_cleanly_on_a_signal() {
 fn the_report_and_plot_formats_from_the_command_line() {
     let dir = tempfile::tempdir().unwrap();
     let rep = dir.path().join("rep");
-    let out = Command::new(DMKIT)
-        .args([
-            "sim",
-            "reproduce",
-            "smart-fig3a",
-            "--quick",
-            "--quiet",
-            "--report",
-        ])
-        .arg(&rep)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeded(
+        Command::new(DMKIT)
+            .args([
+                "sim",
+                "reproduce",
+                "smart-fig3a",
+                "--quick",
+                "--quiet",
+                "--report",
+            ])
+            .arg(&rep),
     );
     let html = std::fs::read_to_string(rep.join("index.html")).unwrap();
     assert!(html.contains("<section id=\"smart-fig3a\">") && html.contains("<svg"));

@@ -19,8 +19,7 @@
 //! use dmkit_clover::{CloverConfig, CloverKv};
 //! use dmkit_runtime::Worker;
 //!
-//! let node = dmkit_memnode::NodeConfig { size: 64 << 20, ..Default::default() };
-//! let fabric = Arc::new(ShmFabric::embedded(ShmConfig::default(), &[node]).unwrap());
+//! let fabric = Arc::new(ShmFabric::one_node(ShmConfig::default(), 64 << 20).unwrap());
 //! let kv = CloverKv::create(fabric.clone(), "doc", CloverConfig::default()).unwrap();
 //! let mut worker = Worker::builder(fabric.as_ref()).local(kv.local_layout()).build().unwrap();
 //! let client = kv.client(1);

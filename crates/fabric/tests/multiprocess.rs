@@ -3,11 +3,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::Served;
+use common::{spawn_until_line, Served};
 use dmkit_fabric::{ControlPlane, SyncQp};
 
 const TESTKIT: &str = env!("CARGO_BIN_EXE_dmkit-shm-testkit");
@@ -92,15 +91,11 @@ fn killed_client_is_reaped_and_others_keep_working() {
     let (mine, _, k) = f.alloc_chunk(0, 4096, false).unwrap();
     let before = f.node_stats(0).unwrap();
     let hold_len = 1u64 << 20;
-    let mut child = Command::new(TESTKIT)
-        .args(["hold", s.socket.to_str().unwrap(), &hold_len.to_string()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (mut child, line) = spawn_until_line(Command::new(TESTKIT).args([
+        "hold",
+        s.socket.to_str().unwrap(),
+        &hold_len.to_string(),
+    ]));
     assert!(line.starts_with("ready"), "{line:?}");
     let during = f.node_stats(0).unwrap();
     assert_eq!(

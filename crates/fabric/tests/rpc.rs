@@ -5,12 +5,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::Served;
+use common::{spawn_until_line, Served};
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_fabric::{
     conformance, ControlPlane, Fabric, FabricError, RpcChannel, RpcFailure, RpcSendError,
@@ -101,15 +100,11 @@ fn a_client_killed_mid_request_is_reclaimed_and_others_are_served() {
     let mut mine = f.connect_rpc_channel(0).unwrap();
     assert_eq!(mine.call(ECHO, b"before"), Ok(b"before".to_vec()));
     let before = s.node.stats();
-    let mut child = Command::new(TESTKIT)
-        .args(["rpc-flood", s.socket.to_str().unwrap(), "7"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (mut child, line) = spawn_until_line(Command::new(TESTKIT).args([
+        "rpc-flood",
+        s.socket.to_str().unwrap(),
+        "7",
+    ]));
     assert_eq!(line.trim(), "ready");
     assert_eq!(s.node.stats().rpc_channels, before.rpc_channels + 1);
     // Killed with its ring full of slow requests, one of them being served.

@@ -18,14 +18,7 @@ use dmkit_memnode::proto::{self, Hello, Request, Response, PROTO_MAGIC, PROTO_VE
 use dmkit_memnode::{NodeConfig, RpcError};
 
 fn embedded() -> ShmFabric {
-    ShmFabric::embedded(
-        ShmConfig::default(),
-        &[NodeConfig {
-            size: 8 << 20,
-            ..Default::default()
-        }],
-    )
-    .unwrap()
+    ShmFabric::one_node(ShmConfig::default(), 8 << 20).unwrap()
 }
 
 #[test]
@@ -115,15 +108,12 @@ fn access_rights_and_deregistration_are_enforced() {
 #[test]
 fn latency_model_delays_completions_not_data() {
     let rtt = Duration::from_millis(20);
-    let f = ShmFabric::embedded(
+    let f = ShmFabric::one_node(
         ShmConfig {
             rtt: Some(rtt),
             ..Default::default()
         },
-        &[NodeConfig {
-            size: 1 << 20,
-            ..Default::default()
-        }],
+        1 << 20,
     )
     .unwrap();
     let (a, _, k) = f.alloc_chunk(0, 4096, false).unwrap();
@@ -381,14 +371,7 @@ fn shared_queue_pair_routes_completions_to_their_posters() {
 
 /// An embedded 8 MiB node with `cfg`.
 fn with_config(cfg: ShmConfig) -> ShmFabric {
-    ShmFabric::embedded(
-        cfg,
-        &[NodeConfig {
-            size: 8 << 20,
-            ..Default::default()
-        }],
-    )
-    .unwrap()
+    ShmFabric::one_node(cfg, 8 << 20).unwrap()
 }
 
 fn with_deferred_reads(on: bool) -> ShmFabric {

@@ -15,8 +15,7 @@
 //! use dmkit_runtime::Worker;
 //!
 //! // An embedded 64 MiB memory node and a table on it.
-//! let node = dmkit_memnode::NodeConfig { size: 64 << 20, ..Default::default() };
-//! let fabric = Arc::new(ShmFabric::embedded(ShmConfig::default(), &[node]).unwrap());
+//! let fabric = Arc::new(ShmFabric::one_node(ShmConfig::default(), 64 << 20).unwrap());
 //! let table = RaceTable::create(fabric.clone(), "doc", RaceConfig::default()).unwrap();
 //! // A worker whose tasks have the memory the table declared.
 //! let mut worker = Worker::builder(fabric.as_ref()).local(table.local_layout()).build().unwrap();

@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_fabric::{ControlPlane, Fabric, RemoteRef, SyncQp};
-use dmkit_memnode::NodeConfig;
 use dmkit_runtime::consolidate::{
     ConsolidateError, ConsolidationConfig, SharedConfig, SharedRegion, SharedRegions, WriteBuffer,
     DATA_AT, FLUSHES_AT,
@@ -16,14 +15,7 @@ use dmkit_runtime::consolidate::{
 use dmkit_runtime::{Local, RuntimeConfig, VirtualClock, Worker};
 
 fn fabric() -> ShmFabric {
-    ShmFabric::embedded(
-        ShmConfig::default(),
-        &[NodeConfig {
-            size: 4 << 20,
-            ..Default::default()
-        }],
-    )
-    .unwrap()
+    ShmFabric::one_node(ShmConfig::default(), 4 << 20).unwrap()
 }
 
 /// (remote bytes after a write, the write, whether it wrote back)
@@ -127,6 +119,19 @@ fn lease_setup(f: &ShmFabric) -> (RemoteRef, ConsolidationConfig, VirtualClock) 
     (RemoteRef::new(addr, rkey), cfg, VirtualClock::new())
 }
 
+/// Runs `w`'s tasks to their end, moving `clock` on by 500 ns whenever
+/// no task could go on (they all sleep).
+fn run_in_virtual_time(w: &mut Worker, clock: &VirtualClock) {
+    let mut guard = 0;
+    while w.live_tasks() > 0 {
+        if w.step() == 0 {
+            clock.advance(500);
+        }
+        guard += 1;
+        assert!(guard < 1_000_000, "no progress");
+    }
+}
+
 #[test]
 fn a_lease_expiry_writes_back() {
     let f = fabric();
@@ -173,14 +178,7 @@ fn a_lease_expiry_writes_back() {
         assert_eq!((s.flushes, s.lease_flushes, s.loads), (3, 2, 1), "{s:?}");
         log2.borrow_mut().push("done".into());
     });
-    let mut guard = 0;
-    while w.live_tasks() > 0 {
-        if w.step() == 0 {
-            clock.advance(500);
-        }
-        guard += 1;
-        assert!(guard < 1_000_000, "no progress");
-    }
+    run_in_virtual_time(&mut w, &clock);
     assert_eq!(log.borrow().as_slice(), ["done"]);
 }
 
@@ -228,14 +226,7 @@ fn a_lease_counts_from_the_callers_reading() {
         assert_eq!((s.writes, s.flushes, s.lease_flushes), (4, 2, 1), "{s:?}");
         done2.set(true);
     });
-    let mut guard = 0;
-    while w.live_tasks() > 0 {
-        if w.step() == 0 {
-            clock.advance(500);
-        }
-        guard += 1;
-        assert!(guard < 1_000_000, "no progress");
-    }
+    run_in_virtual_time(&mut w, &clock);
     assert!(done.get(), "the task finished");
 }
 

@@ -14,11 +14,11 @@ use dmkit_memnode::server::{Running, Server};
 use dmkit_memnode::{MemNode, NodeConfig};
 use dmkit_runtime::{
     Clock, LockConfig, LockError, MonotonicClock, RemoteLock, RuntimeConfig, Sequencer,
-    VirtualClock, Worker,
+    VirtualClock,
 };
 
-/// Task-local bytes of the tests' workers (they address it by hand).
-const LOCAL_BYTES: usize = 64 * 1024;
+mod common;
+use common::worker;
 
 const TESTKIT: &str = env!("CARGO_BIN_EXE_dmkit-runtime-testkit");
 
@@ -118,14 +118,7 @@ fn dead_holders_lock_is_recovered_after_its_lease() {
     child.kill().unwrap();
     child.wait().unwrap();
 
-    let mut w = Worker::builder(&f)
-        .clock(Arc::new(MonotonicClock))
-        .config(RuntimeConfig::default())
-        .id(0)
-        .tasks(1)
-        .local_bytes(LOCAL_BYTES)
-        .build()
-        .unwrap();
+    let mut w = worker(&f, Arc::new(MonotonicClock), RuntimeConfig::default(), 0, 1);
     let got = Rc::new(Cell::new(None));
     let g2 = got.clone();
     w.spawn(move |ctx| async move {
@@ -151,14 +144,7 @@ fn dead_holders_lock_is_recovered_after_its_lease() {
 /// holder that overruns its lease loses the lock and learns it on unlock.
 #[test]
 fn leases_in_virtual_time() {
-    let f = ShmFabric::embedded(
-        ShmConfig::default(),
-        &[NodeConfig {
-            size: 1 << 20,
-            ..Default::default()
-        }],
-    )
-    .unwrap();
+    let f = ShmFabric::one_node(ShmConfig::default(), 1 << 20).unwrap();
     let (addr, _, k) = f.alloc_chunk(0, 4096, true).unwrap();
     let clock = VirtualClock::new();
     clock.advance(1_000_000);
@@ -172,14 +158,7 @@ fn leases_in_virtual_time() {
         conflict_avoid: false,
         ..Default::default()
     };
-    let mut w = Worker::builder(&f)
-        .clock(Arc::new(clock.clone()))
-        .config(rcfg)
-        .id(0)
-        .tasks(2)
-        .local_bytes(LOCAL_BYTES)
-        .build()
-        .unwrap();
+    let mut w = worker(&f, Arc::new(clock.clone()), rcfg, 0, 2);
     let log: Rc<RefCell<Vec<String>>> = Rc::default();
     let (l1, l2) = (log.clone(), log.clone());
     w.spawn(move |ctx| async move {
@@ -259,16 +238,7 @@ fn leases_in_virtual_time() {
 
 #[test]
 fn sequencer_numbers_are_unique_and_contiguous() {
-    let f = Arc::new(
-        ShmFabric::embedded(
-            ShmConfig::default(),
-            &[NodeConfig {
-                size: 1 << 20,
-                ..Default::default()
-            }],
-        )
-        .unwrap(),
-    );
+    let f = Arc::new(ShmFabric::one_node(ShmConfig::default(), 1 << 20).unwrap());
     let (addr, _, k) = f.alloc_chunk(0, 4096, true).unwrap();
     let all: Vec<u64> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..2)
@@ -276,14 +246,7 @@ fn sequencer_numbers_are_unique_and_contiguous() {
                 let f = f.clone();
                 s.spawn(move || {
                     let clock: Arc<dyn Clock> = Arc::new(MonotonicClock);
-                    let mut w = Worker::builder(f.as_ref())
-                        .clock(clock)
-                        .config(RuntimeConfig::default())
-                        .id(wi)
-                        .tasks(4)
-                        .local_bytes(LOCAL_BYTES)
-                        .build()
-                        .unwrap();
+                    let mut w = worker(f.as_ref(), clock, RuntimeConfig::default(), wi, 4);
                     let got: Rc<RefCell<Vec<u64>>> = Rc::default();
                     for _ in 0..4 {
                         let got = got.clone();

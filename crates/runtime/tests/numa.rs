@@ -6,22 +6,12 @@ use std::sync::Arc;
 
 use dmkit_fabric::shm::{ShmConfig, ShmFabric};
 use dmkit_fabric::{ControlPlane, Fabric, RemoteRef};
-use dmkit_memnode::NodeConfig;
 use dmkit_runtime::numa::{ProxyOp, ProxyQueue, ProxyReply, Topology};
 use dmkit_runtime::{Local, RuntimeConfig, Worker};
 
 #[test]
 fn a_proxy_serves_reads_writes_and_atomics_for_another_thread() {
-    let f = Arc::new(
-        ShmFabric::embedded(
-            ShmConfig::default(),
-            &[NodeConfig {
-                size: 4 << 20,
-                ..Default::default()
-            }],
-        )
-        .unwrap(),
-    );
+    let f = Arc::new(ShmFabric::one_node(ShmConfig::default(), 4 << 20).unwrap());
     let (addr, _, rkey) = f.alloc_chunk(0, 4096, false).unwrap();
     let r = RemoteRef::new(addr, rkey);
     let q = ProxyQueue::new(0, 200);

@@ -12,20 +12,11 @@ use dmkit_fabric::{
 use dmkit_memnode::NodeConfig;
 use dmkit_runtime::{Clock, Local, MonotonicClock, RuntimeConfig, VirtualClock, Worker};
 
-/// Task-local bytes of the tests' workers (they address it by hand).
-const LOCAL_BYTES: usize = 64 * 1024;
+mod common;
+use common::{worker, LOCAL_BYTES};
 
 fn fabric() -> Arc<ShmFabric> {
-    Arc::new(
-        ShmFabric::embedded(
-            ShmConfig::default(),
-            &[NodeConfig {
-                size: 16 << 20,
-                ..Default::default()
-            }],
-        )
-        .unwrap(),
-    )
+    Arc::new(ShmFabric::one_node(ShmConfig::default(), 16 << 20).unwrap())
 }
 
 fn chunk(f: &ShmFabric, len: u64) -> (GlobalAddr, Rkey) {
@@ -41,14 +32,7 @@ fn real() -> Arc<dyn Clock> {
 fn verbs_through_tasks_return_the_right_values() {
     let f = fabric();
     let (a, k) = chunk(&f, 4096);
-    let mut w = Worker::builder(f.as_ref())
-        .clock(real())
-        .config(RuntimeConfig::default())
-        .id(0)
-        .tasks(4)
-        .local_bytes(LOCAL_BYTES)
-        .build()
-        .unwrap();
+    let mut w = worker(f.as_ref(), real(), RuntimeConfig::default(), 0, 4);
     let done = Rc::new(Cell::new(false));
     let d = done.clone();
     w.spawn(move |ctx| async move {
@@ -109,14 +93,7 @@ fn stress_exact_sums_and_no_lost_wakeups() {
                         fixed_c_max: Some(6),
                         ..Default::default()
                     };
-                    let mut w = Worker::builder(f.as_ref())
-                        .clock(real())
-                        .config(cfg)
-                        .id(wi)
-                        .tasks(tasks)
-                        .local_bytes(LOCAL_BYTES)
-                        .build()
-                        .unwrap();
+                    let mut w = worker(f.as_ref(), real(), cfg, wi, tasks);
                     for t in 0..tasks {
                         w.spawn(move |ctx| async move {
                             for i in 0..iters {
@@ -186,14 +163,7 @@ fn credits_stay_within_bounds() {
         fixed_c_max: Some(8),
         ..Default::default()
     };
-    let mut w = Worker::builder(f.as_ref())
-        .clock(real())
-        .config(cfg)
-        .id(0)
-        .tasks(12)
-        .local_bytes(LOCAL_BYTES)
-        .build()
-        .unwrap();
+    let mut w = worker(f.as_ref(), real(), cfg, 0, 12);
     for t in 0..12u64 {
         w.spawn(move |ctx| async move {
             for i in 0..200u64 {
@@ -230,14 +200,7 @@ fn credits_stay_within_bounds() {
 fn errors_reach_the_failing_task_only() {
     let f = fabric();
     let (a, k) = chunk(&f, 4096);
-    let mut w = Worker::builder(f.as_ref())
-        .clock(real())
-        .config(RuntimeConfig::default())
-        .id(0)
-        .tasks(2)
-        .local_bytes(LOCAL_BYTES)
-        .build()
-        .unwrap();
+    let mut w = worker(f.as_ref(), real(), RuntimeConfig::default(), 0, 2);
     let ok = Rc::new(Cell::new(0));
     let o = ok.clone();
     w.spawn(move |ctx| async move {
@@ -300,14 +263,7 @@ fn backoff_sleeps_in_virtual_time() {
         ..Default::default()
     };
     let t0 = cfg.backoff.t0;
-    let mut w = Worker::builder(f.as_ref())
-        .clock(Arc::new(clock.clone()))
-        .config(cfg)
-        .id(0)
-        .tasks(1)
-        .local_bytes(LOCAL_BYTES)
-        .build()
-        .unwrap();
+    let mut w = worker(f.as_ref(), Arc::new(clock.clone()), cfg, 0, 1);
     let done = Rc::new(Cell::new(None));
     let d = done.clone();
     w.spawn(move |ctx| async move {
@@ -359,14 +315,7 @@ fn retry_backoff_follows_the_conflict_avoidance_switch() {
             ..Default::default()
         };
         let t0 = cfg.backoff.t0;
-        let mut w = Worker::builder(f.as_ref())
-            .clock(Arc::new(clock.clone()))
-            .config(cfg)
-            .id(0)
-            .tasks(1)
-            .local_bytes(LOCAL_BYTES)
-            .build()
-            .unwrap();
+        let mut w = worker(f.as_ref(), Arc::new(clock.clone()), cfg, 0, 1);
         let done = Rc::new(Cell::new(None));
         let d = done.clone();
         w.spawn(move |ctx| async move {
@@ -443,14 +392,7 @@ fn contended_worker() -> (GlobalAddr, Rkey, VirtualClock, Worker) {
         },
         ..Default::default()
     };
-    let w = Worker::builder(f.as_ref())
-        .clock(Arc::new(clock.clone()))
-        .config(cfg)
-        .id(0)
-        .tasks(8)
-        .local_bytes(LOCAL_BYTES)
-        .build()
-        .unwrap();
+    let w = worker(f.as_ref(), Arc::new(clock.clone()), cfg, 0, 8);
     (a, k, clock, w)
 }
 
@@ -538,14 +480,7 @@ fn thread_aware_off_needs_caller_made_queue_pairs() {
 fn vector_io_forms() {
     let f = fabric();
     let (a, k) = chunk(&f, 1 << 16);
-    let mut w = Worker::builder(f.as_ref())
-        .clock(real())
-        .config(RuntimeConfig::default())
-        .id(0)
-        .tasks(1)
-        .local_bytes(LOCAL_BYTES)
-        .build()
-        .unwrap();
+    let mut w = worker(f.as_ref(), real(), RuntimeConfig::default(), 0, 1);
     let done = Rc::new(Cell::new(false));
     let d = done.clone();
     w.spawn(move |ctx| async move {
@@ -672,14 +607,7 @@ fn workers_on_a_shared_queue_pair() {
 fn batch_pool_stays_bounded() {
     let f = fabric();
     let (a, k) = chunk(&f, 4096);
-    let mut w = Worker::builder(f.as_ref())
-        .clock(real())
-        .config(RuntimeConfig::default())
-        .id(0)
-        .tasks(4)
-        .local_bytes(LOCAL_BYTES)
-        .build()
-        .unwrap();
+    let mut w = worker(f.as_ref(), real(), RuntimeConfig::default(), 0, 4);
     for _ in 0..4 {
         w.spawn(move |ctx| async move {
             for i in 0..5_000u64 {
@@ -804,14 +732,7 @@ fn one_sync_posts_to_seventy_memory_nodes() {
             (a, k)
         })
         .collect();
-    let mut w = Worker::builder(f.as_ref())
-        .clock(real())
-        .config(RuntimeConfig::default())
-        .id(0)
-        .tasks(1)
-        .local_bytes(LOCAL_BYTES)
-        .build()
-        .unwrap();
+    let mut w = worker(f.as_ref(), real(), RuntimeConfig::default(), 0, 1);
     let done = Rc::new(Cell::new(false));
     let d = done.clone();
     let c = chunks.clone();

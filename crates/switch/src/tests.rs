@@ -133,6 +133,17 @@ fn learnt(sw: &mut Switch, m: &mut Memory, head: u64, tail: u64) {
     assert_eq!(sw.stats().learned, 1);
 }
 
+/// `sw` taught that key K's chain is 64 → 128 ([`learnt`]), and the
+/// memory it ran on, with fresh versions at `next` for the test's appends.
+fn learnt_chain(mut sw: Switch, next: &[u64]) -> (Switch, Memory) {
+    let mut m = Memory::default();
+    learnt(&mut sw, &mut m, 64, 128);
+    for &v in next {
+        m.version(v);
+    }
+    (sw, m)
+}
+
 #[test]
 fn requests_that_are_not_clovers_pass_unchanged() {
     let mut sw = steering(Steer::ReadWrite);
@@ -196,9 +207,7 @@ fn an_unknown_keys_appends_pass_and_a_success_teaches_the_tail() {
 
 #[test]
 fn appends_of_a_known_key_follow_the_predicted_tail() {
-    let mut sw = steering(Steer::Write);
-    let mut m = Memory::default();
-    learnt(&mut sw, &mut m, 64, 128);
+    let (mut sw, mut m) = learnt_chain(steering(Steer::Write), &[]);
     // Three clients append from stale hints, back to back (no response
     // between): each goes behind the previous prediction.
     let mut fwds = Vec::new();
@@ -222,9 +231,7 @@ fn appends_of_a_known_key_follow_the_predicted_tail() {
 
 #[test]
 fn an_append_expecting_the_other_state_is_steered_to_fail() {
-    let mut sw = steering(Steer::Write);
-    let mut m = Memory::default();
-    learnt(&mut sw, &mut m, 64, 128);
+    let (mut sw, mut m) = learnt_chain(steering(Steer::Write), &[]);
     // An insert (expects the key absent) while the tail holds a value.
     let f = sw.on_request(&cas(1, 1, 64, K, false, 256, true), 0);
     assert_eq!(f.verb.addr(), 128, "not left to land on an older version");
@@ -256,10 +263,7 @@ fn an_append_expecting_the_other_state_is_steered_to_fail() {
 
 #[test]
 fn reads_go_to_the_predicted_tail_and_wait_for_its_append() {
-    let mut sw = steering(Steer::ReadWrite);
-    let mut m = Memory::default();
-    learnt(&mut sw, &mut m, 64, 128);
-    m.version(256);
+    let (mut sw, mut m) = learnt_chain(steering(Steer::ReadWrite), &[256]);
     let f = sw.on_request(&append(1, 1, 128, 256), 0);
     // Not acknowledged yet: a READ of the old head goes to 256, and its
     // response waits for the append's.
@@ -300,15 +304,15 @@ fn reads_go_to_the_predicted_tail_and_wait_for_its_append() {
 
 #[test]
 fn a_colliding_address_replaces_the_table_entry() {
-    let mut sw = Switch::new(SwitchConfig {
-        steer: Steer::ReadWrite,
-        clover_read_len: 184,
-        addr_slots: 1,
-        ..SwitchConfig::default()
-    });
-    let mut m = Memory::default();
-    learnt(&mut sw, &mut m, 64, 128);
-    m.version(256);
+    let (mut sw, mut m) = learnt_chain(
+        Switch::new(SwitchConfig {
+            steer: Steer::ReadWrite,
+            clover_read_len: 184,
+            addr_slots: 1,
+            ..SwitchConfig::default()
+        }),
+        &[256],
+    );
     let f = sw.on_request(&append(1, 1, 128, 256), 0);
     run(&mut sw, &mut m, &f);
     // One slot: 64 was replaced (by 256, then by 128, the append's target).
@@ -326,13 +330,14 @@ fn a_colliding_address_replaces_the_table_entry() {
 
 #[test]
 fn partial_steering_leaves_other_keys_alone() {
-    let mut sw = Switch::new(SwitchConfig {
-        steer: Steer::Write,
-        steer_keys: Some(vec![K]),
-        ..SwitchConfig::default()
-    });
-    let mut m = Memory::default();
-    learnt(&mut sw, &mut m, 64, 128);
+    let (mut sw, mut m) = learnt_chain(
+        Switch::new(SwitchConfig {
+            steer: Steer::Write,
+            steer_keys: Some(vec![K]),
+            ..SwitchConfig::default()
+        }),
+        &[],
+    );
     let other = |psn, at, new| cas(5, psn, at, 99, true, new, true);
     m.words.insert(4096, empty_word(99, true));
     let f = sw.on_request(&other(1, 4096, 4160), 0);
@@ -368,10 +373,7 @@ fn a_tracked_append_naming_the_new_tail_delays_learning() {
 
 #[test]
 fn retransmissions_are_forwarded_as_their_originals() {
-    let mut sw = steering(Steer::Write);
-    let mut m = Memory::default();
-    learnt(&mut sw, &mut m, 64, 128);
-    m.version(256);
+    let (mut sw, mut m) = learnt_chain(steering(Steer::Write), &[256]);
     let first = sw.on_request(&append(1, 1, 64, 256), 0);
     assert_eq!(first.verb.addr(), 128);
     // Meanwhile the prediction moved on.
@@ -623,11 +625,7 @@ fn a_nak_is_broadcast_to_every_client_with_requests_past_it() {
 
 #[test]
 fn responses_of_predicted_appends_are_released_in_chain_order() {
-    let mut sw = steering(Steer::Write);
-    let mut m = Memory::default();
-    learnt(&mut sw, &mut m, 64, 128);
-    m.version(256);
-    m.version(320);
+    let (mut sw, mut m) = learnt_chain(steering(Steer::Write), &[256, 320]);
     let a = sw.on_request(&append(1, 1, 128, 256), 0);
     let b = sw.on_request(&append(2, 1, 128, 320), 0);
     // b executes and answers first: held until a's has passed.
@@ -648,11 +646,7 @@ fn responses_of_predicted_appends_are_released_in_chain_order() {
 /// retransmits CAS(A, B), which the switch forwards as before.
 #[test]
 fn a_lost_append_is_repaired_by_its_retransmission() {
-    let mut sw = steering(Steer::Write);
-    let mut m = Memory::default();
-    learnt(&mut sw, &mut m, 64, 128);
-    m.version(256);
-    m.version(320);
+    let (mut sw, mut m) = learnt_chain(steering(Steer::Write), &[256, 320]);
     let lost = sw.on_request(&append(1, 1, 128, 256), 0);
     let c = sw.on_request(&append(2, 1, 64, 320), 0);
     assert_eq!(c.verb.addr(), 256);
@@ -674,11 +668,7 @@ fn a_lost_append_is_repaired_by_its_retransmission() {
 
 #[test]
 fn the_control_plane_resends_an_append_whose_client_died() {
-    let mut sw = steering(Steer::Write);
-    let mut m = Memory::default();
-    learnt(&mut sw, &mut m, 64, 128);
-    m.version(256);
-    m.version(320);
+    let (mut sw, mut m) = learnt_chain(steering(Steer::Write), &[256, 320]);
     let _lost = sw.on_request(&append(1, 1, 128, 256), 1_000);
     let c = sw.on_request(&append(2, 1, 64, 320), 2_000);
     assert!(run(&mut sw, &mut m, &c).is_empty());
@@ -706,13 +696,13 @@ fn the_control_plane_resends_an_append_whose_client_died() {
 
 #[test]
 fn a_restart_loses_only_performance() {
-    let mut sw = Switch::new(SwitchConfig {
-        quiet: 100,
-        ..steering(Steer::ReadWrite).config().clone()
-    });
-    let mut m = Memory::default();
-    learnt(&mut sw, &mut m, 64, 128);
-    m.version(256);
+    let (mut sw, mut m) = learnt_chain(
+        Switch::new(SwitchConfig {
+            quiet: 100,
+            ..steering(Steer::ReadWrite).config().clone()
+        }),
+        &[256],
+    );
     let inflight = sw.on_request(&append(1, 1, 64, 256), 0);
     sw.restart(1_000);
     // In the quiet period an append waits, unmodified, until it ends: the
@@ -1037,10 +1027,7 @@ fn node_multiplexing_carries_every_request_and_still_steers() {
 
 #[test]
 fn a_block_written_anew_is_forgotten_by_the_address_table() {
-    let mut sw = steering(Steer::ReadWrite);
-    let mut m = Memory::default();
-    learnt(&mut sw, &mut m, 64, 128);
-    m.version(256);
+    let (mut sw, mut m) = learnt_chain(steering(Steer::ReadWrite), &[256]);
     let f = sw.on_request(&append(1, 1, 128, 256), 0);
     run(&mut sw, &mut m, &f);
     assert_eq!(sw.on_request(&read(2, 1, 64), 0).verb.addr(), 256);

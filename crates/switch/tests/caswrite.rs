@@ -10,7 +10,7 @@ use dmkit_switch::caswrite::{self, CasWrite};
 use dmkit_switch::wire::{self, opcode, Ext, RocePacket};
 
 mod common;
-use common::{fixture, fixtures, parse, sealed};
+use common::{acknowledge, fixture, fixtures, parse, sealed, through};
 
 #[test]
 fn a_cas_becomes_the_write_rxe_would_send_for_it() {
@@ -151,20 +151,10 @@ impl Rig {
         }
     }
 
-    fn feed(&mut self, mut p: RocePacket) -> Vec<RocePacket> {
-        wire::relength(&mut p).unwrap();
-        let mut f = p.to_bytes();
-        wire::seal(&mut f).unwrap();
-        let q = parse(&f);
-        let mut out = Vec::new();
-        self.sw.on_packet(q, &f, self.now, 7, &mut out);
-        out.into_iter()
-            .map(|(tag, f)| {
-                assert_eq!(tag, 7, "frames keep their port");
-                sealed(&f);
-                parse(&f)
-            })
-            .collect()
+    fn feed(&mut self, p: RocePacket) -> Vec<RocePacket> {
+        through(p, |q, f, tag, out| {
+            self.sw.on_packet(q, f, self.now, tag, out)
+        })
     }
 
     /// Client `c` sends CAS(compare → swap) on the lock at `psn`.
@@ -219,17 +209,7 @@ impl Rig {
         p.ip.destination = c;
         p.bth.dest_qp = if c == A { QP_A } else { QP_B };
         p.bth.psn = psn;
-        match orig {
-            None => p.ext = Ext::Aeth { syndrome, msn: 9 },
-            Some(orig) => {
-                p.bth.opcode = opcode::ATOMIC_ACKNOWLEDGE;
-                p.ext = Ext::AtomicAck {
-                    syndrome,
-                    msn: 9,
-                    orig,
-                }
-            }
-        }
+        acknowledge(&mut p, syndrome, orig);
         self.feed(p)
     }
 

@@ -14,7 +14,7 @@ use dmkit_switch::ownqp::{OwnRemote, OWN_QPN};
 use dmkit_switch::wire::{self, opcode, Ext, RocePacket};
 
 mod common;
-use common::{fixture, parse, sealed};
+use common::{acknowledge, fixture, parse, sealed};
 
 const SERVER: [u8; 4] = [10, 77, 0, 1];
 const SWITCH: [u8; 4] = [10, 77, 0, 254];
@@ -178,17 +178,7 @@ impl Rig {
             _ => OWN_QPN,
         };
         p.bth.psn = psn;
-        match orig {
-            None => p.ext = Ext::Aeth { syndrome, msn: 9 },
-            Some(orig) => {
-                p.bth.opcode = opcode::ATOMIC_ACKNOWLEDGE;
-                p.ext = Ext::AtomicAck {
-                    syndrome,
-                    msn: 9,
-                    orig,
-                }
-            }
-        }
+        acknowledge(&mut p, syndrome, orig);
         self.feed(p)
     }
 

@@ -191,6 +191,20 @@ impl ShmFabric {
         Self::with_nodes(cfg, made)
     }
 
+    /// Creates one memory node in this process: node 0 of `size` bytes,
+    /// the rest of its configuration [`NodeConfig`]'s defaults. The fabric
+    /// of a test, an example or a single-process tool; [`Self::embedded`]
+    /// for more nodes or other node settings.
+    pub fn one_node(cfg: ShmConfig, size: u64) -> Result<Self, FabricError> {
+        Self::embedded(
+            cfg,
+            &[NodeConfig {
+                size,
+                ..Default::default()
+            }],
+        )
+    }
+
     /// Uses memory nodes already running in this process.
     pub fn with_nodes(cfg: ShmConfig, nodes: Vec<Arc<MemNode>>) -> Result<Self, FabricError> {
         let mut out = Vec::with_capacity(nodes.len());

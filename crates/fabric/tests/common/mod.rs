@@ -1,5 +1,7 @@
 #![allow(dead_code)]
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 use dmkit_fabric::shm::{ShmConfig, ShmFabric, Target};
@@ -42,4 +44,15 @@ impl Served {
     pub fn client(&self) -> ShmFabric {
         ShmFabric::open(ShmConfig::default(), &[self.target()]).unwrap()
     }
+}
+
+/// Spawns `cmd` (a testkit child) with its stdout piped and returns it
+/// with the first line it printed (what it says once it is ready).
+pub fn spawn_until_line(cmd: &mut Command) -> (Child, String) {
+    let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (child, line)
 }

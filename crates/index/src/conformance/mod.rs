@@ -13,7 +13,10 @@
 //!   workload ([`stress`]) whose history is checked for linearizability
 //!   (`dmkit-lincheck`), on worker threads and on processes sharing a
 //!   memory node. The simulator runs the same workload under fault
-//!   injection (`dmkit sim check`).
+//!   injection (`dmkit sim check`);
+//! - [`ordered_model_ops`] and [`fill_until_out_of_memory`]: the ordered
+//!   trees' model run with scans (keys of their choosing) and the run
+//!   into memory exhaustion, for their own tests.
 //!
 //! Each check panics with what went wrong (it is test support). The
 //! multi-process check runs the test binary itself again as the children
@@ -29,9 +32,10 @@ use std::sync::Arc;
 
 use dmkit_fabric::shm::{ShmConfig, ShmFabric, Target};
 use dmkit_fabric::Fabric;
+use dmkit_runtime::rng::Rng;
 use dmkit_runtime::{Ctx, RuntimeConfig, Worker, WorkerStats};
 
-use crate::{IndexConfig, IndexError, MapClient, RemoteMap};
+use crate::{Entries, IndexConfig, IndexError, MapClient, RemoteMap};
 pub use stress::{StressConfig, StressRecord};
 
 /// A fabric of `nodes` embedded shm memory nodes of `size` bytes each.
@@ -418,6 +422,96 @@ pub fn ordering<M: RemoteMap>(f: Arc<dyn Fabric>, cfg: M::Config) {
         assert_eq!(c.scan(&ctx, &past, 10).await.expect("scan"), vec![]);
     });
     map.destroy().expect("destroy");
+}
+
+/// `steps` random operations of an ordered map, run on `c` in `ctx` and
+/// checked one by one against a `BTreeMap`: 40% inserts, 20% updates,
+/// 10% deletes, 10% scans of 1 to 20 entries and 20% searches, on keys
+/// drawn by `key_of` from an [`Rng`] seeded with `seed`; then the full
+/// scan against the model. Returns the full scan. What the ordered
+/// trees run with keys that exercise their own split paths, under
+/// configurations [`sequential_model`] does not reach.
+///
+/// # Panics
+/// On any difference from the model or any operation error.
+pub async fn ordered_model_ops<C: MapClient>(
+    ctx: &Ctx,
+    c: &C,
+    seed: u64,
+    steps: u64,
+    mut key_of: impl FnMut(&mut Rng) -> Vec<u8>,
+) -> Entries {
+    let mut r = Rng::new(seed);
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    for i in 0..steps {
+        let k = key_of(&mut r);
+        let v = format!("v{i}").into_bytes();
+        match r.below(10) {
+            0..4 => {
+                let got = c.insert(ctx, &k, &v).await.unwrap();
+                let want = !model.contains_key(&k);
+                assert_eq!(got, want, "insert {k:02x?} at op {i}");
+                model.entry(k).or_insert(v);
+            }
+            4..6 => {
+                let got = c.update(ctx, &k, &v).await.unwrap();
+                assert_eq!(got, model.contains_key(&k), "update {k:02x?} at op {i}");
+                if let Some(x) = model.get_mut(&k) {
+                    *x = v;
+                }
+            }
+            6 => {
+                let got = c.delete(ctx, &k).await.unwrap();
+                assert_eq!(got, model.remove(&k).is_some(), "delete {k:02x?} at op {i}");
+            }
+            7 => {
+                let n = 1 + r.below(20) as usize;
+                let got = c.scan(ctx, &k, n).await.unwrap();
+                let want: Entries = model
+                    .range(k.clone()..)
+                    .take(n)
+                    .map(|(a, b)| (a.clone(), b.clone()))
+                    .collect();
+                assert_eq!(got, want, "scan {n} from {k:02x?} at op {i}");
+            }
+            _ => {
+                let got = c.search(ctx, &k).await.unwrap();
+                assert_eq!(got.as_ref(), model.get(&k), "search {k:02x?} at op {i}");
+            }
+        }
+    }
+    let all = c.entries(ctx).await.unwrap();
+    let want: Entries = model.into_iter().collect();
+    assert_eq!(all, want, "entries");
+    all
+}
+
+/// Inserts 8-byte keys (`n · 7919`, big-endian) with the value `value`
+/// on `c` until the memory node runs out: the insert that finds no memory must
+/// be [`IndexError::OutOfMemory`], and the map stays usable after it —
+/// every key inserted before reads back and takes an update. Returns how
+/// many keys went in.
+///
+/// # Panics
+/// On any other outcome, or if a million inserts never ran out.
+pub async fn fill_until_out_of_memory<C: MapClient>(ctx: &Ctx, c: &C) -> u64 {
+    let mut n = 0u64;
+    loop {
+        let k = (n * 7919).to_be_bytes();
+        match c.insert(ctx, &k, b"value").await {
+            Ok(true) => n += 1,
+            Ok(false) => panic!("fresh key reported present"),
+            Err(IndexError::OutOfMemory { .. }) => break,
+            Err(e) => panic!("unexpected {e}"),
+        }
+        assert!(n < 1_000_000, "never ran out");
+    }
+    for i in 0..n {
+        let k = (i * 7919).to_be_bytes();
+        assert_eq!(c.search(ctx, &k).await.unwrap(), Some(b"value".to_vec()));
+        assert!(c.update(ctx, &k, b"other").await.unwrap());
+    }
+    n
 }
 
 /// The contended workload of `sc` on worker threads of this process,

@@ -5,7 +5,7 @@
 // Each test file is its own crate and uses a part of this module.
 #![allow(dead_code)]
 
-use dmkit_switch::wire::{self, Frame, RocePacket};
+use dmkit_switch::wire::{self, opcode, Ext, Frame, RocePacket};
 use etherparse::Ipv4Header;
 use pcap_file::pcap::PcapReader;
 
@@ -57,4 +57,42 @@ pub fn sealed(f: &[u8]) {
     let (ip, _) = Ipv4Header::from_slice(&f[14..]).unwrap();
     assert_eq!(ip.header_checksum, ip.calc_header_checksum(), "IP checksum");
     assert_eq!(wire::icrc(f), Some(parse(f).icrc), "ICRC");
+}
+
+/// Sends `p` (lengths fixed, sealed) through a switch's packet path
+/// `on_packet(packet, frame, tag, out)` on port 7, and returns what it
+/// emitted, parsed: every frame sealed and on the port it came from.
+pub fn through(
+    mut p: RocePacket,
+    on_packet: impl FnOnce(RocePacket, &[u8], usize, &mut Vec<(usize, Vec<u8>)>),
+) -> Vec<RocePacket> {
+    wire::relength(&mut p).unwrap();
+    let mut f = p.to_bytes();
+    wire::seal(&mut f).unwrap();
+    let q = parse(&f);
+    let mut out = Vec::new();
+    on_packet(q, &f, 7, &mut out);
+    out.into_iter()
+        .map(|(tag, f)| {
+            assert_eq!(tag, 7, "frames keep their port");
+            sealed(&f);
+            parse(&f)
+        })
+        .collect()
+}
+
+/// Makes `p` (an ACK) the node's answer: an ACK with `syndrome`, or
+/// with `orig` an atomic ACK carrying it (MSN 9 either way).
+pub fn acknowledge(p: &mut RocePacket, syndrome: u8, orig: Option<u64>) {
+    match orig {
+        None => p.ext = Ext::Aeth { syndrome, msn: 9 },
+        Some(orig) => {
+            p.bth.opcode = opcode::ATOMIC_ACKNOWLEDGE;
+            p.ext = Ext::AtomicAck {
+                syndrome,
+                msn: 9,
+                orig,
+            }
+        }
+    }
 }
