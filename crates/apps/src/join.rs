@@ -195,7 +195,7 @@ fn run_on(
     // Partition: each executor pushes its R chunk, then its S chunk.
     let mut l = LocalLayout::new();
     let most = cfg.inner.max(cfg.outer) as usize;
-    let smem = SourceMem::declare(&mut l, most, cfg.entry, n, &cfg.push);
+    let smem = SourceMem::declare(&mut l, most, cfg.entry, n, &cfg.push)?;
     let (rr, rs) = (sr.refs(), ss.refs());
     let seed = cfg.seed;
     let c = cfg.clone();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use dmkit_apps::join::{self, JoinConfig};
 use dmkit_apps::platform::Platform;
-use dmkit_apps::shuffle::PushParams;
+use dmkit_apps::shuffle::{PushParams, SourceMemory};
 use dmkit_apps::Method;
 use dmkit_fabric::Fabric;
 use dmkit_index::conformance;
@@ -23,6 +23,7 @@ fn cfg(method: Method, batch: usize) -> JoinConfig {
             depth: 8,
             max_sge: 16,
             kill_after: None,
+            source: SourceMemory::Registered,
         },
         seed: 5,
     }
@@ -32,11 +33,15 @@ fn cfg(method: Method, batch: usize) -> JoinConfig {
 fn the_distributed_join_equals_the_local_join_on_threads() {
     let f: Arc<dyn Fabric> = conformance::shm_fabric(2, 64 << 20);
     let mut p = Platform::Threads(f.clone());
-    for (m, b) in [(Method::None, 1), (Method::Sgl, 16), (Method::Sp, 16)] {
-        let r = join::run(&mut p, &cfg(m, b)).unwrap();
-        assert!(r.verified, "{m:?}");
-        let rows = r.phases.iter().find(|p| p.0 == "rows").unwrap().1;
-        assert_eq!(rows as u64, 4 * 3000, "every S tuple joins one R tuple");
+    for source in [SourceMemory::Registered, SourceMemory::Staged] {
+        for (m, b) in [(Method::None, 1), (Method::Sgl, 16), (Method::Sp, 16)] {
+            let mut c = cfg(m, b);
+            c.push.source = source;
+            let r = join::run(&mut p, &c).unwrap();
+            assert!(r.verified, "{m:?} {source:?}");
+            let rows = r.phases.iter().find(|p| p.0 == "rows").unwrap().1;
+            assert_eq!(rows as u64, 4 * 3000, "every S tuple joins one R tuple");
+        }
     }
     assert_eq!(f.node_stats(0).unwrap().chunk_bytes, 0);
 }

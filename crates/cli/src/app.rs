@@ -147,6 +147,29 @@ impl Where {
     }
 }
 
+/// Where a shuffle source's entries sit when its stage starts
+/// (`dmkit_apps::shuffle::SourceMemory`).
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum SourceMemoryArg {
+    /// In registered (RDMA-enabled) memory, as the study has them: SGL and
+    /// the unbatched WRITEs point at the entries, SP copies each into its
+    /// packing slot. Costs `records × entry` bytes of registered memory per
+    /// executor (128 MiB at 2 M records of 64 B).
+    Registered,
+    /// In an unregistered heap: every method copies each entry once into
+    /// registered memory (a 256 KiB ring; SP's packing slots).
+    Staged,
+}
+
+impl From<SourceMemoryArg> for dmkit_apps::shuffle::SourceMemory {
+    fn from(a: SourceMemoryArg) -> Self {
+        match a {
+            SourceMemoryArg::Registered => Self::Registered,
+            SourceMemoryArg::Staged => Self::Staged,
+        }
+    }
+}
+
 #[derive(Args)]
 pub(crate) struct ShuffleArgs {
     #[command(flatten)]
@@ -172,6 +195,10 @@ pub(crate) struct ShuffleArgs {
     /// Posts in flight per executor.
     #[arg(long, default_value_t = 16)]
     depth: usize,
+    /// Where the entries sit when the stage starts (the study's model:
+    /// registered).
+    #[arg(long, value_enum, default_value = "registered")]
+    source_memory: SourceMemoryArg,
 }
 
 #[derive(Args)]
@@ -195,6 +222,10 @@ pub(crate) struct JoinArgs {
     entry: usize,
     #[arg(long, default_value_t = 16)]
     depth: usize,
+    /// Where the partition phase's tuples sit when it starts (see `app
+    /// shuffle --source-memory`).
+    #[arg(long, value_enum, default_value = "registered")]
+    source_memory: SourceMemoryArg,
 }
 
 #[derive(Args)]
@@ -332,6 +363,7 @@ pub(crate) fn app(cmd: AppCmd) -> Res {
                         depth: a.depth,
                         max_sge: a.at.max_sge()?,
                         kill_after: None,
+                        source: a.source_memory.into(),
                     },
                     seed: a.at.seed,
                 };
@@ -358,6 +390,7 @@ pub(crate) fn app(cmd: AppCmd) -> Res {
                         depth: a.depth,
                         max_sge: a.at.max_sge()?,
                         kill_after: None,
+                        source: a.source_memory.into(),
                     },
                     seed: a.at.seed,
                 };

@@ -1096,6 +1096,62 @@ fn the_applications_write_the_json_the_checks_read() {
     }
 }
 
+/// `--source-memory registered|staged` on `app shuffle` and `app join`:
+/// both models verify on shm, the shuffle reports its executors' CPU time,
+/// and an unknown model is refused.
+#[test]
+fn the_shuffle_and_join_take_either_source_memory_model() {
+    let dir = tempfile::tempdir().unwrap();
+    for model in ["registered", "staged"] {
+        for app in ["shuffle", "join"] {
+            let j = dir.path().join(format!("{app}-{model}.json"));
+            let mut args = vec![
+                "app",
+                app,
+                "--method",
+                "none,sp,sgl",
+                "--executors",
+                "2",
+                "--mem-size",
+                "64MiB",
+                "--source-memory",
+                model,
+            ];
+            args.extend(match app {
+                "join" => ["--inner", "2000", "--outer", "2000"].as_slice(),
+                _ => ["--records", "3000"].as_slice(),
+            });
+            args.push("--json");
+            dmkit_ok(&args, Some(&j));
+            let v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
+            for r in v.as_array().expect("three methods: an array") {
+                assert_eq!(r["verified"], true, "{app} {model}: {r}");
+                if app == "shuffle" {
+                    let phases = r["phases"].as_array().unwrap();
+                    assert!(
+                        phases.iter().any(|p| p[0] == "executor CPU seconds"
+                            && p[1].as_f64().unwrap() > 0.0),
+                        "{r}"
+                    );
+                }
+            }
+        }
+    }
+    let out = Command::new(DMKIT)
+        .args([
+            "app",
+            "shuffle",
+            "--records",
+            "100",
+            "--source-memory",
+            "pinned",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
+
 /// Clover's metadata server in a process of its own, on a memory node
 /// process: it creates the store when asked, serves rounds until its
 /// duration is up and reports them; an unknown store is refused.

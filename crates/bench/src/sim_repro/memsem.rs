@@ -905,6 +905,7 @@ fn push_params(
         depth: 16,
         max_sge: opts.profile.limits.max_sge,
         kill_after: None,
+        source: dmkit_apps::shuffle::SourceMemory::default(),
     }
 }
 
