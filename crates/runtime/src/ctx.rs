@@ -121,6 +121,22 @@ impl Ctx {
         self.core.local.read(self.local_base() + src.offset(), out);
     }
 
+    /// Copies the task-local range `src` into the start of `dst` (they must
+    /// not overlap), without a buffer between.
+    ///
+    /// # Panics
+    /// If `dst` is shorter than `src`, a range lies outside the task's
+    /// memory, or the two overlap.
+    pub fn copy_local(&self, dst: Local, src: Local) {
+        let dst = dst.prefix(src.len());
+        self.check_local(src.offset(), src.len());
+        self.check_local(dst.offset(), dst.len());
+        let base = self.local_base();
+        self.core
+            .local
+            .copy_within(base + src.offset(), base + dst.offset(), src.len());
+    }
+
     /// The bytes of the task-local range `src`.
     pub fn local_vec(&self, src: Local) -> Vec<u8> {
         let mut v = vec![0; src.len()];
