@@ -136,10 +136,9 @@ impl LocalMem {
     }
 
     /// Copies `len` bytes at `src` to `dst`, both inside this memory and
-    /// not overlapping: word by word when both are 8-byte aligned and `len`
-    /// is whole words (as `write` stores them), else byte by byte; no
-    /// buffer between (a local-to-local copy, e.g. packing entries that
-    /// already sit in registered memory).
+    /// not overlapping, as the fabric copies shared memory (word by word when both
+    /// are 8-byte aligned): a local-to-local copy, e.g. packing entries
+    /// that already sit in registered memory.
     ///
     /// # Panics
     /// If a range is outside the region or the two overlap (programmer
@@ -151,24 +150,9 @@ impl LocalMem {
             src + len <= dst || dst + len <= src,
             "overlapping local copy [{src}, +{len}) -> [{dst}, +{len})"
         );
-        if (s as usize | d as usize | len).is_multiple_of(8) {
-            for k in (0..len).step_by(8) {
-                // SAFETY: both ranges are inside the allocation (checked)
-                // and 8-byte aligned (tested above); they do not overlap.
-                unsafe {
-                    let w = (*(s.add(k) as *const AtomicU64)).load(Ordering::Acquire);
-                    (*(d.add(k) as *const AtomicU64)).store(w, Ordering::Release);
-                }
-            }
-        } else {
-            for k in 0..len {
-                // SAFETY: as above, byte by byte.
-                unsafe {
-                    let b = (*(s.add(k) as *const AtomicU8)).load(Ordering::Acquire);
-                    (*(d.add(k) as *const AtomicU8)).store(b, Ordering::Release);
-                }
-            }
-        }
+        // SAFETY: both ranges are inside the allocation (checked) and do
+        // not overlap (asserted).
+        unsafe { copy_shared(d, s, len) }
     }
 
     /// The bytes at `[offset, offset+len)`, copied out.
