@@ -561,11 +561,11 @@ impl VerbsQp {
         self.stats.errors += 1;
         // The rebuild drains whatever the old pair still reports (bounded)
         // and ignores it: those requests are accounted for above.
+        // Nothing is in flight now; a later post onto the new pair starts
+        // the clock again (`post_entries`).
         if let Err(e) = self.rebuild() {
             self.fail_all(e);
         }
-        self.idle_polls = 0;
-        self.progress_at = Instant::now();
         self.harvest();
     }
 
