@@ -136,9 +136,9 @@ impl LocalMem {
     }
 
     /// Copies `len` bytes at `src` to `dst`, both inside this memory and
-    /// not overlapping, as the fabric copies shared memory (word by word when both
-    /// are 8-byte aligned): a local-to-local copy, e.g. packing entries
-    /// that already sit in registered memory.
+    /// not overlapping, as the fabric copies shared memory (word by word
+    /// when both are 8-byte aligned): a local-to-local copy, e.g. packing
+    /// entries that already sit in registered memory.
     ///
     /// # Panics
     /// If a range is outside the region or the two overlap (programmer
@@ -330,14 +330,15 @@ mod tests {
     }
 
     #[test]
-    fn copy_within_copies_words_or_bytes_and_refuses_overlap() {
+    fn copy_within_copies_any_alignment_and_refuses_overlap() {
         let m = LocalMem::new(256);
         let data: Vec<u8> = (1..=64).collect();
         m.write(0, &data);
         // Aligned: whole words.
         m.copy_within(0, 128, 64);
         assert_eq!(m.to_vec(128, 64), data);
-        // Unaligned source, destination or length: byte by byte.
+        // An unaligned source, destination or length (copy_shared's byte
+        // tail and misaligned-pair paths).
         for (src, dst, len) in [(1, 200, 40), (0, 67, 16), (8, 96, 13)] {
             m.copy_within(src, dst, len);
             assert_eq!(
