@@ -285,6 +285,7 @@ impl Executor {
                 let write = matches!(wr.op, Op::WriteV { .. });
                 execute_vector(
                     &self.view,
+                    self.first,
                     &self.locals,
                     self.caps.max_sge,
                     off,
@@ -423,8 +424,10 @@ pub fn check_remote(
 /// The vector (scatter/gather) path, kept out of line so the scalar path of
 /// `execute` stays small (inlining it cost ~20 % of the 8-byte READ rate).
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 fn execute_vector(
     view: &NodeView,
+    first: Option<FirstLocal>,
     locals: &[LocalSlot],
     max_sge: usize,
     off: u64,
@@ -434,16 +437,16 @@ fn execute_vector(
 ) -> Result<(), VerbError> {
     let pieces = sgl_entries(sges, sgl, max_sge)?;
     // Resolve every piece first: a bad entry fails the request before any
-    // byte moves.
+    // byte moves. A list of entries in one registered buffer (the common
+    // case: lkey 0, the worker's own memory) never looks up the table.
     let mut ptrs = [std::ptr::null_mut::<u8>(); MAX_SGE];
     for (p, l) in ptrs.iter_mut().zip(pieces) {
-        *p = local_ptr(locals, *l)?;
+        *p = local_ptr_first(first, locals, *l)?;
     }
-    view.check_mapped(off, sgl.len as usize)?;
     let list = ptrs.iter().zip(pieces).map(|(p, l)| (*p, l.len as usize));
     // SAFETY: each pointer was resolved against a LocalMem the executor
     // keeps alive, for exactly `l.len` bytes.
-    unsafe { view.copy_vector(off, list, write) }
+    unsafe { view.copy_vector(off, sgl.len as usize, list, write) }
 }
 
 /// The entries of `sgl` in its batch, checked against the table and limit

@@ -546,3 +546,58 @@ fn write_prefetch_is_only_a_hint() {
         );
     }
 }
+
+/// A vector request inside one page (translated once, copied piece after
+/// piece) and one across a page boundary both gather in order from
+/// pieces of two registered buffers, and both fail on an unmapped page
+/// with the typed error before any byte moves, the one across pages
+/// included on its mapped first page.
+#[test]
+fn vector_requests_in_and_across_pages_check_every_page_first() {
+    let f = embedded();
+    let node = f.embedded_node(0).unwrap();
+    let (a, _, k) = f.alloc_chunk(0, 3 * 4096, false).unwrap();
+    let mut q = SyncQp::new(&f, 0, 64).unwrap();
+    let mut qp = f.connect_qp(0).unwrap();
+    let (m1, m2) = (LocalMem::new(256), LocalMem::new(256));
+    let (l1, l2) = (qp.register_local(&m1), qp.register_local(&m2));
+    let x: Vec<u8> = (1..=24).collect();
+    let y: Vec<u8> = (101..=140).collect();
+    m1.write(8, &x);
+    m2.write(3, &y);
+    let pieces = [
+        LocalRef::new(l1, 8, 24),
+        LocalRef::new(l2, 3, 40),
+        LocalRef::new(l1, 8, 16),
+    ];
+    let whole = [&x[..], &y[..], &x[..16]].concat();
+    for (remote, what) in [
+        (a.add(64), "in one page"),
+        (a.add(4096 - 20), "across pages"),
+    ] {
+        let mut b = Batch::new();
+        b.write_v(remote, k, &pieces);
+        qp.execute(&mut b).expect(what);
+        assert_eq!(q.read(remote, k, 80).unwrap(), whole, "{what}");
+    }
+    node.unmap_pages(a.offset() / 4096 + 1, 1).unwrap();
+    let page = a.offset() / 4096 + 1;
+    for (remote, what) in [
+        (a.add(4096 + 64), "in one page"),
+        (a.add(4096 - 40), "across pages"),
+    ] {
+        let mut b = Batch::new();
+        b.write_v(remote, k, &pieces);
+        match qp.execute(&mut b) {
+            Err(FabricError::Request(e)) => {
+                assert_eq!(e.error, VerbError::PageNotMapped { page }, "{what}")
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    assert_eq!(
+        q.read(a.add(4096 - 40), k, 40).unwrap(),
+        [&[0u8; 20][..], &whole[..20]].concat(),
+        "the failed WRITE across pages left its mapped first page alone"
+    );
+}

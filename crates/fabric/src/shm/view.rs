@@ -241,13 +241,15 @@ impl NodeView {
         Ok(())
     }
 
-    /// The copies of a vector request: piece `i` of `pieces` (local
-    /// pointer, length) moves to (`write`) or from the remote bytes right
-    /// after piece `i - 1`'s, starting at `offset`, every piece in
-    /// ascending address order as [`NodeView::write_from`] and
-    /// [`NodeView::read_to`] move it. The page of the remote cursor is
-    /// translated once, not once per piece (a batch of 64-byte entries is
-    /// 16 pieces in one page).
+    /// The copies of a vector request of `len` bytes: piece `i` of
+    /// `pieces` (local pointer, length; their lengths sum to `len`) moves to
+    /// (`write`) or from the remote bytes right after piece `i - 1`'s,
+    /// starting at `offset`, every piece in ascending address order as
+    /// [`NodeView::write_from`] and [`NodeView::read_to`] move it. Every
+    /// page is checked before any byte moves. A request inside one page (a
+    /// batch of 64-byte entries is 16 pieces in 1 KiB) is translated once
+    /// and copied piece after piece; a longer one keeps the page of its
+    /// remote cursor, so no page is translated once per piece.
     ///
     /// # Safety
     /// Each piece's `ptr..ptr+len` must be valid for reads (`write`) or
@@ -256,10 +258,25 @@ impl NodeView {
     pub(crate) unsafe fn copy_vector(
         &self,
         offset: u64,
+        len: usize,
         pieces: impl Iterator<Item = (*mut u8, usize)>,
         write: bool,
     ) -> Result<(), VerbError> {
         let page_bytes = (self.page_mask + 1) as usize;
+        let at = (offset & self.page_mask) as usize;
+        if len <= page_bytes - at {
+            let mut dst = self.translate(offset)?;
+            for (p, n) in pieces {
+                if write {
+                    copy_shared(dst, p, n);
+                } else {
+                    copy_shared(p, dst, n);
+                }
+                dst = dst.add(n);
+            }
+            return Ok(());
+        }
+        self.check_mapped(offset, len)?;
         let mut off = offset;
         // The page translated last: its remote offset and its pointer.
         let mut page: Option<(u64, *mut u8)> = None;
