@@ -185,6 +185,15 @@ impl LocalMem {
         unsafe { (*(p as *const AtomicU64)).load(Ordering::Acquire) }
     }
 
+    /// Starts loading the cache line holding byte `offset` (a hint:
+    /// [`crate::hint::line`]; an offset past the end hints nothing).
+    #[inline(always)]
+    pub fn prefetch(&self, offset: usize) {
+        if let Some(p) = self.range_ptr(offset as u64, 1) {
+            crate::hint::line(p);
+        }
+    }
+
     /// Faults every page of the region in, keeping its contents, as
     /// `ibv_reg_mr` does when it pins a buffer: a backend with no NIC calls
     /// it when the memory is registered, so that a benchmark's window never

@@ -152,6 +152,16 @@ impl Ctx {
         self.core.local.load_u64(self.local_base() + w.offset())
     }
 
+    /// Starts loading the cache line at the start of the task-local `at`
+    /// (a hint, like the CPU's prefetch instruction: nothing is read,
+    /// nothing waits, and a range outside the task's memory is no error).
+    #[inline(always)]
+    pub fn prefetch_local(&self, at: Local) {
+        if at.offset() < self.local_len() {
+            self.core.local.prefetch(self.local_base() + at.offset());
+        }
+    }
+
     /// Stores a native-endian `u64` at the start of `dst` (8-byte aligned).
     #[inline]
     pub fn set_local_u64(&self, dst: Local, v: u64) {
