@@ -277,6 +277,7 @@ fn run_on(
             ("rows".into(), got.rows as f64),
         ],
         numa: false,
+        round_seconds: Vec::new(),
     })
 }
 

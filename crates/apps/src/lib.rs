@@ -144,4 +144,8 @@ pub struct AppResult {
     pub phases: Vec<(String, f64)>,
     /// NUMA-aware placement was on.
     pub numa: bool,
+    /// Wall seconds of every round this method ran, in order, when a run
+    /// repeats it (`dmkit app … --rounds N`); the other fields are those
+    /// of its median round. Empty for a single run.
+    pub round_seconds: Vec<f64>,
 }

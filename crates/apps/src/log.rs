@@ -533,6 +533,7 @@ fn run_on(
         verified: true,
         phases: vec![("append".into(), secs)],
         numa: false,
+        round_seconds: Vec::new(),
     })
 }
 

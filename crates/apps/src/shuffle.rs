@@ -1374,6 +1374,7 @@ fn run_on(
                     .chain(cpu.map(|ns| ("executor CPU seconds".into(), ns as f64 / 1e9)))
                     .collect(),
                 numa: false,
+                round_seconds: Vec::new(),
             },
             epoch,
         ));

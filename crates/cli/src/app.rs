@@ -89,9 +89,30 @@ struct Where {
     /// Write the result(s) as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Runs every method this many times, interleaved (each method once
+    /// per round, in the order given), each run checked; a method's row
+    /// is its median round by wall time (the slower middle one for an
+    /// even count), and `round_seconds` in the JSON lists every round.
+    /// On a shared host a window of tens of milliseconds moves by tens of
+    /// percent from one run to the next, so a ratio between methods is
+    /// read from medians of interleaved rounds. Default: 5 on shm; 1 on
+    /// the simulator, which is deterministic (more is refused there).
+    #[arg(long)]
+    rounds: Option<usize>,
 }
 
 impl Where {
+    fn rounds(&self) -> Result<usize, String> {
+        match (self.backend, self.rounds) {
+            (_, Some(0)) => Err("--rounds must be at least 1".into()),
+            (AppBackend::Sim, Some(n)) if n > 1 => Err(format!(
+                "--rounds {n}: the simulator is deterministic, every round would repeat the first"
+            )),
+            (AppBackend::Sim, _) => Ok(1),
+            (AppBackend::Shm, n) => Ok(n.unwrap_or(DEFAULT_ROUNDS)),
+        }
+    }
+
     fn platform(&self) -> Result<Platform, String> {
         match self.backend {
             AppBackend::Shm => {
@@ -296,6 +317,39 @@ pub(crate) struct HashtableArgs {
     json: Option<PathBuf>,
 }
 
+/// Rounds per method on shm unless `--rounds` says otherwise.
+const DEFAULT_ROUNDS: usize = 5;
+
+/// Runs `one(method)` for every method of `methods`, `rounds` times
+/// interleaved (round after round, each method once per round), and keeps
+/// each method's median round (see `Where::rounds`).
+fn interleaved(
+    methods: &[Method],
+    rounds: usize,
+    mut one: impl FnMut(Method) -> Result<AppResult, String>,
+) -> Result<Vec<AppResult>, String> {
+    let mut runs: Vec<Vec<AppResult>> = vec![Vec::with_capacity(rounds); methods.len()];
+    for _ in 0..rounds {
+        for (i, &m) in methods.iter().enumerate() {
+            runs[i].push(one(m)?);
+        }
+    }
+    Ok(runs.into_iter().map(median_round).collect())
+}
+
+/// The median of one method's rounds by wall time (the slower middle one
+/// of an even count), with every round's seconds in `round_seconds`.
+fn median_round(mut rounds: Vec<AppResult>) -> AppResult {
+    assert!(!rounds.is_empty(), "a method runs at least once");
+    let seconds: Vec<f64> = rounds.iter().map(|r| r.seconds).collect();
+    rounds.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+    let mut r = rounds.swap_remove(rounds.len() / 2);
+    if seconds.len() > 1 {
+        r.round_seconds = seconds;
+    }
+    r
+}
+
 fn print(rs: &[AppResult]) {
     println!(
         "{:<9} {:<8} {:<9} {:>5} {:>9} {:>11} {:>10} {:>13} {:>8} {:>9} {:>8}",
@@ -332,6 +386,16 @@ fn print(rs: &[AppResult]) {
                 println!("{:>20} {name}: {v:.4}", "");
             }
         }
+        if let [first, rest @ ..] = r.round_seconds.as_slice() {
+            let (lo, hi) = rest
+                .iter()
+                .fold((*first, *first), |(lo, hi), &s| (lo.min(s), hi.max(s)));
+            println!(
+                "{:>20} median of {} rounds; seconds {lo:.4} to {hi:.4}",
+                "",
+                r.round_seconds.len()
+            );
+        }
     }
 }
 
@@ -349,8 +413,7 @@ fn write_json<T: serde::Serialize>(path: &Option<PathBuf>, rs: &[T]) -> Res {
 pub(crate) fn app(cmd: AppCmd) -> Res {
     match cmd {
         AppCmd::Shuffle(a) => {
-            let mut rs = Vec::new();
-            for &method in &a.method {
+            let rs = interleaved(&a.method, a.at.rounds()?, |method| {
                 let mut p = a.at.platform()?;
                 let cfg = dmkit_apps::shuffle::ShuffleConfig {
                     executors: a.executors,
@@ -370,14 +433,13 @@ pub(crate) fn app(cmd: AppCmd) -> Res {
                 let (mut r, _) =
                     dmkit_apps::shuffle::run(&mut p, &cfg, None, 0).map_err(|e| e.to_string())?;
                 r.numa = a.at.numa == NumaArg::Aware;
-                rs.push(r);
-            }
+                Ok(r)
+            })?;
             print(&rs);
             write_json(&a.at.json, &rs)
         }
         AppCmd::Join(a) => {
-            let mut rs = Vec::new();
-            for &method in &a.method {
+            let rs = interleaved(&a.method, a.at.rounds()?, |method| {
                 let mut p = a.at.platform()?;
                 let cfg = dmkit_apps::join::JoinConfig {
                     executors: a.executors,
@@ -396,14 +458,13 @@ pub(crate) fn app(cmd: AppCmd) -> Res {
                 };
                 let mut r = dmkit_apps::join::run(&mut p, &cfg).map_err(|e| e.to_string())?;
                 r.numa = a.at.numa == NumaArg::Aware;
-                rs.push(r);
-            }
+                Ok(r)
+            })?;
             print(&rs);
             write_json(&a.at.json, &rs)
         }
         AppCmd::Log(a) => {
-            let mut rs = Vec::new();
-            for &method in &a.method {
+            let rs = interleaved(&a.method, a.at.rounds()?, |method| {
                 let mut p = a.at.platform()?;
                 let cfg = dmkit_apps::log::LogConfig {
                     executors: a.executors,
@@ -421,8 +482,8 @@ pub(crate) fn app(cmd: AppCmd) -> Res {
                 };
                 let mut r = dmkit_apps::log::run(&mut p, &cfg).map_err(|e| e.to_string())?;
                 r.numa = a.at.numa == NumaArg::Aware;
-                rs.push(r);
-            }
+                Ok(r)
+            })?;
             print(&rs);
             write_json(&a.at.json, &rs)
         }

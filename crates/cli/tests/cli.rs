@@ -1092,7 +1092,42 @@ fn the_applications_write_the_json_the_checks_read() {
             for k in ["batch", "seconds", "records_per_s", "bytes_per_record"] {
                 assert!(r[k].is_number(), "{app}: {k} in {r}");
             }
+            // shm runs each method 5 times interleaved and reports the
+            // median round; the simulator runs once.
+            let rounds: Vec<f64> = r["round_seconds"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect();
+            if backend == "shm" {
+                assert_eq!(rounds.len(), 5, "{r}");
+                let secs = r["seconds"].as_f64().unwrap();
+                let below = rounds.iter().filter(|&&x| x < secs).count();
+                let above = rounds.iter().filter(|&&x| x > secs).count();
+                assert!(rounds.contains(&secs) && below <= 2 && above <= 2, "{r}");
+            } else {
+                assert!(rounds.is_empty(), "{r}");
+            }
         }
+    }
+    // Rounds: at least one, and one only on the simulator.
+    for (backend, rounds) in [("shm", "0"), ("sim", "2")] {
+        let out = Command::new(DMKIT)
+            .args([
+                "app",
+                "log",
+                "--backend",
+                backend,
+                "--records",
+                "100",
+                "--rounds",
+                rounds,
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("--rounds"), "{err}");
     }
 }
 
@@ -1116,6 +1151,8 @@ fn the_shuffle_and_join_take_either_source_memory_model() {
                 "64MiB",
                 "--source-memory",
                 model,
+                "--rounds",
+                "1",
             ];
             args.extend(match app {
                 "join" => ["--inner", "2000", "--outer", "2000"].as_slice(),
