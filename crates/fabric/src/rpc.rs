@@ -25,8 +25,10 @@
 //!   and their replies are polled in that order (FIFO per channel). Nothing
 //!   is promised between channels.
 //! - After an unknown service, a too-large message or a service's own
-//!   error the channel stays usable; after [`RpcFailure::ShuttingDown`]
-//!   or [`RpcFailure::ConnectionLost`] every pending request fails so.
+//!   error the channel stays usable; after [`RpcFailure::ShuttingDown`],
+//!   [`RpcFailure::ConnectionLost`] or [`RpcFailure::NoReply`] (a
+//!   transport's own reply clock, the verbs backend's) every pending
+//!   request fails so.
 
 use crate::addr::NodeId;
 

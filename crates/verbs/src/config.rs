@@ -46,6 +46,14 @@ pub struct VerbsConfig {
     /// and retransmits a request whose response is lost for ever, so there
     /// this is what ends the wait.
     pub completion_timeout: Duration,
+    /// How long an RPC channel waits with requests unanswered and no
+    /// reply at all before it fails them
+    /// ([`dmkit_fabric::RpcFailure::NoReply`]) and closes: for the same
+    /// reason as `completion_timeout` (a node that died behind rxe is
+    /// retried for ever). Longer than the completion timeout, because a
+    /// service may take its time: a deferred call that answers later
+    /// than this fails so, and its channel with it.
+    pub rpc_reply_timeout: Duration,
     /// Requests an RPC channel may have unanswered (its message slots).
     pub rpc_slots: u32,
     /// Largest request or reply payload of an RPC channel.
@@ -61,6 +69,7 @@ impl Default for VerbsConfig {
             max_inline: 128,
             control_timeout: Duration::from_secs(10),
             completion_timeout: Duration::from_secs(10),
+            rpc_reply_timeout: Duration::from_secs(30),
             rpc_slots: 64,
             rpc_max_message: 4096,
         }

@@ -184,6 +184,8 @@ pub struct VerbsFabric {
     sizes: QpSizes,
     /// See [`VerbsConfig::completion_timeout`].
     completion_timeout: std::time::Duration,
+    /// See [`VerbsConfig::rpc_reply_timeout`].
+    rpc_reply_timeout: std::time::Duration,
     /// Slots and message size of RPC channels.
     rpc_slots: u32,
     rpc_max_message: u32,
@@ -261,6 +263,7 @@ impl VerbsFabric {
             caps,
             sizes,
             completion_timeout: cfg.completion_timeout,
+            rpc_reply_timeout: cfg.rpc_reply_timeout,
             rpc_slots: cfg.rpc_slots.max(1),
             rpc_max_message: cfg.rpc_max_message,
             thread_domains,
@@ -403,6 +406,7 @@ impl Fabric for VerbsFabric {
             link,
             self.rpc_slots,
             self.rpc_max_message,
+            self.rpc_reply_timeout,
         )?))
     }
 }

@@ -97,6 +97,16 @@ pub enum RpcFailure {
     /// The service panicked handling the request (a bug in the service).
     #[error("the service panicked: {0}")]
     Panicked(String),
+    /// No reply came within the channel's reply timeout: the client's own
+    /// clock, for a transport that could otherwise wait for ever (Soft-RoCE
+    /// retransmits to a dead node without end). The node may be gone, or
+    /// a service slower than the timeout; the channel is closed and every
+    /// request pending on it fails so.
+    #[error("no reply from the memory node within {waited_ms} ms")]
+    NoReply {
+        /// How long the channel waited with requests unanswered.
+        waited_ms: u64,
+    },
 }
 
 /// Wire status codes of [`RpcFailure`] (0 = success).
@@ -117,6 +127,9 @@ pub mod status {
     pub const PANICKED: u16 = 6;
     /// [`super::RpcFailure::ConnectionLost`].
     pub const CONNECTION_LOST: u16 = 7;
+    /// [`super::RpcFailure::NoReply`] (payload: the wait in ms, a
+    /// little-endian u64). A client's own verdict; no node sends it.
+    pub const NO_REPLY: u16 = 8;
 }
 
 impl RpcFailure {
@@ -145,6 +158,11 @@ impl RpcFailure {
             RpcFailure::ConnectionLost => (status::CONNECTION_LOST, Vec::new()),
             RpcFailure::Malformed(s) => (status::MALFORMED, text(s)),
             RpcFailure::Panicked(s) => (status::PANICKED, text(s)),
+            RpcFailure::NoReply { waited_ms } => {
+                let mut b = waited_ms.to_le_bytes().to_vec();
+                b.truncate(max);
+                (status::NO_REPLY, b)
+            }
         }
     }
 
@@ -153,25 +171,24 @@ impl RpcFailure {
     /// [`RpcFailure::Malformed`].
     pub fn decode(code: u16, service: ServiceId, payload: &[u8]) -> Result<(), RpcFailure> {
         let text = || String::from_utf8_lossy(payload).into_owned();
+        let word = |i: usize| {
+            payload
+                .get(8 * i..8 * i + 8)
+                .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+        };
         Err(match code {
             status::OK => return Ok(()),
             status::NO_SUCH_SERVICE => RpcFailure::NoSuchService(service),
-            status::TOO_LARGE => {
-                let word = |i: usize| {
-                    payload
-                        .get(8 * i..8 * i + 8)
-                        .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-                };
-                RpcFailure::TooLarge {
-                    len: word(0) as usize,
-                    max: word(1) as usize,
-                }
-            }
+            status::TOO_LARGE => RpcFailure::TooLarge {
+                len: word(0) as usize,
+                max: word(1) as usize,
+            },
             status::SERVICE => RpcFailure::Service(payload.to_vec()),
             status::SHUTTING_DOWN => RpcFailure::ShuttingDown,
             status::CONNECTION_LOST => RpcFailure::ConnectionLost,
             status::MALFORMED => RpcFailure::Malformed(text()),
             status::PANICKED => RpcFailure::Panicked(text()),
+            status::NO_REPLY => RpcFailure::NoReply { waited_ms: word(0) },
             other => RpcFailure::Malformed(format!("unknown reply status {other}")),
         })
     }
@@ -1121,6 +1138,7 @@ mod tests {
             RpcFailure::ConnectionLost,
             RpcFailure::Malformed("bad".into()),
             RpcFailure::Panicked("boom".into()),
+            RpcFailure::NoReply { waited_ms: 30_001 },
         ] {
             let (code, payload) = f.encode(64);
             assert_eq!(RpcFailure::decode(code, 4, &payload), Err(f));
