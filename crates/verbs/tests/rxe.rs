@@ -162,7 +162,14 @@ fn a_completion_that_does_not_come_in_time_fails_typed() {
     q.write_u64(chunk.add(len - 8), key, 0x5eed).unwrap();
 
     let token = s._dir.path().join("node.token");
-    let impatient = connect_with(&s.server, token, std::time::Duration::ZERO);
+    let impatient = connect_with(
+        &s.server,
+        token,
+        VerbsConfig {
+            completion_timeout: std::time::Duration::ZERO,
+            ..Default::default()
+        },
+    );
     let mut qp = impatient.connect(0).unwrap();
     let reads = 8u64;
     let mem = LocalMem::new((reads * len) as usize);
@@ -246,19 +253,19 @@ fn threads_with_own_queue_pairs_count_exactly() {
 }
 
 fn connect(server: &RunningServer, token: std::path::PathBuf) -> VerbsFabric {
-    connect_with(server, token, VerbsConfig::default().completion_timeout)
+    connect_with(server, token, VerbsConfig::default())
 }
 
+/// A second fabric on `server` with `cfg` (its device: the tests' own).
 fn connect_with(
     server: &RunningServer,
     token: std::path::PathBuf,
-    completion_timeout: std::time::Duration,
+    cfg: VerbsConfig,
 ) -> VerbsFabric {
     VerbsFabric::open(
         VerbsConfig {
             device: sel(),
-            completion_timeout,
-            ..Default::default()
+            ..cfg
         },
         &[VerbsTarget {
             addr: server.addr().to_string(),
@@ -302,18 +309,14 @@ fn an_rpc_reply_that_does_not_come_in_time_fails_typed() {
     let s = setup(16 << 20);
     assert!(s.server.node().register_service(SILENT, Silent));
     let timeout = std::time::Duration::from_millis(300);
-    let impatient = VerbsFabric::open(
+    let impatient = connect_with(
+        &s.server,
+        s._dir.path().join("node.token"),
         VerbsConfig {
-            device: sel(),
             rpc_reply_timeout: timeout,
             ..Default::default()
         },
-        &[VerbsTarget {
-            addr: s.server.addr().to_string(),
-            token_file: s._dir.path().join("node.token"),
-        }],
-    )
-    .expect("verbs fabric");
+    );
     let mut ch = impatient.connect_rpc(0).expect("channel");
     assert_eq!(ch.call(ECHO, b"up"), Ok(b"up".to_vec()));
     let t0 = std::time::Instant::now();
