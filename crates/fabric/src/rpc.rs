@@ -30,6 +30,8 @@
 //!   transport's own reply clock, the verbs backend's) every pending
 //!   request fails so.
 
+use std::time::{Duration, Instant};
+
 use crate::addr::NodeId;
 
 pub use dmkit_memnode::rpc::atomics;
@@ -95,6 +97,93 @@ pub trait RpcChannel: Send {
                 return out.pop().expect("polled one").result;
             }
             std::hint::spin_loop();
+        }
+    }
+}
+
+/// A channel's reply clock, so no caller waits for ever on a node that
+/// died or a reply that was lost: after every poll the channel tells it
+/// how many replies came and whether requests are still unanswered; once
+/// requests have waited `timeout` with no reply at all it answers
+/// [`RpcFailure::NoReply`], and the channel closes with it (every pending
+/// request fails so). Replies come in request order, so any reply means
+/// the oldest request was answered and the wait starts again. The clock
+/// is read once every [`ReplyClock::READ_EVERY`] empty polls (a poll of an
+/// idle channel costs about as much as a reading), so the wait reported
+/// can exceed `timeout` by that many polls.
+#[derive(Debug, Clone)]
+pub struct ReplyClock {
+    timeout: Duration,
+    empty_polls: u32,
+    /// The first reading since the last reply, with requests unanswered.
+    waiting_since: Option<Instant>,
+}
+
+impl ReplyClock {
+    /// Empty polls between two readings of the clock.
+    pub const READ_EVERY: u32 = 1024;
+
+    /// A clock that gives up after `timeout` without a reply.
+    pub fn new(timeout: Duration) -> Self {
+        Self {
+            timeout,
+            empty_polls: 0,
+            waiting_since: None,
+        }
+    }
+
+    /// After a poll that found `replies` replies, with requests still
+    /// unanswered or not: `Some(NoReply)` once they have waited too long.
+    pub fn after_poll(&mut self, replies: usize, unanswered: bool) -> Option<RpcFailure> {
+        if replies > 0 || !unanswered {
+            self.empty_polls = 0;
+            self.waiting_since = None;
+            return None;
+        }
+        self.empty_polls += 1;
+        if self.empty_polls < Self::READ_EVERY {
+            return None;
+        }
+        self.empty_polls = 0;
+        let now = Instant::now();
+        match self.waiting_since {
+            None => {
+                self.waiting_since = Some(now);
+                None
+            }
+            Some(t) => (now - t >= self.timeout).then(|| RpcFailure::NoReply {
+                waited_ms: (now - t).as_millis() as u64,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn empty_polls(c: &mut ReplyClock, n: u32) -> Option<RpcFailure> {
+        (0..n).find_map(|_| c.after_poll(0, true))
+    }
+
+    #[test]
+    fn the_reply_clock_fires_after_its_timeout_and_a_reply_restarts_it() {
+        let mut c = ReplyClock::new(Duration::from_millis(20));
+        // Idle (nothing unanswered) never fires, however long.
+        for _ in 0..3 * ReplyClock::READ_EVERY {
+            assert_eq!(c.after_poll(0, false), None);
+        }
+        // The first reading starts the wait; within the timeout, nothing.
+        assert_eq!(empty_polls(&mut c, ReplyClock::READ_EVERY), None);
+        assert_eq!(empty_polls(&mut c, ReplyClock::READ_EVERY), None);
+        std::thread::sleep(Duration::from_millis(25));
+        // A reply restarts it: a reading after the sleep is a new start.
+        assert_eq!(c.after_poll(1, true), None);
+        assert_eq!(empty_polls(&mut c, ReplyClock::READ_EVERY), None);
+        std::thread::sleep(Duration::from_millis(25));
+        match empty_polls(&mut c, ReplyClock::READ_EVERY) {
+            Some(RpcFailure::NoReply { waited_ms }) => assert!(waited_ms >= 20, "{waited_ms}"),
+            other => panic!("no reply for 25 ms against a 20 ms clock: {other:?}"),
         }
     }
 }

@@ -532,3 +532,74 @@ fn the_latency_model_delays_rpc_replies_by_a_round_trip() {
     }
     assert_eq!(ch.pending(), 0);
 }
+
+/// Defers every call and drops the token: no reply, ever (what a client
+/// sees of a node process killed mid-call, which never marks its channels
+/// closed).
+struct Silent;
+
+impl Service for Silent {
+    type Worker = ();
+    type Message = ();
+    fn name(&self) -> &'static str {
+        "silent"
+    }
+    fn start_worker(&self, _: WorkerId, _: usize) {}
+    fn handle(
+        &self,
+        cx: &mut WorkerCtx<'_, Self>,
+        _: &[u8],
+        _: &mut Vec<u8>,
+    ) -> Result<(), ServiceError> {
+        let _ = cx.defer();
+        Ok(())
+    }
+}
+
+/// No caller waits for ever: requests unanswered for the channel's reply
+/// timeout fail with `NoReply`, every one pending on the channel, the
+/// channel refuses the next request so, and the node keeps serving other
+/// channels. A reply within the timeout (a slow service) is no failure.
+#[test]
+fn a_reply_that_does_not_come_in_time_fails_every_pending_request() {
+    let timeout = Duration::from_millis(200);
+    let f = ShmFabric::embedded(
+        ShmConfig {
+            rpc_reply_timeout: timeout,
+            ..Default::default()
+        },
+        &[NodeConfig {
+            size: 4 << 20,
+            rpc_workers: 1,
+            ..Default::default()
+        }],
+    )
+    .unwrap();
+    let node = f.embedded_node(0).unwrap();
+    assert!(node.register_service(7, Slow));
+    assert!(node.register_service(8, Silent));
+    let mut ch = f.connect_rpc_channel(0).unwrap();
+    assert_eq!(ch.call(7, b"slow"), Ok(b"slow".to_vec()));
+    let t0 = Instant::now();
+    ch.send(1, 8, b"never").unwrap();
+    ch.send(2, ECHO, b"behind it").unwrap();
+    let mut out = Vec::new();
+    while out.len() < 2 {
+        ch.poll(&mut out);
+        assert!(t0.elapsed() < Duration::from_secs(20), "the wait ended");
+    }
+    assert!(t0.elapsed() >= timeout);
+    assert_eq!(out.iter().map(|r| r.id).collect::<Vec<_>>(), vec![1, 2]);
+    for r in &out {
+        match &r.result {
+            Err(RpcFailure::NoReply { waited_ms }) => assert!(*waited_ms >= 200, "{waited_ms}"),
+            other => panic!("request {}: {other:?}", r.id),
+        }
+    }
+    assert!(matches!(
+        ch.send(3, ECHO, b"x"),
+        Err(RpcSendError::Refused(RpcFailure::NoReply { .. }))
+    ));
+    let mut other = f.connect_rpc_channel(0).unwrap();
+    assert_eq!(other.call(ECHO, b"still"), Ok(b"still".to_vec()));
+}

@@ -19,8 +19,9 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use dmkit_fabric::rpc::ReplyClock;
 use dmkit_fabric::{LocalMem, NodeId, RpcChannel, RpcFailure, RpcReply, RpcSendError, ServiceId};
 use dmkit_memnode::rpc::ring::{SlotHeader, SLOT_HEADER_BYTES};
 use dmkit_memnode::rpc::{Incoming, NodeChannel};
@@ -184,19 +185,10 @@ pub struct VerbsRpcChannel {
     early: Vec<RpcReply>,
     gone: Option<RpcFailure>,
     wcs: Vec<sys::ibv_wc>,
-    /// The reply clock ([`crate::VerbsConfig::rpc_reply_timeout`]): read
-    /// every [`CLOCK_EVERY`] empty polls while requests are unanswered;
-    /// `waiting_since` is its first reading since the last reply.
-    reply_timeout: Duration,
-    empty_polls: u32,
-    waiting_since: Option<Instant>,
+    /// See [`crate::VerbsConfig::rpc_reply_timeout`].
+    clock: ReplyClock,
     _link: Arc<NodeLink>,
 }
-
-/// Empty polls between two readings of the reply clock (a poll of an idle
-/// completion queue costs tens of nanoseconds, a clock reading about as
-/// much).
-const CLOCK_EVERY: u32 = 1024;
 
 // SAFETY: the queue pair, completion queue and registration are used by the
 // one thread that owns the channel (`&mut self`); the buffer is `LocalMem`.
@@ -227,39 +219,9 @@ impl VerbsRpcChannel {
             early: Vec::new(),
             gone: None,
             wcs: vec![sys::ibv_wc::default(); 32],
-            reply_timeout,
-            empty_polls: 0,
-            waiting_since: None,
+            clock: ReplyClock::new(reply_timeout),
             _link: link,
         })
-    }
-
-    /// After a poll that found `n` replies: with requests unanswered and
-    /// none answered for longer than the reply timeout, closes the channel
-    /// with [`RpcFailure::NoReply`] (the caller then fails every pending
-    /// request so). Replies come in request order, so any reply means the
-    /// oldest request was answered, and the wait starts again.
-    fn reply_clock(&mut self, n: usize) {
-        if n > 0 || self.ids.is_empty() || self.gone.is_some() {
-            self.empty_polls = 0;
-            self.waiting_since = None;
-            return;
-        }
-        self.empty_polls += 1;
-        if self.empty_polls < CLOCK_EVERY {
-            return;
-        }
-        self.empty_polls = 0;
-        let now = Instant::now();
-        match self.waiting_since {
-            None => self.waiting_since = Some(now),
-            Some(t) if now - t >= self.reply_timeout => {
-                self.gone = Some(RpcFailure::NoReply {
-                    waited_ms: (now - t).as_millis() as u64,
-                });
-            }
-            Some(_) => {}
-        }
     }
 
     /// Polls the completion queue once: replies into `out`, SENDs retired.
@@ -363,7 +325,9 @@ impl RpcChannel for VerbsRpcChannel {
         let mut n = self.early.len();
         out.append(&mut self.early);
         n += self.drive(out);
-        self.reply_clock(n);
+        if self.gone.is_none() {
+            self.gone = self.clock.after_poll(n, !self.ids.is_empty());
+        }
         if n == 0 && !self.ids.is_empty() {
             if let Some(f) = self.gone.clone() {
                 for id in self.ids.drain(..) {

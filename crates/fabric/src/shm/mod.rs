@@ -83,6 +83,12 @@ pub struct ShmConfig {
     /// hints nobody uses. A hint: the bytes and order of every WRITE are
     /// unchanged. Ignored by [`ShmFabric::executor`].
     pub write_prefetch: WritePrefetch,
+    /// How long an RPC channel waits with requests unanswered and no reply
+    /// at all before it fails them with [`crate::RpcFailure::NoReply`] and
+    /// closes ([`crate::rpc::ReplyClock`]): a memory node process that was
+    /// killed never marks its channels closed. A service may take its
+    /// time, so this is long; a deferred call answered later fails so.
+    pub rpc_reply_timeout: Duration,
 }
 
 /// Which WRITEs hint the lines after them for writing
@@ -111,6 +117,7 @@ impl Default for ShmConfig {
             rpc_max_message: 4096,
             deferred_reads: true,
             write_prefetch: WritePrefetch::default(),
+            rpc_reply_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -346,7 +353,13 @@ impl ShmFabric {
                 what: format!("channel geometry {g:?} is not the one asked for"),
             });
         }
-        Ok(ShmRpcChannel::new(node, ring, n.view.clone(), self.cfg.rtt))
+        Ok(ShmRpcChannel::new(
+            node,
+            ring,
+            n.view.clone(),
+            self.cfg.rtt,
+            self.cfg.rpc_reply_timeout,
+        ))
     }
 }
 

@@ -22,7 +22,7 @@ use dmkit_memnode::rpc::ring::{futex_wake, RingView, CHANNEL_OPEN};
 
 use super::view::NodeView;
 use crate::addr::NodeId;
-use crate::rpc::{RpcChannel, RpcFailure, RpcReply, RpcSendError, ServiceId};
+use crate::rpc::{ReplyClock, RpcChannel, RpcFailure, RpcReply, RpcSendError, ServiceId};
 
 /// A channel from this thread to one shm memory node's RPC workers.
 pub struct ShmRpcChannel {
@@ -50,6 +50,8 @@ pub struct ShmRpcChannel {
     /// With the latency model: replies read off the ring, still on the
     /// wire back (when they become visible), in order.
     inbox: VecDeque<(Instant, RpcReply)>,
+    /// See [`super::ShmConfig::rpc_reply_timeout`].
+    clock: ReplyClock,
 }
 
 impl ShmRpcChannel {
@@ -58,9 +60,11 @@ impl ShmRpcChannel {
         ring: RingView,
         view: Arc<NodeView>,
         rtt: Option<Duration>,
+        reply_timeout: Duration,
     ) -> Self {
         let g = ring.geometry();
         Self {
+            clock: ReplyClock::new(reply_timeout),
             half_rtt: rtt.map(|r| r / 2),
             outbox: VecDeque::new(),
             inbox: VecDeque::new(),
@@ -220,10 +224,17 @@ impl RpcChannel for ShmRpcChannel {
                 n += 1;
             }
         }
-        if n > 0 || ready > 0 {
+        let progressed = n > 0 || ready > 0;
+        if self.gone.is_none() {
+            self.gone = self
+                .clock
+                .after_poll(usize::from(progressed), !self.ids.is_empty());
+        }
+        if progressed {
             return n;
         }
-        // Nothing came: if the node closed the channel, nothing will.
+        // Nothing came: if the node closed the channel (or the reply clock
+        // gave up on it), nothing will.
         if !self.ids.is_empty() {
             if let Some(f) = self.check_gone() {
                 // Replies that came before the close first, in order.
