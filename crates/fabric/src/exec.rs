@@ -445,7 +445,8 @@ fn execute_vector(
     }
     let list = ptrs.iter().zip(pieces).map(|(p, l)| (*p, l.len as usize));
     // SAFETY: each pointer was resolved against a LocalMem the executor
-    // keeps alive, for exactly `l.len` bytes.
+    // keeps alive, for exactly `l.len` bytes (and `sgl_entries` checked
+    // that the lengths sum to `sgl.len`).
     unsafe { view.copy_vector(off, sgl.len as usize, list, write) }
 }
 

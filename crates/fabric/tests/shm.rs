@@ -549,9 +549,10 @@ fn write_prefetch_is_only_a_hint() {
 
 /// A vector request inside one page (translated once, copied piece after
 /// piece) and one across a page boundary both gather in order from
-/// pieces of two registered buffers, and both fail on an unmapped page
-/// with the typed error before any byte moves, the one across pages
-/// included on its mapped first page.
+/// pieces of two registered buffers, and scatter back; both fail on an
+/// unmapped page with the typed error before any byte moves, the one
+/// across pages included on its mapped first page. A request that ends
+/// exactly at a page's end stays in that page; one byte further crosses.
 #[test]
 fn vector_requests_in_and_across_pages_check_every_page_first() {
     let f = embedded();
@@ -571,33 +572,46 @@ fn vector_requests_in_and_across_pages_check_every_page_first() {
         LocalRef::new(l1, 8, 16),
     ];
     let whole = [&x[..], &y[..], &x[..16]].concat();
+    assert_eq!(whole.len(), 80);
+    let mut write_v = |remote: GlobalAddr| {
+        let mut b = Batch::new();
+        b.write_v(remote, k, &pieces);
+        qp.execute(&mut b).map(|_| ())
+    };
     for (remote, what) in [
         (a.add(64), "in one page"),
         (a.add(4096 - 20), "across pages"),
     ] {
-        let mut b = Batch::new();
-        b.write_v(remote, k, &pieces);
-        qp.execute(&mut b).expect(what);
+        write_v(remote).expect(what);
         assert_eq!(q.read(remote, k, 80).unwrap(), whole, "{what}");
     }
-    node.unmap_pages(a.offset() / 4096 + 1, 1).unwrap();
     let page = a.offset() / 4096 + 1;
-    for (remote, what) in [
-        (a.add(4096 + 64), "in one page"),
-        (a.add(4096 - 40), "across pages"),
-    ] {
-        let mut b = Batch::new();
-        b.write_v(remote, k, &pieces);
-        match qp.execute(&mut b) {
-            Err(FabricError::Request(e)) => {
-                assert_eq!(e.error, VerbError::PageNotMapped { page }, "{what}")
-            }
-            other => panic!("{what}: {other:?}"),
+    node.unmap_pages(page, 1).unwrap();
+    let unmapped = |r: Result<(), FabricError>, what: &str| match r {
+        Err(FabricError::Request(e)) => {
+            assert_eq!(e.error, VerbError::PageNotMapped { page }, "{what}")
         }
-    }
+        other => panic!("{what}: {other:?}"),
+    };
+    unmapped(write_v(a.add(4096 + 64)), "in the unmapped page");
+    unmapped(write_v(a.add(4096 - 40)), "across into it");
     assert_eq!(
         q.read(a.add(4096 - 40), k, 40).unwrap(),
         [&[0u8; 20][..], &whole[..20]].concat(),
         "the failed WRITE across pages left its mapped first page alone"
     );
+    write_v(a.add(4096 - 80)).expect("ends exactly at the page's end");
+    assert_eq!(q.read(a.add(4096 - 80), k, 80).unwrap(), whole);
+    unmapped(write_v(a.add(4096 - 79)), "one byte over the page's end");
+    assert_eq!(
+        q.read(a.add(4096 - 80), k, 80).unwrap(),
+        whole,
+        "the WRITE one byte over moved nothing"
+    );
+    // Scatter the in-page bytes back, into other places of both buffers.
+    let back = [LocalRef::new(l2, 100, 30), LocalRef::new(l1, 200, 50)];
+    let mut b = Batch::new();
+    b.read_v(a.add(64), k, &back);
+    qp.execute(&mut b).expect("scatter in one page");
+    assert_eq!([m2.to_vec(100, 30), m1.to_vec(200, 50)].concat(), whole);
 }

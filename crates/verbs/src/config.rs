@@ -53,6 +53,8 @@ pub struct VerbsConfig {
     /// retried for ever). Longer than the completion timeout, because a
     /// service may take its time: a deferred call that answers later
     /// than this fails so, and its channel with it.
+    /// A channel that gave up stays closed: a runtime worker connects its
+    /// channels once, so its later calls to that node fail too.
     pub rpc_reply_timeout: Duration,
     /// Requests an RPC channel may have unanswered (its message slots).
     pub rpc_slots: u32,

@@ -88,6 +88,12 @@ pub struct ShmConfig {
     /// closes ([`crate::rpc::ReplyClock`]): a memory node process that was
     /// killed never marks its channels closed. A service may take its
     /// time, so this is long; a deferred call answered later fails so.
+    /// A channel that gave up stays closed: a runtime worker connects its
+    /// channels once, so its later calls to that node fail too.
+    /// A node worker publishes the replies of the up to 32 requests it
+    /// takes from a ring in one round together (verbs sends each at
+    /// once), so here the timeout must exceed 32 of the slowest service's
+    /// calls.
     pub rpc_reply_timeout: Duration,
 }
 

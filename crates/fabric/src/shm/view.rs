@@ -253,7 +253,9 @@ impl NodeView {
     ///
     /// # Safety
     /// Each piece's `ptr..ptr+len` must be valid for reads (`write`) or
-    /// writes (a registered local range).
+    /// writes (a registered local range). (That the pieces' lengths sum to
+    /// `len` is checked: more bytes than `len` panic before they move, so
+    /// no copy leaves the pages checked.)
     #[inline]
     pub(crate) unsafe fn copy_vector(
         &self,
@@ -264,9 +266,19 @@ impl NodeView {
     ) -> Result<(), VerbError> {
         let page_bytes = (self.page_mask + 1) as usize;
         let at = (offset & self.page_mask) as usize;
+        let mut room = len;
+        let mut take = |n: usize| {
+            assert!(n <= room, "vector pieces exceed the request's {len} B");
+            room -= n;
+        };
         if len <= page_bytes - at {
             let mut dst = self.translate(offset)?;
             for (p, n) in pieces {
+                take(n);
+                // SAFETY: `dst..dst + n` lies in the page `translate`
+                // mapped (the pieces so far and this one fit in `len`,
+                // which fits in the page from `at`); `p..p + n` is the
+                // caller's valid local range.
                 if write {
                     copy_shared(dst, p, n);
                 } else {
@@ -281,6 +293,7 @@ impl NodeView {
         // The page translated last: its remote offset and its pointer.
         let mut page: Option<(u64, *mut u8)> = None;
         for (p, len) in pieces {
+            take(len);
             let mut done = 0;
             while done < len {
                 let base = off & !self.page_mask;

@@ -37,7 +37,8 @@
 //! Failures are typed ([`RpcFailure`]): an unknown service, a payload too
 //! large, the service's own error as bytes ([`ServiceError`]), a node
 //! shutting down, a lost connection, a malformed request, a service that
-//! panicked. Nothing a client sends makes a worker panic; a service that
+//! panicked, and on the client's side no reply within its reply timeout.
+//! Nothing a client sends makes a worker panic; a service that
 //! panics fails that call and the worker goes on.
 
 pub mod atomics;
@@ -99,7 +100,8 @@ pub enum RpcFailure {
     Panicked(String),
     /// No reply came within the channel's reply timeout: the client's own
     /// clock, for a transport that could otherwise wait for ever (Soft-RoCE
-    /// retransmits to a dead node without end). The node may be gone, or
+    /// retransmits to a dead node without end; a killed shm node process
+    /// never marks its rings closed). The node may be gone, or
     /// a service slower than the timeout; the channel is closed and every
     /// request pending on it fails so.
     #[error("no reply from the memory node within {waited_ms} ms")]
