@@ -74,6 +74,69 @@ fn await_replies(ch: &mut dyn RpcChannel, n: usize) -> Vec<RpcReply> {
     out
 }
 
+/// Defers every call and drops the token: no reply, ever (what a client
+/// sees of a node that died mid-call without closing its channels).
+struct Silent;
+
+impl dmkit_memnode::rpc::Service for Silent {
+    type Worker = ();
+    type Message = ();
+    fn name(&self) -> &'static str {
+        "silent"
+    }
+    fn start_worker(&self, _: dmkit_memnode::rpc::WorkerId, _: usize) {}
+    fn handle(
+        &self,
+        cx: &mut dmkit_memnode::rpc::WorkerCtx<'_, Self>,
+        _: &[u8],
+        _: &mut Vec<u8>,
+    ) -> Result<(), dmkit_memnode::rpc::ServiceError> {
+        let _ = cx.defer();
+        Ok(())
+    }
+}
+
+/// The service id [`rpc_no_reply`] registers its silent service under.
+pub const SILENT: crate::ServiceId = 0xfe51;
+
+/// No caller waits for ever (a backend with a reply clock): on node `id`
+/// (`node`, where a service that never answers is registered here),
+/// requests sent through `impatient` (a fabric whose RPC reply timeout is
+/// `timeout`) to it, and an echo queued behind them, all fail with
+/// `NoReply` once the timeout is over; the channel refuses the next
+/// request so; a channel of `other` is still served.
+pub fn rpc_no_reply(
+    node: &dmkit_memnode::MemNode,
+    impatient: &dyn Fabric,
+    other: &dyn Fabric,
+    id: NodeId,
+    timeout: Duration,
+) {
+    assert!(node.register_service(SILENT, Silent), "id {SILENT} is free");
+    let mut ch = channel(impatient, id);
+    assert_eq!(ch.call(ECHO, b"up"), Ok(b"up".to_vec()));
+    let t0 = Instant::now();
+    ch.send(1, SILENT, b"never").unwrap();
+    ch.send(2, ECHO, b"behind it").unwrap();
+    let out = await_replies(&mut *ch, 2);
+    assert!(t0.elapsed() >= timeout, "failed before the timeout");
+    assert_eq!(out.iter().map(|r| r.id).collect::<Vec<_>>(), vec![1, 2]);
+    for r in &out {
+        match &r.result {
+            Err(RpcFailure::NoReply { waited_ms }) => {
+                assert!(*waited_ms >= timeout.as_millis() as u64, "{waited_ms} ms")
+            }
+            other => panic!("request {}: {other:?}", r.id),
+        }
+    }
+    assert!(matches!(
+        ch.send(3, ECHO, b"x"),
+        Err(RpcSendError::Refused(RpcFailure::NoReply { .. }))
+    ));
+    let mut fresh = channel(other, id);
+    assert_eq!(fresh.call(ECHO, b"still"), Ok(b"still".to_vec()));
+}
+
 /// A payload of `len` bytes that names `seed`.
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
     (0..len)

@@ -275,39 +275,13 @@ fn connect_with(
     .expect("verbs fabric")
 }
 
-/// No RPC caller waits for ever either: a request whose reply does not
-/// come within the channel's reply timeout (a service that defers the call
-/// and never answers) fails with `NoReply`, the channel closes (the next
-/// request is refused so), and the node keeps serving other channels.
+/// No RPC caller waits for ever either: over verbs too, requests whose
+/// reply does not come within the channel's reply timeout fail with
+/// `NoReply` (`conformance::rpc_no_reply`).
 #[test]
 #[ignore = "needs an RDMA device (run in the Soft-RoCE guest)"]
 fn an_rpc_reply_that_does_not_come_in_time_fails_typed() {
-    use dmkit_fabric::{RpcFailure, RpcSendError};
-    use dmkit_memnode::rpc::{Service, ServiceError, WorkerCtx, WorkerId};
-
-    /// Defers every call and drops the token: no reply, ever.
-    struct Silent;
-    impl Service for Silent {
-        type Worker = ();
-        type Message = ();
-        fn name(&self) -> &'static str {
-            "silent"
-        }
-        fn start_worker(&self, _: WorkerId, _: usize) {}
-        fn handle(
-            &self,
-            cx: &mut WorkerCtx<'_, Self>,
-            _: &[u8],
-            _: &mut Vec<u8>,
-        ) -> Result<(), ServiceError> {
-            let _ = cx.defer();
-            Ok(())
-        }
-    }
-    const SILENT: u16 = 0x51;
-
     let s = setup(16 << 20);
-    assert!(s.server.node().register_service(SILENT, Silent));
     let timeout = std::time::Duration::from_millis(300);
     let impatient = connect_with(
         &s.server,
@@ -317,26 +291,7 @@ fn an_rpc_reply_that_does_not_come_in_time_fails_typed() {
             ..Default::default()
         },
     );
-    let mut ch = impatient.connect_rpc(0).expect("channel");
-    assert_eq!(ch.call(ECHO, b"up"), Ok(b"up".to_vec()));
-    let t0 = std::time::Instant::now();
-    ch.send(1, SILENT, b"?").unwrap();
-    let mut out = Vec::new();
-    while ch.poll(&mut out) == 0 {
-        assert!(t0.elapsed().as_secs() < 20, "the wait ended");
-    }
-    match &out[0].result {
-        Err(RpcFailure::NoReply { waited_ms }) => {
-            assert!(*waited_ms >= timeout.as_millis() as u64, "{waited_ms} ms")
-        }
-        other => panic!("a call nobody answers: {other:?}"),
-    }
-    assert!(matches!(
-        ch.send(1, ECHO, b"x"),
-        Err(RpcSendError::Refused(RpcFailure::NoReply { .. }))
-    ));
-    let mut other = s.fabric.connect_rpc(0).expect("channel");
-    assert_eq!(other.call(ECHO, b"still"), Ok(b"still".to_vec()));
+    conformance::rpc_no_reply(s.server.node(), &impatient, &s.fabric, 0, timeout);
 }
 
 /// The RPC channel's conformance section over two-sided SEND/RECV: the
